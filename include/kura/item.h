@@ -1,0 +1,70 @@
+/*
+ * item.h - what an item is, and when it is alive.
+ *
+ * An item is a key (1..250 bytes), a value (0..item size limit), 32 bits of
+ * client flags, an absolute expiry time and a 64-bit cas unique.  Every
+ * backend stores these fields and nothing else the client can see.
+ *
+ * Whether an item is alive is decided here, once, for every backend: an item
+ * is dead when its expiry time has come or when a flush_all has passed over
+ * it.  flush_all is represented by a cas watermark: every item whose cas is
+ * below kura_clock.oldest_cas is dead.  Because cas uniques only ever grow
+ * (across restarts too), "flush everything stored so far" is just "raise the
+ * watermark to the next cas", and a delayed flush raises it when its time
+ * comes (the engine's clock tick does that).
+ */
+#ifndef KURA_ITEM_H
+#define KURA_ITEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KURA_KEY_MAX 250                /* memcached's KEY_MAX_LENGTH */
+#define KURA_ITEM_SIZE_MAX_DEFAULT (1024 * 1024)
+
+/*
+ * memcached counts an item's size as its 48-byte header, 8 bytes of cas, the
+ * key and its NUL, and the value with its trailing CRLF; an item is too large
+ * when that total passes -I.  We use the same sum so that the largest value
+ * accepted is byte for byte the same as memcached's.
+ */
+static inline size_t kura_item_wire_total(size_t klen, size_t vlen)
+{
+    return 48 + 8 + klen + 1 + vlen + 2;
+}
+
+/* An item as passed to and from a store.  In a callback, key and val point
+ * into the store and are valid only until the callback returns. */
+typedef struct kura_item {
+    const char *key;
+    size_t klen;
+    const void *val;
+    size_t vlen;
+    uint32_t flags;
+    int64_t exptime;                    /* absolute Unix time in seconds; 0 = never */
+    uint64_t cas;
+} kura_item;
+
+/* The moment at which liveness is judged. */
+typedef struct kura_clock {
+    int64_t now;                        /* Unix time in seconds */
+    uint64_t oldest_cas;                /* flush_all watermark; items below it are dead */
+} kura_clock;
+
+enum kura_liveness {
+    KURA_LIVE = 0,
+    KURA_DEAD_EXPIRED = 1,
+    KURA_DEAD_FLUSHED = 2,
+};
+
+static inline int kura_item_liveness(int64_t exptime, uint64_t cas, const kura_clock *c)
+{
+    if (exptime != 0 && exptime <= c->now)
+        return KURA_DEAD_EXPIRED;
+    if (cas < c->oldest_cas)
+        return KURA_DEAD_FLUSHED;
+    return KURA_LIVE;
+}
+
+#endif

@@ -1,0 +1,206 @@
+/*
+ * store.h - the storage interface every backend implements.
+ *
+ * A store maps keys to items (item.h) and knows nothing of the protocol:
+ * the engine (engine.h) implements memcached's semantics once, on top of
+ * these operations, so every backend behaves the same.  A backend fills in a
+ * kura_store_ops table and embeds struct kura_store as its first member.
+ *
+ * Contract for every operation:
+ *  - thread-safe: any number of worker threads call in at once;
+ *  - atomic per key: a put, delete or update is seen whole or not at all;
+ *  - liveness: a dead item (kura_item_liveness() != KURA_LIVE under the
+ *    clock passed in) is treated exactly as an absent one; a store may
+ *    reclaim it when it meets it;
+ *  - callbacks (kura_item_fn, kura_update_fn) run with the key's lock held:
+ *    they must be short and must not call back into the store;
+ *  - return KURA_OK (0), a positive outcome (KURA_NOTFOUND, KURA_EXISTS,
+ *    KURA_DEAD_*) or a negative error (KURA_E*), see kura_strerror().
+ */
+#ifndef KURA_STORE_H
+#define KURA_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kura/item.h"
+
+/* Outcomes (>= 0) and errors (< 0) shared by stores and the engine. */
+enum kura_status {
+    KURA_OK = 0,
+    KURA_NOTFOUND = 1,          /* no live item under this key */
+    KURA_EXISTS = 2,            /* a live item is there, or its cas differs */
+    KURA_EXPIRED = 3,           /* get only: an item was there but had expired */
+    KURA_FLUSHED = 4,           /* get only: an item was there but was flushed */
+
+    KURA_ENOMEM = -1,           /* no room, even after eviction */
+    KURA_ETOOBIG = -2,          /* larger than the item size limit */
+    KURA_EIO = -3,              /* the device failed a read or write */
+    KURA_ENOSPC = -4,           /* the file system is full */
+    KURA_ECORRUPT = -5,         /* stored bytes fail their checksum */
+    KURA_EINVAL = -6,           /* bad argument or bad database name */
+    KURA_EREADONLY = -7,        /* the store is read-only (damaged, or opened so) */
+    KURA_ESYS = -8,             /* another system error; errno-like detail is logged */
+};
+
+const char *kura_strerror(int rc);
+
+/* How a put is conditioned on what is there now. */
+enum kura_put_cond {
+    KURA_PUT_ANY = 0,           /* set: store whatever is there */
+    KURA_PUT_ABSENT,            /* add: only if no live item; else KURA_EXISTS */
+    KURA_PUT_PRESENT,           /* replace: only if a live item; else KURA_NOTFOUND */
+    KURA_PUT_CAS,               /* cas: only if a live item has this cas;
+                                   KURA_NOTFOUND if none, KURA_EXISTS if it differs */
+};
+
+/* What an update callback decides to do with the item it was shown. */
+enum kura_update_action {
+    KURA_UPDATE_KEEP = 0,       /* change nothing */
+    KURA_UPDATE_REPLACE,        /* write a new version: flags, exptime, cas, value */
+    KURA_UPDATE_TOUCH,          /* change exptime only (cas and value stay) */
+    KURA_UPDATE_REMOVE,         /* delete the item */
+};
+
+/* The new version an update callback asks for.  The value is the
+ * concatenation of part[0] and part[1]; either may point into the current
+ * item (the store copies before it frees anything). */
+typedef struct kura_update {
+    int action;                 /* enum kura_update_action */
+    uint32_t flags;
+    int64_t exptime;
+    uint64_t cas;
+    struct { const void *base; size_t len; } part[2];
+} kura_update;
+
+/* Called with a live item.  Its return value is passed through. */
+typedef int (*kura_item_fn)(void *arg, const kura_item *it);
+/* Called with the live item, or NULL if there is none; fills *out and
+ * returns a status that the update operation returns (unless the store
+ * then fails to apply *out, when the store's error is returned instead). */
+typedef int (*kura_update_fn)(void *arg, const kura_item *cur, kura_update *out);
+/* Emits one "stats" line: name and value. */
+typedef void (*kura_stat_fn)(void *arg, const char *name, const char *value);
+
+/* Counters every store reports, with memcached's meaning. */
+typedef struct kura_store_usage {
+    uint64_t curr_items;        /* items stored, dead ones not yet reclaimed included */
+    uint64_t bytes;             /* bytes those items use, as memcached counts them */
+    uint64_t limit_maxbytes;    /* memory limit (cache) or 0 */
+    uint64_t evictions;         /* live items removed to make room */
+    uint64_t reclaimed;         /* dead items whose space was reused */
+    uint64_t expired_unfetched; /* reclaimed expired items never read */
+    uint64_t evicted_unfetched; /* evicted items never read */
+} kura_store_usage;
+
+/* The engine's own durable state, kept by the store (a no-op for the cache). */
+typedef struct kura_store_state {
+    uint64_t max_cas;           /* no cas at or below this has been or will be handed out again */
+    uint64_t oldest_cas;        /* flush_all watermark (item.h) */
+    int64_t flush_at;           /* pending delayed flush_all: Unix time, 0 = none */
+} kura_store_state;
+
+typedef struct kura_store kura_store;
+
+typedef struct kura_store_ops {
+    const char *name;           /* "cache", "hash", ... */
+
+    /* Looks key up; if live, calls fn(arg, item) under the key's lock and
+     * returns KURA_OK.  Otherwise KURA_NOTFOUND, KURA_EXPIRED or KURA_FLUSHED.
+     * A hit counts as a use for LRU purposes. */
+    int (*get)(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+               kura_item_fn fn, void *arg);
+
+    /* Stores it (key, value, flags, exptime, cas as given) under cond.
+     * cmp_cas is the cas to compare for KURA_PUT_CAS. */
+    int (*put)(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
+               const kura_clock *clk);
+
+    /* Deletes a live item; if cmp_cas is not 0 only when its cas matches
+     * (KURA_EXISTS otherwise).  KURA_NOTFOUND when there is none. */
+    int (*del)(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
+               const kura_clock *clk);
+
+    /* Read-modify-write of one key under its lock (see kura_update_fn). */
+    int (*update)(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                  kura_update_fn fn, void *arg);
+
+    /* Calls fn for every live item, in no particular order, taking each
+     * stripe's lock in turn (writers to other stripes proceed).  Stops early
+     * and returns fn's value when fn returns non-zero. */
+    int (*iterate)(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg);
+
+    /* Reclaims dead items, doing at most about `budget` units of work;
+     * returns the number reclaimed.  Called periodically by the engine. */
+    long (*sweep)(kura_store *s, const kura_clock *clk, size_t budget);
+
+    /* Makes every completed change durable (no-op for the cache). */
+    int (*sync)(kura_store *s);
+
+    void (*usage)(kura_store *s, kura_store_usage *u);
+    /* Backend-specific "stats" lines (file size, fragmentation, ...). */
+    void (*stats)(kura_store *s, kura_stat_fn emit, void *arg);
+
+    int (*load_state)(kura_store *s, kura_store_state *st);
+    int (*save_state)(kura_store *s, const kura_store_state *st);
+
+    /* Syncs and frees everything; s is invalid afterwards. */
+    void (*close)(kura_store *s);
+} kura_store_ops;
+
+struct kura_store {
+    const kura_store_ops *ops;
+};
+
+/* Settings from the command line that backends need. */
+typedef struct kura_store_config {
+    uint64_t mem_limit;         /* cache: -m in bytes */
+    size_t item_size_max;       /* -I */
+    int sync_mode;              /* enum kura_sync_mode */
+    bool recover;               /* open a damaged file by salvaging what is intact */
+    bool read_only;
+} kura_store_config;
+
+enum kura_sync_mode {
+    KURA_SYNC_NONE = 0,         /* the OS decides when data reaches the disk */
+    KURA_SYNC_INTERVAL,         /* synced about once a second */
+    KURA_SYNC_ALWAYS,           /* a change is on stable storage before it is acknowledged */
+};
+
+/* One "#name=value" tuning parameter of a database name. */
+typedef struct kura_param {
+    char name[32];
+    char value[96];
+    bool used;                  /* set by the backend that understood it */
+} kura_param;
+
+#define KURA_PARAMS_MAX 16
+
+typedef struct kura_params {
+    int count;
+    kura_param p[KURA_PARAMS_MAX];
+} kura_params;
+
+/* Opens the database named like ttserver does: "*" or ":" (cache),
+ * "path.kh#bnum=...": the suffix picks the backend, parameters tune it.
+ * NULL or "" means the cache.  On error returns a negative status and writes
+ * a message naming the problem into err. */
+int kura_store_open(const char *dbname, const kura_store_config *cfg,
+                    kura_store **out, char *err, size_t errlen);
+
+/* Backends' constructors (one per backend; called by kura_store_open). */
+int cache_open(const char *path, kura_params *params, const kura_store_config *cfg,
+               kura_store **out, char *err, size_t errlen);
+
+/* Helpers for backends parsing their parameters: take each one you know
+ * (NULL if absent), then call kura_params_reject_unused() before creating
+ * or changing anything, so a typo never leaves a file behind. */
+const char *kura_param_take(kura_params *params, const char *name);
+int kura_params_reject_unused(const kura_params *params, const char *path,
+                              char *err, size_t errlen);
+int kura_parse_size(const char *s, uint64_t *out);  /* "64m", "1g", "4096", "2k" */
+
+static inline void kura_store_close(kura_store *s) { s->ops->close(s); }
+
+#endif
