@@ -10,8 +10,10 @@
  * it.  flush_all is represented by a cas watermark: every item whose cas is
  * below kura_clock.oldest_cas is dead.  Because cas uniques only ever grow
  * (across restarts too), "flush everything stored so far" is just "raise the
- * watermark to the next cas", and a delayed flush raises it when its time
- * comes (the engine's clock tick does that).
+ * watermark to the next cas".  A delayed flush ("flush_all 10") is pending
+ * in flush_at: memcached makes every item invisible during the second
+ * flush_at, and the engine's clock tick turns it into a watermark once that
+ * second has passed.
  */
 #ifndef KURA_ITEM_H
 #define KURA_ITEM_H
@@ -25,13 +27,14 @@
 
 /*
  * memcached counts an item's size as its 48-byte header, 8 bytes of cas, the
- * key and its NUL, and the value with its trailing CRLF; an item is too large
- * when that total passes -I.  We use the same sum so that the largest value
- * accepted is byte for byte the same as memcached's.
+ * key and its NUL, 4 bytes of client flags when they are not zero, and the
+ * value with its trailing CRLF; an item is too large when that total passes
+ * -I.  We use the same sum so that the largest value accepted is byte for
+ * byte the same as memcached's.
  */
-static inline size_t kura_item_wire_total(size_t klen, size_t vlen)
+static inline uint64_t kura_item_wire_total(size_t klen, uint64_t vlen, uint32_t flags)
 {
-    return 48 + 8 + klen + 1 + vlen + 2;
+    return 48 + 8 + (uint64_t)klen + 1 + (flags ? 4 : 0) + vlen + 2;
 }
 
 /* An item as passed to and from a store.  In a callback, key and val point
@@ -50,6 +53,7 @@ typedef struct kura_item {
 typedef struct kura_clock {
     int64_t now;                        /* Unix time in seconds */
     uint64_t oldest_cas;                /* flush_all watermark; items below it are dead */
+    int64_t flush_at;                   /* pending delayed flush_all (Unix time), 0 = none */
 } kura_clock;
 
 enum kura_liveness {
@@ -62,7 +66,7 @@ static inline int kura_item_liveness(int64_t exptime, uint64_t cas, const kura_c
 {
     if (exptime != 0 && exptime <= c->now)
         return KURA_DEAD_EXPIRED;
-    if (cas < c->oldest_cas)
+    if (cas < c->oldest_cas || (c->flush_at != 0 && c->flush_at <= c->now))
         return KURA_DEAD_FLUSHED;
     return KURA_LIVE;
 }

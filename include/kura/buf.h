@@ -1,0 +1,38 @@
+/*
+ * buf.h - a growable byte buffer, used for replies and reads.
+ *
+ * kura_buf_reserve() guarantees room for `extra` more bytes, growing by
+ * doubling so that appending n bytes costs O(n) amortized.  A connection
+ * keeps its buffers between requests, so the steady state allocates nothing.
+ */
+#ifndef KURA_BUF_H
+#define KURA_BUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+typedef struct kura_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} kura_buf;
+
+/* Returns false when memory runs out (the buffer is unchanged). */
+bool kura_buf_reserve(kura_buf *b, size_t extra);
+void kura_buf_free(kura_buf *b);
+/* Shrinks a buffer that grew past keep bytes back to keep (after a huge value). */
+void kura_buf_trim(kura_buf *b, size_t keep);
+
+static inline bool kura_buf_append(kura_buf *b, const void *p, size_t n)
+{
+    if (b->cap - b->len < n && !kura_buf_reserve(b, n))
+        return false;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return true;
+}
+
+#define KURA_BUF_LIT(b, s) kura_buf_append((b), (s), sizeof(s) - 1)
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * engine.h - memcached's semantics, implemented once over any store.
+ *
+ * The engine turns protocol-level requests (set, add, cas, append, incr,
+ * touch, flush_all, ...) into store operations, so that every backend behaves
+ * exactly like memcached.  It owns the clock (seconds, refreshed by
+ * engine_tick()), the cas counter (unique and increasing across restarts:
+ * the store keeps a high-water mark), the flush_all state, and the counters
+ * that "stats" reports.  It knows nothing of sockets: tests and tools call it
+ * directly.
+ *
+ * Counters are kept per worker thread in a kura_thread_stats that only its
+ * thread writes (relaxed atomics, so readers on other threads are safe and
+ * the hot path takes no lock); "stats" sums them.
+ */
+#ifndef KURA_ENGINE_H
+#define KURA_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kura/item.h"
+#include "kura/store.h"
+
+#define KURA_REALTIME_MAXDELTA (60 * 60 * 24 * 30)   /* exptime above this is absolute */
+
+/* Per-thread counters, named as memcached's "stats" names them. */
+#define KURA_THREAD_STATS(X) \
+    X(cmd_get) X(cmd_set) X(cmd_flush) X(cmd_touch) X(get_hits) X(get_misses) \
+    X(get_expired) X(get_flushed) X(delete_misses) X(delete_hits) \
+    X(incr_misses) X(incr_hits) X(decr_misses) X(decr_hits) \
+    X(cas_misses) X(cas_hits) X(cas_badval) X(touch_hits) X(touch_misses) \
+    X(store_too_large) X(store_no_memory) X(store_errors) X(total_items) \
+    X(bytes_read) X(bytes_written) X(client_errors) X(unknown_commands) \
+    X(protocol_closes)
+
+typedef struct kura_thread_stats {
+#define KURA_STAT_FIELD(name) _Atomic uint64_t name;
+    KURA_THREAD_STATS(KURA_STAT_FIELD)
+#undef KURA_STAT_FIELD
+} kura_thread_stats;
+
+/* Only the owning thread adds; a plain load and store is enough and costs
+ * no locked instruction. */
+#define KURA_STAT_ADD(st, field, n) atomic_store_explicit(&(st)->field, \
+    atomic_load_explicit(&(st)->field, memory_order_relaxed) + (n), memory_order_relaxed)
+#define KURA_STAT_INC(st, field) KURA_STAT_ADD(st, field, 1)
+
+/* A plain snapshot (sum of all threads). */
+typedef struct kura_stats_totals {
+#define KURA_STAT_PLAIN(name) uint64_t name;
+    KURA_THREAD_STATS(KURA_STAT_PLAIN)
+#undef KURA_STAT_PLAIN
+} kura_stats_totals;
+
+void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts);
+
+/* Storage commands of the text protocol. */
+enum kura_store_cmd {
+    KURA_CMD_SET = 0, KURA_CMD_ADD, KURA_CMD_REPLACE, KURA_CMD_APPEND,
+    KURA_CMD_PREPEND, KURA_CMD_CAS,
+};
+
+/* Outcomes of engine_store (besides negative store errors). */
+enum kura_store_result {
+    KURA_STORED = 0, KURA_NOT_STORED, KURA_STORE_EXISTS, KURA_STORE_NOT_FOUND,
+};
+
+/* Outcome of engine_arith besides KURA_OK / KURA_NOTFOUND / errors. */
+#define KURA_NON_NUMERIC 10
+#define KURA_INCR_MAX_LEN 24      /* room for a 64-bit decimal and NUL */
+
+typedef struct kura_engine_config {
+    size_t item_size_max;       /* -I, bytes (memcached's item total, see item.h) */
+} kura_engine_config;
+
+typedef struct kura_engine kura_engine;
+
+/* Takes ownership of store (closed by engine_close).  Loads the persisted
+ * cas high-water mark and flush state. */
+int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg);
+void engine_close(kura_engine *e);
+kura_store *engine_store_of(kura_engine *e);
+
+/* Refreshes the clock; turns a due delayed flush into a watermark; persists
+ * the cas high-water mark when it nears what was saved.  Call about once a
+ * second (the server's main loop does) and before serving. */
+void engine_tick(kura_engine *e);
+/* Clock used for liveness now. */
+kura_clock engine_clock(kura_engine *e);
+int64_t engine_now(kura_engine *e);
+int64_t engine_started(kura_engine *e);
+/* Converts a client exptime (0, relative up to 30 days, absolute beyond,
+ * negative = already expired) to absolute Unix time as memcached does. */
+int64_t engine_abs_exptime(kura_engine *e, int64_t exptime);
+/* True when an item of this size is within -I (memcached's accounting). */
+bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t flags);
+size_t engine_item_size_max(const kura_engine *e);
+
+/* get/gets (touch=false) and gat/gats (touch=true, exptime a client exptime).
+ * Calls fn with the live item; returns KURA_OK or KURA_NOTFOUND (or error). */
+int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+               bool touch, int64_t exptime, kura_item_fn fn, void *arg);
+
+/* set/add/replace/append/prepend/cas.  it->exptime is a client exptime.
+ * Returns enum kura_store_result or a negative store error (KURA_ENOMEM,
+ * KURA_ENOSPC, KURA_EIO, ...).  The caller checks engine_item_fits() first. */
+int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *it,
+                 uint64_t cas_in);
+
+/* delete: KURA_OK (deleted), KURA_NOTFOUND, or an error. */
+int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen);
+/* Removes a key without counting it (a refused set must not leave the old value). */
+int engine_unlink(kura_engine *e, const char *key, size_t klen);
+
+/* incr/decr: on KURA_OK writes the new value as decimal into out. */
+int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN]);
+
+/* touch: KURA_OK (touched) or KURA_NOTFOUND. */
+int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 int64_t exptime);
+
+/* flush_all [delay]: delay <= 0 flushes now. */
+int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay);
+
+/* Reclaims dead items, a bounded amount at a time. */
+long engine_sweep(kura_engine *e, size_t budget);
+
+/* Makes every change so far durable. */
+int engine_sync(kura_engine *e);
+
+#endif

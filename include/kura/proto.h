@@ -1,0 +1,88 @@
+/*
+ * proto.h - the memcached text protocol: bytes in, engine calls, bytes out.
+ *
+ * text_process() consumes as many complete requests as the input holds,
+ * appends every reply to `out` in order (so pipelined requests are answered
+ * with one write), and returns how many input bytes it used.  It never
+ * blocks and knows nothing of sockets: the connection layer owns the
+ * buffers and calls it whenever bytes arrive.
+ *
+ * A storage command whose value has not fully arrived is left unconsumed,
+ * with session->need saying how many bytes must be buffered before calling
+ * again; nothing of it has been applied.
+ */
+#ifndef KURA_PROTO_H
+#define KURA_PROTO_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kura/buf.h"
+#include "kura/engine.h"
+
+/* The protocol level we implement; "version" reports it so clients that
+ * gate features on the server version see what they can rely on. */
+#define KURA_MEMCACHED_VERSION "1.6.18"
+#define KURA_VERSION "0.1.0"
+
+#define KURA_MAX_LINE_NO_NEWLINE 2048   /* memcached closes after this, unless get/gets */
+#define KURA_MAX_GET_LINE (16u << 20)   /* our bound on a multi-get line */
+#define KURA_OUT_HIGH_WATER (4u << 20)  /* replies queued before text_process yields */
+
+/* What "stats" and "stats settings" report about the server: filled in by
+ * the server, read by the protocol. */
+typedef struct kura_server_info {
+    int64_t started;                    /* Unix time */
+    pid_t pid;
+    int nthreads;
+    kura_thread_stats *thread_stats;    /* nthreads entries, plus one for the main thread */
+    pthread_mutex_t reset_lock;         /* guards baseline */
+    kura_stats_totals baseline;         /* "stats reset" subtracts this */
+    _Atomic uint64_t curr_connections;
+    _Atomic uint64_t total_connections;
+    _Atomic uint64_t rejected_connections;
+    _Atomic uint64_t conn_structures;
+    _Atomic uint64_t listen_disabled_num;
+    _Atomic int verbosity;
+    const char *libevent_version;
+
+    /* settings */
+    int maxconns;
+    int tcpport;
+    const char *inter;
+    const char *domain_socket;
+    uint64_t maxbytes;
+    size_t item_size_max;
+    int idle_timeout;
+    const char *dbname;
+    const char *sync_mode;
+} kura_server_info;
+
+typedef struct text_session {
+    kura_engine *engine;
+    kura_thread_stats *stats;
+    kura_server_info *server;
+    uint64_t swallow;                   /* bytes of a refused value still to discard */
+    size_t need;                        /* input bytes needed before progress; 0 = any */
+    bool close;                         /* close once the queued replies are sent */
+    bool noreply;                       /* the current request asked for no reply */
+    const char *line_end;               /* private: end of the line being handled */
+} text_session;
+
+size_t text_process(text_session *s, char *in, size_t len, kura_buf *out);
+
+/* One token of a request line: a span of the read buffer, not NUL-terminated.
+ * The terminal token has length 0 and value NULL, or the unread rest. */
+typedef struct text_token {
+    const char *value;
+    size_t length;
+} text_token;
+
+/* "stats ..." (src/proto/stats.c); ntok counts the terminal token. */
+void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out);
+
+#endif

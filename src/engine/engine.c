@@ -1,0 +1,530 @@
+/*
+ * engine.c - memcached's semantics over the storage interface.
+ *
+ * Every rule a client can observe lives here, once: exptime conversion, the
+ * cas counter, set/add/replace/cas conditions, append/prepend keeping the
+ * old flags and exptime, incr/decr on 64-bit decimals (wrapping on incr,
+ * stopping at 0 on decr, padding a shorter result with spaces as memcached
+ * does when it rewrites in place), touch, and flush_all with or without a
+ * delay.  Backends only store and fetch (store.h).
+ *
+ * The cas counter is handed out from an atomic; a high-water mark a block
+ * ahead is persisted through the store before any cas beyond it is used, so
+ * cas uniques keep growing across restarts and crashes.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kura/engine.h"
+
+#define CAS_RESERVE_BLOCK (1ULL << 20)
+
+struct kura_engine {
+    kura_store *store;
+    size_t item_size_max;
+    int64_t started;
+
+    _Atomic uint64_t next_cas;          /* the next cas to hand out */
+    _Atomic uint64_t cas_reserved;      /* persisted: no cas above this was handed out */
+    _Atomic uint64_t oldest_cas;        /* flush watermark (item.h) */
+    _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
+
+    pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
+};
+
+void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts)
+{
+#define KURA_STAT_SUM(name) sum->name += atomic_load_explicit(&ts->name, memory_order_relaxed);
+    KURA_THREAD_STATS(KURA_STAT_SUM)
+#undef KURA_STAT_SUM
+}
+
+static int64_t wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return ts.tv_sec;
+}
+
+/* do_: state_lock held.  Persists the engine's state through the store. */
+static int do_save_state(kura_engine *e)
+{
+    kura_store_state st = {
+        .max_cas = atomic_load(&e->cas_reserved),
+        .oldest_cas = atomic_load(&e->oldest_cas),
+        .flush_at = atomic_load(&e->flush_at),
+    };
+    if (!e->store->ops->save_state)
+        return KURA_OK;
+    return e->store->ops->save_state(e->store, &st);
+}
+
+/* do_: state_lock held.  Hands out a cas unique. */
+static uint64_t do_next_cas(kura_engine *e)
+{
+    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
+    if (cas >= atomic_load(&e->cas_reserved)) {
+        atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+        do_save_state(e);
+    }
+    return cas;
+}
+
+/* Hands out a cas unique.  Cost: one atomic add; a state save once per
+ * CAS_RESERVE_BLOCK uniques. */
+static uint64_t next_cas(kura_engine *e)
+{
+    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
+    if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
+        pthread_mutex_lock(&e->state_lock);
+        if (cas >= atomic_load(&e->cas_reserved)) {
+            atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+            do_save_state(e);
+        }
+        pthread_mutex_unlock(&e->state_lock);
+    }
+    return cas;
+}
+
+int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg)
+{
+    kura_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return KURA_ENOMEM;
+    e->store = store;
+    e->item_size_max = cfg && cfg->item_size_max ? cfg->item_size_max : KURA_ITEM_SIZE_MAX_DEFAULT;
+    /* memcached pretends it started 2 s early so that absolute exptimes
+     * just before start-up still count as past. */
+    e->started = wall_now() - 2;
+    pthread_mutex_init(&e->state_lock, NULL);
+
+    kura_store_state st = {0};
+    if (store->ops->load_state) {
+        int rc = store->ops->load_state(store, &st);
+        if (rc < 0) {
+            pthread_mutex_destroy(&e->state_lock);
+            free(e);
+            return rc;
+        }
+    }
+    atomic_store(&e->next_cas, st.max_cas + 1);
+    atomic_store(&e->cas_reserved, st.max_cas);   /* the first next_cas() reserves */
+    atomic_store(&e->oldest_cas, st.oldest_cas);
+    atomic_store(&e->flush_at, st.flush_at);
+    *out = e;
+    return KURA_OK;
+}
+
+void engine_close(kura_engine *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->state_lock);
+    /* Nothing above next_cas was handed out: a clean stop saves exactly that. */
+    uint64_t used = atomic_load(&e->next_cas) - 1;
+    if (used < atomic_load(&e->cas_reserved))
+        atomic_store(&e->cas_reserved, used > 0 ? used : 0);
+    do_save_state(e);
+    pthread_mutex_unlock(&e->state_lock);
+    kura_store_close(e->store);
+    pthread_mutex_destroy(&e->state_lock);
+    free(e);
+}
+
+kura_store *engine_store_of(kura_engine *e) { return e->store; }
+int64_t engine_now(kura_engine *e) { (void)e; return wall_now(); }
+int64_t engine_started(kura_engine *e) { return e->started; }
+size_t engine_item_size_max(const kura_engine *e) { return e->item_size_max; }
+
+kura_clock engine_clock(kura_engine *e)
+{
+    kura_clock c = {
+        .now = wall_now(),
+        .oldest_cas = atomic_load_explicit(&e->oldest_cas, memory_order_acquire),
+        .flush_at = atomic_load_explicit(&e->flush_at, memory_order_acquire),
+    };
+    if (c.flush_at != 0 && c.now > c.flush_at) {
+        /* The delayed flush's second has passed: everything stored up to
+         * now is flushed, which the watermark expresses from here on. */
+        pthread_mutex_lock(&e->state_lock);
+        if (atomic_load(&e->flush_at) == c.flush_at) {
+            atomic_store(&e->oldest_cas, do_next_cas(e));
+            atomic_store(&e->flush_at, 0);
+            do_save_state(e);
+        }
+        pthread_mutex_unlock(&e->state_lock);
+        c.oldest_cas = atomic_load(&e->oldest_cas);
+        c.flush_at = atomic_load(&e->flush_at);
+    }
+    return c;
+}
+
+void engine_tick(kura_engine *e)
+{
+    (void)engine_clock(e);
+}
+
+int64_t engine_abs_exptime(kura_engine *e, int64_t exptime)
+{
+    if (exptime < 0)
+        exptime = KURA_REALTIME_MAXDELTA + 1;       /* memcached: already expired */
+    if (exptime == 0)
+        return 0;
+    if (exptime > KURA_REALTIME_MAXDELTA) {
+        if (exptime <= e->started)
+            return 1;                               /* in the past: expired */
+        return exptime;
+    }
+    return wall_now() + exptime;
+}
+
+bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t flags)
+{
+    return kura_item_wire_total(klen, vlen, flags) <= e->item_size_max;
+}
+
+/* ---- get / gat ---------------------------------------------------------- */
+
+typedef struct touch_get {
+    int64_t exptime;
+    kura_item_fn fn;
+    void *arg;
+} touch_get;
+
+static int touch_get_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    touch_get *tg = arg;
+    if (!cur)
+        return KURA_NOTFOUND;
+    kura_item shown = *cur;
+    shown.exptime = tg->exptime;
+    out->action = KURA_UPDATE_TOUCH;
+    out->exptime = tg->exptime;
+    tg->fn(tg->arg, &shown);
+    return KURA_OK;
+}
+
+int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+               bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+{
+    kura_clock clk = engine_clock(e);
+    int rc;
+
+    if (touch) {
+        touch_get tg = { engine_abs_exptime(e, exptime), fn, arg };
+        rc = e->store->ops->update(e->store, key, klen, &clk, touch_get_cb, &tg);
+        KURA_STAT_INC(ts, cmd_touch);
+        if (rc == KURA_OK)
+            KURA_STAT_INC(ts, touch_hits);
+        else
+            KURA_STAT_INC(ts, touch_misses);
+        return rc == KURA_OK ? KURA_OK : rc < 0 ? rc : KURA_NOTFOUND;
+    }
+
+    rc = e->store->ops->get(e->store, key, klen, &clk, fn, arg);
+    KURA_STAT_INC(ts, cmd_get);
+    switch (rc) {
+    case KURA_OK:
+        KURA_STAT_INC(ts, get_hits);
+        return KURA_OK;
+    case KURA_EXPIRED:
+        KURA_STAT_INC(ts, get_expired);
+        break;
+    case KURA_FLUSHED:
+        KURA_STAT_INC(ts, get_flushed);
+        break;
+    default:
+        if (rc < 0) {
+            KURA_STAT_INC(ts, get_misses);
+            return rc;
+        }
+        break;
+    }
+    KURA_STAT_INC(ts, get_misses);
+    return KURA_NOTFOUND;
+}
+
+/* ---- storage commands ---------------------------------------------------- */
+
+typedef struct concat_arg {
+    const kura_item *in;
+    bool append;
+    uint64_t cas;
+    size_t item_size_max;
+} concat_arg;
+
+/* append/prepend: the old item keeps its flags and exptime; memcached
+ * refuses (NOT_STORED) when the result would be too large. */
+static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    concat_arg *ca = arg;
+    if (!cur)
+        return KURA_NOT_STORED;
+    if (kura_item_wire_total(cur->klen, (uint64_t)cur->vlen + ca->in->vlen, cur->flags)
+            > ca->item_size_max)
+        return KURA_NOT_STORED;
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = cur->flags;
+    out->exptime = cur->exptime;
+    out->cas = ca->cas;
+    if (ca->append) {
+        out->part[0].base = cur->val;  out->part[0].len = cur->vlen;
+        out->part[1].base = ca->in->val; out->part[1].len = ca->in->vlen;
+    } else {
+        out->part[0].base = ca->in->val; out->part[0].len = ca->in->vlen;
+        out->part[1].base = cur->val;  out->part[1].len = cur->vlen;
+    }
+    return KURA_STORED;
+}
+
+int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                 uint64_t cas_in)
+{
+    kura_clock clk = engine_clock(e);
+    int rc;
+
+    if (cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND) {
+        concat_arg ca = { in, cmd == KURA_CMD_APPEND, next_cas(e), e->item_size_max };
+        rc = e->store->ops->update(e->store, in->key, in->klen, &clk, concat_cb, &ca);
+        if (rc == KURA_STORED)
+            KURA_STAT_INC(ts, total_items);
+        else if (rc == KURA_NOTFOUND)
+            rc = KURA_NOT_STORED;
+        goto done;
+    }
+
+    kura_item it = *in;
+    it.exptime = engine_abs_exptime(e, in->exptime);
+    it.cas = next_cas(e);
+    static const int cond_of[] = {
+        [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
+        [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
+    };
+    rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+    switch (rc) {
+    case KURA_OK:
+        KURA_STAT_INC(ts, total_items);
+        if (cmd == KURA_CMD_CAS)
+            KURA_STAT_INC(ts, cas_hits);
+        rc = KURA_STORED;
+        break;
+    case KURA_EXISTS:
+        if (cmd == KURA_CMD_CAS) {
+            KURA_STAT_INC(ts, cas_badval);
+            rc = KURA_STORE_EXISTS;
+        } else {
+            rc = KURA_NOT_STORED;           /* add over a live item */
+        }
+        break;
+    case KURA_NOTFOUND:
+        if (cmd == KURA_CMD_CAS) {
+            KURA_STAT_INC(ts, cas_misses);
+            rc = KURA_STORE_NOT_FOUND;
+        } else {
+            rc = KURA_NOT_STORED;           /* replace of a missing item */
+        }
+        break;
+    }
+done:
+    if (rc == KURA_ENOMEM)
+        KURA_STAT_INC(ts, store_no_memory);
+    else if (rc < 0)
+        KURA_STAT_INC(ts, store_errors);
+    return rc;
+}
+
+int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen)
+{
+    kura_clock clk = engine_clock(e);
+    int rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    if (rc == KURA_OK)
+        KURA_STAT_INC(ts, delete_hits);
+    else if (rc == KURA_NOTFOUND)
+        KURA_STAT_INC(ts, delete_misses);
+    return rc;
+}
+
+int engine_unlink(kura_engine *e, const char *key, size_t klen)
+{
+    kura_clock clk = engine_clock(e);
+    int rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    return rc == KURA_NOTFOUND ? KURA_OK : rc;
+}
+
+/* ---- incr / decr --------------------------------------------------------- */
+
+/* Parses a stored value as memcached's safe_strtoull does: leading white
+ * space, an optional sign, decimal digits, then the end of the value or
+ * white space; a value that would be negative is not a number. */
+static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    bool neg = false;
+    uint64_t v = 0;
+
+    while (i < len && (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+        i++;
+    if (i < len && (s[i] == '+' || s[i] == '-'))
+        neg = s[i++] == '-';
+    size_t digits = i;
+    while (i < len && s[i] >= '0' && s[i] <= '9') {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;                   /* ERANGE */
+        v = v * 10 + d;
+        i++;
+    }
+    if (i == digits)
+        return false;
+    if (i < len && !(s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+        return false;
+    if (neg) {
+        v = (uint64_t)0 - v;
+        if ((int64_t)v < 0)
+            return false;
+    }
+    *out = v;
+    return true;
+}
+
+static size_t format_u64(uint64_t v, char *out)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}
+
+typedef struct arith_arg {
+    bool incr;
+    uint64_t delta;
+    uint64_t cas;
+    char *result;                       /* KURA_INCR_MAX_LEN bytes */
+    char *pad;                          /* heap spaces when the padding is long */
+} arith_arg;
+
+static const char spaces[256] = { [0 ... 255] = ' ' };
+
+static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    arith_arg *aa = arg;
+    uint64_t v;
+
+    if (!cur)
+        return KURA_NOTFOUND;
+    if (cur->vlen == 0 || !parse_stored_u64(cur->val, cur->vlen, &v))
+        return KURA_NON_NUMERIC;
+    if (aa->incr)
+        v += aa->delta;                     /* wraps at 2^64, as memcached */
+    else
+        v = aa->delta > v ? 0 : v - aa->delta;
+    size_t n = format_u64(v, aa->result);
+
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = cur->flags;
+    out->exptime = cur->exptime;
+    out->cas = aa->cas;
+    out->part[0].base = aa->result;
+    out->part[0].len = n;
+    /* memcached rewrites a shorter number in place, padded with spaces to
+     * the old length; clients see that padding, so we keep it. */
+    if (n < cur->vlen) {
+        size_t padlen = cur->vlen - n;
+        if (padlen <= sizeof(spaces)) {
+            out->part[1].base = spaces;
+        } else {
+            aa->pad = malloc(padlen);
+            if (!aa->pad)
+                return KURA_ENOMEM;
+            memset(aa->pad, ' ', padlen);
+            out->part[1].base = aa->pad;
+        }
+        out->part[1].len = padlen;
+    }
+    return KURA_OK;
+}
+
+int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
+{
+    kura_clock clk = engine_clock(e);
+    arith_arg aa = { incr, delta, next_cas(e), out, NULL };
+    int rc = e->store->ops->update(e->store, key, klen, &clk, arith_cb, &aa);
+    free(aa.pad);
+    if (rc == KURA_OK) {
+        if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
+    } else if (rc == KURA_NOTFOUND) {
+        if (incr) KURA_STAT_INC(ts, incr_misses); else KURA_STAT_INC(ts, decr_misses);
+    }
+    return rc;
+}
+
+/* ---- touch / flush_all ---------------------------------------------------- */
+
+static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    if (!cur)
+        return KURA_NOTFOUND;
+    out->action = KURA_UPDATE_TOUCH;
+    out->exptime = *(const int64_t *)arg;
+    return KURA_OK;
+}
+
+int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 int64_t exptime)
+{
+    kura_clock clk = engine_clock(e);
+    int64_t abs_exp = engine_abs_exptime(e, exptime);
+    int rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &abs_exp);
+    KURA_STAT_INC(ts, cmd_touch);
+    if (rc == KURA_OK)
+        KURA_STAT_INC(ts, touch_hits);
+    else if (rc == KURA_NOTFOUND)
+        KURA_STAT_INC(ts, touch_misses);
+    return rc;
+}
+
+/*
+ * memcached: oldest_live = (delay > 0 ? realtime(delay) : now) - 1; when that
+ * is not in the future, items with cas below a fresh cas are flushed at once.
+ * Items stored at or before oldest_live die once the clock reaches it, which
+ * makes every item invisible during that second; flush_at records it.
+ */
+int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
+{
+    int64_t now = wall_now();
+    int64_t oldest_live = (delay > 0 ? engine_abs_exptime(e, delay) : now) - 1;
+    int rc;
+
+    KURA_STAT_INC(ts, cmd_flush);
+    pthread_mutex_lock(&e->state_lock);
+    if (oldest_live <= now)
+        atomic_store(&e->oldest_cas, do_next_cas(e));
+    atomic_store(&e->flush_at, oldest_live >= now ? oldest_live : 0);
+    rc = do_save_state(e);
+    pthread_mutex_unlock(&e->state_lock);
+    return rc;
+}
+
+long engine_sweep(kura_engine *e, size_t budget)
+{
+    kura_clock clk = engine_clock(e);
+    if (!e->store->ops->sweep)
+        return 0;
+    return e->store->ops->sweep(e->store, &clk, budget);
+}
+
+int engine_sync(kura_engine *e)
+{
+    if (!e->store->ops->sync)
+        return KURA_OK;
+    return e->store->ops->sync(e->store);
+}

@@ -1,0 +1,278 @@
+/*
+ * stats.c - the "stats" command family, with memcached's names.
+ *
+ * Monitoring tools (memcached_exporter, collectd, Munin plugins) read these
+ * by name and mark a server down when names they expect are missing, so the
+ * general list keeps memcached's names and order; counters kura does not
+ * have (slab rebalancing, LRU segments) are reported as 0.  kura's own
+ * figures follow with a kura_ prefix, and the backend adds its own lines.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "kura/proto.h"
+
+static void stat_str(kura_buf *out, const char *name, const char *val)
+{
+    char line[512];
+    int n = snprintf(line, sizeof(line), "STAT %s %s\r\n", name, val);
+    if (n > 0)
+        kura_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static void stat_u64(kura_buf *out, const char *name, uint64_t v)
+{
+    char val[24];
+    snprintf(val, sizeof(val), "%" PRIu64, v);
+    stat_str(out, name, val);
+}
+
+static void emit_backend_stat(void *arg, const char *name, const char *value)
+{
+    stat_str(arg, name, value);
+}
+
+/* Sums every thread's counters and subtracts the "stats reset" baseline. */
+static void totals(kura_server_info *si, kura_stats_totals *t)
+{
+    memset(t, 0, sizeof(*t));
+    for (int i = 0; i <= si->nthreads; i++)
+        kura_stats_accumulate(t, &si->thread_stats[i]);
+    pthread_mutex_lock(&si->reset_lock);
+#define KURA_STAT_SUB(name) t->name -= si->baseline.name;
+    KURA_THREAD_STATS(KURA_STAT_SUB)
+#undef KURA_STAT_SUB
+    pthread_mutex_unlock(&si->reset_lock);
+}
+
+static void stats_general(text_session *s, kura_buf *out)
+{
+    kura_server_info *si = s->server;
+    kura_store *store = engine_store_of(s->engine);
+    kura_stats_totals t;
+    kura_store_usage u = {0};
+    struct rusage ru;
+    char val[64];
+    int64_t now = engine_now(s->engine);
+
+    totals(si, &t);
+    store->ops->usage(store, &u);
+    getrusage(RUSAGE_SELF, &ru);
+
+    stat_u64(out, "pid", (uint64_t)si->pid);
+    stat_u64(out, "uptime", (uint64_t)(now - si->started));
+    stat_u64(out, "time", (uint64_t)now);
+    stat_str(out, "version", KURA_MEMCACHED_VERSION);
+    stat_str(out, "libevent", si->libevent_version ? si->libevent_version : "unknown");
+    stat_u64(out, "pointer_size", sizeof(void *) * 8);
+    snprintf(val, sizeof(val), "%ld.%06ld", (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec);
+    stat_str(out, "rusage_user", val);
+    snprintf(val, sizeof(val), "%ld.%06ld", (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
+    stat_str(out, "rusage_system", val);
+    stat_u64(out, "max_connections", (uint64_t)si->maxconns);
+    stat_u64(out, "curr_connections", atomic_load(&si->curr_connections));
+    stat_u64(out, "total_connections", atomic_load(&si->total_connections));
+    stat_u64(out, "rejected_connections", atomic_load(&si->rejected_connections));
+    stat_u64(out, "connection_structures", atomic_load(&si->conn_structures));
+    stat_u64(out, "cmd_get", t.cmd_get);
+    stat_u64(out, "cmd_set", t.cmd_set);
+    stat_u64(out, "cmd_flush", t.cmd_flush);
+    stat_u64(out, "cmd_touch", t.cmd_touch);
+    stat_u64(out, "cmd_meta", 0);
+    stat_u64(out, "get_hits", t.get_hits);
+    stat_u64(out, "get_misses", t.get_misses);
+    stat_u64(out, "get_expired", t.get_expired);
+    stat_u64(out, "get_flushed", t.get_flushed);
+    stat_u64(out, "delete_misses", t.delete_misses);
+    stat_u64(out, "delete_hits", t.delete_hits);
+    stat_u64(out, "incr_misses", t.incr_misses);
+    stat_u64(out, "incr_hits", t.incr_hits);
+    stat_u64(out, "decr_misses", t.decr_misses);
+    stat_u64(out, "decr_hits", t.decr_hits);
+    stat_u64(out, "cas_misses", t.cas_misses);
+    stat_u64(out, "cas_hits", t.cas_hits);
+    stat_u64(out, "cas_badval", t.cas_badval);
+    stat_u64(out, "touch_hits", t.touch_hits);
+    stat_u64(out, "touch_misses", t.touch_misses);
+    stat_u64(out, "store_too_large", t.store_too_large);
+    stat_u64(out, "store_no_memory", t.store_no_memory);
+    stat_u64(out, "auth_cmds", 0);
+    stat_u64(out, "auth_errors", 0);
+    stat_u64(out, "bytes_read", t.bytes_read);
+    stat_u64(out, "bytes_written", t.bytes_written);
+    stat_u64(out, "limit_maxbytes", u.limit_maxbytes ? u.limit_maxbytes : si->maxbytes);
+    stat_u64(out, "accepting_conns", 1);
+    stat_u64(out, "listen_disabled_num", atomic_load(&si->listen_disabled_num));
+    stat_u64(out, "time_in_listen_disabled_us", 0);
+    stat_u64(out, "threads", (uint64_t)si->nthreads);
+    stat_u64(out, "conn_yields", 0);
+    stat_u64(out, "bytes", u.bytes);
+    stat_u64(out, "curr_items", u.curr_items);
+    stat_u64(out, "total_items", t.total_items);
+    stat_u64(out, "expired_unfetched", u.expired_unfetched);
+    stat_u64(out, "evicted_unfetched", u.evicted_unfetched);
+    stat_u64(out, "evicted_active", 0);
+    stat_u64(out, "evictions", u.evictions);
+    stat_u64(out, "reclaimed", u.reclaimed);
+    /* kura's own */
+    stat_str(out, "kura_version", KURA_VERSION);
+    stat_str(out, "kura_backend", store->ops->name);
+    stat_u64(out, "kura_client_errors", t.client_errors);
+    stat_u64(out, "kura_unknown_commands", t.unknown_commands);
+    stat_u64(out, "kura_protocol_closes", t.protocol_closes);
+    stat_u64(out, "kura_store_errors", t.store_errors);
+    if (store->ops->stats)
+        store->ops->stats(store, emit_backend_stat, out);
+}
+
+static void stats_settings(text_session *s, kura_buf *out)
+{
+    kura_server_info *si = s->server;
+    stat_u64(out, "maxbytes", si->maxbytes);
+    stat_u64(out, "maxconns", (uint64_t)si->maxconns);
+    stat_u64(out, "tcpport", (uint64_t)si->tcpport);
+    stat_u64(out, "udpport", 0);
+    stat_str(out, "inter", si->inter ? si->inter : "NULL");
+    stat_u64(out, "verbosity", (uint64_t)atomic_load(&si->verbosity));
+    stat_u64(out, "oldest", 0);
+    stat_str(out, "evictions", "on");
+    stat_str(out, "domain_socket", si->domain_socket ? si->domain_socket : "NULL");
+    stat_str(out, "umask", "700");
+    stat_str(out, "shutdown_command", "no");
+    stat_str(out, "growth_factor", "1.25");
+    stat_u64(out, "chunk_size", 48);
+    stat_u64(out, "num_threads", (uint64_t)si->nthreads);
+    stat_u64(out, "num_threads_per_udp", (uint64_t)si->nthreads);
+    stat_str(out, "stat_key_prefix", ":");
+    stat_str(out, "detail_enabled", "no");
+    stat_u64(out, "reqs_per_event", 20);
+    stat_str(out, "cas_enabled", "yes");
+    stat_u64(out, "tcp_backlog", 1024);
+    stat_str(out, "binding_protocol", "ascii");
+    stat_str(out, "auth_enabled_sasl", "no");
+    stat_str(out, "auth_enabled_ascii", "no");
+    stat_u64(out, "item_size_max", si->item_size_max);
+    stat_str(out, "maxconns_fast", "yes");
+    stat_u64(out, "hashpower_init", 0);
+    stat_str(out, "slab_reassign", "no");
+    stat_u64(out, "slab_automove", 0);
+    stat_str(out, "lru_crawler", "no");
+    stat_str(out, "flush_enabled", "yes");
+    stat_str(out, "dump_enabled", "no");
+    stat_str(out, "hash_algorithm", "kura");
+    stat_u64(out, "idle_timeout", (uint64_t)si->idle_timeout);
+    stat_str(out, "kura_database", si->dbname ? si->dbname : "*");
+    stat_str(out, "kura_sync", si->sync_mode ? si->sync_mode : "none");
+}
+
+/* kura has no slab classes; it reports everything as class 1 so that tools
+ * which sum over classes get the right totals. */
+static void stats_items(text_session *s, kura_buf *out)
+{
+    kura_store *store = engine_store_of(s->engine);
+    kura_store_usage u = {0};
+    store->ops->usage(store, &u);
+    if (u.curr_items == 0)
+        return;
+    stat_u64(out, "items:1:number", u.curr_items);
+    stat_u64(out, "items:1:number_hot", 0);
+    stat_u64(out, "items:1:number_warm", 0);
+    stat_u64(out, "items:1:number_cold", u.curr_items);
+    stat_u64(out, "items:1:age_hot", 0);
+    stat_u64(out, "items:1:age_warm", 0);
+    stat_u64(out, "items:1:age", 0);
+    stat_u64(out, "items:1:mem_requested", u.bytes);
+    stat_u64(out, "items:1:evicted", u.evictions);
+    stat_u64(out, "items:1:evicted_nonzero", 0);
+    stat_u64(out, "items:1:evicted_time", 0);
+    stat_u64(out, "items:1:outofmemory", 0);
+    stat_u64(out, "items:1:tailrepairs", 0);
+    stat_u64(out, "items:1:reclaimed", u.reclaimed);
+    stat_u64(out, "items:1:expired_unfetched", u.expired_unfetched);
+    stat_u64(out, "items:1:evicted_unfetched", u.evicted_unfetched);
+    stat_u64(out, "items:1:evicted_active", 0);
+    stat_u64(out, "items:1:crawler_reclaimed", 0);
+    stat_u64(out, "items:1:crawler_items_checked", 0);
+    stat_u64(out, "items:1:lrutail_reflocked", 0);
+}
+
+static void stats_slabs(text_session *s, kura_buf *out)
+{
+    kura_server_info *si = s->server;
+    kura_store *store = engine_store_of(s->engine);
+    kura_store_usage u = {0};
+    kura_stats_totals t;
+    store->ops->usage(store, &u);
+    totals(si, &t);
+    if (u.curr_items > 0) {
+        stat_u64(out, "1:chunk_size", u.curr_items ? u.bytes / u.curr_items : 0);
+        stat_u64(out, "1:chunks_per_page", 1);
+        stat_u64(out, "1:total_pages", u.curr_items);
+        stat_u64(out, "1:total_chunks", u.curr_items);
+        stat_u64(out, "1:used_chunks", u.curr_items);
+        stat_u64(out, "1:free_chunks", 0);
+        stat_u64(out, "1:free_chunks_end", 0);
+        stat_u64(out, "1:get_hits", t.get_hits);
+        stat_u64(out, "1:cmd_set", t.cmd_set);
+        stat_u64(out, "1:delete_hits", t.delete_hits);
+        stat_u64(out, "1:incr_hits", t.incr_hits);
+        stat_u64(out, "1:decr_hits", t.decr_hits);
+        stat_u64(out, "1:cas_hits", t.cas_hits);
+        stat_u64(out, "1:cas_badval", t.cas_badval);
+        stat_u64(out, "1:touch_hits", t.touch_hits);
+    }
+    stat_u64(out, "active_slabs", u.curr_items ? 1 : 0);
+    stat_u64(out, "total_malloced", u.bytes);
+}
+
+static bool sub_is(const text_token *t, const char *s)
+{
+    size_t n = strlen(s);
+    return t->value && t->length == n && memcmp(t->value, s, n) == 0;
+}
+
+#define END_LINE(out) KURA_BUF_LIT(out, "END\r\n")
+
+void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
+{
+    if (ntok == 2) {
+        stats_general(s, out);
+    } else if (sub_is(&tok[1], "reset")) {
+        kura_server_info *si = s->server;
+        kura_stats_totals now;
+        memset(&now, 0, sizeof(now));
+        for (int i = 0; i <= si->nthreads; i++)
+            kura_stats_accumulate(&now, &si->thread_stats[i]);
+        pthread_mutex_lock(&si->reset_lock);
+        si->baseline = now;
+        pthread_mutex_unlock(&si->reset_lock);
+        atomic_store(&si->total_connections, 0);
+        atomic_store(&si->rejected_connections, 0);
+        KURA_BUF_LIT(out, "RESET\r\n");
+        return;
+    } else if (sub_is(&tok[1], "detail")) {
+        if (ntok >= 4 && (sub_is(&tok[2], "on") || sub_is(&tok[2], "off")))
+            KURA_BUF_LIT(out, "OK\r\n");
+        else if (ntok >= 4 && sub_is(&tok[2], "dump"))
+            END_LINE(out);
+        else
+            KURA_BUF_LIT(out, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        return;
+    } else if (sub_is(&tok[1], "settings")) {
+        stats_settings(s, out);
+    } else if (sub_is(&tok[1], "items")) {
+        stats_items(s, out);
+    } else if (sub_is(&tok[1], "slabs")) {
+        stats_slabs(s, out);
+    } else if (sub_is(&tok[1], "sizes")) {
+        stat_str(out, "sizes_status", "disabled");
+    } else if (sub_is(&tok[1], "conns")) {
+        /* Per-connection detail is not kept; the list is empty. */
+    } else {
+        KURA_BUF_LIT(out, "ERROR\r\n");
+        return;
+    }
+    END_LINE(out);
+}

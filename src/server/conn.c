@@ -1,0 +1,212 @@
+/*
+ * conn.c - one client connection: read, hand to the protocol, write back.
+ *
+ * A connection lives on one worker's event base.  Bytes read are appended to
+ * its read buffer; text_process() answers every complete request in them
+ * into the write buffer, which goes out in one write() (so a pipeline of
+ * requests costs one system call each way).  While replies cannot be written
+ * the connection stops reading, which bounds its memory by what the client
+ * has sent; a large pipeline is answered in slices of KURA_OUT_HIGH_WATER.
+ *
+ * Buffers are kept across requests; a buffer that grew for a large value is
+ * given back once the value is done.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server.h"
+
+#define READ_CHUNK (16 * 1024)
+#define BUF_KEEP (64 * 1024)            /* buffers shrink back to this when idle */
+#define MAX_READS_PER_EVENT 8           /* fairness between connections */
+
+typedef struct kura_conn {
+    kura_worker *w;
+    int fd;
+    struct event *ev;
+    bool write_mode;                    /* waiting for EV_WRITE */
+    kura_buf rbuf;
+    size_t rpos;                        /* bytes of rbuf already consumed */
+    kura_buf wbuf;
+    size_t wpos;                        /* bytes of wbuf already written */
+    text_session ts;
+    struct kura_conn *prev, *next;      /* the worker's list */
+} kura_conn;
+
+static void on_event(evutil_socket_t fd, short what, void *arg);
+
+static void conn_close(kura_conn *c)
+{
+    kura_worker *w = c->w;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    event_free(c->ev);
+    close(c->fd);
+    kura_buf_free(&c->rbuf);
+    kura_buf_free(&c->wbuf);
+    free(c);
+    atomic_fetch_sub(&w->srv->info.curr_connections, 1);
+}
+
+static void set_mode(kura_conn *c, bool write_mode)
+{
+    if (c->write_mode == write_mode)
+        return;
+    int tout = c->w->srv->settings->idle_timeout;
+    struct timeval tv = { tout, 0 };
+    event_del(c->ev);
+    event_assign(c->ev, c->w->base, c->fd, (write_mode ? EV_WRITE : EV_READ) | EV_PERSIST,
+                 on_event, c);
+    event_add(c->ev, tout > 0 ? &tv : NULL);
+    c->write_mode = write_mode;
+}
+
+/* Writes what is queued.  Returns false if the connection was closed or must
+ * wait for the socket to drain (write mode is then set). */
+static bool flush_out(kura_conn *c)
+{
+    while (c->wpos < c->wbuf.len) {
+        ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->wpos += (size_t)n;
+            KURA_STAT_ADD(c->w->stats, bytes_written, (uint64_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            set_mode(c, true);
+            return false;
+        }
+        conn_close(c);                  /* the peer is gone */
+        return false;
+    }
+    c->wbuf.len = c->wpos = 0;
+    kura_buf_trim(&c->wbuf, BUF_KEEP);
+    set_mode(c, false);
+    return true;
+}
+
+/* Answers every complete request buffered, writing as it goes.  Returns
+ * false if the connection was closed or is waiting to write. */
+static bool pump(kura_conn *c)
+{
+    for (;;) {
+        size_t avail = c->rbuf.len - c->rpos, used = 0;
+        if (avail > 0 && (c->ts.need == 0 || avail >= c->ts.need)) {
+            used = text_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
+            c->rpos += used;
+        }
+        if (!flush_out(c))
+            return false;
+        if (c->ts.close) {
+            conn_close(c);
+            return false;
+        }
+        if (used == 0 || c->rpos == c->rbuf.len)
+            break;
+    }
+    /* Keep only the unconsumed tail, at the front. */
+    if (c->rpos > 0) {
+        memmove(c->rbuf.data, c->rbuf.data + c->rpos, c->rbuf.len - c->rpos);
+        c->rbuf.len -= c->rpos;
+        c->rpos = 0;
+    }
+    if (c->rbuf.len == 0)
+        kura_buf_trim(&c->rbuf, BUF_KEEP);
+    return true;
+}
+
+static void drive(kura_conn *c)
+{
+    if (!pump(c))
+        return;
+    for (int i = 0; i < MAX_READS_PER_EVENT; i++) {
+        size_t want = READ_CHUNK;
+        if (c->ts.need > c->rbuf.len && c->ts.need - c->rbuf.len > want)
+            want = c->ts.need - c->rbuf.len;   /* a large value: read it in one go */
+        if (!kura_buf_reserve(&c->rbuf, want)) {
+            conn_close(c);
+            return;
+        }
+        ssize_t n = recv(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len, 0);
+        if (n > 0) {
+            c->rbuf.len += (size_t)n;
+            KURA_STAT_ADD(c->w->stats, bytes_read, (uint64_t)n);
+            if (!pump(c))
+                return;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        conn_close(c);                  /* EOF or error */
+        return;
+    }
+}
+
+static void on_event(evutil_socket_t fd, short what, void *arg)
+{
+    kura_conn *c = arg;
+    (void)fd;
+    if (what & EV_TIMEOUT) {
+        log_msg(LOG_VERBOSE, "closing connection %d: idle", c->fd);
+        conn_close(c);
+        return;
+    }
+    if (c->write_mode) {
+        if (!flush_out(c))
+            return;
+    }
+    drive(c);
+}
+
+struct kura_conn *conn_new(kura_worker *w, int fd)
+{
+    kura_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->w = w;
+    c->fd = fd;
+    c->ts.engine = w->srv->engine;
+    c->ts.stats = w->stats;
+    c->ts.server = &w->srv->info;
+    c->ev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c);
+    int tout = w->srv->settings->idle_timeout;
+    struct timeval tv = { tout, 0 };
+    if (!c->ev || event_add(c->ev, tout > 0 ? &tv : NULL) < 0) {
+        if (c->ev)
+            event_free(c->ev);
+        free(c);
+        return NULL;
+    }
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    atomic_fetch_add(&w->srv->info.conn_structures, 1);
+    log_msg(LOG_VERBOSE, "new connection %d on worker %d", fd, w->index);
+    return c;
+}
+
+/* At shutdown: replies already produced get one last chance to go out. */
+void conn_close_all(kura_worker *w)
+{
+    while (w->conns) {
+        kura_conn *c = w->conns;
+        if (c->wpos < c->wbuf.len) {
+            ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)n;
+        }
+        conn_close(c);
+    }
+}

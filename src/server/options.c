@@ -1,0 +1,232 @@
+/*
+ * options.c - the command line: ttserver's option names and memcached's.
+ *
+ * One table lists every option once, with its aliases, its argument kind,
+ * its default and its help line; parsing, validation and `-h` all read the
+ * table, so they cannot disagree.  memcached's single-letter options also
+ * take their argument attached ("-p11211"), as getopt allows.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+enum opt_kind { OPT_INT, OPT_SIZE, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
+                OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION };
+
+typedef struct opt {
+    const char *names[3];       /* aliases, e.g. "-port" and "-p" */
+    enum opt_kind kind;
+    size_t offset;              /* field in kura_settings */
+    long min, max;              /* bounds for OPT_INT */
+    const char *arg;            /* argument name in -h */
+    const char *help;
+} opt;
+
+#define F(field) offsetof(kura_settings, field)
+
+static const opt options[] = {
+    { { "-host", "-l" }, OPT_STR, F(host), 0, 0, "ADDR",
+      "listen on this address (default 127.0.0.1; 0.0.0.0 for all)" },
+    { { "-port", "-p" }, OPT_INT, F(port), 0, 65535, "NUM",
+      "TCP port (default 11211; 0 = no TCP)" },
+    { { "-s" }, OPT_STR, F(unix_path), 0, 0, "PATH", "also listen on a unix socket" },
+    { { "-th", "-t" }, OPT_INT, F(threads), 1, 256, "NUM", "worker threads (default 4)" },
+    { { "-c" }, OPT_INT, F(maxconns), 1, 1000000, "NUM",
+      "maximum simultaneous connections (default 1024)" },
+    { { "-tout" }, OPT_INT, F(idle_timeout), 0, INT_MAX, "SEC",
+      "close connections idle this long (default 0 = never)" },
+    { { "-m" }, OPT_MBYTES, F(mem_limit), 0, 0, "MB",
+      "memory limit of the in-memory cache, megabytes (default 64; units k/m/g accepted)" },
+    { { "-I" }, OPT_SIZE, F(item_size_max), 0, 0, "SIZE",
+      "largest item, as memcached counts it (default 1m; 1k..1g)" },
+    { { "-sync" }, OPT_SYNC, F(sync_mode), 0, 0, "MODE",
+      "durability: none, interval (default) or always" },
+    { { "-recover" }, OPT_FLAG, F(recover), 0, 0, NULL,
+      "open a damaged database by salvaging every intact record" },
+    { { "-U" }, OPT_UDP, 0, 0, 0, "PORT", "UDP port: only 0 (UDP is not served)" },
+    { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
+    { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },
+    { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
+    { { "-version", "-V", "--version" }, OPT_VERSION, 0, 0, 0, NULL,
+      "print the version and exit" },
+};
+
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+void options_defaults(kura_settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->host = "127.0.0.1";
+    s->port = 11211;
+    s->threads = 4;
+    s->maxconns = 1024;
+    s->mem_limit = 64ULL << 20;
+    s->item_size_max = 1 << 20;
+    s->sync_mode = KURA_SYNC_INTERVAL;
+}
+
+const char *options_sync_name(int mode)
+{
+    return mode == KURA_SYNC_NONE ? "none" : mode == KURA_SYNC_ALWAYS ? "always" : "interval";
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "kurad %s - a persistent key-value server speaking the memcached protocol\n\n"
+               "usage: kurad [options] [DATABASE]\n\n"
+               "DATABASE names the store (default: the in-memory cache):\n"
+               "  *  or  :#capsiz=SIZE       in-memory cache with LRU eviction\n"
+               "  PATH.kh#bnum=N#...         hash file (.tch and .kch accepted)\n\n"
+               "options:\n", KURA_VERSION);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        char names[64] = "";
+        for (int j = 0; j < 3 && options[i].names[j]; j++) {
+            if (j)
+                strcat(names, ", ");
+            strcat(names, options[i].names[j]);
+        }
+        if (options[i].arg) {
+            strcat(names, " ");
+            strcat(names, options[i].arg);
+        }
+        fprintf(f, "  %-22s %s\n", names, options[i].help);
+    }
+}
+
+/* Finds the option named by arg; *attached points at an argument glued to a
+ * single-letter memcached option ("-p11211"), else NULL. */
+static const opt *find_option(const char *arg, const char **attached)
+{
+    *attached = NULL;
+    for (size_t i = 0; i < NOPTIONS; i++)
+        for (int j = 0; j < 3 && options[i].names[j]; j++)
+            if (strcmp(arg, options[i].names[j]) == 0)
+                return &options[i];
+    /* "-p11211": a two-character name followed by its value. */
+    for (size_t i = 0; i < NOPTIONS; i++)
+        for (int j = 0; j < 3 && options[i].names[j]; j++) {
+            const char *n = options[i].names[j];
+            if (strlen(n) == 2 && options[i].arg && strncmp(arg, n, 2) == 0 && arg[2]) {
+                *attached = arg + 2;
+                return &options[i];
+            }
+        }
+    return NULL;
+}
+
+static int parse_long(const char *v, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+int options_parse(kura_settings *s, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val;
+        if (arg[0] != '-' || arg[1] == '\0') {
+            if (s->dbname) {
+                fprintf(stderr, "kurad: more than one database named ('%s' and '%s')\n",
+                        s->dbname, arg);
+                return 2;
+            }
+            s->dbname = arg;
+            continue;
+        }
+        const opt *o = find_option(arg, &val);
+        if (!o) {
+            fprintf(stderr, "kurad: unknown option '%s' (kurad -h lists them)\n", arg);
+            return 2;
+        }
+        if (o->arg && !val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "kurad: option '%s' needs an argument (%s)\n", arg, o->arg);
+                return 2;
+            }
+            val = argv[++i];
+        }
+        char *field = (char *)s + o->offset;
+        long n;
+        uint64_t sz;
+        switch (o->kind) {
+        case OPT_INT:
+            if (parse_long(val, &n) || n < o->min || n > o->max) {
+                fprintf(stderr, "kurad: option '%s': '%s' is not a number from %ld to %ld\n",
+                        arg, val, o->min, o->max);
+                return 2;
+            }
+            *(int *)field = (int)n;
+            break;
+        case OPT_MBYTES:
+            /* memcached's -m is megabytes; a unit suffix is taken literally. */
+            if (parse_long(val, &n) == 0 && n >= 0) {
+                sz = (uint64_t)n << 20;
+            } else if (kura_parse_size(val, &sz) != KURA_OK) {
+                fprintf(stderr, "kurad: option '%s': '%s' is not a size\n", arg, val);
+                return 2;
+            }
+            *(uint64_t *)field = sz;
+            break;
+        case OPT_SIZE:
+            if (kura_parse_size(val, &sz) != KURA_OK || sz < 1024 || sz > (1ULL << 30)) {
+                fprintf(stderr, "kurad: option '%s': '%s' is not a size from 1k to 1g\n",
+                        arg, val);
+                return 2;
+            }
+            *(uint64_t *)field = sz;
+            break;
+        case OPT_STR:
+            *(const char **)field = val;
+            break;
+        case OPT_FLAG:
+            *(bool *)field = true;
+            break;
+        case OPT_VERBOSE:
+            (*(int *)field)++;
+            break;
+        case OPT_VERY_VERBOSE:
+            *(int *)field += 2;
+            break;
+        case OPT_SYNC:
+            if (strcmp(val, "none") == 0)
+                *(int *)field = KURA_SYNC_NONE;
+            else if (strcmp(val, "interval") == 0)
+                *(int *)field = KURA_SYNC_INTERVAL;
+            else if (strcmp(val, "always") == 0)
+                *(int *)field = KURA_SYNC_ALWAYS;
+            else {
+                fprintf(stderr, "kurad: option '%s': '%s' is not none, interval or always\n",
+                        arg, val);
+                return 2;
+            }
+            break;
+        case OPT_UDP:
+            if (parse_long(val, &n) || n != 0) {
+                fprintf(stderr, "kurad: option '%s %s': UDP is not served; only -U 0 is "
+                        "accepted\n", arg, val);
+                return 2;
+            }
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return 1;
+        case OPT_VERSION:
+            printf("kurad %s (memcached protocol %s)\n", KURA_VERSION, KURA_MEMCACHED_VERSION);
+            return 1;
+        }
+    }
+    if (s->port == 0 && !s->unix_path) {
+        fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");
+        return 2;
+    }
+    return 0;
+}

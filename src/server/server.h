@@ -1,0 +1,90 @@
+/*
+ * server.h - the daemon's own pieces, private to src/server.
+ *
+ * main.c reads the options (options.c), opens the store and the engine,
+ * and runs the listener on the main thread's event base; listener.c accepts
+ * connections and hands each to a worker (worker.c), round-robin; a worker
+ * runs its own event base and owns its connections (conn.c) for their whole
+ * life, so the request path takes no lock of the server's.
+ */
+#ifndef KURA_SERVER_H
+#define KURA_SERVER_H
+
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kura/engine.h"
+#include "kura/proto.h"
+
+typedef struct kura_settings {
+    const char *host;           /* -host / -l; NULL = default 127.0.0.1 */
+    int port;                   /* -port / -p; 0 = no TCP */
+    const char *unix_path;      /* -s */
+    int threads;                /* -th / -t */
+    int maxconns;               /* -c */
+    int idle_timeout;           /* -tout, seconds, 0 = never */
+    uint64_t mem_limit;         /* -m, bytes */
+    uint64_t item_size_max;     /* -I, bytes */
+    int verbosity;              /* -v, -vv */
+    int sync_mode;              /* -sync */
+    const char *dbname;         /* positional */
+    bool recover;               /* -recover */
+} kura_settings;
+
+/* options.c: fills s from argv; on a bad option prints the reason and
+ * returns 2 (the exit status); -h and -version print and return 1. */
+int options_parse(kura_settings *s, int argc, char **argv);
+void options_defaults(kura_settings *s);
+const char *options_sync_name(int mode);
+
+/* log.c */
+void log_init(int verbosity);
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+enum { LOG_ERR = 0, LOG_INFO = 1, LOG_VERBOSE = 2, LOG_DEBUG = 3 };
+
+typedef struct kura_worker kura_worker;
+
+typedef struct kura_server {
+    kura_settings *settings;
+    kura_engine *engine;
+    kura_server_info info;
+    struct event_base *base;            /* the main thread's */
+    kura_worker *workers;
+    int nworkers;
+    unsigned next_worker;
+    bool stopping;
+} kura_server;
+
+/* worker.c */
+int workers_start(kura_server *srv);
+void workers_stop(kura_server *srv);
+/* Hands an accepted socket to the next worker (listener thread only). */
+void worker_dispatch(kura_server *srv, int fd);
+
+/* conn.c: creates a connection on a worker's base (worker thread only). */
+struct kura_conn;
+struct kura_conn *conn_new(kura_worker *w, int fd);
+void conn_close_all(kura_worker *w);
+
+/* listener.c */
+int listener_open(kura_server *srv);
+void listener_close(kura_server *srv);
+
+/* What a worker exposes to conn.c. */
+struct kura_worker {
+    kura_server *srv;
+    int index;
+    pthread_t thread;
+    struct event_base *base;
+    struct event *notify_ev;
+    int notify_fd[2];                   /* pipe: listener writes, worker reads */
+    pthread_mutex_t queue_lock;         /* guards the queue of new sockets */
+    int *queue;
+    int queue_len, queue_cap;
+    kura_thread_stats *stats;
+    struct kura_conn *conns;            /* every live connection, for shutdown */
+};
+
+#endif
