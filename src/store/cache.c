@@ -285,7 +285,7 @@ static inline cache_item *do_cache_unlink(cache_stripe *st, cache_item **pp)
     *pp = it->ci_hnext;
     do_cache_lru_unlink(st, it);
     st->cs_items--;
-    st->cs_bytes -= kura_item_wire_total(it->ci_klen, it->ci_vlen);
+    st->cs_bytes -= kura_item_wire_total(it->ci_klen, it->ci_vlen, it->ci_flags);
     it->ci_hnext = NULL;
     return it;
 }
@@ -446,7 +446,7 @@ static int cache_check_size(const cache *c, size_t klen, size_t vlen)
 {
     if (vlen > UINT32_MAX - CACHE_ITEM_HDR - KURA_KEY_MAX)
         return KURA_ETOOBIG;
-    if (c->cc_item_max && kura_item_wire_total(klen, vlen) > c->cc_item_max)
+    if (c->cc_item_max && kura_item_wire_total(klen, vlen, 0) > c->cc_item_max)
         return KURA_ETOOBIG;
     if (cache_item_charge(klen, vlen) > c->cc_limit)
         return KURA_ENOMEM;
@@ -477,7 +477,7 @@ static inline cache_item *do_cache_link(cache_stripe *st, cache_item **pp, cache
         ni->ci_hnext = old->ci_hnext;
         *pp = ni;
         do_cache_lru_unlink(st, old);
-        st->cs_bytes -= kura_item_wire_total(old->ci_klen, old->ci_vlen);
+        st->cs_bytes -= kura_item_wire_total(old->ci_klen, old->ci_vlen, old->ci_flags);
         old->ci_hnext = NULL;
     } else {
         cache_item **head = &st->cs_buckets[ni->ci_hash & st->cs_mask];
@@ -485,7 +485,7 @@ static inline cache_item *do_cache_link(cache_stripe *st, cache_item **pp, cache
         *head = ni;
         st->cs_items++;
     }
-    st->cs_bytes += kura_item_wire_total(ni->ci_klen, ni->ci_vlen);
+    st->cs_bytes += kura_item_wire_total(ni->ci_klen, ni->ci_vlen, ni->ci_flags);
     do_cache_lru_push(st, ni);
     return old;
 }

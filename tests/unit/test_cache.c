@@ -23,7 +23,7 @@
 
 static kura_clock clk_at(int64_t now, uint64_t oldest_cas)
 {
-    kura_clock c = { now, oldest_cas };
+    kura_clock c = { now, oldest_cas, 0 };
     return c;
 }
 
@@ -261,7 +261,7 @@ static void test_put_get(void)
     CHECK_EQ_INT(g.exptime, 0);
     CHECK_EQ_INT(s->ops->get(s, "a", 1, &clk, NULL, NULL), KURA_OK);
     CHECK_EQ_INT(usage_of(s).curr_items, 1);
-    CHECK_EQ_INT(usage_of(s).bytes, kura_item_wire_total(1, 0));
+    CHECK_EQ_INT(usage_of(s).bytes, kura_item_wire_total(1, 0, 0xffffffffu));
 
     /* the callback's return value is passed through */
     CHECK_EQ_INT(s->ops->get(s, "a", 1, &clk, ret55, NULL), 55);
@@ -288,7 +288,7 @@ static void test_put_get(void)
     CHECK_EQ_INT(put_kv(s, "", "v", 0, 0, 9, KURA_PUT_ANY, 0, &clk), KURA_EINVAL);
 
     /* item size limit (-I): memcached's total, exactly */
-    size_t max_v = 1024 * 1024 - kura_item_wire_total(3, 0);
+    size_t max_v = 1024 * 1024 - kura_item_wire_total(3, 0, 0);
     char *big = malloc(max_v + 2);
     REQUIRE(big != NULL);
     memset(big, 'v', max_v + 1);
@@ -454,7 +454,7 @@ static void test_update(void)
     CHECK_EQ_INT(update_kv(s, "k", &clk, &u), KURA_OK);
     CHECK_EQ_INT(get_kv(s, "k", &clk, &g), KURA_OK);
     CHECK_EQ_STR(g.val, "2abcdef012abcdef");
-    CHECK_EQ_INT(usage_of(s).bytes, kura_item_wire_total(1, 16));
+    CHECK_EQ_INT(usage_of(s).bytes, kura_item_wire_total(1, 16, 1));
 
     /* KEEP on a live item, with the status passed through */
     u = (upd){ .mode = UP_KEEP, .ret = KURA_EXISTS };
@@ -494,7 +494,7 @@ static void test_update(void)
     u = (upd){ .mode = UP_REMOVE };
     CHECK_EQ_INT(update_kv(s, "n", &clk, &u), KURA_NOTFOUND);
     CHECK_EQ_INT(usage_of(s).curr_items, 1);
-    CHECK_EQ_INT(usage_of(s).bytes, kura_item_wire_total(1, 16));
+    CHECK_EQ_INT(usage_of(s).bytes, kura_item_wire_total(1, 16, 1));
     kura_store_close(s);
 }
 
@@ -621,7 +621,7 @@ static int iter_fn(void *arg, const kura_item *it)
 {
     iter_ctx *c = arg;
     c->n++;
-    c->bytes += kura_item_wire_total(it->klen, it->vlen);
+    c->bytes += kura_item_wire_total(it->klen, it->vlen, it->flags);
     return c->n == c->stop_at ? 77 : 0;
 }
 
@@ -668,7 +668,7 @@ static void test_iterate_and_sweep(void)
     CHECK_EQ_INT(u.curr_items, 1000);
     CHECK_EQ_INT(u.reclaimed, 2000);
     CHECK_EQ_INT(u.expired_unfetched, 2000);
-    CHECK_EQ_INT(u.bytes, 1000 * kura_item_wire_total(11, 1));
+    CHECK_EQ_INT(u.bytes, 1000 * kura_item_wire_total(11, 1, 0));
     kura_store_close(s);
 }
 
@@ -1073,7 +1073,7 @@ static void test_model_random(void)
                 if (m[i].present) {
                     items++;
                     char kb[16];
-                    bytes += kura_item_wire_total((size_t)sprintf(kb, "m%d", i), m[i].vlen);
+                    bytes += kura_item_wire_total((size_t)sprintf(kb, "m%d", i), m[i].vlen, m[i].flags);
                 }
             }
             if (u.curr_items != items || u.bytes != bytes) {
