@@ -1,0 +1,327 @@
+/*
+ * test_text.c - the text protocol parser and the engine, without a network.
+ *
+ * Feeds request bytes to text_process() over an in-memory cache and checks
+ * the reply bytes: every command, memcached's error strings and number
+ * quirks, noreply, pipelining, values split across reads (down to one byte
+ * at a time), swallowing a refused value, and the long-line rule.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kura/proto.h"
+#include "unit.h"
+
+typedef struct harness {
+    kura_engine *engine;
+    kura_server_info info;
+    kura_thread_stats stats[2];
+    text_session s;
+    kura_buf in, out;
+} harness;
+
+static void h_open(harness *h, size_t item_max)
+{
+    memset(h, 0, sizeof(*h));
+    kura_store_config cfg = { .mem_limit = 64 << 20, .item_size_max = item_max };
+    kura_store *st;
+    char err[256];
+    if (kura_store_open("*", &cfg, &st, err, sizeof(err)) != KURA_OK)
+        abort();
+    kura_engine_config ecfg = { .item_size_max = item_max };
+    if (engine_open(&h->engine, st, &ecfg) != KURA_OK)
+        abort();
+    h->info.nthreads = 1;
+    h->info.thread_stats = h->stats;
+    pthread_mutex_init(&h->info.reset_lock, NULL);
+    h->s.engine = h->engine;
+    h->s.stats = &h->stats[0];
+    h->s.server = &h->info;
+}
+
+static void h_close(harness *h)
+{
+    engine_close(h->engine);
+    kura_buf_free(&h->in);
+    kura_buf_free(&h->out);
+}
+
+/* Appends bytes to the input, runs the parser as a connection would, and
+ * returns the replies produced (NUL-terminated, reset for the next call). */
+static const char *feed(harness *h, const char *data, size_t len)
+{
+    kura_buf_append(&h->in, data, len);
+    h->out.len = 0;
+    for (;;) {
+        if (h->in.len == 0 || (h->s.need && h->in.len < h->s.need))
+            break;
+        size_t used = text_process(&h->s, h->in.data, h->in.len, &h->out);
+        memmove(h->in.data, h->in.data + used, h->in.len - used);
+        h->in.len -= used;
+        if (used == 0 || h->s.close)
+            break;
+    }
+    kura_buf_append(&h->out, "", 1);
+    h->out.len--;
+    return h->out.data;
+}
+
+#define SEND(h, lit) feed((h), (lit), sizeof(lit) - 1)
+
+static void test_set_get(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    CHECK_EQ_STR(SEND(&h, "set foo 5 0 3\r\nbar\r\n"), "STORED\r\n");
+    CHECK_EQ_STR(SEND(&h, "get foo\r\n"), "VALUE foo 5 3\r\nbar\r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "get nope foo nope\r\n"), "VALUE foo 5 3\r\nbar\r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "set e 0 0 0\r\n\r\nget e\r\n"),
+                 "STORED\r\nVALUE e 0 0\r\n\r\nEND\r\n");
+    /* a bare \n ends a line too */
+    CHECK_EQ_STR(SEND(&h, "get foo\n"), "VALUE foo 5 3\r\nbar\r\nEND\r\n");
+    h_close(&h);
+}
+
+static void test_gets_cas(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    SEND(&h, "set k 0 0 1\r\na\r\n");
+    const char *r = SEND(&h, "gets k\r\n");
+    unsigned long long cas = 0;
+    REQUIRE(sscanf(r, "VALUE k 0 1 %llu", &cas) == 1);
+    char req[128];
+    snprintf(req, sizeof(req), "cas k 0 0 1 %llu\r\nb\r\n", cas + 1);
+    CHECK_EQ_STR(feed(&h, req, strlen(req)), "EXISTS\r\n");
+    snprintf(req, sizeof(req), "cas k 0 0 1 %llu\r\nb\r\n", cas);
+    CHECK_EQ_STR(feed(&h, req, strlen(req)), "STORED\r\n");
+    CHECK_EQ_STR(feed(&h, req, strlen(req)), "EXISTS\r\n");
+    CHECK_EQ_STR(SEND(&h, "cas none 0 0 1 1\r\nb\r\n"), "NOT_FOUND\r\n");
+    CHECK_EQ_STR(SEND(&h, "cas k 0 0 1 x\r\nb\r\n"),
+                 "CLIENT_ERROR bad command line format\r\nERROR\r\n");
+    h_close(&h);
+}
+
+static void test_add_replace_append(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    CHECK_EQ_STR(SEND(&h, "add a 1 0 1\r\nx\r\nadd a 1 0 1\r\ny\r\n"), "STORED\r\nNOT_STORED\r\n");
+    CHECK_EQ_STR(SEND(&h, "replace b 0 0 1\r\nx\r\nreplace a 2 0 1\r\nz\r\n"),
+                 "NOT_STORED\r\nSTORED\r\n");
+    CHECK_EQ_STR(SEND(&h, "append a 9 0 2\r\n>>\r\nprepend a 9 0 2\r\n<<\r\nget a\r\n"),
+                 "STORED\r\nSTORED\r\nVALUE a 2 5\r\n<<z>>\r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "append none 0 0 1\r\nx\r\n"), "NOT_STORED\r\n");
+    h_close(&h);
+}
+
+static void test_incr_decr(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    SEND(&h, "set n 0 0 3\r\n100\r\n");
+    CHECK_EQ_STR(SEND(&h, "decr n 1\r\n"), "99\r\n");
+    /* memcached pads a shorter number with spaces in place */
+    CHECK_EQ_STR(SEND(&h, "get n\r\n"), "VALUE n 0 3\r\n99 \r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "decr n 1000\r\n"), "0\r\n");
+    SEND(&h, "set m 0 0 20\r\n18446744073709551615\r\n");
+    CHECK_EQ_STR(SEND(&h, "incr m 2\r\n"), "1\r\n");
+    CHECK_EQ_STR(SEND(&h, "incr nope 1\r\n"), "NOT_FOUND\r\n");
+    CHECK_EQ_STR(SEND(&h, "incr m -1\r\n"), "CLIENT_ERROR invalid numeric delta argument\r\n");
+    SEND(&h, "set s 0 0 3\r\nabc\r\n");
+    CHECK_EQ_STR(SEND(&h, "incr s 1\r\n"),
+                 "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+    SEND(&h, "set g 0 0 1\r\n9\r\n");
+    CHECK_EQ_STR(SEND(&h, "incr g 1\r\nget g\r\n"), "10\r\nVALUE g 0 2\r\n10\r\nEND\r\n");
+    h_close(&h);
+}
+
+static void test_delete_touch(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    SEND(&h, "set d 0 0 1\r\nx\r\n");
+    CHECK_EQ_STR(SEND(&h, "delete d 1\r\n"),
+                 "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+    CHECK_EQ_STR(SEND(&h, "delete d 0\r\ndelete d\r\n"), "DELETED\r\nNOT_FOUND\r\n");
+    CHECK_EQ_STR(SEND(&h, "touch d 10\r\n"), "NOT_FOUND\r\n");
+    SEND(&h, "set d 0 0 1\r\nx\r\n");
+    CHECK_EQ_STR(SEND(&h, "touch d 10\r\ntouch d x\r\n"),
+                 "TOUCHED\r\nCLIENT_ERROR invalid exptime argument\r\n");
+    CHECK_EQ_STR(SEND(&h, "gat 100 d\r\n"), "VALUE d 0 1\r\nx\r\nEND\r\n");
+    /* a negative exptime expires at once */
+    CHECK_EQ_STR(SEND(&h, "touch d -1\r\nget d\r\n"), "TOUCHED\r\nEND\r\n");
+    h_close(&h);
+}
+
+static void test_noreply(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    CHECK_EQ_STR(SEND(&h, "set a 0 0 1 noreply\r\nx\r\nadd a 0 0 1 noreply\r\ny\r\n"
+                          "incr a 1 noreply\r\ndelete a noreply\r\nflush_all noreply\r\n"), "");
+    /* noreply silences errors too, as in memcached */
+    CHECK_EQ_STR(SEND(&h, "set a 0 0 1 noreply\r\nxx\r\n"), "ERROR\r\n");
+    h_close(&h);
+}
+
+static void test_errors(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    CHECK_EQ_STR(SEND(&h, "bogus\r\n\r\nget\r\nGET a\r\n"), "ERROR\r\nERROR\r\nERROR\r\nERROR\r\n");
+    CHECK_EQ_STR(SEND(&h, "set a 0 0 -1\r\n"), "CLIENT_ERROR bad command line format\r\n");
+    CHECK_EQ_STR(SEND(&h, "set a x 0 1\r\n"), "CLIENT_ERROR bad command line format\r\n");
+    CHECK_EQ_STR(SEND(&h, "set a 0 0 1 2 3\r\n"), "ERROR\r\n");
+    CHECK_EQ_STR(SEND(&h, "set a 0 0 3\r\nabcde\r\n"), "CLIENT_ERROR bad data chunk\r\nERROR\r\n");
+    char key[300];
+    memset(key, 'k', sizeof(key));
+    char req[400];
+    snprintf(req, sizeof(req), "get %.251s\r\n", key);
+    CHECK_EQ_STR(feed(&h, req, strlen(req)), "CLIENT_ERROR bad command line format\r\n");
+    snprintf(req, sizeof(req), "set %.250s 0 0 1\r\nx\r\n", key);
+    CHECK_EQ_STR(feed(&h, req, strlen(req)), "STORED\r\n");
+    /* memcached keeps the low 32 bits of 32-bit fields */
+    CHECK_EQ_STR(SEND(&h, "set w 4294967297 0 4294967297\r\nx\r\nget w\r\n"),
+                 "STORED\r\nVALUE w 1 1\r\nx\r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "flush_all x\r\n"), "CLIENT_ERROR invalid exptime argument\r\n");
+    h_close(&h);
+}
+
+static void test_too_large(void)
+{
+    harness h;
+    h_open(&h, 1024 * 1024);
+    SEND(&h, "set b 0 0 1\r\nx\r\n");
+    size_t n = 2000000;
+    char *req = malloc(n + 64);
+    int hl = sprintf(req, "set b 0 0 %zu\r\n", n);
+    memset(req + hl, 'y', n);
+    memcpy(req + hl + n, "\r\nget b\r\n", 9);
+    CHECK_EQ_STR(feed(&h, req, (size_t)hl + n + 9),
+                 "SERVER_ERROR object too large for cache\r\nEND\r\n");
+    /* the largest value memcached accepts for a 1-byte key and no flags */
+    size_t max = 1024 * 1024 - (48 + 8 + 1 + 1 + 2);
+    hl = sprintf(req, "set b 0 0 %zu\r\n", max);
+    memset(req + hl, 'z', max);
+    memcpy(req + hl + max, "\r\n", 2);
+    CHECK_EQ_STR(feed(&h, req, (size_t)hl + max + 2), "STORED\r\n");
+    hl = sprintf(req, "set b 1 0 %zu\r\n", max);
+    memset(req + hl, 'z', max);
+    memcpy(req + hl + max, "\r\n", 2);
+    CHECK_EQ_STR(feed(&h, req, (size_t)hl + max + 2), "SERVER_ERROR object too large for cache\r\n");
+    free(req);
+    h_close(&h);
+}
+
+static void test_byte_at_a_time(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    const char req[] = "set slow 3 0 5\r\nhello\r\nget slow\r\n";
+    kura_buf all = {0};
+    for (size_t i = 0; i < sizeof(req) - 1; i++) {
+        const char *r = feed(&h, req + i, 1);
+        kura_buf_append(&all, r, strlen(r));
+    }
+    kura_buf_append(&all, "", 1);
+    CHECK_EQ_STR(all.data, "STORED\r\nVALUE slow 3 5\r\nhello\r\nEND\r\n");
+    kura_buf_free(&all);
+    h_close(&h);
+}
+
+static void test_pipeline_and_multiget(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    kura_buf req = {0}, want = {0};
+    char line[64];
+    for (int i = 0; i < 200; i++) {
+        int n = sprintf(line, "set k%d 0 0 2\r\n%02d\r\n", i, i % 100);
+        kura_buf_append(&req, line, (size_t)n);
+        KURA_BUF_LIT(&want, "STORED\r\n");
+    }
+    KURA_BUF_LIT(&req, "get");
+    for (int i = 0; i < 200; i++) {
+        int n = sprintf(line, " k%d", i);
+        kura_buf_append(&req, line, (size_t)n);
+        n = sprintf(line, "VALUE k%d 0 2\r\n%02d\r\n", i, i % 100);
+        kura_buf_append(&want, line, (size_t)n);
+    }
+    KURA_BUF_LIT(&req, "\r\n");
+    KURA_BUF_LIT(&want, "END\r\n");
+    kura_buf_append(&want, "", 1);
+    CHECK_EQ_STR(feed(&h, req.data, req.len), want.data);
+    kura_buf_free(&req);
+    kura_buf_free(&want);
+    h_close(&h);
+}
+
+static void test_long_line(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    char junk[3000];
+    memset(junk, 'x', sizeof(junk));
+    CHECK_EQ_STR(feed(&h, junk, sizeof(junk)), "");
+    CHECK(h.s.close);
+    h_close(&h);
+
+    h_open(&h, 1 << 20);
+    memcpy(junk, "get ", 4);
+    CHECK_EQ_STR(feed(&h, junk, sizeof(junk)), "");
+    CHECK(!h.s.close);                  /* a long multi-get may continue */
+    h_close(&h);
+}
+
+static void test_flush_and_quit(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    SEND(&h, "set a 0 0 1\r\nx\r\n");
+    CHECK_EQ_STR(SEND(&h, "flush_all\r\nget a\r\nset a 0 0 1\r\ny\r\nget a\r\n"),
+                 "OK\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\ny\r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "flush_all 100\r\nget a\r\n"), "OK\r\nVALUE a 0 1\r\ny\r\nEND\r\n");
+    CHECK_EQ_STR(SEND(&h, "version\r\nquit\r\nget a\r\n"), "VERSION " KURA_MEMCACHED_VERSION "\r\n");
+    CHECK(h.s.close);
+    h_close(&h);
+}
+
+static void test_stats(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    SEND(&h, "set a 0 0 1\r\nx\r\nget a\r\nget b\r\n");
+    const char *r = SEND(&h, "stats\r\n");
+    CHECK(strstr(r, "STAT cmd_get 2\r\n") != NULL);
+    CHECK(strstr(r, "STAT get_hits 1\r\n") != NULL);
+    CHECK(strstr(r, "STAT cmd_set 1\r\n") != NULL);
+    CHECK(strstr(r, "STAT curr_items 1\r\n") != NULL);
+    CHECK(strstr(r, "STAT cas_badval 0\r\n") != NULL);
+    CHECK(strlen(r) > 5 && strcmp(r + strlen(r) - 5, "END\r\n") == 0);
+    CHECK_EQ_STR(SEND(&h, "stats reset\r\n"), "RESET\r\n");
+    r = SEND(&h, "stats\r\n");
+    CHECK(strstr(r, "STAT cmd_get 0\r\n") != NULL);
+    r = SEND(&h, "stats settings\r\n");
+    CHECK(strstr(r, "STAT item_size_max ") != NULL);
+    CHECK_EQ_STR(SEND(&h, "stats bogus\r\n"), "ERROR\r\n");
+    h_close(&h);
+}
+
+int main(void)
+{
+    RUN(test_set_get);
+    RUN(test_gets_cas);
+    RUN(test_add_replace_append);
+    RUN(test_incr_decr);
+    RUN(test_delete_touch);
+    RUN(test_noreply);
+    RUN(test_errors);
+    RUN(test_too_large);
+    RUN(test_byte_at_a_time);
+    RUN(test_pipeline_and_multiget);
+    RUN(test_long_line);
+    RUN(test_flush_and_quit);
+    RUN(test_stats);
+    UNIT_DONE();
+}
