@@ -26,6 +26,8 @@ void kura_buf_trim(kura_buf *b, size_t keep);
 
 static inline bool kura_buf_append(kura_buf *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return true;
     if (b->cap - b->len < n && !kura_buf_reserve(b, n))
         return false;
     memcpy(b->data + b->len, p, n);
