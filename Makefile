@@ -9,6 +9,7 @@
 # Sources are found by wildcard: every src/*/*.c except src/server goes into
 # libkura.a; src/server/*.c make kurad; tests/unit/test_*.c are one program each.
 
+-include config.mk
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BUILD   ?= build
