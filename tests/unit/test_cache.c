@@ -1100,7 +1100,7 @@ static void test_model_random(void)
 
 /* ---- process memory ------------------------------------------------------ */
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define UNDER_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -1127,7 +1127,7 @@ static long rss_kib(void)
 static void test_rss_bound(void)
 {
 #ifdef UNDER_ASAN
-    printf("# skipped under AddressSanitizer (its allocator is not glibc's)\n");
+    printf("# skipped under a sanitizer (its allocator is not glibc's)\n");
 #else
     const uint64_t limit = 32u << 20;
     kura_clock t = clk_at(T0, 0);
