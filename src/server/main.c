@@ -6,6 +6,7 @@
  * connections.  SIGTERM and SIGINT stop accepting, let the workers answer
  * what they have read, sync and close the store, and exit 0.
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,13 @@ int main(int argc, char **argv)
     init_info(&srv);
     if (!srv.info.thread_stats)
         return 1;
+    /* The cache charges items as malloc allocates them; with one arena,
+     * memory freed by one worker is reused by the others, so the process
+     * stays at the limit plus a fixed overhead (src/store/cache.c).  glibc's
+     * default of an arena per thread group let it grow 37% past the limit
+     * under mixed sizes, for a gain of a few percent on sets. */
+    if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)
+        mallopt(M_ARENA_MAX, 1);
 
     srv.base = event_base_new();
     if (!srv.base) {
