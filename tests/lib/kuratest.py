@@ -397,6 +397,23 @@ class Conn:
         self.send(data)
         return b"".join(self.reply(timeout) for _ in range(replies))
 
+    def replies(self, data, timeout=None):
+        """Like transcript(), but a list of the separate replies (with
+        b"<closed>" as the last element if the server closed)."""
+        self.send(data + b"version\r\n")
+        out = []
+        while True:
+            try:
+                r = self.reply(timeout)
+            except Closed as e:
+                if e.got:
+                    out.append(e.got)
+                out.append(b"<closed>")
+                return out
+            if r.startswith(b"VERSION "):
+                return out
+            out.append(r)
+
     def transcript(self, data, timeout=None):
         """Send data followed by a `version` sentinel; return every reply byte
         before the sentinel's VERSION line (b"<closed>" appended if the server
