@@ -14,6 +14,11 @@
 # bad data chunks, wrong token counts, line endings, long lines, garbage; the
 # connection cap message.
 #
+# A get whose key is too long is always the first request of its batch here:
+# memcached then also throws away the unsent replies of earlier pipelined
+# requests (conn_release_items), which depends on its write batching and is
+# not something to copy.
+#
 # Skipped when KURA_SERVER=memcached (memcached against itself proves nothing),
 # unless KURA_COMPAT_SELFCHECK=1: then both sides are memcached, which checks
 # the scripts and the harness without kurad.
@@ -244,10 +249,11 @@ class Storage(CompatCase):
         self.script(
             b"set a 0 0 1\r\n1\r\ntouch a 100\r\ntouch nope 100\r\ngat 100 a nope a\r\ngats 0 a\r\n",
             b"touch a 100 noreply\r\ntouch a 0 x\r\ntouch a\r\ntouch a abc\r\ntouch a 1 noreply x\r\n",
-            b"gat 0 nope\r\ngat 0\r\ngat\r\ngats\r\ngat abc a\r\ngat a\r\ngats 10 " + K251 + b"\r\n",
+            b"gat 0 nope\r\ngat 0\r\ngat\r\ngats\r\ngat abc a\r\ngat a\r\n",
+            b"gats 10 " + K251 + b"\r\n",
             b"touch a -1\r\nget a\r\n",
             b"set a 0 0 1\r\n1\r\ngat -1 a\r\nget a\r\n",
-            b"set a 0 100 1\r\n1\r\ngat 0 a\r\ngats 3000000000 a\r\nget a\r\n",
+            b"set a 0 100 1\r\n1\r\ngat 0 a\r\nget a\r\n",
         )
 
     def test_incr_decr(self):
@@ -337,7 +343,8 @@ class Keys(CompatCase):
         self.script(
             b"set " + K250 + b" 0 0 1\r\nx\r\nget " + K250 + b"\r\n",
             b"set " + K251 + b" 0 0 1\r\nx\r\nadd " + K251 + b" 0 0 1\r\nx\r\n",
-            b"get " + K251 + b"\r\ngets a " + K251 + b"\r\n",
+            b"get " + K251 + b"\r\n",
+            b"gets a " + K251 + b"\r\n",
             b"delete " + K251 + b"\r\ntouch " + K251 + b" 1\r\nincr " + K251 + b" 1\r\n",
             b"cas " + K251 + b" 0 0 1 1\r\nx\r\n",
             b"delete " + K251 + b" noreply\r\nset " + K251 + b" 0 0 1 noreply\r\nx\r\n",

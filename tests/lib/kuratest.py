@@ -77,10 +77,7 @@ def _listening_inodes(port):
     return inodes
 
 
-def _owns_listener(pid, port):
-    inodes = _listening_inodes(port)
-    if not inodes:
-        return False
+def _pid_has_socket(pid, inodes):
     try:
         for fd in os.listdir("/proc/%d/fd" % pid):
             try:
@@ -90,7 +87,27 @@ def _owns_listener(pid, port):
             if link.startswith("socket:[") and link[8:-1] in inodes:
                 return True
     except OSError:
+        pass
+    return False
+
+
+def _owns_listener(pid, port):
+    """True if the server process, or a process of its process group (a
+    wrapper script may have started it), listens on port."""
+    inodes = _listening_inodes(port)
+    if not inodes:
         return False
+    if _pid_has_socket(pid, inodes):
+        return True
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != pid:
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    pgrp = int(f.read().rsplit(")", 1)[1].split()[2])
+            except (OSError, ValueError, IndexError):
+                continue
+            if pgrp == pid and _pid_has_socket(int(d), inodes):
+                return True
     return False
 
 
