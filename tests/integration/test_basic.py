@@ -5,7 +5,7 @@
 # flush_all with and without delay, incr/decr edge cases, cas, pipelining
 # (1000 requests in one send, answered in order), large multi-gets, values at
 # and just past the item size limit (default 1m, and -I 2m with a 1.5 MB
-# value), counters in "stats" after a known sequence, "stats settings"
+# value), LRU eviction under -m, counters in "stats" after a known sequence, "stats settings"
 # reflecting the options, "stats reset", the connection cap (-c) with
 # memcached's behaviour past it, concurrent clients, quit, and kurad's idle
 # timeout (-tout; kura-only, skipped under KURA_SERVER=memcached).
@@ -287,6 +287,28 @@ class Settings(ServerTestCase):
         self.assertEqual(self.c.request(b"set k 0 0 %d\r\n" % n + b"v" * n + b"\r\n"), b"STORED\r\n")
         self.assertEqual(self.c.request(b"set k 0 0 %d\r\n" % (n + 1) + b"v" * (n + 1) + b"\r\n"),
                          b"SERVER_ERROR object too large for cache\r\n")
+
+
+class Eviction(ServerTestCase):
+    SERVER_OPTS = dict(memory_mb=8)
+
+    def test_lru_eviction_under_memory_limit(self):
+        v = b"x" * 10000
+        n = 3000                                      # 30 MB into an 8 MB cache
+        self.c.send(b"".join(b"set e%d 0 0 10000 noreply\r\n" % i + v + b"\r\n" for i in range(n)))
+        self.assertEqual(self.c.transcript(b"", timeout=30), b"")
+        st = stats(self.c)
+        self.assertGreater(int(st["evictions"]), 0)
+        self.assertEqual(int(st["total_items"]), n)
+        self.assertLessEqual(int(st["bytes"]), int(st["limit_maxbytes"]))
+        self.assertLessEqual(int(st["curr_items"]) * 10000, 8 * MB)
+        self.assertGreater(int(st["curr_items"]), 100)
+        self.assertEqual(self.c.request(b"get e0\r\n"), b"END\r\n")          # oldest went first
+        self.assertEqual(self.c.request(b"get e%d\r\n" % (n - 1)),
+                         b"VALUE e%d 0 10000\r\n" % (n - 1) + v + b"\r\nEND\r\n")
+        r = self.c.request(b"get " + b" ".join(b"e%d" % i for i in range(n)) + b"\r\n", timeout=30)
+        self.assertEqual(r.count(b"VALUE "), int(st["curr_items"]))
+        self.check_serving()
 
 
 class Sizes(ServerTestCase):
