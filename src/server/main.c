@@ -6,7 +6,10 @@
  * connections.  SIGTERM and SIGINT stop accepting, let the workers answer
  * what they have read, sync and close the store, and exit 0.
  */
+#include <errno.h>
+#include <grp.h>
 #include <malloc.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +69,23 @@ static int open_engine(kura_server *srv)
     store->ops->usage(store, &u);
     log_msg(LOG_INFO, "database %s: backend %s, %llu items", st->dbname ? st->dbname : "*",
             store->ops->name, (unsigned long long)u.curr_items);
+    return 0;
+}
+
+/* -u: becomes USER once the sockets are bound and the files opened. */
+static int drop_privileges(const char *user)
+{
+    struct passwd *pw = getpwnam(user);
+    if (!pw) {
+        fprintf(stderr, "kurad: unknown user '%s'\n", user);
+        return -1;
+    }
+    if (pw->pw_uid == geteuid())
+        return 0;
+    if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+        fprintf(stderr, "kurad: cannot become user '%s': %s\n", user, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
@@ -129,6 +149,10 @@ int main(int argc, char **argv)
     }
     if (listener_open(&srv) < 0) {
         fprintf(stderr, "kurad: cannot listen (see the log above)\n");
+        engine_close(srv.engine);
+        return 1;
+    }
+    if (settings.user && drop_privileges(settings.user) < 0) {
         engine_close(srv.engine);
         return 1;
     }

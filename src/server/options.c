@@ -47,6 +47,8 @@ static const opt options[] = {
       "durability: none, interval (default) or always" },
     { { "-recover" }, OPT_FLAG, F(recover), 0, 0, NULL,
       "open a damaged database by salvaging every intact record" },
+    { { "-u" }, OPT_STR, F(user), 0, 0, "USER",
+      "run as USER after binding and opening files (\"-u root\" keeps root)" },
     { { "-U" }, OPT_UDP, 0, 0, 0, "PORT", "UDP port: only 0 (UDP is not served)" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
     { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },

@@ -31,6 +31,7 @@ typedef struct kura_settings {
     int sync_mode;              /* -sync */
     const char *dbname;         /* positional */
     bool recover;               /* -recover */
+    const char *user;           /* -u: run as this user once listening */
 } kura_settings;
 
 /* options.c: fills s from argv; on a bad option prints the reason and
