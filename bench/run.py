@@ -214,12 +214,19 @@ class Server:
         if db != "*":
             db = os.path.join(datadir, db)
         base = [self.args["bin"], "-port", str(port), "-th", t]
-        # with the memory limit memcached gets, then without it (in case -m is refused)
-        return [base + ["-m", "1024", db], base + [db]]
+        # like memcached: -u nobody when root (kurad refuses root without -u) and
+        # the same memory limit; then without either, in case one is refused
+        user = ["-u", "nobody"] if os.geteuid() == 0 else []
+        out = [base + ["-m", "1024"] + user + [db], base + user + [db]]
+        if user:
+            out += [base + ["-m", "1024", db], base + [db]]
+        return out
 
     def start(self, deadline_s=15):
         datadir = tempfile.mkdtemp(prefix=self.name + "-", dir=self.tmp)
         self.datadir = datadir
+        if os.geteuid() == 0:
+            os.chmod(datadir, 0o777)        # the server may run as nobody
         variants = self.commands(0, datadir)
         order = [self.variant] + [i for i in range(len(variants)) if i != self.variant]
         errors = []
@@ -227,7 +234,8 @@ class Server:
             for _attempt in range(2):
                 port = free_port()
                 cmd = self.commands(port, datadir)[vi]
-                logf = open(os.path.join(datadir, "server.log"), "ab")
+                logpath = os.path.join(datadir, "server.log")
+                logf = open(logpath, "wb")
                 try:
                     proc = subprocess.Popen(taskset(self.cpus) + cmd, stdout=logf,
                                             stderr=subprocess.STDOUT, cwd=datadir,
@@ -235,18 +243,23 @@ class Server:
                 except OSError as e:
                     errors.append(str(e))
                     break
+                finally:
+                    logf.close()
                 if wait_listening(port, proc, deadline_s):
                     self.proc, self.port, self.variant = proc, port, vi
                     self.cmdline = " ".join(cmd).replace(datadir + "/", "DIR/")
                     return True
                 stop(proc)
                 try:
-                    tail = open(os.path.join(datadir, "server.log"), "rb").read()[-300:]
+                    lines = open(logpath, "rb").read().decode("utf-8", "replace").strip().splitlines()
                 except OSError:
-                    tail = b""
-                errors.append("%s exited or did not listen: %s" %
-                              (" ".join(cmd), tail.decode("utf-8", "replace").strip()))
-        self.error = "; ".join(errors[-2:])
+                    lines = []
+                last = lines[-1] if lines else "exit status %s" % proc.returncode
+                errors.append("`%s`: %s" % (" ".join(cmd).replace(datadir + "/", "DIR/"),
+                                            last.replace(datadir + "/", "DIR/")))
+                if "in use" not in last:
+                    break                   # refused, not a port race: next variant
+        self.error = errors[-1] if errors else "did not start"
         shutil.rmtree(datadir, ignore_errors=True)
         return False
 
@@ -533,10 +546,13 @@ def run_engine(a, tmp, raw, failures, skipped):
             try:
                 if t.get("kura"):
                     rc, _, out = timed([eb, t["db"], str(a.engine_rnum)], d, a.server_cpus)
-                    m = re.search(r"write_s=([0-9.]+) read_s=([0-9.]+).*mismatches=(\d+)", out)
+                    m = re.search(r"write_s=([0-9.]+) read_s=([0-9.]+).*put_s=([0-9.]+) "
+                                  r"get_s=([0-9.]+)", out)
                     if rc != 0 or not m:
                         raise RuntimeError("kura-enginebench %s: exit %d: %s" % (t["db"], rc, out[-300:]))
                     w, r = float(m.group(1)), float(m.group(2))
+                    if t["family"] == "memory":     # like kccachetest: the phases alone
+                        w, r = float(m.group(3)), float(m.group(4))
                 elif t.get("both"):
                     rc, _, out = timed(t["both_cmd"], d, a.server_cpus)
                     if rc != 0:
@@ -563,8 +579,7 @@ def summarize_engine(tools, raw):
         runs = [r for r in raw if r["tool"] == t["name"]]
         if not runs:
             continue
-        w = [a.engine_rnum / r["write_s"] for r in runs] if False else \
-            [r["rnum"] / r["write_s"] for r in runs if r["write_s"] > 0]
+        w = [r["rnum"] / r["write_s"] for r in runs if r["write_s"] > 0]
         rd = [r["rnum"] / r["read_s"] for r in runs if r["read_s"] > 0]
         rows.append(dict(tool=t["name"], family=t["family"], cmd=t["cmd"], runs=len(runs),
                          write_s=round(median([r["write_s"] for r in runs]), 3),
@@ -719,6 +734,7 @@ def main():
     os.makedirs(tmp_root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="run-", dir=tmp_root)
     info = machine_info()
+    load_before = loadavg()
     failures, skipped, notes = [], [], []
     log("kura bench: %s, %d cores%s; servers on CPU %s (%d thread%s), kura-bench on CPU %s%s" % (
         info["cpu"], info["cores"], " (%s guest)" % info["virt"] if info["virt"] else "",
@@ -760,12 +776,10 @@ def main():
                 notes.append("op counts scaled by a further 3/%d for %d servers" % (len(servers), len(servers)))
             plan = scaled_plan(scale, a.full)
             log("\n== network: %d cells x %d server(s) x %d rep(s)" % (len(plan), len(servers), a.reps))
-            reps_done = 0
             for rep in range(1, a.reps + 1):
                 t_rep = time.monotonic()
                 log("-- rep %d/%d (%.0f s elapsed)" % (rep, a.reps, t_rep - t_start))
                 run_rep(servers, plan, a, rep, net_raw, failures)
-                reps_done = rep
                 rep_s = time.monotonic() - t_rep
                 if rep < a.reps and time.monotonic() - t_start + rep_s > a.budget:
                     notes.append("stopped after %d of %d repetitions to stay within the %.0f s budget"
@@ -775,7 +789,6 @@ def main():
             net_rows = summarize_net(plan, servers, net_raw)
             log("")
             log(net_markdown(plan, servers, net_rows))
-            del reps_done
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -803,9 +816,11 @@ def main():
     md = []
     md.append("_Generated by `bench/run.py` on %s in %.0f s._\n" % (
         datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), elapsed))
-    md.append("**Machine:** %s, %d cores%s, %d MiB RAM, Linux %s, Debian %s, %s.\n" % (
+    md.append("**Machine:** %s, %d cores%s, %d MiB RAM, Linux %s, Debian %s, %s. "
+              "Load average (1 min) %s before the run, %s after: anything above 0 is other "
+              "work sharing the cores, and widens the spreads.\n" % (
         info["cpu"], info["cores"], " (%s guest)" % info["virt"] if info["virt"] else "",
-        info["mem_mb"], info["kernel"], info["debian"], info["memcached"]))
+        info["mem_mb"], info["kernel"], info["debian"], info["memcached"], load_before, loadavg()))
     if net_rows:
         md.append("### Network: kura-bench against each server\n")
         md.append("Servers pinned to CPU %s with %d worker thread(s) each; kura-bench (%d thread) "
@@ -824,7 +839,7 @@ def main():
     if eng_rows:
         md.append("### Engine: in-process, %s records of 8-byte keys and values\n" % fmt_ops(a.engine_rnum))
         md.append("Write = open, put every record, close; read = open, get every record, close "
-                  "(the in-memory stores: the set and get phases of one process). Median of %d run(s), pinned to the server CPU. "
+                  "(the in-memory stores: the put and get loops alone, in one process). Median of %d run(s), pinned to the server CPU. "
                   "Cabinet tools timed by wall clock around each command (Kyoto's cache: the "
                   "phase times it prints).\n" % a.reps)
         md.append(engine_markdown(eng_rows, a.engine_rnum))
@@ -852,6 +867,13 @@ def main():
             log("  " + f)
         return 1
     return 0
+
+
+def loadavg():
+    try:
+        return open("/proc/loadavg").read().split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def expand_cpus(spec):

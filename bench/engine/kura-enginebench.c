@@ -15,6 +15,7 @@
  *
  * Prints the phase times and one machine line:
  *   RESULT db=... rnum=... write_s=... read_s=... write_ops=... read_ops=...
+ *          put_s=... get_s=... (the put and get loops alone, without open/close)
  * Exit 0 success, 1 the store failed (message on stderr), 2 usage,
  * 3 a read returned something else than was written.
  */
@@ -196,14 +197,18 @@ int main(int argc, char **argv)
 
     double t0 = now();
     open_store(dbname, &cfg);
+    double tp0 = now();
     phase(true);
+    double tp1 = now();
     check_failed("put");
     if (!memory)
         kura_store_close(store);
     double t1 = now();
     if (!memory)
         open_store(dbname, &cfg);
+    double tg0 = now();
     phase(false);
+    double tg1 = now();
     check_failed("get");
     kura_store_close(store);
     double t2 = now();
@@ -214,7 +219,8 @@ int main(int argc, char **argv)
            rnd ? "random" : "sequential", ws, (double)rnum / ws, rs, (double)rnum / rs,
            atomic_load(&bad));
     printf("RESULT db=%s rnum=%ld threads=%d rnd=%d write_s=%.4f read_s=%.4f "
-           "write_ops=%.0f read_ops=%.0f mismatches=%ld\n", dbname, rnum, nthreads, rnd,
-           ws, rs, (double)rnum / ws, (double)rnum / rs, atomic_load(&bad));
+           "write_ops=%.0f read_ops=%.0f put_s=%.4f get_s=%.4f mismatches=%ld\n", dbname,
+           rnum, nthreads, rnd, ws, rs, (double)rnum / ws, (double)rnum / rs, tp1 - tp0,
+           tg1 - tg0, atomic_load(&bad));
     return atomic_load(&bad) ? 3 : 0;
 }
