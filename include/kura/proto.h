@@ -70,6 +70,8 @@ typedef struct text_session {
     size_t need;                        /* input bytes needed before progress; 0 = any */
     bool close;                         /* close once the queued replies are sent */
     bool noreply;                       /* the current request asked for no reply */
+    bool dirty;                         /* a request since the flag was cleared may have
+                                           changed the store (set by text_process) */
     const char *line_end;               /* private: end of the line being handled */
 } text_session;
 

@@ -147,6 +147,15 @@ typedef struct kura_store_ops {
 
     /* Syncs and frees everything; s is invalid afterwards. */
     void (*close)(kura_store *s);
+
+    /* Group commit driven by the server, for -sync always (both NULL in a
+     * store with nothing to make durable).  write_seq() returns a number
+     * covering every change completed so far; commit(seq) returns once every
+     * change up to seq is on stable storage, one sync serving every caller
+     * waiting.  With cfg->deferred_commit set, changes return as soon as
+     * they are written and the server calls commit before it replies. */
+    uint64_t (*write_seq)(kura_store *s);
+    int (*commit)(kura_store *s, uint64_t seq);
 } kura_store_ops;
 
 struct kura_store {
@@ -160,6 +169,7 @@ typedef struct kura_store_config {
     int sync_mode;              /* enum kura_sync_mode */
     bool recover;               /* open a damaged file by salvaging what is intact */
     bool read_only;
+    bool deferred_commit;       /* -sync always: the caller commits (see commit) */
 } kura_store_config;
 
 enum kura_sync_mode {

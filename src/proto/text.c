@@ -251,6 +251,7 @@ static void cmd_get_common(text_session *s, text_token *tok, int ntok, kura_buf 
             return;
         }
         kt++;
+        s->dirty = true;                /* gat changes exptimes */
     }
     for (;;) {
         for (; kt->length != 0; kt++) {
@@ -346,8 +347,10 @@ static int parse_update(text_session *s, text_token *tok, int ntok, kura_buf *ou
         reply(s, out, "SERVER_ERROR object too large for cache");
         s->swallow = req->vlen + 2;
         /* A refused set must not leave the old value readable. */
-        if (cmd == KURA_CMD_SET)
+        if (cmd == KURA_CMD_SET) {
+            s->dirty = true;
             engine_unlink(s->engine, req->key, req->klen);
+        }
         return 0;
     }
     return 1;
@@ -366,6 +369,7 @@ static void complete_update(text_session *s, const update_req *req, const char *
         .key = req->key, .klen = req->klen, .val = data, .vlen = req->vlen,
         .flags = req->flags, .exptime = req->exptime,
     };
+    s->dirty = true;
     int rc = engine_store(s->engine, s->stats, req->cmd, &it, req->cas);
     switch (rc) {
     case KURA_STORED:          reply(s, out, "STORED"); break;
@@ -395,6 +399,7 @@ static void cmd_delete(text_session *s, text_token *tok, int ntok, kura_buf *out
         client_error(s, out, "CLIENT_ERROR bad command line format");
         return;
     }
+    s->dirty = true;
     int rc = engine_delete(s->engine, s->stats, tok[1].value, tok[1].length);
     if (rc == KURA_OK)
         reply(s, out, "DELETED");
@@ -418,6 +423,7 @@ static void cmd_arith(text_session *s, text_token *tok, int ntok, kura_buf *out,
         client_error(s, out, "CLIENT_ERROR invalid numeric delta argument");
         return;
     }
+    s->dirty = true;
     int rc = engine_arith(s->engine, s->stats, tok[1].value, tok[1].length, incr, delta, result);
     switch (rc) {
     case KURA_OK:          reply(s, out, result); break;
@@ -452,6 +458,7 @@ static void cmd_touch(text_session *s, text_token *tok, int ntok, kura_buf *out)
         client_error(s, out, "CLIENT_ERROR invalid exptime argument");
         return;
     }
+    s->dirty = true;
     int rc = engine_touch(s->engine, s->stats, tok[1].value, tok[1].length, exptime);
     if (rc == KURA_OK)
         reply(s, out, "TOUCHED");
@@ -470,6 +477,7 @@ static void cmd_flush_all(text_session *s, text_token *tok, int ntok, kura_buf *
         client_error(s, out, "CLIENT_ERROR invalid exptime argument");
         return;
     }
+    s->dirty = true;
     int rc = engine_flush_all(s->engine, s->stats, delay);
     if (rc < 0)
         server_error_for(s, out, rc);

@@ -34,6 +34,9 @@ typedef struct kura_conn {
     size_t wpos;                        /* bytes of wbuf already written */
     text_session ts;
     struct kura_conn *prev, *next;      /* the worker's list */
+    bool held;                          /* replies wait for commit_target to be durable */
+    uint64_t commit_target;
+    struct kura_conn *held_next;        /* the worker's held list */
 } kura_conn;
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
@@ -41,6 +44,13 @@ static void on_event(evutil_socket_t fd, short what, void *arg);
 static void conn_close(kura_conn *c)
 {
     kura_worker *w = c->w;
+    if (c->held) {
+        for (kura_conn **pp = &w->held; *pp; pp = &(*pp)->held_next)
+            if (*pp == c) {
+                *pp = c->held_next;
+                break;
+            }
+    }
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -55,10 +65,9 @@ static void conn_close(kura_conn *c)
     atomic_fetch_sub(&w->srv->info.curr_connections, 1);
 }
 
-static void set_mode(kura_conn *c, bool write_mode)
+/* (Re)registers the connection's event for reading or for writing. */
+static void arm(kura_conn *c, bool write_mode)
 {
-    if (c->write_mode == write_mode)
-        return;
     int tout = c->w->srv->settings->idle_timeout;
     struct timeval tv = { tout, 0 };
     event_del(c->ev);
@@ -66,6 +75,24 @@ static void set_mode(kura_conn *c, bool write_mode)
                  on_event, c);
     event_add(c->ev, tout > 0 ? &tv : NULL);
     c->write_mode = write_mode;
+}
+
+static void set_mode(kura_conn *c, bool write_mode)
+{
+    if (c->write_mode != write_mode)
+        arm(c, write_mode);
+}
+
+/* -sync always: the replies produced so far answer changes that are not yet
+ * durable.  Stop reading and writing until the committer says they are. */
+static void hold(kura_conn *c, uint64_t target)
+{
+    c->held = true;
+    c->commit_target = target;
+    event_del(c->ev);
+    c->held_next = c->w->held;
+    c->w->held = c;
+    commit_request(target);
 }
 
 /* Writes what is queued.  Returns false if the connection was closed or must
@@ -103,6 +130,16 @@ static bool pump(kura_conn *c)
         if (avail > 0 && (c->ts.need == 0 || avail >= c->ts.need)) {
             used = text_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
+        }
+        if (c->ts.dirty) {
+            c->ts.dirty = false;
+            if (commit_enabled()) {
+                uint64_t target = commit_write_seq();
+                if (target > commit_durable()) {
+                    hold(c, target);
+                    return false;
+                }
+            }
         }
         if (!flush_out(c))
             return false;
@@ -175,6 +212,29 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
     drive(c);
 }
 
+void conn_release_durable(kura_worker *w)
+{
+    uint64_t durable = commit_durable(), failed = commit_failed();
+    kura_conn *list = w->held;
+    w->held = NULL;
+    while (list) {
+        kura_conn *c = list;
+        list = c->held_next;
+        if (c->commit_target <= durable) {
+            c->held = false;
+            arm(c, false);
+            drive(c);                   /* send the replies, then carry on */
+        } else if (failed >= c->commit_target) {
+            c->held = false;
+            log_msg(LOG_ERR, "closing connection %d: its changes could not be synced", c->fd);
+            conn_close(c);
+        } else {
+            c->held_next = w->held;     /* still waiting */
+            w->held = c;
+        }
+    }
+}
+
 struct kura_conn *conn_new(kura_worker *w, int fd)
 {
     kura_conn *c = calloc(1, sizeof(*c));
@@ -208,7 +268,10 @@ void conn_close_all(kura_worker *w)
 {
     while (w->conns) {
         kura_conn *c = w->conns;
-        if (c->wpos < c->wbuf.len) {
+        /* Replies waiting for a sync that never came are not sent: their
+         * changes were not made durable, so they must not be acknowledged. */
+        bool durable = !c->held || c->commit_target <= commit_durable();
+        if (durable && c->wpos < c->wbuf.len) {
             ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos,
                              MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)n;

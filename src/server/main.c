@@ -50,6 +50,9 @@ static int open_engine(kura_server *srv)
         .item_size_max = st->item_size_max,
         .sync_mode = st->sync_mode,
         .recover = st->recover,
+        /* -sync always: the committer (commit.c) syncs for every connection
+         * at once, instead of each change waiting in its worker. */
+        .deferred_commit = st->sync_mode == KURA_SYNC_ALWAYS,
     };
     kura_store *store;
     char err[512] = "";
@@ -160,6 +163,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "kurad: cannot start worker threads\n");
         return 1;
     }
+    if (commit_start(&srv) < 0) {
+        fprintf(stderr, "kurad: cannot start the commit thread\n");
+        return 1;
+    }
     struct event *sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
     struct event *sigint = evsignal_new(srv.base, SIGINT, on_signal, &srv);
     struct event *tick = event_new(srv.base, -1, EV_PERSIST, on_tick, &srv);
@@ -176,6 +183,7 @@ int main(int argc, char **argv)
     event_base_dispatch(srv.base);
 
     listener_close(&srv);
+    commit_stop();
     workers_stop(&srv);
     event_free(sigterm);
     event_free(sigint);

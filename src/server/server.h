@@ -69,6 +69,20 @@ struct kura_conn;
 struct kura_conn *conn_new(kura_worker *w, int fd);
 void conn_close_all(kura_worker *w);
 
+/* commit.c: group commit for -sync always (see there) */
+int commit_start(kura_server *srv);
+void commit_stop(void);
+bool commit_enabled(void);
+uint64_t commit_write_seq(void);
+uint64_t commit_durable(void);
+uint64_t commit_failed(void);
+void commit_request(uint64_t seq);
+
+/* worker.c: wakes a worker so it looks at its held connections. */
+void worker_wake(kura_worker *w);
+/* conn.c: releases held connections whose changes are now durable. */
+void conn_release_durable(kura_worker *w);
+
 /* listener.c */
 int listener_open(kura_server *srv);
 void listener_close(kura_server *srv);
@@ -86,6 +100,7 @@ struct kura_worker {
     int queue_len, queue_cap;
     kura_thread_stats *stats;
     struct kura_conn *conns;            /* every live connection, for shutdown */
+    struct kura_conn *held;             /* connections whose replies wait for a sync */
 };
 
 #endif

@@ -21,6 +21,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
     (void)what;
     while (read(fd, buf, sizeof(buf)) > 0)
         ;
+    conn_release_durable(w);
     for (;;) {
         pthread_mutex_lock(&w->queue_lock);
         if (w->queue_len == 0) {
@@ -70,10 +71,15 @@ static int queue_push(kura_worker *w, int fd)
         w->queue[w->queue_len++] = fd;
     }
     pthread_mutex_unlock(&w->queue_lock);
+    worker_wake(w);
+    return 0;
+}
+
+void worker_wake(kura_worker *w)
+{
     char c = 0;
     ssize_t n = write(w->notify_fd[1], &c, 1);
     (void)n;                            /* a full pipe already means "look" */
-    return 0;
 }
 
 void worker_dispatch(kura_server *srv, int fd)
