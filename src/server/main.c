@@ -141,6 +141,25 @@ int main(int argc, char **argv)
     srv.settings = &settings;
     if (settings.pid_path && pidfile_lock(settings.pid_path) < 0)
         return 1;
+    /* Signals are caught from here on, so a SIGTERM during a long start-up
+     * (a store's recovery) or just after the socket listens is a clean stop
+     * once the loop runs, not a kill. */
+    srv.base = event_base_new();
+    if (!srv.base) {
+        log_msg(LOG_ERR, "cannot create the event base");
+        goto fail;
+    }
+    sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
+    sigint = evsignal_new(srv.base, SIGINT, on_signal, &srv);
+    sighup = evsignal_new(srv.base, SIGHUP, on_hup, &srv);
+    tick = event_new(srv.base, -1, EV_PERSIST, on_tick, &srv);
+    struct timeval one_second = { 1, 0 };
+    if (!sigterm || !sigint || !sighup || !tick || event_add(sigterm, NULL) < 0 ||
+        event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0 ||
+        event_add(tick, &one_second) < 0) {
+        log_msg(LOG_ERR, "cannot set up signal handling");
+        goto fail;
+    }
     if (open_engine(&srv) < 0)
         goto fail;
     init_info(&srv);
@@ -154,11 +173,6 @@ int main(int argc, char **argv)
     if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)
         mallopt(M_ARENA_MAX, 1);
 
-    srv.base = event_base_new();
-    if (!srv.base) {
-        log_msg(LOG_ERR, "cannot create the event base");
-        goto fail;
-    }
     if (listener_open(&srv) < 0) {
         fprintf(stderr, "kurad: cannot listen (see the log above)\n");
         goto fail;
@@ -171,17 +185,6 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
-    sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
-    sigint = evsignal_new(srv.base, SIGINT, on_signal, &srv);
-    sighup = evsignal_new(srv.base, SIGHUP, on_hup, &srv);
-    tick = event_new(srv.base, -1, EV_PERSIST, on_tick, &srv);
-    struct timeval one_second = { 1, 0 };
-    if (!sigterm || !sigint || !sighup || !tick || event_add(sigterm, NULL) < 0 ||
-        event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0 ||
-        event_add(tick, &one_second) < 0) {
-        log_msg(LOG_ERR, "cannot set up signal handling");
-        goto fail;
-    }
 
     char status[256];
     snprintf(status, sizeof(status), "listening on %s port %d%s%s, %d threads, sync %s",
