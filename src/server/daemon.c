@@ -15,7 +15,8 @@
  * store is opened; the pid is written once kurad listens.
  *
  * -u: as root, kurad insists on being told which user to become (as
- * memcached does), and becomes it after binding and opening its files.
+ * memcached does), and becomes it after binding its sockets and opening its
+ * log and pid files, before opening the database (main.c says why).
  * "-u root" is allowed and keeps root.
  */
 #include <errno.h>
@@ -195,11 +196,14 @@ void daemon_detach(void)
 void daemon_ready(void)
 {
     log_startup_done();
+    /* From now on whatever is written to stderr (a library's message, a
+     * sanitizer's report) goes to the -log file too, even in the foreground. */
+    int to_file = log_stderr_to_file();
     if (ready_fd < 0)
         return;                                 /* not -dmn */
     /* stderr leaves the pipe first: the parent exits as soon as it reads the
      * NUL, and nothing may be written to a pipe nobody reads. */
-    if (log_stderr_to_file() < 0) {
+    if (to_file < 0) {
         int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (null >= 0) {
             dup2(null, STDERR_FILENO);

@@ -9,11 +9,12 @@
  * if that hangs (a store stuck in I/O), so a stop is always bounded.
  * SIGHUP reopens the log file.
  *
- * Start-up order matters: detach (-dmn) before anything is opened; the log
- * file, the pid file lock, the store and the listening sockets are opened
- * as the starting user (root can bind port 80 and open /var/log); then -u
- * drops root, the workers start and kurad says it is ready (to the -dmn
- * parent and to systemd).
+ * Start-up order matters: detach (-dmn) before anything is opened or any
+ * thread exists; the log file, the pid file lock and the listening sockets
+ * are opened as the starting user (root can bind port 80 and write in
+ * /var/log and /run); then -u gives up root, the store is opened (so its
+ * files belong to that user), the workers start, the pid is written and
+ * kurad says it is ready (to the -dmn parent and to systemd).
  */
 #include <malloc.h>
 #include <signal.h>
@@ -160,6 +161,16 @@ int main(int argc, char **argv)
         log_msg(LOG_ERR, "cannot set up signal handling");
         goto fail;
     }
+    if (listener_open(&srv) < 0) {
+        fprintf(stderr, "kurad: cannot listen (see the log above)\n");
+        goto fail;
+    }
+    listening = true;
+    /* Root is given up before the store is opened, so that every file of the
+     * database belongs to the -u user: the hash file creates files as it
+     * runs, which it could not do in a directory root had created. */
+    if (daemon_drop_privileges(&settings) < 0)
+        goto fail;
     if (open_engine(&srv) < 0)
         goto fail;
     init_info(&srv);
@@ -172,19 +183,13 @@ int main(int argc, char **argv)
      * under mixed sizes, for a gain of a few percent on sets. */
     if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)
         mallopt(M_ARENA_MAX, 1);
-
-    if (listener_open(&srv) < 0) {
-        fprintf(stderr, "kurad: cannot listen (see the log above)\n");
-        goto fail;
-    }
-    listening = true;
-    if (pidfile_write() < 0 || daemon_drop_privileges(&settings) < 0)
-        goto fail;
     if (workers_start(&srv) < 0) {
         log_msg(LOG_ERR, "cannot start worker threads");
         goto fail;
     }
     workers = true;
+    if (pidfile_write() < 0)
+        goto fail;
 
     char status[256];
     snprintf(status, sizeof(status), "listening on %s port %d%s%s, %d threads, sync %s",

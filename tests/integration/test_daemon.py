@@ -488,7 +488,9 @@ def test_systemd_unit(tmp):
     os.makedirs(os.path.join(tmp, "man", "man1"))
     shutil.copy(os.path.join(ROOT, "docs", "kurad.1"), os.path.join(tmp, "man", "man1"))
     env = dict(os.environ, MANPATH=os.path.join(tmp, "man"))
-    rc, out = run([sa, "verify", os.path.join(tmp, "kurad.service")], tmp, env=env, timeout=60)
+    man = [] if shutil.which("man") else ["--man=no"]    # without man-db, skip that check
+    rc, out = run([sa, "verify"] + man + [os.path.join(tmp, "kurad.service")], tmp, env=env,
+                  timeout=60)
     assert rc == 0 and "kurad.service" not in out, out
 
 
