@@ -10,11 +10,13 @@
  * SIGHUP reopens the log file.
  *
  * Start-up order matters: detach (-dmn) before anything is opened or any
- * thread exists; the log file, the pid file lock and the listening sockets
- * are opened as the starting user (root can bind port 80 and write in
+ * thread exists; the log file and the pid file lock are opened and the
+ * sockets bound as the starting user (root can bind port 80 and write in
  * /var/log and /run); then -u gives up root, the store is opened (so its
- * files belong to that user), the workers start, the pid is written and
- * kurad says it is ready (to the -dmn parent and to systemd).
+ * files belong to that user), the workers start, the sockets listen (a
+ * client never waits behind a long recovery: until then it is refused), the
+ * pid is written and kurad says it is ready (to the -dmn parent and to
+ * systemd).
  */
 #include <malloc.h>
 #include <signal.h>
@@ -188,7 +190,7 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
-    if (pidfile_write() < 0)
+    if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;
 
     char status[256];

@@ -102,7 +102,8 @@ struct kura_conn *conn_new(kura_worker *w, int fd);
 void conn_close_all(kura_worker *w);
 
 /* listener.c */
-int listener_open(kura_server *srv);
+int listener_open(kura_server *srv);     /* binds */
+int listener_listen(kura_server *srv);   /* then accepts */
 void listener_close(kura_server *srv);
 
 /* What a worker exposes to conn.c. */
