@@ -72,6 +72,8 @@ int daemon_drop_privileges(const kura_settings *s)
         log_msg(LOG_INFO, "-u %s: staying root", s->user);
         return 0;
     }
+    /* The user will reopen the log on SIGHUP: the file must be theirs. */
+    log_chown(pw->pw_uid, pw->pw_gid);
     if (initgroups(pw->pw_name, pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 ||
         setuid(pw->pw_uid) < 0) {
         log_msg(LOG_ERR, "cannot become user %s: %s", s->user, strerror(errno));

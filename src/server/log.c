@@ -74,6 +74,13 @@ void log_reopen(void)
     log_msg(LOG_INFO, "SIGHUP: reopened the log file %s", log_path);
 }
 
+void log_chown(uid_t uid, gid_t gid)
+{
+    if (log_path && fchown(log_fd, uid, gid) < 0)
+        log_msg(LOG_ERR, "cannot give the log file %s to uid %d: %s", log_path, (int)uid,
+                strerror(errno));
+}
+
 void log_startup_done(void)
 {
     log_starting = false;

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kura/engine.h"
 #include "kura/proto.h"
@@ -57,6 +58,7 @@ enum { LOG_ERR = 0, LOG_INFO = 1, LOG_VERBOSE = 2, LOG_DEBUG = 3 };
 void log_init(int base, int verbosity);
 int log_open(const char *path);         /* 0, or -1 with the reason on stderr */
 void log_reopen(void);                  /* SIGHUP */
+void log_chown(uid_t uid, gid_t gid);   /* before -u, so the user can reopen it */
 void log_startup_done(void);            /* errors stop being copied to stderr */
 int log_stderr_to_file(void);           /* stderr becomes the log file; -1 if none */
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -310,6 +310,10 @@ def test_root_and_user(tmp):
     uids = re.search(r"^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", status, re.M).groups()
     assert all(int(u) == nobody.pw_uid for u in uids), uids
     assert connects(port)
+    # The log file was given to the user, who can reopen it on SIGHUP.
+    os.kill(pid, signal.SIGHUP)
+    wait_until(lambda: "reopened the log file" in read(os.path.join(tmp, "k.log")), 10,
+               "the log reopened by nobody")
     assert stop_daemon(pid) in (0, None)
     assert not os.path.exists(os.path.join(piddir, "k.pid")), "pid file left behind"
     assert "running as user nobody" in read(os.path.join(tmp, "k.log"))
