@@ -5,7 +5,9 @@
  * by name and mark a server down when names they expect are missing, so the
  * general list keeps memcached's names and order; counters kura does not
  * have (slab rebalancing, LRU segments) are reported as 0.  kura's own
- * figures follow with a kura_ prefix, and the backend adds its own lines.
+ * figures follow with a kura_ prefix, and the backend adds its own lines;
+ * every value in the general list is a number, since some tools parse them
+ * all.  Strings (kura's version, the backend) are in "stats settings".
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -117,8 +119,6 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "evictions", u.evictions);
     stat_u64(out, "reclaimed", u.reclaimed);
     /* kura's own */
-    stat_str(out, "kura_version", KURA_VERSION);
-    stat_str(out, "kura_backend", store->ops->name);
     stat_u64(out, "kura_client_errors", t.client_errors);
     stat_u64(out, "kura_unknown_commands", t.unknown_commands);
     stat_u64(out, "kura_protocol_closes", t.protocol_closes);
@@ -163,6 +163,8 @@ static void stats_settings(text_session *s, kura_buf *out)
     stat_str(out, "dump_enabled", "no");
     stat_str(out, "hash_algorithm", "kura");
     stat_u64(out, "idle_timeout", (uint64_t)si->idle_timeout);
+    stat_str(out, "kura_version", KURA_VERSION);
+    stat_str(out, "kura_backend", engine_store_of(s->engine)->ops->name);
     stat_str(out, "kura_database", si->dbname ? si->dbname : "*");
     stat_str(out, "kura_sync", si->sync_mode ? si->sync_mode : "none");
 }

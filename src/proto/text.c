@@ -605,6 +605,10 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
         size_t llen = (size_t)(nl - line);
         if (llen > 1 && line[llen - 1] == '\r')
             llen--;
+        /* memcached reads the line as a C string: a NUL ends it. */
+        char *nul = memchr(line, '\0', llen);
+        if (nul)
+            llen = (size_t)(nul - line);
 
         text_token tok[MAX_TOKENS];
         int ntok = tokenize(line, llen, tok, MAX_TOKENS);

@@ -136,11 +136,17 @@ static void drive(kura_conn *c)
             conn_close(c);
             return;
         }
-        ssize_t n = recv(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len, 0);
+        size_t space = c->rbuf.cap - c->rbuf.len;
+        ssize_t n = recv(c->fd, c->rbuf.data + c->rbuf.len, space, 0);
         if (n > 0) {
             c->rbuf.len += (size_t)n;
             KURA_STAT_ADD(c->w->stats, bytes_read, (uint64_t)n);
             if (!pump(c))
+                return;
+            /* A short read almost always means the socket is drained; the
+             * event loop (level-triggered) calls again if it is not, so the
+             * recv that would only say EAGAIN is saved. */
+            if ((size_t)n < space)
                 return;
             continue;
         }

@@ -1,0 +1,629 @@
+# kuratest - the harness shared by tests/integration and tests/clients.
+#
+#  * Server: starts kurad (default) or memcached (env KURA_SERVER=memcached) on
+#    a free TCP port in a fresh temp dir, waits (polling, with a deadline) until
+#    the process itself listens and accepts, captures stderr to a file, and on
+#    stop() raises AssertionError for an unclean exit or sanitizer output.
+#  * Conn: a raw socket client: send bytes, read until a terminator or a whole
+#    memcached reply with a deadline, detect a closed connection.
+#  * ServerTestCase: a unittest.TestCase that gets a fresh server per test.
+#  * main(): runs the calling module's TestCases and prints TAP lines.
+#
+# Environment:
+#   KURA_SERVER   "kurad" (default) or "memcached"
+#   KURA_BUILD    build dir holding kurad (tests/run sets an absolute path)
+#   KURA_DB       "cache" (default) or "hash" (a data.kh file in the temp dir)
+#   KURA_TEST_DEADLINE_SCALE  multiply every deadline (slow sanitizer builds)
+import os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCALE = float(os.environ.get("KURA_TEST_DEADLINE_SCALE", "1"))
+MEMCACHED = os.environ.get("KURA_MEMCACHED", "/usr/bin/memcached")
+
+
+def server_kind():
+    k = os.environ.get("KURA_SERVER", "kurad").strip() or "kurad"
+    if k not in ("kurad", "memcached"):
+        raise SystemExit("KURA_SERVER must be kurad or memcached, not %r" % k)
+    return k
+
+
+def is_memcached():
+    return server_kind() == "memcached"
+
+
+def kurad_path():
+    build = os.environ.get("KURA_BUILD", "build")
+    if not os.path.isabs(build):
+        build = os.path.join(ROOT, build)
+    return os.path.join(build, "kurad")
+
+
+def kura_only(f):
+    """Decorator: a kurad-only test; skipped when KURA_SERVER=memcached."""
+    return unittest.skipIf(is_memcached(), "kurad-only behaviour")(f)
+
+
+def deadline(seconds):
+    return time.monotonic() + seconds * SCALE
+
+
+class ServerError(AssertionError):
+    pass
+
+
+_reapers = []   # (Server, Thread) for servers whose stop finishes in the background
+
+
+SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|"
+                          r"ERROR: ThreadSanitizer|WARNING: ThreadSanitizer|SUMMARY: UndefinedBehaviorSanitizer")
+
+
+def _listening_inodes(port):
+    """Inodes of the sockets in LISTEN state on 127.0.0.1/any:port."""
+    inodes = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    local, st, inode = parts[1], parts[3], parts[9]
+                    if st == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(inode)
+        except OSError:
+            pass
+    return inodes
+
+
+def _pid_has_socket(pid, inodes):
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    except OSError:
+        pass
+    return False
+
+
+def _owns_listener(pid, port):
+    """True if the server process, or a process of its process group (a
+    wrapper script may have started it), listens on port."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return False
+    if _pid_has_socket(pid, inodes):
+        return True
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != pid:
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    pgrp = int(f.read().rsplit(")", 1)[1].split()[2])
+            except (OSError, ValueError, IndexError):
+                continue
+            if pgrp == pid and _pid_has_socket(int(d), inodes):
+                return True
+    return False
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    """One server process on a free port in its own temp dir.
+
+    Memcached-style options map to both servers:
+      memory_mb (-m), item_max (-I, e.g. '2m'), conns (-c), threads (-t/-th),
+      verbose (-v).  kura-only: idle_timeout (-tout), db (database name; '%t'
+      is replaced by the temp dir), kura_args.  memcached-only: mc_args.
+    kind: None = KURA_SERVER; or 'kurad' / 'memcached' explicitly.
+    """
+
+    def __init__(self, kind=None, memory_mb=None, item_max=None, conns=None, threads=4,
+                 verbose=False, db=None, idle_timeout=None, kura_args=(), mc_args=(),
+                 start=True, start_timeout=10):
+        self.kind = kind or server_kind()
+        self.memory_mb, self.item_max, self.conns = memory_mb, item_max, conns
+        self.threads, self.verbose, self.idle_timeout = threads, verbose, idle_timeout
+        self.kura_args, self.mc_args = list(kura_args), list(mc_args)
+        self.start_timeout = start_timeout
+        self.tmpdir = tempfile.mkdtemp(prefix="kuratest-%s-" % self.kind)
+        if db is None and self.kind == "kurad":
+            kdb = os.environ.get("KURA_DB", "cache")
+            if kdb == "hash":
+                db = os.path.join(self.tmpdir, "data.kh")
+            elif kdb not in ("cache", ""):
+                db = kdb.replace("%t", self.tmpdir)
+        elif db is not None:
+            db = db.replace("%t", self.tmpdir)
+        self.db = db
+        self.proc = None
+        self.port = None
+        self.stderr_path = os.path.join(self.tmpdir, "stderr.log")
+        self.stdout_path = os.path.join(self.tmpdir, "stdout.log")
+        self._stopped = False
+        if start:
+            self.start()
+
+    # -- command line --------------------------------------------------
+    def argv(self, port):
+        user = ["-u", "root"] if os.geteuid() == 0 else []
+        if self.kind == "memcached":
+            a = [MEMCACHED, "-U", "0", "-l", "127.0.0.1", "-p", str(port), "-t", str(self.threads)] + user
+        else:
+            a = [kurad_path(), "-host", "127.0.0.1", "-port", str(port), "-th", str(self.threads)] + user
+        if self.memory_mb is not None:
+            a += ["-m", str(self.memory_mb)]
+        if self.item_max is not None:
+            a += ["-I", str(self.item_max)]
+        if self.conns is not None:
+            a += ["-c", str(self.conns)]
+        if self.verbose:
+            a += ["-v"]
+        if self.kind == "memcached":
+            a += self.mc_args
+        else:
+            if self.idle_timeout is not None:
+                a += ["-tout", str(self.idle_timeout)]
+            a += self.kura_args
+            if self.db:
+                a += [self.db]
+        return a
+
+    # -- life cycle ----------------------------------------------------
+    def start(self):
+        if self.kind == "kurad" and not os.access(kurad_path(), os.X_OK):
+            raise ServerError("no kurad at %s (build it, or set KURA_SERVER=memcached)" % kurad_path())
+        last = ""
+        for attempt in range(8):
+            port = free_port()
+            err = open(self.stderr_path, "ab")
+            out = open(self.stdout_path, "ab")
+            self.argv_used = self.argv(port)
+            proc = subprocess.Popen(self.argv_used, cwd=self.tmpdir, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+            err.close(); out.close()
+            status = self._wait_ready(proc, port)
+            if status == "ready":
+                self.proc, self.port = proc, port
+                return self
+            if status == "timeout":
+                _kill(proc)
+                raise ServerError("server did not listen on port %d within %ss: %s\n%s"
+                                  % (port, self.start_timeout, " ".join(self.argv_used), self.stderr()))
+            last = self.stderr()
+            if not re.search(r"in use|EADDRINUSE|bind|listen", last, re.I):
+                raise ServerError("server exited at start (status %s): %s\n%s"
+                                  % (proc.returncode, " ".join(self.argv_used), last))
+            # port collision with a parallel test: try another port
+        raise ServerError("could not find a free port: %s" % last)
+
+    def _wait_ready(self, proc, port):
+        end = deadline(self.start_timeout)
+        delay = 0.002
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                return "exited"
+            if _owns_listener(proc.pid, port):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=1)
+                    s.close()
+                    return "ready"
+                except OSError:
+                    pass
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return "timeout"
+
+    def stderr(self):
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, check=True, timeout=10):
+        """SIGTERM, wait with a deadline, SIGKILL.  With check, raise
+        ServerError on an unclean exit or sanitizer output in stderr.
+
+        memcached (the reference) acts on signals only from its once-a-second
+        clock tick, so waiting for it would cost ~1 s per test: its stop is
+        finished by a background reaper thread, and main() reports a bad
+        memcached exit as a failed test line of its own."""
+        if self._stopped or self.proc is None:
+            return
+        self._stopped = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        if self.kind == "memcached":
+            t = threading.Thread(target=self._finish_stop, args=(False, timeout), daemon=True)
+            t.start()
+            _reapers.append((self, t))
+            return
+        self._finish_stop(check, timeout)
+
+    def _finish_stop(self, check, timeout):
+        problems = []
+        try:
+            self.proc.wait(timeout * SCALE)
+        except subprocess.TimeoutExpired:
+            problems.append("server ignored SIGTERM for %ss; killed" % timeout)
+            _kill(self.proc)
+        else:
+            if self.proc.returncode != 0:
+                problems.append("server exit status %s (after SIGTERM, or died during the test)"
+                                % self.proc.returncode)
+        err = self.stderr()
+        if SANITIZER_RE.search(err):
+            problems.append("sanitizer output in stderr")
+        self.problems = problems
+        if problems:
+            msg = "%s (%s)\n--- stderr ---\n%s" % ("; ".join(problems), " ".join(self.argv_used), err[-8000:])
+            if check:
+                raise ServerError(msg)
+            self.problem_text = msg
+        else:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def kill9(self):
+        _kill(self.proc)
+        self._stopped = True
+
+    # -- clients -------------------------------------------------------
+    def conn(self, timeout=5):
+        return Conn(self.port, timeout=timeout)
+
+    def request(self, data, **kw):
+        with self.conn() as c:
+            return c.request(data, **kw)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        self.stop(check=et is None)
+
+    def __repr__(self):
+        return "<Server %s port %s>" % (self.kind, self.port)
+
+
+def _kill(proc):
+    if proc and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
+        proc.wait()
+
+
+class Closed(Exception):
+    """The peer closed the connection before the expected reply."""
+    def __init__(self, got):
+        Exception.__init__(self, "connection closed; got %r" % got[:300])
+        self.got = got
+
+
+class Conn:
+    """A raw client connection.  Every read has a deadline (timeout seconds)."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=5):
+        self.timeout = timeout * SCALE
+        self.sock = socket.create_connection((host, port), timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.eof = False
+
+    def close(self):
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self, end):
+        """Read more bytes into buf; False on EOF.  Raises TimeoutError at end."""
+        if self.eof:
+            return False
+        left = end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no reply within deadline; have %r" % self.buf[:300])
+        self.sock.settimeout(left)
+        try:
+            d = self.sock.recv(1 << 20)
+        except socket.timeout:
+            raise TimeoutError("no reply within deadline; have %r" % self.buf[:300])
+        except ConnectionResetError:
+            d = b""
+        if not d:
+            self.eof = True
+            return False
+        self.buf += d
+        return True
+
+    def recv_until(self, term=b"\r\n", timeout=None):
+        end = time.monotonic() + (timeout * SCALE if timeout else self.timeout)
+        while True:
+            i = self.buf.find(term)
+            if i >= 0:
+                out, self.buf = self.buf[:i + len(term)], self.buf[i + len(term):]
+                return out
+            if not self._fill(end):
+                got, self.buf = self.buf, b""
+                raise Closed(got)
+
+    def recv_exact(self, n, timeout=None):
+        end = time.monotonic() + (timeout * SCALE if timeout else self.timeout)
+        while len(self.buf) < n:
+            if not self._fill(end):
+                got, self.buf = self.buf, b""
+                raise Closed(got)
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def line(self, timeout=None):
+        return self.recv_until(b"\r\n", timeout)
+
+    def reply(self, timeout=None):
+        """One complete memcached text reply: a line, or VALUE blocks up to
+        END, or STAT lines up to END; returned as the exact bytes."""
+        first = self.line(timeout)
+        if first.startswith(b"VALUE "):
+            out = first
+            cur = first
+            while True:
+                parts = cur.split()
+                n = int(parts[3])
+                out += self.recv_exact(n + 2, timeout)
+                cur = self.line(timeout)
+                out += cur
+                if cur == b"END\r\n":
+                    return out
+                if not cur.startswith(b"VALUE "):
+                    return out  # malformed; let the caller compare
+        if first.startswith(b"STAT ") or first.startswith(b"ITEM "):
+            out = first
+            while True:
+                cur = self.line(timeout)
+                out += cur
+                if cur == b"END\r\n" or not (cur.startswith(b"STAT ") or cur.startswith(b"ITEM ")):
+                    return out
+        return first
+
+    def request(self, data, replies=1, timeout=None):
+        """Send data, return the bytes of `replies` complete replies."""
+        self.send(data)
+        return b"".join(self.reply(timeout) for _ in range(replies))
+
+    def replies(self, data, timeout=None):
+        """Like transcript(), but a list of the separate replies (with
+        b"<closed>" as the last element if the server closed)."""
+        self.send(data + b"version\r\n")
+        out = []
+        while True:
+            try:
+                r = self.reply(timeout)
+            except Closed as e:
+                if e.got:
+                    out.append(e.got)
+                out.append(b"<closed>")
+                return out
+            if r.startswith(b"VERSION "):
+                return out
+            out.append(r)
+
+    def transcript(self, data, timeout=None):
+        """Send data followed by a `version` sentinel; return every reply byte
+        before the sentinel's VERSION line (b"<closed>" appended if the server
+        closed instead)."""
+        self.send(data + b"version\r\n")
+        out = b""
+        while True:
+            try:
+                r = self.reply(timeout)
+            except Closed as e:
+                return out + e.got + b"<closed>"
+            if r.startswith(b"VERSION "):
+                return out
+            out += r
+
+    def read_available(self, timeout=0.2):
+        """Whatever arrives within timeout (no error if nothing does)."""
+        end = time.monotonic() + timeout * SCALE
+        try:
+            while self._fill(end):
+                pass
+        except TimeoutError:
+            pass
+        got, self.buf = self.buf, b""
+        return got
+
+    def read_to_close(self, timeout=None):
+        """All bytes until the peer closes; raises TimeoutError if it doesn't."""
+        end = time.monotonic() + (timeout * SCALE if timeout else self.timeout)
+        while self._fill(end):
+            pass
+        got, self.buf = self.buf, b""
+        return got
+
+    def is_closed(self, timeout=1.0):
+        """True if the peer closes within timeout (any pending data is dropped)."""
+        end = time.monotonic() + timeout * SCALE
+        try:
+            while self._fill(end):
+                self.buf = b""
+        except TimeoutError:
+            return False
+        return True
+
+
+def stats(conn, sub=b""):
+    """Dict of a `stats [sub]` reply."""
+    r = conn.request(b"stats" + (b" " + sub if sub else b"") + b"\r\n")
+    d = {}
+    for ln in r.split(b"\r\n"):
+        p = ln.split(b" ", 2)
+        if len(p) == 3 and p[0] == b"STAT":
+            d[p[1].decode()] = p[2].decode()
+    return d
+
+
+def poll_until(fn, timeout=5.0, interval=0.02, what="condition"):
+    """Call fn() until it returns a true value; AssertionError at the deadline."""
+    end = deadline(timeout)
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() >= end:
+            raise AssertionError("timed out waiting for %s (last %r)" % (what, v))
+        time.sleep(interval)
+
+
+class ServerTestCase(unittest.TestCase):
+    """Each test gets self.server (started with SERVER_OPTS) and self.c, a
+    connection to it.  A server that dies or reports sanitizer errors fails
+    the test in cleanup."""
+    SERVER_OPTS = {}
+
+    def setUp(self):
+        self.server = self.start_server(**self.SERVER_OPTS)
+        self.c = self.server.conn()
+        self.addCleanup(self.c.close)
+
+    def start_server(self, **kw):
+        s = Server(**kw)
+        self.addCleanup(s.stop)
+        return s
+
+    def check_serving(self, server=None):
+        """A fresh connection can still set and get."""
+        server = server or self.server
+        with server.conn() as c:
+            key = b"probe_%d" % os.getpid()
+            self.assertEqual(c.request(b"set " + key + b" 5 0 2\r\nhi\r\n"), b"STORED\r\n")
+            self.assertEqual(c.request(b"get " + key + b"\r\n"),
+                             b"VALUE " + key + b" 5 2\r\nhi\r\nEND\r\n")
+
+
+# -- TAP output ------------------------------------------------------------
+
+class TapResult(unittest.TestResult):
+    def __init__(self, stream=sys.stdout):
+        unittest.TestResult.__init__(self)
+        self.n = 0
+        self.stream = stream
+        self.t0 = {}
+
+    def _name(self, test):
+        return "%s.%s" % (type(test).__name__, test._testMethodName) if hasattr(test, "_testMethodName") else str(test)
+
+    def _out(self, s):
+        self.stream.write(s + "\n")
+        self.stream.flush()
+
+    def _diag(self, err):
+        txt = "".join(traceback.format_exception(*err)) if isinstance(err, tuple) else str(err)
+        for ln in txt.rstrip().splitlines():
+            self._out("# " + ln)
+
+    def startTest(self, test):
+        unittest.TestResult.startTest(self, test)
+        self.t0[test] = time.monotonic()
+        self._had_sub_fail = False
+
+    def stopTest(self, test):
+        unittest.TestResult.stopTest(self, test)
+        if os.environ.get("KURA_TEST_TIMES"):
+            self._out("# %.2fs %s" % (time.monotonic() - self.t0.get(test, time.monotonic()), self._name(test)))
+
+    def addSuccess(self, test):
+        unittest.TestResult.addSuccess(self, test)
+        if not getattr(self, "_had_sub_fail", False):
+            self.n += 1
+            self._out("ok %d - %s" % (self.n, self._name(test)))
+
+    def addFailure(self, test, err):
+        unittest.TestResult.addFailure(self, test, err)
+        self._diag(self._exc_info_to_string(err, test))
+        self.n += 1
+        self._out("not ok %d - %s" % (self.n, self._name(test)))
+
+    def addError(self, test, err):
+        unittest.TestResult.addError(self, test, err)
+        self._diag(self._exc_info_to_string(err, test))
+        self.n += 1
+        self._out("not ok %d - %s" % (self.n, self._name(test)))
+
+    def addSubTest(self, test, subtest, err):
+        unittest.TestResult.addSubTest(self, test, subtest, err)
+        if err is not None:
+            self._diag(self._exc_info_to_string(err, test))
+            self.n += 1
+            self._out("not ok %d - %s" % (self.n, subtest.id().split(".", 1)[-1]))
+            self._had_sub_fail = True
+
+    def addSkip(self, test, reason):
+        unittest.TestResult.addSkip(self, test, reason)
+        self.n += 1
+        self._out("ok %d - %s # SKIP %s" % (self.n, self._name(test), reason))
+
+    def addExpectedFailure(self, test, err):
+        unittest.TestResult.addExpectedFailure(self, test, err)
+        self.n += 1
+        self._out("ok %d - %s # TODO expected failure" % (self.n, self._name(test)))
+
+    def addUnexpectedSuccess(self, test):
+        unittest.TestResult.addUnexpectedSuccess(self, test)
+        self.n += 1
+        self._out("not ok %d - %s # unexpected success" % (self.n, self._name(test)))
+
+
+def main(module="__main__"):
+    """Run every TestCase of the module (or those whose name contains an
+    argument) and print TAP.  Exit status 1 on any failure."""
+    mod = sys.modules[module]
+    suite = unittest.defaultTestLoader.loadTestsFromModule(mod)
+    want = sys.argv[1:]
+    if want:
+        def flat(s):
+            for t in s:
+                if isinstance(t, unittest.TestSuite):
+                    yield from flat(t)
+                else:
+                    yield t
+        suite = unittest.TestSuite([t for t in flat(suite) if any(w in t.id() for w in want)])
+    res = TapResult()
+    t0 = time.monotonic()
+    suite.run(res)
+    for srv, t in _reapers:
+        t.join()
+        if getattr(srv, "problems", None):
+            res.n += 1
+            res.failures.append((None, srv.problem_text))
+            res._diag(srv.problem_text)
+            res._out("not ok %d - %s server on port %s stopped uncleanly" % (res.n, srv.kind, srv.port))
+    print("1..%d" % res.n)
+    print("# %d tests, %d failures, %d errors, %d skipped in %.1fs (server: %s)"
+          % (res.testsRun, len(res.failures), len(res.errors), len(res.skipped),
+             time.monotonic() - t0, server_kind()), flush=True)
+    sys.exit(0 if res.wasSuccessful() else 1)
