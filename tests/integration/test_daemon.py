@@ -154,7 +154,9 @@ def run(args, cwd, timeout=20, env=None):
     """Runs kurad (or anything) to completion; returns (status, stderr)."""
     p = subprocess.run(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=timeout * SCALE, env=env)
-    return p.returncode, (p.stdout + p.stderr).decode("utf-8", "replace")
+    out = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert not SANITIZER_RE.search(out), "sanitizer output from %s:\n%s" % (args, out[-4000:])
+    return p.returncode, out
 
 
 def start_daemon(tmp, extra, pidfile="k.pid", log="k.log"):
@@ -568,8 +570,9 @@ def test_make_install(tmp):
     if not shutil.which("make"):
         raise Skip("no make")
     dest = os.path.join(tmp, "dest")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     rc, out = run(["make", "-s", "-C", ROOT, "install", "DESTDIR=" + dest, "PREFIX=/usr",
-                   "BUILD=" + os.path.relpath(BUILD, ROOT)], tmp, timeout=300)
+                   "BUILD=" + os.path.relpath(BUILD, ROOT)], tmp, timeout=300, env=env)
     assert rc == 0, out
     for f in ("usr/bin/kurad", "usr/share/man/man1/kurad.1", "usr/lib/systemd/system/kurad.service",
               "etc/kura/kurad.conf", "etc/logrotate.d/kurad", "usr/share/kura/daemontools/run",
