@@ -6,6 +6,7 @@
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make install    binaries, man pages, conf/ files; PREFIX=/usr/local DESTDIR=
 #                   SYSCONFDIR=/etc SYSTEMDUNITDIR=PREFIX/lib/systemd/system honoured
+#   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...)
 #
 # Sources are found by wildcard: every src/*/*.c except src/server goes into
 # libkura.a; src/server/*.c make kurad; tests/unit/test_*.c are one program each.
@@ -52,6 +53,16 @@ $(KURAD): $(SERVER_OBJ) $(BUILD)/libkura.a
 
 $(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
+
+# In-process engine benchmark (bench/engine/); the library is linked whole so
+# that backends which exist replace the weak stand-ins (see the source).
+$(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/libkura.a
+	$(CC) $(CFLAGS_ALL) -o $@ $< -Wl,--whole-archive $(BUILD)/libkura.a \
+	    -Wl,--no-whole-archive $(LIBS)
+
+# kura beside memcached and the Cabinets (bench/run.py --help; under 10 min).
+bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
+	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)
