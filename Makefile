@@ -4,7 +4,8 @@
 #   make run        build, then run kurad in the foreground on 127.0.0.1:11211
 #   make test       build and run every test; ends with "N passed, N failed"
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
-#   make install    PREFIX=/usr/local DESTDIR= honoured
+#   make install    binaries, man pages, conf/ files; PREFIX=/usr/local DESTDIR=
+#                   SYSCONFDIR=/etc SYSTEMDUNITDIR=PREFIX/lib/systemd/system honoured
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...)
 #
 # Sources are found by wildcard: every src/*/*.c except src/server goes into
@@ -13,6 +14,8 @@
 -include config.mk
 PREFIX  ?= /usr/local
 DESTDIR ?=
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 BUILD   ?= build
 CC      ?= cc
 OPT     ?= -O2
@@ -66,10 +69,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libkura.a $(LIBS)
 
 # Starts the server on the embedded default (a hash file under ./var/ once
-# that backend exists; the cache until then).
+# that backend exists; the cache until then).  As root, kurad wants -u USER
+# (as memcached does); -u root keeps root for this developer's shortcut.
 run: $(KURAD)
 	@mkdir -p var
-	./$(KURAD) $(RUN_ARGS)
+	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) $(RUN_ARGS)
 
 # Each test program prints TAP lines; tests/run collects them and prints the
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
@@ -82,10 +86,29 @@ test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" test
 
+# Paths inside the service files are written for PREFIX=/usr/local and
+# SYSCONFDIR=/etc; install rewrites them for the ones given.  An existing
+# kurad.conf is never overwritten.  sd_notify needs no library (notify.c).
+FIXPATHS = sed -e 's\#/usr/local/bin/\#$(PREFIX)/bin/\#g' -e 's\#/etc/kura/\#$(SYSCONFDIR)/kura/\#g'
+SHARE    = $(DESTDIR)$(PREFIX)/share
+
 install: $(KURAD) $(BENCH)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE)/man/man1 $(SHARE)/doc/kura \
+	    $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/kura $(DESTDIR)$(SYSCONFDIR)/logrotate.d \
+	    $(SHARE)/kura/daemontools/log $(SHARE)/kura/daemontools/env
 	install -m 755 $(KURAD) $(BENCH) $(DESTDIR)$(PREFIX)/bin/
-	for m in docs/*.1; do [ -f "$$m" ] && install -m 644 "$$m" $(DESTDIR)$(PREFIX)/share/man/man1/; done; true
+	for m in docs/*.1; do [ -f "$$m" ] && install -m 644 "$$m" $(SHARE)/man/man1/; done; true
+	install -m 644 README.md docs/options.md docs/operations.md docs/protocol.md $(SHARE)/doc/kura/
+	$(FIXPATHS) conf/kurad.service > $(DESTDIR)$(SYSTEMDUNITDIR)/kurad.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/kurad.service
+	install -m 644 conf/kurad.conf $(SHARE)/doc/kura/kurad.conf.example
+	[ -e $(DESTDIR)$(SYSCONFDIR)/kura/kurad.conf ] || \
+	    install -m 644 conf/kurad.conf $(DESTDIR)$(SYSCONFDIR)/kura/kurad.conf
+	install -m 644 conf/logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/kurad
+	install -m 755 conf/daemontools/run $(SHARE)/kura/daemontools/run
+	install -m 755 conf/daemontools/log/run $(SHARE)/kura/daemontools/log/run
+	for f in conf/daemontools/env/*; do \
+	    $(FIXPATHS) "$$f" > $(SHARE)/kura/daemontools/env/$$(basename "$$f"); done
 
 clean:
 	rm -rf build build-asan

@@ -96,7 +96,7 @@ static int open_tcp(kura_server *srv)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (ai->ai_family == AF_INET6)
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
             log_msg(LOG_ERR, "cannot listen on %s port %d: %s", host ? host : "*",
                     srv->settings->port, strerror(errno));
             close(fd);
@@ -123,7 +123,7 @@ static int open_unix(kura_server *srv)
     if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(path);                   /* a stale socket from an earlier run */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1024) < 0) {
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         log_msg(LOG_ERR, "cannot listen on unix socket %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -132,12 +132,27 @@ static int open_unix(kura_server *srv)
     return add_listener(srv, fd);
 }
 
+/* Binds every address; listener_listen() then starts accepting. */
 int listener_open(kura_server *srv)
 {
     if (srv->settings->port > 0 && open_tcp(srv) < 0)
         return -1;
     if (srv->settings->unix_path && open_unix(srv) < 0)
         return -1;
+    return 0;
+}
+
+/* Bound sockets refuse connections until they listen: main.c binds early
+ * (as root, and to find a taken port before the store is opened) and
+ * listens once the workers are there to serve. */
+int listener_listen(kura_server *srv)
+{
+    for (int i = 0; i < nlisten; i++) {
+        if (listen(listen_fds[i], 1024) < 0) {
+            log_msg(LOG_ERR, "cannot listen (port %d): %s", srv->settings->port, strerror(errno));
+            return -1;
+        }
+    }
     return 0;
 }
 

@@ -4,12 +4,21 @@
  * The main thread owns the listening sockets, the signal handlers and a
  * one-second timer (clock, expiry sweep, interval sync); the workers own the
  * connections.  SIGTERM and SIGINT stop accepting, let the workers answer
- * what they have read, sync and close the store, and exit 0.
+ * what they have read, sync and close the store, remove the pid file, and
+ * exit 0; a watchdog (daemon.c) ends the process after STOP_TIMEOUT seconds
+ * if that hangs (a store stuck in I/O), so a stop is always bounded.
+ * SIGHUP reopens the log file.
+ *
+ * Start-up order matters: detach (-dmn) before anything is opened or any
+ * thread exists; the log file and the pid file lock are opened and the
+ * sockets bound as the starting user (root can bind port 80 and write in
+ * /var/log and /run); then -u gives up root, the store is opened (so its
+ * files belong to that user), the workers start, the sockets listen (a
+ * client never waits behind a long recovery: until then it is refused), the
+ * pid is written and kurad says it is ready (to the -dmn parent and to
+ * systemd).
  */
-#include <errno.h>
-#include <grp.h>
 #include <malloc.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +28,13 @@
 #include "server.h"
 
 #define SWEEP_BUDGET 2000               /* items examined per second by the sweep */
+#define STOP_TIMEOUT 60                 /* seconds a stop may take before the watchdog ends it */
+
+static void on_hup(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig; (void)what; (void)arg;
+    log_reopen();
+}
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
@@ -33,6 +49,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     kura_server *srv = arg;
     (void)fd; (void)what;
+    notify_watchdog();
     engine_tick(srv->engine);
     engine_sweep(srv->engine, SWEEP_BUDGET);
     if (srv->settings->sync_mode == KURA_SYNC_INTERVAL) {
@@ -58,13 +75,13 @@ static int open_engine(kura_server *srv)
     char err[512] = "";
     int rc = kura_store_open(st->dbname, &cfg, &store, err, sizeof(err));
     if (rc) {
-        fprintf(stderr, "kurad: cannot open database: %s\n", err[0] ? err : kura_strerror(rc));
+        log_msg(LOG_ERR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
         return -1;
     }
     kura_engine_config ecfg = { .item_size_max = st->item_size_max };
     rc = engine_open(&srv->engine, store, &ecfg);
     if (rc) {
-        fprintf(stderr, "kurad: cannot start the engine: %s\n", kura_strerror(rc));
+        log_msg(LOG_ERR, "cannot start the engine: %s", kura_strerror(rc));
         kura_store_close(store);
         return -1;
     }
@@ -72,23 +89,6 @@ static int open_engine(kura_server *srv)
     store->ops->usage(store, &u);
     log_msg(LOG_INFO, "database %s: backend %s, %llu items", st->dbname ? st->dbname : "*",
             store->ops->name, (unsigned long long)u.curr_items);
-    return 0;
-}
-
-/* -u: becomes USER once the sockets are bound and the files opened. */
-static int drop_privileges(const char *user)
-{
-    struct passwd *pw = getpwnam(user);
-    if (!pw) {
-        fprintf(stderr, "kurad: unknown user '%s'\n", user);
-        return -1;
-    }
-    if (pw->pw_uid == geteuid())
-        return 0;
-    if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
-        fprintf(stderr, "kurad: cannot become user '%s': %s\n", user, strerror(errno));
-        return -1;
-    }
     return 0;
 }
 
@@ -119,6 +119,8 @@ int main(int argc, char **argv)
 {
     kura_settings settings;
     kura_server srv;
+    struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL, *tick = NULL;
+    bool listening = false, workers = false;
     int rc;
 
     options_defaults(&settings);
@@ -127,16 +129,58 @@ int main(int argc, char **argv)
         return 0;
     if (rc)
         return rc;
-    log_init(settings.verbosity);
+    rc = daemon_check_user(&settings);
+    if (rc)
+        return rc;
+    if (settings.daemonize) {
+        daemon_absolute_paths(&settings);
+        daemon_detach();                /* from here on, the daemon */
+    }
+    log_init(settings.log_base, settings.verbosity);
+    if (settings.log_path && log_open(settings.log_path) < 0)
+        return 1;
     signal(SIGPIPE, SIG_IGN);
+    if (settings.conf_path)
+        log_msg(LOG_INFO, "options read from %s", settings.conf_path);
 
     memset(&srv, 0, sizeof(srv));
     srv.settings = &settings;
-    if (open_engine(&srv) < 0)
+    if (settings.pid_path && pidfile_lock(settings.pid_path) < 0)
         return 1;
+    /* Signals are caught from here on, so a SIGTERM during a long start-up
+     * (a store's recovery) or just after the socket listens is a clean stop
+     * once the loop runs, not a kill. */
+    srv.base = event_base_new();
+    if (!srv.base) {
+        log_msg(LOG_ERR, "cannot create the event base");
+        goto fail;
+    }
+    sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
+    sigint = evsignal_new(srv.base, SIGINT, on_signal, &srv);
+    sighup = evsignal_new(srv.base, SIGHUP, on_hup, &srv);
+    tick = event_new(srv.base, -1, EV_PERSIST, on_tick, &srv);
+    struct timeval one_second = { 1, 0 };
+    if (!sigterm || !sigint || !sighup || !tick || event_add(sigterm, NULL) < 0 ||
+        event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0 ||
+        event_add(tick, &one_second) < 0) {
+        log_msg(LOG_ERR, "cannot set up signal handling");
+        goto fail;
+    }
+    if (listener_open(&srv) < 0) {
+        fprintf(stderr, "kurad: cannot listen (see the log above)\n");
+        goto fail;
+    }
+    listening = true;
+    /* Root is given up before the store is opened, so that every file of the
+     * database belongs to the -u user: the hash file creates files as it
+     * runs, which it could not do in a directory root had created. */
+    if (daemon_drop_privileges(&settings) < 0)
+        goto fail;
+    if (open_engine(&srv) < 0)
+        goto fail;
     init_info(&srv);
     if (!srv.info.thread_stats)
-        return 1;
+        goto fail;
     /* The cache charges items as malloc allocates them; with one arena,
      * memory freed by one worker is reused by the others, so the process
      * stays at the limit plus a fixed overhead (src/store/cache.c).  glibc's
@@ -144,49 +188,38 @@ int main(int argc, char **argv)
      * under mixed sizes, for a gain of a few percent on sets. */
     if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)
         mallopt(M_ARENA_MAX, 1);
-
-    srv.base = event_base_new();
-    if (!srv.base) {
-        fprintf(stderr, "kurad: cannot create the event base\n");
-        return 1;
-    }
-    if (listener_open(&srv) < 0) {
-        fprintf(stderr, "kurad: cannot listen (see the log above)\n");
-        engine_close(srv.engine);
-        return 1;
-    }
-    if (settings.user && drop_privileges(settings.user) < 0) {
-        engine_close(srv.engine);
-        return 1;
-    }
     if (workers_start(&srv) < 0) {
-        fprintf(stderr, "kurad: cannot start worker threads\n");
-        return 1;
+        log_msg(LOG_ERR, "cannot start worker threads");
+        goto fail;
     }
+    workers = true;
     if (commit_start(&srv) < 0) {
-        fprintf(stderr, "kurad: cannot start the commit thread\n");
-        return 1;
+        log_msg(LOG_ERR, "cannot start the commit thread");
+        goto fail;
     }
-    struct event *sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
-    struct event *sigint = evsignal_new(srv.base, SIGINT, on_signal, &srv);
-    struct event *tick = event_new(srv.base, -1, EV_PERSIST, on_tick, &srv);
-    struct timeval one_second = { 1, 0 };
-    event_add(sigterm, NULL);
-    event_add(sigint, NULL);
-    event_add(tick, &one_second);
+    if (listener_listen(&srv) < 0 || pidfile_write() < 0)
+        goto fail;
 
-    log_msg(LOG_INFO, "kurad %s listening on %s port %d%s%s, %d threads, sync %s",
-            KURA_VERSION, settings.host, settings.port,
-            settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
-            settings.threads, options_sync_name(settings.sync_mode));
+    char status[256];
+    snprintf(status, sizeof(status), "listening on %s port %d%s%s, %d threads, sync %s",
+             settings.host, settings.port,
+             settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
+             settings.threads, options_sync_name(settings.sync_mode));
+    log_msg(LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,
+            settings.daemonize ? ", as a daemon" : "");
+    daemon_ready();
+    notify_ready(status);
 
     event_base_dispatch(srv.base);
 
+    notify_stopping();
+    daemon_stop_watchdog(STOP_TIMEOUT);
     listener_close(&srv);
     commit_stop();
     workers_stop(&srv);
     event_free(sigterm);
     event_free(sigint);
+    event_free(sighup);
     event_free(tick);
     event_base_free(srv.base);
     rc = engine_sync(srv.engine);
@@ -194,6 +227,31 @@ int main(int argc, char **argv)
         log_msg(LOG_ERR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
     free(srv.info.thread_stats);
+    pidfile_remove();
     log_msg(LOG_INFO, "stopped");
     return 0;
+
+fail:
+    /* Start-up failed: the reason is logged (and on stderr).  Undo what was
+     * done, in reverse, so no pid file or socket file is left behind. */
+    commit_stop();
+    if (workers)
+        workers_stop(&srv);
+    if (listening)
+        listener_close(&srv);
+    if (sigterm)
+        event_free(sigterm);
+    if (sigint)
+        event_free(sigint);
+    if (sighup)
+        event_free(sighup);
+    if (tick)
+        event_free(tick);
+    if (srv.base)
+        event_base_free(srv.base);
+    if (srv.engine)
+        engine_close(srv.engine);
+    free(srv.info.thread_stats);
+    pidfile_remove();
+    return 1;
 }

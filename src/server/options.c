@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,8 @@
 #include "server.h"
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
-                OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION };
+                OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
+                OPT_CONF };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -34,7 +36,8 @@ static const opt options[] = {
     { { "-port", "-p" }, OPT_INT, F(port), 0, 65535, "NUM",
       "TCP port (default 11211; 0 = no TCP)" },
     { { "-s" }, OPT_STR, F(unix_path), 0, 0, "PATH", "also listen on a unix socket" },
-    { { "-th", "-t" }, OPT_INT, F(threads), 1, 256, "NUM", "worker threads (default 4)" },
+    { { "-th", "-t", "-thnum" }, OPT_INT, F(threads), 1, 256, "NUM",
+      "worker threads (default 4)" },
     { { "-c" }, OPT_INT, F(maxconns), 1, 1000000, "NUM",
       "maximum simultaneous connections (default 1024)" },
     { { "-tout" }, OPT_INT, F(idle_timeout), 0, INT_MAX, "SEC",
@@ -47,11 +50,21 @@ static const opt options[] = {
       "durability: none, interval (default) or always" },
     { { "-recover" }, OPT_FLAG, F(recover), 0, 0, NULL,
       "open a damaged database by salvaging every intact record" },
-    { { "-u" }, OPT_STR, F(user), 0, 0, "USER",
-      "run as USER after binding and opening files (\"-u root\" keeps root)" },
     { { "-U" }, OPT_UDP, 0, 0, 0, "PORT", "UDP port: only 0 (UDP is not served)" },
+    { { "-dmn", "-d" }, OPT_FLAG, F(daemonize), 0, 0, NULL,
+      "run as a daemon: detach once listening (exit status says whether it started)" },
+    { { "-pid", "-P" }, OPT_STR, F(pid_path), 0, 0, "FILE",
+      "write the process id to FILE once listening; removed at exit" },
+    { { "-u" }, OPT_STR, F(user), 0, 0, "USER",
+      "run as USER once listening (required when started as root; -u root stays root)" },
+    { { "-log" }, OPT_STR, F(log_path), 0, 0, "FILE",
+      "log to FILE instead of stderr (reopened on SIGHUP)" },
+    { { "-ld" }, OPT_LOGLEVEL, F(log_base), LOG_DEBUG, 0, NULL, "log debug information too" },
+    { { "-le" }, OPT_LOGLEVEL, F(log_base), LOG_ERR, 0, NULL, "log errors only" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
     { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },
+    { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
+      "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
     { { "-version", "-V", "--version" }, OPT_VERSION, 0, 0, 0, NULL,
       "print the version and exit" },
@@ -69,6 +82,7 @@ void options_defaults(kura_settings *s)
     s->mem_limit = 64ULL << 20;
     s->item_size_max = 1 << 20;
     s->sync_mode = KURA_SYNC_INTERVAL;
+    s->log_base = LOG_INFO;
 }
 
 const char *options_sync_name(int mode)
@@ -108,6 +122,15 @@ static const opt *find_option(const char *arg, const char **attached)
         for (int j = 0; j < 3 && options[i].names[j]; j++)
             if (strcmp(arg, options[i].names[j]) == 0)
                 return &options[i];
+    /* ttserver options kura does not take yet must not be read as a
+     * single-letter option with its value attached ("-ulog" is not "-u log"). */
+    static const char *const ttserver_only[] = {
+        "-ulog", "-ulim", "-uas", "-sid", "-mhost", "-mport", "-rts", "-rcc", "-skel",
+        "-mul", "-ext", "-extpc", "-mask", "-unmask", "-bgs", "-bgsi", "-bgsc",
+    };
+    for (size_t i = 0; i < sizeof(ttserver_only) / sizeof(ttserver_only[0]); i++)
+        if (strcmp(arg, ttserver_only[i]) == 0)
+            return NULL;
     /* "-p11211": a two-character name followed by its value. */
     for (size_t i = 0; i < NOPTIONS; i++)
         for (int j = 0; j < 3 && options[i].names[j]; j++) {
@@ -131,17 +154,160 @@ static int parse_long(const char *v, long *out)
     return 0;
 }
 
+/* Prints "kurad: [WHERE: ]option 'ARG': ..." to stderr; returns 2, the exit
+ * status of a bad option. */
+static int __attribute__((format(printf, 3, 4)))
+opt_error(const char *where, const char *arg, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "kurad: %s%soption '%s': ", where ? where : "", where ? ": " : "", arg);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 2;
+}
+
+/* Applies option o, named arg, with value val (NULL for options without
+ * one).  where names the conf file line, or NULL for the command line.
+ * Returns 0, 1 (-h or -version printed: exit 0) or 2 (reason printed). */
+static int apply_option(kura_settings *s, const opt *o, const char *arg, const char *val,
+                        const char *where)
+{
+    char *field = (char *)s + o->offset;
+    long n;
+    uint64_t sz;
+    switch (o->kind) {
+    case OPT_INT:
+        if (parse_long(val, &n) || n < o->min || n > o->max)
+            return opt_error(where, arg, "'%s' is not a number from %ld to %ld",
+                             val, o->min, o->max);
+        *(int *)field = (int)n;
+        break;
+    case OPT_MBYTES:
+        /* memcached's -m is megabytes; a unit suffix is taken literally. */
+        if (parse_long(val, &n) == 0 && n >= 0)
+            sz = (uint64_t)n << 20;
+        else if (kura_parse_size(val, &sz) != KURA_OK)
+            return opt_error(where, arg, "'%s' is not a size", val);
+        *(uint64_t *)field = sz;
+        break;
+    case OPT_SIZE:
+        if (kura_parse_size(val, &sz) != KURA_OK || sz < 1024 || sz > (1ULL << 30))
+            return opt_error(where, arg, "'%s' is not a size from 1k to 1g", val);
+        *(uint64_t *)field = sz;
+        break;
+    case OPT_STR:
+    case OPT_CONF:
+        if (!val[0])
+            return opt_error(where, arg, "the value is empty");
+        *(const char **)field = val;
+        break;
+    case OPT_FLAG:
+        *(bool *)field = true;
+        break;
+    case OPT_LOGLEVEL:
+        *(int *)field = (int)o->min;
+        break;
+    case OPT_VERBOSE:
+        (*(int *)field)++;
+        break;
+    case OPT_VERY_VERBOSE:
+        *(int *)field += 2;
+        break;
+    case OPT_SYNC:
+        if (strcmp(val, "none") == 0)
+            *(int *)field = KURA_SYNC_NONE;
+        else if (strcmp(val, "interval") == 0)
+            *(int *)field = KURA_SYNC_INTERVAL;
+        else if (strcmp(val, "always") == 0)
+            *(int *)field = KURA_SYNC_ALWAYS;
+        else
+            return opt_error(where, arg, "'%s' is not none, interval or always", val);
+        break;
+    case OPT_UDP:
+        if (parse_long(val, &n) || n != 0)
+            return opt_error(where, arg, "'%s': UDP is not served; only -U 0 is accepted", val);
+        break;
+    case OPT_HELP:
+        usage(stdout);
+        return 1;
+    case OPT_VERSION:
+        printf("kurad %s (memcached protocol %s)\n", KURA_VERSION, KURA_MEMCACHED_VERSION);
+        return 1;
+    }
+    return 0;
+}
+
+int options_set(kura_settings *s, const char *name, const char *val, const char *where)
+{
+    const char *attached;
+    const opt *o = find_option(name, &attached);
+    if (!o || attached) {
+        fprintf(stderr, "kurad: %s: unknown option '%s' (kurad -h lists them)\n", where, name);
+        return 2;
+    }
+    if (o->kind == OPT_CONF || o->kind == OPT_HELP || o->kind == OPT_VERSION) {
+        fprintf(stderr, "kurad: %s: option '%s' is not allowed in a conf file\n", where, name);
+        return 2;
+    }
+    if (o->arg && !val) {
+        fprintf(stderr, "kurad: %s: option '%s' needs a value (%s)\n", where, name, o->arg);
+        return 2;
+    }
+    if (!o->arg && val) {
+        /* A switch may say yes or no in a file: "dmn yes", "recover off". */
+        if (!strcmp(val, "no") || !strcmp(val, "off") || !strcmp(val, "false") ||
+            !strcmp(val, "0"))
+            return 0;
+        if (strcmp(val, "yes") && strcmp(val, "on") && strcmp(val, "true") && strcmp(val, "1")) {
+            fprintf(stderr, "kurad: %s: option '%s' takes no value, or yes/no (not '%s')\n",
+                    where, name, val);
+            return 2;
+        }
+        val = NULL;
+    }
+    return apply_option(s, o, name, val, where);
+}
+
+/* Finds -conf FILE on the command line, so that the file can be applied
+ * before the rest.  Returns NULL if there is none. */
+static const char *find_conf(int argc, char **argv)
+{
+    const char *conf = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *val;
+        const opt *o = argv[i][0] == '-' ? find_option(argv[i], &val) : NULL;
+        if (!o || !o->arg)
+            continue;
+        if (!val && i + 1 < argc)
+            val = argv[++i];
+        if (o->kind == OPT_CONF)
+            conf = val;
+    }
+    return conf;
+}
+
 int options_parse(kura_settings *s, int argc, char **argv)
 {
+    const char *conf = find_conf(argc, argv);
+    bool db_from_conf = false;
+    if (conf) {
+        int rc = conf_load(s, conf);
+        if (rc)
+            return rc;
+        db_from_conf = s->dbname != NULL;
+    }
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
         if (arg[0] != '-' || arg[1] == '\0') {
-            if (s->dbname) {
+            if (s->dbname && !db_from_conf) {
                 fprintf(stderr, "kurad: more than one database named ('%s' and '%s')\n",
                         s->dbname, arg);
                 return 2;
             }
-            s->dbname = arg;
+            s->dbname = arg;            /* the command line overrides the file */
+            db_from_conf = false;
             continue;
         }
         const opt *o = find_option(arg, &val);
@@ -156,75 +322,17 @@ int options_parse(kura_settings *s, int argc, char **argv)
             }
             val = argv[++i];
         }
-        char *field = (char *)s + o->offset;
-        long n;
-        uint64_t sz;
-        switch (o->kind) {
-        case OPT_INT:
-            if (parse_long(val, &n) || n < o->min || n > o->max) {
-                fprintf(stderr, "kurad: option '%s': '%s' is not a number from %ld to %ld\n",
-                        arg, val, o->min, o->max);
+        if (o->kind == OPT_CONF) {
+            if (strcmp(val, conf) != 0) {
+                fprintf(stderr, "kurad: more than one -conf file ('%s' and '%s')\n", conf, val);
                 return 2;
             }
-            *(int *)field = (int)n;
-            break;
-        case OPT_MBYTES:
-            /* memcached's -m is megabytes; a unit suffix is taken literally. */
-            if (parse_long(val, &n) == 0 && n >= 0) {
-                sz = (uint64_t)n << 20;
-            } else if (kura_parse_size(val, &sz) != KURA_OK) {
-                fprintf(stderr, "kurad: option '%s': '%s' is not a size\n", arg, val);
-                return 2;
-            }
-            *(uint64_t *)field = sz;
-            break;
-        case OPT_SIZE:
-            if (kura_parse_size(val, &sz) != KURA_OK || sz < 1024 || sz > (1ULL << 30)) {
-                fprintf(stderr, "kurad: option '%s': '%s' is not a size from 1k to 1g\n",
-                        arg, val);
-                return 2;
-            }
-            *(uint64_t *)field = sz;
-            break;
-        case OPT_STR:
-            *(const char **)field = val;
-            break;
-        case OPT_FLAG:
-            *(bool *)field = true;
-            break;
-        case OPT_VERBOSE:
-            (*(int *)field)++;
-            break;
-        case OPT_VERY_VERBOSE:
-            *(int *)field += 2;
-            break;
-        case OPT_SYNC:
-            if (strcmp(val, "none") == 0)
-                *(int *)field = KURA_SYNC_NONE;
-            else if (strcmp(val, "interval") == 0)
-                *(int *)field = KURA_SYNC_INTERVAL;
-            else if (strcmp(val, "always") == 0)
-                *(int *)field = KURA_SYNC_ALWAYS;
-            else {
-                fprintf(stderr, "kurad: option '%s': '%s' is not none, interval or always\n",
-                        arg, val);
-                return 2;
-            }
-            break;
-        case OPT_UDP:
-            if (parse_long(val, &n) || n != 0) {
-                fprintf(stderr, "kurad: option '%s %s': UDP is not served; only -U 0 is "
-                        "accepted\n", arg, val);
-                return 2;
-            }
-            break;
-        case OPT_HELP:
-            usage(stdout);
-            return 1;
-        case OPT_VERSION:
-            printf("kurad %s (memcached protocol %s)\n", KURA_VERSION, KURA_MEMCACHED_VERSION);
-            return 1;
+            s->conf_path = val;
+            continue;
         }
+        int rc = apply_option(s, o, arg, val, NULL);
+        if (rc)
+            return rc;
     }
     if (s->port == 0 && !s->unix_path) {
         fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");

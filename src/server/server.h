@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kura/engine.h"
 #include "kura/proto.h"
@@ -31,19 +32,52 @@ typedef struct kura_settings {
     int sync_mode;              /* -sync */
     const char *dbname;         /* positional */
     bool recover;               /* -recover */
-    const char *user;           /* -u: run as this user once listening */
+    bool daemonize;             /* -dmn / -d */
+    const char *pid_path;       /* -pid / -P */
+    const char *user;           /* -u */
+    const char *log_path;       /* -log; NULL = stderr */
+    int log_base;               /* LOG_INFO, or -ld LOG_DEBUG, -le LOG_ERR */
+    const char *conf_path;      /* -conf */
 } kura_settings;
 
-/* options.c: fills s from argv; on a bad option prints the reason and
- * returns 2 (the exit status); -h and -version print and return 1. */
+/* options.c: fills s from argv (and the -conf file first); on a bad option
+ * prints the reason and returns 2 (the exit status); -h and -version print
+ * and return 1. */
 int options_parse(kura_settings *s, int argc, char **argv);
 void options_defaults(kura_settings *s);
 const char *options_sync_name(int mode);
+/* Applies one option by name ("-port"), val NULL for a switch; where
+ * ("FILE:LINE") prefixes any message.  Returns 0 or 2. */
+int options_set(kura_settings *s, const char *name, const char *val, const char *where);
+
+/* conf.c: applies every option in the file; returns 0 or 2 (reason printed). */
+int conf_load(kura_settings *s, const char *path);
 
 /* log.c */
-void log_init(int verbosity);
-void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 enum { LOG_ERR = 0, LOG_INFO = 1, LOG_VERBOSE = 2, LOG_DEBUG = 3 };
+void log_init(int base, int verbosity);
+int log_open(const char *path);         /* 0, or -1 with the reason on stderr */
+void log_reopen(void);                  /* SIGHUP */
+void log_chown(uid_t uid, gid_t gid);   /* before -u, so the user can reopen it */
+void log_startup_done(void);            /* errors stop being copied to stderr */
+int log_stderr_to_file(void);           /* stderr becomes the log file; -1 if none */
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* daemon.c: -dmn, -pid, -u, and the stop watchdog. */
+int daemon_check_user(const kura_settings *s);  /* 0, or 2 with the reason printed */
+void daemon_absolute_paths(kura_settings *s);
+void daemon_detach(void);               /* returns in the daemon only */
+void daemon_ready(void);                /* tells the waiting parent, detaches stdio */
+int pidfile_lock(const char *path);     /* 0, or -1 with the reason logged */
+int pidfile_write(void);
+void pidfile_remove(void);
+int daemon_drop_privileges(const kura_settings *s);
+void daemon_stop_watchdog(int seconds);
+
+/* notify.c: systemd's sd_notify protocol, without libsystemd. */
+void notify_ready(const char *status);
+void notify_stopping(void);
+void notify_watchdog(void);
 
 typedef struct kura_worker kura_worker;
 
@@ -84,7 +118,8 @@ void worker_wake(kura_worker *w);
 void conn_release_durable(kura_worker *w);
 
 /* listener.c */
-int listener_open(kura_server *srv);
+int listener_open(kura_server *srv);     /* binds */
+int listener_listen(kura_server *srv);   /* then accepts */
 void listener_close(kura_server *srv);
 
 /* What a worker exposes to conn.c. */
