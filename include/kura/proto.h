@@ -47,7 +47,8 @@ typedef struct kura_server_info {
     _Atomic uint64_t rejected_connections;
     _Atomic uint64_t conn_structures;
     _Atomic uint64_t listen_disabled_num;
-    _Atomic int verbosity;
+    _Atomic int verbosity;              /* 2 or more: every request is traced */
+    void (*trace)(int conn_id, const char *line, size_t len);
     const char *libevent_version;
 
     /* settings */
@@ -73,6 +74,7 @@ typedef struct text_session {
     bool dirty;                         /* a request since the flag was cleared may have
                                            changed the store (set by text_process) */
     const char *line_end;               /* private: end of the line being handled */
+    int conn_id;                        /* for traces: the socket's descriptor */
 } text_session;
 
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out);

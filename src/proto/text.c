@@ -618,6 +618,10 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
         if (nul)
             llen = (size_t)(nul - line);
 
+        if (atomic_load_explicit(&s->server->verbosity, memory_order_relaxed) >= 2 &&
+            s->server->trace)
+            s->server->trace(s->conn_id, line, llen);
+
         text_token tok[MAX_TOKENS];
         int ntok = tokenize(line, llen, tok, MAX_TOKENS);
         s->noreply = false;

@@ -245,6 +245,7 @@ struct kura_conn *conn_new(kura_worker *w, int fd)
     c->ts.engine = w->srv->engine;
     c->ts.stats = w->stats;
     c->ts.server = &w->srv->info;
+    c->ts.conn_id = fd;
     c->ev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c);
     int tout = w->srv->settings->idle_timeout;
     struct timeval tv = { tout, 0 };

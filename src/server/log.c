@@ -129,3 +129,15 @@ void log_msg(int level, const char *fmt, ...)
         w = write(STDERR_FILENO, line, n);
     (void)w;
 }
+
+/* -vv: one line per request, as memcached's "<fd command"; bytes that are
+ * not printable are shown as '?', and long lines are cut at 200 bytes. */
+void log_request(int conn_id, const char *line, size_t len)
+{
+    char safe[201];
+    size_t n = len < 200 ? len : 200;
+    for (size_t i = 0; i < n; i++)
+        safe[i] = line[i] >= 32 && line[i] < 127 ? line[i] : '?';
+    safe[n] = '\0';
+    log_msg(LOG_VERBOSE, "<%d %s%s", conn_id, safe, len > n ? "..." : "");
+}

@@ -103,6 +103,7 @@ static void init_info(kura_server *srv)
     si->thread_stats = calloc((size_t)st->threads + 1, sizeof(kura_thread_stats));
     pthread_mutex_init(&si->reset_lock, NULL);
     atomic_store(&si->verbosity, st->verbosity);
+    si->trace = log_request;
     si->libevent_version = event_get_version();
     si->maxconns = st->maxconns;
     si->tcpport = st->port;

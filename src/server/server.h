@@ -61,6 +61,7 @@ void log_reopen(void);                  /* SIGHUP */
 void log_chown(uid_t uid, gid_t gid);   /* before -u, so the user can reopen it */
 void log_startup_done(void);            /* errors stop being copied to stderr */
 int log_stderr_to_file(void);           /* stderr becomes the log file; -1 if none */
+void log_request(int conn_id, const char *line, size_t len);
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* daemon.c: -dmn, -pid, -u, and the stop watchdog. */
