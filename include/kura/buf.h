@@ -37,4 +37,18 @@ static inline bool kura_buf_append(kura_buf *b, const void *p, size_t n)
 
 #define KURA_BUF_LIT(b, s) kura_buf_append((b), (s), sizeof(s) - 1)
 
+/* Writes v in decimal at out (at most 20 bytes, no NUL); returns the length. */
+static inline size_t kura_fmt_u64(char *out, unsigned long long v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kura/buf.h"
 #include "kura/engine.h"
 
 #define CAS_RESERVE_BLOCK (1ULL << 20)
@@ -389,20 +390,6 @@ static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
     return true;
 }
 
-static size_t format_u64(uint64_t v, char *out)
-{
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    out[n] = '\0';
-    return n;
-}
-
 typedef struct arith_arg {
     bool incr;
     uint64_t delta;
@@ -426,7 +413,8 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
         v += aa->delta;                     /* wraps at 2^64, as memcached */
     else
         v = aa->delta > v ? 0 : v - aa->delta;
-    size_t n = format_u64(v, aa->result);
+    size_t n = kura_fmt_u64(aa->result, v);
+    aa->result[n] = '\0';
 
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;

@@ -189,19 +189,6 @@ typedef struct get_ctx {
     bool oom;
 } get_ctx;
 
-static size_t put_u64(char *p, uint64_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* Called under the store's key lock: formats "VALUE k f n [cas]\r\n<data>\r\n". */
 static int emit_value(void *arg, const kura_item *it)
 {
@@ -218,12 +205,12 @@ static int emit_value(void *arg, const kura_item *it)
     memcpy(p, it->key, it->klen);
     p += it->klen;
     *p++ = ' ';
-    p += put_u64(p, it->flags);
+    p += kura_fmt_u64(p, it->flags);
     *p++ = ' ';
-    p += put_u64(p, it->vlen);
+    p += kura_fmt_u64(p, it->vlen);
     if (g->with_cas) {
         *p++ = ' ';
-        p += put_u64(p, it->cas);
+        p += kura_fmt_u64(p, it->cas);
     }
     *p++ = '\r';
     *p++ = '\n';
