@@ -175,14 +175,16 @@ __attribute__((unused)) static int t_last_segment(const char *dir, char *out, si
 {
     DIR *d = opendir(dir);
     struct dirent *de;
-    char best[64] = "";
+    char best[256] = "";
     if (!d)
         return -1;
     while ((de = readdir(d)))
         if (strstr(de->d_name, ".seg") && strcmp(de->d_name, best) > 0)
-            snprintf(best, sizeof(best), "%s", de->d_name);
+            memcpy(best, de->d_name, strlen(de->d_name) + 1);
     closedir(d);
-    snprintf(out, len, "%s/%s", dir, best);
+    if (strlen(dir) + strlen(best) + 2 > len)
+        return -1;
+    sprintf(out, "%s/%s", dir, best);
     return best[0] ? 0 : -1;
 }
 
