@@ -360,6 +360,24 @@ static int list_segments(hashdb *db, uint32_t **ids, size_t *n)
     return KURA_OK;
 }
 
+/* The newest segment is no longer than a header: the process died while
+ * creating it.  Removes it (nothing was ever appended to it). */
+static bool torn_creation(hashdb *db, uint32_t id)
+{
+    char path[4200];
+    struct stat st;
+    hd_seg_path(db, id, path, sizeof(path));
+    if (stat(path, &st) != 0 || st.st_size > HD_SEG_HDR)
+        return false;
+    hd_log(db, "%s: removing a segment whose creation was interrupted (%lld bytes)", path,
+           (long long)st.st_size);
+    if (!db->cfg.read_only) {
+        unlink(path);
+        hd_fsync_dir(db);
+    }
+    return true;
+}
+
 static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const unsigned char *p)
 {
     if (r->seq > db->seq)
@@ -571,6 +589,10 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         hd_seg *sg;
         char e2[300];
         rc = hd_seg_open(db, ids[i], &sg, e2, sizeof(e2));
+        if (rc == KURA_ECORRUPT && i == nids - 1 && torn_creation(db, ids[i])) {
+            nids--;     /* died while creating it: it never held a record */
+            break;
+        }
         if (rc) {
             if (!db->cfg.recover || rc == KURA_ENOMEM) {
                 snprintf(err, errlen, "%s", e2);
