@@ -285,7 +285,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
     hd_stripe *st = hd_stripe_of(db, h);
     hd_loc loc = { 0 };
     bool wrote = false;
-    int rc, src = KURA_OK;
+    int rc = KURA_OK, src = KURA_OK;
     kura_item cur;
     kura_update up;
     const unsigned char *rec = NULL;
@@ -493,6 +493,7 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
     emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
     emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
+    emit_u64(emit, arg, "hash_syncs", atomic_load(&db->syncs));
     emit_u64(emit, arg, "hash_write_errors", atomic_load(&db->write_errors));
     emit_u64(emit, arg, "hash_read_errors", atomic_load(&db->read_errors));
     emit_u64(emit, arg, "hash_corrupt_reads", atomic_load(&db->corrupt_reads));
@@ -577,12 +578,19 @@ static void *bg_main(void *arg)
             hd_sync_now(db);
             last_sync = now;
         }
-        if (want_checkpoint(db, now - last_ckpt)) {
-            hd_ckpt_write(db);
-            last_ckpt = mono();
+        /* keep going while there is work: a checkpoint lets older
+         * segments be compacted, so a busy store needs both often */
+        for (int round = 0; round < 64 && !db->stopping; round++) {
+            bool did = false;
+            if (want_checkpoint(db, mono() - last_ckpt)) {
+                did = hd_ckpt_write(db) == KURA_OK;
+                last_ckpt = mono();
+            }
+            while (!db->stopping && hd_compact_one(db, false) > 0)
+                did = true;
+            if (!did)
+                break;
         }
-        while (!db->stopping && hd_compact_one(db, false) > 0)
-            ;
         pthread_mutex_lock(&db->bg_mu);
     }
     pthread_mutex_unlock(&db->bg_mu);

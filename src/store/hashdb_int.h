@@ -166,7 +166,7 @@ typedef struct hashdb {
     _Atomic uint64_t items, bytes;
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
-    _Atomic uint64_t write_errors, read_errors, corrupt_reads;
+    _Atomic uint64_t write_errors, read_errors, corrupt_reads, syncs;
     _Atomic uint32_t sweep_cursor;
     uint64_t recovered_records, recovery_lost, truncated_bytes;
 } hashdb;

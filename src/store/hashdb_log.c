@@ -388,6 +388,7 @@ int hd_commit(hashdb *db, uint64_t lsn)
         int fd = dup(db->active->fd);
         pthread_mutex_unlock(&db->mu);
         int e = 0;
+        atomic_fetch_add(&db->syncs, 1);
         if (fd < 0 || fdatasync(fd) != 0)
             e = errno;
         if (fd >= 0)

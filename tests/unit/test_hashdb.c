@@ -21,7 +21,7 @@ static void test_crc32c(void)
     char buf[1000];
     for (int i = 0; i < 1000; i++)
         buf[i] = (char)(i * 7);
-    for (int n = 0; n < 1000; n += 37) {
+    for (int n = 0; n < 990; n += 37) {
         CHECK_EQ_INT(crc32c_update(0, buf + 1, (size_t)n), crc32c_sw_update(0, buf + 1, (size_t)n));
         CHECK_EQ_INT(crc32c_update(crc32c_update(0, buf, 5), buf + 5, (size_t)n),
                      crc32c_update(0, buf, (size_t)n + 5));
