@@ -299,7 +299,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
         hd_stripe *s = hd_stripe_of(db, hv);
         hd_ent *e = hdx_find(s, hv, key, klen);
         if (!e) {
-            e = hdx_new(hv, key, klen);
+            e = hdx_new(s, hv, key, klen);
             if (!e)
                 return KURA_ENOMEM;
             hdx_insert(s, e);
@@ -397,7 +397,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     hd_stripe *s = hd_stripe_of(db, hv);
     hd_ent *e = hdx_find(s, hv, key, r->klen);
     if (!e) {
-        e = hdx_new(hv, key, r->klen);
+        e = hdx_new(s, hv, key, r->klen);
         if (!e)
             return KURA_ENOMEM;
         e->seq = 0;
@@ -419,6 +419,30 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     e->exptime = r->exptime;
     e->cas = r->cas;
     return KURA_OK;
+}
+
+/* True if the bytes at off hold no record at all: a zero header, and for a
+ * segment other than the newest, nothing but zeros to its end (which only
+ * a crash between creating the next segment and trimming this one leaves). */
+static bool zero_from(hd_scan *sc, uint64_t off, bool last)
+{
+    unsigned char z[4096];
+    if (off >= sc->fsize)
+        return false;
+    for (uint64_t o = off; o < sc->fsize; o += sizeof(z)) {
+        size_t n = sc->fsize - o < sizeof(z) ? (size_t)(sc->fsize - o) : sizeof(z);
+        if (o == off && n > HD_REC_HDR && last)
+            n = HD_REC_HDR;
+        ssize_t got = pread(sc->fd, z, n, (off_t)o);
+        if (got != (ssize_t)n)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (z[i])
+                return false;
+        if (last)
+            return true;
+    }
+    return true;
 }
 
 /* Replays one segment from off.  last: the newest segment, whose torn tail
@@ -445,6 +469,20 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
         }
         if (s == KURA_ENOMEM) {
             rc = s;
+            break;
+        }
+        if (s == KURA_ECORRUPT && zero_from(&sc, off, last)) {
+            /* never written: a preallocated tail, or (last segment only) a
+             * page the kernel had not written back when the power went */
+            if (off < sg->size) {
+                if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+                    snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
+                             (unsigned long long)off, strerror(errno));
+                    rc = hd_errno_status(errno);
+                    break;
+                }
+                sg->size = off;
+            }
             break;
         }
         uint64_t next = hd_scan_resync(&sc, off);
@@ -642,13 +680,19 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
             rc = KURA_EINVAL;
             goto out;
         }
-        rc = hd_seg_create(db, nids ? ids[nids - 1] + 1 : P.seg, &last);
+        rc = hd_seg_create(db, nids ? ids[nids - 1] + 1 : P.seg, db->segsiz, &last);
         if (rc) {
             snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
             goto out;
         }
     }
     db->active = last;
+    if (!db->cfg.read_only && last->size < db->segsiz && !last->wmap) {
+        /* cut anything after the last record, then reserve and map again */
+        if (ftruncate(last->fd, (off_t)last->size) != 0 ||
+            hd_seg_prealloc(db, last, db->segsiz) != KURA_OK)
+            hd_log(db, "segment %08x: appending with write() (no preallocation)", last->id);
+    }
     db->seg_first = nids ? ids[0] : last->id;
     for (size_t i = 0; i + 1 < nids; i++) {
         hd_seg *sg = hd_seg_get(db, ids[i]);

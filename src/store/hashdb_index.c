@@ -45,6 +45,14 @@ uint64_t hd_hash(const char *key, size_t klen)
     return fmix64(h);
 }
 
+#define SLAB (64 * 1024)
+
+struct hd_slab {
+    hd_slab *next;
+    size_t used;
+    _Alignas(8) unsigned char data[];
+};
+
 static inline size_t bucket_of(const hd_stripe *s, uint64_t h)
 {
     return (size_t)(h >> 20) & (s->nbkt - 1);
@@ -75,13 +83,10 @@ void hdx_free(hashdb *db)
         return;
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
-        for (size_t b = 0; s->bkt && b < s->nbkt; b++) {
-            hd_ent *e = s->bkt[b];
-            while (e) {
-                hd_ent *n = e->next;
-                free(e);
-                e = n;
-            }
+        while (s->slabs) {
+            hd_slab *n = s->slabs->next;
+            free(s->slabs);
+            s->slabs = n;
         }
         free(s->bkt);
         pthread_rwlock_destroy(&s->lock);
@@ -98,16 +103,46 @@ hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen)
     return NULL;
 }
 
-hd_ent *hdx_new(uint64_t h, const char *key, size_t klen)
+/* Entries live in per-stripe slabs of SLAB bytes with one free list per
+ * size class: no malloc per key, and closing frees a few slabs instead of
+ * every entry. */
+
+static size_t ent_class(size_t klen)
 {
-    hd_ent *e = malloc(sizeof(hd_ent) + klen);
-    if (!e)
-        return NULL;
+    return (sizeof(hd_ent) + klen + 7) / 8;
+}
+
+hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
+{
+    size_t cls = ent_class(klen), sz = cls * 8;
+    hd_ent *e = s->free_ents[cls];
+    if (e) {
+        s->free_ents[cls] = e->next;
+    } else {
+        hd_slab *sl = s->slabs;
+        if (!sl || sl->used + sz > SLAB - sizeof(hd_slab)) {
+            sl = malloc(SLAB);
+            if (!sl)
+                return NULL;
+            sl->used = 0;
+            sl->next = s->slabs;
+            s->slabs = sl;
+        }
+        e = (hd_ent *)(sl->data + sl->used);
+        sl->used += sz;
+    }
     memset(e, 0, sizeof(*e));
     e->hash = h;
     e->klen = (uint8_t)klen;
     memcpy(e->key, key, klen);
     return e;
+}
+
+void hdx_release(hd_stripe *s, hd_ent *e)
+{
+    size_t cls = ent_class(e->klen);
+    e->next = s->free_ents[cls];
+    s->free_ents[cls] = e;
 }
 
 /* Doubles the bucket array; O(entries of this stripe).  On allocation
@@ -152,5 +187,5 @@ void hdx_remove(hd_stripe *s, hd_ent *e)
         *pp = e->next;
         s->count--;
     }
-    free(e);
+    hdx_release(s, e);
 }

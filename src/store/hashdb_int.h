@@ -74,11 +74,17 @@ typedef struct hd_ent {
     char key[];
 } hd_ent;
 
+#define HD_ENT_CLASSES 40          /* entry sizes in 8-byte steps */
+
+typedef struct hd_slab hd_slab;
+
 typedef struct hd_stripe {
     pthread_rwlock_t lock;
     hd_ent **bkt;
     size_t nbkt;                /* power of two */
     size_t count;
+    hd_slab *slabs;             /* entries are carved from these */
+    hd_ent *free_ents[HD_ENT_CLASSES];
     char pad[64];
 } hd_stripe;
 
@@ -88,8 +94,11 @@ typedef struct hd_seg {
     uint64_t size;              /* bytes of complete records + header */
     _Atomic uint64_t live;      /* bytes of records the index points at */
     bool sealed;
-    const unsigned char *map;   /* read-only mapping of a sealed segment, or NULL */
+    const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
     size_t maplen;
+    unsigned char *wmap;        /* active segment: the same mapping, written by
+                                   hd_append (NULL: appends use pwritev) */
+    size_t wmaplen;             /* bytes preallocated and mapped */
 } hd_seg;
 
 /* Where a record landed. */
@@ -180,7 +189,8 @@ static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
 int hdx_init(hashdb *db, uint64_t bnum);
 void hdx_free(hashdb *db);
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
-hd_ent *hdx_new(uint64_t h, const char *key, size_t klen);
+hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen);
+void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
 void hdx_insert(hd_stripe *s, hd_ent *e);
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 
@@ -189,7 +199,8 @@ void hd_rec_encode(unsigned char *hdr, const hd_rec *r);
 int hd_rec_decode(const unsigned char *hdr, hd_rec *r);   /* 0 if the header is sane */
 uint32_t hd_rec_crc(const unsigned char *hdr, uint32_t body_crc);
 hd_seg *hd_seg_get(hashdb *db, uint32_t id);
-int hd_seg_create(hashdb *db, uint32_t id, hd_seg **out);
+int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out);
+int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap);
 int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen);
 void hd_seg_path(const hashdb *db, uint32_t id, char *buf, size_t len);
 void hd_seg_map(hashdb *db, hd_seg *sg);

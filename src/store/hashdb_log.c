@@ -152,7 +152,37 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-int hd_seg_create(hashdb *db, uint32_t id, hd_seg **out)
+/* Reserves the active segment's blocks up to cap with fallocate (so a full
+ * disk is met here, not as SIGBUS on a store into the mapping) and maps it
+ * for writing.  Where the file system cannot preallocate, or the mapping
+ * fails, the segment stays unmapped and appends use pwritev. */
+int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
+{
+    if (sg->wmap || sg->map || cap <= sg->size)
+        return KURA_OK;
+    int r = posix_fallocate(sg->fd, 0, (off_t)cap);
+    if (r == EOPNOTSUPP || r == EINVAL || r == ENOSYS)
+        return KURA_OK;
+    if (r != 0) {
+        hd_log(db, "cannot reserve %llu bytes for segment %08x: %s",
+               (unsigned long long)cap, sg->id, strerror(r));
+        if (ftruncate(sg->fd, (off_t)sg->size) != 0) {}
+        return hd_errno_status(r);
+    }
+    void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, sg->fd, 0);
+    if (m == MAP_FAILED)
+        return KURA_OK;
+    pthread_mutex_lock(&db->seg_mu);
+    sg->wmap = m;
+    sg->wmaplen = cap;
+    sg->maplen = cap;
+    sg->map = m;
+    db->mapped += cap;
+    pthread_mutex_unlock(&db->seg_mu);
+    return KURA_OK;
+}
+
+int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
 {
     char path[4200];
     unsigned char h[HD_SEG_HDR];
@@ -170,18 +200,25 @@ int hd_seg_create(hashdb *db, uint32_t id, hd_seg **out)
     put64(h + 16, (uint64_t)time(NULL));
     put32(h + 28, crc32c_update(0, h, 28));
     hd_seg *sg = calloc(1, sizeof(*sg));
-    if (!sg || pwrite_all(fd, h, sizeof(h), 0) != 0) {
-        int rc = sg ? hd_errno_status(errno) : KURA_ENOMEM;
-        hd_log(db, "cannot write %s: %s", path, sg ? strerror(errno) : "out of memory");
+    int rc = KURA_OK;
+    if (!sg) {
+        rc = KURA_ENOMEM;
+    } else if (pwrite_all(fd, h, sizeof(h), 0) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "cannot write %s: %s", path, strerror(errno));
+    } else {
+        sg->id = id;
+        sg->fd = fd;
+        sg->size = HD_SEG_HDR;
+        rc = hd_seg_prealloc(db, sg, cap);
+    }
+    if (rc) {
         free(sg);
         close(fd);
         unlink(path);
         return rc;
     }
     hd_fsync_dir(db);
-    sg->id = id;
-    sg->fd = fd;
-    sg->size = HD_SEG_HDR;
     seg_publish(db, sg);
     *out = sg;
     return KURA_OK;
@@ -265,29 +302,38 @@ void hd_seg_drop(hashdb *db, hd_seg *sg)
     hd_fsync_dir(db);
 }
 
-/* Seals the active segment and starts the next; db->mu held. */
-static int do_roll(hashdb *db)
+/* Seals the active segment and starts the next, large enough for a record
+ * of rlen bytes; db->mu held.  The new segment is made first, so a full
+ * disk leaves the old one active and untouched. */
+static int do_roll(hashdb *db, uint64_t rlen)
 {
     hd_seg *old = db->active, *nw;
-    if (fdatasync(old->fd) != 0) {
-        int e = errno;
-        hd_log(db, "fdatasync of segment %08x failed: %s", old->id, strerror(e));
-        return hd_errno_status(e);
-    }
-    int rc = hd_seg_create(db, old->id + 1, &nw);
+    uint64_t cap = db->segsiz > HD_SEG_HDR + rlen ? db->segsiz : HD_SEG_HDR + rlen;
+    int rc = hd_seg_create(db, old->id + 1, cap, &nw);
     if (rc)
         return rc;
+    /* the old mapping stays for readers (offsets below size only) until the
+     * segment is compacted away; its preallocated tail is cut off */
+    old->wmap = NULL;
+    if (ftruncate(old->fd, (off_t)old->size) != 0)
+        hd_log(db, "cannot trim segment %08x: %s", old->id, strerror(errno));
+    if (fdatasync(old->fd) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "fdatasync of segment %08x failed: %s", old->id, strerror(errno));
+    }
     old->sealed = true;
     hd_seg_map(db, old);
     db->active = nw;
     db->sealed_since_ckpt = true;
     /* everything so far is on disk */
-    pthread_mutex_lock(&db->cmu);
-    uint64_t l = atomic_load(&db->lsn);
-    if (db->synced_lsn < l)
-        db->synced_lsn = l;
-    pthread_mutex_unlock(&db->cmu);
-    return KURA_OK;
+    if (rc == KURA_OK) {
+        pthread_mutex_lock(&db->cmu);
+        uint64_t l = atomic_load(&db->lsn);
+        if (db->synced_lsn < l)
+            db->synced_lsn = l;
+        pthread_mutex_unlock(&db->cmu);
+    }
+    return rc;
 }
 
 int hd_append(hashdb *db, int type, const char *key, size_t klen,
@@ -315,7 +361,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     pthread_mutex_lock(&db->mu);
     hd_seg *a = db->active;
     if (a->size > HD_SEG_HDR && a->size + rlen > db->segsiz) {
-        rc = do_roll(db);
+        rc = do_roll(db, rlen);
         if (rc)
             goto out;
         a = db->active;
@@ -325,6 +371,16 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     put32(h, hd_rec_crc(h, body_crc));
 
     uint64_t off = a->size, done = 0;
+    if (a->wmap && off + rlen <= a->wmaplen) {
+        /* a store into the shared mapping is in the page cache at once:
+         * it survives the death of the process like a write() would */
+        unsigned char *d = a->wmap + off;
+        for (int i = 0; i < n; i++) {
+            memcpy(d, iov[i].iov_base, iov[i].iov_len);
+            d += iov[i].iov_len;
+        }
+        done = rlen;
+    }
     struct iovec *v = iov;
     int vn = n;
     while (done < rlen) {

@@ -379,14 +379,17 @@ static void test_kill9_under_load(void)
                 pause();
         }
         close(pfd[1]);
-        struct timespec ts = { 0, (50 + rand() % 150) * 1000000L };
-        nanosleep(&ts, NULL);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
         uint32_t rec[2], maxi[4] = { 0 };
         long acked = 0;
-        bool any[4] = { false };
+        bool any[4] = { false }, first = true;
+        /* the clock starts at the first acknowledged write */
+        struct timespec ts = { 0, (20 + rand() % 150) * 1000000L };
         while (read(pfd[0], rec, sizeof(rec)) == sizeof(rec)) {
+            if (first) {
+                nanosleep(&ts, NULL);
+                kill(pid, SIGKILL);
+                first = false;
+            }
             acked++;
             if (rec[0] < 4 && rec[1] >= maxi[rec[0]]) {
                 maxi[rec[0]] = rec[1];
@@ -394,6 +397,8 @@ static void test_kill9_under_load(void)
             }
         }
         close(pfd[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
         kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
         kura_store *s;
         char err[512];
@@ -445,8 +450,10 @@ static void fill_store(const char *path, bool close_it, const char *image)
     }
     if (image)
         t_copy_dir(path, image);
-    if (close_it)
+    if (close_it) {
+        hashdb_debug_maintain(s, true, false);   /* the records are now checkpointed */
         kura_store_close(s);
+    }
 }
 
 static int count_present(kura_store *s, int *first_missing)
@@ -579,7 +586,7 @@ static void test_flipped_bytes(void)
     kura_store_close(s);
     /* both checkpoints damaged: refused; recovery rebuilds from the log */
     snprintf(ck, sizeof(ck), "%s/checkpoint", dir);
-    flip(ck, 100);
+    flip(ck, 120);
     snprintf(ck, sizeof(ck), "%s/checkpoint.prev", dir);
     flip(ck, 90);
     CHECK(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_ECORRUPT);
@@ -599,7 +606,7 @@ static void test_disk_full(void)
     kura_store_config cfg = t_cfg(KURA_SYNC_INTERVAL);
     kura_store *s;
     char err[512];
-    REQUIRE(t_open(path, "#segsiz=64m", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    REQUIRE(t_open(path, "#segsiz=256k", &cfg, &s, err, sizeof(err)) == KURA_OK);
     CHECK(t_put(s, "before", "here", 0, 0, 1, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     kura_store_close(s);
 
@@ -610,7 +617,7 @@ static void test_disk_full(void)
     if (pid == 0) {
         close(pfd[0]);
         signal(SIGXFSZ, SIG_IGN);
-        if (t_open(path, "#segsiz=64m", &cfg, &s, err, sizeof(err)) != KURA_OK)
+        if (t_open(path, "#segsiz=256k", &cfg, &s, err, sizeof(err)) != KURA_OK)
             _exit(10);
         struct rlimit rl;
         getrlimit(RLIMIT_FSIZE, &rl);
