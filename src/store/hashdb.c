@@ -46,8 +46,10 @@ void hd_ent_ref_bytes(hashdb *db, hd_ent *e)
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
         atomic_fetch_add(&sg->live, hd_rec_size(e->klen, e->vlen));
-    atomic_fetch_add(&db->items, 1);
-    atomic_fetch_add(&db->bytes, kura_item_wire_total(e->klen, e->vlen));
+    hd_stripe *st = hd_stripe_of(db, e->hash);
+    atomic_fetch_add_explicit(&st->items, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->bytes, kura_item_wire_total(e->klen, e->vlen),
+                              memory_order_relaxed);
 }
 
 void hd_ent_unref_bytes(hashdb *db, hd_ent *e)
@@ -55,8 +57,10 @@ void hd_ent_unref_bytes(hashdb *db, hd_ent *e)
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
         atomic_fetch_sub(&sg->live, hd_rec_size(e->klen, e->vlen));
-    atomic_fetch_sub(&db->items, 1);
-    atomic_fetch_sub(&db->bytes, kura_item_wire_total(e->klen, e->vlen));
+    hd_stripe *st = hd_stripe_of(db, e->hash);
+    atomic_fetch_sub_explicit(&st->items, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&st->bytes, kura_item_wire_total(e->klen, e->vlen),
+                              memory_order_relaxed);
 }
 
 static void note_clock(hashdb *db, const kura_clock *clk)
@@ -144,7 +148,7 @@ static void set_entry(hashdb *db, hd_ent *e, const hd_loc *loc, size_t vlen,
                       int64_t exptime, uint64_t cas)
 {
     e->seg = loc->seg;
-    e->off = loc->off;
+    e->off = (uint32_t)loc->off;
     e->seq = loc->seq;
     e->vlen = (uint32_t)vlen;
     e->exptime = exptime;
@@ -183,6 +187,8 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     int rc = KURA_OK;
 
     pthread_rwlock_wrlock(&st->lock);
+    /* the new entry's memory, fetched while the lookup misses */
+    __builtin_prefetch(st->slab, 1);
     hd_ent *e = hdx_find(st, h, it->key, it->klen), *fresh = NULL;
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     bool live = lv == KURA_LIVE;
@@ -437,8 +443,7 @@ static void hashdb_usage(kura_store *s, kura_store_usage *u)
 {
     hashdb *db = H(s);
     memset(u, 0, sizeof(*u));
-    u->curr_items = atomic_load(&db->items);
-    u->bytes = atomic_load(&db->bytes);
+    u->curr_items = hdx_items(db, &u->bytes);
     u->reclaimed = atomic_load(&db->reclaimed);
     u->expired_unfetched = atomic_load(&db->expired_unfetched);
 }
@@ -552,7 +557,7 @@ static double mono(void)
 /* About how many bytes a checkpoint of the index takes now. */
 static uint64_t ckpt_estimate(hashdb *db)
 {
-    return atomic_load(&db->items) * 64;
+    return hdx_items(db, NULL) * 64;
 }
 
 /* A checkpoint is due when the log written since the last one passes both
@@ -722,7 +727,7 @@ static int size_param(kura_params *params, const char *name, uint64_t *v, uint64
 int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
                 kura_store **out, char *err, size_t errlen)
 {
-    uint64_t bnum = 131072, msiz = 256ULL << 20, segsiz = 128ULL << 20,
+    uint64_t bnum = 1048576, msiz = 256ULL << 20, segsiz = 128ULL << 20,
              ckpt = 64ULL << 20, dfunit = 256, frag = 50;
     struct stat st;
     int rc;
@@ -730,7 +735,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     *out = NULL;
     if ((rc = size_param(params, "bnum", &bnum, 1, 1ULL << 36, err, errlen)) ||
         (rc = size_param(params, "msiz", &msiz, 0, 1ULL << 46, err, errlen)) ||
-        (rc = size_param(params, "segsiz", &segsiz, 4096, 1ULL << 40, err, errlen)) ||
+        (rc = size_param(params, "segsiz", &segsiz, 4096, 1ULL << 31, err, errlen)) ||
         (rc = size_param(params, "ckpt", &ckpt, 4096, 1ULL << 46, err, errlen)) ||
         (rc = size_param(params, "dfunit", &dfunit, 1, 1 << 20, err, errlen)) ||
         (rc = size_param(params, "frag", &frag, 1, 100, err, errlen)))
@@ -832,7 +837,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     }
     if (db->recovered_records || db->truncated_bytes || db->recovery_lost)
         hd_log(db, "opened: %llu items, replayed %llu records, cut %llu torn bytes, "
-               "lost %llu records or regions", (unsigned long long)atomic_load(&db->items),
+               "lost %llu records or regions", (unsigned long long)hdx_items(db, NULL),
                (unsigned long long)db->recovered_records,
                (unsigned long long)db->truncated_bytes, (unsigned long long)db->recovery_lost);
     if (!cfg->read_only) {

@@ -287,8 +287,10 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     db->state_seq = get64(p + 64);
     db->max_cas_seen = get64(p + 72);
     p += CK_HDR;
+    hdx_reserve(db, ck->count);
     for (uint64_t i = 0; i < ck->count; i++) {
-        if (p + CK_ENT > end || p[0] == 0 || p + CK_ENT + p[0] > end) {
+        if (p + CK_ENT > end || p[0] == 0 || p + CK_ENT + p[0] > end ||
+            get64(p + 8) > UINT32_MAX) {
             snprintf(err, errlen, "%s/checkpoint: bad entry %llu at offset %zu", db->dir,
                      (unsigned long long)i, (size_t)(p - ck->map));
             return KURA_ECORRUPT;
@@ -305,7 +307,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
             hdx_insert(s, e);
         }
         e->seg = get32(p + 4);
-        e->off = get64(p + 8);
+        e->off = (uint32_t)get64(p + 8);
         e->vlen = get32(p + 16);
         e->exptime = (int64_t)get64(p + 24);
         e->cas = get64(p + 32);
@@ -392,6 +394,8 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
         }
         return KURA_OK;
     }
+    if (off > UINT32_MAX)
+        return KURA_ECORRUPT;
     const char *key = (const char *)p + HD_REC_HDR;
     uint64_t hv = hd_hash(key, r->klen);
     hd_stripe *s = hd_stripe_of(db, hv);
@@ -414,7 +418,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
         db->max_cas_seen = r->cas;
     e->dead = 0;
     e->seg = seg;
-    e->off = off;
+    e->off = (uint32_t)off;
     e->vlen = r->vlen;
     e->exptime = r->exptime;
     e->cas = r->cas;

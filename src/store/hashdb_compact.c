@@ -97,7 +97,7 @@ int hd_compact_one(hashdb *db, bool force)
                     if (rc == KURA_OK) {
                         hd_ent_unref_bytes(db, e);
                         e->seg = loc.seg;
-                        e->off = loc.off;
+                        e->off = (uint32_t)loc.off;
                         hd_ent_ref_bytes(db, e);
                     }
                 }

@@ -58,14 +58,17 @@ static inline uint64_t hd_rec_size(size_t klen, size_t vlen)
     return HD_REC_HDR + (uint64_t)klen + vlen;
 }
 
-/* One key in the index.  Guarded by its stripe's lock. */
+/* One key in the index.  Guarded by its stripe's lock.  Laid out so that
+ * with a key of up to 9 bytes it fills one 64-byte cache line (entries are
+ * carved from line-aligned slabs in 8-byte size classes). */
 typedef struct hd_ent {
     struct hd_ent *next;
     uint64_t hash;
     uint64_t seq;               /* sequence number of the record pointed at */
     uint64_t cas;
     int64_t exptime;
-    uint64_t off;               /* record offset in its segment */
+    uint32_t off;               /* record offset in its segment (< 2^32:
+                                   a record starts below segsiz <= 2 GiB) */
     uint32_t seg;               /* segment id */
     uint32_t vlen;
     uint8_t klen;
@@ -76,14 +79,27 @@ typedef struct hd_ent {
 
 #define HD_ENT_CLASSES 40          /* entry sizes in 8-byte steps */
 
-typedef struct hd_slab hd_slab;
+/* Memory for the index: large mappings advised to use huge pages (the
+ * index is read at random; with 4 KiB pages most lookups would also miss
+ * the TLB), carved into bucket arrays and entry slabs.  Freed bucket arrays
+ * are kept for reuse by size; everything is unmapped at close. */
+typedef struct hd_arena {
+    pthread_mutex_t mu;
+    struct hd_chunk *chunks;
+    unsigned char *cur;
+    size_t left;
+    void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
+} hd_arena;
 
 typedef struct hd_stripe {
     pthread_rwlock_t lock;
     hd_ent **bkt;
     size_t nbkt;                /* power of two */
-    size_t count;
-    hd_slab *slabs;             /* entries are carved from these */
+    size_t count;               /* entries in the table */
+    hd_arena *arena;
+    unsigned char *slab;        /* entries are carved from here */
+    size_t slab_left;
+    _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
     hd_ent *free_ents[HD_ENT_CLASSES];
     char pad[64];
 } hd_stripe;
@@ -127,6 +143,7 @@ typedef struct hashdb {
     unsigned dfunit, frag_pct;
 
     hd_stripe *stripes;         /* HD_STRIPES of them */
+    hd_arena arena;
 
     /* segments: slot id % HD_SEG_SLOTS; written under seg_mu, read freely
      * by anyone holding a stripe lock of an entry that points there */
@@ -172,7 +189,6 @@ typedef struct hashdb {
     _Atomic bool clk_seen;
 
     /* counters */
-    _Atomic uint64_t items, bytes;
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
     _Atomic uint64_t write_errors, read_errors, corrupt_reads, syncs;
@@ -192,6 +208,8 @@ hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
 void hdx_insert(hd_stripe *s, hd_ent *e);
+void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
+uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 
 /* hashdb_log.c */
