@@ -75,17 +75,6 @@ static void note_clock(hashdb *db, const kura_clock *clk)
         atomic_store(&db->clk_seen, true);
 }
 
-/* A dead entry met by a writer: drop it (no tombstone is needed, see
- * docs/formats.md "Expiry").  Stripe write lock held. */
-static void do_reclaim(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
-{
-    atomic_fetch_add(&db->reclaimed, 1);
-    if (liveness == KURA_DEAD_EXPIRED && !e->fetched)
-        atomic_fetch_add(&db->expired_unfetched, 1);
-    hd_ent_unref_bytes(db, e);
-    hdx_remove(st, e);
-}
-
 static int check_key(const char *key, size_t klen)
 {
     return key && klen >= 1 && klen <= KURA_KEY_MAX ? KURA_OK : KURA_EINVAL;
@@ -264,7 +253,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
     if (!e) {
         rc = KURA_NOTFOUND;
     } else if (lv != KURA_LIVE) {
-        do_reclaim(db, st, e, lv);
+        hd_drop_dead(db, st, e, lv);     /* on a write error it just stays */
         rc = KURA_NOTFOUND;
     } else if (cmp_cas && e->cas != cmp_cas) {
         rc = KURA_EXISTS;
@@ -367,7 +356,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         if (!e)
             break;
         if (lv != KURA_LIVE) {
-            do_reclaim(db, st, e, lv);
+            hd_drop_dead(db, st, e, lv);
             break;
         }
         if (db->cfg.read_only) {
@@ -728,7 +717,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                 kura_store **out, char *err, size_t errlen)
 {
     uint64_t bnum = 1048576, msiz = 256ULL << 20, segsiz = 128ULL << 20,
-             ckpt = 64ULL << 20, dfunit = 256, frag = 50;
+             ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1;
     struct stat st;
     int rc;
 
@@ -738,7 +727,8 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         (rc = size_param(params, "segsiz", &segsiz, 4096, 1ULL << 31, err, errlen)) ||
         (rc = size_param(params, "ckpt", &ckpt, 4096, 1ULL << 46, err, errlen)) ||
         (rc = size_param(params, "dfunit", &dfunit, 1, 1 << 20, err, errlen)) ||
-        (rc = size_param(params, "frag", &frag, 1, 100, err, errlen)))
+        (rc = size_param(params, "frag", &frag, 1, 100, err, errlen)) ||
+        (rc = size_param(params, "mapwrite", &mapwrite, 0, 1, err, errlen)))
         return rc;
     rc = kura_params_reject_unused(params, path, err, errlen);
     if (rc)
@@ -761,6 +751,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     db->ckpt_bytes = ckpt;
     db->dfunit = (unsigned)dfunit;
     db->frag_pct = (unsigned)frag;
+    db->mapwrite = mapwrite != 0;
     pthread_mutex_init(&db->seg_mu, NULL);
     pthread_mutex_init(&db->mu, NULL);
     pthread_mutex_init(&db->cmu, NULL);

@@ -13,8 +13,8 @@
  * log is synced (the copies are durable before the original goes) and the
  * segment file is unlinked.  Every `dfunit` records it yields the CPU.
  *
- * The sweep walks a few stripes per call and drops dead entries (their
- * records become garbage for compaction).
+ * The sweep walks a few stripes per call and drops dead entries, each with
+ * a tombstone (their records become garbage for compaction).
  */
 #include <sched.h>
 #include <string.h>
@@ -83,11 +83,7 @@ int hd_compact_one(hashdb *db, bool force)
             if (e && e->seg == x->id && e->off == off) {
                 int lv = have_clk ? kura_item_liveness(e->exptime, e->cas, &clk) : KURA_LIVE;
                 if (lv != KURA_LIVE) {
-                    atomic_fetch_add(&db->reclaimed, 1);
-                    if (lv == KURA_DEAD_EXPIRED && !e->fetched)
-                        atomic_fetch_add(&db->expired_unfetched, 1);
-                    hd_ent_unref_bytes(db, e);
-                    hdx_remove(st, e);
+                    rc = hd_drop_dead(db, st, e, lv);
                 } else {
                     hd_loc loc;
                     uint32_t bcrc = crc32c_update(0, p + HD_REC_HDR, rlen - HD_REC_HDR);
@@ -138,26 +134,45 @@ int hd_compact_one(hashdb *db, bool force)
     return rc == KURA_OK ? 1 : rc;
 }
 
+/* Removes a dead entry, first logging a tombstone for it: a checkpoint
+ * written before may still hold the entry, and the segment its record is
+ * in may be compacted away before the next one, so replay must learn of
+ * the removal.  Stripe write lock held.  On a write error the entry stays
+ * (it is dead, so invisible) and the error is returned. */
+int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
+{
+    hd_loc loc;
+    int rc = hd_append(db, HD_REC_DEL, e->key, e->klen, NULL, 0, NULL, 0,
+                       crc32c_update(0, e->key, e->klen), 0, 0, 0, 0, &loc);
+    if (rc)
+        return rc;
+    atomic_fetch_add(&db->reclaimed, 1);
+    if (liveness == KURA_DEAD_EXPIRED && !e->fetched)
+        atomic_fetch_add(&db->expired_unfetched, 1);
+    hd_ent_unref_bytes(db, e);
+    hdx_remove(st, e);
+    return KURA_OK;
+}
+
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
 {
     long reclaimed = 0;
     size_t seen = 0;
-    for (int k = 0; k < HD_STRIPES && seen < budget; k++) {
+    int rc = KURA_OK;
+    for (int k = 0; k < HD_STRIPES && seen < budget && rc == KURA_OK; k++) {
         uint32_t i = atomic_fetch_add(&db->sweep_cursor, 1) % HD_STRIPES;
         hd_stripe *st = &db->stripes[i];
         pthread_rwlock_wrlock(&st->lock);
-        for (size_t b = 0; b < st->nbkt; b++) {
+        for (size_t b = 0; b < st->nbkt && rc == KURA_OK; b++) {
             hd_ent *e = st->bkt[b];
             while (e) {
                 hd_ent *next = e->next;
                 int lv = kura_item_liveness(e->exptime, e->cas, clk);
                 seen++;
                 if (lv != KURA_LIVE) {
-                    atomic_fetch_add(&db->reclaimed, 1);
-                    if (lv == KURA_DEAD_EXPIRED && !e->fetched)
-                        atomic_fetch_add(&db->expired_unfetched, 1);
-                    hd_ent_unref_bytes(db, e);
-                    hdx_remove(st, e);
+                    rc = hd_drop_dead(db, st, e, lv);
+                    if (rc)
+                        break;
                     reclaimed++;
                 }
                 e = next;

@@ -141,6 +141,7 @@ typedef struct hashdb {
     /* parameters */
     uint64_t bnum, msiz, segsiz, ckpt_bytes;
     unsigned dfunit, frag_pct;
+    bool mapwrite;              /* append through a shared mapping */
 
     hd_stripe *stripes;         /* HD_STRIPES of them */
     hd_arena arena;
@@ -262,6 +263,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen);
 /* hashdb_compact.c */
 int hd_compact_one(hashdb *db, bool force);
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget);
+int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
 
 /* hashdb.c */
 void hd_log(hashdb *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

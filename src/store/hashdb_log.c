@@ -158,7 +158,7 @@ static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
  * fails, the segment stays unmapped and appends use pwritev. */
 int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
 {
-    if (sg->wmap || sg->map || cap <= sg->size)
+    if (!db->mapwrite || sg->wmap || sg->map || cap <= sg->size)
         return KURA_OK;
     int r = posix_fallocate(sg->fd, 0, (off_t)cap);
     if (r == EOPNOTSUPP || r == EINVAL || r == ENOSYS)

@@ -222,9 +222,11 @@ static void test_model_crashes(void)
     m.clk.now = 2000000;
     printf("# seed %llu\n", (unsigned long long)m.rng);
     const char *path = t_path("model");
-    const char *params = "#segsiz=8k#ckpt=16k#bnum=64";
     int epochs = 24, total_ops = 0;
     for (int ep = 0; ep < epochs; ep++) {
+        /* every other epoch appends with pwritev instead of the mapping */
+        const char *params = ep % 2 ? "#segsiz=8k#ckpt=16k#bnum=64#mapwrite=0"
+                                    : "#segsiz=8k#ckpt=16k#bnum=64";
         int mode = ep % 3;            /* 0 SIGKILL, 1 _exit after K ops, 2 clean close */
         int sync = (ep / 3) % 3 == 2 ? KURA_SYNC_ALWAYS : (ep / 3) % 3;
         int K = sync == KURA_SYNC_ALWAYS ? 150 : 600;
@@ -353,8 +355,9 @@ static void *kl_writer(void *p)
 
 static void test_kill9_under_load(void)
 {
-    const char *params = "#segsiz=256k#ckpt=512k";
     for (int round = 0; round < 6; round++) {
+        const char *params = round % 2 ? "#segsiz=256k#ckpt=512k#mapwrite=0"
+                                       : "#segsiz=256k#ckpt=512k";
         char path[600];
         snprintf(path, sizeof(path), "%s/kill%d.kh", t_root, round);
         int sync = round % 3;
@@ -599,14 +602,14 @@ static void test_flipped_bytes(void)
 
 /* ---- a full disk -------------------------------------------------------- */
 
-static void test_disk_full(void)
+static void disk_full(const char *params, const char *name)
 {
     char path[600];
-    snprintf(path, sizeof(path), "%s/full.kh", t_root);
+    snprintf(path, sizeof(path), "%s/%s.kh", t_root, name);
     kura_store_config cfg = t_cfg(KURA_SYNC_INTERVAL);
     kura_store *s;
     char err[512];
-    REQUIRE(t_open(path, "#segsiz=256k", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    REQUIRE(t_open(path, params, &cfg, &s, err, sizeof(err)) == KURA_OK);
     CHECK(t_put(s, "before", "here", 0, 0, 1, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     kura_store_close(s);
 
@@ -617,7 +620,7 @@ static void test_disk_full(void)
     if (pid == 0) {
         close(pfd[0]);
         signal(SIGXFSZ, SIG_IGN);
-        if (t_open(path, "#segsiz=256k", &cfg, &s, err, sizeof(err)) != KURA_OK)
+        if (t_open(path, params, &cfg, &s, err, sizeof(err)) != KURA_OK)
             _exit(10);
         struct rlimit rl;
         getrlimit(RLIMIT_FSIZE, &rl);
@@ -696,14 +699,70 @@ static void test_disk_full(void)
     kura_store_close(s);
 }
 
+/* An item dead by the engine's clock (but not by the wall clock) is swept,
+ * its segment compacted away, and the process dies before the next
+ * checkpoint: the tombstone the sweep wrote keeps the old checkpoint's
+ * entry from pointing into the missing segment. */
+static void test_swept_then_compacted_crash(void)
+{
+    kura_clock c = { .now = time(NULL) + 10000000, .oldest_cas = 0 };
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_store *s;
+    char err[512], path[600], img[600];
+    snprintf(path, sizeof(path), "%s/swept.kh", t_root);
+    snprintf(img, sizeof(img), "%s/swept-image.kh", t_root);
+    REQUIRE(t_open(path, "#segsiz=4k#ckpt=1g", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_put(s, "doomed", "v", 0, c.now + 5, 1, KURA_PUT_ANY, 0, &c) == KURA_OK);
+    CHECK(t_put(s, "kept", "v", 0, 0, 2, KURA_PUT_ANY, 0, &c) == KURA_OK);
+    char val[500];
+    memset(val, 'x', sizeof(val) - 1);
+    val[sizeof(val) - 1] = '\0';
+    for (int i = 0; i < 40; i++) {       /* roll past the first segments */
+        char k[16];
+        snprintf(k, sizeof(k), "fill%d", i % 4);
+        t_put(s, k, val, 0, 0, 3 + (uint64_t)i, KURA_PUT_ANY, 0, &c);
+    }
+    CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+    CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+    c.now += 10;
+    CHECK(s->ops->sweep(s, &c, 1 << 20) == 1);
+    CHECK(hashdb_debug_maintain(s, false, true) == KURA_OK);
+    CHECK(t_stat(s, "hash_compactions") > 0);
+    CHECK(t_copy_dir(path, img) == 0);
+    kura_store_close(s);
+    int rc = t_open(img, "", &cfg, &s, err, sizeof(err));
+    if (rc)
+        printf("# %s\n", err);
+    REQUIRE(rc == KURA_OK);
+    t_val v;
+    CHECK(t_get(s, "doomed", &c, &v) != KURA_OK);
+    CHECK(t_get(s, "kept", &c, &v) == KURA_OK);
+    kura_store_close(s);
+}
+
+/* appending through the mapping: space is reserved per segment, so the
+ * full disk is met when the next segment cannot be reserved */
+static void test_disk_full_mapped(void)
+{
+    disk_full("#segsiz=256k", "full-mapped");
+}
+
+/* appending with pwritev: a write is cut short at the limit and undone */
+static void test_disk_full_pwrite(void)
+{
+    disk_full("#segsiz=256k#mapwrite=0", "full-pwrite");
+}
+
 int main(void)
 {
     t_setup();
     srand((unsigned)time(NULL));
     RUN(test_torn_tail);
     RUN(test_flipped_bytes);
-    RUN(test_disk_full);
+    RUN(test_disk_full_mapped);
+    RUN(test_disk_full_pwrite);
     RUN(test_kill9_under_load);
+    RUN(test_swept_then_compacted_crash);
     RUN(test_model_crashes);
     t_teardown();
     UNIT_DONE();
