@@ -449,6 +449,22 @@ static bool zero_from(hd_scan *sc, uint64_t off, bool last)
     return true;
 }
 
+/* True if a whole 4 KiB page in [from, to) holds only zeros. */
+static bool zero_page_in(int fd, uint64_t from, uint64_t to)
+{
+    unsigned char pg[4096];
+    for (uint64_t o = (from + 4095) & ~(uint64_t)4095; o + 4096 <= to; o += 4096) {
+        if (pread(fd, pg, sizeof(pg), (off_t)o) != (ssize_t)sizeof(pg))
+            return false;
+        size_t i = 0;
+        while (i < sizeof(pg) && pg[i] == 0)
+            i++;
+        if (i == sizeof(pg))
+            return true;
+    }
+    return false;
+}
+
 /* Replays one segment from off.  last: the newest segment, whose torn tail
  * is cut off rather than reported. */
 static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
@@ -494,6 +510,23 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             /* a torn tail: the record being written when we stopped */
             hd_log(db, "%s: cutting off a torn tail of %llu bytes at offset %llu", path,
                    (unsigned long long)(sg->size - off), (unsigned long long)off);
+            db->truncated_bytes += sg->size - off;
+            if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+                snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
+                         (unsigned long long)off, strerror(errno));
+                rc = hd_errno_status(errno);
+                break;
+            }
+            sg->size = off;
+            break;
+        }
+        if (s == KURA_ECORRUPT && last && zero_page_in(sg->fd, off, next)) {
+            /* a page that never reached the disk (power loss: the kernel
+             * writes pages back in any order); nothing after it was ever
+             * covered by a completed sync, so it is cut like a torn tail */
+            hd_log(db, "%s: an unwritten page after offset %llu: cutting off the %llu bytes "
+                   "from there (written after the last sync)", path, (unsigned long long)off,
+                   (unsigned long long)(sg->size - off));
             db->truncated_bytes += sg->size - off;
             if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
                 snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
