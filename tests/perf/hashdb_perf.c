@@ -7,7 +7,10 @@
  *   make build/libkura.a
  *   cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Iinclude tests/perf/hashdb_perf.c \
  *      build/libkura.a -pthread -o build/hashdb_perf
- *   ./build/hashdb_perf /tmp/perf.kh 1000000 [#params] [none|interval|always]
+ *   ./build/hashdb_perf /tmp/perf.kh 1000000 [#params] [none|interval|always] [klen vlen]
+ *
+ * With klen and vlen, keys are "%0<klen>ld" and values vlen bytes (e.g. the
+ * issue's scale check: 10000000 records, klen 20, vlen 150).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +58,11 @@ int main(int argc, char **argv)
                       : !strcmp(argv[4], "interval") ? KURA_SYNC_INTERVAL : KURA_SYNC_NONE;
     kura_clock clk = { .now = time(NULL) };
     kura_store *s;
-    char key[32];
+    char key[300];
+    int klen = argc > 6 ? atoi(argv[5]) : 8;
+    size_t vlen = argc > 6 ? (size_t)atol(argv[6]) : 8;
+    char *val = malloc(vlen + 16);
+    memset(val, 'v', vlen + 16);
 
     double t0 = now_s();
     if (kura_store_open(name, &cfg, &s, err, sizeof(err))) {
@@ -63,8 +70,11 @@ int main(int argc, char **argv)
         return 1;
     }
     for (long i = 1; i <= n; i++) {
-        snprintf(key, sizeof(key), "%08ld", i);
-        kura_item it = { .key = key, .klen = 8, .val = key, .vlen = 8, .cas = (uint64_t)i };
+        snprintf(key, sizeof(key), "%0*ld", klen, i);
+        if (vlen == 8)
+            memcpy(val, key, 8);
+        kura_item it = { .key = key, .klen = (size_t)klen, .val = val, .vlen = vlen,
+                         .cas = (uint64_t)i };
         if (s->ops->put(s, &it, KURA_PUT_ANY, 0, &clk) != KURA_OK) {
             fprintf(stderr, "put failed\n");
             return 1;
@@ -80,8 +90,8 @@ int main(int argc, char **argv)
     double to = now_s();
     size_t bytes = 0;
     for (long i = 1; i <= n; i++) {
-        snprintf(key, sizeof(key), "%08ld", i);
-        if (s->ops->get(s, key, 8, &clk, read_fn, &bytes) != KURA_OK) {
+        snprintf(key, sizeof(key), "%0*ld", klen, i);
+        if (s->ops->get(s, key, (size_t)klen, &clk, read_fn, &bytes) != KURA_OK) {
             fprintf(stderr, "get failed\n");
             return 1;
         }
@@ -89,6 +99,7 @@ int main(int argc, char **argv)
     double tr = now_s();
     kura_store_close(s);
     double t2 = now_s();
+    free(val);
     printf("write %ld: %.3f s (%.0f/s)   read %ld: %.3f s (%.0f/s)\n", n, t1 - t0,
            n / (t1 - t0), n, t2 - t1, n / (t2 - t1));
     printf("  (puts %.3f s, close %.3f s; open %.3f s, gets %.3f s, close %.3f s)\n",
