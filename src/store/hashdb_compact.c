@@ -36,7 +36,7 @@ int hd_compact_one(hashdb *db, bool force)
     uint32_t limit = db->ckpt_prev.seg < db->ckpt_cur.seg ? db->ckpt_prev.seg : db->ckpt_cur.seg;
     for (uint32_t id = db->seg_first; id < limit; id++) {
         hd_seg *sg = hd_seg_get(db, id);
-        if (!sg || !sg->sealed)
+        if (!sg || !sg->sealed || sg->keep)
             continue;
         uint64_t live = atomic_load(&sg->live);
         uint64_t dead = sg->size > live + HD_SEG_HDR ? sg->size - live - HD_SEG_HDR : 0;
@@ -115,6 +115,7 @@ int hd_compact_one(hashdb *db, bool force)
     if (rc == KURA_OK && atomic_load(&x->live) != 0) {
         hd_log(db, "compaction: %08x.seg still holds %llu live bytes; kept",
                x->id, (unsigned long long)atomic_load(&x->live));
+        x->keep = true;
         rc = KURA_ECORRUPT;
     }
     if (rc == KURA_OK)

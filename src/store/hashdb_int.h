@@ -110,6 +110,7 @@ typedef struct hd_seg {
     uint64_t size;              /* bytes of complete records + header */
     _Atomic uint64_t live;      /* bytes of records the index points at */
     bool sealed;
+    bool keep;                  /* compaction failed on it for good: not retried */
     const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
     size_t maplen;
     unsigned char *wmap;        /* active segment: the same mapping, written by
