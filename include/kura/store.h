@@ -82,6 +82,9 @@ typedef int (*kura_item_fn)(void *arg, const kura_item *it);
 typedef int (*kura_update_fn)(void *arg, const kura_item *cur, kura_update *out);
 /* Emits one "stats" line: name and value. */
 typedef void (*kura_stat_fn)(void *arg, const char *name, const char *value);
+/* Told that the changes covered by a durability ticket are durable
+ * (status KURA_OK) or could not be made so (KURA_EIO, ...). */
+typedef void (*kura_durable_fn)(void *arg, int status);
 
 /* Counters every store reports, with memcached's meaning. */
 typedef struct kura_store_usage {
@@ -147,6 +150,21 @@ typedef struct kura_store_ops {
 
     /* Syncs and frees everything; s is invalid afterwards. */
     void (*close)(kura_store *s);
+
+    /* Durability tickets (optional: NULL in stores with nothing to sync).
+     * For a server that must not answer a change before it is durable
+     * (-sync always) but must not block its event loop either: open with
+     * cfg->defer_sync, and put/del/update return as soon as the change is
+     * written (in the page cache; safe from kill -9) without waiting for
+     * the disk.  ticket() then returns a number covering every change the
+     * calling thread has completed; when_durable() calls fn(arg, status)
+     * once they are durable as the sync mode promises (at once for none and
+     * interval).  fn may run before when_durable() returns, in the calling
+     * thread, or later in the store's own thread; it must be short (e.g.
+     * queue the reply and wake the worker).  Many waiters share one
+     * fdatasync (group commit). */
+    uint64_t (*ticket)(kura_store *s);
+    int (*when_durable)(kura_store *s, uint64_t ticket, kura_durable_fn fn, void *arg);
 } kura_store_ops;
 
 struct kura_store {
@@ -160,6 +178,8 @@ typedef struct kura_store_config {
     int sync_mode;              /* enum kura_sync_mode */
     bool recover;               /* open a damaged file by salvaging what is intact */
     bool read_only;
+    bool defer_sync;            /* -sync always: changes do not wait for the disk;
+                                   the caller waits with ops->when_durable() */
 } kura_store_config;
 
 enum kura_sync_mode {

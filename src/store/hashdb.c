@@ -149,7 +149,9 @@ static void set_entry(hashdb *db, hd_ent *e, const hd_loc *loc, size_t vlen,
 
 static int finish_write(hashdb *db, int rc, bool wrote, uint64_t lsn)
 {
-    if (wrote && db->cfg.sync_mode == KURA_SYNC_ALWAYS) {
+    if (wrote)
+        hd_note_ticket(db, lsn);
+    if (wrote && db->cfg.sync_mode == KURA_SYNC_ALWAYS && !db->cfg.defer_sync) {
         int c = hd_commit(db, lsn);
         if (c)
             return c;
@@ -626,6 +628,7 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
 
 static void destroy(hashdb *db)
 {
+    hd_committer_stop(db);
     if (db->bg_running) {
         pthread_mutex_lock(&db->bg_mu);
         db->stopping = true;
@@ -647,6 +650,7 @@ static void destroy(hashdb *db)
     pthread_mutex_destroy(&db->mu);
     pthread_mutex_destroy(&db->cmu);
     pthread_cond_destroy(&db->ccv);
+    pthread_cond_destroy(&db->wcv);
     pthread_mutex_destroy(&db->ckpt_mu);
     pthread_mutex_destroy(&db->bg_mu);
     pthread_cond_destroy(&db->bg_cv);
@@ -657,6 +661,7 @@ static void destroy(hashdb *db)
 static void hashdb_close(kura_store *s)
 {
     hashdb *db = H(s);
+    hd_committer_stop(db);
     if (db->bg_running) {
         pthread_mutex_lock(&db->bg_mu);
         db->stopping = true;
@@ -683,6 +688,16 @@ static void hashdb_close(kura_store *s)
     destroy(db);
 }
 
+static uint64_t hashdb_ticket(kura_store *s)
+{
+    return hd_ticket(H(s));
+}
+
+static int hashdb_when_durable(kura_store *s, uint64_t ticket, kura_durable_fn fn, void *arg)
+{
+    return hd_when_durable(H(s), ticket, fn, arg);
+}
+
 static const kura_store_ops hashdb_ops = {
     .name = "hash",
     .get = hashdb_get,
@@ -697,6 +712,8 @@ static const kura_store_ops hashdb_ops = {
     .load_state = hashdb_load_state,
     .save_state = hashdb_save_state,
     .close = hashdb_close,
+    .ticket = hashdb_ticket,
+    .when_durable = hashdb_when_durable,
 };
 
 static int size_param(kura_params *params, const char *name, uint64_t *v, uint64_t lo,
@@ -756,6 +773,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     pthread_mutex_init(&db->mu, NULL);
     pthread_mutex_init(&db->cmu, NULL);
     pthread_cond_init(&db->ccv, NULL);
+    pthread_cond_init(&db->wcv, NULL);
     pthread_mutex_init(&db->ckpt_mu, NULL);
     pthread_mutex_init(&db->bg_mu, NULL);
     pthread_cond_init(&db->bg_cv, NULL);

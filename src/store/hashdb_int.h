@@ -172,6 +172,13 @@ typedef struct hashdb {
     bool syncing;
     uint64_t fail_lo, fail_hi;  /* lsn range whose sync failed */
 
+    /* durability tickets (cfg.defer_sync): waiters and their thread */
+    struct hd_waiter *waiters;  /* under cmu */
+    pthread_t committer;
+    bool committer_running;
+    bool committer_stop;        /* under cmu */
+    pthread_cond_t wcv;         /* committer waits here for waiters */
+
     /* checkpoints */
     pthread_mutex_t ckpt_mu;    /* one checkpoint or compaction at a time */
     hd_pos ckpt_cur, ckpt_prev;
@@ -235,6 +242,10 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
               uint64_t seq, hd_loc *out);
 int hd_commit(hashdb *db, uint64_t lsn);    /* makes the log durable up to lsn */
 int hd_sync_now(hashdb *db);                /* durable up to the current end */
+void hd_note_ticket(hashdb *db, uint64_t lsn);
+uint64_t hd_ticket(hashdb *db);
+int hd_when_durable(hashdb *db, uint64_t ticket, kura_durable_fn fn, void *arg);
+void hd_committer_stop(hashdb *db);
 int hd_read_record(hashdb *db, uint32_t seg, uint64_t off, size_t klen, size_t vlen,
                    const unsigned char **rec, hd_rec *r);
 int hd_errno_status(int e);

@@ -472,6 +472,123 @@ int hd_sync_now(hashdb *db)
     return hd_commit(db, atomic_load(&db->lsn));
 }
 
+/* ---- durability tickets ------------------------------------------------ */
+
+typedef struct hd_waiter {
+    struct hd_waiter *next;
+    uint64_t lsn;
+    kura_durable_fn fn;
+    void *arg;
+    int status;
+} hd_waiter;
+
+/* The last change the calling thread completed, per store. */
+static __thread struct { const hashdb *db; uint64_t lsn; } tl_ticket;
+
+void hd_note_ticket(hashdb *db, uint64_t lsn)
+{
+    tl_ticket.db = db;
+    tl_ticket.lsn = lsn;
+}
+
+uint64_t hd_ticket(hashdb *db)
+{
+    if (tl_ticket.db == db)
+        return tl_ticket.lsn;
+    return atomic_load(&db->lsn);      /* covers everything: conservative */
+}
+
+/* The committer: while anyone waits, sync to the end of the log and tell
+ * every waiter the sync covered.  Waiters that arrive during an fdatasync
+ * are covered by the next one: that is the group commit. */
+static void *committer_main(void *p)
+{
+    hashdb *db = p;
+    pthread_mutex_lock(&db->cmu);
+    for (;;) {
+        while (!db->waiters && !db->committer_stop)
+            pthread_cond_wait(&db->wcv, &db->cmu);
+        if (!db->waiters && db->committer_stop)
+            break;
+        pthread_mutex_unlock(&db->cmu);
+        hd_sync_now(db);
+        pthread_mutex_lock(&db->cmu);
+        hd_waiter *done = NULL, **pp = &db->waiters;
+        while (*pp) {
+            hd_waiter *w = *pp;
+            if (w->lsn <= db->synced_lsn) {
+                w->status = w->lsn > db->fail_lo && w->lsn <= db->fail_hi ? KURA_EIO : KURA_OK;
+                *pp = w->next;
+                w->next = done;
+                done = w;
+            } else {
+                pp = &w->next;
+            }
+        }
+        pthread_mutex_unlock(&db->cmu);
+        while (done) {
+            hd_waiter *n = done->next;
+            done->fn(done->arg, done->status);
+            free(done);
+            done = n;
+        }
+        pthread_mutex_lock(&db->cmu);
+    }
+    pthread_mutex_unlock(&db->cmu);
+    return NULL;
+}
+
+int hd_when_durable(hashdb *db, uint64_t ticket, kura_durable_fn fn, void *arg)
+{
+    if (db->cfg.sync_mode != KURA_SYNC_ALWAYS || db->cfg.read_only) {
+        fn(arg, KURA_OK);
+        return KURA_OK;
+    }
+    pthread_mutex_lock(&db->cmu);
+    if (ticket <= db->synced_lsn) {
+        bool failed = ticket > db->fail_lo && ticket <= db->fail_hi;
+        pthread_mutex_unlock(&db->cmu);
+        fn(arg, failed ? KURA_EIO : KURA_OK);
+        return KURA_OK;
+    }
+    hd_waiter *w = malloc(sizeof(*w));
+    if (!w) {
+        pthread_mutex_unlock(&db->cmu);
+        int rc = hd_commit(db, ticket);      /* no memory: wait here instead */
+        fn(arg, rc);
+        return KURA_OK;
+    }
+    *w = (hd_waiter){ db->waiters, ticket, fn, arg, KURA_OK };
+    db->waiters = w;
+    if (!db->committer_running) {
+        if (pthread_create(&db->committer, NULL, committer_main, db) != 0) {
+            db->waiters = w->next;
+            pthread_mutex_unlock(&db->cmu);
+            free(w);
+            int rc = hd_commit(db, ticket);
+            fn(arg, rc);
+            return KURA_OK;
+        }
+        db->committer_running = true;
+    }
+    pthread_cond_signal(&db->wcv);
+    pthread_mutex_unlock(&db->cmu);
+    return KURA_OK;
+}
+
+/* Answers every waiter and stops the committer (at close). */
+void hd_committer_stop(hashdb *db)
+{
+    pthread_mutex_lock(&db->cmu);
+    bool running = db->committer_running;
+    db->committer_stop = true;
+    pthread_cond_signal(&db->wcv);
+    pthread_mutex_unlock(&db->cmu);
+    if (running)
+        pthread_join(db->committer, NULL);
+    db->committer_running = false;
+}
+
 /* Per-thread buffer for records read with pread. */
 typedef struct tl_buf {
     unsigned char *p;
