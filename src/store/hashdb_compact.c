@@ -34,10 +34,21 @@ int hd_compact_one(hashdb *db, bool force)
         return 0;
     pthread_mutex_lock(&db->ckpt_mu);
     uint32_t limit = db->ckpt_prev.seg < db->ckpt_cur.seg ? db->ckpt_prev.seg : db->ckpt_cur.seg;
+    /* segment ids index a table of HD_SEG_SLOTS: when the live ones span
+     * half of it, the oldest moves to the head of the log whatever its
+     * fragmentation (a fully live old segment would otherwise stay forever) */
+    pthread_mutex_lock(&db->mu);
+    uint32_t active = db->active->id;
+    pthread_mutex_unlock(&db->mu);
+    bool span = active - db->seg_first > HD_SEG_SLOTS / 2;
     for (uint32_t id = db->seg_first; id < limit; id++) {
         hd_seg *sg = hd_seg_get(db, id);
         if (!sg || !sg->sealed || sg->keep)
             continue;
+        if (span) {
+            x = sg;
+            break;
+        }
         uint64_t live = atomic_load(&sg->live);
         uint64_t dead = sg->size > live + HD_SEG_HDR ? sg->size - live - HD_SEG_HDR : 0;
         bool ok = force ? dead > 0 : dead * 100 >= (uint64_t)db->frag_pct * sg->size;

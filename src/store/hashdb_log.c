@@ -230,6 +230,10 @@ int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen)
     unsigned char h[HD_SEG_HDR];
     struct stat st;
     hd_seg_path(db, id, path, sizeof(path));
+    if (atomic_load(&db->segs[id % HD_SEG_SLOTS])) {
+        snprintf(err, errlen, "%s: segment ids span more than %d", path, HD_SEG_SLOTS);
+        return KURA_EINVAL;
+    }
     int fd = open(path, (db->cfg.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -309,6 +313,12 @@ static int do_roll(hashdb *db, uint64_t rlen)
 {
     hd_seg *old = db->active, *nw;
     uint64_t cap = db->segsiz > HD_SEG_HDR + rlen ? db->segsiz : HD_SEG_HDR + rlen;
+    if (atomic_load(&db->segs[(old->id + 1) % HD_SEG_SLOTS])) {
+        /* compaction keeps the span of live ids far below this */
+        hd_log(db, "segment %08x would reuse the table slot of a live segment: "
+               "refusing writes until compaction catches up", old->id + 1);
+        return KURA_ENOSPC;
+    }
     int rc = hd_seg_create(db, old->id + 1, cap, &nw);
     if (rc)
         return rc;
