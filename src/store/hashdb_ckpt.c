@@ -138,6 +138,8 @@ int hd_ckpt_write(hashdb *db)
         hd_stripe *s = &db->stripes[i];
         pthread_rwlock_rdlock(&s->lock);
         for (size_t b = 0; b < s->nbkt; b++) {
+            if (b + 8 < s->nbkt && s->bkt[b + 8])
+                __builtin_prefetch(s->bkt[b + 8]);   /* overlap the misses */
             for (hd_ent *e = s->bkt[b]; e; e = e->next) {
                 unsigned char eb[CK_ENT];
                 memset(eb, 0, sizeof(eb));
