@@ -403,9 +403,20 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
             atomic_fetch_add(&db->write_errors, 1);
             hd_log(db, "write to segment %08x at offset %llu failed: %s", a->id,
                    (unsigned long long)off, strerror(e));
-            if (ftruncate(a->fd, (off_t)off) != 0)
+            /* undo the partial record; a mapped segment keeps its mapped
+             * size (stores into pages past the end of the file would fault)
+             * and gets zeros where the record began */
+            uint64_t cut = off;
+            if (a->wmap) {
+                if (off < a->wmaplen) {
+                    uint64_t z = a->wmaplen - off < done ? a->wmaplen - off : done;
+                    memset(a->wmap + off, 0, z);
+                }
+                cut = off > a->wmaplen ? off : a->wmaplen;
+            }
+            if (ftruncate(a->fd, (off_t)cut) != 0)
                 hd_log(db, "cannot cut segment %08x back to %llu: %s", a->id,
-                       (unsigned long long)off, strerror(errno));
+                       (unsigned long long)cut, strerror(errno));
             goto out;
         }
         done += (uint64_t)w;

@@ -790,6 +790,69 @@ static void test_swept_then_compacted_crash(void)
     kura_store_close(s);
 }
 
+/* A record too big for the mapped segment is written with pwritev; when
+ * that fails half-way, the mapped segment must stay usable (no SIGBUS on
+ * the next small record) and the partial record must not be read back. */
+static void test_big_record_fails_in_mapped_segment(void)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/bigfail.kh", t_root);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+        cfg.item_size_max = 1 << 20;
+        kura_store *s;
+        char err[512];
+        signal(SIGXFSZ, SIG_IGN);
+        if (t_open(path, "#segsiz=64k", &cfg, &s, err, sizeof(err)) != KURA_OK)
+            _exit(10);
+        struct rlimit rl;
+        getrlimit(RLIMIT_FSIZE, &rl);
+        struct rlimit low = { 100 * 1024, rl.rlim_max };
+        if (setrlimit(RLIMIT_FSIZE, &low) != 0)
+            _exit(11);
+        static char big[300 * 1024];
+        memset(big, 'B', sizeof(big));
+        kura_item it = { .key = "big", .klen = 3, .val = big, .vlen = sizeof(big), .cas = 1 };
+        if (s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_ENOSPC)
+            _exit(12);
+        for (int i = 0; i < 100; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "s%d", i);
+            if (t_put(s, k, "small", 0, 0, 2 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) != KURA_OK)
+                _exit(13);
+        }
+        t_val v;
+        if (t_get(s, "big", &CLK, &v) != KURA_NOTFOUND || t_get(s, "s99", &CLK, &v) != KURA_OK)
+            _exit(14);
+        _exit(0);       /* crash */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status))
+        printf("# child: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_store *s;
+    char err[512];
+    int rc = t_open(path, "", &cfg, &s, err, sizeof(err));
+    if (rc)
+        printf("# %s\n", err);
+    REQUIRE(rc == KURA_OK);
+    t_val v;
+    CHECK(t_get(s, "big", &CLK, &v) == KURA_NOTFOUND);
+    int n = 0;
+    for (int i = 0; i < 100; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "s%d", i);
+        n += t_get(s, k, &CLK, &v) == KURA_OK;
+    }
+    CHECK_EQ_INT(n, 100);
+    kura_store_close(s);
+}
+
 /* appending through the mapping: space is reserved per segment, so the
  * full disk is met when the next segment cannot be reserved */
 static void test_disk_full_mapped(void)
@@ -812,6 +875,7 @@ int main(void)
     RUN(test_unwritten_page);
     RUN(test_disk_full_mapped);
     RUN(test_disk_full_pwrite);
+    RUN(test_big_record_fails_in_mapped_segment);
     RUN(test_kill9_under_load);
     RUN(test_swept_then_compacted_crash);
     RUN(test_model_crashes);
