@@ -91,6 +91,28 @@ static void wb_put(wbuf *w, const void *p, size_t n)
     w->len += n;
 }
 
+typedef struct ck_dump {
+    wbuf *w;
+    uint64_t count;
+} ck_dump;
+
+static void dump_ent(void *arg, hd_ent *e)
+{
+    ck_dump *d = arg;
+    unsigned char eb[CK_ENT];
+    memset(eb, 0, sizeof(eb));
+    eb[0] = e->klen;
+    put32(eb + 4, e->seg);
+    put64(eb + 8, e->off);
+    put32(eb + 16, e->vlen);
+    put64(eb + 24, (uint64_t)e->exptime);
+    put64(eb + 32, e->cas);
+    put64(eb + 40, e->seq);
+    wb_put(d->w, eb, sizeof(eb));
+    wb_put(d->w, e->key, e->klen);
+    d->count++;
+}
+
 int hd_ckpt_write(hashdb *db)
 {
     char tmp[4200], cur[4200], prev[4200];
@@ -134,29 +156,14 @@ int hd_ckpt_write(hashdb *db)
     pthread_mutex_unlock(&db->mu);
     wb_put(&w, h, sizeof(h));
 
+    ck_dump d = { &w, 0 };
     for (int i = 0; i < HD_STRIPES && !w.err; i++) {
         hd_stripe *s = &db->stripes[i];
         pthread_rwlock_rdlock(&s->lock);
-        for (size_t b = 0; b < s->nbkt; b++) {
-            if (b + 8 < s->nbkt && s->bkt[b + 8])
-                __builtin_prefetch(s->bkt[b + 8]);   /* overlap the misses */
-            for (hd_ent *e = s->bkt[b]; e; e = e->next) {
-                unsigned char eb[CK_ENT];
-                memset(eb, 0, sizeof(eb));
-                eb[0] = e->klen;
-                put32(eb + 4, e->seg);
-                put64(eb + 8, e->off);
-                put32(eb + 16, e->vlen);
-                put64(eb + 24, (uint64_t)e->exptime);
-                put64(eb + 32, e->cas);
-                put64(eb + 40, e->seq);
-                wb_put(&w, eb, sizeof(eb));
-                wb_put(&w, e->key, e->klen);
-                count++;
-            }
-        }
+        hdx_walk(s, dump_ent, &d);
         pthread_rwlock_unlock(&s->lock);
     }
+    count = d.count;
     memcpy(t, HD_CKPT_END, 8);
     put64(t + 8, count);
     wb_put(&w, t, 16);

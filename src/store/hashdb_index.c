@@ -190,6 +190,14 @@ static size_t ent_class(size_t klen)
     return (offsetof(hd_ent, key) + klen + 7) / 8;
 }
 
+/* The head of each slab: the stripe's list of slabs and how much of this
+ * one is carved; entries follow it. */
+typedef struct hd_slab {
+    struct hd_slab *next;
+    size_t used;
+    char pad[48];
+} hd_slab;
+
 hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
 {
     size_t cls = ent_class(klen), sz = cls * 8;
@@ -198,16 +206,21 @@ hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
         s->free_ents[cls] = e->next;
     } else {
         if (s->slab_left < sz) {
-            s->slab = arena_alloc(s->arena, SLAB);
-            if (!s->slab) {
+            hd_slab *sl = arena_alloc(s->arena, SLAB);
+            if (!sl) {
                 s->slab_left = 0;
                 return NULL;
             }
-            s->slab_left = SLAB;
+            sl->next = s->slabs;
+            sl->used = 0;
+            s->slabs = sl;
+            s->slab = (unsigned char *)(sl + 1);
+            s->slab_left = SLAB - sizeof(hd_slab);
         }
         e = (hd_ent *)s->slab;
         s->slab += sz;
         s->slab_left -= sz;
+        s->slabs->used += sz;
     }
     memset(e, 0, sizeof(*e));
     e->hash = h;
@@ -219,8 +232,22 @@ hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
 void hdx_release(hd_stripe *s, hd_ent *e)
 {
     size_t cls = ent_class(e->klen);
+    e->dead = 2;
     e->next = s->free_ents[cls];
     s->free_ents[cls] = e;
+}
+
+void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
+{
+    for (hd_slab *sl = s->slabs; sl; sl = sl->next) {
+        unsigned char *p = (unsigned char *)(sl + 1), *end = p + sl->used;
+        while (p < end) {
+            hd_ent *e = (hd_ent *)p;
+            p += ent_class(e->klen) * 8;
+            if (e->dead != 2)
+                fn(arg, e);
+        }
+    }
 }
 
 /* Doubles the bucket array; O(entries of this stripe).  On allocation

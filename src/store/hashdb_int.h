@@ -72,7 +72,8 @@ typedef struct hd_ent {
     uint32_t seg;               /* segment id */
     uint32_t vlen;
     uint8_t klen;
-    uint8_t dead;               /* recovery only: a tombstone seen in replay */
+    uint8_t dead;               /* 1: a tombstone seen in replay (recovery only);
+                                   2: free (on a free list) */
     uint8_t fetched;            /* read at least once (stats only) */
     char key[];
 } hd_ent;
@@ -99,6 +100,7 @@ typedef struct hd_stripe {
     hd_arena *arena;
     unsigned char *slab;        /* entries are carved from here */
     size_t slab_left;
+    struct hd_slab *slabs;      /* every slab of this stripe, newest first */
     _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
     hd_ent *free_ents[HD_ENT_CLASSES];
     char pad[64];
@@ -216,6 +218,9 @@ void hdx_free(hashdb *db);
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
+/* Calls fn for every entry of the stripe in memory order (faster than the
+ * bucket chains, which visit memory at random); lock held by the caller. */
+void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
 void hdx_insert(hd_stripe *s, hd_ent *e);
 void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
