@@ -68,12 +68,14 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libkura.a $(LIBS)
 
-# Starts the server on the embedded default (a hash file under ./var/ once
-# that backend exists; the cache until then).  As root, kurad wants -u USER
-# (as memcached does); -u root keeps root for this developer's shortcut.
+# Starts the server in the foreground on the embedded default: a hash file
+# under ./var/ (RUN_DB='*' serves the in-memory cache instead).  As root,
+# kurad wants -u USER (as memcached does); -u root keeps root for this
+# developer's shortcut.
+RUN_DB ?= var/kura.kh
 run: $(KURAD)
 	@mkdir -p var
-	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) $(RUN_ARGS)
+	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) $(RUN_ARGS) $(RUN_DB)
 
 # Each test program prints TAP lines; tests/run collects them and prints the
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.

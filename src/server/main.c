@@ -141,6 +141,9 @@ int main(int argc, char **argv)
     if (settings.log_path && log_open(settings.log_path) < 0)
         return 1;
     signal(SIGPIPE, SIG_IGN);
+    /* A file size limit (ulimit -f) must fail the write with EFBIG, which
+     * the store reports as a full disk, not kill the server. */
+    signal(SIGXFSZ, SIG_IGN);
     if (settings.conf_path)
         log_msg(LOG_INFO, "options read from %s", settings.conf_path);
 

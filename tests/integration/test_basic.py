@@ -12,7 +12,7 @@
 import os, random, socket, sys, threading, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import ServerTestCase, Closed, stats, poll_until, kura_only
+from kuratest import ServerTestCase, Closed, stats, poll_until, kura_only, cache_only
 
 MB = 1024 * 1024
 
@@ -292,6 +292,7 @@ class Settings(ServerTestCase):
 class Eviction(ServerTestCase):
     SERVER_OPTS = dict(memory_mb=8)
 
+    @cache_only
     def test_lru_eviction_under_memory_limit(self):
         v = b"x" * 10000
         n = 3000                                      # 30 MB into an 8 MB cache

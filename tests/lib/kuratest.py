@@ -40,6 +40,17 @@ def kurad_path():
     return os.path.join(build, "kurad")
 
 
+def db_kind():
+    """The backend kurad runs on in this test run (KURA_DB): cache or hash."""
+    return "memcached" if is_memcached() else (os.environ.get("KURA_DB", "cache") or "cache")
+
+
+def cache_only(f):
+    """Decorator: behaviour of an in-memory cache (eviction, memory limits)."""
+    return unittest.skipIf(db_kind() not in ("memcached", "cache"),
+                           "in-memory cache behaviour")(f)
+
+
 def kura_only(f):
     """Decorator: a kurad-only test; skipped when KURA_SERVER=memcached."""
     return unittest.skipIf(is_memcached(), "kurad-only behaviour")(f)

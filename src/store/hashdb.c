@@ -1,0 +1,874 @@
+/*
+ * hashdb.c - the persistent hash file backend: kura_store operations.
+ *
+ * A log-structured hash store (see hashdb_int.h for the parts and
+ * docs/formats.md for the format and the reasoning).  Each operation takes
+ * its key's stripe lock (read lock for get, write lock for changes), checks
+ * liveness with kura_item_liveness(), appends at most one record to the log
+ * while holding it (so the log's order of records for one key is the order
+ * in which the stripe lock granted the changes), updates the index entry
+ * and lets go; with -sync always it then waits for the group commit, outside
+ * every lock.  Readers take only their stripe's read lock: they wait for a
+ * writer of the same stripe (1/1024 of the keys) for one record append at
+ * most, never for a checkpoint or a compaction step of another key.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "hashdb_int.h"
+
+static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
+
+void hd_log(hashdb *db, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (!getenv("KURA_HASHDB_QUIET"))
+        fprintf(stderr, "kura hashdb %s: %s\n", db->dir, buf);
+}
+
+/* Counts an entry in (or out of) the totals and its segment's live bytes.
+ * "bytes" counts memcached's item total without the 4 bytes memcached adds
+ * for non-zero flags: the index does not keep the flags. (The engine checks
+ * -I with them before a value reaches the store.)
+ * Caller holds the entry's stripe lock for writing. */
+void hd_ent_ref_bytes(hashdb *db, hd_ent *e)
+{
+    hd_seg *sg = hd_seg_get(db, e->seg);
+    if (sg)
+        atomic_fetch_add(&sg->live, hd_rec_size(e->klen, e->vlen));
+    hd_stripe *st = hd_stripe_of(db, e->hash);
+    atomic_fetch_add_explicit(&st->items, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0),
+                              memory_order_relaxed);
+}
+
+void hd_ent_unref_bytes(hashdb *db, hd_ent *e)
+{
+    hd_seg *sg = hd_seg_get(db, e->seg);
+    if (sg)
+        atomic_fetch_sub(&sg->live, hd_rec_size(e->klen, e->vlen));
+    hd_stripe *st = hd_stripe_of(db, e->hash);
+    atomic_fetch_sub_explicit(&st->items, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0),
+                              memory_order_relaxed);
+}
+
+static void note_clock(hashdb *db, const kura_clock *clk)
+{
+    if (!clk)
+        return;
+    if (atomic_load_explicit(&db->clk_now, memory_order_relaxed) != clk->now)
+        atomic_store_explicit(&db->clk_now, clk->now, memory_order_relaxed);
+    if (atomic_load_explicit(&db->clk_oldest, memory_order_relaxed) != clk->oldest_cas)
+        atomic_store_explicit(&db->clk_oldest, clk->oldest_cas, memory_order_relaxed);
+    if (!atomic_load_explicit(&db->clk_seen, memory_order_relaxed))
+        atomic_store(&db->clk_seen, true);
+}
+
+static int check_key(const char *key, size_t klen)
+{
+    return key && klen >= 1 && klen <= KURA_KEY_MAX ? KURA_OK : KURA_EINVAL;
+}
+
+static bool too_big(hashdb *db, size_t klen, size_t vlen)
+{
+    return vlen > UINT32_MAX - 1024 || kura_item_wire_total(klen, vlen, 0) > db->cfg.item_size_max;
+}
+
+static void fill_item(kura_item *it, const hd_ent *e, const unsigned char *rec, const hd_rec *r)
+{
+    it->key = (const char *)rec + HD_REC_HDR;
+    it->klen = e->klen;
+    it->val = rec + HD_REC_HDR + e->klen;
+    it->vlen = e->vlen;
+    it->flags = r->flags;
+    it->exptime = e->exptime;
+    it->cas = e->cas;
+}
+
+static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                      kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    if (check_key(key, klen))
+        return KURA_NOTFOUND;
+    note_clock(db, clk);
+    uint64_t h = hd_hash(key, klen);
+    hd_stripe *st = hd_stripe_of(db, h);
+    int rc;
+    pthread_rwlock_rdlock(&st->lock);
+    hd_ent *e = hdx_find(st, h, key, klen);
+    if (!e) {
+        rc = KURA_NOTFOUND;
+    } else {
+        int lv = kura_item_liveness(e->exptime, e->cas, clk);
+        if (lv != KURA_LIVE) {
+            rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
+        } else {
+            const unsigned char *rec;
+            hd_rec r;
+            rc = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+            if (rc == KURA_OK) {
+                kura_item it;
+                fill_item(&it, e, rec, &r);
+                if (!__atomic_load_n(&e->fetched, __ATOMIC_RELAXED))
+                    __atomic_store_n(&e->fetched, 1, __ATOMIC_RELAXED);
+                rc = fn ? fn(arg, &it) : KURA_OK;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&st->lock);
+    if ((rc == KURA_EXPIRED || rc == KURA_FLUSHED) && !db->cfg.read_only) {
+        /* As memcached does, a read that meets a dead item reclaims it, so
+         * curr_items and the space follow at once.  Taken again under the
+         * write lock; a failed tombstone only leaves the dead entry for the
+         * sweep. */
+        pthread_rwlock_wrlock(&st->lock);
+        e = hdx_find(st, h, key, klen);
+        int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
+        if (lv != KURA_LIVE)
+            (void)hd_drop_dead(db, st, e, lv);
+        pthread_rwlock_unlock(&st->lock);
+    }
+    return rc;
+}
+
+/* Points e at a freshly appended PUT record.  Stripe write lock held; e is
+ * not counted in the totals on entry and is on return. */
+static void set_entry(hashdb *db, hd_ent *e, const hd_loc *loc, size_t vlen,
+                      int64_t exptime, uint64_t cas)
+{
+    e->seg = loc->seg;
+    e->off = (uint32_t)loc->off;
+    e->seq = loc->seq;
+    e->vlen = (uint32_t)vlen;
+    e->exptime = exptime;
+    e->cas = cas;
+    e->dead = 0;
+    e->fetched = 0;
+    hd_ent_ref_bytes(db, e);
+}
+
+static int finish_write(hashdb *db, int rc, bool wrote, uint64_t lsn)
+{
+    /* With deferred_commit the server calls commit() before it replies. */
+    if (wrote && db->cfg.sync_mode == KURA_SYNC_ALWAYS && !db->cfg.deferred_commit) {
+        int c = hd_commit(db, lsn);
+        if (c)
+            return c;
+    }
+    return rc;
+}
+
+static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
+                      const kura_clock *clk)
+{
+    hashdb *db = H(s);
+    if (check_key(it->key, it->klen))
+        return KURA_EINVAL;
+    if (too_big(db, it->klen, it->vlen))
+        return KURA_ETOOBIG;
+    if (db->cfg.read_only)
+        return KURA_EREADONLY;
+    note_clock(db, clk);
+    uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), it->val, it->vlen);
+    uint64_t h = hd_hash(it->key, it->klen);
+    hd_stripe *st = hd_stripe_of(db, h);
+    hd_loc loc = { 0 };
+    bool wrote = false;
+    int rc = KURA_OK;
+
+    pthread_rwlock_wrlock(&st->lock);
+    /* the new entry's memory, fetched while the lookup misses */
+    __builtin_prefetch(st->slab, 1);
+    hd_ent *e = hdx_find(st, h, it->key, it->klen), *fresh = NULL;
+    int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
+    bool live = lv == KURA_LIVE;
+    switch (cond) {
+    case KURA_PUT_ANY:
+        break;
+    case KURA_PUT_ABSENT:
+        if (live)
+            rc = KURA_EXISTS;
+        break;
+    case KURA_PUT_PRESENT:
+        if (!live)
+            rc = KURA_NOTFOUND;
+        break;
+    case KURA_PUT_CAS:
+        if (!live)
+            rc = KURA_NOTFOUND;
+        else if (e->cas != cmp_cas)
+            rc = KURA_EXISTS;
+        break;
+    default:
+        rc = KURA_EINVAL;
+    }
+    if (rc)
+        goto out;
+    if (!e && !(fresh = hdx_new(st, h, it->key, it->klen))) {
+        rc = KURA_ENOMEM;
+        goto out;
+    }
+    rc = hd_append(db, HD_REC_PUT, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc,
+                   it->flags, it->exptime, it->cas, 0, &loc);
+    if (rc) {
+        if (fresh)
+            hdx_release(st, fresh);
+        goto out;
+    }
+    wrote = true;
+    if (e) {
+        if (!live) {
+            atomic_fetch_add(&db->reclaimed, 1);
+            if (lv == KURA_DEAD_EXPIRED && !e->fetched)
+                atomic_fetch_add(&db->expired_unfetched, 1);
+        }
+        hd_ent_unref_bytes(db, e);
+    } else {
+        e = fresh;
+        hdx_insert(st, e);
+    }
+    set_entry(db, e, &loc, it->vlen, it->exptime, it->cas);
+out:
+    pthread_rwlock_unlock(&st->lock);
+    return finish_write(db, rc, wrote, loc.lsn);
+}
+
+static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
+                      const kura_clock *clk)
+{
+    hashdb *db = H(s);
+    if (check_key(key, klen))
+        return KURA_NOTFOUND;
+    if (db->cfg.read_only)
+        return KURA_EREADONLY;
+    note_clock(db, clk);
+    uint64_t h = hd_hash(key, klen);
+    hd_stripe *st = hd_stripe_of(db, h);
+    hd_loc loc = { 0 };
+    bool wrote = false;
+    int rc = KURA_OK;
+
+    pthread_rwlock_wrlock(&st->lock);
+    hd_ent *e = hdx_find(st, h, key, klen);
+    int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
+    if (!e) {
+        rc = KURA_NOTFOUND;
+    } else if (lv != KURA_LIVE) {
+        hd_drop_dead(db, st, e, lv);     /* on a write error it just stays */
+        rc = KURA_NOTFOUND;
+    } else if (cmp_cas && e->cas != cmp_cas) {
+        rc = KURA_EXISTS;
+    } else {
+        rc = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0, crc32c_update(0, key, klen),
+                       0, 0, 0, 0, &loc);
+        if (rc == KURA_OK) {
+            wrote = true;
+            hd_ent_unref_bytes(db, e);
+            hdx_remove(st, e);
+        }
+    }
+    pthread_rwlock_unlock(&st->lock);
+    return finish_write(db, rc, wrote, loc.lsn);
+}
+
+static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                         kura_update_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    if (check_key(key, klen))
+        return KURA_EINVAL;
+    note_clock(db, clk);
+    uint64_t h = hd_hash(key, klen);
+    hd_stripe *st = hd_stripe_of(db, h);
+    hd_loc loc = { 0 };
+    bool wrote = false;
+    int rc = KURA_OK, src = KURA_OK;
+    kura_item cur;
+    kura_update up;
+    const unsigned char *rec = NULL;
+
+    pthread_rwlock_wrlock(&st->lock);
+    hd_ent *e = hdx_find(st, h, key, klen);
+    int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
+    if (e && lv == KURA_LIVE) {
+        hd_rec r;
+        src = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+        if (src)
+            goto out;
+        fill_item(&cur, e, rec, &r);
+    }
+    memset(&up, 0, sizeof(up));
+    rc = fn(arg, rec ? &cur : NULL, &up);
+    switch (up.action) {
+    case KURA_UPDATE_KEEP:
+        break;
+    case KURA_UPDATE_REPLACE:
+    case KURA_UPDATE_TOUCH: {
+        const void *v0 = up.part[0].base, *v1 = up.part[1].base;
+        size_t l0 = up.part[0].len, l1 = up.part[1].len;
+        uint32_t flags = up.flags;
+        uint64_t cas = up.cas;
+        if (up.action == KURA_UPDATE_TOUCH) {
+            if (!rec)
+                break;
+            v0 = cur.val;
+            l0 = cur.vlen;
+            v1 = NULL;
+            l1 = 0;
+            flags = cur.flags;
+            cas = cur.cas;
+        }
+        if (l1 > SIZE_MAX - l0 || too_big(db, klen, l0 + l1)) {
+            src = KURA_ETOOBIG;
+            break;
+        }
+        if (db->cfg.read_only) {
+            src = KURA_EREADONLY;
+            break;
+        }
+        hd_ent *fresh = NULL;
+        if (!e && !(fresh = hdx_new(st, h, key, klen))) {
+            src = KURA_ENOMEM;
+            break;
+        }
+        uint32_t bcrc = crc32c_update(0, key, klen);
+        bcrc = crc32c_update(bcrc, v0, l0);
+        bcrc = crc32c_update(bcrc, v1, l1);
+        src = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags,
+                        up.exptime, cas, 0, &loc);
+        if (src) {
+            if (fresh)
+            hdx_release(st, fresh);
+            break;
+        }
+        wrote = true;
+        if (e) {
+            if (lv != KURA_LIVE)
+                atomic_fetch_add(&db->reclaimed, 1);
+            hd_ent_unref_bytes(db, e);
+        } else {
+            e = fresh;
+            hdx_insert(st, e);
+        }
+        set_entry(db, e, &loc, l0 + l1, up.exptime, cas);
+        break;
+    }
+    case KURA_UPDATE_REMOVE:
+        if (!e)
+            break;
+        if (lv != KURA_LIVE) {
+            hd_drop_dead(db, st, e, lv);
+            break;
+        }
+        if (db->cfg.read_only) {
+            src = KURA_EREADONLY;
+            break;
+        }
+        src = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0,
+                        crc32c_update(0, key, klen), 0, 0, 0, 0, &loc);
+        if (src == KURA_OK) {
+            wrote = true;
+            hd_ent_unref_bytes(db, e);
+            hdx_remove(st, e);
+        }
+        break;
+    default:
+        src = KURA_EINVAL;
+    }
+out:
+    pthread_rwlock_unlock(&st->lock);
+    src = finish_write(db, src, wrote, loc.lsn);
+    return src ? src : rc;
+}
+
+static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    int bad = 0;
+    note_clock(db, clk);
+    for (int i = 0; i < HD_STRIPES; i++) {
+        hd_stripe *st = &db->stripes[i];
+        pthread_rwlock_rdlock(&st->lock);
+        for (size_t b = 0; b < st->nbkt; b++) {
+            for (hd_ent *e = st->bkt[b]; e; e = e->next) {
+                if (kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+                    continue;
+                const unsigned char *rec;
+                hd_rec r;
+                kura_item it;
+                int rc = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+                if (rc) {
+                    bad = rc;
+                    continue;
+                }
+                fill_item(&it, e, rec, &r);
+                rc = fn(arg, &it);
+                if (rc) {
+                    pthread_rwlock_unlock(&st->lock);
+                    return rc;
+                }
+            }
+        }
+        pthread_rwlock_unlock(&st->lock);
+    }
+    return bad;
+}
+
+static long hashdb_sweep(kura_store *s, const kura_clock *clk, size_t budget)
+{
+    hashdb *db = H(s);
+    if (db->cfg.read_only)
+        return 0;
+    note_clock(db, clk);
+    return hd_sweep(db, clk, budget);
+}
+
+static int hashdb_sync(kura_store *s)
+{
+    hashdb *db = H(s);
+    return db->cfg.read_only ? KURA_OK : hd_sync_now(db);
+}
+
+static void hashdb_usage(kura_store *s, kura_store_usage *u)
+{
+    hashdb *db = H(s);
+    memset(u, 0, sizeof(*u));
+    u->curr_items = hdx_items(db, &u->bytes);
+    u->reclaimed = atomic_load(&db->reclaimed);
+    u->expired_unfetched = atomic_load(&db->expired_unfetched);
+}
+
+static void emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+    emit(arg, name, buf);
+}
+
+static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
+{
+    hashdb *db = H(s);
+    uint64_t file = 0, live = 0, nseg = 0, expired = 0, buckets = 0;
+    kura_clock clk = { .now = atomic_load(&db->clk_now), .oldest_cas = atomic_load(&db->clk_oldest) };
+    if (!atomic_load(&db->clk_seen))
+        clk.now = time(NULL);
+
+    pthread_mutex_lock(&db->mu);
+    uint32_t hi = db->active->id;
+    pthread_mutex_lock(&db->seg_mu);
+    for (uint32_t id = db->seg_first; id <= hi; id++) {
+        hd_seg *sg = hd_seg_get(db, id);
+        if (sg) {
+            nseg++;
+            file += sg->size;
+            live += atomic_load(&sg->live);
+        }
+    }
+    pthread_mutex_unlock(&db->seg_mu);
+    pthread_mutex_unlock(&db->mu);
+    for (int i = 0; i < HD_STRIPES; i++) {
+        hd_stripe *st = &db->stripes[i];
+        pthread_rwlock_rdlock(&st->lock);
+        buckets += st->nbkt;
+        for (size_t b = 0; b < st->nbkt; b++)
+            for (hd_ent *e = st->bkt[b]; e; e = e->next)
+                if (kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE)
+                    expired += hd_rec_size(e->klen, e->vlen);
+        pthread_rwlock_unlock(&st->lock);
+    }
+    char frag[32];
+    snprintf(frag, sizeof(frag), "%.3f", file ? (double)(file - live) / (double)file : 0.0);
+    emit_u64(emit, arg, "hash_file_bytes", file);
+    emit_u64(emit, arg, "hash_live_bytes", live - (expired < live ? expired : live));
+    emit_u64(emit, arg, "hash_expired_bytes", expired);
+    emit_u64(emit, arg, "hash_dead_bytes", file - live);
+    emit(arg, "hash_fragmentation", frag);
+    emit_u64(emit, arg, "hash_segments", nseg);
+    emit_u64(emit, arg, "hash_index_buckets", buckets);
+    emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
+    emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
+    emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
+    emit_u64(emit, arg, "hash_syncs", atomic_load(&db->syncs));
+    emit_u64(emit, arg, "hash_write_errors", atomic_load(&db->write_errors));
+    emit_u64(emit, arg, "hash_read_errors", atomic_load(&db->read_errors));
+    emit_u64(emit, arg, "hash_corrupt_reads", atomic_load(&db->corrupt_reads));
+    emit_u64(emit, arg, "hash_recovered_records", db->recovered_records);
+    emit_u64(emit, arg, "hash_recovery_lost", db->recovery_lost);
+    emit_u64(emit, arg, "hash_truncated_bytes", db->truncated_bytes);
+}
+
+static int hashdb_load_state(kura_store *s, kura_store_state *st)
+{
+    hashdb *db = H(s);
+    pthread_mutex_lock(&db->mu);
+    *st = db->state;
+    if (db->max_cas_seen > st->max_cas)
+        st->max_cas = db->max_cas_seen;
+    pthread_mutex_unlock(&db->mu);
+    return KURA_OK;
+}
+
+static int hashdb_save_state(kura_store *s, const kura_store_state *st)
+{
+    hashdb *db = H(s);
+    unsigned char v[24];
+    hd_loc loc;
+    if (db->cfg.read_only)
+        return KURA_EREADONLY;
+    for (int i = 0; i < 8; i++) {
+        v[i] = (unsigned char)(st->max_cas >> (8 * i));
+        v[8 + i] = (unsigned char)(st->oldest_cas >> (8 * i));
+        v[16 + i] = (unsigned char)((uint64_t)st->flush_at >> (8 * i));
+    }
+    int rc = hd_append(db, HD_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0,
+                       crc32c_update(0, v, sizeof(v)), 0, 0, 0, 0, &loc);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&db->mu);
+    if (loc.seq > db->state_seq) {
+        db->state_seq = loc.seq;
+        db->state = *st;
+    }
+    pthread_mutex_unlock(&db->mu);
+    return db->cfg.sync_mode == KURA_SYNC_NONE ? KURA_OK : hd_commit(db, loc.lsn);
+}
+
+/* ---- background work: interval sync, checkpoints, compaction ---------- */
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* About how many bytes a checkpoint of the index takes now. */
+static uint64_t ckpt_estimate(hashdb *db)
+{
+    return hdx_items(db, NULL) * 64;
+}
+
+/* A checkpoint is due when the log written since the last one passes both
+ * `ckpt` bytes and the size of a checkpoint (so writing checkpoints never
+ * costs more than the writes themselves, and replay at open stays bounded
+ * by the larger of the two), or when a segment was sealed a while ago (so
+ * compaction, which needs two checkpoints past a segment, can proceed). */
+static bool want_checkpoint(hashdb *db, double since)
+{
+    uint64_t est = ckpt_estimate(db);
+    pthread_mutex_lock(&db->mu);
+    uint64_t a = db->appended_since_ckpt;
+    bool w = (a >= db->ckpt_bytes && a >= est) ||
+             (db->sealed_since_ckpt && since >= 2.0 && a >= est / 8);
+    pthread_mutex_unlock(&db->mu);
+    return w;
+}
+
+static void *bg_main(void *arg)
+{
+    hashdb *db = arg;
+    double last_sync = mono(), last_ckpt = mono();
+    pthread_mutex_lock(&db->bg_mu);
+    while (!db->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
+        if (db->stopping)
+            break;
+        pthread_mutex_unlock(&db->bg_mu);
+        double now = mono();
+        if (db->cfg.sync_mode == KURA_SYNC_INTERVAL && now - last_sync >= 1.0) {
+            hd_sync_now(db);
+            last_sync = now;
+        }
+        /* keep going while there is work: a checkpoint lets older
+         * segments be compacted, so a busy store needs both often */
+        for (int round = 0; round < 64 && !db->stopping; round++) {
+            bool did = false;
+            if (want_checkpoint(db, mono() - last_ckpt)) {
+                did = hd_ckpt_write(db) == KURA_OK;
+                last_ckpt = mono();
+            }
+            while (!db->stopping && hd_compact_one(db, false) > 0)
+                did = true;
+            if (!did)
+                break;
+        }
+        pthread_mutex_lock(&db->bg_mu);
+    }
+    pthread_mutex_unlock(&db->bg_mu);
+    return NULL;
+}
+
+int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
+{
+    hashdb *db = H(s);
+    int rc = KURA_OK;
+    if (checkpoint)
+        rc = hd_ckpt_write(db);
+    while (!rc && compact) {
+        int n = hd_compact_one(db, true);
+        if (n < 0)
+            rc = n;
+        if (n <= 0)
+            break;
+    }
+    return rc;
+}
+
+/* ---- open and close ------------------------------------------------- */
+
+static void destroy(hashdb *db)
+{
+    if (db->bg_running) {
+        pthread_mutex_lock(&db->bg_mu);
+        db->stopping = true;
+        pthread_cond_signal(&db->bg_cv);
+        pthread_mutex_unlock(&db->bg_mu);
+        pthread_join(db->bg, NULL);
+    }
+    for (uint32_t i = 0; i < HD_SEG_SLOTS; i++) {
+        hd_seg *sg = atomic_load(&db->segs[i]);
+        if (sg)
+            hd_seg_close(db, sg);
+    }
+    hdx_free(db);
+    if (db->lockfd >= 0)
+        close(db->lockfd);       /* releases the flock */
+    if (db->dirfd >= 0)
+        close(db->dirfd);
+    pthread_mutex_destroy(&db->seg_mu);
+    pthread_mutex_destroy(&db->mu);
+    pthread_mutex_destroy(&db->cmu);
+    pthread_cond_destroy(&db->ccv);
+    pthread_mutex_destroy(&db->ckpt_mu);
+    pthread_mutex_destroy(&db->bg_mu);
+    pthread_cond_destroy(&db->bg_cv);
+    free(db->dir);
+    free(db);
+}
+
+static void hashdb_close(kura_store *s)
+{
+    hashdb *db = H(s);
+    if (db->bg_running) {
+        pthread_mutex_lock(&db->bg_mu);
+        db->stopping = true;
+        pthread_cond_signal(&db->bg_cv);
+        pthread_mutex_unlock(&db->bg_mu);
+        pthread_join(db->bg, NULL);
+        db->bg_running = false;
+    }
+    if (!db->cfg.read_only) {
+        /* a checkpoint when replaying the log written since the last one
+         * would take longer than writing one (replay inserts in random
+         * order, a checkpoint loads stripe by stripe: about 4 times faster);
+         * otherwise a sync is enough */
+        uint64_t est = ckpt_estimate(db);
+        pthread_mutex_lock(&db->mu);
+        bool want = db->appended_since_ckpt > 0 && db->appended_since_ckpt >= est / 4;
+        pthread_mutex_unlock(&db->mu);
+        int rc = want ? hd_ckpt_write(db) : KURA_OK;
+        if (rc || !want)
+            rc = hd_sync_now(db);
+        if (rc)
+            hd_log(db, "close: data may not be on disk: %s", kura_strerror(rc));
+    }
+    destroy(db);
+}
+
+/* Every change completed so far is at or below the log's end. */
+static uint64_t hashdb_write_seq(kura_store *s)
+{
+    return atomic_load(&H(s)->lsn);
+}
+
+static int hashdb_commit(kura_store *s, uint64_t seq)
+{
+    return hd_commit(H(s), seq);
+}
+
+static const kura_store_ops hashdb_ops = {
+    .name = "hash",
+    .get = hashdb_get,
+    .put = hashdb_put,
+    .del = hashdb_del,
+    .update = hashdb_update,
+    .iterate = hashdb_iterate,
+    .sweep = hashdb_sweep,
+    .sync = hashdb_sync,
+    .usage = hashdb_usage,
+    .stats = hashdb_stats,
+    .load_state = hashdb_load_state,
+    .save_state = hashdb_save_state,
+    .close = hashdb_close,
+    .write_seq = hashdb_write_seq,
+    .commit = hashdb_commit,
+};
+
+static int size_param(kura_params *params, const char *name, uint64_t *v, uint64_t lo,
+                      uint64_t hi, char *err, size_t errlen)
+{
+    const char *s = kura_param_take(params, name);
+    if (!s)
+        return KURA_OK;
+    if (kura_parse_size(s, v) != KURA_OK || *v < lo || *v > hi) {
+        snprintf(err, errlen, "hash file parameter %s=%s: expected a size from %llu to %llu",
+                 name, s, (unsigned long long)lo, (unsigned long long)hi);
+        return KURA_EINVAL;
+    }
+    return KURA_OK;
+}
+
+int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
+                kura_store **out, char *err, size_t errlen)
+{
+    uint64_t bnum = 1048576, msiz = 256ULL << 20, segsiz = 128ULL << 20,
+             ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1;
+    struct stat st;
+    int rc;
+
+    *out = NULL;
+    if ((rc = size_param(params, "bnum", &bnum, 1, 1ULL << 36, err, errlen)) ||
+        (rc = size_param(params, "msiz", &msiz, 0, 1ULL << 46, err, errlen)) ||
+        (rc = size_param(params, "segsiz", &segsiz, 4096, 1ULL << 31, err, errlen)) ||
+        (rc = size_param(params, "ckpt", &ckpt, 4096, 1ULL << 46, err, errlen)) ||
+        (rc = size_param(params, "dfunit", &dfunit, 1, 1 << 20, err, errlen)) ||
+        (rc = size_param(params, "frag", &frag, 1, 100, err, errlen)) ||
+        (rc = size_param(params, "mapwrite", &mapwrite, 0, 1, err, errlen)))
+        return rc;
+    rc = kura_params_reject_unused(params, path, err, errlen);
+    if (rc)
+        return rc;
+
+    hashdb *db = calloc(1, sizeof(*db));
+    if (!db || !(db->dir = strdup(path))) {
+        free(db);
+        snprintf(err, errlen, "out of memory");
+        return KURA_ENOMEM;
+    }
+    db->base.ops = &hashdb_ops;
+    db->cfg = *cfg;
+    if (!db->cfg.item_size_max)
+        db->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
+    db->dirfd = db->lockfd = -1;
+    db->bnum = bnum;
+    db->msiz = msiz;
+    db->segsiz = segsiz;
+    db->ckpt_bytes = ckpt;
+    db->dfunit = (unsigned)dfunit;
+    db->frag_pct = (unsigned)frag;
+    db->mapwrite = mapwrite != 0;
+    pthread_mutex_init(&db->seg_mu, NULL);
+    pthread_mutex_init(&db->mu, NULL);
+    pthread_mutex_init(&db->cmu, NULL);
+    pthread_cond_init(&db->ccv, NULL);
+    pthread_mutex_init(&db->ckpt_mu, NULL);
+    pthread_mutex_init(&db->bg_mu, NULL);
+    pthread_cond_init(&db->bg_cv, NULL);
+
+    if (stat(path, &st) != 0) {
+        if (errno != ENOENT || cfg->read_only) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            rc = hd_errno_status(errno);
+            goto fail;
+        }
+        if (mkdir(path, 0755) != 0) {
+            snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+            rc = hd_errno_status(errno);
+            goto fail;
+        }
+        /* make the new directory's name durable */
+        char parent[4200];
+        snprintf(parent, sizeof(parent), "%s", path);
+        char *slash = strrchr(parent, '/');
+        if (slash == parent)
+            parent[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+        else
+            snprintf(parent, sizeof(parent), ".");
+        int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (pfd >= 0) {
+            fsync(pfd);
+            close(pfd);
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a kura hash database (it is a file; kura's hash "
+                 "database is a directory)", path);
+        rc = KURA_EINVAL;
+        goto fail;
+    }
+    db->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (db->dirfd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        rc = hd_errno_status(errno);
+        goto fail;
+    }
+    db->lockfd = openat(db->dirfd, "LOCK", (cfg->read_only ? O_RDONLY : O_RDWR | O_CREAT) |
+                        O_CLOEXEC, 0644);
+    if (db->lockfd >= 0 && flock(db->lockfd, (cfg->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+        snprintf(err, errlen, "%s: in use by another process (%s)", path,
+                 errno == EWOULDBLOCK ? "locked" : strerror(errno));
+        rc = KURA_EINVAL;
+        goto fail;
+    }
+    if (db->lockfd < 0 && !cfg->read_only) {
+        snprintf(err, errlen, "%s/LOCK: %s", path, strerror(errno));
+        rc = hd_errno_status(errno);
+        goto fail;
+    }
+    rc = hdx_init(db, bnum);
+    if (rc) {
+        snprintf(err, errlen, "out of memory for %llu buckets", (unsigned long long)bnum);
+        goto fail;
+    }
+    rc = hd_recover(db, err, errlen);
+    if (rc)
+        goto fail;
+    if (db->need_ckpt && !cfg->read_only) {
+        rc = hd_ckpt_write(db);
+        if (rc) {
+            snprintf(err, errlen, "%s: cannot write a checkpoint: %s", path, kura_strerror(rc));
+            goto fail;
+        }
+    }
+    if (db->recovered_records || db->truncated_bytes || db->recovery_lost)
+        hd_log(db, "opened: %llu items, replayed %llu records, cut %llu torn bytes, "
+               "lost %llu records or regions", (unsigned long long)hdx_items(db, NULL),
+               (unsigned long long)db->recovered_records,
+               (unsigned long long)db->truncated_bytes, (unsigned long long)db->recovery_lost);
+    if (!cfg->read_only) {
+        if (pthread_create(&db->bg, NULL, bg_main, db) != 0) {
+            snprintf(err, errlen, "cannot start the hash file's background thread");
+            rc = KURA_ESYS;
+            goto fail;
+        }
+        db->bg_running = true;
+    }
+    *out = &db->base;
+    return KURA_OK;
+fail:
+    destroy(db);
+    return rc;
+}

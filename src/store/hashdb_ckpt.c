@@ -1,0 +1,762 @@
+/*
+ * hashdb_ckpt.c - checkpoints: the index saved, so opening replays little.
+ *
+ * A checkpoint holds the replay position P (segment, offset) taken when it
+ * began, the engine's state and every index entry.  Entries are dumped one
+ * stripe at a time under its read lock while writers keep going, so the dump
+ * is fuzzy; that is safe because replay applies records by sequence number
+ * (a record changes an entry only if it is at least as new), so replaying
+ * from P over any state between P and the end of the dump gives the state at
+ * the end of the log.  Before the checkpoint is renamed into place the log
+ * is synced, so every record it points at is on disk first.
+ *
+ * It is written beside (checkpoint.tmp), fdatasynced, the previous one is
+ * renamed to checkpoint.prev, the new one renamed into place and the
+ * directory fsynced: at every instant at least one complete checkpoint
+ * exists.  Compaction only removes segments older than the older of the two
+ * replay positions, so falling back to checkpoint.prev is always possible.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "hashdb_int.h"
+
+#define CK_HDR 80
+#define CK_ENT 48
+#define CK_TRAILER 24
+
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+typedef struct wbuf {
+    int fd;
+    unsigned char *buf;
+    size_t len, cap;
+    uint32_t crc;
+    int err;                    /* errno of the first failed write */
+} wbuf;
+
+static void wb_flush(wbuf *w)
+{
+    size_t done = 0;
+    while (!w->err && done < w->len) {
+        ssize_t n = write(w->fd, w->buf + done, w->len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            w->err = n < 0 ? errno : ENOSPC;
+        else
+            done += (size_t)n;
+    }
+    w->len = 0;
+}
+
+static void wb_put(wbuf *w, const void *p, size_t n)
+{
+    w->crc = crc32c_update(w->crc, p, n);
+    if (w->len + n > w->cap)
+        wb_flush(w);
+    memcpy(w->buf + w->len, p, n);      /* n <= CK_ENT + 255 < cap */
+    w->len += n;
+}
+
+typedef struct ck_dump {
+    wbuf *w;
+    uint64_t count;
+} ck_dump;
+
+static void dump_ent(void *arg, hd_ent *e)
+{
+    ck_dump *d = arg;
+    unsigned char eb[CK_ENT];
+    memset(eb, 0, sizeof(eb));
+    eb[0] = e->klen;
+    put32(eb + 4, e->seg);
+    put64(eb + 8, e->off);
+    put32(eb + 16, e->vlen);
+    put64(eb + 24, (uint64_t)e->exptime);
+    put64(eb + 32, e->cas);
+    put64(eb + 40, e->seq);
+    wb_put(d->w, eb, sizeof(eb));
+    wb_put(d->w, e->key, e->klen);
+    d->count++;
+}
+
+int hd_ckpt_write(hashdb *db)
+{
+    char tmp[4200], cur[4200], prev[4200];
+    unsigned char h[CK_HDR], t[CK_TRAILER];
+    wbuf w = { .fd = -1, .cap = 1 << 20 };
+    hd_pos P;
+    uint64_t count = 0, saved_appended = 0;
+    int rc = KURA_OK;
+
+    if (db->cfg.read_only)
+        return KURA_OK;
+    pthread_mutex_lock(&db->ckpt_mu);
+    snprintf(tmp, sizeof(tmp), "%s/checkpoint.tmp", db->dir);
+    snprintf(cur, sizeof(cur), "%s/checkpoint", db->dir);
+    snprintf(prev, sizeof(prev), "%s/checkpoint.prev", db->dir);
+    w.buf = malloc(w.cap);
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (!w.buf || w.fd < 0) {
+        rc = w.buf ? hd_errno_status(errno) : KURA_ENOMEM;
+        hd_log(db, "cannot create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+
+    memset(h, 0, sizeof(h));
+    pthread_mutex_lock(&db->mu);
+    P.seg = db->active->id;
+    P.off = db->active->size;
+    memcpy(h, HD_CKPT_MAGIC, 8);
+    put32(h + 8, HD_VERSION);
+    put32(h + 16, P.seg);
+    put64(h + 24, P.off);
+    put64(h + 32, db->seq);
+    put64(h + 40, db->state.max_cas);
+    put64(h + 48, db->state.oldest_cas);
+    put64(h + 56, (uint64_t)db->state.flush_at);
+    put64(h + 64, db->state_seq);
+    put64(h + 72, db->max_cas_seen);
+    saved_appended = db->appended_since_ckpt;
+    db->appended_since_ckpt = 0;
+    db->sealed_since_ckpt = false;
+    pthread_mutex_unlock(&db->mu);
+    wb_put(&w, h, sizeof(h));
+
+    ck_dump d = { &w, 0 };
+    for (int i = 0; i < HD_STRIPES && !w.err; i++) {
+        hd_stripe *s = &db->stripes[i];
+        pthread_rwlock_rdlock(&s->lock);
+        hdx_walk(s, dump_ent, &d);
+        pthread_rwlock_unlock(&s->lock);
+    }
+    count = d.count;
+    memcpy(t, HD_CKPT_END, 8);
+    put64(t + 8, count);
+    wb_put(&w, t, 16);
+    put32(t + 16, w.crc);
+    put32(t + 20, 0);
+    w.crc = 0;
+    wb_put(&w, t + 16, 8);
+    wb_flush(&w);
+    if (w.err) {
+        rc = hd_errno_status(w.err);
+        hd_log(db, "cannot write %s: %s", tmp, strerror(w.err));
+        goto out;
+    }
+    /* every record the checkpoint points at must be on disk before it is */
+    rc = hd_sync_now(db);
+    if (rc)
+        goto out;
+    if (fdatasync(w.fd) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "fdatasync %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    close(w.fd);
+    w.fd = -1;
+    if (rename(cur, prev) != 0 && errno != ENOENT) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "rename %s: %s", cur, strerror(errno));
+        goto out;
+    }
+    if (rename(tmp, cur) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "rename %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    hd_fsync_dir(db);
+    db->ckpt_prev = db->ckpt_cur;
+    db->ckpt_cur = P;
+    db->ckpt_count++;
+    atomic_fetch_add(&db->checkpoints, 1);
+out:
+    if (w.fd >= 0)
+        close(w.fd);
+    free(w.buf);
+    if (rc) {
+        unlink(tmp);
+        pthread_mutex_lock(&db->mu);
+        db->appended_since_ckpt += saved_appended;
+        pthread_mutex_unlock(&db->mu);
+    }
+    pthread_mutex_unlock(&db->ckpt_mu);
+    return rc;
+}
+
+/* A checkpoint file checked whole and mapped; loaded by ck_load(). */
+typedef struct ck_file {
+    bool exists, valid;
+    const unsigned char *map;
+    size_t len;
+    hd_pos P;
+    uint64_t seq, count;
+    char why[4400];
+} ck_file;
+
+static void ck_check(hashdb *db, const char *name, ck_file *ck)
+{
+    char path[4200];
+    struct stat st;
+    memset(ck, 0, sizeof(*ck));
+    snprintf(path, sizeof(path), "%s/%s", db->dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT) {
+            ck->exists = true;
+            snprintf(ck->why, sizeof(ck->why), "%s: %s", path, strerror(errno));
+        }
+        return;
+    }
+    ck->exists = true;
+    if (fstat(fd, &st) != 0 || st.st_size < CK_HDR + CK_TRAILER) {
+        snprintf(ck->why, sizeof(ck->why), "%s: too short (%lld bytes)", path,
+                 (long long)st.st_size);
+        close(fd);
+        return;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        snprintf(ck->why, sizeof(ck->why), "%s: mmap: %s", path, strerror(errno));
+        return;
+    }
+    ck->map = m;
+    ck->len = (size_t)st.st_size;
+    const unsigned char *p = m, *t = p + ck->len - CK_TRAILER;
+    if (memcmp(p, HD_CKPT_MAGIC, 8) != 0 || memcmp(t, HD_CKPT_END, 8) != 0) {
+        snprintf(ck->why, sizeof(ck->why), "%s: bad magic at offset %zu", path,
+                 memcmp(p, HD_CKPT_MAGIC, 8) ? (size_t)0 : ck->len - CK_TRAILER);
+        return;
+    }
+    if (get32(p + 8) != HD_VERSION) {
+        snprintf(ck->why, sizeof(ck->why), "%s: unsupported version %u", path, get32(p + 8));
+        return;
+    }
+    if (crc32c_update(0, p, ck->len - 8) != get32(t + 16)) {
+        snprintf(ck->why, sizeof(ck->why), "%s: checksum mismatch (file of %zu bytes)",
+                 path, ck->len);
+        return;
+    }
+    ck->P.seg = get32(p + 16);
+    ck->P.off = get64(p + 24);
+    ck->seq = get64(p + 32);
+    ck->count = get64(t + 8);
+    ck->valid = true;
+}
+
+static void ck_release(ck_file *ck)
+{
+    if (ck->map)
+        munmap((void *)ck->map, ck->len);
+    ck->map = NULL;
+}
+
+/* Loads a checked checkpoint into the (empty) index. */
+static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
+{
+    const unsigned char *p = ck->map, *end = ck->map + ck->len - CK_TRAILER;
+    db->seq = get64(p + 32);
+    db->state.max_cas = get64(p + 40);
+    db->state.oldest_cas = get64(p + 48);
+    db->state.flush_at = (int64_t)get64(p + 56);
+    db->state_seq = get64(p + 64);
+    db->max_cas_seen = get64(p + 72);
+    p += CK_HDR;
+    hdx_reserve(db, ck->count);
+    for (uint64_t i = 0; i < ck->count; i++) {
+        if (p + CK_ENT > end || p[0] == 0 || p + CK_ENT + p[0] > end ||
+            get64(p + 8) > UINT32_MAX) {
+            snprintf(err, errlen, "%s/checkpoint: bad entry %llu at offset %zu", db->dir,
+                     (unsigned long long)i, (size_t)(p - ck->map));
+            return KURA_ECORRUPT;
+        }
+        size_t klen = p[0];
+        const char *key = (const char *)p + CK_ENT;
+        uint64_t hv = hd_hash(key, klen);
+        hd_stripe *s = hd_stripe_of(db, hv);
+        hd_ent *e = hdx_find(s, hv, key, klen);
+        if (!e) {
+            e = hdx_new(s, hv, key, klen);
+            if (!e)
+                return KURA_ENOMEM;
+            hdx_insert(s, e);
+        }
+        e->seg = get32(p + 4);
+        e->off = (uint32_t)get64(p + 8);
+        e->vlen = get32(p + 16);
+        e->exptime = (int64_t)get64(p + 24);
+        e->cas = get64(p + 32);
+        e->seq = get64(p + 40);
+        if (e->seq > db->seq)
+            db->seq = e->seq;
+        p += CK_ENT + klen;
+    }
+    return KURA_OK;
+}
+
+/* ---- recovery ---------------------------------------------------------- */
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Segment ids present in the directory, sorted. */
+static int list_segments(hashdb *db, uint32_t **ids, size_t *n)
+{
+    int fd = openat(db->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    size_t cap = 16;
+    *n = 0;
+    *ids = malloc(cap * sizeof(uint32_t));
+    if (!d || !*ids) {
+        if (fd >= 0)
+            close(fd);
+        return KURA_ESYS;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        unsigned id;
+        char tail[8];
+        if (strlen(de->d_name) != 12 || sscanf(de->d_name, "%8x%7s", &id, tail) != 2 ||
+            strcmp(tail, ".seg") != 0)
+            continue;
+        if (*n == cap) {
+            uint32_t *m = realloc(*ids, (cap *= 2) * sizeof(uint32_t));
+            if (!m) {
+                closedir(d);
+                return KURA_ENOMEM;
+            }
+            *ids = m;
+        }
+        (*ids)[(*n)++] = id;
+    }
+    closedir(d);
+    qsort(*ids, *n, sizeof(uint32_t), cmp_u32);
+    return KURA_OK;
+}
+
+/* The newest segment is no longer than a header: the process died while
+ * creating it.  Removes it (nothing was ever appended to it). */
+static bool torn_creation(hashdb *db, uint32_t id)
+{
+    char path[4200];
+    struct stat st;
+    hd_seg_path(db, id, path, sizeof(path));
+    if (stat(path, &st) != 0 || st.st_size > HD_SEG_HDR)
+        return false;
+    hd_log(db, "%s: removing a segment whose creation was interrupted (%lld bytes)", path,
+           (long long)st.st_size);
+    if (!db->cfg.read_only) {
+        unlink(path);
+        hd_fsync_dir(db);
+    }
+    return true;
+}
+
+static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const unsigned char *p)
+{
+    if (r->seq > db->seq)
+        db->seq = r->seq;
+    if (r->type == HD_REC_STATE) {
+        if (r->seq > db->state_seq) {
+            const unsigned char *v = p + HD_REC_HDR;
+            db->state_seq = r->seq;
+            db->state.max_cas = get64(v);
+            db->state.oldest_cas = get64(v + 8);
+            db->state.flush_at = (int64_t)get64(v + 16);
+        }
+        return KURA_OK;
+    }
+    if (off > UINT32_MAX)
+        return KURA_ECORRUPT;
+    const char *key = (const char *)p + HD_REC_HDR;
+    uint64_t hv = hd_hash(key, r->klen);
+    hd_stripe *s = hd_stripe_of(db, hv);
+    hd_ent *e = hdx_find(s, hv, key, r->klen);
+    if (!e) {
+        e = hdx_new(s, hv, key, r->klen);
+        if (!e)
+            return KURA_ENOMEM;
+        e->seq = 0;
+        hdx_insert(s, e);
+    } else if (r->type == HD_REC_PUT ? r->seq < e->seq : r->seq <= e->seq) {
+        return KURA_OK;     /* an older version, or a copy of one */
+    }
+    e->seq = r->seq;
+    if (r->type == HD_REC_DEL) {
+        e->dead = 1;
+        return KURA_OK;
+    }
+    if (r->cas > db->max_cas_seen)
+        db->max_cas_seen = r->cas;
+    e->dead = 0;
+    e->seg = seg;
+    e->off = (uint32_t)off;
+    e->vlen = r->vlen;
+    e->exptime = r->exptime;
+    e->cas = r->cas;
+    return KURA_OK;
+}
+
+/* True if the bytes at off hold no record at all: a zero header, and for a
+ * segment other than the newest, nothing but zeros to its end (which only
+ * a crash between creating the next segment and trimming this one leaves). */
+static bool zero_from(hd_scan *sc, uint64_t off, bool last)
+{
+    unsigned char z[4096];
+    if (off >= sc->fsize)
+        return false;
+    for (uint64_t o = off; o < sc->fsize; o += sizeof(z)) {
+        size_t n = sc->fsize - o < sizeof(z) ? (size_t)(sc->fsize - o) : sizeof(z);
+        if (o == off && n > HD_REC_HDR && last)
+            n = HD_REC_HDR;
+        ssize_t got = pread(sc->fd, z, n, (off_t)o);
+        if (got != (ssize_t)n)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (z[i])
+                return false;
+        if (last)
+            return true;
+    }
+    return true;
+}
+
+/* True if a whole 4 KiB page in [from, to) holds only zeros. */
+static bool zero_page_in(int fd, uint64_t from, uint64_t to)
+{
+    unsigned char pg[4096];
+    for (uint64_t o = (from + 4095) & ~(uint64_t)4095; o + 4096 <= to; o += 4096) {
+        if (pread(fd, pg, sizeof(pg), (off_t)o) != (ssize_t)sizeof(pg))
+            return false;
+        size_t i = 0;
+        while (i < sizeof(pg) && pg[i] == 0)
+            i++;
+        if (i == sizeof(pg))
+            return true;
+    }
+    return false;
+}
+
+/* Replays one segment from off.  last: the newest segment, whose torn tail
+ * is cut off rather than reported. */
+static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
+                          char *err, size_t errlen)
+{
+    hd_scan sc;
+    hd_rec r;
+    const unsigned char *p;
+    int rc = KURA_OK;
+    char path[4200];
+    hd_seg_path(db, sg->id, path, sizeof(path));
+    hd_scan_init(&sc, sg->fd, sg->size);
+    while (off < sg->size) {
+        int s = hd_scan_rec(&sc, off, &r, &p);
+        if (s == KURA_OK) {
+            rc = apply(db, sg->id, off, &r, p);
+            if (rc)
+                break;
+            db->recovered_records++;
+            off += hd_rec_size(r.klen, r.vlen);
+            continue;
+        }
+        if (s == KURA_ENOMEM) {
+            rc = s;
+            break;
+        }
+        if (s == KURA_ECORRUPT && zero_from(&sc, off, last)) {
+            /* never written: a preallocated tail, or (last segment only) a
+             * page the kernel had not written back when the power went */
+            if (off < sg->size) {
+                if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+                    snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
+                             (unsigned long long)off, strerror(errno));
+                    rc = hd_errno_status(errno);
+                    break;
+                }
+                sg->size = off;
+            }
+            break;
+        }
+        uint64_t next = hd_scan_resync(&sc, off);
+        if (s == KURA_ECORRUPT && last && next >= sg->size) {
+            /* a torn tail: the record being written when we stopped */
+            hd_log(db, "%s: cutting off a torn tail of %llu bytes at offset %llu", path,
+                   (unsigned long long)(sg->size - off), (unsigned long long)off);
+            db->truncated_bytes += sg->size - off;
+            if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+                snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
+                         (unsigned long long)off, strerror(errno));
+                rc = hd_errno_status(errno);
+                break;
+            }
+            sg->size = off;
+            break;
+        }
+        if (s == KURA_ECORRUPT && last && zero_page_in(sg->fd, off, next)) {
+            /* a page that never reached the disk (power loss: the kernel
+             * writes pages back in any order); nothing after it was ever
+             * covered by a completed sync, so it is cut like a torn tail */
+            hd_log(db, "%s: an unwritten page after offset %llu: cutting off the %llu bytes "
+                   "from there (written after the last sync)", path, (unsigned long long)off,
+                   (unsigned long long)(sg->size - off));
+            db->truncated_bytes += sg->size - off;
+            if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+                snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
+                         (unsigned long long)off, strerror(errno));
+                rc = hd_errno_status(errno);
+                break;
+            }
+            sg->size = off;
+            break;
+        }
+        if (!db->cfg.recover) {
+            snprintf(err, errlen, "%s: %s at offset %llu (start with recovery to salvage the "
+                     "intact records)", path, s == KURA_EIO ? "read error" : "corrupt record",
+                     (unsigned long long)off);
+            rc = s == KURA_EIO ? KURA_EIO : KURA_ECORRUPT;
+            break;
+        }
+        hd_log(db, "%s: skipping %llu damaged bytes at offset %llu", path,
+               (unsigned long long)(next - off), (unsigned long long)off);
+        db->recovery_lost++;
+        off = next;
+    }
+    hd_scan_done(&sc);
+    return rc;
+}
+
+/* After replay: drop tombstones, check every entry's segment exists (and
+ * with recovery, that its record is intact), count live bytes. */
+static int finish_index(hashdb *db, char *err, size_t errlen)
+{
+    kura_clock clk = { .now = time(NULL), .oldest_cas = db->state.oldest_cas };
+    for (int i = 0; i < HD_STRIPES; i++) {
+        hd_stripe *s = &db->stripes[i];
+        for (size_t b = 0; b < s->nbkt; b++) {
+            hd_ent *e = s->bkt[b];
+            while (e) {
+                hd_ent *n = e->next;
+                hd_seg *sg = e->dead ? NULL : hd_seg_get(db, e->seg);
+                bool drop = e->dead;
+                if (!drop && !sg) {
+                    if (kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE) {
+                        drop = true;    /* compaction removed it as dead */
+                    } else if (db->cfg.recover) {
+                        hd_log(db, "segment %08x missing: key '%.*s' lost", e->seg,
+                               e->klen, e->key);
+                        db->recovery_lost++;
+                        drop = true;
+                    } else {
+                        snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
+                                 "into it (start with recovery to salvage the rest)",
+                                 db->dir, e->seg);
+                        return KURA_ECORRUPT;
+                    }
+                }
+                if (!drop && db->cfg.recover) {
+                    const unsigned char *p;
+                    hd_rec r;
+                    if (hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &p, &r) != KURA_OK) {
+                        db->recovery_lost++;
+                        drop = true;
+                    }
+                }
+                if (drop) {
+                    hdx_remove(s, e);
+                } else {
+                    hd_ent_ref_bytes(db, e);
+                }
+                e = n;
+            }
+        }
+    }
+    return KURA_OK;
+}
+
+int hd_recover(hashdb *db, char *err, size_t errlen)
+{
+    uint32_t *ids = NULL;
+    size_t nids = 0;
+    ck_file cur, prev, *use = NULL;
+    hd_pos P = { 1, HD_SEG_HDR };
+    int rc;
+    char tmp[4200];
+
+    snprintf(tmp, sizeof(tmp), "%s/checkpoint.tmp", db->dir);
+    if (!db->cfg.read_only)
+        unlink(tmp);
+    rc = list_segments(db, &ids, &nids);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot list the directory", db->dir);
+        return rc;
+    }
+    ck_check(db, "checkpoint", &cur);
+    ck_check(db, "checkpoint.prev", &prev);
+    if (cur.valid && (!prev.valid || cur.seq >= prev.seq))
+        use = &cur;
+    else if (prev.valid)
+        use = &prev;
+    if (cur.exists && !cur.valid)
+        hd_log(db, "checkpoint damaged (%s)%s", cur.why,
+               use ? "; using checkpoint.prev and replaying more of the log" : "");
+
+    if (use) {
+        P = use->P;
+        rc = ck_load(db, use, err, errlen);
+        if (rc)
+            goto out;
+        ck_file *other = use == &cur ? &prev : &cur;
+        db->ckpt_cur = P;
+        db->ckpt_prev = other->valid && other->P.seg < P.seg ? other->P : P;
+        if (other->valid && other->P.seg == P.seg && other->P.off < P.off)
+            db->ckpt_prev = other->P;
+    } else if (cur.exists || prev.exists) {
+        if (!db->cfg.recover) {
+            snprintf(err, errlen, "%s: no intact checkpoint (%s); start with recovery to "
+                     "rebuild the index by scanning every segment", db->dir,
+                     cur.why[0] ? cur.why : prev.why);
+            rc = KURA_ECORRUPT;
+            goto out;
+        }
+        hd_log(db, "no intact checkpoint: rebuilding the index from every segment "
+               "(keys deleted long ago may reappear)");
+        P.seg = nids ? ids[0] : 1;
+    } else if (nids && ids[0] != 1 && !db->cfg.recover) {
+        snprintf(err, errlen, "%s: checkpoint files are missing; start with recovery to "
+                 "rebuild the index", db->dir);
+        rc = KURA_ECORRUPT;
+        goto out;
+    } else {
+        P.seg = nids ? ids[0] : 1;   /* never checkpointed: a full replay is exact */
+    }
+
+    /* open the segments; replay those at or after P */
+    uint32_t expect = P.seg;
+    for (size_t i = 0; i < nids; i++) {
+        hd_seg *sg;
+        char e2[300];
+        rc = hd_seg_open(db, ids[i], &sg, e2, sizeof(e2));
+        if (rc == KURA_ECORRUPT && i == nids - 1 && torn_creation(db, ids[i])) {
+            nids--;     /* died while creating it: it never held a record */
+            break;
+        }
+        if (rc) {
+            if (!db->cfg.recover || rc == KURA_ENOMEM) {
+                snprintf(err, errlen, "%s", e2);
+                goto out;
+            }
+            hd_log(db, "%s: skipped", e2);
+            db->recovery_lost++;
+            continue;
+        }
+        if (ids[i] < P.seg)
+            continue;
+        if (ids[i] != expect) {
+            if (!db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: missing from the log", db->dir, expect);
+                rc = KURA_ECORRUPT;
+                goto out;
+            }
+            hd_log(db, "%s/%08x.seg: missing from the log", db->dir, expect);
+            db->recovery_lost++;
+        }
+        expect = ids[i] + 1;
+        uint64_t start = ids[i] == P.seg ? P.off : HD_SEG_HDR;
+        if (start > sg->size) {
+            if (!db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: shorter (%llu bytes) than the checkpoint "
+                         "says (%llu)", db->dir, ids[i], (unsigned long long)sg->size,
+                         (unsigned long long)start);
+                rc = KURA_ECORRUPT;
+                goto out;
+            }
+            start = sg->size;
+        }
+        rc = replay_segment(db, sg, start, i == nids - 1, err, errlen);
+        if (rc)
+            goto out;
+    }
+
+    rc = finish_index(db, err, errlen);
+    if (rc)
+        goto out;
+
+    /* the newest segment is the active one */
+    hd_seg *last = nids ? hd_seg_get(db, ids[nids - 1]) : NULL;
+    if (!last) {
+        if (db->cfg.read_only) {
+            snprintf(err, errlen, "%s: no segment to open read-only", db->dir);
+            rc = KURA_EINVAL;
+            goto out;
+        }
+        rc = hd_seg_create(db, nids ? ids[nids - 1] + 1 : P.seg, db->segsiz, &last);
+        if (rc) {
+            snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
+            goto out;
+        }
+    }
+    db->active = last;
+    if (!db->cfg.read_only && last->size < db->segsiz && !last->wmap) {
+        /* cut anything after the last record, then reserve and map again */
+        if (ftruncate(last->fd, (off_t)last->size) != 0 ||
+            hd_seg_prealloc(db, last, db->segsiz) != KURA_OK)
+            hd_log(db, "segment %08x: appending with write() (no preallocation)", last->id);
+    }
+    db->seg_first = nids ? ids[0] : last->id;
+    for (size_t i = 0; i + 1 < nids; i++) {
+        hd_seg *sg = hd_seg_get(db, ids[i]);
+        if (sg) {
+            sg->sealed = true;
+            hd_seg_map(db, sg);
+        }
+    }
+    if (!use) {
+        db->ckpt_cur = db->ckpt_prev = P;
+        db->need_ckpt = true;
+    }
+    if (db->cfg.recover)
+        db->need_ckpt = true;
+    rc = KURA_OK;
+out:
+    ck_release(&cur);
+    ck_release(&prev);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,197 @@
+/*
+ * hashdb_compact.c - online compaction and the expiry sweep.
+ *
+ * Compaction picks the sealed segment with the most dead bytes (records
+ * overwritten, deleted, expired, tombstones, old state records) once they
+ * pass `frag` percent of it, and only among segments older than both
+ * checkpoints' replay positions, so neither checkpoint can need a record it
+ * removes.  It reads the segment in order; for each PUT record the index
+ * still points at, it takes that key's stripe write lock, appends a copy
+ * (same sequence number, so replay treats it as the same version) and moves
+ * the entry, then lets go: a request waits at most for one record copy.
+ * Dead items met on the way are dropped instead.  After the last record the
+ * log is synced (the copies are durable before the original goes) and the
+ * segment file is unlinked.  Every `dfunit` records it yields the CPU.
+ *
+ * The sweep walks a few stripes per call and drops dead entries, each with
+ * a tombstone (their records become garbage for compaction).
+ */
+#include <sched.h>
+#include <string.h>
+
+#include "crc32c.h"
+#include "hashdb_int.h"
+
+/* Returns 1 if it removed a segment, 0 if there was nothing to do, or a
+ * negative status. */
+int hd_compact_one(hashdb *db, bool force)
+{
+    hd_seg *x = NULL;
+    uint64_t best = 0;
+    int rc = KURA_OK;
+
+    if (db->cfg.read_only)
+        return 0;
+    pthread_mutex_lock(&db->ckpt_mu);
+    uint32_t limit = db->ckpt_prev.seg < db->ckpt_cur.seg ? db->ckpt_prev.seg : db->ckpt_cur.seg;
+    /* segment ids index a table of HD_SEG_SLOTS: when the live ones span
+     * half of it, the oldest moves to the head of the log whatever its
+     * fragmentation (a fully live old segment would otherwise stay forever) */
+    pthread_mutex_lock(&db->mu);
+    uint32_t active = db->active->id;
+    pthread_mutex_unlock(&db->mu);
+    bool span = active - db->seg_first > HD_SEG_SLOTS / 2;
+    for (uint32_t id = db->seg_first; id < limit; id++) {
+        hd_seg *sg = hd_seg_get(db, id);
+        if (!sg || !sg->sealed || sg->keep)
+            continue;
+        if (span) {
+            x = sg;
+            break;
+        }
+        uint64_t live = atomic_load(&sg->live);
+        uint64_t dead = sg->size > live + HD_SEG_HDR ? sg->size - live - HD_SEG_HDR : 0;
+        bool ok = force ? dead > 0 : dead * 100 >= (uint64_t)db->frag_pct * sg->size;
+        if (ok && dead > best) {
+            best = dead;
+            x = sg;
+        }
+    }
+    if (!x) {
+        pthread_mutex_unlock(&db->ckpt_mu);
+        return 0;
+    }
+
+    bool have_clk = atomic_load(&db->clk_seen);
+    kura_clock clk = { .now = atomic_load(&db->clk_now), .oldest_cas = atomic_load(&db->clk_oldest) };
+    hd_scan sc;
+    hd_rec r;
+    const unsigned char *p;
+    uint64_t off = HD_SEG_HDR, n = 0;
+    hd_scan_init(&sc, x->fd, x->size);
+    while (off < x->size) {
+        int s = hd_scan_rec(&sc, off, &r, &p);
+        if (s == 1)
+            break;
+        if (s == KURA_ECORRUPT) {
+            uint64_t next = hd_scan_resync(&sc, off);
+            hd_log(db, "compaction: corrupt record in %08x.seg at offset %llu, skipped %llu "
+                   "bytes", x->id, (unsigned long long)off, (unsigned long long)(next - off));
+            off = next;
+            continue;
+        }
+        if (s) {
+            rc = s;
+            break;
+        }
+        uint64_t rlen = hd_rec_size(r.klen, r.vlen);
+        if (r.type == HD_REC_PUT) {
+            const char *key = (const char *)p + HD_REC_HDR;
+            uint64_t h = hd_hash(key, r.klen);
+            hd_stripe *st = hd_stripe_of(db, h);
+            pthread_rwlock_wrlock(&st->lock);
+            hd_ent *e = hdx_find(st, h, key, r.klen);
+            if (e && e->seg == x->id && e->off == off) {
+                int lv = have_clk ? kura_item_liveness(e->exptime, e->cas, &clk) : KURA_LIVE;
+                if (lv != KURA_LIVE) {
+                    rc = hd_drop_dead(db, st, e, lv);
+                } else {
+                    hd_loc loc;
+                    uint32_t bcrc = crc32c_update(0, p + HD_REC_HDR, rlen - HD_REC_HDR);
+                    rc = hd_append(db, HD_REC_PUT, key, r.klen, p + HD_REC_HDR + r.klen,
+                                   r.vlen, NULL, 0, bcrc, r.flags, r.exptime, r.cas,
+                                   r.seq, &loc);
+                    if (rc == KURA_OK) {
+                        hd_ent_unref_bytes(db, e);
+                        e->seg = loc.seg;
+                        e->off = (uint32_t)loc.off;
+                        hd_ent_ref_bytes(db, e);
+                    }
+                }
+            }
+            pthread_rwlock_unlock(&st->lock);
+            if (rc)
+                break;
+        }
+        off += rlen;
+        if (++n % db->dfunit == 0) {
+            if (db->stopping) {
+                rc = KURA_EINVAL;
+                break;
+            }
+            sched_yield();
+        }
+    }
+    hd_scan_done(&sc);
+    if (rc == KURA_OK && atomic_load(&x->live) != 0) {
+        hd_log(db, "compaction: %08x.seg still holds %llu live bytes; kept",
+               x->id, (unsigned long long)atomic_load(&x->live));
+        x->keep = true;
+        rc = KURA_ECORRUPT;
+    }
+    if (rc == KURA_OK)
+        rc = hd_sync_now(db);     /* the copies are durable before the original goes */
+    if (rc == KURA_OK) {
+        uint64_t sz = x->size;
+        uint32_t id = x->id;
+        hd_seg_drop(db, x);
+        atomic_fetch_add(&db->compactions, 1);
+        atomic_fetch_add(&db->compacted_bytes, sz);
+        if (id == db->seg_first) {
+            while (db->seg_first < limit && !hd_seg_get(db, db->seg_first))
+                db->seg_first++;
+        }
+    }
+    pthread_mutex_unlock(&db->ckpt_mu);
+    return rc == KURA_OK ? 1 : rc;
+}
+
+/* Removes a dead entry, first logging a tombstone for it: a checkpoint
+ * written before may still hold the entry, and the segment its record is
+ * in may be compacted away before the next one, so replay must learn of
+ * the removal.  Stripe write lock held.  On a write error the entry stays
+ * (it is dead, so invisible) and the error is returned. */
+int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
+{
+    hd_loc loc;
+    int rc = hd_append(db, HD_REC_DEL, e->key, e->klen, NULL, 0, NULL, 0,
+                       crc32c_update(0, e->key, e->klen), 0, 0, 0, 0, &loc);
+    if (rc)
+        return rc;
+    atomic_fetch_add(&db->reclaimed, 1);
+    if (liveness == KURA_DEAD_EXPIRED && !e->fetched)
+        atomic_fetch_add(&db->expired_unfetched, 1);
+    hd_ent_unref_bytes(db, e);
+    hdx_remove(st, e);
+    return KURA_OK;
+}
+
+long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
+{
+    long reclaimed = 0;
+    size_t seen = 0;
+    int rc = KURA_OK;
+    for (int k = 0; k < HD_STRIPES && seen < budget && rc == KURA_OK; k++) {
+        uint32_t i = atomic_fetch_add(&db->sweep_cursor, 1) % HD_STRIPES;
+        hd_stripe *st = &db->stripes[i];
+        pthread_rwlock_wrlock(&st->lock);
+        for (size_t b = 0; b < st->nbkt && rc == KURA_OK; b++) {
+            hd_ent *e = st->bkt[b];
+            while (e) {
+                hd_ent *next = e->next;
+                int lv = kura_item_liveness(e->exptime, e->cas, clk);
+                seen++;
+                if (lv != KURA_LIVE) {
+                    rc = hd_drop_dead(db, st, e, lv);
+                    if (rc)
+                        break;
+                    reclaimed++;
+                }
+                e = next;
+            }
+        }
+        seen++;
+        pthread_rwlock_unlock(&st->lock);
+    }
+    return reclaimed;
+}

@@ -1,0 +1,282 @@
+/*
+ * hashdb_int.h - private to the hash file backend (src/store/hashdb*.c).
+ *
+ * The hash file is log-structured (docs/formats.md has the byte layout and
+ * the reasons):
+ *   - a database "x.kh" is a directory holding numbered segment files
+ *     (00000001.seg, ...) to which records are only ever appended, two
+ *     checkpoint files (checkpoint, checkpoint.prev) and a LOCK file;
+ *   - an in-memory index, split into HD_STRIPES stripes each with its own
+ *     rwlock and its own growable chained hash table, maps every key to the
+ *     place of its newest record;
+ *   - a checkpoint is a dump of the index plus the engine's state and the
+ *     log position P from which replay must start; opening loads the newest
+ *     valid checkpoint and replays only the records written after P;
+ *   - compaction copies the live records out of old, fragmented segments to
+ *     the end of the log, one record per stripe lock, then unlinks them.
+ *
+ * Lock order: stripe lock -> log.mu -> log.cmu.  seg_mu (the segment table's
+ * writers) is never held together with a stripe lock by a writer.
+ */
+#ifndef KURA_HASHDB_INT_H
+#define KURA_HASHDB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kura/store.h"
+
+#define HD_STRIPES      1024            /* power of two */
+#define HD_SEG_SLOTS    65536           /* live segment ids must span fewer */
+#define HD_SEG_HDR      32              /* bytes of a segment file header */
+#define HD_REC_HDR      40              /* bytes of a record header */
+#define HD_REC_MAGIC    0x684b          /* "Kh" little-endian, bytes 4..5 */
+#define HD_SEG_MAGIC    "KURAHSEG"
+#define HD_CKPT_MAGIC   "KURAHCKP"
+#define HD_CKPT_END     "KURAHEND"
+#define HD_VERSION      1
+
+enum hd_rec_type { HD_REC_PUT = 1, HD_REC_DEL = 2, HD_REC_STATE = 3 };
+
+/* A decoded record header. */
+typedef struct hd_rec {
+    uint32_t crc;
+    uint8_t type;
+    uint8_t klen;
+    uint32_t vlen;
+    uint32_t flags;
+    int64_t exptime;
+    uint64_t cas;
+    uint64_t seq;
+} hd_rec;
+
+static inline uint64_t hd_rec_size(size_t klen, size_t vlen)
+{
+    return HD_REC_HDR + (uint64_t)klen + vlen;
+}
+
+/* One key in the index.  Guarded by its stripe's lock.  Laid out so that
+ * with a key of up to 9 bytes it fills one 64-byte cache line (entries are
+ * carved from line-aligned slabs in 8-byte size classes). */
+typedef struct hd_ent {
+    struct hd_ent *next;
+    uint64_t hash;
+    uint64_t seq;               /* sequence number of the record pointed at */
+    uint64_t cas;
+    int64_t exptime;
+    uint32_t off;               /* record offset in its segment (< 2^32:
+                                   a record starts below segsiz <= 2 GiB) */
+    uint32_t seg;               /* segment id */
+    uint32_t vlen;
+    uint8_t klen;
+    uint8_t dead;               /* 1: a tombstone seen in replay (recovery only);
+                                   2: free (on a free list) */
+    uint8_t fetched;            /* read at least once (stats only) */
+    char key[];
+} hd_ent;
+
+#define HD_ENT_CLASSES 40          /* entry sizes in 8-byte steps */
+
+/* Memory for the index: large mappings advised to use huge pages (the
+ * index is read at random; with 4 KiB pages most lookups would also miss
+ * the TLB), carved into bucket arrays and entry slabs.  Freed bucket arrays
+ * are kept for reuse by size; everything is unmapped at close. */
+typedef struct hd_arena {
+    pthread_mutex_t mu;
+    struct hd_chunk *chunks;
+    unsigned char *cur;
+    size_t left;
+    void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
+} hd_arena;
+
+typedef struct hd_stripe {
+    pthread_rwlock_t lock;
+    hd_ent **bkt;
+    size_t nbkt;                /* power of two */
+    size_t count;               /* entries in the table */
+    hd_arena *arena;
+    unsigned char *slab;        /* entries are carved from here */
+    size_t slab_left;
+    struct hd_slab *slabs;      /* every slab of this stripe, newest first */
+    _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
+    hd_ent *free_ents[HD_ENT_CLASSES];
+    char pad[64];
+} hd_stripe;
+
+typedef struct hd_seg {
+    uint32_t id;
+    int fd;
+    uint64_t size;              /* bytes of complete records + header */
+    _Atomic uint64_t live;      /* bytes of records the index points at */
+    bool sealed;
+    bool keep;                  /* compaction failed on it for good: not retried */
+    const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
+    size_t maplen;
+    unsigned char *wmap;        /* active segment: the same mapping, written by
+                                   hd_append (NULL: appends use pwritev) */
+    size_t wmaplen;             /* bytes preallocated and mapped */
+} hd_seg;
+
+/* Where a record landed. */
+typedef struct hd_loc {
+    uint32_t seg;
+    uint64_t off;
+    uint64_t lsn;               /* log position just past the record */
+    uint64_t seq;
+} hd_loc;
+
+/* A position in the log: replay starts here. */
+typedef struct hd_pos {
+    uint32_t seg;
+    uint64_t off;
+} hd_pos;
+
+typedef struct hashdb {
+    kura_store base;
+    char *dir;
+    int dirfd;
+    int lockfd;
+    kura_store_config cfg;
+
+    /* parameters */
+    uint64_t bnum, msiz, segsiz, ckpt_bytes;
+    unsigned dfunit, frag_pct;
+    bool mapwrite;              /* append through a shared mapping */
+
+    hd_stripe *stripes;         /* HD_STRIPES of them */
+    hd_arena arena;
+
+    /* segments: slot id % HD_SEG_SLOTS; written under seg_mu, read freely
+     * by anyone holding a stripe lock of an entry that points there */
+    pthread_mutex_t seg_mu;
+    hd_seg *_Atomic segs[HD_SEG_SLOTS];
+    uint32_t seg_first;         /* lowest id that may exist */
+    uint64_t mapped;            /* bytes mapped (msiz budget) */
+
+    /* the log: appends serialized by mu */
+    pthread_mutex_t mu;
+    hd_seg *active;
+    _Atomic uint64_t lsn;       /* bytes appended since open (monotonic) */
+    uint64_t seq;               /* last sequence number handed out */
+    uint64_t max_cas_seen;
+    kura_store_state state;     /* last saved by the engine; under mu */
+    uint64_t state_seq;
+    uint64_t appended_since_ckpt;
+    bool sealed_since_ckpt;
+
+    /* group commit */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    uint64_t synced_lsn;
+    bool syncing;
+    uint64_t fail_lo, fail_hi;  /* lsn range whose sync failed */
+
+    /* checkpoints */
+    pthread_mutex_t ckpt_mu;    /* one checkpoint or compaction at a time */
+    hd_pos ckpt_cur, ckpt_prev;
+    uint64_t ckpt_count;
+    bool need_ckpt;             /* open wants a checkpoint written at once */
+
+    /* background thread */
+    pthread_t bg;
+    bool bg_running;
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_cv;
+    bool stopping;
+
+    /* last clock an operation passed in (compaction judges liveness by it) */
+    _Atomic int64_t clk_now;
+    _Atomic uint64_t clk_oldest;
+    _Atomic bool clk_seen;
+
+    /* counters */
+    _Atomic uint64_t reclaimed, expired_unfetched;
+    _Atomic uint64_t compactions, compacted_bytes, checkpoints;
+    _Atomic uint64_t write_errors, read_errors, corrupt_reads, syncs;
+    _Atomic uint32_t sweep_cursor;
+    uint64_t recovered_records, recovery_lost, truncated_bytes;
+} hashdb;
+
+/* hashdb_index.c - caller holds the stripe's lock (write lock to change). */
+uint64_t hd_hash(const char *key, size_t klen);
+static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
+{
+    return &db->stripes[h & (HD_STRIPES - 1)];
+}
+int hdx_init(hashdb *db, uint64_t bnum);
+void hdx_free(hashdb *db);
+hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
+hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen);
+void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
+/* Calls fn for every entry of the stripe in memory order (faster than the
+ * bucket chains, which visit memory at random); lock held by the caller. */
+void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
+void hdx_insert(hd_stripe *s, hd_ent *e);
+void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
+uint64_t hdx_items(hashdb *db, uint64_t *bytes);
+void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
+
+/* hashdb_log.c */
+void hd_rec_encode(unsigned char *hdr, const hd_rec *r);
+int hd_rec_decode(const unsigned char *hdr, hd_rec *r);   /* 0 if the header is sane */
+uint32_t hd_rec_crc(const unsigned char *hdr, uint32_t body_crc);
+hd_seg *hd_seg_get(hashdb *db, uint32_t id);
+int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out);
+int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap);
+int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen);
+void hd_seg_path(const hashdb *db, uint32_t id, char *buf, size_t len);
+void hd_seg_map(hashdb *db, hd_seg *sg);
+void hd_seg_drop(hashdb *db, hd_seg *sg);   /* closes, unlinks, frees */
+void hd_seg_close(hashdb *db, hd_seg *sg);  /* closes, frees */
+/* Appends one record; seq 0 takes a new sequence number.  The value is
+ * v0 ++ v1; body_crc is crc32c over key ++ value (computed by the caller,
+ * outside the locks). */
+int hd_append(hashdb *db, int type, const char *key, size_t klen,
+              const void *v0, size_t l0, const void *v1, size_t l1,
+              uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
+              uint64_t seq, hd_loc *out);
+int hd_commit(hashdb *db, uint64_t lsn);    /* makes the log durable up to lsn */
+int hd_sync_now(hashdb *db);                /* durable up to the current end */
+int hd_read_record(hashdb *db, uint32_t seg, uint64_t off, size_t klen, size_t vlen,
+                   const unsigned char **rec, hd_rec *r);
+int hd_errno_status(int e);
+int hd_fsync_dir(hashdb *db);
+
+/* Sequential reading of a segment through a window buffer (recovery and
+ * compaction).  hd_scan_rec: KURA_OK and a valid record at off (*p valid
+ * until the next call), 1 at the end of the file, KURA_ECORRUPT when the
+ * bytes at off are no valid record, KURA_EIO on a read error. */
+typedef struct hd_scan {
+    int fd;
+    uint64_t fsize;
+    unsigned char *buf;
+    size_t cap;
+    uint64_t base;
+    size_t len;
+} hd_scan;
+void hd_scan_init(hd_scan *sc, int fd, uint64_t fsize);
+void hd_scan_done(hd_scan *sc);
+int hd_scan_rec(hd_scan *sc, uint64_t off, hd_rec *r, const unsigned char **p);
+uint64_t hd_scan_resync(hd_scan *sc, uint64_t off);   /* next valid record after off, or fsize */
+
+/* hashdb_ckpt.c */
+int hd_ckpt_write(hashdb *db);
+int hd_recover(hashdb *db, char *err, size_t errlen);
+
+/* hashdb_compact.c */
+int hd_compact_one(hashdb *db, bool force);
+long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget);
+int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
+
+/* hashdb.c */
+void hd_log(hashdb *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hd_ent_unref_bytes(hashdb *db, hd_ent *e);
+void hd_ent_ref_bytes(hashdb *db, hd_ent *e);
+
+/* for tests: one synchronous round of checkpoint + compaction */
+int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
+
+#endif

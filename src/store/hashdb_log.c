@@ -1,0 +1,588 @@
+/*
+ * hashdb_log.c - segment files, record encoding, appends and group commit.
+ *
+ * Records are only ever appended, by hd_append() under db->mu, with one
+ * pwritev() each: the file is therefore always a sequence of complete
+ * records followed by at most one torn record (the one being written when
+ * the process died).  A failed or short write is cut off again with
+ * ftruncate(), so the store stays a clean prefix and later writes succeed
+ * once space returns.  Nothing is buffered in user space: when hd_append()
+ * returns, the record is in the page cache and survives kill -9.
+ *
+ * Durability is hd_commit(): a leader/follower group commit.  The first
+ * thread to need a sync becomes the leader and fdatasyncs the active
+ * segment; every record appended before it read the log end is covered, and
+ * the threads that arrived meanwhile wait on one condition variable and
+ * either find themselves covered or elect the next leader.  Sealed segments
+ * are fdatasynced when the log rolls past them, so only the active segment
+ * ever needs a sync.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "hashdb_int.h"
+
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+int hd_errno_status(int e)
+{
+    switch (e) {
+    case ENOSPC: case EDQUOT: case EFBIG: return KURA_ENOSPC;
+    case EIO:    return KURA_EIO;
+    case EROFS:  return KURA_EREADONLY;
+    case ENOMEM: return KURA_ENOMEM;
+    default:     return KURA_ESYS;
+    }
+}
+
+void hd_rec_encode(unsigned char *h, const hd_rec *r)
+{
+    put32(h, 0);
+    h[4] = HD_REC_MAGIC & 0xff;
+    h[5] = HD_REC_MAGIC >> 8;
+    h[6] = r->type;
+    h[7] = r->klen;
+    put32(h + 8, r->vlen);
+    put32(h + 12, r->flags);
+    put64(h + 16, (uint64_t)r->exptime);
+    put64(h + 24, r->cas);
+    put64(h + 32, r->seq);
+}
+
+/* The record's checksum: crc32c over key ++ value, continued over header
+ * bytes 4..39 (so the body's part can be computed before the locks). */
+uint32_t hd_rec_crc(const unsigned char *h, uint32_t body_crc)
+{
+    return crc32c_update(body_crc, h + 4, HD_REC_HDR - 4);
+}
+
+int hd_rec_decode(const unsigned char *h, hd_rec *r)
+{
+    r->crc = get32(h);
+    if (h[4] != (HD_REC_MAGIC & 0xff) || h[5] != (HD_REC_MAGIC >> 8))
+        return -1;
+    r->type = h[6];
+    r->klen = h[7];
+    r->vlen = get32(h + 8);
+    r->flags = get32(h + 12);
+    r->exptime = (int64_t)get64(h + 16);
+    r->cas = get64(h + 24);
+    r->seq = get64(h + 32);
+    switch (r->type) {
+    case HD_REC_PUT: return r->klen ? 0 : -1;
+    case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
+    case HD_REC_STATE: return r->klen == 0 && r->vlen == 24 ? 0 : -1;
+    }
+    return -1;
+}
+
+void hd_seg_path(const hashdb *db, uint32_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%08x.seg", db->dir, id);
+}
+
+hd_seg *hd_seg_get(hashdb *db, uint32_t id)
+{
+    hd_seg *sg = atomic_load_explicit(&db->segs[id % HD_SEG_SLOTS], memory_order_acquire);
+    return sg && sg->id == id ? sg : NULL;
+}
+
+int hd_fsync_dir(hashdb *db)
+{
+    return fsync(db->dirfd) == 0 ? KURA_OK : hd_errno_status(errno);
+}
+
+static void seg_publish(hashdb *db, hd_seg *sg)
+{
+    pthread_mutex_lock(&db->seg_mu);
+    atomic_store_explicit(&db->segs[sg->id % HD_SEG_SLOTS], sg, memory_order_release);
+    pthread_mutex_unlock(&db->seg_mu);
+}
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Reserves the active segment's blocks up to cap with fallocate (so a full
+ * disk is met here, not as SIGBUS on a store into the mapping) and maps it
+ * for writing.  Where the file system cannot preallocate, or the mapping
+ * fails, the segment stays unmapped and appends use pwritev. */
+int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
+{
+    if (!db->mapwrite || sg->wmap || sg->map || cap <= sg->size)
+        return KURA_OK;
+    int r = posix_fallocate(sg->fd, 0, (off_t)cap);
+    if (r == EOPNOTSUPP || r == EINVAL || r == ENOSYS)
+        return KURA_OK;
+    if (r != 0) {
+        hd_log(db, "cannot reserve %llu bytes for segment %08x: %s",
+               (unsigned long long)cap, sg->id, strerror(r));
+        if (ftruncate(sg->fd, (off_t)sg->size) != 0) {}
+        return hd_errno_status(r);
+    }
+    void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, sg->fd, 0);
+    if (m == MAP_FAILED)
+        return KURA_OK;
+    pthread_mutex_lock(&db->seg_mu);
+    sg->wmap = m;
+    sg->wmaplen = cap;
+    sg->maplen = cap;
+    sg->map = m;
+    db->mapped += cap;
+    pthread_mutex_unlock(&db->seg_mu);
+    return KURA_OK;
+}
+
+int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
+{
+    char path[4200];
+    unsigned char h[HD_SEG_HDR];
+    hd_seg_path(db, id, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int rc = hd_errno_status(errno);
+        hd_log(db, "cannot create %s: %s", path, strerror(errno));
+        return rc;
+    }
+    memset(h, 0, sizeof(h));
+    memcpy(h, HD_SEG_MAGIC, 8);
+    put32(h + 8, HD_VERSION);
+    put32(h + 12, id);
+    put64(h + 16, (uint64_t)time(NULL));
+    put32(h + 28, crc32c_update(0, h, 28));
+    hd_seg *sg = calloc(1, sizeof(*sg));
+    int rc = KURA_OK;
+    if (!sg) {
+        rc = KURA_ENOMEM;
+    } else if (pwrite_all(fd, h, sizeof(h), 0) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "cannot write %s: %s", path, strerror(errno));
+    } else {
+        sg->id = id;
+        sg->fd = fd;
+        sg->size = HD_SEG_HDR;
+        rc = hd_seg_prealloc(db, sg, cap);
+    }
+    if (rc) {
+        free(sg);
+        close(fd);
+        unlink(path);
+        return rc;
+    }
+    hd_fsync_dir(db);
+    seg_publish(db, sg);
+    *out = sg;
+    return KURA_OK;
+}
+
+int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen)
+{
+    char path[4200];
+    unsigned char h[HD_SEG_HDR];
+    struct stat st;
+    hd_seg_path(db, id, path, sizeof(path));
+    if (atomic_load(&db->segs[id % HD_SEG_SLOTS])) {
+        snprintf(err, errlen, "%s: segment ids span more than %d", path, HD_SEG_SLOTS);
+        return KURA_EINVAL;
+    }
+    int fd = open(path, (db->cfg.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return hd_errno_status(errno);
+    }
+    ssize_t n = pread(fd, h, sizeof(h), 0);
+    if (fstat(fd, &st) != 0 || n != (ssize_t)sizeof(h) || memcmp(h, HD_SEG_MAGIC, 8) != 0 ||
+        get32(h + 28) != crc32c_update(0, h, 28) || get32(h + 12) != id) {
+        snprintf(err, errlen, "%s: bad segment header at offset 0", path);
+        close(fd);
+        return KURA_ECORRUPT;
+    }
+    if (get32(h + 8) != HD_VERSION) {
+        snprintf(err, errlen, "%s: unsupported format version %u", path, get32(h + 8));
+        close(fd);
+        return KURA_EINVAL;
+    }
+    hd_seg *sg = calloc(1, sizeof(*sg));
+    if (!sg) {
+        close(fd);
+        return KURA_ENOMEM;
+    }
+    sg->id = id;
+    sg->fd = fd;
+    sg->size = (uint64_t)st.st_size;
+    seg_publish(db, sg);
+    *out = sg;
+    return KURA_OK;
+}
+
+/* Maps a sealed segment for reading if the msiz budget allows. */
+void hd_seg_map(hashdb *db, hd_seg *sg)
+{
+    if (sg->map || !db->msiz || sg->size == 0)
+        return;
+    pthread_mutex_lock(&db->seg_mu);
+    if (db->mapped + sg->size <= db->msiz) {
+        void *m = mmap(NULL, sg->size, PROT_READ, MAP_SHARED, sg->fd, 0);
+        if (m != MAP_FAILED) {
+            sg->maplen = sg->size;
+            db->mapped += sg->size;
+            atomic_thread_fence(memory_order_release);
+            sg->map = m;
+        }
+    }
+    pthread_mutex_unlock(&db->seg_mu);
+}
+
+void hd_seg_close(hashdb *db, hd_seg *sg)
+{
+    pthread_mutex_lock(&db->seg_mu);
+    if (hd_seg_get(db, sg->id) == sg)
+        atomic_store(&db->segs[sg->id % HD_SEG_SLOTS], NULL);
+    if (sg->map) {
+        munmap((void *)sg->map, sg->maplen);
+        db->mapped -= sg->maplen;
+    }
+    pthread_mutex_unlock(&db->seg_mu);
+    close(sg->fd);
+    free(sg);
+}
+
+void hd_seg_drop(hashdb *db, hd_seg *sg)
+{
+    char path[4200];
+    hd_seg_path(db, sg->id, path, sizeof(path));
+    hd_seg_close(db, sg);
+    if (unlink(path) != 0)
+        hd_log(db, "cannot remove %s: %s", path, strerror(errno));
+    hd_fsync_dir(db);
+}
+
+/* Seals the active segment and starts the next, large enough for a record
+ * of rlen bytes; db->mu held.  The new segment is made first, so a full
+ * disk leaves the old one active and untouched. */
+static int do_roll(hashdb *db, uint64_t rlen)
+{
+    hd_seg *old = db->active, *nw;
+    uint64_t cap = db->segsiz > HD_SEG_HDR + rlen ? db->segsiz : HD_SEG_HDR + rlen;
+    if (atomic_load(&db->segs[(old->id + 1) % HD_SEG_SLOTS])) {
+        /* compaction keeps the span of live ids far below this */
+        hd_log(db, "segment %08x would reuse the table slot of a live segment: "
+               "refusing writes until compaction catches up", old->id + 1);
+        return KURA_ENOSPC;
+    }
+    int rc = hd_seg_create(db, old->id + 1, cap, &nw);
+    if (rc)
+        return rc;
+    /* the old mapping stays for readers (offsets below size only) until the
+     * segment is compacted away; its preallocated tail is cut off */
+    old->wmap = NULL;
+    if (ftruncate(old->fd, (off_t)old->size) != 0)
+        hd_log(db, "cannot trim segment %08x: %s", old->id, strerror(errno));
+    if (fdatasync(old->fd) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, "fdatasync of segment %08x failed: %s", old->id, strerror(errno));
+    }
+    old->sealed = true;
+    hd_seg_map(db, old);
+    db->active = nw;
+    db->sealed_since_ckpt = true;
+    /* everything so far is on disk */
+    if (rc == KURA_OK) {
+        pthread_mutex_lock(&db->cmu);
+        uint64_t l = atomic_load(&db->lsn);
+        if (db->synced_lsn < l)
+            db->synced_lsn = l;
+        pthread_mutex_unlock(&db->cmu);
+    }
+    return rc;
+}
+
+int hd_append(hashdb *db, int type, const char *key, size_t klen,
+              const void *v0, size_t l0, const void *v1, size_t l1,
+              uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
+              uint64_t seq, hd_loc *out)
+{
+    unsigned char h[HD_REC_HDR];
+    struct iovec iov[4];
+    int n = 0, rc = KURA_OK;
+    uint64_t rlen = hd_rec_size(klen, l0 + l1);
+    hd_rec r = { .type = (uint8_t)type, .klen = (uint8_t)klen, .vlen = (uint32_t)(l0 + l1),
+                 .flags = flags, .exptime = exptime, .cas = cas };
+
+    if (db->cfg.read_only)
+        return KURA_EREADONLY;
+    iov[n++] = (struct iovec){ h, HD_REC_HDR };
+    if (klen)
+        iov[n++] = (struct iovec){ (void *)key, klen };
+    if (l0)
+        iov[n++] = (struct iovec){ (void *)v0, l0 };
+    if (l1)
+        iov[n++] = (struct iovec){ (void *)v1, l1 };
+
+    pthread_mutex_lock(&db->mu);
+    hd_seg *a = db->active;
+    if (a->size > HD_SEG_HDR && a->size + rlen > db->segsiz) {
+        rc = do_roll(db, rlen);
+        if (rc)
+            goto out;
+        a = db->active;
+    }
+    r.seq = seq ? seq : db->seq + 1;
+    hd_rec_encode(h, &r);
+    put32(h, hd_rec_crc(h, body_crc));
+
+    uint64_t off = a->size, done = 0;
+    if (a->wmap && off + rlen <= a->wmaplen) {
+        /* a store into the shared mapping is in the page cache at once:
+         * it survives the death of the process like a write() would */
+        unsigned char *d = a->wmap + off;
+        for (int i = 0; i < n; i++) {
+            memcpy(d, iov[i].iov_base, iov[i].iov_len);
+            d += iov[i].iov_len;
+        }
+        done = rlen;
+    }
+    struct iovec *v = iov;
+    int vn = n;
+    while (done < rlen) {
+        ssize_t w = pwritev(a->fd, v, vn, (off_t)(off + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            rc = hd_errno_status(e);
+            atomic_fetch_add(&db->write_errors, 1);
+            hd_log(db, "write to segment %08x at offset %llu failed: %s", a->id,
+                   (unsigned long long)off, strerror(e));
+            /* undo the partial record; a mapped segment keeps its mapped
+             * size (stores into pages past the end of the file would fault)
+             * and gets zeros where the record began */
+            uint64_t cut = off;
+            if (a->wmap) {
+                if (off < a->wmaplen) {
+                    uint64_t z = a->wmaplen - off < done ? a->wmaplen - off : done;
+                    memset(a->wmap + off, 0, z);
+                }
+                cut = off > a->wmaplen ? off : a->wmaplen;
+            }
+            if (ftruncate(a->fd, (off_t)cut) != 0)
+                hd_log(db, "cannot cut segment %08x back to %llu: %s", a->id,
+                       (unsigned long long)cut, strerror(errno));
+            goto out;
+        }
+        done += (uint64_t)w;
+        size_t left = (size_t)w;
+        while (vn && left >= v->iov_len) {
+            left -= v->iov_len;
+            v++;
+            vn--;
+        }
+        if (vn && left) {
+            /* v points into iov[]; adjusting it is fine (iov is ours) */
+            v->iov_base = (char *)v->iov_base + left;
+            v->iov_len -= left;
+        }
+    }
+    if (!seq)
+        db->seq++;
+    a->size = off + rlen;
+    db->appended_since_ckpt += rlen;
+    if (type == HD_REC_PUT && cas > db->max_cas_seen)
+        db->max_cas_seen = cas;
+    out->seg = a->id;
+    out->off = off;
+    out->seq = r.seq;
+    out->lsn = atomic_fetch_add(&db->lsn, rlen) + rlen;
+out:
+    pthread_mutex_unlock(&db->mu);
+    return rc;
+}
+
+int hd_commit(hashdb *db, uint64_t lsn)
+{
+    int rc = KURA_OK;
+    pthread_mutex_lock(&db->cmu);
+    while (db->synced_lsn < lsn) {
+        if (db->syncing) {
+            pthread_cond_wait(&db->ccv, &db->cmu);
+            continue;
+        }
+        db->syncing = true;
+        uint64_t before = db->synced_lsn;
+        pthread_mutex_unlock(&db->cmu);
+
+        pthread_mutex_lock(&db->mu);
+        uint64_t target = atomic_load(&db->lsn);
+        int fd = dup(db->active->fd);
+        pthread_mutex_unlock(&db->mu);
+        int e = 0;
+        atomic_fetch_add(&db->syncs, 1);
+        if (fd < 0 || fdatasync(fd) != 0)
+            e = errno;
+        if (fd >= 0)
+            close(fd);
+
+        pthread_mutex_lock(&db->cmu);
+        db->syncing = false;
+        if (e) {
+            hd_log(db, "fdatasync failed: %s", strerror(e));
+            db->fail_lo = before;
+            db->fail_hi = target;
+        }
+        if (target > db->synced_lsn)
+            db->synced_lsn = target;
+        pthread_cond_broadcast(&db->ccv);
+    }
+    if (lsn > db->fail_lo && lsn <= db->fail_hi)
+        rc = KURA_EIO;
+    pthread_mutex_unlock(&db->cmu);
+    return rc;
+}
+
+int hd_sync_now(hashdb *db)
+{
+    return hd_commit(db, atomic_load(&db->lsn));
+}
+
+/* Per-thread buffer for records read with pread. */
+typedef struct tl_buf {
+    unsigned char *p;
+    size_t cap;
+} tl_buf;
+
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+
+static void tl_free(void *p)
+{
+    tl_buf *b = p;
+    free(b->p);
+    free(b);
+}
+
+static void tl_init(void)
+{
+    pthread_key_create(&tl_key, tl_free);
+}
+
+static unsigned char *tl_get(size_t n)
+{
+    pthread_once(&tl_once, tl_init);
+    tl_buf *b = pthread_getspecific(tl_key);
+    if (!b) {
+        b = calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        pthread_setspecific(tl_key, b);
+    }
+    if (b->cap < n || (b->cap > (4u << 20) && n < (64u << 10))) {
+        size_t cap = n < 4096 ? 4096 : n;
+        unsigned char *p = malloc(cap);
+        if (!p)
+            return NULL;
+        free(b->p);
+        b->p = p;
+        b->cap = cap;
+    }
+    return b->p;
+}
+
+int hd_read_record(hashdb *db, uint32_t segid, uint64_t off, size_t klen, size_t vlen,
+                   const unsigned char **recp, hd_rec *r)
+{
+    hd_seg *sg = hd_seg_get(db, segid);
+    uint64_t rlen = hd_rec_size(klen, vlen);
+    const unsigned char *p;
+    if (!sg) {
+        hd_log(db, "segment %08x is missing (record at offset %llu)", segid,
+               (unsigned long long)off);
+        atomic_fetch_add(&db->corrupt_reads, 1);
+        return KURA_ECORRUPT;
+    }
+    const unsigned char *map = sg->map;
+    if (map && off + rlen <= sg->maplen) {
+        p = map + off;
+    } else {
+        unsigned char *b = tl_get(rlen);
+        if (!b)
+            return KURA_ENOMEM;
+        uint64_t got = 0;
+        while (got < rlen) {
+            ssize_t n = pread(sg->fd, b + got, rlen - got, (off_t)(off + got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0) {
+                hd_log(db, "read of segment %08x at offset %llu failed: %s", segid,
+                       (unsigned long long)off, strerror(errno));
+                atomic_fetch_add(&db->read_errors, 1);
+                return KURA_EIO;
+            }
+            if (n == 0)
+                break;
+            got += (uint64_t)n;
+        }
+        if (got < rlen)
+            goto corrupt;
+        p = b;
+    }
+    if (hd_rec_decode(p, r) != 0 || r->type != HD_REC_PUT || r->klen != klen || r->vlen != vlen)
+        goto corrupt;
+    if (hd_rec_crc(p, crc32c_update(0, p + HD_REC_HDR, rlen - HD_REC_HDR)) != r->crc)
+        goto corrupt;
+    *recp = p;
+    return KURA_OK;
+corrupt:
+    atomic_fetch_add(&db->corrupt_reads, 1);
+    hd_log(db, "corrupt record in %s/%08x.seg at offset %llu", db->dir, segid,
+           (unsigned long long)off);
+    return KURA_ECORRUPT;
+}

@@ -1,0 +1,427 @@
+/*
+ * test_hashdb.c - the hash file backend (src/store/hashdb*.c): every store
+ * operation and condition, liveness, persistence of every field and of the
+ * engine's state across close and reopen, database names and parameters,
+ * the lock file, online growth of the index, large values, CRC-32C.
+ * Crash, corruption and disk-full cases are in test_hashdb_crash.c;
+ * compaction and threads in test_hashdb_stress.c.
+ */
+#include "unit.h"
+#include "hashdb_testlib.h"
+
+uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
+uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
+
+static const kura_clock CLK = { .now = 1000000, .oldest_cas = 0 };
+
+static void test_crc32c(void)
+{
+    CHECK_EQ_INT(crc32c_update(0, "123456789", 9), 0xE3069283u);
+    CHECK_EQ_INT(crc32c_sw_update(0, "123456789", 9), 0xE3069283u);
+    char buf[1000];
+    for (int i = 0; i < 1000; i++)
+        buf[i] = (char)(i * 7);
+    for (int n = 0; n < 990; n += 37) {
+        CHECK_EQ_INT(crc32c_update(0, buf + 1, (size_t)n), crc32c_sw_update(0, buf + 1, (size_t)n));
+        CHECK_EQ_INT(crc32c_update(crc32c_update(0, buf, 5), buf + 5, (size_t)n),
+                     crc32c_update(0, buf, (size_t)n + 5));
+    }
+}
+
+static void test_names_and_params(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    CHECK(t_open(t_path("p1"), "#nosuch=1", &cfg, &s, err, sizeof(err)) == KURA_EINVAL);
+    CHECK(strstr(err, "nosuch") != NULL);
+    struct stat st;
+    CHECK(stat(t_path("p1"), &st) != 0);      /* nothing created */
+    CHECK(t_open(t_path("p1"), "#bnum=abc", &cfg, &s, err, sizeof(err)) == KURA_EINVAL);
+    CHECK(strstr(err, "bnum") != NULL);
+    CHECK(t_open(t_path("p1"), "#bnum=1000#msiz=1m#segsiz=64k#ckpt=1m#dfunit=8#frag=30",
+                 &cfg, &s, err, sizeof(err)) == KURA_OK);
+    REQUIRE(s);
+    CHECK_EQ_STR(s->ops->name, "hash");
+    /* a second opener is refused by the lock file */
+    kura_store *s2 = NULL;
+    CHECK(t_open(t_path("p1"), "", &cfg, &s2, err, sizeof(err)) != KURA_OK);
+    CHECK(strstr(err, "in use") != NULL);
+    kura_store_close(s);
+    CHECK(t_open(t_path("p1"), "", &cfg, &s2, err, sizeof(err)) == KURA_OK);
+    if (s2)
+        kura_store_close(s2);
+    /* the aliases */
+    char name[512];
+    snprintf(name, sizeof(name), "%s/a.tch", t_root);
+    CHECK(kura_store_open(name, &cfg, &s, err, sizeof(err)) == KURA_OK);
+    if (s)
+        kura_store_close(s);
+    snprintf(name, sizeof(name), "%s/a.kch#bnum=10", t_root);
+    CHECK(kura_store_open(name, &cfg, &s, err, sizeof(err)) == KURA_OK);
+    if (s)
+        kura_store_close(s);
+    /* a plain file (e.g. a real Tokyo Cabinet file) is refused */
+    snprintf(name, sizeof(name), "%s/file.tch", t_root);
+    FILE *f = fopen(name, "w");
+    fputs("ToKyO CaBiNeT", f);
+    fclose(f);
+    CHECK(kura_store_open(name, &cfg, &s, err, sizeof(err)) == KURA_EINVAL);
+    CHECK(strstr(err, "not a kura hash database") != NULL);
+}
+
+typedef struct upd_arg {
+    kura_update u;
+    const char *suffix;
+    int mode;               /* 0 append suffix (REPLACE), 1 TOUCH, 2 REMOVE, 3 KEEP */
+    bool saw;
+    int ret;
+} upd_arg;
+
+static int upd_fn(void *arg, const kura_item *cur, kura_update *out)
+{
+    upd_arg *a = arg;
+    a->saw = cur != NULL;
+    memset(out, 0, sizeof(*out));
+    switch (a->mode) {
+    case 0:
+        out->action = KURA_UPDATE_REPLACE;
+        out->flags = cur ? cur->flags + 1 : 7;
+        out->exptime = 0;
+        out->cas = cur ? cur->cas + 100 : 555;
+        if (cur) {
+            out->part[0].base = cur->val;   /* points into the store */
+            out->part[0].len = cur->vlen;
+        }
+        out->part[1].base = a->suffix;
+        out->part[1].len = strlen(a->suffix);
+        break;
+    case 1:
+        out->action = KURA_UPDATE_TOUCH;
+        out->exptime = 2000000;
+        break;
+    case 2:
+        out->action = KURA_UPDATE_REMOVE;
+        break;
+    default:
+        out->action = KURA_UPDATE_KEEP;
+    }
+    return a->ret;
+}
+
+static void test_operations(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    t_val v;
+    REQUIRE(t_open(t_path("ops"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+
+    CHECK(t_get(s, "a", &CLK, &v) == KURA_NOTFOUND);
+    CHECK(t_put(s, "a", "one", 5, 0, 10, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(t_get(s, "a", &CLK, &v) == KURA_OK);
+    CHECK(v.len == 3 && memcmp(v.buf, "one", 3) == 0 && v.flags == 5 && v.cas == 10);
+    /* add */
+    CHECK(t_put(s, "a", "x", 0, 0, 11, KURA_PUT_ABSENT, 0, &CLK) == KURA_EXISTS);
+    CHECK(t_put(s, "b", "bee", 0, 0, 12, KURA_PUT_ABSENT, 0, &CLK) == KURA_OK);
+    /* replace */
+    CHECK(t_put(s, "c", "x", 0, 0, 13, KURA_PUT_PRESENT, 0, &CLK) == KURA_NOTFOUND);
+    CHECK(t_put(s, "b", "bee2", 0, 0, 14, KURA_PUT_PRESENT, 0, &CLK) == KURA_OK);
+    /* cas */
+    CHECK(t_put(s, "c", "x", 0, 0, 15, KURA_PUT_CAS, 1, &CLK) == KURA_NOTFOUND);
+    CHECK(t_put(s, "b", "x", 0, 0, 15, KURA_PUT_CAS, 13, &CLK) == KURA_EXISTS);
+    CHECK(t_put(s, "b", "bee3", 0, 0, 16, KURA_PUT_CAS, 14, &CLK) == KURA_OK);
+    CHECK(t_get(s, "b", &CLK, &v) == KURA_OK && v.cas == 16 && v.len == 4);
+    /* empty value, binary value, longest key */
+    CHECK(t_put(s, "empty", "", 0, 0, 17, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(t_get(s, "empty", &CLK, &v) == KURA_OK && v.len == 0);
+    char key[251];
+    memset(key, 'k', 250);
+    key[250] = '\0';
+    CHECK(t_put(s, key, "long", 0, 0, 18, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(t_get(s, key, &CLK, &v) == KURA_OK && v.len == 4);
+    key[250] = 'k';
+    kura_item big = { .key = key, .klen = 251, .val = "x", .vlen = 1 };
+    CHECK(s->ops->put(s, &big, KURA_PUT_ANY, 0, &CLK) == KURA_EINVAL);
+    /* too big */
+    char *huge = malloc(KURA_ITEM_SIZE_MAX_DEFAULT);
+    memset(huge, 'h', KURA_ITEM_SIZE_MAX_DEFAULT);
+    kura_item hi = { .key = "huge", .klen = 4, .val = huge, .vlen = KURA_ITEM_SIZE_MAX_DEFAULT };
+    CHECK(s->ops->put(s, &hi, KURA_PUT_ANY, 0, &CLK) == KURA_ETOOBIG);
+    hi.vlen = KURA_ITEM_SIZE_MAX_DEFAULT - kura_item_wire_total(4, 0, 0);
+    CHECK(s->ops->put(s, &hi, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    free(huge);
+    /* delete */
+    CHECK(s->ops->del(s, "a", 1, 99, &CLK) == KURA_EXISTS);
+    CHECK(s->ops->del(s, "a", 1, 10, &CLK) == KURA_OK);
+    CHECK(s->ops->del(s, "a", 1, 0, &CLK) == KURA_NOTFOUND);
+    CHECK(t_get(s, "a", &CLK, &v) == KURA_NOTFOUND);
+    CHECK(s->ops->del(s, "b", 1, 0, &CLK) == KURA_OK);
+
+    /* update: REPLACE on absent, then on present (parts into the item) */
+    upd_arg ua = { .suffix = "-tail", .mode = 0, .ret = 42 };
+    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 42);
+    CHECK(!ua.saw);
+    CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.len == 5 && v.flags == 7 && v.cas == 555);
+    ua.ret = 0;
+    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(ua.saw);
+    CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.len == 10 &&
+          memcmp(v.buf, "-tail-tail", 10) == 0 && v.flags == 8 && v.cas == 655);
+    ua.mode = 1;
+    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.exptime == 2000000 && v.cas == 655 &&
+          v.flags == 8 && v.len == 10);
+    ua.mode = 3;
+    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.len == 10);
+    ua.mode = 1;
+    CHECK(s->ops->update(s, "none", 4, &CLK, upd_fn, &ua) == 0);   /* touch of nothing */
+    CHECK(t_get(s, "none", &CLK, &v) == KURA_NOTFOUND);
+    ua.mode = 2;
+    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(t_get(s, "u", &CLK, &v) == KURA_NOTFOUND);
+    /* update that grows past -I */
+    char *blob = malloc(600000);
+    memset(blob, 'b', 600000);
+    kura_item bi = { .key = "g", .klen = 1, .val = blob, .vlen = 600000 };
+    CHECK(s->ops->put(s, &bi, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    upd_arg ug = { .suffix = "", .mode = 0 };
+    ug.suffix = blob;   /* appends 600000 more: too big */
+    blob[599999] = '\0';
+    CHECK(s->ops->update(s, "g", 1, &CLK, upd_fn, &ug) == KURA_ETOOBIG);
+    CHECK(t_get(s, "g", &CLK, &v) == KURA_OK);
+    free(blob);
+
+    kura_store_usage u;
+    s->ops->usage(s, &u);
+    CHECK_EQ_INT(u.curr_items, 4);   /* empty, key, huge, g */
+    kura_store_close(s);
+}
+
+static int count_fn(void *arg, const kura_item *it)
+{
+    (void)it;
+    (*(int *)arg)++;
+    return 0;
+}
+
+static int stop_fn(void *arg, const kura_item *it)
+{
+    (void)it;
+    return ++(*(int *)arg) == 3 ? 77 : 0;
+}
+
+static void test_liveness_and_sweep(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    t_val v;
+    REQUIRE(t_open(t_path("live"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    kura_clock c = CLK;
+    for (int i = 0; i < 100; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        CHECK(t_put(s, k, "v", 0, i < 50 ? c.now + 10 : 0, 100 + (uint64_t)i, KURA_PUT_ANY, 0,
+                    &c) == KURA_OK);
+    }
+    int n = 0;
+    CHECK(s->ops->iterate(s, &c, count_fn, &n) == 0 && n == 100);
+    n = 0;
+    CHECK(s->ops->iterate(s, &c, stop_fn, &n) == 77 && n == 3);
+    c.now += 10;    /* the first 50 expire */
+    CHECK(t_get(s, "k1", &c, &v) == KURA_EXPIRED);
+    CHECK(t_get(s, "k60", &c, &v) == KURA_OK);
+    n = 0;
+    CHECK(s->ops->iterate(s, &c, count_fn, &n) == 0 && n == 50);
+    /* add and replace treat the dead as absent */
+    CHECK(t_put(s, "k2", "new", 0, 0, 300, KURA_PUT_ABSENT, 0, &c) == KURA_OK);
+    CHECK(t_put(s, "k3", "new", 0, 0, 301, KURA_PUT_PRESENT, 0, &c) == KURA_NOTFOUND);
+    CHECK(s->ops->del(s, "k4", 2, 0, &c) == KURA_NOTFOUND);
+    /* flush watermark: everything with cas below 160 is flushed */
+    c.oldest_cas = 160;
+    CHECK(t_get(s, "k55", &c, &v) == KURA_FLUSHED);
+    CHECK(t_get(s, "k61", &c, &v) == KURA_OK);
+    CHECK(t_get(s, "k2", &c, &v) == KURA_OK);
+    kura_store_usage u;
+    s->ops->usage(s, &u);
+    uint64_t before = u.curr_items;
+    long r = 0;
+    for (int i = 0; i < 2000; i++)
+        r += s->ops->sweep(s, &c, 64);
+    s->ops->usage(s, &u);
+    CHECK_EQ_INT(u.curr_items, 41);     /* k60..k99 and k2 */
+    CHECK_EQ_INT(before - u.curr_items, r);
+    CHECK(u.reclaimed >= (uint64_t)r);
+    CHECK(t_stat(s, "hash_expired_bytes") == 0);
+    kura_store_close(s);
+    /* and after reopen the dead stay dead */
+    REQUIRE(t_open(t_path("live"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_get(s, "k1", &c, &v) != KURA_OK);
+    CHECK(t_get(s, "k55", &c, &v) != KURA_OK);
+    CHECK(t_get(s, "k70", &c, &v) == KURA_OK);
+    kura_store_close(s);
+}
+
+static void test_persistence(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_INTERVAL);
+    char err[512];
+    t_val v;
+    REQUIRE(t_open(t_path("pers"), "#bnum=64", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    for (int i = 0; i < 1000; i++) {
+        char k[32], val[64];
+        snprintf(k, sizeof(k), "key:%d", i);
+        snprintf(val, sizeof(val), "value-%d-%s", i, i % 3 ? "x" : "");
+        CHECK(t_put(s, k, val, (uint32_t)i * 2654435761u, i % 2 ? 5000000 + i : 0,
+                    1000 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    }
+    for (int i = 0; i < 1000; i += 10) {
+        char k[32];
+        snprintf(k, sizeof(k), "key:%d", i);
+        CHECK(s->ops->del(s, k, strlen(k), 0, &CLK) == KURA_OK);
+    }
+    kura_store_state st = { .max_cas = 5000, .oldest_cas = 3, .flush_at = 1234567 };
+    CHECK(s->ops->save_state(s, &st) == KURA_OK);
+    kura_store_state got;
+    CHECK(s->ops->load_state(s, &got) == KURA_OK && got.max_cas == 5000);
+    kura_store_close(s);
+
+    for (int round = 0; round < 2; round++) {
+        REQUIRE(t_open(t_path("pers"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        for (int i = 0; i < 1000; i++) {
+            char k[32], val[64];
+            snprintf(k, sizeof(k), "key:%d", i);
+            snprintf(val, sizeof(val), "value-%d-%s", i, i % 3 ? "x" : "");
+            int rc = t_get(s, k, &CLK, &v);
+            if (i % 10 == 0) {
+                CHECK(rc == KURA_NOTFOUND);
+                continue;
+            }
+            CHECK(rc == KURA_OK);
+            CHECK(v.len == strlen(val) && memcmp(v.buf, val, v.len) == 0);
+            CHECK(v.flags == (uint32_t)i * 2654435761u);
+            CHECK(v.exptime == (i % 2 ? 5000000 + i : 0));
+            CHECK(v.cas == 1000 + (uint64_t)i);
+        }
+        memset(&got, 0, sizeof(got));
+        CHECK(s->ops->load_state(s, &got) == KURA_OK);
+        CHECK(got.max_cas == 5000 && got.oldest_cas == 3 && got.flush_at == 1234567);
+        kura_store_usage u;
+        s->ops->usage(s, &u);
+        CHECK_EQ_INT(u.curr_items, 900);
+        kura_store_close(s);
+    }
+    /* max_cas covers cas values stored after the last save_state */
+    REQUIRE(t_open(t_path("pers"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_put(s, "high", "v", 0, 0, 9999, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    char dst[600];
+    snprintf(dst, sizeof(dst), "%s/pers-crash.kh", t_root);
+    CHECK(t_copy_dir(t_path("pers"), dst) == 0);     /* crash image */
+    kura_store_close(s);
+    kura_store *c = NULL;
+    REQUIRE(t_open(dst, "", &cfg, &c, err, sizeof(err)) == KURA_OK);
+    CHECK(c->ops->load_state(c, &got) == KURA_OK && got.max_cas == 9999 && got.oldest_cas == 3);
+    CHECK(t_get(c, "high", &CLK, &v) == KURA_OK && v.cas == 9999);
+    kura_store_close(c);
+}
+
+static void test_index_growth(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    t_val v;
+    REQUIRE(t_open(t_path("grow"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    uint64_t b0 = t_stat(s, "hash_index_buckets");
+    for (int i = 0; i < 100000; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "g%d", i);
+        if (t_put(s, k, k, 0, 0, 1, KURA_PUT_ANY, 0, &CLK) != KURA_OK) {
+            CHECK(0);
+            break;
+        }
+    }
+    uint64_t b1 = t_stat(s, "hash_index_buckets");
+    CHECK(b1 >= 100000 && b1 > b0);
+    int bad = 0;
+    for (int i = 0; i < 100000; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "g%d", i);
+        if (t_get(s, k, &CLK, &v) != KURA_OK || v.len != strlen(k) || memcmp(v.buf, k, v.len))
+            bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    kura_store_close(s);
+}
+
+static int big_fn(void *arg, const kura_item *it)
+{
+    const unsigned char *p = it->val;
+    size_t *ok = arg;
+    *ok = it->vlen;
+    for (size_t i = 0; i < it->vlen; i += 4099)
+        if (p[i] != (unsigned char)(i * 31))
+            *ok = 0;
+    return 0;
+}
+
+static void test_big_value(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    cfg.item_size_max = 128u << 20;
+    char err[512];
+    size_t n = 100u << 20;
+    REQUIRE(t_open(t_path("big"), "#segsiz=16m", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    unsigned char *b = malloc(n);
+    REQUIRE(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(i * 31);
+    kura_item it = { .key = "big", .klen = 3, .val = b, .vlen = n, .cas = 1 };
+    CHECK(s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(t_put(s, "small", "v", 0, 0, 2, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    free(b);
+    kura_store_close(s);
+    REQUIRE(t_open(t_path("big"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    size_t ok = 0;
+    CHECK(s->ops->get(s, "big", 3, &CLK, big_fn, &ok) == KURA_OK);
+    CHECK(ok == n);
+    t_val v;
+    CHECK(t_get(s, "small", &CLK, &v) == KURA_OK);
+    kura_store_close(s);
+}
+
+static void test_read_only(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    t_val v;
+    REQUIRE(t_open(t_path("ro"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_put(s, "a", "1", 0, 0, 1, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    kura_store_close(s);
+    cfg.read_only = true;
+    REQUIRE(t_open(t_path("ro"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_get(s, "a", &CLK, &v) == KURA_OK);
+    CHECK(t_put(s, "b", "1", 0, 0, 1, KURA_PUT_ANY, 0, &CLK) == KURA_EREADONLY);
+    kura_store_close(s);
+    CHECK(t_open(t_path("nonexistent"), "", &cfg, &s, err, sizeof(err)) != KURA_OK);
+}
+
+int main(void)
+{
+    t_setup();
+    RUN(test_crc32c);
+    RUN(test_names_and_params);
+    RUN(test_operations);
+    RUN(test_liveness_and_sweep);
+    RUN(test_persistence);
+    RUN(test_index_growth);
+    RUN(test_big_value);
+    RUN(test_read_only);
+    t_teardown();
+    UNIT_DONE();
+}
