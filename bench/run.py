@@ -214,9 +214,9 @@ class Server:
         if db != "*":
             db = os.path.join(datadir, db)
         base = [self.args["bin"], "-port", str(port), "-th", t]
-        # like memcached: -u nobody when root (kurad refuses root without -u) and
-        # the same memory limit; then without either, in case one is refused
-        user = ["-u", "nobody"] if os.geteuid() == 0 else []
+        # the same memory limit as memcached; as root kurad wants -u, and
+        # "-u root" keeps the data files writable in our root-owned temp dir
+        user = ["-u", "root"] if os.geteuid() == 0 else []
         out = [base + ["-m", "1024"] + user + [db], base + user + [db]]
         if user:
             out += [base + ["-m", "1024", db], base + [db]]
