@@ -510,10 +510,6 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "hash_recovered_records", db->recovered_records);
     emit_u64(emit, arg, "hash_recovery_lost", db->recovery_lost);
     emit_u64(emit, arg, "hash_truncated_bytes", db->truncated_bytes);
-    /* documented in docs/operations.md but was never emitted (found by
-     * tests/integration/test_persist.py) */
-    emit(arg, "hash_sync_mode", db->cfg.sync_mode == KURA_SYNC_ALWAYS ? "always"
-                                : db->cfg.sync_mode == KURA_SYNC_INTERVAL ? "interval" : "none");
 }
 
 static int hashdb_load_state(kura_store *s, kura_store_state *st)
