@@ -298,7 +298,7 @@ class Restart(PersistCase):
 
         s = self.start()
         c = s.conn()
-        if time.time() < tf + 0.9:
+        if time.time() < tf + 0.5:
             self.assertEqual(len(get_many(c, after + late, b"get")), 20,
                              "the delayed flush happened early")
         poll_until(lambda: not get_many(c, after + late, b"get"), timeout=tf + 2 + 3 - time.time(),
@@ -445,7 +445,7 @@ class Crash(PersistCase):
                                          "log before the kill:\n%s\nlog of the restart:\n%s"
                                          % (mode, rnd, key, SEED, killed_log[-3000:], s.stderr()[-3000:]))
             st = stats(c)
-            self.assertEqual(st["hash_sync_mode"], mode)
+            self.assertEqual(stats(c, b"settings")["kura_sync"], mode)
             work["acks"] += sum(w.acks for w in ws)
             work["in flight"] += sum(len(w.pending) for w in ws)
             self.assertEqual(int(st["hash_recovery_lost"]), 0)
@@ -804,8 +804,11 @@ class Expiry(PersistCase):
         self.assertEqual(int(stats(c)["total_items"]), 350)
         # they disappear (invisible at once once expired)
         poll_until(lambda: not get_many(c, short[:1], b"get"), timeout=4, what="an exptime 1 item to expire")
-        # get reclaims a third of them, the sweep the rest
-        self.assertEqual(get_many(c, short[:100], b"get"), {})
+        # get reclaims a third of them (they may straddle a second: poll), the
+        # sweep the rest
+        poll_until(lambda: not get_many(c, short[:100], b"get"), timeout=3,
+                   what="100 exptime 1 items to expire")
+        self.assertLessEqual(int(stats(c)["curr_items"]), 250, "get did not reclaim expired items")
         poll_until(lambda: int(stats(c)["curr_items"]) == 50, timeout=5,
                    what="curr_items to fall to the 50 items without exptime")
         poll_until(lambda: int(stats(c)["hash_expired_bytes"]) == 0, timeout=5,
