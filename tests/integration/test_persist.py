@@ -34,7 +34,8 @@ says (the marker line above tells tests/run so).  Covers:
                set answers SERVER_ERROR; reads go on, stored values intact,
                the server never dies; writes succeed again once space is
                freed; a restart has every acknowledged value.  Both append
-               paths (mapwrite=1 and 0).
+               paths (mapwrite=1 and 0).  RLIMIT_FSIZE: a record past the
+               file size limit fails with SERVER_ERROR, nothing else does.
   LargeValue   -I 128m: a 100 MB value set and read back, and after restart.
   Expiry       exptime 1 items disappear; get reclaims them, the sweep
                reclaims the rest (curr_items falls, hash_expired_bytes 0).
@@ -721,6 +722,45 @@ class DiskFull(PersistCase):
         s = self.start(params, db=db)
         with s.conn(timeout=10) as c:
             got = get_many(c, list(model) + [b"f0000"], b"get")
+            self.assertEqual({k: v[:2] for k, v in got.items()}, model)
+        self.stop(s)
+
+    def test_rlimit_fsize(self):
+        """A file size limit (RLIMIT_FSIZE, inherited from this process at
+        the fork): a record that would make a segment file larger fails with
+        SERVER_ERROR (kurad ignores SIGXFSZ), everything else goes on."""
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        limit = 4 * MB
+        if hard != resource.RLIM_INFINITY and hard < limit:
+            self.skipTest("hard RLIMIT_FSIZE below 4 MB")
+        params = "#segsiz=1m"
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+        try:
+            s = self.start(params, item_max="16m")
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        c = s.conn(timeout=20)
+        model = {}
+        for i in range(4):      # 2 MB records: each gets a segment of its own, below the limit
+            key = b"big%d" % i
+            val = derive(key, 0, 2 * MB)
+            self.assertEqual(c.request(b"set %s 5 0 %d\r\n%s\r\n" % (key, len(val), val)), b"STORED\r\n")
+            model[key] = (5, val)
+        huge = derive(b"huge", 0, 6 * MB)
+        r = c.request(b"set huge 0 0 %d\r\n%s\r\n" % (len(huge), huge))
+        self.assertTrue(r.startswith(b"SERVER_ERROR"), "a record past RLIMIT_FSIZE: %r" % r)
+        print("# RLIMIT_FSIZE: %r" % r, flush=True)
+        self.assertEqual(c.request(b"get huge\r\n"), b"END\r\n")
+        self.assertEqual(c.request(b"set small 1 0 2\r\nok\r\n"), b"STORED\r\n")
+        model[b"small"] = (1, b"ok")
+        self.assertEqual({k: v[:2] for k, v in get_many(c, model, b"get").items()}, model)
+        self.assertGreater(int(stats(c)["hash_write_errors"]), 0)
+        c.close()
+        self.stop(s)
+        s = self.start(params, item_max="16m")
+        with s.conn(timeout=20) as c:
+            got = get_many(c, list(model) + [b"huge"], b"get")
             self.assertEqual({k: v[:2] for k, v in got.items()}, model)
         self.stop(s)
 
