@@ -221,6 +221,8 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
             KURA_STAT_INC(ts, touch_hits);
         else
             KURA_STAT_INC(ts, touch_misses);
+        if (rc < 0)
+            KURA_STAT_INC(ts, store_errors);
         return rc == KURA_OK ? KURA_OK : rc < 0 ? rc : KURA_NOTFOUND;
     }
 
@@ -239,6 +241,7 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
     default:
         if (rc < 0) {
             KURA_STAT_INC(ts, get_misses);
+            KURA_STAT_INC(ts, store_errors);
             return rc;
         }
         break;

@@ -254,7 +254,21 @@ static void cmd_get_common(text_session *s, text_token *tok, int ntok, kura_buf 
                 reply(s, out, "SERVER_ERROR out of memory writing get response");
                 return;
             }
-            (void)rc;                   /* a miss or a store error: no VALUE */
+            if (rc < 0) {
+                /* A store error (a record failing its checksum, an I/O
+                 * error): answering a miss would hide the fault and let a
+                 * client "repair" the key with stale data.  As for the
+                 * response buffer above, drop what was stacked and fail the
+                 * request, as docs/operations.md promises for a damaged
+                 * record ("the request fails with SERVER_ERROR").  Found by
+                 * tests/integration/test_persist.py. */
+                out->len = mark;
+                if (rc == KURA_ENOMEM)
+                    reply(s, out, "SERVER_ERROR out of memory writing get response");
+                else
+                    server_error_for(s, out, rc);
+                return;
+            }
         }
         if (kt->value == NULL)
             break;

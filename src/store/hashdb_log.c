@@ -164,6 +164,10 @@ int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
     if (r == EOPNOTSUPP || r == EINVAL || r == ENOSYS)
         return KURA_OK;
     if (r != 0) {
+        /* a write fault like a failed append: count it, or a full disk met
+         * here (the usual place with mapwrite=1) never shows in
+         * hash_write_errors (found by tests/integration/test_persist.py) */
+        atomic_fetch_add(&db->write_errors, 1);
         hd_log(db, "cannot reserve %llu bytes for segment %08x: %s",
                (unsigned long long)cap, sg->id, strerror(r));
         if (ftruncate(sg->fd, (off_t)sg->size) != 0) {}
@@ -190,6 +194,7 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         int rc = hd_errno_status(errno);
+        atomic_fetch_add(&db->write_errors, 1);
         hd_log(db, "cannot create %s: %s", path, strerror(errno));
         return rc;
     }
@@ -205,6 +210,7 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
         rc = KURA_ENOMEM;
     } else if (pwrite_all(fd, h, sizeof(h), 0) != 0) {
         rc = hd_errno_status(errno);
+        atomic_fetch_add(&db->write_errors, 1);
         hd_log(db, "cannot write %s: %s", path, strerror(errno));
     } else {
         sg->id = id;
