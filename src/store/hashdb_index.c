@@ -4,7 +4,7 @@
  * HD_STRIPES independent chained hash tables, each behind its own rwlock
  * (hd_stripe).  A key's stripe is chosen by the low bits of its 64-bit hash,
  * its bucket by the high bits.  Each stripe doubles its bucket array when it
- * holds more entries than buckets, under its own write lock: growth is
+ * holds 1.5 entries per bucket, under its own write lock: growth is
  * online and touches 1/HD_STRIPES of the keys at a time, so `bnum` is only
  * a starting size.  Every function here expects the caller to hold the
  * stripe's lock (a write lock for the ones that change it).
@@ -285,7 +285,10 @@ void hdx_reserve(hashdb *db, uint64_t count)
 
 void hdx_insert(hd_stripe *s, hd_ent *e)
 {
-    if (s->count * 2 >= s->nbkt && s->nbkt < ((size_t)1 << 40))
+    /* Grow past 1.5 entries per bucket: chains stay short (a lookup is one
+     * or two cache misses either way) and a table sized by bnum for the
+     * keys expected is never rehashed. */
+    if (s->count * 2 >= s->nbkt * 3 && s->nbkt < ((size_t)1 << 40))
         grow(s);
     size_t b = bucket_of(s, e->hash);
     e->next = s->bkt[b];
