@@ -273,11 +273,12 @@ static void grow(hd_stripe *s)
     s->nbkt = nn;
 }
 
-/* At most one key per two buckets: a hit then reads about 1.25 entries
- * and a miss 0.5, each a likely cache miss. */
+/* About one key per bucket for count keys (loading a checkpoint): a hit
+ * then reads about 1.5 entries and a miss 1, each a likely cache miss, and
+ * the table has room to grow by half before it doubles. */
 void hdx_reserve(hashdb *db, uint64_t count)
 {
-    uint64_t per = count * 2 / HD_STRIPES + 1;
+    uint64_t per = count / HD_STRIPES + 1;
     for (int i = 0; i < HD_STRIPES; i++)
         while (db->stripes[i].nbkt < per && db->stripes[i].nbkt < ((size_t)1 << 40))
             grow(&db->stripes[i]);
