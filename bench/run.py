@@ -348,6 +348,10 @@ def run_one(server, c, a, rep, raw, failures):
         raw.append(dict(rep=rep, server=server.name, cell=c["id"], status="server_died"))
         return
     cmd = taskset(a.client_cpus) + [a.bench] + cell_args(c, c["run_ops"], server.port, a)
+    # Let the kernel finish writing back what the previous run (a disk-backed
+    # server) left dirty, so that its flusher threads do not steal this
+    # run's CPU: that made every server after a hash-file run look slow.
+    os.sync()
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     res = {}
@@ -375,9 +379,10 @@ def run_one(server, c, a, rep, raw, failures):
 
 
 def run_rep(servers, plan, a, rep, raw, failures):
-    """Starts every server fresh (all idle but one at any time), then runs each
-    cell against each server in turn, so that the servers compared in a cell
-    are measured seconds apart; the order of the servers alternates by rep."""
+    """Starts every server fresh (all stopped but the one measured), then runs
+    each cell against each server in turn, so that the servers compared in a
+    cell are measured seconds apart; the order of the servers alternates by
+    rep."""
     up = []
     try:
         for s in servers:
@@ -389,7 +394,18 @@ def run_rep(servers, plan, a, rep, raw, failures):
         order = up if rep % 2 else list(reversed(up))
         for c in plan:
             for s in order:
-                run_one(s, c, a, rep, raw, failures)
+                # The servers not measured are stopped (SIGSTOP): a hash
+                # file's background work (checkpoints, compaction) after its
+                # own cell must not run on the server CPU during another
+                # server's cell.  It resumes, and is paid for, in its own.
+                others = [o for o in up if o is not s and o.alive()]
+                for o in others:
+                    o.proc.send_signal(signal.SIGSTOP)
+                try:
+                    run_one(s, c, a, rep, raw, failures)
+                finally:
+                    for o in others:
+                        o.proc.send_signal(signal.SIGCONT)
     finally:
         for s in up:
             s.stop()
