@@ -279,4 +279,31 @@ void hd_ent_ref_bytes(hashdb *db, hd_ent *e);
 /* for tests: one synchronous round of checkpoint + compaction */
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
 
+/* Little-endian fields of the on-disk formats (docs/formats.md), written
+ * and read byte by byte so the files are the same on any host. */
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 #endif

@@ -12,6 +12,9 @@ Prints TAP lines; exits non-zero on any failure.
 """
 import os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from kuratest import free_port  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD", os.path.join(ROOT, "build"))
 BENCH = os.path.join(BUILD, "kura-bench")
@@ -32,12 +35,6 @@ def tap(ok, name, diag=""):
             print("#   " + line)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_port(port, proc, deadline_s=10.0):

@@ -27,6 +27,9 @@ No fixed sleeps: everything is polled against a deadline.
 import ctypes, os, pwd, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 import traceback
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from kuratest import free_port  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
@@ -70,12 +73,6 @@ def wait_until(pred, seconds, what):
         delay = min(delay * 2, 0.1)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def connects(port):
