@@ -105,9 +105,10 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
     hashdb *db = H(s);
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    note_clock(db, clk);
     uint64_t h = hd_hash(key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
+    hdx_prefetch(st, h);
+    note_clock(db, clk);
     int rc;
     pthread_rwlock_rdlock(&st->lock);
     hd_ent *e = hdx_find(st, h, key, klen);
@@ -183,10 +184,11 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         return KURA_ETOOBIG;
     if (db->cfg.read_only)
         return KURA_EREADONLY;
-    note_clock(db, clk);
-    uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), it->val, it->vlen);
     uint64_t h = hd_hash(it->key, it->klen);
     hd_stripe *st = hd_stripe_of(db, h);
+    hdx_prefetch(st, h);        /* loads while the checksum is computed */
+    note_clock(db, clk);
+    uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), it->val, it->vlen);
     hd_loc loc = { 0 };
     bool wrote = false;
     int rc = KURA_OK;

@@ -126,7 +126,7 @@ uint64_t hd_hash(const char *key, size_t klen)
 
 static inline size_t bucket_of(const hd_stripe *s, uint64_t h)
 {
-    return (size_t)(h >> 20) & (s->nbkt - 1);
+    return hd_bucket_index(h, s->nbkt);
 }
 
 int hdx_init(hashdb *db, uint64_t bnum)
@@ -173,10 +173,30 @@ uint64_t hdx_items(hashdb *db, uint64_t *bytes)
     return n;
 }
 
+/* Key equality without a call: keys are short (most fit an entry's line)
+ * and the hashes already matched, so this nearly always succeeds. */
+static inline bool key_eq(const char *a, const char *b, size_t n)
+{
+    while (n >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return false;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    while (n--)
+        if (*a++ != *b++)
+            return false;
+    return true;
+}
+
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen)
 {
     for (hd_ent *e = s->bkt[bucket_of(s, h)]; e; e = e->next)
-        if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
+        if (e->hash == h && e->klen == klen && key_eq(e->key, key, klen))
             return e;
     return NULL;
 }
@@ -269,8 +289,9 @@ static void grow(hd_stripe *s)
         }
     }
     arena_free(s->arena, s->bkt, s->nbkt * sizeof(hd_ent *));
-    s->bkt = nb;
-    s->nbkt = nn;
+    /* atomic stores for hdx_prefetch's lock-free peek */
+    __atomic_store_n(&s->bkt, nb, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->nbkt, nn, __ATOMIC_RELAXED);
 }
 
 /* About one key per bucket for count keys (loading a checkpoint): a hit

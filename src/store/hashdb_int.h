@@ -206,6 +206,19 @@ static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
 {
     return &db->stripes[h & (HD_STRIPES - 1)];
 }
+static inline size_t hd_bucket_index(uint64_t h, size_t nbkt)
+{
+    return (size_t)(h >> 20) & (nbkt - 1);
+}
+/* Starts loading h's bucket before the stripe lock is taken (no lock
+ * needed: a stale table only prefetches a line that is still mapped, bucket
+ * arrays staying in the arena until close, and a prefetch never faults). */
+static inline void hdx_prefetch(hd_stripe *s, uint64_t h)
+{
+    hd_ent **bkt = __atomic_load_n(&s->bkt, __ATOMIC_RELAXED);
+    size_t nbkt = __atomic_load_n(&s->nbkt, __ATOMIC_RELAXED);
+    __builtin_prefetch(&bkt[hd_bucket_index(h, nbkt)]);
+}
 int hdx_init(hashdb *db, uint64_t bnum);
 void hdx_free(hashdb *db);
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
