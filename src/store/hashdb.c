@@ -44,26 +44,36 @@ void hd_log(hashdb *db, const char *fmt, ...)
  * for non-zero flags: the index does not keep the flags. (The engine checks
  * -I with them before a value reaches the store.)
  * Caller holds the entry's stripe lock for writing. */
+/* A stripe's totals change only under its write lock: a plain load and
+ * store (no locked read-modify-write) suffice; readers load them relaxed.
+ * The segment's live bytes are shared by every stripe and stay an atomic
+ * add (relaxed: they are statistics and compaction's estimate). */
+static inline void stripe_add(_Atomic uint64_t *c, uint64_t d)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + d,
+                          memory_order_relaxed);
+}
+
 void hd_ent_ref_bytes(hashdb *db, hd_ent *e)
 {
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
-        atomic_fetch_add(&sg->live, hd_rec_size(e->klen, e->vlen));
+        atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->klen, e->vlen),
+                                  memory_order_relaxed);
     hd_stripe *st = hd_stripe_of(db, e->hash);
-    atomic_fetch_add_explicit(&st->items, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0),
-                              memory_order_relaxed);
+    stripe_add(&st->items, 1);
+    stripe_add(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0));
 }
 
 void hd_ent_unref_bytes(hashdb *db, hd_ent *e)
 {
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
-        atomic_fetch_sub(&sg->live, hd_rec_size(e->klen, e->vlen));
+        atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->klen, e->vlen),
+                                  memory_order_relaxed);
     hd_stripe *st = hd_stripe_of(db, e->hash);
-    atomic_fetch_sub_explicit(&st->items, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0),
-                              memory_order_relaxed);
+    stripe_add(&st->items, (uint64_t)-1);
+    stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, e->vlen, 0));
 }
 
 static void note_clock(hashdb *db, const kura_clock *clk)
