@@ -572,8 +572,11 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
 static int finish_index(hashdb *db, char *err, size_t errlen)
 {
     kura_clock clk = { .now = time(NULL), .oldest_cas = db->state.oldest_cas };
+    hd_seg *live_sg = NULL;
+    uint64_t live = 0;
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
+        uint64_t items = 0, bytes = 0;
         for (size_t b = 0; b < s->nbkt; b++) {
             hd_ent *e = s->bkt[b];
             while (e) {
@@ -606,12 +609,27 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                 if (drop) {
                     hdx_remove(s, e);
                 } else {
-                    hd_ent_ref_bytes(db, e);
+                    /* hd_ent_ref_bytes() summed: runs of entries share a
+                     * segment, and nothing else runs during open */
+                    if (sg != live_sg) {
+                        if (live_sg)
+                            atomic_fetch_add_explicit(&live_sg->live, live,
+                                                      memory_order_relaxed);
+                        live_sg = sg;
+                        live = 0;
+                    }
+                    live += hd_rec_size(e->klen, e->vlen);
+                    items++;
+                    bytes += kura_item_wire_total(e->klen, e->vlen, 0);
                 }
                 e = n;
             }
         }
+        atomic_fetch_add_explicit(&s->items, items, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
     }
+    if (live_sg)
+        atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
     return KURA_OK;
 }
 
