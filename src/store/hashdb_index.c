@@ -294,12 +294,15 @@ static void grow(hd_stripe *s)
     __atomic_store_n(&s->nbkt, nn, __ATOMIC_RELAXED);
 }
 
-/* About one key per bucket for count keys (loading a checkpoint): a hit
- * then reads about 1.5 entries and a miss 1, each a likely cache miss, and
- * the table has room to grow by half before it doubles. */
+/* About half a key per bucket for count keys (loading a checkpoint): a
+ * hit then reads about 1.25 entries and a miss 0.5, each a likely cache
+ * miss, and the table has room to triple before it doubles.  The buckets
+ * cost 8 bytes a key more than at one key per bucket (an entry is 64), for
+ * about a tenth less time per read of 1M keys (kura-enginebench get_s
+ * 0.366 -> 0.326 s). */
 void hdx_reserve(hashdb *db, uint64_t count)
 {
-    uint64_t per = count / HD_STRIPES + 1;
+    uint64_t per = 2 * (count / HD_STRIPES + 1);
     for (int i = 0; i < HD_STRIPES; i++)
         while (db->stripes[i].nbkt < per && db->stripes[i].nbkt < ((size_t)1 << 40))
             grow(&db->stripes[i]);
