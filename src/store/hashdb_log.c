@@ -422,7 +422,10 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     out->seg = a->id;
     out->off = off;
     out->seq = r.seq;
-    out->lsn = atomic_fetch_add(&db->lsn, rlen) + rlen;
+    /* lsn changes only here, under mu: a plain store (release, for the
+     * readers outside mu) instead of a locked add */
+    out->lsn = atomic_load_explicit(&db->lsn, memory_order_relaxed) + rlen;
+    atomic_store_explicit(&db->lsn, out->lsn, memory_order_release);
 out:
     pthread_mutex_unlock(&db->mu);
     return rc;
