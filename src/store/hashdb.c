@@ -117,7 +117,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
         return KURA_NOTFOUND;
     uint64_t h = hd_hash(key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
-    hdx_prefetch(st, h);
+    hdx_prefetch(db, h);
     note_clock(db, clk);
     int rc;
     pthread_rwlock_rdlock(&st->lock);
@@ -196,7 +196,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         return KURA_EREADONLY;
     uint64_t h = hd_hash(it->key, it->klen);
     hd_stripe *st = hd_stripe_of(db, h);
-    hdx_prefetch(st, h);        /* loads while the checksum is computed */
+    hdx_prefetch(db, h);        /* loads while the checksum is computed */
     note_clock(db, clk);
     uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), it->val, it->vlen);
     hd_loc loc = { 0 };

@@ -135,17 +135,24 @@ int hdx_init(hashdb *db, uint64_t bnum)
     while (per * HD_STRIPES < bnum && per < (1u << 26))
         per <<= 1;
     pthread_mutex_init(&db->arena.mu, NULL);
-    db->stripes = calloc(HD_STRIPES, sizeof(hd_stripe));
-    if (!db->stripes)
+    _Static_assert(sizeof(hd_stripe) % 64 == 0, "stripes are line-aligned");
+    db->stripes = aligned_alloc(64, HD_STRIPES * sizeof(hd_stripe));
+    db->bdir = aligned_alloc(64, HD_STRIPES * sizeof(hd_bdir));
+    if (!db->stripes || !db->bdir)
         return KURA_ENOMEM;
+    memset(db->stripes, 0, HD_STRIPES * sizeof(hd_stripe));
+    memset(db->bdir, 0, HD_STRIPES * sizeof(hd_bdir));
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         pthread_rwlock_init(&s->lock, NULL);
         s->arena = &db->arena;
+        s->dir = &db->bdir[i];
         s->nbkt = per;
         s->bkt = arena_alloc(&db->arena, per * sizeof(hd_ent *));
         if (!s->bkt)
             return KURA_ENOMEM;   /* hdx_free() releases the rest */
+        s->dir->bkt = s->bkt;
+        s->dir->nbkt = per;
     }
     return KURA_OK;
 }
@@ -158,6 +165,8 @@ void hdx_free(hashdb *db)
         pthread_rwlock_destroy(&db->stripes[i].lock);
     free(db->stripes);
     db->stripes = NULL;
+    free(db->bdir);
+    db->bdir = NULL;
     arena_destroy(&db->arena);
 }
 
@@ -221,9 +230,11 @@ typedef struct hd_slab {
 hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
 {
     size_t cls = ent_class(klen), sz = cls * 8;
-    hd_ent *e = s->free_ents[cls];
+    hd_ent *e = s->free_mask & ((uint64_t)1 << cls) ? s->free_ents[cls] : NULL;
     if (e) {
         s->free_ents[cls] = e->next;
+        if (!e->next)
+            s->free_mask &= ~((uint64_t)1 << cls);
     } else {
         if (s->slab_left < sz) {
             hd_slab *sl = arena_alloc(s->arena, SLAB);
@@ -255,6 +266,7 @@ void hdx_release(hd_stripe *s, hd_ent *e)
     e->dead = 2;
     e->next = s->free_ents[cls];
     s->free_ents[cls] = e;
+    s->free_mask |= (uint64_t)1 << cls;
 }
 
 void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
@@ -289,9 +301,11 @@ static void grow(hd_stripe *s)
         }
     }
     arena_free(s->arena, s->bkt, s->nbkt * sizeof(hd_ent *));
+    s->bkt = nb;
+    s->nbkt = nn;
     /* atomic stores for hdx_prefetch's lock-free peek */
-    __atomic_store_n(&s->bkt, nb, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->nbkt, nn, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->dir->bkt, nb, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->dir->nbkt, nn, __ATOMIC_RELAXED);
 }
 
 /* About half a key per bucket for count keys (loading a checkpoint): a

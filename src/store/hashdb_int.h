@@ -92,18 +92,32 @@ typedef struct hd_arena {
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
 } hd_arena;
 
+/* Where a stripe's bucket array is, kept apart from the stripes in one
+ * small array (16 KiB) that stays in cache: an operation can then start
+ * loading its bucket and its stripe at once (hdx_prefetch) instead of
+ * one after the other.  A copy of hd_stripe's bkt and nbkt, written with
+ * them under the stripe's write lock; read without the lock, as a hint. */
+typedef struct hd_bdir {
+    hd_ent **bkt;
+    size_t nbkt;
+} hd_bdir;
+
+/* Line-aligned; what every operation touches is in its first two lines
+ * (the lock and bkt, then nbkt to bytes). */
 typedef struct hd_stripe {
     pthread_rwlock_t lock;
     hd_ent **bkt;
     size_t nbkt;                /* power of two */
     size_t count;               /* entries in the table */
-    hd_arena *arena;
+    uint64_t free_mask;         /* bit c: free_ents[c] is not empty */
     unsigned char *slab;        /* entries are carved from here */
     size_t slab_left;
     struct hd_slab *slabs;      /* every slab of this stripe, newest first */
     _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
+    hd_arena *arena;
+    hd_bdir *dir;               /* this stripe's copy of bkt and nbkt */
     hd_ent *free_ents[HD_ENT_CLASSES];
-    char pad[64];
+    char pad[48];
 } hd_stripe;
 
 typedef struct hd_seg {
@@ -147,6 +161,7 @@ typedef struct hashdb {
     bool mapwrite;              /* append through a shared mapping */
 
     hd_stripe *stripes;         /* HD_STRIPES of them */
+    hd_bdir *bdir;              /* HD_STRIPES of them */
     hd_arena arena;
 
     /* segments: slot id % HD_SEG_SLOTS; written under seg_mu, read freely
@@ -210,13 +225,18 @@ static inline size_t hd_bucket_index(uint64_t h, size_t nbkt)
 {
     return (size_t)(h >> 20) & (nbkt - 1);
 }
-/* Starts loading h's bucket before the stripe lock is taken (no lock
- * needed: a stale table only prefetches a line that is still mapped, bucket
- * arrays staying in the arena until close, and a prefetch never faults). */
-static inline void hdx_prefetch(hd_stripe *s, uint64_t h)
+/* Starts loading h's stripe and bucket before the stripe lock is taken
+ * (no lock needed: a stale table only prefetches a line that is still
+ * mapped, bucket arrays staying in the arena until close, and a prefetch
+ * never faults). */
+static inline void hdx_prefetch(hashdb *db, uint64_t h)
 {
-    hd_ent **bkt = __atomic_load_n(&s->bkt, __ATOMIC_RELAXED);
-    size_t nbkt = __atomic_load_n(&s->nbkt, __ATOMIC_RELAXED);
+    hd_stripe *s = hd_stripe_of(db, h);
+    hd_bdir *d = &db->bdir[h & (HD_STRIPES - 1)];
+    hd_ent **bkt = __atomic_load_n(&d->bkt, __ATOMIC_RELAXED);
+    size_t nbkt = __atomic_load_n(&d->nbkt, __ATOMIC_RELAXED);
+    __builtin_prefetch(s, 1);
+    __builtin_prefetch((char *)s + 64, 1);
     __builtin_prefetch(&bkt[hd_bucket_index(h, nbkt)]);
 }
 int hdx_init(hashdb *db, uint64_t bnum);
