@@ -700,6 +700,12 @@ static void hashdb_close(kura_store *s)
         pthread_mutex_lock(&db->mu);
         bool want = db->appended_since_ckpt > 0 && db->appended_since_ckpt >= est / 4;
         pthread_mutex_unlock(&db->mu);
+        /* Unmapped first, the pages written through the mapping are
+         * written back without write-protecting each one's mapping entry
+         * (and flushing it from the TLB) on the way: the mapping would go
+         * at destroy() anyway, and nothing else runs now. */
+        if (db->active->wmap)
+            hd_seg_unmap(db, db->active);
         int rc = want ? hd_ckpt_write(db) : KURA_OK;
         if (rc || !want)
             rc = hd_sync_now(db);

@@ -264,6 +264,9 @@ void hd_seg_path(const hashdb *db, uint32_t id, char *buf, size_t len);
 void hd_seg_map(hashdb *db, hd_seg *sg);
 void hd_seg_drop(hashdb *db, hd_seg *sg);   /* closes, unlinks, frees */
 void hd_seg_close(hashdb *db, hd_seg *sg);  /* closes, frees */
+/* Drops a segment's mappings (reads and appends then use pread/pwritev);
+ * only while no other thread uses the store. */
+void hd_seg_unmap(hashdb *db, hd_seg *sg);
 /* Appends one record; seq 0 takes a new sequence number.  The value is
  * v0 ++ v1; body_crc is crc32c over key ++ value (computed by the caller,
  * outside the locks). */

@@ -263,6 +263,20 @@ void hd_seg_map(hashdb *db, hd_seg *sg)
     pthread_mutex_unlock(&db->seg_mu);
 }
 
+void hd_seg_unmap(hashdb *db, hd_seg *sg)
+{
+    pthread_mutex_lock(&db->seg_mu);
+    if (sg->map) {
+        munmap((void *)sg->map, sg->maplen);
+        db->mapped -= sg->maplen;
+    }
+    sg->map = NULL;
+    sg->maplen = 0;
+    sg->wmap = NULL;
+    sg->wmaplen = 0;
+    pthread_mutex_unlock(&db->seg_mu);
+}
+
 void hd_seg_close(hashdb *db, hd_seg *sg)
 {
     pthread_mutex_lock(&db->seg_mu);
