@@ -319,27 +319,26 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
  * and read byte by byte so the files are the same on any host. */
 static inline void put32(unsigned char *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    /* unrolled: the compiler merges these into one store (a loop it
+     * does not) */
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
 }
 static inline void put64(unsigned char *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    put32(p, (uint32_t)v);
+    put32(p + 4, (uint32_t)(v >> 32));
 }
 static inline uint32_t get32(const unsigned char *p)
 {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
 }
 static inline uint64_t get64(const unsigned char *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 #endif
