@@ -84,8 +84,9 @@ test: all
 
 check: test
 
+# Sanitized code runs several times slower: the tests' deadlines stretch.
 test-asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 \
+	KURA_TEST_DEADLINE_SCALE=3 $(MAKE) BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" test
 
 # Paths inside the service files are written for PREFIX=/usr/local and
