@@ -170,6 +170,9 @@ typedef struct kura_store_config {
     bool recover;               /* open a damaged file by salvaging what is intact */
     bool read_only;
     bool deferred_commit;       /* -sync always: the caller commits (see commit) */
+    /* Where a backend reports what it did (recovery, damage, disk errors):
+     * the server's log.  NULL: stderr. */
+    void (*log)(const char *line);
 } kura_store_config;
 
 enum kura_sync_mode {

@@ -59,6 +59,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The store's reports (recovery, damage, disk errors) go to our log. */
+static void store_log(const char *line)
+{
+    log_msg(LOG_INFO, "%s", line);
+}
+
 static int open_engine(kura_server *srv)
 {
     kura_settings *st = srv->settings;
@@ -70,6 +76,7 @@ static int open_engine(kura_server *srv)
         /* -sync always: the committer (commit.c) syncs for every connection
          * at once, instead of each change waiting in its worker. */
         .deferred_commit = st->sync_mode == KURA_SYNC_ALWAYS,
+        .log = store_log,
     };
     kura_store *store;
     char err[512] = "";

@@ -35,8 +35,15 @@ void hd_log(hashdb *db, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    if (!getenv("KURA_HASHDB_QUIET"))
+    if (getenv("KURA_HASHDB_QUIET"))
+        return;
+    if (db->cfg.log) {
+        char line[1200];
+        snprintf(line, sizeof(line), "hash file %s: %s", db->dir, buf);
+        db->cfg.log(line);
+    } else {
         fprintf(stderr, "kura hashdb %s: %s\n", db->dir, buf);
+    }
 }
 
 /* Counts an entry in (or out of) the totals and its segment's live bytes.
