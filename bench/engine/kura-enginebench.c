@@ -30,17 +30,6 @@
 
 #include "kura/store.h"
 
-/* The library is linked whole (--whole-archive), so a real cache_open, when
- * src/store/cache.c exists, replaces this weak stand-in. */
-__attribute__((weak)) int cache_open(const char *path, kura_params *params,
-                                     const kura_store_config *cfg, kura_store **out,
-                                     char *err, size_t errlen)
-{
-    (void)path; (void)params; (void)cfg; (void)out;
-    snprintf(err, errlen, "the cache backend is not built yet");
-    return KURA_EINVAL;
-}
-
 static kura_store *store;
 static kura_clock clk;
 static long rnum;

@@ -36,12 +36,18 @@ static void emit_backend_stat(void *arg, const char *name, const char *value)
     stat_str(arg, name, value);
 }
 
-/* Sums every thread's counters and subtracts the "stats reset" baseline. */
-static void totals(kura_server_info *si, kura_stats_totals *t)
+/* Every thread's counters summed, the main thread's block included. */
+static void sum_threads(kura_server_info *si, kura_stats_totals *t)
 {
     memset(t, 0, sizeof(*t));
     for (int i = 0; i <= si->nthreads; i++)
         kura_stats_accumulate(t, &si->thread_stats[i]);
+}
+
+/* The counters as "stats" reports them: since the last "stats reset". */
+static void totals(kura_server_info *si, kura_stats_totals *t)
+{
+    sum_threads(si, t);
     pthread_mutex_lock(&si->reset_lock);
 #define KURA_STAT_SUB(name) t->name -= si->baseline.name;
     KURA_THREAD_STATS(KURA_STAT_SUB)
@@ -244,9 +250,7 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
     } else if (sub_is(&tok[1], "reset")) {
         kura_server_info *si = s->server;
         kura_stats_totals now;
-        memset(&now, 0, sizeof(now));
-        for (int i = 0; i <= si->nthreads; i++)
-            kura_stats_accumulate(&now, &si->thread_stats[i]);
+        sum_threads(si, &now);
         pthread_mutex_lock(&si->reset_lock);
         si->baseline = now;
         pthread_mutex_unlock(&si->reset_lock);

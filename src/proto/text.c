@@ -224,7 +224,7 @@ static int emit_value(void *arg, const kura_item *it)
 
 /* get/gets/gat/gats.  Keys past the 23rd token are tokenized in further
  * rounds, as memcached does, so a multi-get has no key limit. */
-static void cmd_get_common(text_session *s, text_token *tok, int ntok, kura_buf *out,
+static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                            bool with_cas, bool touch)
 {
     size_t mark = out->len;
@@ -274,7 +274,6 @@ static void cmd_get_common(text_session *s, text_token *tok, int ntok, kura_buf 
             break;
         /* More keys than one tokenizer round holds: continue with the rest. */
         const char *rest = kt->value;
-        (void)ntok;
         tokenize(rest, (size_t)(s->line_end - rest), tok, MAX_TOKENS);
         kt = &tok[0];
     }
@@ -284,19 +283,23 @@ static void cmd_get_common(text_session *s, text_token *tok, int ntok, kura_buf 
 
 static void cmd_get(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
-    cmd_get_common(s, tok, ntok, out, false, false);
+    (void)ntok;                         /* any number of keys */
+    cmd_get_common(s, tok, out, false, false);
 }
 static void cmd_gets(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
-    cmd_get_common(s, tok, ntok, out, true, false);
+    (void)ntok;                         /* any number of keys */
+    cmd_get_common(s, tok, out, true, false);
 }
 static void cmd_gat(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
-    cmd_get_common(s, tok, ntok, out, false, true);
+    (void)ntok;                         /* any number of keys */
+    cmd_get_common(s, tok, out, false, true);
 }
 static void cmd_gats(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
-    cmd_get_common(s, tok, ntok, out, true, true);
+    (void)ntok;                         /* any number of keys */
+    cmd_get_common(s, tok, out, true, true);
 }
 
 /* ---- storage ---------------------------------------------------------------- */

@@ -489,6 +489,20 @@ static bool zero_page_in(int fd, uint64_t from, uint64_t to)
 
 /* Replays one segment from off.  last: the newest segment, whose torn tail
  * is cut off rather than reported. */
+/* Cuts a segment's damaged or never-written tail off at off (the file too,
+ * unless read-only). */
+static int cut_segment(hashdb *db, hd_seg *sg, const char *path, uint64_t off,
+                       char *err, size_t errlen)
+{
+    if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+        snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
+                 (unsigned long long)off, strerror(errno));
+        return hd_errno_status(errno);
+    }
+    sg->size = off;
+    return KURA_OK;
+}
+
 static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
                           char *err, size_t errlen)
 {
@@ -516,15 +530,8 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
         if (s == KURA_ECORRUPT && zero_from(&sc, off, last)) {
             /* never written: a preallocated tail, or (last segment only) a
              * page the kernel had not written back when the power went */
-            if (off < sg->size) {
-                if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
-                    snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
-                             (unsigned long long)off, strerror(errno));
-                    rc = hd_errno_status(errno);
-                    break;
-                }
-                sg->size = off;
-            }
+            if (off < sg->size)
+                rc = cut_segment(db, sg, path, off, err, errlen);
             break;
         }
         uint64_t next = hd_scan_resync(&sc, off);
@@ -533,13 +540,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             hd_log(db, "%s: cutting off a torn tail of %llu bytes at offset %llu", path,
                    (unsigned long long)(sg->size - off), (unsigned long long)off);
             db->truncated_bytes += sg->size - off;
-            if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
-                snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
-                         (unsigned long long)off, strerror(errno));
-                rc = hd_errno_status(errno);
-                break;
-            }
-            sg->size = off;
+            rc = cut_segment(db, sg, path, off, err, errlen);
             break;
         }
         if (s == KURA_ECORRUPT && last && zero_page_in(sg->fd, off, next)) {
@@ -550,13 +551,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
                    "from there (written after the last sync)", path, (unsigned long long)off,
                    (unsigned long long)(sg->size - off));
             db->truncated_bytes += sg->size - off;
-            if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
-                snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
-                         (unsigned long long)off, strerror(errno));
-                rc = hd_errno_status(errno);
-                break;
-            }
-            sg->size = off;
+            rc = cut_segment(db, sg, path, off, err, errlen);
             break;
         }
         if (!db->cfg.recover) {
