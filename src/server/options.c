@@ -56,7 +56,7 @@ static const opt options[] = {
     { { "-pid", "-P" }, OPT_STR, F(pid_path), 0, 0, "FILE",
       "write the process id to FILE once listening; removed at exit" },
     { { "-u" }, OPT_STR, F(user), 0, 0, "USER",
-      "run as USER once listening (required when started as root; -u root stays root)" },
+      "run as USER once the sockets are bound (required when started as root; -u root stays root)" },
     { { "-log" }, OPT_STR, F(log_path), 0, 0, "FILE",
       "log to FILE instead of stderr (reopened on SIGHUP)" },
     { { "-ld" }, OPT_LOGLEVEL, F(log_base), LOG_DEBUG, 0, NULL, "log debug information too" },
