@@ -423,24 +423,23 @@ static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn,
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *st = &db->stripes[i];
         pthread_rwlock_rdlock(&st->lock);
-        for (size_t b = 0; b < st->nbkt; b++) {
-            for (hd_ent *e = st->bkt[b]; e; e = e->next) {
-                if (kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
-                    continue;
-                const unsigned char *rec;
-                hd_rec r;
-                kura_item it;
-                int rc = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
-                if (rc) {
-                    bad = rc;
-                    continue;
-                }
-                fill_item(&it, e, rec, &r);
-                rc = fn(arg, &it);
-                if (rc) {
-                    pthread_rwlock_unlock(&st->lock);
-                    return rc;
-                }
+        for (size_t j = 0; j < st->nslot; j++) {
+            hd_ent *e = hdx_at(st, j);
+            if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+                continue;
+            const unsigned char *rec;
+            hd_rec r;
+            kura_item it;
+            int rc = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+            if (rc) {
+                bad = rc;
+                continue;
+            }
+            fill_item(&it, e, rec, &r);
+            rc = fn(arg, &it);
+            if (rc) {
+                pthread_rwlock_unlock(&st->lock);
+                return rc;
             }
         }
         pthread_rwlock_unlock(&st->lock);
@@ -482,7 +481,7 @@ static void emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
 static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
 {
     hashdb *db = H(s);
-    uint64_t file = 0, live = 0, nseg = 0, expired = 0, buckets = 0;
+    uint64_t file = 0, live = 0, nseg = 0, expired = 0, slots = 0;
     kura_clock clk = { .now = atomic_load(&db->clk_now), .oldest_cas = atomic_load(&db->clk_oldest) };
     if (!atomic_load(&db->clk_seen))
         clk.now = time(NULL);
@@ -503,11 +502,12 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *st = &db->stripes[i];
         pthread_rwlock_rdlock(&st->lock);
-        buckets += st->nbkt;
-        for (size_t b = 0; b < st->nbkt; b++)
-            for (hd_ent *e = st->bkt[b]; e; e = e->next)
-                if (kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE)
-                    expired += hd_rec_size(e->klen, e->vlen);
+        slots += st->nslot;
+        for (size_t i = 0; i < st->nslot; i++) {
+            hd_ent *e = hdx_at(st, i);
+            if (e && kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE)
+                expired += hd_rec_size(e->klen, e->vlen);
+        }
         pthread_rwlock_unlock(&st->lock);
     }
     char frag[32];
@@ -518,7 +518,7 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "hash_dead_bytes", file - live);
     emit(arg, "hash_fragmentation", frag);
     emit_u64(emit, arg, "hash_segments", nseg);
-    emit_u64(emit, arg, "hash_index_buckets", buckets);
+    emit_u64(emit, arg, "hash_index_slots", slots);
     emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
     emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
     emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
@@ -865,7 +865,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     }
     rc = hdx_init(db, bnum);
     if (rc) {
-        snprintf(err, errlen, "out of memory for %llu buckets", (unsigned long long)bnum);
+        snprintf(err, errlen, "out of memory for an index of %llu records", (unsigned long long)bnum);
         goto fail;
     }
     rc = hd_recover(db, err, errlen);

@@ -580,10 +580,9 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         uint64_t items = 0, bytes = 0;
-        for (size_t b = 0; b < s->nbkt; b++) {
-            hd_ent *e = s->bkt[b];
-            while (e) {
-                hd_ent *n = e->next;
+        for (size_t i = 0; i < s->nslot; i++) {
+            hd_ent *e = hdx_at(s, i);
+            if (e) {
                 hd_seg *sg = e->dead ? NULL : hd_seg_get(db, e->seg);
                 bool drop = e->dead;
                 if (!drop && !sg) {
@@ -625,7 +624,6 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                     items++;
                     bytes += kura_item_wire_total(e->klen, e->vlen, 0);
                 }
-                e = n;
             }
         }
         atomic_fetch_add_explicit(&s->items, items, memory_order_relaxed);

@@ -175,10 +175,9 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
         uint32_t i = atomic_fetch_add(&db->sweep_cursor, 1) % HD_STRIPES;
         hd_stripe *st = &db->stripes[i];
         pthread_rwlock_wrlock(&st->lock);
-        for (size_t b = 0; b < st->nbkt && rc == KURA_OK; b++) {
-            hd_ent *e = st->bkt[b];
-            while (e) {
-                hd_ent *next = e->next;
+        for (size_t i = 0; i < st->nslot && rc == KURA_OK; i++) {
+            hd_ent *e = hdx_at(st, i);
+            if (e) {
                 int lv = kura_item_liveness(e->exptime, e->cas, clk);
                 seen++;
                 if (lv != KURA_LIVE) {
@@ -187,7 +186,6 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
                         break;
                     reclaimed++;
                 }
-                e = next;
             }
         }
         seen++;

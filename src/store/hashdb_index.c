@@ -1,13 +1,15 @@
 /*
  * hashdb_index.c - the hash file's in-memory index: key -> newest record.
  *
- * HD_STRIPES independent chained hash tables, each behind its own rwlock
- * (hd_stripe).  A key's stripe is chosen by the low bits of its 64-bit hash,
- * its bucket by the high bits.  Each stripe doubles its bucket array when it
- * holds 1.5 entries per bucket, under its own write lock: growth is
- * online and touches 1/HD_STRIPES of the keys at a time, so `bnum` is only
- * a starting size.  Every function here expects the caller to hold the
- * stripe's lock (a write lock for the ones that change it).
+ * HD_STRIPES independent open-addressed hash tables (hd_stripe in
+ * hashdb_int.h says how a table is laid out), each behind its own rwlock.
+ * A key's stripe is chosen by the low bits of its 64-bit hash, its line of
+ * slots by the middle bits, its tag by the top 16.  A table doubles when
+ * its used slots (entries and tombstones) would pass 3/4, or is rebuilt at
+ * its size when tombstones are most of them, under its own write lock:
+ * growth is online and touches 1/HD_STRIPES of the keys at a time, so
+ * `bnum` is only a starting size.  Every function here expects the caller
+ * to hold the stripe's lock (a write lock for the ones that change it).
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -52,6 +54,13 @@ static void *arena_alloc(hd_arena *a, size_t n)
         size_t len = n + 64 > CHUNK ? n + 64 : CHUNK;
         void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
+            pthread_mutex_unlock(&a->mu);
+            return NULL;
+        }
+        if ((uintptr_t)m + len > HD_SLOT_PTR) {
+            /* a slot keeps 48 bits of an entry's address; user space
+             * addresses are below 2^47 unless asked for otherwise */
+            munmap(m, len);
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
@@ -124,15 +133,30 @@ uint64_t hd_hash(const char *key, size_t klen)
 }
 
 
-static inline size_t bucket_of(const hd_stripe *s, uint64_t h)
+static inline uint64_t tag_of(uint64_t h)
 {
-    return hd_bucket_index(h, s->nbkt);
+    return h & ~HD_SLOT_PTR;
+}
+
+static inline uint64_t slot_of(const hd_ent *e)
+{
+    return tag_of(e->hash) | (uint64_t)(uintptr_t)e;
+}
+
+static void publish(hd_stripe *s, uint64_t *slot, size_t nslot)
+{
+    s->slot = slot;
+    s->nslot = nslot;
+    /* atomic stores for hdx_prefetch's lock-free peek */
+    __atomic_store_n(&s->dir->slot, slot, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->dir->nslot, nslot, __ATOMIC_RELAXED);
 }
 
 int hdx_init(hashdb *db, uint64_t bnum)
 {
-    size_t per = 16;
-    while (per * HD_STRIPES < bnum && per < (1u << 26))
+    /* bnum records fit without growing: at most 3/4 of the slots used */
+    size_t per = 8;
+    while (per * HD_STRIPES * 3 / 4 < bnum && per < ((size_t)1 << 30))
         per <<= 1;
     pthread_mutex_init(&db->arena.mu, NULL);
     _Static_assert(sizeof(hd_stripe) % 64 == 0, "stripes are line-aligned");
@@ -147,12 +171,10 @@ int hdx_init(hashdb *db, uint64_t bnum)
         pthread_rwlock_init(&s->lock, NULL);
         s->arena = &db->arena;
         s->dir = &db->bdir[i];
-        s->nbkt = per;
-        s->bkt = arena_alloc(&db->arena, per * sizeof(hd_ent *));
-        if (!s->bkt)
+        uint64_t *slot = arena_alloc(&db->arena, per * sizeof(uint64_t));
+        if (!slot)
             return KURA_ENOMEM;   /* hdx_free() releases the rest */
-        s->dir->bkt = s->bkt;
-        s->dir->nbkt = per;
+        publish(s, slot, per);
     }
     return KURA_OK;
 }
@@ -204,19 +226,123 @@ static inline bool key_eq(const char *a, const char *b, size_t n)
 
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen)
 {
-    for (hd_ent *e = s->bkt[bucket_of(s, h)]; e; e = e->next)
-        if (e->hash == h && e->klen == klen && key_eq(e->key, key, klen))
-            return e;
-    return NULL;
+    size_t mask = s->nslot - 1, i = hd_slot_home(h, s->nslot);
+    uint64_t tag = tag_of(h);
+    for (;; i = (i + 1) & mask) {
+        uint64_t v = s->slot[i];
+        if (v == 0)
+            return NULL;
+        if ((v & ~HD_SLOT_PTR) == tag && v != HD_SLOT_TOMB) {
+            hd_ent *e = (hd_ent *)(uintptr_t)(v & HD_SLOT_PTR);
+            if (e->hash == h && e->klen == klen && key_eq(e->key, key, klen))
+                return e;
+        }
+    }
 }
 
+/* The first free (empty or tombstone) slot of h's probe; one exists. */
+static size_t free_slot(const uint64_t *slot, size_t nslot, uint64_t h)
+{
+    size_t mask = nslot - 1, i = hd_slot_home(h, nslot);
+    while (slot[i] > HD_SLOT_TOMB)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Rebuilds the table with nn slots, dropping the tombstones; O(entries of
+ * this stripe).  False when memory is out (the table stays as it was). */
+static bool rebuild(hd_stripe *s, size_t nn)
+{
+    uint64_t *ns = arena_alloc(s->arena, nn * sizeof(uint64_t));
+    if (!ns)
+        return false;
+    for (size_t i = 0; i < s->nslot; i++) {
+        uint64_t v = s->slot[i];
+        if (v > HD_SLOT_TOMB)
+            ns[free_slot(ns, nn, ((hd_ent *)(uintptr_t)(v & HD_SLOT_PTR))->hash)] = v;
+    }
+    arena_free(s->arena, s->slot, s->nslot * sizeof(uint64_t));
+    publish(s, ns, nn);
+    s->tombs = 0;
+    return true;
+}
+
+/* Room for one more entry: used slots stay at most 3/4 (a missing key's
+ * probe then ends within its line nearly always).  Doubles, or rebuilds at
+ * the same size when removals left tombstones as most of the used slots. */
+static bool make_room(hd_stripe *s)
+{
+    if ((s->count + s->tombs + 1) * 4 <= s->nslot * 3)
+        return true;
+    size_t nn = s->nslot;
+    if ((s->count + 1) * 8 > s->nslot * 3)
+        nn *= 2;
+    if (nn <= ((size_t)1 << 40) && rebuild(s, nn))
+        return true;
+    /* out of memory: go on filling while an empty slot remains */
+    return s->count + s->tombs + 2 < s->nslot;
+}
+
+/* Room for count keys at about half the slots: what a checkpoint load
+ * asks, sizing once instead of doubling on the way. */
+void hdx_reserve(hashdb *db, uint64_t count)
+{
+    uint64_t per = 2 * (count / HD_STRIPES + 1);
+    for (int i = 0; i < HD_STRIPES; i++) {
+        hd_stripe *s = &db->stripes[i];
+        size_t nn = s->nslot;
+        while (nn < per && nn < ((size_t)1 << 40))
+            nn <<= 1;
+        if (nn != s->nslot)
+            (void)rebuild(s, nn);
+    }
+}
+
+void hdx_insert(hd_stripe *s, hd_ent *e)
+{
+    size_t i = free_slot(s->slot, s->nslot, e->hash);
+    if (s->slot[i] == HD_SLOT_TOMB)
+        s->tombs--;
+    s->slot[i] = slot_of(e);
+    s->count++;
+}
+
+void hdx_remove(hd_stripe *s, hd_ent *e)
+{
+    size_t mask = s->nslot - 1, i = hd_slot_home(e->hash, s->nslot);
+    uint64_t v = slot_of(e);
+    for (; s->slot[i]; i = (i + 1) & mask) {
+        if (s->slot[i] == v) {
+            /* a slot before an empty one can be emptied: no probe passes
+             * it; otherwise it must stay a tombstone */
+            if (s->slot[(i + 1) & mask] == 0) {
+                s->slot[i] = 0;
+            } else {
+                s->slot[i] = HD_SLOT_TOMB;
+                s->tombs++;
+            }
+            s->count--;
+            break;
+        }
+    }
+    hdx_release(s, e);
+}
 /* Entries are carved from per-stripe slabs of SLAB bytes (themselves cut
- * from the arena), with one free list per size class. */
+ * from the arena), with one free list per size class (linked through the
+ * cas field: klen and dead stay readable for hdx_walk). */
 #define SLAB (64 * 1024)
 
+/* An entry's size in 8-byte units: at least a line, so that a short key's
+ * entry is one line (slabs are line-aligned). */
 static size_t ent_class(size_t klen)
 {
-    return (offsetof(hd_ent, key) + klen + 7) / 8;
+    size_t n = offsetof(hd_ent, key) + klen;
+    return n <= 64 ? 8 : (n + 7) / 8;
+}
+
+static hd_ent *free_next(const hd_ent *e)
+{
+    return (hd_ent *)(uintptr_t)e->cas;
 }
 
 /* The head of each slab: the stripe's list of slabs and how much of this
@@ -229,11 +355,13 @@ typedef struct hd_slab {
 
 hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
 {
+    if (!make_room(s))
+        return NULL;
     size_t cls = ent_class(klen), sz = cls * 8;
     hd_ent *e = s->free_mask & ((uint64_t)1 << cls) ? s->free_ents[cls] : NULL;
     if (e) {
-        s->free_ents[cls] = e->next;
-        if (!e->next)
+        s->free_ents[cls] = free_next(e);
+        if (!s->free_ents[cls])
             s->free_mask &= ~((uint64_t)1 << cls);
     } else {
         if (s->slab_left < sz) {
@@ -264,7 +392,7 @@ void hdx_release(hd_stripe *s, hd_ent *e)
 {
     size_t cls = ent_class(e->klen);
     e->dead = 2;
-    e->next = s->free_ents[cls];
+    e->cas = (uint64_t)(uintptr_t)s->free_ents[cls];
     s->free_ents[cls] = e;
     s->free_mask |= (uint64_t)1 << cls;
 }
@@ -282,67 +410,3 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
     }
 }
 
-/* Doubles the bucket array; O(entries of this stripe).  On allocation
- * failure the stripe simply stays at its size (chains get longer). */
-static void grow(hd_stripe *s)
-{
-    size_t nn = s->nbkt * 2;
-    hd_ent **nb = arena_alloc(s->arena, nn * sizeof(hd_ent *));
-    if (!nb)
-        return;
-    for (size_t b = 0; b < s->nbkt; b++) {
-        hd_ent *e = s->bkt[b];
-        while (e) {
-            hd_ent *n = e->next;
-            size_t i = (size_t)(e->hash >> 20) & (nn - 1);
-            e->next = nb[i];
-            nb[i] = e;
-            e = n;
-        }
-    }
-    arena_free(s->arena, s->bkt, s->nbkt * sizeof(hd_ent *));
-    s->bkt = nb;
-    s->nbkt = nn;
-    /* atomic stores for hdx_prefetch's lock-free peek */
-    __atomic_store_n(&s->dir->bkt, nb, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->dir->nbkt, nn, __ATOMIC_RELAXED);
-}
-
-/* About half a key per bucket for count keys (loading a checkpoint): a
- * hit then reads about 1.25 entries and a miss 0.5, each a likely cache
- * miss, and the table has room to triple before it doubles.  The buckets
- * cost 8 bytes a key more than at one key per bucket (an entry is 64), for
- * about a tenth less time per read of 1M keys (kura-enginebench get_s
- * 0.366 -> 0.326 s). */
-void hdx_reserve(hashdb *db, uint64_t count)
-{
-    uint64_t per = 2 * (count / HD_STRIPES + 1);
-    for (int i = 0; i < HD_STRIPES; i++)
-        while (db->stripes[i].nbkt < per && db->stripes[i].nbkt < ((size_t)1 << 40))
-            grow(&db->stripes[i]);
-}
-
-void hdx_insert(hd_stripe *s, hd_ent *e)
-{
-    /* Grow past 1.5 entries per bucket: chains stay short (a lookup is one
-     * or two cache misses either way) and a table sized by bnum for the
-     * keys expected is never rehashed. */
-    if (s->count * 2 >= s->nbkt * 3 && s->nbkt < ((size_t)1 << 40))
-        grow(s);
-    size_t b = bucket_of(s, e->hash);
-    e->next = s->bkt[b];
-    s->bkt[b] = e;
-    s->count++;
-}
-
-void hdx_remove(hd_stripe *s, hd_ent *e)
-{
-    hd_ent **pp = &s->bkt[bucket_of(s, e->hash)];
-    while (*pp && *pp != e)
-        pp = &(*pp)->next;
-    if (*pp) {
-        *pp = e->next;
-        s->count--;
-    }
-    hdx_release(s, e);
-}

@@ -58,15 +58,14 @@ static inline uint64_t hd_rec_size(size_t klen, size_t vlen)
     return HD_REC_HDR + (uint64_t)klen + vlen;
 }
 
-/* One key in the index.  Guarded by its stripe's lock.  Laid out so that
- * with a key of up to 9 bytes it fills one 64-byte cache line (entries are
- * carved from line-aligned slabs in 8-byte size classes). */
+/* One key in the index.  Guarded by its stripe's lock.  Entries are carved
+ * from line-aligned slabs, 64 bytes at least: an entry with a key of up to
+ * 17 bytes is one cache line, read with one miss. */
 typedef struct hd_ent {
-    struct hd_ent *next;
     uint64_t hash;
-    uint64_t seq;               /* sequence number of the record pointed at */
     uint64_t cas;
     int64_t exptime;
+    uint64_t seq;               /* sequence number of the record pointed at */
     uint32_t off;               /* record offset in its segment (< 2^32:
                                    a record starts below segsiz <= 2 GiB) */
     uint32_t seg;               /* segment id */
@@ -92,32 +91,42 @@ typedef struct hd_arena {
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
 } hd_arena;
 
-/* Where a stripe's bucket array is, kept apart from the stripes in one
- * small array (16 KiB) that stays in cache: an operation can then start
- * loading its bucket and its stripe at once (hdx_prefetch) instead of
- * one after the other.  A copy of hd_stripe's bkt and nbkt, written with
- * them under the stripe's write lock; read without the lock, as a hint. */
+/* Where a stripe's slot array is, kept apart from the stripes in one small
+ * array (16 KiB) that stays in cache: an operation can then start loading
+ * its slots' line and its stripe at once (hdx_prefetch) instead of one
+ * after the other.  A copy of hd_stripe's slot and nslot, written with them
+ * under the stripe's write lock; read without the lock, as a hint. */
 typedef struct hd_bdir {
-    hd_ent **bkt;
-    size_t nbkt;
+    uint64_t *slot;
+    size_t nslot;
 } hd_bdir;
 
 /* Line-aligned; what every operation touches is in its first two lines
- * (the lock and bkt, then nbkt to bytes). */
+ * (the lock and slot, then nslot to bytes).
+ *
+ * The table is open-addressed: nslot 8-byte slots (a power of two, at least
+ * 8), each 0 (empty), HD_SLOT_TOMB (an entry was removed here) or an entry's
+ * address in the low 48 bits with 16 bits of its hash above (the tag).  A
+ * key's probe starts at the first slot of a 64-byte line chosen by its hash
+ * and goes on slot by slot; it ends at an empty slot.  So a lookup reads one
+ * line of slots (all a missing key costs) and only the entries whose tag
+ * matches: one entry, nearly always.  Chained buckets cost a cache miss
+ * more per lookup, following the chain. */
 typedef struct hd_stripe {
     pthread_rwlock_t lock;
-    hd_ent **bkt;
-    size_t nbkt;                /* power of two */
+    uint64_t *slot;
+    size_t nslot;               /* power of two, >= 8 */
     size_t count;               /* entries in the table */
+    size_t tombs;               /* HD_SLOT_TOMB slots */
     uint64_t free_mask;         /* bit c: free_ents[c] is not empty */
     unsigned char *slab;        /* entries are carved from here */
     size_t slab_left;
     struct hd_slab *slabs;      /* every slab of this stripe, newest first */
     _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
     hd_arena *arena;
-    hd_bdir *dir;               /* this stripe's copy of bkt and nbkt */
+    hd_bdir *dir;               /* this stripe's copy of slot and nslot */
     hd_ent *free_ents[HD_ENT_CLASSES];
-    char pad[48];
+    char pad[40];
 } hd_stripe;
 
 typedef struct hd_seg {
@@ -132,6 +141,7 @@ typedef struct hd_seg {
     unsigned char *wmap;        /* active segment: the same mapping, written by
                                    hd_append (NULL: appends use pwritev) */
     size_t wmaplen;             /* bytes preallocated and mapped */
+    size_t populated;           /* bytes of wmap prefaulted */
 } hd_seg;
 
 /* Where a record landed. */
@@ -221,27 +231,39 @@ static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
 {
     return &db->stripes[h & (HD_STRIPES - 1)];
 }
-static inline size_t hd_bucket_index(uint64_t h, size_t nbkt)
+#define HD_SLOT_TOMB    ((uint64_t)1)
+#define HD_SLOT_PTR     (((uint64_t)1 << 48) - 1)
+/* The first slot of h's probe: the start of a line of 8 slots. */
+static inline size_t hd_slot_home(uint64_t h, size_t nslot)
 {
-    return (size_t)(h >> 20) & (nbkt - 1);
+    return (size_t)(h >> 20) * 8 & (nslot - 1);
 }
-/* Starts loading h's stripe and bucket before the stripe lock is taken
+/* Starts loading h's stripe and slot line before the stripe lock is taken
  * (no lock needed: a stale table only prefetches a line that is still
- * mapped, bucket arrays staying in the arena until close, and a prefetch
+ * mapped, slot arrays staying in the arena until close, and a prefetch
  * never faults). */
 static inline void hdx_prefetch(hashdb *db, uint64_t h)
 {
     hd_stripe *s = hd_stripe_of(db, h);
     hd_bdir *d = &db->bdir[h & (HD_STRIPES - 1)];
-    hd_ent **bkt = __atomic_load_n(&d->bkt, __ATOMIC_RELAXED);
-    size_t nbkt = __atomic_load_n(&d->nbkt, __ATOMIC_RELAXED);
+    uint64_t *slot = __atomic_load_n(&d->slot, __ATOMIC_RELAXED);
+    size_t nslot = __atomic_load_n(&d->nslot, __ATOMIC_RELAXED);
     __builtin_prefetch(s, 1);
     __builtin_prefetch((char *)s + 64, 1);
-    __builtin_prefetch(&bkt[hd_bucket_index(h, nbkt)]);
+    __builtin_prefetch(&slot[hd_slot_home(h, nslot)]);
+}
+/* The entry in slot i, or NULL: for walking a table by index (an entry may
+ * be removed while its table is walked so; none may be inserted). */
+static inline hd_ent *hdx_at(const hd_stripe *s, size_t i)
+{
+    uint64_t v = s->slot[i];
+    return v > HD_SLOT_TOMB ? (hd_ent *)(uintptr_t)(v & HD_SLOT_PTR) : NULL;
 }
 int hdx_init(hashdb *db, uint64_t bnum);
 void hdx_free(hashdb *db);
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
+/* A new entry for key, not yet in the table, and room in the table for it
+ * (hdx_insert then puts it there); NULL when memory is out. */
 hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
 /* Calls fn for every entry of the stripe in memory order (faster than the

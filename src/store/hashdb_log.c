@@ -341,6 +341,27 @@ static int do_roll(hashdb *db, uint64_t rlen)
     return rc;
 }
 
+/* Faults in the write mapping's pages from off on, a run of POPULATE bytes
+ * past end, with one madvise: a page fault per 4 KiB page, taken by the
+ * appends one at a time, costs more (each is a trap, dear under
+ * virtualization).  Only a hint: where it fails, the pages fault as usual.
+ * The run is short because db->mu is held meanwhile. */
+#define POPULATE (512u << 10)
+
+static void populate_ahead(hd_seg *a, uint64_t off, uint64_t end)
+{
+    uint64_t from = off & ~(uint64_t)4095;
+    if (from < a->populated)
+        from = a->populated;
+    uint64_t to = (end + POPULATE + 4095) & ~(uint64_t)4095;
+    if (to > a->wmaplen)
+        to = a->wmaplen;
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(a->wmap + from, to - from, MADV_POPULATE_WRITE);
+#endif
+    a->populated = to;
+}
+
 int hd_append(hashdb *db, int type, const char *key, size_t klen,
               const void *v0, size_t l0, const void *v1, size_t l1,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
@@ -379,6 +400,8 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     if (a->wmap && off + rlen <= a->wmaplen) {
         /* a store into the shared mapping is in the page cache at once:
          * it survives the death of the process like a write() would */
+        if (off + rlen > a->populated)
+            populate_ahead(a, off, off + rlen);
         unsigned char *d = a->wmap + off;
         for (int i = 0; i < n; i++) {
             memcpy(d, iov[i].iov_base, iov[i].iov_len);
