@@ -769,7 +769,8 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                 kura_store **out, char *err, size_t errlen)
 {
     uint64_t bnum = 1048576, msiz = 256ULL << 20, segsiz = 128ULL << 20,
-             ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1;
+             ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1,
+             wbehind = 4ULL << 20;
     struct stat st;
     int rc;
 
@@ -780,7 +781,8 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         (rc = size_param(params, "ckpt", &ckpt, 4096, 1ULL << 46, err, errlen)) ||
         (rc = size_param(params, "dfunit", &dfunit, 1, 1 << 20, err, errlen)) ||
         (rc = size_param(params, "frag", &frag, 1, 100, err, errlen)) ||
-        (rc = size_param(params, "mapwrite", &mapwrite, 0, 1, err, errlen)))
+        (rc = size_param(params, "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
+        (rc = size_param(params, "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)))
         return rc;
     rc = kura_params_reject_unused(params, path, err, errlen);
     if (rc)
@@ -804,6 +806,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     db->dfunit = (unsigned)dfunit;
     db->frag_pct = (unsigned)frag;
     db->mapwrite = mapwrite != 0;
+    db->wbehind = wbehind;
     pthread_mutex_init(&db->seg_mu, NULL);
     pthread_mutex_init(&db->mu, NULL);
     pthread_mutex_init(&db->cmu, NULL);

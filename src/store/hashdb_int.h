@@ -142,6 +142,8 @@ typedef struct hd_seg {
                                    hd_append (NULL: appends use pwritev) */
     size_t wmaplen;             /* bytes preallocated and mapped */
     size_t populated;           /* bytes of wmap prefaulted */
+    uint64_t wb_from;           /* bytes before this are written back (or
+                                   their writeback is started) */
 } hd_seg;
 
 /* Where a record landed. */
@@ -166,7 +168,7 @@ typedef struct hashdb {
     kura_store_config cfg;
 
     /* parameters */
-    uint64_t bnum, msiz, segsiz, ckpt_bytes;
+    uint64_t bnum, msiz, segsiz, ckpt_bytes, wbehind;
     unsigned dfunit, frag_pct;
     bool mapwrite;              /* append through a shared mapping */
 

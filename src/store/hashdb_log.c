@@ -369,7 +369,8 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
 {
     unsigned char h[HD_REC_HDR];
     struct iovec iov[4];
-    int n = 0, rc = KURA_OK;
+    int n = 0, rc = KURA_OK, wb_fd = -1;
+    uint64_t wb_from = 0, wb_to = 0;
     uint64_t rlen = hd_rec_size(klen, l0 + l1);
     hd_rec r = { .type = (uint8_t)type, .klen = (uint8_t)klen, .vlen = (uint32_t)(l0 + l1),
                  .flags = flags, .exptime = exptime, .cas = cas };
@@ -463,8 +464,21 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
      * readers outside mu) instead of a locked add */
     out->lsn = atomic_load_explicit(&db->lsn, memory_order_relaxed) + rlen;
     atomic_store_explicit(&db->lsn, out->lsn, memory_order_release);
+    /* write-behind: the whole pages written since the last start */
+    if (db->wbehind && a->size - a->wb_from >= db->wbehind) {
+        wb_from = a->wb_from;
+        wb_to = a->size & ~(uint64_t)4095;
+        wb_fd = a->fd;
+        a->wb_from = wb_to;
+    }
 out:
     pthread_mutex_unlock(&db->mu);
+    /* Outside mu (it may wait for the device queue).  Only a hint: should
+     * the segment be dropped meanwhile, it starts writeback of some other
+     * file's pages, harmlessly.  Its errors show at the next sync. */
+    if (wb_fd >= 0 && wb_to > wb_from)
+        (void)sync_file_range(wb_fd, (off_t)wb_from, (off_t)(wb_to - wb_from),
+                              SYNC_FILE_RANGE_WRITE);
     return rc;
 }
 
