@@ -61,24 +61,22 @@ static inline void stripe_add(_Atomic uint64_t *c, uint64_t d)
                           memory_order_relaxed);
 }
 
-void hd_ent_ref_bytes(hashdb *db, hd_ent *e)
+void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 {
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
         atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->klen, e->vlen),
                                   memory_order_relaxed);
-    hd_stripe *st = hd_stripe_of(db, e->hash);
     stripe_add(&st->items, 1);
     stripe_add(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0));
 }
 
-void hd_ent_unref_bytes(hashdb *db, hd_ent *e)
+void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 {
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
         atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->klen, e->vlen),
                                   memory_order_relaxed);
-    hd_stripe *st = hd_stripe_of(db, e->hash);
     stripe_add(&st->items, (uint64_t)-1);
     stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, e->vlen, 0));
 }
@@ -166,7 +164,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
 
 /* Points e at a freshly appended PUT record.  Stripe write lock held; e is
  * not counted in the totals on entry and is on return. */
-static void set_entry(hashdb *db, hd_ent *e, const hd_loc *loc, size_t vlen,
+static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, size_t vlen,
                       int64_t exptime, uint64_t cas)
 {
     e->seg = loc->seg;
@@ -177,7 +175,7 @@ static void set_entry(hashdb *db, hd_ent *e, const hd_loc *loc, size_t vlen,
     e->cas = cas;
     e->dead = 0;
     e->fetched = 0;
-    hd_ent_ref_bytes(db, e);
+    hd_ent_ref_bytes(db, st, e);
 }
 
 static int finish_write(hashdb *db, int rc, bool wrote, uint64_t lsn)
@@ -238,7 +236,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     }
     if (rc)
         goto out;
-    if (!e && !(fresh = hdx_new(st, h, it->key, it->klen))) {
+    if (!e && !(fresh = hdx_new(st, it->key, it->klen))) {
         rc = KURA_ENOMEM;
         goto out;
     }
@@ -256,12 +254,12 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
             if (lv == KURA_DEAD_EXPIRED && !e->fetched)
                 atomic_fetch_add(&db->expired_unfetched, 1);
         }
-        hd_ent_unref_bytes(db, e);
+        hd_ent_unref_bytes(db, st, e);
     } else {
         e = fresh;
-        hdx_insert(st, e);
+        hdx_insert(st, e, h);
     }
-    set_entry(db, e, &loc, it->vlen, it->exptime, it->cas);
+    set_entry(db, st, e, &loc, it->vlen, it->exptime, it->cas);
 out:
     pthread_rwlock_unlock(&st->lock);
     return finish_write(db, rc, wrote, loc.lsn);
@@ -297,7 +295,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
                        0, 0, 0, 0, &loc);
         if (rc == KURA_OK) {
             wrote = true;
-            hd_ent_unref_bytes(db, e);
+            hd_ent_unref_bytes(db, st, e);
             hdx_remove(st, e);
         }
     }
@@ -361,7 +359,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
             break;
         }
         hd_ent *fresh = NULL;
-        if (!e && !(fresh = hdx_new(st, h, key, klen))) {
+        if (!e && !(fresh = hdx_new(st, key, klen))) {
             src = KURA_ENOMEM;
             break;
         }
@@ -379,12 +377,12 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         if (e) {
             if (lv != KURA_LIVE)
                 atomic_fetch_add(&db->reclaimed, 1);
-            hd_ent_unref_bytes(db, e);
+            hd_ent_unref_bytes(db, st, e);
         } else {
             e = fresh;
-            hdx_insert(st, e);
+            hdx_insert(st, e, h);
         }
-        set_entry(db, e, &loc, l0 + l1, up.exptime, cas);
+        set_entry(db, st, e, &loc, l0 + l1, up.exptime, cas);
         break;
     }
     case KURA_UPDATE_REMOVE:
@@ -402,7 +400,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
                         crc32c_update(0, key, klen), 0, 0, 0, 0, &loc);
         if (src == KURA_OK) {
             wrote = true;
-            hd_ent_unref_bytes(db, e);
+            hd_ent_unref_bytes(db, st, e);
             hdx_remove(st, e);
         }
         break;

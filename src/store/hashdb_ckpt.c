@@ -31,8 +31,41 @@
 #include "hashdb_int.h"
 
 #define CK_HDR 80
-#define CK_ENT 48
+#define CK_ENT_V1 48            /* version 1: fixed fields, then the key */
+#define CK_ENT_MAX (1 + 6 * 10) /* version 2: klen, six varints, the key */
 #define CK_TRAILER 24
+#define CK_VERSION 2            /* written; 1 is still read */
+
+/* LEB128: 7 bits a byte, low first; a set top bit means more follow. */
+static inline unsigned char *put_varint(unsigned char *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+/* NULL when the varint runs past end or past 10 bytes. */
+static inline const unsigned char *get_varint(const unsigned char *p, const unsigned char *end,
+                                              uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; p < end && shift < 70; shift += 7) {
+        unsigned char b = *p++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* exptime may be negative (already expired): zigzag keeps it short */
+static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static inline int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
 typedef struct wbuf {
     int fd;
@@ -96,26 +129,23 @@ typedef struct ck_dump {
 static void dump_ent(void *arg, hd_ent *e)
 {
     ck_dump *d = arg;
-    unsigned char *eb = wb_room(d->w, CK_ENT + e->klen);
-    eb[0] = e->klen;
-    memset(eb + 1, 0, 3);
-    put32(eb + 4, e->seg);
-    put64(eb + 8, e->off);
-    put32(eb + 16, e->vlen);
-    put32(eb + 20, 0);
-    put64(eb + 24, (uint64_t)e->exptime);
-    put64(eb + 32, e->cas);
-    put64(eb + 40, e->seq);
+    unsigned char *eb = wb_room(d->w, CK_ENT_MAX + e->klen), *o = eb;
+    *o++ = e->klen;
+    o = put_varint(o, e->seg);
+    o = put_varint(o, e->off);
+    o = put_varint(o, e->vlen);
+    o = put_varint(o, zigzag(e->exptime));
+    o = put_varint(o, e->cas);
+    o = put_varint(o, e->seq);
     /* not memcpy: for a key this short the compiler's inline copy
      * (rep movsq) costs more than the rest of the entry */
     const char *k = e->key;
-    unsigned char *o = eb + CK_ENT;
     size_t n = e->klen;
     for (; n >= 8; n -= 8, k += 8, o += 8)
         memcpy(o, k, 8);
     for (; n; n--)
         *o++ = (unsigned char)*k++;
-    d->w->len += CK_ENT + e->klen;
+    d->w->len += (size_t)(o - eb);
     d->count++;
 }
 
@@ -147,7 +177,7 @@ int hd_ckpt_write(hashdb *db)
     P.seg = db->active->id;
     P.off = db->active->size;
     memcpy(h, HD_CKPT_MAGIC, 8);
-    put32(h + 8, HD_VERSION);
+    put32(h + 8, CK_VERSION);
     put32(h + 16, P.seg);
     put64(h + 24, P.off);
     put64(h + 32, db->seq);
@@ -237,6 +267,7 @@ typedef struct ck_file {
     size_t len;
     hd_pos P;
     uint64_t seq, count;
+    uint32_t version;
     char why[4400];
 } ck_file;
 
@@ -275,7 +306,8 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
                  memcmp(p, HD_CKPT_MAGIC, 8) ? (size_t)0 : ck->len - CK_TRAILER);
         return;
     }
-    if (get32(p + 8) != HD_VERSION) {
+    ck->version = get32(p + 8);
+    if (ck->version != 1 && ck->version != CK_VERSION) {
         snprintf(ck->why, sizeof(ck->why), "%s: unsupported version %u", path, get32(p + 8));
         return;
     }
@@ -298,6 +330,55 @@ static void ck_release(ck_file *ck)
     ck->map = NULL;
 }
 
+/* One checkpoint entry, decoded. */
+typedef struct ck_ent {
+    size_t klen;
+    const char *key;
+    uint32_t seg, off, vlen;
+    int64_t exptime;
+    uint64_t cas, seq;
+} ck_ent;
+
+/* Each decodes the entry at p (before end) into f and returns where the
+ * next begins, or NULL when it is malformed. */
+static const unsigned char *ck_ent_v1(const unsigned char *p, const unsigned char *end,
+                                      ck_ent *f)
+{
+    if (p + CK_ENT_V1 > end || p[0] == 0 || p + CK_ENT_V1 + p[0] > end ||
+        get64(p + 8) > UINT32_MAX)
+        return NULL;
+    f->klen = p[0];
+    f->key = (const char *)p + CK_ENT_V1;
+    f->seg = get32(p + 4);
+    f->off = (uint32_t)get64(p + 8);
+    f->vlen = get32(p + 16);
+    f->exptime = (int64_t)get64(p + 24);
+    f->cas = get64(p + 32);
+    f->seq = get64(p + 40);
+    return p + CK_ENT_V1 + f->klen;
+}
+
+static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned char *end,
+                                      ck_ent *f)
+{
+    uint64_t seg, off, vlen, exp;
+    if (p >= end || p[0] == 0)
+        return NULL;
+    f->klen = *p++;
+    if (!(p = get_varint(p, end, &seg)) || !(p = get_varint(p, end, &off)) ||
+        !(p = get_varint(p, end, &vlen)) || !(p = get_varint(p, end, &exp)) ||
+        !(p = get_varint(p, end, &f->cas)) || !(p = get_varint(p, end, &f->seq)) ||
+        seg > UINT32_MAX || off > UINT32_MAX || vlen > UINT32_MAX ||
+        f->klen > (size_t)(end - p))
+        return NULL;
+    f->key = (const char *)p;
+    f->seg = (uint32_t)seg;
+    f->off = (uint32_t)off;
+    f->vlen = (uint32_t)vlen;
+    f->exptime = unzigzag(exp);
+    return p + f->klen;
+}
+
 /* Loads a checked checkpoint into the (empty) index. */
 static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 {
@@ -311,32 +392,34 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     p += CK_HDR;
     hdx_reserve(db, ck->count);
     for (uint64_t i = 0; i < ck->count; i++) {
-        if (p + CK_ENT > end || p[0] == 0 || p + CK_ENT + p[0] > end ||
-            get64(p + 8) > UINT32_MAX) {
+        ck_ent f;
+        const unsigned char *next = ck->version == 1 ? ck_ent_v1(p, end, &f)
+                                                     : ck_ent_v2(p, end, &f);
+        if (!next) {
             snprintf(err, errlen, "%s/checkpoint: bad entry %llu at offset %zu", db->dir,
                      (unsigned long long)i, (size_t)(p - ck->map));
             return KURA_ECORRUPT;
         }
-        size_t klen = p[0];
-        const char *key = (const char *)p + CK_ENT;
+        size_t klen = f.klen;
+        const char *key = f.key;
         uint64_t hv = hd_hash(key, klen);
         hd_stripe *s = hd_stripe_of(db, hv);
         hd_ent *e = hdx_find(s, hv, key, klen);
         if (!e) {
-            e = hdx_new(s, hv, key, klen);
+            e = hdx_new(s, key, klen);
             if (!e)
                 return KURA_ENOMEM;
-            hdx_insert(s, e);
+            hdx_insert(s, e, hv);
         }
-        e->seg = get32(p + 4);
-        e->off = (uint32_t)get64(p + 8);
-        e->vlen = get32(p + 16);
-        e->exptime = (int64_t)get64(p + 24);
-        e->cas = get64(p + 32);
-        e->seq = get64(p + 40);
+        e->seg = f.seg;
+        e->off = f.off;
+        e->vlen = f.vlen;
+        e->exptime = f.exptime;
+        e->cas = f.cas;
+        e->seq = f.seq;
         if (e->seq > db->seq)
             db->seq = e->seq;
-        p += CK_ENT + klen;
+        p = next;
     }
     return KURA_OK;
 }
@@ -423,11 +506,11 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     hd_stripe *s = hd_stripe_of(db, hv);
     hd_ent *e = hdx_find(s, hv, key, r->klen);
     if (!e) {
-        e = hdx_new(s, hv, key, r->klen);
+        e = hdx_new(s, key, r->klen);
         if (!e)
             return KURA_ENOMEM;
         e->seq = 0;
-        hdx_insert(s, e);
+        hdx_insert(s, e, hv);
     } else if (r->type == HD_REC_PUT ? r->seq < e->seq : r->seq <= e->seq) {
         return KURA_OK;     /* an older version, or a copy of one */
     }

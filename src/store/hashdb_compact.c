@@ -102,10 +102,10 @@ int hd_compact_one(hashdb *db, bool force)
                                    r.vlen, NULL, 0, bcrc, r.flags, r.exptime, r.cas,
                                    r.seq, &loc);
                     if (rc == KURA_OK) {
-                        hd_ent_unref_bytes(db, e);
+                        hd_ent_unref_bytes(db, st, e);
                         e->seg = loc.seg;
                         e->off = (uint32_t)loc.off;
-                        hd_ent_ref_bytes(db, e);
+                        hd_ent_ref_bytes(db, st, e);
                     }
                 }
             }
@@ -161,7 +161,7 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
     atomic_fetch_add(&db->reclaimed, 1);
     if (liveness == KURA_DEAD_EXPIRED && !e->fetched)
         atomic_fetch_add(&db->expired_unfetched, 1);
-    hd_ent_unref_bytes(db, e);
+    hd_ent_unref_bytes(db, st, e);
     hdx_remove(st, e);
     return KURA_OK;
 }

@@ -138,9 +138,14 @@ static inline uint64_t tag_of(uint64_t h)
     return h & ~HD_SLOT_PTR;
 }
 
-static inline uint64_t slot_of(const hd_ent *e)
+static inline uint64_t slot_of(const hd_ent *e, uint64_t h)
 {
-    return tag_of(e->hash) | (uint64_t)(uintptr_t)e;
+    return tag_of(h) | (uint64_t)(uintptr_t)e;
+}
+
+static inline hd_ent *ent_in(uint64_t v)
+{
+    return (hd_ent *)(uintptr_t)(v & HD_SLOT_PTR);
 }
 
 static void publish(hd_stripe *s, uint64_t *slot, size_t nslot)
@@ -233,8 +238,8 @@ hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen)
         if (v == 0)
             return NULL;
         if ((v & ~HD_SLOT_PTR) == tag && v != HD_SLOT_TOMB) {
-            hd_ent *e = (hd_ent *)(uintptr_t)(v & HD_SLOT_PTR);
-            if (e->hash == h && e->klen == klen && key_eq(e->key, key, klen))
+            hd_ent *e = ent_in(v);
+            if (e->klen == klen && key_eq(e->key, key, klen))
                 return e;
         }
     }
@@ -250,7 +255,8 @@ static size_t free_slot(const uint64_t *slot, size_t nslot, uint64_t h)
 }
 
 /* Rebuilds the table with nn slots, dropping the tombstones; O(entries of
- * this stripe).  False when memory is out (the table stays as it was). */
+ * this stripe), each hashed again.  False when memory is out (the table
+ * stays as it was). */
 static bool rebuild(hd_stripe *s, size_t nn)
 {
     uint64_t *ns = arena_alloc(s->arena, nn * sizeof(uint64_t));
@@ -258,8 +264,10 @@ static bool rebuild(hd_stripe *s, size_t nn)
         return false;
     for (size_t i = 0; i < s->nslot; i++) {
         uint64_t v = s->slot[i];
-        if (v > HD_SLOT_TOMB)
-            ns[free_slot(ns, nn, ((hd_ent *)(uintptr_t)(v & HD_SLOT_PTR))->hash)] = v;
+        if (v > HD_SLOT_TOMB) {
+            const hd_ent *e = ent_in(v);
+            ns[free_slot(ns, nn, hd_hash(e->key, e->klen))] = v;
+        }
     }
     arena_free(s->arena, s->slot, s->nslot * sizeof(uint64_t));
     publish(s, ns, nn);
@@ -298,19 +306,20 @@ void hdx_reserve(hashdb *db, uint64_t count)
     }
 }
 
-void hdx_insert(hd_stripe *s, hd_ent *e)
+void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h)
 {
-    size_t i = free_slot(s->slot, s->nslot, e->hash);
+    size_t i = free_slot(s->slot, s->nslot, h);
     if (s->slot[i] == HD_SLOT_TOMB)
         s->tombs--;
-    s->slot[i] = slot_of(e);
+    s->slot[i] = slot_of(e, h);
     s->count++;
 }
 
 void hdx_remove(hd_stripe *s, hd_ent *e)
 {
-    size_t mask = s->nslot - 1, i = hd_slot_home(e->hash, s->nslot);
-    uint64_t v = slot_of(e);
+    uint64_t h = hd_hash(e->key, e->klen);
+    size_t mask = s->nslot - 1, i = hd_slot_home(h, s->nslot);
+    uint64_t v = slot_of(e, h);
     for (; s->slot[i]; i = (i + 1) & mask) {
         if (s->slot[i] == v) {
             /* a slot before an empty one can be emptied: no probe passes
@@ -332,12 +341,10 @@ void hdx_remove(hd_stripe *s, hd_ent *e)
  * cas field: klen and dead stay readable for hdx_walk). */
 #define SLAB (64 * 1024)
 
-/* An entry's size in 8-byte units: at least a line, so that a short key's
- * entry is one line (slabs are line-aligned). */
+/* An entry's size in 8-byte units. */
 static size_t ent_class(size_t klen)
 {
-    size_t n = offsetof(hd_ent, key) + klen;
-    return n <= 64 ? 8 : (n + 7) / 8;
+    return (offsetof(hd_ent, key) + klen + 7) / 8;
 }
 
 static hd_ent *free_next(const hd_ent *e)
@@ -353,7 +360,7 @@ typedef struct hd_slab {
     char pad[48];
 } hd_slab;
 
-hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
+hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen)
 {
     if (!make_room(s))
         return NULL;
@@ -382,7 +389,6 @@ hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen)
         s->slabs->used += sz;
     }
     memset(e, 0, sizeof(*e));
-    e->hash = h;
     e->klen = (uint8_t)klen;
     memcpy(e->key, key, klen);
     return e;

@@ -58,11 +58,11 @@ static inline uint64_t hd_rec_size(size_t klen, size_t vlen)
     return HD_REC_HDR + (uint64_t)klen + vlen;
 }
 
-/* One key in the index.  Guarded by its stripe's lock.  Entries are carved
- * from line-aligned slabs, 64 bytes at least: an entry with a key of up to
- * 17 bytes is one cache line, read with one miss. */
+/* One key in the index.  Guarded by its stripe's lock.  39 bytes + key,
+ * carved in 8-byte steps: 48 bytes for a key of up to 9 bytes.  The key's
+ * hash is not kept: whoever needs it has it at hand (a lookup) or computes
+ * it again (rare: a table rebuild, a removal). */
 typedef struct hd_ent {
-    uint64_t hash;
     uint64_t cas;
     int64_t exptime;
     uint64_t seq;               /* sequence number of the record pointed at */
@@ -266,12 +266,12 @@ void hdx_free(hashdb *db);
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 /* A new entry for key, not yet in the table, and room in the table for it
  * (hdx_insert then puts it there); NULL when memory is out. */
-hd_ent *hdx_new(hd_stripe *s, uint64_t h, const char *key, size_t klen);
+hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen);
 void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
 /* Calls fn for every entry of the stripe in memory order (faster than the
  * bucket chains, which visit memory at random); lock held by the caller. */
 void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
-void hdx_insert(hd_stripe *s, hd_ent *e);
+void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h);    /* h: e's key's hash */
 void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
@@ -333,8 +333,8 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
 
 /* hashdb.c */
 void hd_log(hashdb *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void hd_ent_unref_bytes(hashdb *db, hd_ent *e);
-void hd_ent_ref_bytes(hashdb *db, hd_ent *e);
+void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
+void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 
 /* for tests: one synchronous round of checkpoint + compaction */
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);

@@ -405,6 +405,54 @@ static void test_index_churn(void)
     kura_store_close(s);
 }
 
+/* A database written by the first format (checkpoint version 1, fixed-size
+ * entries; tests/fixtures/hash-v1.kh: 100 keys, k5 deleted, k7 with an
+ * exptime, then "late" appended after the checkpoint) still opens, whole,
+ * and a checkpoint written now (version 2) reads back the same. */
+static void test_format_v1(void)
+{
+    char fixture[512], err[512];
+    snprintf(fixture, sizeof(fixture), "%.*s/../fixtures/hash-v1.kh",
+             (int)(strrchr(__FILE__, '/') - __FILE__), __FILE__);
+    const char *copy = t_path("v1.kh");
+    REQUIRE(t_copy_dir(fixture, copy) == 0);
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_clock clk = { .now = 1700000000 };
+    for (int round = 0; round < 2; round++) {
+        kura_store *s = NULL;
+        REQUIRE(t_open(copy, "#segsiz=64k", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        int bad = 0;
+        for (int i = 0; i < 100; i++) {
+            char k[16], want[16];
+            snprintf(k, sizeof(k), "k%d", i);
+            snprintf(want, sizeof(want), "v%d", i);
+            t_val v;
+            int rc = t_get(s, k, &clk, &v);
+            if (i == 5)
+                bad += rc != KURA_NOTFOUND;
+            else
+                bad += rc != KURA_OK || v.len != strlen(want) || memcmp(v.buf, want, v.len) ||
+                       v.flags != (uint32_t)i || v.cas != 1000u + (unsigned)i ||
+                       v.exptime != (i == 7 ? 4000000000LL : 0);
+        }
+        CHECK_EQ_INT(bad, 0);
+        t_val v;
+        CHECK(t_get(s, "late", &clk, &v) == KURA_OK && v.len == 4 && !memcmp(v.buf, "tail", 4) &&
+              v.flags == 9 && v.cas == 5000);
+        if (round == 0)     /* a checkpoint in the current version */
+            CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+        kura_store_close(s);
+        char ck[600];
+        unsigned char h[12] = { 0 };
+        snprintf(ck, sizeof(ck), "%s/checkpoint", copy);
+        FILE *f = fopen(ck, "rb");
+        CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
+        if (f)
+            fclose(f);
+        CHECK_EQ_INT(h[8], 2);      /* the version now in place */
+    }
+}
+
 static int big_fn(void *arg, const kura_item *it)
 {
     const unsigned char *p = it->val;
@@ -469,6 +517,7 @@ int main(void)
     RUN(test_persistence);
     RUN(test_index_growth);
     RUN(test_index_churn);
+    RUN(test_format_v1);
     RUN(test_big_value);
     RUN(test_read_only);
     t_teardown();
