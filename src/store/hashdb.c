@@ -209,8 +209,6 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     int rc = KURA_OK;
 
     pthread_rwlock_wrlock(&st->lock);
-    /* the new entry's memory, fetched while the lookup misses */
-    __builtin_prefetch(st->slab, 1);
     hd_ent *e = hdx_find(st, h, it->key, it->klen), *fresh = NULL;
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     bool live = lv == KURA_LIVE;
