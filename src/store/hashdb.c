@@ -65,7 +65,7 @@ void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 {
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
-        atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->klen, e->vlen),
+        atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
     stripe_add(&st->items, 1);
     stripe_add(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0));
@@ -75,7 +75,7 @@ void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 {
     hd_seg *sg = hd_seg_get(db, e->seg);
     if (sg)
-        atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->klen, e->vlen),
+        atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
     stripe_add(&st->items, (uint64_t)-1);
     stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, e->vlen, 0));
@@ -105,9 +105,9 @@ static bool too_big(hashdb *db, size_t klen, size_t vlen)
 
 static void fill_item(kura_item *it, const hd_ent *e, const unsigned char *rec, const hd_rec *r)
 {
-    it->key = (const char *)rec + HD_REC_HDR;
+    it->key = (const char *)rec + r->hlen;
     it->klen = e->klen;
-    it->val = rec + HD_REC_HDR + e->klen;
+    it->val = rec + r->hlen + e->klen;
     it->vlen = e->vlen;
     it->flags = r->flags;
     it->exptime = e->exptime;
@@ -136,7 +136,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
         } else {
             const unsigned char *rec;
             hd_rec r;
-            rc = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+            rc = hd_read_record(db, e, &rec, &r);
             if (rc == KURA_OK) {
                 kura_item it;
                 fill_item(&it, e, rec, &r);
@@ -168,6 +168,7 @@ static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, s
                       int64_t exptime, uint64_t cas)
 {
     e->seg = loc->seg;
+    e->hlen = (uint8_t)loc->hlen;
     e->off = (uint32_t)loc->off;
     e->seq = loc->seq;
     e->vlen = (uint32_t)vlen;
@@ -322,7 +323,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     if (e && lv == KURA_LIVE) {
         hd_rec r;
-        src = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+        src = hd_read_record(db, e, &rec, &r);
         if (src)
             goto out;
         fill_item(&cur, e, rec, &r);
@@ -426,7 +427,7 @@ static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn,
             const unsigned char *rec;
             hd_rec r;
             kura_item it;
-            int rc = hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &rec, &r);
+            int rc = hd_read_record(db, e, &rec, &r);
             if (rc) {
                 bad = rc;
                 continue;
@@ -502,7 +503,7 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
         for (size_t i = 0; i < st->nslot; i++) {
             hd_ent *e = hdx_at(st, i);
             if (e && kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE)
-                expired += hd_rec_size(e->klen, e->vlen);
+                expired += hd_rec_size(e->hlen, e->klen, e->vlen);
         }
         pthread_rwlock_unlock(&st->lock);
     }

@@ -32,40 +32,10 @@
 
 #define CK_HDR 80
 #define CK_ENT_V1 48            /* version 1: fixed fields, then the key */
-#define CK_ENT_MAX (1 + 6 * 10) /* version 2: klen, six varints, the key */
+#define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen, six varints, the key */
 #define CK_TRAILER 24
 #define CK_VERSION 2            /* written; 1 is still read */
 
-/* LEB128: 7 bits a byte, low first; a set top bit means more follow. */
-static inline unsigned char *put_varint(unsigned char *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (unsigned char)v;
-    return p;
-}
-
-/* NULL when the varint runs past end or past 10 bytes. */
-static inline const unsigned char *get_varint(const unsigned char *p, const unsigned char *end,
-                                              uint64_t *v)
-{
-    uint64_t x = 0;
-    for (int shift = 0; p < end && shift < 70; shift += 7) {
-        unsigned char b = *p++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            return p;
-        }
-    }
-    return NULL;
-}
-
-/* exptime may be negative (already expired): zigzag keeps it short */
-static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-static inline int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
 typedef struct wbuf {
     int fd;
@@ -131,6 +101,7 @@ static void dump_ent(void *arg, hd_ent *e)
     ck_dump *d = arg;
     unsigned char *eb = wb_room(d->w, CK_ENT_MAX + e->klen), *o = eb;
     *o++ = e->klen;
+    *o++ = e->hlen;
     o = put_varint(o, e->seg);
     o = put_varint(o, e->off);
     o = put_varint(o, e->vlen);
@@ -332,7 +303,7 @@ static void ck_release(ck_file *ck)
 
 /* One checkpoint entry, decoded. */
 typedef struct ck_ent {
-    size_t klen;
+    size_t klen, hlen;
     const char *key;
     uint32_t seg, off, vlen;
     int64_t exptime;
@@ -348,6 +319,7 @@ static const unsigned char *ck_ent_v1(const unsigned char *p, const unsigned cha
         get64(p + 8) > UINT32_MAX)
         return NULL;
     f->klen = p[0];
+    f->hlen = HD_REC_HDR_V1;    /* it points at version 1 records */
     f->key = (const char *)p + CK_ENT_V1;
     f->seg = get32(p + 4);
     f->off = (uint32_t)get64(p + 8);
@@ -362,9 +334,10 @@ static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned cha
                                       ck_ent *f)
 {
     uint64_t seg, off, vlen, exp;
-    if (p >= end || p[0] == 0)
+    if (end - p < 2 || p[0] == 0 || p[1] < 8 || p[1] > HD_REC_HDR_MAX)
         return NULL;
     f->klen = *p++;
+    f->hlen = *p++;
     if (!(p = get_varint(p, end, &seg)) || !(p = get_varint(p, end, &off)) ||
         !(p = get_varint(p, end, &vlen)) || !(p = get_varint(p, end, &exp)) ||
         !(p = get_varint(p, end, &f->cas)) || !(p = get_varint(p, end, &f->seq)) ||
@@ -412,6 +385,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
             hdx_insert(s, e, hv);
         }
         e->seg = f.seg;
+        e->hlen = (uint8_t)f.hlen;
         e->off = f.off;
         e->vlen = f.vlen;
         e->exptime = f.exptime;
@@ -491,7 +465,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
         db->seq = r->seq;
     if (r->type == HD_REC_STATE) {
         if (r->seq > db->state_seq) {
-            const unsigned char *v = p + HD_REC_HDR;
+            const unsigned char *v = p + r->hlen;
             db->state_seq = r->seq;
             db->state.max_cas = get64(v);
             db->state.oldest_cas = get64(v + 8);
@@ -501,7 +475,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     }
     if (off > UINT32_MAX)
         return KURA_ECORRUPT;
-    const char *key = (const char *)p + HD_REC_HDR;
+    const char *key = (const char *)p + r->hlen;
     uint64_t hv = hd_hash(key, r->klen);
     hd_stripe *s = hd_stripe_of(db, hv);
     hd_ent *e = hdx_find(s, hv, key, r->klen);
@@ -523,6 +497,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
         db->max_cas_seen = r->cas;
     e->dead = 0;
     e->seg = seg;
+    e->hlen = r->hlen;
     e->off = (uint32_t)off;
     e->vlen = r->vlen;
     e->exptime = r->exptime;
@@ -540,8 +515,9 @@ static bool zero_from(hd_scan *sc, uint64_t off, bool last)
         return false;
     for (uint64_t o = off; o < sc->fsize; o += sizeof(z)) {
         size_t n = sc->fsize - o < sizeof(z) ? (size_t)(sc->fsize - o) : sizeof(z);
-        if (o == off && n > HD_REC_HDR && last)
-            n = HD_REC_HDR;
+        size_t probe = sc->version == 1 ? HD_REC_HDR_V1 : 16;
+        if (o == off && n > probe && last)
+            n = probe;
         ssize_t got = pread(sc->fd, z, n, (off_t)o);
         if (got != (ssize_t)n)
             return false;
@@ -595,7 +571,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
     int rc = KURA_OK;
     char path[4200];
     hd_seg_path(db, sg->id, path, sizeof(path));
-    hd_scan_init(&sc, sg->fd, sg->size);
+    hd_scan_init(&sc, sg);
     while (off < sg->size) {
         int s = hd_scan_rec(&sc, off, &r, &p);
         if (s == KURA_OK) {
@@ -603,7 +579,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             if (rc)
                 break;
             db->recovered_records++;
-            off += hd_rec_size(r.klen, r.vlen);
+            off += hd_rec_size(r.hlen, r.klen, r.vlen);
             continue;
         }
         if (s == KURA_ENOMEM) {
@@ -686,7 +662,7 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                 if (!drop && db->cfg.recover) {
                     const unsigned char *p;
                     hd_rec r;
-                    if (hd_read_record(db, e->seg, e->off, e->klen, e->vlen, &p, &r) != KURA_OK) {
+                    if (hd_read_record(db, e, &p, &r) != KURA_OK) {
                         db->recovery_lost++;
                         drop = true;
                     }
@@ -703,7 +679,7 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                         live_sg = sg;
                         live = 0;
                     }
-                    live += hd_rec_size(e->klen, e->vlen);
+                    live += hd_rec_size(e->hlen, e->klen, e->vlen);
                     items++;
                     bytes += kura_item_wire_total(e->klen, e->vlen, 0);
                 }

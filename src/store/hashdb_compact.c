@@ -68,7 +68,7 @@ int hd_compact_one(hashdb *db, bool force)
     hd_rec r;
     const unsigned char *p;
     uint64_t off = HD_SEG_HDR, n = 0;
-    hd_scan_init(&sc, x->fd, x->size);
+    hd_scan_init(&sc, x);
     while (off < x->size) {
         int s = hd_scan_rec(&sc, off, &r, &p);
         if (s == 1)
@@ -84,9 +84,9 @@ int hd_compact_one(hashdb *db, bool force)
             rc = s;
             break;
         }
-        uint64_t rlen = hd_rec_size(r.klen, r.vlen);
+        uint64_t rlen = hd_rec_size(r.hlen, r.klen, r.vlen);
         if (r.type == HD_REC_PUT) {
-            const char *key = (const char *)p + HD_REC_HDR;
+            const char *key = (const char *)p + r.hlen;
             uint64_t h = hd_hash(key, r.klen);
             hd_stripe *st = hd_stripe_of(db, h);
             pthread_rwlock_wrlock(&st->lock);
@@ -97,13 +97,14 @@ int hd_compact_one(hashdb *db, bool force)
                     rc = hd_drop_dead(db, st, e, lv);
                 } else {
                     hd_loc loc;
-                    uint32_t bcrc = crc32c_update(0, p + HD_REC_HDR, rlen - HD_REC_HDR);
-                    rc = hd_append(db, HD_REC_PUT, key, r.klen, p + HD_REC_HDR + r.klen,
+                    uint32_t bcrc = crc32c_update(0, p + r.hlen, rlen - r.hlen);
+                    rc = hd_append(db, HD_REC_PUT, key, r.klen, p + r.hlen + r.klen,
                                    r.vlen, NULL, 0, bcrc, r.flags, r.exptime, r.cas,
                                    r.seq, &loc);
                     if (rc == KURA_OK) {
                         hd_ent_unref_bytes(db, st, e);
                         e->seg = loc.seg;
+                        e->hlen = (uint8_t)loc.hlen;
                         e->off = (uint32_t)loc.off;
                         hd_ent_ref_bytes(db, st, e);
                     }

@@ -32,18 +32,22 @@
 #define HD_STRIPES      1024            /* power of two */
 #define HD_SEG_SLOTS    65536           /* live segment ids must span fewer */
 #define HD_SEG_HDR      32              /* bytes of a segment file header */
-#define HD_REC_HDR      40              /* bytes of a record header */
-#define HD_REC_MAGIC    0x684b          /* "Kh" little-endian, bytes 4..5 */
+#define HD_REC_HDR_V1   40              /* bytes of a version 1 record header */
+#define HD_REC_HDR_MAX  48              /* of a version 2 header: 8 + five varints */
+#define HD_REC_MAGIC_V1 0x684b          /* "Kh" little-endian, bytes 4..5 */
+#define HD_REC_MAGIC    0x724b          /* "Kr": a version 2 record */
 #define HD_SEG_MAGIC    "KURAHSEG"
 #define HD_CKPT_MAGIC   "KURAHCKP"
 #define HD_CKPT_END     "KURAHEND"
-#define HD_VERSION      1
+#define HD_VERSION      2               /* of new segments (records); 1 is read */
 
 enum hd_rec_type { HD_REC_PUT = 1, HD_REC_DEL = 2, HD_REC_STATE = 3 };
 
 /* A decoded record header. */
 typedef struct hd_rec {
     uint32_t crc;
+    uint8_t hlen;               /* bytes of the header: 40 in version 1,
+                                   13 to 48 in version 2 */
     uint8_t type;
     uint8_t klen;
     uint32_t vlen;
@@ -53,9 +57,9 @@ typedef struct hd_rec {
     uint64_t seq;
 } hd_rec;
 
-static inline uint64_t hd_rec_size(size_t klen, size_t vlen)
+static inline uint64_t hd_rec_size(size_t hlen, size_t klen, size_t vlen)
 {
-    return HD_REC_HDR + (uint64_t)klen + vlen;
+    return (uint64_t)hlen + klen + vlen;
 }
 
 /* One key in the index.  Guarded by its stripe's lock.  39 bytes + key,
@@ -70,6 +74,7 @@ typedef struct hd_ent {
                                    a record starts below segsiz <= 2 GiB) */
     uint32_t seg;               /* segment id */
     uint32_t vlen;
+    uint8_t hlen;               /* the record's header length */
     uint8_t klen;
     uint8_t dead;               /* 1: a tombstone seen in replay (recovery only);
                                    2: free (on a free list) */
@@ -134,6 +139,7 @@ typedef struct hd_seg {
     int fd;
     uint64_t size;              /* bytes of complete records + header */
     _Atomic uint64_t live;      /* bytes of records the index points at */
+    uint32_t version;           /* record format (1 or HD_VERSION) */
     bool sealed;
     bool keep;                  /* compaction failed on it for good: not retried */
     const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
@@ -149,6 +155,7 @@ typedef struct hd_seg {
 /* Where a record landed. */
 typedef struct hd_loc {
     uint32_t seg;
+    uint32_t hlen;
     uint64_t off;
     uint64_t lsn;               /* log position just past the record */
     uint64_t seq;
@@ -277,9 +284,14 @@ uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 
 /* hashdb_log.c */
-void hd_rec_encode(unsigned char *hdr, const hd_rec *r);
-int hd_rec_decode(const unsigned char *hdr, hd_rec *r);   /* 0 if the header is sane */
-uint32_t hd_rec_crc(const unsigned char *hdr, uint32_t body_crc);
+/* Writes r's header (version 2, crc left 0) and returns its length. */
+size_t hd_rec_encode(unsigned char *hdr, const hd_rec *r);
+/* Decodes a header of the given record format from the avail bytes at
+ * hdr; 0 if it is sane (and fits), -1 if not. */
+int hd_rec_decode(const unsigned char *hdr, size_t avail, uint32_t version, hd_rec *r);
+/* The record's checksum: body_crc (over key ++ value) continued over the
+ * header after its crc field. */
+uint32_t hd_rec_crc(const unsigned char *hdr, size_t hlen, uint32_t body_crc);
 hd_seg *hd_seg_get(hashdb *db, uint32_t id);
 int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out);
 int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap);
@@ -300,8 +312,9 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
               uint64_t seq, hd_loc *out);
 int hd_commit(hashdb *db, uint64_t lsn);    /* makes the log durable up to lsn */
 int hd_sync_now(hashdb *db);                /* durable up to the current end */
-int hd_read_record(hashdb *db, uint32_t seg, uint64_t off, size_t klen, size_t vlen,
-                   const unsigned char **rec, hd_rec *r);
+/* Reads and checks the PUT record e points at; *rec is valid while e's
+ * stripe lock is held. */
+int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **rec, hd_rec *r);
 int hd_errno_status(int e);
 int hd_fsync_dir(hashdb *db);
 
@@ -311,13 +324,14 @@ int hd_fsync_dir(hashdb *db);
  * bytes at off are no valid record, KURA_EIO on a read error. */
 typedef struct hd_scan {
     int fd;
+    uint32_t version;           /* the segment's record format */
     uint64_t fsize;
     unsigned char *buf;
     size_t cap;
     uint64_t base;
     size_t len;
 } hd_scan;
-void hd_scan_init(hd_scan *sc, int fd, uint64_t fsize);
+void hd_scan_init(hd_scan *sc, const hd_seg *sg);
 void hd_scan_done(hd_scan *sc);
 int hd_scan_rec(hd_scan *sc, uint64_t off, hd_rec *r, const unsigned char **p);
 uint64_t hd_scan_resync(hd_scan *sc, uint64_t off);   /* next valid record after off, or fsize */
@@ -364,5 +378,37 @@ static inline uint64_t get64(const unsigned char *p)
 {
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
+
+/* LEB128: 7 bits a byte, low first; a set top bit means more follow. */
+static inline unsigned char *put_varint(unsigned char *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+/* NULL when the varint runs past end or past 10 bytes. */
+static inline const unsigned char *get_varint(const unsigned char *p, const unsigned char *end,
+                                              uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; p < end && shift < 70; shift += 7) {
+        unsigned char b = *p++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* a signed value (exptime may be negative: already expired), zigzag-coded
+ * so that small magnitudes stay short */
+static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static inline int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
 #endif

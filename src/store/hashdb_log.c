@@ -42,39 +42,71 @@ int hd_errno_status(int e)
     }
 }
 
-void hd_rec_encode(unsigned char *h, const hd_rec *r)
+/* Version 2: crc, magic, type, klen, then varints vlen, flags, exptime
+ * (zigzag), cas, seq.  A small record's header is about 17 bytes instead
+ * of version 1's fixed 40 (docs/formats.md). */
+size_t hd_rec_encode(unsigned char *h, const hd_rec *r)
 {
     put32(h, 0);
     h[4] = HD_REC_MAGIC & 0xff;
     h[5] = HD_REC_MAGIC >> 8;
     h[6] = r->type;
     h[7] = r->klen;
-    put32(h + 8, r->vlen);
-    put32(h + 12, r->flags);
-    put64(h + 16, (uint64_t)r->exptime);
-    put64(h + 24, r->cas);
-    put64(h + 32, r->seq);
+    unsigned char *p = h + 8;
+    p = put_varint(p, r->vlen);
+    p = put_varint(p, r->flags);
+    p = put_varint(p, zigzag(r->exptime));
+    p = put_varint(p, r->cas);
+    p = put_varint(p, r->seq);
+    return (size_t)(p - h);
 }
 
-/* The record's checksum: crc32c over key ++ value, continued over header
- * bytes 4..39 (so the body's part can be computed before the locks). */
-uint32_t hd_rec_crc(const unsigned char *h, uint32_t body_crc)
+/* crc32c over key ++ value, continued over the header after the crc field
+ * (so the body's part can be computed before the locks). */
+uint32_t hd_rec_crc(const unsigned char *h, size_t hlen, uint32_t body_crc)
 {
-    return crc32c_update(body_crc, h + 4, HD_REC_HDR - 4);
+    return crc32c_update(body_crc, h + 4, hlen - 4);
 }
 
-int hd_rec_decode(const unsigned char *h, hd_rec *r)
+static int decode_v1(const unsigned char *h, size_t avail, hd_rec *r)
 {
-    r->crc = get32(h);
-    if (h[4] != (HD_REC_MAGIC & 0xff) || h[5] != (HD_REC_MAGIC >> 8))
+    if (avail < HD_REC_HDR_V1 || h[4] != (HD_REC_MAGIC_V1 & 0xff) ||
+        h[5] != (HD_REC_MAGIC_V1 >> 8))
         return -1;
-    r->type = h[6];
-    r->klen = h[7];
+    r->hlen = HD_REC_HDR_V1;
     r->vlen = get32(h + 8);
     r->flags = get32(h + 12);
     r->exptime = (int64_t)get64(h + 16);
     r->cas = get64(h + 24);
     r->seq = get64(h + 32);
+    return 0;
+}
+
+static int decode_v2(const unsigned char *h, size_t avail, hd_rec *r)
+{
+    const unsigned char *end = h + (avail < HD_REC_HDR_MAX ? avail : HD_REC_HDR_MAX), *p;
+    uint64_t vlen, flags, exp;
+    if (avail < 13 || h[4] != (HD_REC_MAGIC & 0xff) || h[5] != (HD_REC_MAGIC >> 8) ||
+        !(p = get_varint(h + 8, end, &vlen)) || !(p = get_varint(p, end, &flags)) ||
+        !(p = get_varint(p, end, &exp)) || !(p = get_varint(p, end, &r->cas)) ||
+        !(p = get_varint(p, end, &r->seq)) || vlen > UINT32_MAX || flags > UINT32_MAX)
+        return -1;
+    r->hlen = (uint8_t)(p - h);
+    r->vlen = (uint32_t)vlen;
+    r->flags = (uint32_t)flags;
+    r->exptime = unzigzag(exp);
+    return 0;
+}
+
+int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec *r)
+{
+    if (avail < 8)
+        return -1;
+    r->crc = get32(h);
+    r->type = h[6];
+    r->klen = h[7];
+    if ((version == 1 ? decode_v1 : decode_v2)(h, avail, r) != 0)
+        return -1;
     switch (r->type) {
     case HD_REC_PUT: return r->klen ? 0 : -1;
     case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
@@ -190,6 +222,7 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
     } else {
         sg->id = id;
         sg->fd = fd;
+        sg->version = HD_VERSION;
         sg->size = HD_SEG_HDR;
         rc = hd_seg_prealloc(db, sg, cap);
     }
@@ -227,8 +260,9 @@ int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen)
         close(fd);
         return KURA_ECORRUPT;
     }
-    if (get32(h + 8) != HD_VERSION) {
-        snprintf(err, errlen, "%s: unsupported format version %u", path, get32(h + 8));
+    uint32_t version = get32(h + 8);
+    if (version != 1 && version != HD_VERSION) {
+        snprintf(err, errlen, "%s: unsupported format version %u", path, version);
         close(fd);
         return KURA_EINVAL;
     }
@@ -239,6 +273,7 @@ int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen)
     }
     sg->id = id;
     sg->fd = fd;
+    sg->version = version;
     sg->size = (uint64_t)st.st_size;
     seg_publish(db, sg);
     *out = sg;
@@ -367,17 +402,16 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
               uint64_t seq, hd_loc *out)
 {
-    unsigned char h[HD_REC_HDR];
+    unsigned char h[HD_REC_HDR_MAX];
     struct iovec iov[4];
     int n = 0, rc = KURA_OK, wb_fd = -1;
     uint64_t wb_from = 0, wb_to = 0;
-    uint64_t rlen = hd_rec_size(klen, l0 + l1);
     hd_rec r = { .type = (uint8_t)type, .klen = (uint8_t)klen, .vlen = (uint32_t)(l0 + l1),
                  .flags = flags, .exptime = exptime, .cas = cas };
 
     if (db->cfg.read_only)
         return KURA_EREADONLY;
-    iov[n++] = (struct iovec){ h, HD_REC_HDR };
+    iov[n++] = (struct iovec){ h, 0 };      /* its length once encoded */
     if (klen)
         iov[n++] = (struct iovec){ (void *)key, klen };
     if (l0)
@@ -386,16 +420,20 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
         iov[n++] = (struct iovec){ (void *)v1, l1 };
 
     pthread_mutex_lock(&db->mu);
+    r.seq = seq ? seq : db->seq + 1;
+    size_t hlen = hd_rec_encode(h, &r);
+    put32(h, hd_rec_crc(h, hlen, body_crc));
+    iov[0].iov_len = hlen;
+    uint64_t rlen = hd_rec_size(hlen, klen, l0 + l1);
     hd_seg *a = db->active;
-    if (a->size > HD_SEG_HDR && a->size + rlen > db->segsiz) {
+    /* a segment of the first format (opened from an older database) takes
+     * no new records: they go to a new segment */
+    if (a->version != HD_VERSION || (a->size > HD_SEG_HDR && a->size + rlen > db->segsiz)) {
         rc = do_roll(db, rlen);
         if (rc)
             goto out;
         a = db->active;
     }
-    r.seq = seq ? seq : db->seq + 1;
-    hd_rec_encode(h, &r);
-    put32(h, hd_rec_crc(h, body_crc));
 
     uint64_t off = a->size, done = 0;
     if (a->wmap && off + rlen <= a->wmaplen) {
@@ -458,6 +496,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     if (type == HD_REC_PUT && cas > db->max_cas_seen)
         db->max_cas_seen = cas;
     out->seg = a->id;
+    out->hlen = (uint32_t)hlen;
     out->off = off;
     out->seq = r.seq;
     /* lsn changes only here, under mu: a plain store (release, for the
@@ -571,11 +610,12 @@ static unsigned char *tl_get(size_t n)
     return b->p;
 }
 
-int hd_read_record(hashdb *db, uint32_t segid, uint64_t off, size_t klen, size_t vlen,
-                   const unsigned char **recp, hd_rec *r)
+int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_rec *r)
 {
+    uint32_t segid = e->seg;
+    uint64_t off = e->off;
     hd_seg *sg = hd_seg_get(db, segid);
-    uint64_t rlen = hd_rec_size(klen, vlen);
+    uint64_t rlen = hd_rec_size(e->hlen, e->klen, e->vlen);
     const unsigned char *p;
     if (!sg) {
         hd_log(db, "segment %08x is missing (record at offset %llu)", segid,
@@ -609,9 +649,10 @@ int hd_read_record(hashdb *db, uint32_t segid, uint64_t off, size_t klen, size_t
             goto corrupt;
         p = b;
     }
-    if (hd_rec_decode(p, r) != 0 || r->type != HD_REC_PUT || r->klen != klen || r->vlen != vlen)
+    if (hd_rec_decode(p, e->hlen, sg->version, r) != 0 || r->hlen != e->hlen ||
+        r->type != HD_REC_PUT || r->klen != e->klen || r->vlen != e->vlen)
         goto corrupt;
-    if (hd_rec_crc(p, crc32c_update(0, p + HD_REC_HDR, rlen - HD_REC_HDR)) != r->crc)
+    if (hd_rec_crc(p, r->hlen, crc32c_update(0, p + r->hlen, rlen - r->hlen)) != r->crc)
         goto corrupt;
     *recp = p;
     return KURA_OK;

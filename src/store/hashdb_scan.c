@@ -16,11 +16,12 @@
 
 #define WINDOW (1u << 20)
 
-void hd_scan_init(hd_scan *sc, int fd, uint64_t fsize)
+void hd_scan_init(hd_scan *sc, const hd_seg *sg)
 {
     memset(sc, 0, sizeof(*sc));
-    sc->fd = fd;
-    sc->fsize = fsize;
+    sc->fd = sg->fd;
+    sc->version = sg->version;
+    sc->fsize = sg->size;
 }
 
 void hd_scan_done(hd_scan *sc)
@@ -78,18 +79,20 @@ int hd_scan_rec(hd_scan *sc, uint64_t off, hd_rec *r, const unsigned char **p)
     int rc = KURA_OK;
     if (off >= sc->fsize)
         return 1;
-    const unsigned char *h = window(sc, off, HD_REC_HDR, &rc);
+    /* the longest header, or what the file has left */
+    size_t avail = sc->fsize - off < HD_REC_HDR_MAX ? (size_t)(sc->fsize - off) : HD_REC_HDR_MAX;
+    const unsigned char *h = window(sc, off, avail, &rc);
     if (!h)
         return rc;
-    if (hd_rec_decode(h, r) != 0)
+    if (hd_rec_decode(h, avail, sc->version, r) != 0)
         return KURA_ECORRUPT;
-    uint64_t rlen = hd_rec_size(r->klen, r->vlen);
+    uint64_t rlen = hd_rec_size(r->hlen, r->klen, r->vlen);
     if (off + rlen > sc->fsize)
         return KURA_ECORRUPT;
     h = window(sc, off, (size_t)rlen, &rc);
     if (!h)
         return rc;
-    if (hd_rec_crc(h, crc32c_update(0, h + HD_REC_HDR, rlen - HD_REC_HDR)) != r->crc)
+    if (hd_rec_crc(h, r->hlen, crc32c_update(0, h + r->hlen, rlen - r->hlen)) != r->crc)
         return KURA_ECORRUPT;
     *p = h;
     return KURA_OK;
@@ -99,15 +102,16 @@ uint64_t hd_scan_resync(hd_scan *sc, uint64_t off)
 {
     hd_rec r;
     const unsigned char *p;
-    for (uint64_t o = off + 1; o + HD_REC_HDR <= sc->fsize; o++) {
+    unsigned magic = sc->version == 1 ? HD_REC_MAGIC_V1 : HD_REC_MAGIC;
+    for (uint64_t o = off + 1; o + 8 <= sc->fsize; o++) {
         int rc = KURA_OK;
-        const unsigned char *h = window(sc, o, HD_REC_HDR, &rc);
+        const unsigned char *h = window(sc, o, 8, &rc);
         if (!h) {
             if (rc == KURA_EIO)   /* skip the unreadable window */
                 o += WINDOW - 1;
             continue;
         }
-        if (h[4] != (HD_REC_MAGIC & 0xff) || h[5] != (HD_REC_MAGIC >> 8))
+        if (h[4] != (magic & 0xff) || h[5] != (magic >> 8))
             continue;
         if (hd_scan_rec(sc, o, &r, &p) == KURA_OK)
             return o;

@@ -95,19 +95,34 @@ def seg_files(db):
     return sorted(glob.glob(os.path.join(db, "*.seg")))
 
 
+def varint(data, pos):
+    """(value, next position) of the LEB128 varint at pos."""
+    v = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, pos
+
+
 def records(path):
-    """[(offset, type, key, vlen)] of the records in a segment file (stops at
-    the first non-record, e.g. the zeros of the preallocated tail)."""
+    """[(offset, type, key, vlen, value offset)] of the records in a segment
+    file, read as docs/formats.md describes them (stops at the first
+    non-record, e.g. the zeros of the preallocated tail)."""
     with open(path, "rb") as f:
         data = f.read()
     off, out = 32, []
-    while off + 40 <= len(data) and data[off + 4:off + 6] == b"Kh":
+    while off + 13 <= len(data) and data[off + 4:off + 6] == b"Kr":
         typ, klen = data[off + 6], data[off + 7]
-        vlen = struct.unpack_from("<I", data, off + 8)[0]
-        end = off + 40 + klen + vlen
+        vlen, pos = varint(data, off + 8)
+        for _ in range(4):          # flags, exptime, cas, seq
+            _, pos = varint(data, pos)
+        end = pos + klen + vlen
         if end > len(data):
             break
-        out.append((off, typ, data[off + 40:off + 40 + klen], vlen))
+        out.append((off, typ, data[pos:pos + klen], vlen, pos + klen))
         off = end
     return out
 
@@ -564,9 +579,9 @@ class Corruption(PersistCase):
         s.kill9()           # no checkpoint at close: the open replays these records
         shutil.rmtree(s.tmpdir, ignore_errors=True)
         seg = seg_files(self.db)[-1]
-        off, _, key, vlen = self.middle_put(seg)
+        off, _, key, vlen, voff = self.middle_put(seg)
         self.assertGreater(off, checkpoint_pos(self.db)[1], "record already checkpointed")
-        xor_bytes(seg, off + 40 + len(key) + vlen // 2, 4)
+        xor_bytes(seg, voff + vlen // 2, 4)
 
         rc, err = self.start_fails(self.PARAMS)
         self.assertNotEqual(rc, 0, "kurad served a damaged file:\n" + err)
@@ -590,9 +605,9 @@ class Corruption(PersistCase):
         s, model = self.fill()
         self.stop(s)        # a clean stop writes a checkpoint covering the records
         seg = seg_files(self.db)[-1]
-        off, _, key, vlen = self.middle_put(seg)
+        off, _, key, vlen, voff = self.middle_put(seg)
         self.assertLess(off, checkpoint_pos(self.db)[1], "record not checkpointed at the stop")
-        xor_bytes(seg, off + 40 + len(key) + vlen // 2, 4)
+        xor_bytes(seg, voff + vlen // 2, 4)
 
         s = self.start(self.PARAMS)     # not scanned at open (open is not O(size))
         with s.conn() as c:
@@ -616,15 +631,15 @@ class Corruption(PersistCase):
         s.kill9()
         shutil.rmtree(s.tmpdir, ignore_errors=True)
         seg = seg_files(self.db)[-1]
-        off, typ, key, vlen = records(seg)[-1]
+        off, typ, key, vlen, voff = records(seg)[-1]
         self.assertEqual((typ, key), (1, b"k199"))
-        cut = off + 40 + len(key) + vlen // 2
+        cut = voff + vlen // 2
         if how == "truncate":
             os.truncate(seg, cut)
         else:               # a partial memcpy into the mapping: zeros after it
             with open(seg, "r+b") as f:
                 f.seek(cut)
-                f.write(bytes(off + 40 + len(key) + vlen - cut))
+                f.write(bytes(voff + vlen - cut))
         s = self.start(self.PARAMS)
         self.assertIn("%s: cutting off a torn tail of" % seg, s.stderr())
         with s.conn() as c:

@@ -405,10 +405,11 @@ static void test_index_churn(void)
     kura_store_close(s);
 }
 
-/* A database written by the first format (checkpoint version 1, fixed-size
- * entries; tests/fixtures/hash-v1.kh: 100 keys, k5 deleted, k7 with an
- * exptime, then "late" appended after the checkpoint) still opens, whole,
- * and a checkpoint written now (version 2) reads back the same. */
+/* A database written in the first formats (records and checkpoint version
+ * 1; tests/fixtures/hash-v1.kh: 100 keys, k5 deleted, k7 with an exptime,
+ * then "late" appended after the checkpoint) still opens, whole.  New
+ * records go to a new segment in version 2, compaction moves the old
+ * segment's records there, and all of it reads back after a restart. */
 static void test_format_v1(void)
 {
     char fixture[512], err[512];
@@ -439,8 +440,15 @@ static void test_format_v1(void)
         t_val v;
         CHECK(t_get(s, "late", &clk, &v) == KURA_OK && v.len == 4 && !memcmp(v.buf, "tail", 4) &&
               v.flags == 9 && v.cas == 5000);
-        if (round == 0)     /* a checkpoint in the current version */
+        if (round == 0) {
+            CHECK(t_put(s, "new", "v2", 3, 0, 6000, KURA_PUT_ANY, 0, &clk) == KURA_OK);
+            /* two checkpoints past segment 1, then compact it away */
             CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+            CHECK(hashdb_debug_maintain(s, true, true) == KURA_OK);
+            CHECK(t_stat(s, "hash_compactions") >= 1);
+        }
+        CHECK(t_get(s, "new", &clk, &v) == KURA_OK && v.len == 2 && v.flags == 3 &&
+              v.cas == 6000);
         kura_store_close(s);
         char ck[600];
         unsigned char h[12] = { 0 };

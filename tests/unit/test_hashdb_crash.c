@@ -441,7 +441,6 @@ static void fill_store(const char *path, bool close_it, const char *image)
         printf("# open %s: %s\n", path, err);
         return;
     }
-    rec_off[0] = 32;
     for (int i = 0; i < NREC; i++) {
         char key[32], val[200];
         snprintf(key, sizeof(key), "r%02d", i);
@@ -449,8 +448,10 @@ static void fill_store(const char *path, bool close_it, const char *image)
         memset(val, 'a' + i % 26, len);
         val[len] = '\0';
         t_put(s, key, val, (uint32_t)i, 0, 100 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK);
-        rec_off[i + 1] = rec_off[i] + 40 + strlen(key) + len;
     }
+    char seg[700];
+    if (t_last_segment(path, seg, sizeof(seg)) != 0 || t_seg_records(seg, rec_off, NREC) != NREC)
+        printf("# %s: not the %d records expected\n", path, NREC);
     if (image)
         t_copy_dir(path, image);
     if (close_it) {
@@ -616,16 +617,15 @@ static void test_unwritten_page(void)
     memset(val, 'q', sizeof(val) - 1);
     val[sizeof(val) - 1] = '\0';
     uint64_t off[200];
-    off[0] = 32;
     for (int i = 0; i < 199; i++) {
         char k[16];
         snprintf(k, sizeof(k), "h%03d", i);
         CHECK(t_put(s, k, val, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
-        off[i + 1] = off[i] + 40 + strlen(k) + strlen(val);
     }
     REQUIRE(t_copy_dir(path, img) == 0);
     kura_store_close(s);
     REQUIRE(t_last_segment(img, seg, sizeof(seg)) == 0);
+    REQUIRE(t_seg_records(seg, off, 199) == 199);
     int fd = open(seg, O_RDWR);
     char zero[4096] = { 0 };
     REQUIRE(pwrite(fd, zero, sizeof(zero), 8192) == (ssize_t)sizeof(zero));
