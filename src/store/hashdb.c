@@ -47,10 +47,9 @@ void hd_log(hashdb *db, const char *fmt, ...)
 }
 
 /* Counts an entry in (or out of) the totals and its segment's live bytes.
- * "bytes" counts memcached's item total without the 4 bytes memcached adds
- * for non-zero flags: the index does not keep the flags. (The engine checks
- * -I with them before a value reaches the store.)
- * Caller holds the entry's stripe lock for writing. */
+ * "bytes" counts memcached's item total, with the 4 bytes memcached adds
+ * for non-zero flags (HD_FLAGGED).  Caller holds the entry's stripe lock
+ * for writing. */
 /* A stripe's totals change only under its write lock: a plain load and
  * store (no locked read-modify-write) suffice; readers load them relaxed.
  * The segment's live bytes are shared by every stripe and stay an atomic
@@ -68,7 +67,7 @@ void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
         atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
     stripe_add(&st->items, 1);
-    stripe_add(&st->bytes, kura_item_wire_total(e->klen, e->vlen, 0));
+    stripe_add(&st->bytes, kura_item_wire_total(e->klen, e->vlen, e->marks & HD_FLAGGED));
 }
 
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
@@ -78,7 +77,7 @@ void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
         atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
     stripe_add(&st->items, (uint64_t)-1);
-    stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, e->vlen, 0));
+    stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, e->vlen, e->marks & HD_FLAGGED));
 }
 
 static void note_clock(hashdb *db, const kura_clock *clk)
@@ -140,8 +139,8 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
             if (rc == KURA_OK) {
                 kura_item it;
                 fill_item(&it, e, rec, &r);
-                if (!__atomic_load_n(&e->fetched, __ATOMIC_RELAXED))
-                    __atomic_store_n(&e->fetched, 1, __ATOMIC_RELAXED);
+                if (!(__atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FETCHED))
+                    __atomic_fetch_or(&e->marks, HD_FETCHED, __ATOMIC_RELAXED);
                 rc = fn ? fn(arg, &it) : KURA_OK;
             }
         }
@@ -165,7 +164,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
 /* Points e at a freshly appended PUT record.  Stripe write lock held; e is
  * not counted in the totals on entry and is on return. */
 static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, size_t vlen,
-                      int64_t exptime, uint64_t cas)
+                      uint32_t flags, int64_t exptime, uint64_t cas)
 {
     e->seg = loc->seg;
     e->hlen = (uint8_t)loc->hlen;
@@ -175,7 +174,7 @@ static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, s
     e->exptime = exptime;
     e->cas = cas;
     e->dead = 0;
-    e->fetched = 0;
+    e->marks = flags ? HD_FLAGGED : 0;
     hd_ent_ref_bytes(db, st, e);
 }
 
@@ -250,7 +249,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     if (e) {
         if (!live) {
             atomic_fetch_add(&db->reclaimed, 1);
-            if (lv == KURA_DEAD_EXPIRED && !e->fetched)
+            if (lv == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
                 atomic_fetch_add(&db->expired_unfetched, 1);
         }
         hd_ent_unref_bytes(db, st, e);
@@ -258,7 +257,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         e = fresh;
         hdx_insert(st, e, h);
     }
-    set_entry(db, st, e, &loc, it->vlen, it->exptime, it->cas);
+    set_entry(db, st, e, &loc, it->vlen, it->flags, it->exptime, it->cas);
 out:
     pthread_rwlock_unlock(&st->lock);
     return finish_write(db, rc, wrote, loc.lsn);
@@ -381,7 +380,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
             e = fresh;
             hdx_insert(st, e, h);
         }
-        set_entry(db, st, e, &loc, l0 + l1, up.exptime, cas);
+        set_entry(db, st, e, &loc, l0 + l1, flags, up.exptime, cas);
         break;
     }
     case KURA_UPDATE_REMOVE:

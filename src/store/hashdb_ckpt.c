@@ -32,7 +32,8 @@
 
 #define CK_HDR 80
 #define CK_ENT_V1 48            /* version 1: fixed fields, then the key */
-#define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen, six varints, the key */
+#define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen and flagged, six varints,
+                                   the key */
 #define CK_TRAILER 24
 #define CK_VERSION 2            /* written; 1 is still read */
 
@@ -101,7 +102,7 @@ static void dump_ent(void *arg, hd_ent *e)
     ck_dump *d = arg;
     unsigned char *eb = wb_room(d->w, CK_ENT_MAX + e->klen), *o = eb;
     *o++ = e->klen;
-    *o++ = e->hlen;
+    *o++ = (unsigned char)(e->hlen | (e->marks & HD_FLAGGED ? 0x80 : 0));
     o = put_varint(o, e->seg);
     o = put_varint(o, e->off);
     o = put_varint(o, e->vlen);
@@ -304,6 +305,7 @@ static void ck_release(ck_file *ck)
 /* One checkpoint entry, decoded. */
 typedef struct ck_ent {
     size_t klen, hlen;
+    bool flagged;
     const char *key;
     uint32_t seg, off, vlen;
     int64_t exptime;
@@ -320,6 +322,7 @@ static const unsigned char *ck_ent_v1(const unsigned char *p, const unsigned cha
         return NULL;
     f->klen = p[0];
     f->hlen = HD_REC_HDR_V1;    /* it points at version 1 records */
+    f->flagged = false;         /* not kept: "bytes" misses 4 until rewritten */
     f->key = (const char *)p + CK_ENT_V1;
     f->seg = get32(p + 4);
     f->off = (uint32_t)get64(p + 8);
@@ -334,10 +337,11 @@ static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned cha
                                       ck_ent *f)
 {
     uint64_t seg, off, vlen, exp;
-    if (end - p < 2 || p[0] == 0 || p[1] < 8 || p[1] > HD_REC_HDR_MAX)
+    if (end - p < 2 || p[0] == 0 || (p[1] & 0x7f) < 8 || (p[1] & 0x7f) > HD_REC_HDR_MAX)
         return NULL;
     f->klen = *p++;
-    f->hlen = *p++;
+    f->hlen = *p & 0x7f;
+    f->flagged = *p++ >> 7;
     if (!(p = get_varint(p, end, &seg)) || !(p = get_varint(p, end, &off)) ||
         !(p = get_varint(p, end, &vlen)) || !(p = get_varint(p, end, &exp)) ||
         !(p = get_varint(p, end, &f->cas)) || !(p = get_varint(p, end, &f->seq)) ||
@@ -386,6 +390,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
         }
         e->seg = f.seg;
         e->hlen = (uint8_t)f.hlen;
+        e->marks = f.flagged ? HD_FLAGGED : 0;
         e->off = f.off;
         e->vlen = f.vlen;
         e->exptime = f.exptime;
@@ -496,6 +501,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     if (r->cas > db->max_cas_seen)
         db->max_cas_seen = r->cas;
     e->dead = 0;
+    e->marks = r->flags ? HD_FLAGGED : 0;
     e->seg = seg;
     e->hlen = r->hlen;
     e->off = (uint32_t)off;
@@ -681,7 +687,7 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                     }
                     live += hd_rec_size(e->hlen, e->klen, e->vlen);
                     items++;
-                    bytes += kura_item_wire_total(e->klen, e->vlen, 0);
+                    bytes += kura_item_wire_total(e->klen, e->vlen, e->marks & HD_FLAGGED);
                 }
             }
         }

@@ -160,7 +160,7 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
     if (rc)
         return rc;
     atomic_fetch_add(&db->reclaimed, 1);
-    if (liveness == KURA_DEAD_EXPIRED && !e->fetched)
+    if (liveness == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
         atomic_fetch_add(&db->expired_unfetched, 1);
     hd_ent_unref_bytes(db, st, e);
     hdx_remove(st, e);

@@ -78,9 +78,16 @@ typedef struct hd_ent {
     uint8_t klen;
     uint8_t dead;               /* 1: a tombstone seen in replay (recovery only);
                                    2: free (on a free list) */
-    uint8_t fetched;            /* read at least once (stats only) */
+    uint8_t marks;              /* HD_FETCHED | HD_FLAGGED */
     char key[];
 } hd_ent;
+
+/* hd_ent.marks.  HD_FLAGGED changes under the stripe's write lock only;
+ * HD_FETCHED is also set by readers, under the read lock, with an atomic
+ * or (so concurrent readers cannot undo each other). */
+#define HD_FETCHED      1       /* read at least once (stats only) */
+#define HD_FLAGGED      2       /* its client flags are not 0: memcached counts
+                                   4 more bytes for such an item */
 
 #define HD_ENT_CLASSES 40          /* entry sizes in 8-byte steps */
 

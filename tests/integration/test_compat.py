@@ -531,6 +531,16 @@ free_chunks_end get_hits cmd_set delete_hits incr_hits decr_hits cas_hits cas_ba
             for cls in {k.split(":")[0] for k in slabs if ":" in k}:
                 self.assertEqual([f for f in self.SLABS if "%s:%s" % (cls, f) not in slabs], [])
 
+    def test_stats_item_bytes(self):
+        # "bytes" counts memcached's item sizes: header, key, value, and 4
+        # more for non-zero flags; through sets, appends, touches, deletes
+        self.script(b"set a 0 0 5\r\nhello\r\nset b 7 0 3\r\nxyz\r\nset c 4294967295 0 1\r\nq\r\n"
+                    b"append b 0 0 2\r\n12\r\nprepend a 9 0 1\r\n_\r\ntouch c 100\r\n"
+                    b"incr n 1\r\nset n 1 0 2\r\n10\r\nincr n 5\r\ndelete a\r\n")
+        got = [int(stats(side.conn())["bytes"]) for side in self.sides]
+        self.assertEqual(got[1], got[0], "bytes: memcached %d, %s %d"
+                         % (got[0], self.dut.kind, got[1]))
+
     def test_stats_replies(self):
         # values differ; the shape of these replies must not
         self.script(b"stats reset\r\nstats bogus\r\n", b"stats reset\r\n")

@@ -286,6 +286,31 @@ class Restart(PersistCase):
         c.close()
         self.stop(s)
 
+    def test_item_bytes_survive_restarts(self):
+        # "bytes" (memcached's item sizes, 4 more for non-zero flags) is the
+        # same after a clean stop (loaded from the checkpoint) and after
+        # kill -9 (replayed from the log)
+        s = self.start()
+        c = s.conn(timeout=10)
+        data = b"".join(b"set b%03d %d 0 %d\r\n%s\r\n" % (i, i % 3, 1 + i % 50, b"v" * (1 + i % 50))
+                        for i in range(300))
+        self.assertEqual(set(store_lines(c, data, 300)), {b"STORED\r\n"})
+        want = int(stats(c)["bytes"])
+        c.close()
+        self.stop(s)
+        for how in ("clean stop", "kill -9"):
+            s = self.start()
+            c = s.conn(timeout=10)
+            self.assertEqual(int(stats(c)["bytes"]), want, "bytes after a " + how)
+            self.assertEqual(c.request(b"set late 5 0 1\r\nx\r\n"), b"STORED\r\n")
+            want = int(stats(c)["bytes"])
+            c.close()
+            if how == "clean stop":
+                s.kill9()
+                shutil.rmtree(s.tmpdir, ignore_errors=True)
+            else:
+                self.stop(s)
+
     def test_flush_all_survives(self):
         s = self.start()
         c = s.conn()
