@@ -171,9 +171,14 @@ typedef struct kura_store_config {
     bool read_only;
     bool deferred_commit;       /* -sync always: the caller commits (see commit) */
     /* Where a backend reports what it did (recovery, damage, disk errors):
-     * the server's log.  NULL: stderr. */
-    void (*log)(const char *line);
+     * the server's log, at a level of enum kura_log_level.  NULL: stderr. */
+    void (*log)(int level, const char *line);
 } kura_store_config;
+
+enum kura_log_level {
+    KURA_LOG_ERROR = 0,         /* damage, failed I/O: someone should look */
+    KURA_LOG_INFO,              /* what open and recovery did */
+};
 
 enum kura_sync_mode {
     KURA_SYNC_NONE = 0,         /* the OS decides when data reaches the disk */

@@ -60,9 +60,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The store's reports (recovery, damage, disk errors) go to our log. */
-static void store_log(const char *line)
+static void store_log(int level, const char *line)
 {
-    log_msg(LOG_INFO, "%s", line);
+    log_msg(level == KURA_LOG_ERROR ? LOG_ERR : LOG_INFO, "%s", line);
 }
 
 static int open_engine(kura_server *srv)

@@ -28,7 +28,7 @@
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 
-void hd_log(hashdb *db, const char *fmt, ...)
+void hd_log(hashdb *db, int level, const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -40,7 +40,7 @@ void hd_log(hashdb *db, const char *fmt, ...)
     if (db->cfg.log) {
         char line[1200];
         snprintf(line, sizeof(line), "hash file %s: %s", db->dir, buf);
-        db->cfg.log(line);
+        db->cfg.log(level, line);
     } else {
         fprintf(stderr, "kura hashdb %s: %s\n", db->dir, buf);
     }
@@ -713,7 +713,7 @@ static void hashdb_close(kura_store *s)
         if (rc || !want)
             rc = hd_sync_now(db);
         if (rc)
-            hd_log(db, "close: data may not be on disk: %s", kura_strerror(rc));
+            hd_log(db, KURA_LOG_ERROR, "close: data may not be on disk: %s", kura_strerror(rc));
     }
     destroy(db);
 }
@@ -878,7 +878,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         }
     }
     if (db->recovered_records || db->truncated_bytes || db->recovery_lost)
-        hd_log(db, "opened: %llu items, replayed %llu records, cut %llu torn bytes, "
+        hd_log(db, KURA_LOG_INFO, "opened: %llu items, replayed %llu records, cut %llu torn bytes, "
                "lost %llu records or regions", (unsigned long long)hdx_items(db, NULL),
                (unsigned long long)db->recovered_records,
                (unsigned long long)db->truncated_bytes, (unsigned long long)db->recovery_lost);

@@ -140,7 +140,7 @@ int hd_ckpt_write(hashdb *db)
     w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (!w.buf || w.fd < 0) {
         rc = w.buf ? hd_errno_status(errno) : KURA_ENOMEM;
-        hd_log(db, "cannot create %s: %s", tmp, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "cannot create %s: %s", tmp, strerror(errno));
         goto out;
     }
 
@@ -189,7 +189,7 @@ int hd_ckpt_write(hashdb *db)
     wb_flush(&w);
     if (w.err) {
         rc = hd_errno_status(w.err);
-        hd_log(db, "cannot write %s: %s", tmp, strerror(w.err));
+        hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", tmp, strerror(w.err));
         goto out;
     }
     /* every record the checkpoint points at must be on disk before it is */
@@ -198,19 +198,19 @@ int hd_ckpt_write(hashdb *db)
         goto out;
     if (fdatasync(w.fd) != 0) {
         rc = hd_errno_status(errno);
-        hd_log(db, "fdatasync %s: %s", tmp, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "fdatasync %s: %s", tmp, strerror(errno));
         goto out;
     }
     close(w.fd);
     w.fd = -1;
     if (rename(cur, prev) != 0 && errno != ENOENT) {
         rc = hd_errno_status(errno);
-        hd_log(db, "rename %s: %s", cur, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", cur, strerror(errno));
         goto out;
     }
     if (rename(tmp, cur) != 0) {
         rc = hd_errno_status(errno);
-        hd_log(db, "rename %s: %s", tmp, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", tmp, strerror(errno));
         goto out;
     }
     hd_fsync_dir(db);
@@ -455,7 +455,7 @@ static bool torn_creation(hashdb *db, uint32_t id)
     hd_seg_path(db, id, path, sizeof(path));
     if (stat(path, &st) != 0 || st.st_size > HD_SEG_HDR)
         return false;
-    hd_log(db, "%s: removing a segment whose creation was interrupted (%lld bytes)", path,
+    hd_log(db, KURA_LOG_INFO, "%s: removing a segment whose creation was interrupted (%lld bytes)", path,
            (long long)st.st_size);
     if (!db->cfg.read_only) {
         unlink(path);
@@ -602,7 +602,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
         uint64_t next = hd_scan_resync(&sc, off);
         if (s == KURA_ECORRUPT && last && next >= sg->size) {
             /* a torn tail: the record being written when we stopped */
-            hd_log(db, "%s: cutting off a torn tail of %llu bytes at offset %llu", path,
+            hd_log(db, KURA_LOG_INFO, "%s: cutting off a torn tail of %llu bytes at offset %llu", path,
                    (unsigned long long)(sg->size - off), (unsigned long long)off);
             db->truncated_bytes += sg->size - off;
             rc = cut_segment(db, sg, path, off, err, errlen);
@@ -612,7 +612,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             /* a page that never reached the disk (power loss: the kernel
              * writes pages back in any order); nothing after it was ever
              * covered by a completed sync, so it is cut like a torn tail */
-            hd_log(db, "%s: an unwritten page after offset %llu: cutting off the %llu bytes "
+            hd_log(db, KURA_LOG_INFO, "%s: an unwritten page after offset %llu: cutting off the %llu bytes "
                    "from there (written after the last sync)", path, (unsigned long long)off,
                    (unsigned long long)(sg->size - off));
             db->truncated_bytes += sg->size - off;
@@ -626,7 +626,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             rc = s == KURA_EIO ? KURA_EIO : KURA_ECORRUPT;
             break;
         }
-        hd_log(db, "%s: skipping %llu damaged bytes at offset %llu", path,
+        hd_log(db, KURA_LOG_ERROR, "%s: skipping %llu damaged bytes at offset %llu", path,
                (unsigned long long)(next - off), (unsigned long long)off);
         db->recovery_lost++;
         off = next;
@@ -654,7 +654,7 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                     if (kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE) {
                         drop = true;    /* compaction removed it as dead */
                     } else if (db->cfg.recover) {
-                        hd_log(db, "segment %08x missing: key '%.*s' lost", e->seg,
+                        hd_log(db, KURA_LOG_ERROR, "segment %08x missing: key '%.*s' lost", e->seg,
                                e->klen, e->key);
                         db->recovery_lost++;
                         drop = true;
@@ -723,7 +723,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     else if (prev.valid)
         use = &prev;
     if (cur.exists && !cur.valid)
-        hd_log(db, "checkpoint damaged (%s)%s", cur.why,
+        hd_log(db, KURA_LOG_ERROR, "checkpoint damaged (%s)%s", cur.why,
                use ? "; using checkpoint.prev and replaying more of the log" : "");
 
     if (use) {
@@ -744,7 +744,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
             rc = KURA_ECORRUPT;
             goto out;
         }
-        hd_log(db, "no intact checkpoint: rebuilding the index from every segment "
+        hd_log(db, KURA_LOG_ERROR, "no intact checkpoint: rebuilding the index from every segment "
                "(keys deleted long ago may reappear)");
         P.seg = nids ? ids[0] : 1;
     } else if (nids && ids[0] != 1 && !db->cfg.recover) {
@@ -771,7 +771,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
                 snprintf(err, errlen, "%s", e2);
                 goto out;
             }
-            hd_log(db, "%s: skipped", e2);
+            hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
             db->recovery_lost++;
             continue;
         }
@@ -783,7 +783,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
                 rc = KURA_ECORRUPT;
                 goto out;
             }
-            hd_log(db, "%s/%08x.seg: missing from the log", db->dir, expect);
+            hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg: missing from the log", db->dir, expect);
             db->recovery_lost++;
         }
         expect = ids[i] + 1;
@@ -826,7 +826,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         /* cut anything after the last record, then reserve and map again */
         if (ftruncate(last->fd, (off_t)last->size) != 0 ||
             hd_seg_prealloc(db, last, db->segsiz) != KURA_OK)
-            hd_log(db, "segment %08x: appending with write() (no preallocation)", last->id);
+            hd_log(db, KURA_LOG_INFO, "segment %08x: appending with write() (no preallocation)", last->id);
     }
     db->seg_first = nids ? ids[0] : last->id;
     for (size_t i = 0; i + 1 < nids; i++) {

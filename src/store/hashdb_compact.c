@@ -75,7 +75,7 @@ int hd_compact_one(hashdb *db, bool force)
             break;
         if (s == KURA_ECORRUPT) {
             uint64_t next = hd_scan_resync(&sc, off);
-            hd_log(db, "compaction: corrupt record in %08x.seg at offset %llu, skipped %llu "
+            hd_log(db, KURA_LOG_ERROR, "compaction: corrupt record in %08x.seg at offset %llu, skipped %llu "
                    "bytes", x->id, (unsigned long long)off, (unsigned long long)(next - off));
             off = next;
             continue;
@@ -125,7 +125,7 @@ int hd_compact_one(hashdb *db, bool force)
     }
     hd_scan_done(&sc);
     if (rc == KURA_OK && atomic_load(&x->live) != 0) {
-        hd_log(db, "compaction: %08x.seg still holds %llu live bytes; kept",
+        hd_log(db, KURA_LOG_ERROR, "compaction: %08x.seg still holds %llu live bytes; kept",
                x->id, (unsigned long long)atomic_load(&x->live));
         x->keep = true;
         rc = KURA_ECORRUPT;

@@ -353,7 +353,7 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget);
 int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
 
 /* hashdb.c */
-void hd_log(hashdb *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hd_log(hashdb *db, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 

@@ -175,7 +175,7 @@ int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
          * here (the usual place with mapwrite=1) never shows in
          * hash_write_errors (found by tests/integration/test_persist.py) */
         atomic_fetch_add(&db->write_errors, 1);
-        hd_log(db, "cannot reserve %llu bytes for segment %08x: %s",
+        hd_log(db, KURA_LOG_ERROR, "cannot reserve %llu bytes for segment %08x: %s",
                (unsigned long long)cap, sg->id, strerror(r));
         if (ftruncate(sg->fd, (off_t)sg->size) != 0) {}
         return hd_errno_status(r);
@@ -202,7 +202,7 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
     if (fd < 0) {
         int rc = hd_errno_status(errno);
         atomic_fetch_add(&db->write_errors, 1);
-        hd_log(db, "cannot create %s: %s", path, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "cannot create %s: %s", path, strerror(errno));
         return rc;
     }
     memset(h, 0, sizeof(h));
@@ -218,7 +218,7 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
     } else if (pwrite_all(fd, h, sizeof(h), 0) != 0) {
         rc = hd_errno_status(errno);
         atomic_fetch_add(&db->write_errors, 1);
-        hd_log(db, "cannot write %s: %s", path, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", path, strerror(errno));
     } else {
         sg->id = id;
         sg->fd = fd;
@@ -332,7 +332,7 @@ void hd_seg_drop(hashdb *db, hd_seg *sg)
     hd_seg_path(db, sg->id, path, sizeof(path));
     hd_seg_close(db, sg);
     if (unlink(path) != 0)
-        hd_log(db, "cannot remove %s: %s", path, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "cannot remove %s: %s", path, strerror(errno));
     hd_fsync_dir(db);
 }
 
@@ -345,7 +345,7 @@ static int do_roll(hashdb *db, uint64_t rlen)
     uint64_t cap = db->segsiz > HD_SEG_HDR + rlen ? db->segsiz : HD_SEG_HDR + rlen;
     if (atomic_load(&db->segs[(old->id + 1) % HD_SEG_SLOTS])) {
         /* compaction keeps the span of live ids far below this */
-        hd_log(db, "segment %08x would reuse the table slot of a live segment: "
+        hd_log(db, KURA_LOG_ERROR, "segment %08x would reuse the table slot of a live segment: "
                "refusing writes until compaction catches up", old->id + 1);
         return KURA_ENOSPC;
     }
@@ -356,10 +356,10 @@ static int do_roll(hashdb *db, uint64_t rlen)
      * segment is compacted away; its preallocated tail is cut off */
     old->wmap = NULL;
     if (ftruncate(old->fd, (off_t)old->size) != 0)
-        hd_log(db, "cannot trim segment %08x: %s", old->id, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "cannot trim segment %08x: %s", old->id, strerror(errno));
     if (fdatasync(old->fd) != 0) {
         rc = hd_errno_status(errno);
-        hd_log(db, "fdatasync of segment %08x failed: %s", old->id, strerror(errno));
+        hd_log(db, KURA_LOG_ERROR, "fdatasync of segment %08x failed: %s", old->id, strerror(errno));
     }
     old->sealed = true;
     hd_seg_map(db, old);
@@ -458,7 +458,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
             int e = w < 0 ? errno : ENOSPC;
             rc = hd_errno_status(e);
             atomic_fetch_add(&db->write_errors, 1);
-            hd_log(db, "write to segment %08x at offset %llu failed: %s", a->id,
+            hd_log(db, KURA_LOG_ERROR, "write to segment %08x at offset %llu failed: %s", a->id,
                    (unsigned long long)off, strerror(e));
             /* undo the partial record; a mapped segment keeps its mapped
              * size (stores into pages past the end of the file would fault)
@@ -472,7 +472,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
                 cut = off > a->wmaplen ? off : a->wmaplen;
             }
             if (ftruncate(a->fd, (off_t)cut) != 0)
-                hd_log(db, "cannot cut segment %08x back to %llu: %s", a->id,
+                hd_log(db, KURA_LOG_ERROR, "cannot cut segment %08x back to %llu: %s", a->id,
                        (unsigned long long)cut, strerror(errno));
             goto out;
         }
@@ -548,7 +548,7 @@ int hd_commit(hashdb *db, uint64_t lsn)
         pthread_mutex_lock(&db->cmu);
         db->syncing = false;
         if (e) {
-            hd_log(db, "fdatasync failed: %s", strerror(e));
+            hd_log(db, KURA_LOG_ERROR, "fdatasync failed: %s", strerror(e));
             db->fail_lo = before;
             db->fail_hi = target;
         }
@@ -618,7 +618,7 @@ int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_r
     uint64_t rlen = hd_rec_size(e->hlen, e->klen, e->vlen);
     const unsigned char *p;
     if (!sg) {
-        hd_log(db, "segment %08x is missing (record at offset %llu)", segid,
+        hd_log(db, KURA_LOG_ERROR, "segment %08x is missing (record at offset %llu)", segid,
                (unsigned long long)off);
         atomic_fetch_add(&db->corrupt_reads, 1);
         return KURA_ECORRUPT;
@@ -636,7 +636,7 @@ int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_r
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0) {
-                hd_log(db, "read of segment %08x at offset %llu failed: %s", segid,
+                hd_log(db, KURA_LOG_ERROR, "read of segment %08x at offset %llu failed: %s", segid,
                        (unsigned long long)off, strerror(errno));
                 atomic_fetch_add(&db->read_errors, 1);
                 return KURA_EIO;
@@ -658,7 +658,7 @@ int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_r
     return KURA_OK;
 corrupt:
     atomic_fetch_add(&db->corrupt_reads, 1);
-    hd_log(db, "corrupt record in %s/%08x.seg at offset %llu", db->dir, segid,
+    hd_log(db, KURA_LOG_ERROR, "corrupt record in %s/%08x.seg at offset %llu", db->dir, segid,
            (unsigned long long)off);
     return KURA_ECORRUPT;
 }

@@ -642,6 +642,7 @@ class Corruption(PersistCase):
             self.assertGreaterEqual(int(stats(c)["hash_corrupt_reads"]), 1)
         poll_until(lambda: "corrupt record in %s at offset %d" % (seg, off) in s.stderr(), timeout=3,
                    what="the log to name the damaged record")
+        self.assertRegex(s.stderr(), r" ERROR hash file .*: corrupt record in ")   # a level to alert on
         self.check_keys(s, {k: v for k, v in model.items() if k != key})
         self.stop(s)
 
@@ -667,6 +668,7 @@ class Corruption(PersistCase):
                 f.write(bytes(voff + vlen - cut))
         s = self.start(self.PARAMS)
         self.assertIn("%s: cutting off a torn tail of" % seg, s.stderr())
+        self.assertRegex(s.stderr(), r" INFO hash file .*: cutting off a torn tail")  # expected after a crash
         with s.conn() as c:
             self.assertGreater(int(stats(c)["hash_truncated_bytes"]), 0)
             self.assertEqual(c.request(b"set after 0 0 5\r\nafter\r\n"), b"STORED\r\n")
