@@ -764,7 +764,7 @@ static int size_param(kura_params *params, const char *name, uint64_t *v, uint64
 int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
                 kura_store **out, char *err, size_t errlen)
 {
-    uint64_t bnum = 1048576, msiz = 256ULL << 20, segsiz = 128ULL << 20,
+    uint64_t bnum = 1048576, msiz = 4ULL << 30, segsiz = 128ULL << 20,
              ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1,
              wbehind = 4ULL << 20;
     struct stat st;

@@ -224,8 +224,9 @@ static void test_model_crashes(void)
     const char *path = t_path("model");
     int epochs = 24, total_ops = 0;
     for (int ep = 0; ep < epochs; ep++) {
-        /* every other epoch appends with pwritev instead of the mapping */
-        const char *params = ep % 2 ? "#segsiz=8k#ckpt=16k#bnum=64#mapwrite=0"
+        /* every other epoch appends with pwritev instead of the mapping and
+         * reads with pread */
+        const char *params = ep % 2 ? "#segsiz=8k#ckpt=16k#bnum=64#mapwrite=0#msiz=0"
                                     : "#segsiz=8k#ckpt=16k#bnum=64";
         int mode = ep % 3;            /* 0 SIGKILL, 1 _exit after K ops, 2 clean close */
         int sync = (ep / 3) % 3 == 2 ? KURA_SYNC_ALWAYS : (ep / 3) % 3;
