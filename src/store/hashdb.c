@@ -620,6 +620,7 @@ static void *bg_main(void *arg)
          * segments be compacted, so a busy store needs both often */
         for (int round = 0; round < 64 && !db->stopping; round++) {
             bool did = false;
+            hd_writebehind(db);
             if (want_checkpoint(db, mono() - last_ckpt)) {
                 did = hd_ckpt_write(db) == KURA_OK;
                 last_ckpt = mono();

@@ -318,6 +318,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
               uint64_t seq, hd_loc *out);
 int hd_commit(hashdb *db, uint64_t lsn);    /* makes the log durable up to lsn */
+void hd_writebehind(hashdb *db);
 int hd_sync_now(hashdb *db);                /* durable up to the current end */
 /* Reads and checks the PUT record e points at; *rec is valid while e's
  * stripe lock is held. */

@@ -404,8 +404,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
 {
     unsigned char h[HD_REC_HDR_MAX];
     struct iovec iov[4];
-    int n = 0, rc = KURA_OK, wb_fd = -1;
-    uint64_t wb_from = 0, wb_to = 0;
+    int n = 0, rc = KURA_OK;
     hd_rec r = { .type = (uint8_t)type, .klen = (uint8_t)klen, .vlen = (uint32_t)(l0 + l1),
                  .flags = flags, .exptime = exptime, .cas = cas };
 
@@ -503,22 +502,36 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
      * readers outside mu) instead of a locked add */
     out->lsn = atomic_load_explicit(&db->lsn, memory_order_relaxed) + rlen;
     atomic_store_explicit(&db->lsn, out->lsn, memory_order_release);
-    /* write-behind: the whole pages written since the last start */
-    if (db->wbehind && a->size - a->wb_from >= db->wbehind) {
-        wb_from = a->wb_from;
-        wb_to = a->size & ~(uint64_t)4095;
-        wb_fd = a->fd;
-        a->wb_from = wb_to;
-    }
 out:
     pthread_mutex_unlock(&db->mu);
-    /* Outside mu (it may wait for the device queue).  Only a hint: should
-     * the segment be dropped meanwhile, it starts writeback of some other
-     * file's pages, harmlessly.  Its errors show at the next sync. */
-    if (wb_fd >= 0 && wb_to > wb_from)
-        (void)sync_file_range(wb_fd, (off_t)wb_from, (off_t)(wb_to - wb_from),
-                              SYNC_FILE_RANGE_WRITE);
     return rc;
+}
+
+/* Write-behind, called by the background thread: once `wbehind` bytes of
+ * whole pages have been appended to the active segment since the last
+ * call that acted, starts their writeback (sync_file_range, which does not
+ * wait for the disk).  Dirty log pages then go out steadily instead of in
+ * the kernel's large bursts, and the next sync (-sync always, the interval,
+ * a checkpoint, a segment's seal, a clean stop) finds little left to wait
+ * for.  Not on the request path: submitting writeback costs CPU, which the
+ * writers would otherwise pay. */
+void hd_writebehind(hashdb *db)
+{
+    if (!db->wbehind || db->cfg.read_only)
+        return;
+    pthread_mutex_lock(&db->mu);
+    hd_seg *a = db->active;
+    uint64_t from = a->wb_from, to = a->size & ~(uint64_t)4095;
+    int fd = -1;
+    if (to > from && to - from >= db->wbehind) {
+        fd = dup(a->fd);        /* the segment may be sealed and dropped meanwhile */
+        a->wb_from = to;
+    }
+    pthread_mutex_unlock(&db->mu);
+    if (fd >= 0) {
+        (void)sync_file_range(fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+        close(fd);              /* errors show at the next sync */
+    }
 }
 
 int hd_commit(hashdb *db, uint64_t lsn)
