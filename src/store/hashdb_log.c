@@ -397,6 +397,32 @@ static void populate_ahead(hd_seg *a, uint64_t off, uint64_t end)
     a->populated = to;
 }
 
+/* A record this large has its pages faulted in before the log lock is
+ * taken (fault_in_outside), so the writers queued behind it wait for the
+ * copy only. */
+#define FAULT_OUTSIDE_MIN (1u << 20)
+
+/* Faults in the pages where a record of rlen bytes would go now.  Only a
+ * guess, made without holding mu through it: the end of the log may move
+ * meanwhile, and faulting pages another record then fills is harmless.
+ * Should the segment be sealed meanwhile, the pages past its new end make
+ * madvise fail (EFAULT); should its mapping even be gone, madvise fails or
+ * faults in pages of whatever is mapped there now: both harmless. */
+static void fault_in_outside(hashdb *db, uint64_t rlen)
+{
+    pthread_mutex_lock(&db->mu);
+    hd_seg *a = db->active;
+    unsigned char *base = a->wmap;
+    uint64_t from = a->size & ~(uint64_t)4095, cap = a->wmaplen, end = a->size + rlen;
+    pthread_mutex_unlock(&db->mu);
+#ifdef MADV_POPULATE_WRITE
+    if (base && end <= cap)
+        (void)madvise(base + from, end - from, MADV_POPULATE_WRITE);
+#else
+    (void)base; (void)from; (void)cap; (void)end;
+#endif
+}
+
 int hd_append(hashdb *db, int type, const char *key, size_t klen,
               const void *v0, size_t l0, const void *v1, size_t l1,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
@@ -418,6 +444,8 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     if (l1)
         iov[n++] = (struct iovec){ (void *)v1, l1 };
 
+    if (db->mapwrite && l0 + l1 >= FAULT_OUTSIDE_MIN)
+        fault_in_outside(db, hd_rec_size(HD_REC_HDR_MAX, klen, l0 + l1));
     pthread_mutex_lock(&db->mu);
     r.seq = seq ? seq : db->seq + 1;
     size_t hlen = hd_rec_encode(h, &r);
