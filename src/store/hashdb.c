@@ -149,14 +149,17 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
     if ((rc == KURA_EXPIRED || rc == KURA_FLUSHED) && !db->cfg.read_only) {
         /* As memcached does, a read that meets a dead item reclaims it, so
          * curr_items and the space follow at once.  Taken again under the
-         * write lock; a failed tombstone only leaves the dead entry for the
-         * sweep. */
-        pthread_rwlock_wrlock(&st->lock);
-        e = hdx_find(st, h, key, klen);
-        int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
-        if (lv != KURA_LIVE)
-            (void)hd_drop_dead(db, st, e, lv);
-        pthread_rwlock_unlock(&st->lock);
+         * write locks, unless a writer holds them (it may be copying a large
+         * value: a read does not wait for that); a failed tombstone, or a
+         * busy stripe, only leaves the dead entry for the sweep. */
+        if (pthread_mutex_trylock(&st->wlock) == 0) {
+            pthread_rwlock_wrlock(&st->lock);
+            e = hdx_find(st, h, key, klen);
+            int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
+            if (lv != KURA_LIVE)
+                (void)hd_drop_dead(db, st, e, lv);
+            hd_write_unlock(st);
+        }
     }
     return rc;
 }
@@ -176,6 +179,25 @@ static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, s
     e->dead = 0;
     e->marks = flags ? HD_FLAGGED : 0;
     hd_ent_ref_bytes(db, st, e);
+}
+
+/* Appends a PUT record for a change; st's write locks held.  A large value
+ * is copied with the readers let back in (see hd_write_lock). */
+static int append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen,
+                      const void *v0, size_t l0, const void *v1, size_t l1, uint32_t bcrc,
+                      uint32_t flags, int64_t exptime, uint64_t cas, hd_loc *loc)
+{
+    bool unlocked = hd_copy_unlocked(l0 + l1);
+    if (unlocked) {
+        pthread_rwlock_unlock(&st->lock);
+        if (db->copy_hook)
+            db->copy_hook(db->copy_hook_arg);
+    }
+    int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
+                       0, loc);
+    if (unlocked)
+        pthread_rwlock_wrlock(&st->lock);
+    return rc;
 }
 
 static int finish_write(hashdb *db, int rc, bool wrote, uint64_t lsn)
@@ -208,7 +230,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     bool wrote = false;
     int rc = KURA_OK;
 
-    pthread_rwlock_wrlock(&st->lock);
+    hd_write_lock(st);
     hd_ent *e = hdx_find(st, h, it->key, it->klen), *fresh = NULL;
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     bool live = lv == KURA_LIVE;
@@ -238,8 +260,8 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         rc = KURA_ENOMEM;
         goto out;
     }
-    rc = hd_append(db, HD_REC_PUT, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc,
-                   it->flags, it->exptime, it->cas, 0, &loc);
+    rc = append_put(db, st, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc, it->flags,
+                    it->exptime, it->cas, &loc);
     if (rc) {
         if (fresh)
             hdx_release(st, fresh);
@@ -259,7 +281,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     }
     set_entry(db, st, e, &loc, it->vlen, it->flags, it->exptime, it->cas);
 out:
-    pthread_rwlock_unlock(&st->lock);
+    hd_write_unlock(st);
     return finish_write(db, rc, wrote, loc.lsn);
 }
 
@@ -278,7 +300,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
     bool wrote = false;
     int rc = KURA_OK;
 
-    pthread_rwlock_wrlock(&st->lock);
+    hd_write_lock(st);
     hd_ent *e = hdx_find(st, h, key, klen);
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     if (!e) {
@@ -297,7 +319,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
             hdx_remove(st, e);
         }
     }
-    pthread_rwlock_unlock(&st->lock);
+    hd_write_unlock(st);
     return finish_write(db, rc, wrote, loc.lsn);
 }
 
@@ -317,7 +339,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
     kura_update up;
     const unsigned char *rec = NULL;
 
-    pthread_rwlock_wrlock(&st->lock);
+    hd_write_lock(st);
     hd_ent *e = hdx_find(st, h, key, klen);
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     if (e && lv == KURA_LIVE) {
@@ -364,8 +386,8 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         uint32_t bcrc = crc32c_update(0, key, klen);
         bcrc = crc32c_update(bcrc, v0, l0);
         bcrc = crc32c_update(bcrc, v1, l1);
-        src = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags,
-                        up.exptime, cas, 0, &loc);
+        src = append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, flags, up.exptime, cas,
+                         &loc);
         if (src) {
             if (fresh)
             hdx_release(st, fresh);
@@ -406,7 +428,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         src = KURA_EINVAL;
     }
 out:
-    pthread_rwlock_unlock(&st->lock);
+    hd_write_unlock(st);
     src = finish_write(db, src, wrote, loc.lsn);
     return src ? src : rc;
 }
@@ -650,6 +672,12 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
             break;
     }
     return rc;
+}
+
+void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg)
+{
+    H(s)->copy_hook_arg = arg;
+    H(s)->copy_hook = fn;
 }
 
 /* ---- open and close ------------------------------------------------- */

@@ -102,7 +102,9 @@ static void dump_ent(void *arg, hd_ent *e)
     ck_dump *d = arg;
     unsigned char *eb = wb_room(d->w, CK_ENT_MAX + e->klen), *o = eb;
     *o++ = e->klen;
-    *o++ = (unsigned char)(e->hlen | (e->marks & HD_FLAGGED ? 0x80 : 0));
+    /* marks: an atomic load, readers may be setting HD_FETCHED */
+    bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
+    *o++ = (unsigned char)(e->hlen | (flagged ? 0x80 : 0));
     o = put_varint(o, e->seg);
     o = put_varint(o, e->off);
     o = put_varint(o, e->vlen);
@@ -174,9 +176,12 @@ int hd_ckpt_write(hashdb *db)
     ck_dump d = { &w, 0 };
     for (int i = 0; i < HD_STRIPES && !w.err; i++) {
         hd_stripe *s = &db->stripes[i];
-        pthread_rwlock_rdlock(&s->lock);
+        /* wlock, not the read lock: a writer copying a large value lets
+         * readers in, and the dump must not see the entry it is about to
+         * change (its record may lie before P, where replay won't find it) */
+        pthread_mutex_lock(&s->wlock);
         hdx_walk(s, dump_ent, &d);
-        pthread_rwlock_unlock(&s->lock);
+        pthread_mutex_unlock(&s->wlock);
     }
     count = d.count;
     memcpy(t, HD_CKPT_END, 8);

@@ -89,7 +89,7 @@ int hd_compact_one(hashdb *db, bool force)
             const char *key = (const char *)p + r.hlen;
             uint64_t h = hd_hash(key, r.klen);
             hd_stripe *st = hd_stripe_of(db, h);
-            pthread_rwlock_wrlock(&st->lock);
+            hd_write_lock(st);
             hd_ent *e = hdx_find(st, h, key, r.klen);
             if (e && e->seg == x->id && e->off == off) {
                 int lv = have_clk ? kura_item_liveness(e->exptime, e->cas, &clk) : KURA_LIVE;
@@ -110,7 +110,7 @@ int hd_compact_one(hashdb *db, bool force)
                     }
                 }
             }
-            pthread_rwlock_unlock(&st->lock);
+            hd_write_unlock(st);
             if (rc)
                 break;
         }
@@ -175,7 +175,7 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
     for (int k = 0; k < HD_STRIPES && seen < budget && rc == KURA_OK; k++) {
         uint32_t i = atomic_fetch_add(&db->sweep_cursor, 1) % HD_STRIPES;
         hd_stripe *st = &db->stripes[i];
-        pthread_rwlock_wrlock(&st->lock);
+        hd_write_lock(st);
         for (size_t i = 0; i < st->nslot && rc == KURA_OK; i++) {
             hd_ent *e = hdx_at(st, i);
             if (e) {
@@ -190,7 +190,7 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
             }
         }
         seen++;
-        pthread_rwlock_unlock(&st->lock);
+        hd_write_unlock(st);
     }
     return reclaimed;
 }

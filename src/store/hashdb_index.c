@@ -174,6 +174,7 @@ int hdx_init(hashdb *db, uint64_t bnum)
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         pthread_rwlock_init(&s->lock, NULL);
+        pthread_mutex_init(&s->wlock, NULL);
         s->arena = &db->arena;
         s->dir = &db->bdir[i];
         uint64_t *slot = arena_alloc(&db->arena, per * sizeof(uint64_t));
@@ -188,8 +189,10 @@ void hdx_free(hashdb *db)
 {
     if (!db->stripes)
         return;
-    for (int i = 0; i < HD_STRIPES; i++)
+    for (int i = 0; i < HD_STRIPES; i++) {
         pthread_rwlock_destroy(&db->stripes[i].lock);
+        pthread_mutex_destroy(&db->stripes[i].wlock);
+    }
     free(db->stripes);
     db->stripes = NULL;
     free(db->bdir);

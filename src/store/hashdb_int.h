@@ -125,7 +125,7 @@ typedef struct hd_bdir {
  * matches: one entry, nearly always.  Chained buckets cost a cache miss
  * more per lookup, following the chain. */
 typedef struct hd_stripe {
-    pthread_rwlock_t lock;
+    pthread_rwlock_t lock;      /* readers; writers hold it with wlock */
     uint64_t *slot;
     size_t nslot;               /* power of two, >= 8 */
     size_t count;               /* entries in the table */
@@ -138,8 +138,32 @@ typedef struct hd_stripe {
     hd_arena *arena;
     hd_bdir *dir;               /* this stripe's copy of slot and nslot */
     hd_ent *free_ents[HD_ENT_CLASSES];
-    char pad[40];
+    pthread_mutex_t wlock;      /* writers (see hd_write_lock) */
 } hd_stripe;
+
+/* Locking a stripe.  Readers take `lock` for reading.  Whoever changes the
+ * stripe's keys (a write, the sweep, compaction, a read reclaiming a dead
+ * item) takes wlock, then `lock` for writing; the checkpoint's dump of the
+ * stripe takes wlock alone.  wlock keeps every other writer away, so a
+ * writer may let readers back in while it copies a large value into the
+ * log (hd_copy_unlocked): nothing it looked at can change meanwhile, and
+ * readers go on reading the old value instead of waiting for the copy. */
+static inline void hd_write_lock(hd_stripe *s)
+{
+    pthread_mutex_lock(&s->wlock);
+    pthread_rwlock_wrlock(&s->lock);
+}
+static inline void hd_write_unlock(hd_stripe *s)
+{
+    pthread_rwlock_unlock(&s->lock);
+    pthread_mutex_unlock(&s->wlock);
+}
+/* A value at least this large is copied into the log with readers let in. */
+#define HD_COPY_UNLOCKED_MIN (64u << 10)
+static inline bool hd_copy_unlocked(size_t vlen)
+{
+    return vlen >= HD_COPY_UNLOCKED_MIN;
+}
 
 typedef struct hd_seg {
     uint32_t id;
@@ -232,6 +256,10 @@ typedef struct hashdb {
     _Atomic int64_t clk_now;
     _Atomic uint64_t clk_oldest;
     _Atomic bool clk_seen;
+
+    /* for tests: called while a large value's copy lets readers in */
+    void (*copy_hook)(void *arg);
+    void *copy_hook_arg;
 
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
@@ -360,6 +388,9 @@ void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 
 /* for tests: one synchronous round of checkpoint + compaction */
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
+/* for tests: fn(arg) runs in a writer copying a large value, while the
+ * readers of its stripe are let in */
+void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
 
 /* Little-endian fields of the on-disk formats (docs/formats.md), written
  * and read byte by byte so the files are the same on any host. */

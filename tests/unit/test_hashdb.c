@@ -6,8 +6,14 @@
  * Crash, corruption and disk-full cases are in test_hashdb_crash.c;
  * compaction and threads in test_hashdb_stress.c.
  */
+#include <pthread.h>
+#include <time.h>
+
 #include "unit.h"
 #include "hashdb_testlib.h"
+
+uint64_t hd_hash(const char *key, size_t klen);
+void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
@@ -472,6 +478,106 @@ static int big_fn(void *arg, const kura_item *it)
     return 0;
 }
 
+/* A writer copying a large value lets the readers of its stripe in: while
+ * the copy is held up (a hook in the copy), a read of another key of the
+ * same stripe completes, and sees the values as they were. */
+typedef struct copy_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool in_copy, reads_done, timed_out, writer_done;
+} copy_gate;
+
+static void copy_hook(void *arg)
+{
+    copy_gate *g = arg;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 10;            /* a reader blocked by the copy never gets here */
+    pthread_mutex_lock(&g->mu);
+    g->in_copy = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->reads_done && !g->timed_out)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) != 0)
+            g->timed_out = true;
+    pthread_mutex_unlock(&g->mu);
+}
+
+typedef struct big_writer {
+    copy_gate *g;
+    kura_store *s;
+    const char *key;
+    char *val;
+    size_t len;
+    int rc;
+} big_writer;
+
+static void *write_big(void *arg)
+{
+    big_writer *w = arg;
+    kura_item it = { .key = w->key, .klen = strlen(w->key), .val = w->val, .vlen = w->len,
+                     .cas = 77 };
+    w->rc = w->s->ops->put(w->s, &it, KURA_PUT_ANY, 0, &CLK);
+    pthread_mutex_lock(&w->g->mu);
+    w->g->writer_done = true;
+    pthread_cond_broadcast(&w->g->cv);
+    pthread_mutex_unlock(&w->g->mu);
+    return NULL;
+}
+
+static int big_whole(void *arg, const kura_item *it)
+{
+    const char *v = it->val;
+    *(bool *)arg = it->vlen == 512 << 10 && it->cas == 77 && v[0] == 'B' && v[it->vlen - 1] == 'B';
+    return 0;
+}
+
+static void test_large_copy_lets_readers_in(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], other[32];
+    REQUIRE(t_open(t_path("copy"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    uint64_t stripe = hd_hash("big", 3) & 1023;
+    for (int i = 0;; i++) {     /* a key of the same stripe */
+        snprintf(other, sizeof(other), "o%d", i);
+        if ((hd_hash(other, strlen(other)) & 1023) == stripe)
+            break;
+    }
+    REQUIRE(t_put(s, other, "old", 0, 0, 1, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    REQUIRE(t_put(s, "big", "small", 0, 0, 2, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+
+    copy_gate g = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+    hashdb_debug_copy_hook(s, copy_hook, &g);
+    big_writer w = { .g = &g, .s = s, .key = "big", .len = 512 << 10 };
+    w.val = malloc(w.len);
+    REQUIRE(w.val != NULL);
+    memset(w.val, 'B', w.len);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, write_big, &w) == 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.in_copy && !g.writer_done)
+        pthread_cond_wait(&g.cv, &g.mu);
+    bool in_copy = g.in_copy;
+    pthread_mutex_unlock(&g.mu);
+    CHECK(in_copy);
+
+    t_val v;
+    CHECK(t_get(s, other, &CLK, &v) == KURA_OK && v.len == 3 && !memcmp(v.buf, "old", 3));
+    CHECK(t_get(s, "big", &CLK, &v) == KURA_OK && v.len == 5 && v.cas == 2);  /* not yet */
+    pthread_mutex_lock(&g.mu);
+    g.reads_done = true;
+    pthread_cond_broadcast(&g.cv);
+    CHECK(!g.timed_out);        /* the reads did not wait for the copy */
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    hashdb_debug_copy_hook(s, NULL, NULL);
+    CHECK_EQ_INT(w.rc, KURA_OK);
+    bool whole = false;
+    CHECK(s->ops->get(s, "big", 3, &CLK, big_whole, &whole) == KURA_OK && whole);
+    free(w.val);
+    kura_store_close(s);
+}
+
 static void test_big_value(void)
 {
     kura_store *s = NULL;
@@ -527,6 +633,7 @@ int main(void)
     RUN(test_index_churn);
     RUN(test_format_v1);
     RUN(test_big_value);
+    RUN(test_large_copy_lets_readers_in);
     RUN(test_read_only);
     t_teardown();
     UNIT_DONE();

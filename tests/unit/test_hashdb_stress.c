@@ -188,7 +188,13 @@ static void *worker(void *p)
 {
     th_arg *a = p;
     uint64_t x = 0x1234567 + (uint64_t)a->id * 7919;
-    char val[4096], key[32], buf[32];
+    char key[32], buf[32];
+    /* room for a large value (copied into the log with readers let in) */
+    char *val = malloc(100 << 10);
+    if (!val) {
+        a->errors++;
+        return NULL;
+    }
     for (int i = 0; i < 30000; i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         int k = (int)(x % 500);
@@ -198,6 +204,8 @@ static void *worker(void *p)
         int rc = 0;
         if (op < 4) {
             int reps = 1 + (int)((x >> 32) % 60);
+            if ((x >> 40) % 200 == 0)
+                reps = 7000;        /* about 70 KB */
             size_t n = 0;
             for (int r = 0; r < reps; r++) {
                 memcpy(val + n, key, kl);
@@ -221,6 +229,7 @@ static void *worker(void *p)
         if (rc)
             a->errors++;
     }
+    free(val);
     return NULL;
 }
 
