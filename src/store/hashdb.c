@@ -181,11 +181,9 @@ static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, s
     hd_ent_ref_bytes(db, st, e);
 }
 
-/* Appends a PUT record for a change; st's write locks held.  A large value
- * is copied with the readers let back in (see hd_write_lock). */
-static int append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen,
-                      const void *v0, size_t l0, const void *v1, size_t l1, uint32_t bcrc,
-                      uint32_t flags, int64_t exptime, uint64_t cas, hd_loc *loc)
+int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const void *v0,
+                  size_t l0, const void *v1, size_t l1, uint32_t bcrc, uint32_t flags,
+                  int64_t exptime, uint64_t cas, uint64_t seq, hd_loc *loc)
 {
     bool unlocked = hd_copy_unlocked(l0 + l1);
     if (unlocked) {
@@ -194,7 +192,7 @@ static int append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen,
             db->copy_hook(db->copy_hook_arg);
     }
     int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
-                       0, loc);
+                       seq, loc);
     if (unlocked)
         pthread_rwlock_wrlock(&st->lock);
     return rc;
@@ -260,8 +258,8 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         rc = KURA_ENOMEM;
         goto out;
     }
-    rc = append_put(db, st, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc, it->flags,
-                    it->exptime, it->cas, &loc);
+    rc = hd_append_put(db, st, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc, it->flags,
+                       it->exptime, it->cas, 0, &loc);
     if (rc) {
         if (fresh)
             hdx_release(st, fresh);
@@ -386,8 +384,8 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         uint32_t bcrc = crc32c_update(0, key, klen);
         bcrc = crc32c_update(bcrc, v0, l0);
         bcrc = crc32c_update(bcrc, v1, l1);
-        src = append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, flags, up.exptime, cas,
-                         &loc);
+        src = hd_append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, flags, up.exptime, cas, 0,
+                            &loc);
         if (src) {
             if (fresh)
             hdx_release(st, fresh);

@@ -98,9 +98,8 @@ int hd_compact_one(hashdb *db, bool force)
                 } else {
                     hd_loc loc;
                     uint32_t bcrc = crc32c_update(0, p + r.hlen, rlen - r.hlen);
-                    rc = hd_append(db, HD_REC_PUT, key, r.klen, p + r.hlen + r.klen,
-                                   r.vlen, NULL, 0, bcrc, r.flags, r.exptime, r.cas,
-                                   r.seq, &loc);
+                    rc = hd_append_put(db, st, key, r.klen, p + r.hlen + r.klen, r.vlen,
+                                       NULL, 0, bcrc, r.flags, r.exptime, r.cas, r.seq, &loc);
                     if (rc == KURA_OK) {
                         hd_ent_unref_bytes(db, st, e);
                         e->seg = loc.seg;

@@ -383,6 +383,11 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
 
 /* hashdb.c */
 void hd_log(hashdb *db, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* hd_append of a PUT record by a writer of st (its write locks held): a
+ * large value is copied with the readers let back in (hd_write_lock). */
+int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const void *v0,
+                  size_t l0, const void *v1, size_t l1, uint32_t bcrc, uint32_t flags,
+                  int64_t exptime, uint64_t cas, uint64_t seq, hd_loc *loc);
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 
