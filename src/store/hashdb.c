@@ -638,6 +638,7 @@ static void *bg_main(void *arg)
         }
         /* keep going while there is work: a checkpoint lets older
          * segments be compacted, so a busy store needs both often */
+        hdx_advise_huge(db);
         for (int round = 0; round < 64 && !db->stopping; round++) {
             bool did = false;
             hd_writebehind(db);
@@ -894,7 +895,10 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         snprintf(err, errlen, "out of memory for an index of %llu records", (unsigned long long)bnum);
         goto fail;
     }
+    /* loading the index: huge pages at once (see hashdb_index.c) */
+    db->arena.huge_now = true;
     rc = hd_recover(db, err, errlen);
+    db->arena.huge_now = false;
     if (rc)
         goto fail;
     if (db->need_ckpt && !cfg->read_only) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
+#include <time.h>
 
 #include "hashdb_int.h"
 
@@ -22,10 +23,34 @@
 
 #define CHUNK (32u << 20)
 
+/* Huge pages for the index (it is read at random; with 4 KiB pages most
+ * lookups would also miss the TLB), but not at once: taking a huge page at
+ * a fault may mean compacting memory, or, on a virtual machine whose host
+ * took freed memory back, faulting 512 pages in on the host: on this
+ * machine, a 1M-key load right after another process freed its memory ran
+ * 0.65 s with huge pages at the fault against 0.46 s without.  Such a
+ * stall must not fall on a request (it would hold a stripe lock), so a
+ * chunk made while the store serves is advised for huge pages once it is
+ * HUGE_AFTER seconds old (by the background thread, hdx_advise_huge), and
+ * the kernel's khugepaged then collapses its pages in its own time.  While
+ * the index is loaded at open (huge_now), nobody waits on a stripe and the
+ * whole index is about to be read at random: chunks get huge pages at once
+ * (1M reads after a load: 0.38 s with them, 0.47 s without). */
+#define HUGE_AFTER 10.0
+
 struct hd_chunk {
     struct hd_chunk *next;
     size_t len;
+    double born;                /* monotonic seconds */
+    bool advised;
 };
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static int log2_of(size_t n)
 {
@@ -64,10 +89,14 @@ static void *arena_alloc(hd_arena *a, size_t n)
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
-        madvise(m, len, MADV_HUGEPAGE);
         struct hd_chunk *c = m;
         c->next = a->chunks;
         c->len = len;
+        c->born = mono_now();
+        if (a->huge_now) {
+            (void)madvise(m, len, MADV_HUGEPAGE);
+            c->advised = true;
+        }
         a->chunks = c;
         a->cur = (unsigned char *)m + 64;
         a->left = len - 64;
@@ -88,6 +117,19 @@ static void arena_free(hd_arena *a, void *p, size_t n)
     pthread_mutex_lock(&a->mu);
     *(void **)p = a->free_pow2[l];
     a->free_pow2[l] = p;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void hdx_advise_huge(hashdb *db)
+{
+    hd_arena *a = &db->arena;
+    double now = mono_now();
+    pthread_mutex_lock(&a->mu);
+    for (struct hd_chunk *c = a->chunks; c; c = c->next)
+        if (!c->advised && now - c->born >= HUGE_AFTER) {
+            (void)madvise(c, c->len, MADV_HUGEPAGE);
+            c->advised = true;
+        }
     pthread_mutex_unlock(&a->mu);
 }
 

@@ -91,16 +91,17 @@ typedef struct hd_ent {
 
 #define HD_ENT_CLASSES 40          /* entry sizes in 8-byte steps */
 
-/* Memory for the index: large mappings advised to use huge pages (the
- * index is read at random; with 4 KiB pages most lookups would also miss
- * the TLB), carved into bucket arrays and entry slabs.  Freed bucket arrays
- * are kept for reuse by size; everything is unmapped at close. */
+/* Memory for the index: large mappings (advised to use huge pages once
+ * they are some seconds old: hashdb_index.c says why), carved into slot
+ * arrays and entry slabs.  Freed slot arrays are kept for reuse by size;
+ * everything is unmapped at close. */
 typedef struct hd_arena {
     pthread_mutex_t mu;
     struct hd_chunk *chunks;
     unsigned char *cur;
     size_t left;
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
+    bool huge_now;              /* new chunks get huge pages at once (open) */
 } hd_arena;
 
 /* Where a stripe's slot array is, kept apart from the stripes in one small
@@ -316,6 +317,7 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
 void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h);    /* h: e's key's hash */
 void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
+void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 
 /* hashdb_log.c */
