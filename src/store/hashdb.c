@@ -139,8 +139,9 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
             if (rc == KURA_OK) {
                 kura_item it;
                 fill_item(&it, e, rec, &r);
-                if (!(__atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FETCHED))
-                    __atomic_fetch_or(&e->marks, HD_FETCHED, __ATOMIC_RELAXED);
+                uint8_t m = __atomic_load_n(&e->marks, __ATOMIC_RELAXED);
+                if (!(m & HD_FETCHED))
+                    __atomic_store_n(&e->marks, m | HD_FETCHED, __ATOMIC_RELAXED);
                 rc = fn ? fn(arg, &it) : KURA_OK;
             }
         }

@@ -84,7 +84,9 @@ typedef struct hd_ent {
 
 /* hd_ent.marks.  HD_FLAGGED changes under the stripe's write lock only;
  * HD_FETCHED is also set by readers, under the read lock, with an atomic
- * or (so concurrent readers cannot undo each other). */
+ * load and store: no locked instruction (a read costs one less), and
+ * concurrent readers store the same value, as nothing else changes marks
+ * while the read lock is held. */
 #define HD_FETCHED      1       /* read at least once (stats only) */
 #define HD_FLAGGED      2       /* its client flags are not 0: memcached counts
                                    4 more bytes for such an item */
