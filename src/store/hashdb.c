@@ -153,14 +153,14 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
          * write locks, unless a writer holds them (it may be copying a large
          * value: a read does not wait for that); a failed tombstone, or a
          * busy stripe, only leaves the dead entry for the sweep. */
-        if (pthread_mutex_trylock(&st->wlock) == 0) {
-            pthread_rwlock_wrlock(&st->lock);
+        pthread_rwlock_wrlock(&st->lock);
+        if (!st->copying) {
             e = hdx_find(st, h, key, klen);
             int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
             if (lv != KURA_LIVE)
                 (void)hd_drop_dead(db, st, e, lv);
-            hd_write_unlock(st);
         }
+        pthread_rwlock_unlock(&st->lock);
     }
     return rc;
 }
@@ -188,14 +188,14 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
 {
     bool unlocked = hd_copy_unlocked(l0 + l1);
     if (unlocked) {
-        pthread_rwlock_unlock(&st->lock);
+        hd_copy_begin(st);
         if (db->copy_hook)
             db->copy_hook(db->copy_hook_arg);
     }
     int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
                        seq, loc);
     if (unlocked)
-        pthread_rwlock_wrlock(&st->lock);
+        hd_copy_end(st);
     return rc;
 }
 

@@ -176,12 +176,12 @@ int hd_ckpt_write(hashdb *db)
     ck_dump d = { &w, 0 };
     for (int i = 0; i < HD_STRIPES && !w.err; i++) {
         hd_stripe *s = &db->stripes[i];
-        /* wlock, not the read lock: a writer copying a large value lets
-         * readers in, and the dump must not see the entry it is about to
-         * change (its record may lie before P, where replay won't find it) */
-        pthread_mutex_lock(&s->wlock);
+        /* settled: a writer copying a large value lets readers in, and
+         * the dump must not see the entry it is about to change (its
+         * record may lie before P, where replay won't find it) */
+        hd_read_lock_settled(s);
         hdx_walk(s, dump_ent, &d);
-        pthread_mutex_unlock(&s->wlock);
+        pthread_rwlock_unlock(&s->lock);
     }
     count = d.count;
     memcpy(t, HD_CKPT_END, 8);

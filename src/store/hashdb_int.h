@@ -91,7 +91,8 @@ typedef struct hd_ent {
 #define HD_FLAGGED      2       /* its client flags are not 0: memcached counts
                                    4 more bytes for such an item */
 
-#define HD_ENT_CLASSES 40          /* entry sizes in 8-byte steps */
+#define HD_ENT_CLASSES 38          /* entry sizes in 8-byte steps: up to
+                                      (39 + 250 + 7) / 8 = 37 */
 
 /* Memory for the index: large mappings (advised to use huge pages once
  * they are some seconds old: hashdb_index.c says why), carved into slot
@@ -128,7 +129,7 @@ typedef struct hd_bdir {
  * matches: one entry, nearly always.  Chained buckets cost a cache miss
  * more per lookup, following the chain. */
 typedef struct hd_stripe {
-    pthread_rwlock_t lock;      /* readers; writers hold it with wlock */
+    pthread_rwlock_t lock;      /* readers; writers (see hd_write_lock) */
     uint64_t *slot;
     size_t nslot;               /* power of two, >= 8 */
     size_t count;               /* entries in the table */
@@ -141,24 +142,61 @@ typedef struct hd_stripe {
     hd_arena *arena;
     hd_bdir *dir;               /* this stripe's copy of slot and nslot */
     hd_ent *free_ents[HD_ENT_CLASSES];
-    pthread_mutex_t wlock;      /* writers (see hd_write_lock) */
+    pthread_mutex_t wlock;      /* held through a large value's copy */
+    bool copying;               /* a writer is in that copy; under `lock` */
+    char pad[15];
 } hd_stripe;
 
-/* Locking a stripe.  Readers take `lock` for reading.  Whoever changes the
+/* Locking a stripe.  Readers take `lock` for reading; whoever changes the
  * stripe's keys (a write, the sweep, compaction, a read reclaiming a dead
- * item) takes wlock, then `lock` for writing; the checkpoint's dump of the
- * stripe takes wlock alone.  wlock keeps every other writer away, so a
- * writer may let readers back in while it copies a large value into the
- * log (hd_copy_unlocked): nothing it looked at can change meanwhile, and
- * readers go on reading the old value instead of waiting for the copy. */
+ * item) takes it for writing, with hd_write_lock.  A writer copying a large
+ * value into the log lets the readers back in meanwhile: it takes wlock,
+ * sets `copying` and releases `lock` (hd_copy_begin), and undoes that after
+ * the copy (hd_copy_end).  Readers go on reading the old value instead of
+ * waiting for the copy; other writers, and the checkpoint's dump, that get
+ * `lock` while `copying` is set let go and wait on wlock, so nothing the
+ * copying writer looked at changes under it.  Small writes take one lock,
+ * as before; wlock is only ever waited on during a copy. */
 static inline void hd_write_lock(hd_stripe *s)
 {
-    pthread_mutex_lock(&s->wlock);
-    pthread_rwlock_wrlock(&s->lock);
+    for (;;) {
+        pthread_rwlock_wrlock(&s->lock);
+        if (!s->copying)
+            return;
+        pthread_rwlock_unlock(&s->lock);
+        pthread_mutex_lock(&s->wlock);      /* the copy's end */
+        pthread_mutex_unlock(&s->wlock);
+    }
 }
 static inline void hd_write_unlock(hd_stripe *s)
 {
     pthread_rwlock_unlock(&s->lock);
+}
+/* The same for reading, by those who must not see a copy's midpoint (the
+ * checkpoint's dump: the entry about to change may point before P). */
+static inline void hd_read_lock_settled(hd_stripe *s)
+{
+    for (;;) {
+        pthread_rwlock_rdlock(&s->lock);
+        if (!s->copying)
+            return;
+        pthread_rwlock_unlock(&s->lock);
+        pthread_mutex_lock(&s->wlock);
+        pthread_mutex_unlock(&s->wlock);
+    }
+}
+/* Called with `lock` held for writing (hd_write_lock): wlock is free, as
+ * `copying` is clear. */
+static inline void hd_copy_begin(hd_stripe *s)
+{
+    pthread_mutex_lock(&s->wlock);
+    s->copying = true;
+    pthread_rwlock_unlock(&s->lock);
+}
+static inline void hd_copy_end(hd_stripe *s)
+{
+    pthread_rwlock_wrlock(&s->lock);
+    s->copying = false;
     pthread_mutex_unlock(&s->wlock);
 }
 /* A value at least this large is copied into the log with readers let in. */
