@@ -179,7 +179,7 @@ int hd_ckpt_write(hashdb *db)
         /* settled: a writer copying a large value lets readers in, and
          * the dump must not see the entry it is about to change (its
          * record may lie before P, where replay won't find it) */
-        hd_read_lock_settled(s);
+        hd_lock_settled(s, false);
         hdx_walk(s, dump_ent, &d);
         pthread_rwlock_unlock(&s->lock);
     }

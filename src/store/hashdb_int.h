@@ -157,10 +157,16 @@ typedef struct hd_stripe {
  * `lock` while `copying` is set let go and wait on wlock, so nothing the
  * copying writer looked at changes under it.  Small writes take one lock,
  * as before; wlock is only ever waited on during a copy. */
-static inline void hd_write_lock(hd_stripe *s)
+/* `lock` for writing, or for reading by one who must not see a copy's
+ * midpoint (the checkpoint's dump: the entry about to change may point
+ * before P), once no copy is in progress. */
+static inline void hd_lock_settled(hd_stripe *s, bool write)
 {
     for (;;) {
-        pthread_rwlock_wrlock(&s->lock);
+        if (write)
+            pthread_rwlock_wrlock(&s->lock);
+        else
+            pthread_rwlock_rdlock(&s->lock);
         if (!s->copying)
             return;
         pthread_rwlock_unlock(&s->lock);
@@ -168,22 +174,13 @@ static inline void hd_write_lock(hd_stripe *s)
         pthread_mutex_unlock(&s->wlock);
     }
 }
+static inline void hd_write_lock(hd_stripe *s)
+{
+    hd_lock_settled(s, true);
+}
 static inline void hd_write_unlock(hd_stripe *s)
 {
     pthread_rwlock_unlock(&s->lock);
-}
-/* The same for reading, by those who must not see a copy's midpoint (the
- * checkpoint's dump: the entry about to change may point before P). */
-static inline void hd_read_lock_settled(hd_stripe *s)
-{
-    for (;;) {
-        pthread_rwlock_rdlock(&s->lock);
-        if (!s->copying)
-            return;
-        pthread_rwlock_unlock(&s->lock);
-        pthread_mutex_lock(&s->wlock);
-        pthread_mutex_unlock(&s->wlock);
-    }
 }
 /* Called with `lock` held for writing (hd_write_lock): wlock is free, as
  * `copying` is clear. */
