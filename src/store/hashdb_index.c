@@ -207,6 +207,8 @@ int hdx_init(hashdb *db, uint64_t bnum)
         per <<= 1;
     pthread_mutex_init(&db->arena.mu, NULL);
     _Static_assert(sizeof(hd_stripe) % 64 == 0, "stripes are line-aligned");
+    _Static_assert(offsetof(hd_stripe, bytes) + sizeof(uint64_t) <= 128,
+                   "what every operation touches is in a stripe's first two lines");
     db->stripes = aligned_alloc(64, HD_STRIPES * sizeof(hd_stripe));
     db->bdir = aligned_alloc(64, HD_STRIPES * sizeof(hd_bdir));
     if (!db->stripes || !db->bdir)

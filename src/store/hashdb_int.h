@@ -7,8 +7,8 @@
  *     (00000001.seg, ...) to which records are only ever appended, two
  *     checkpoint files (checkpoint, checkpoint.prev) and a LOCK file;
  *   - an in-memory index, split into HD_STRIPES stripes each with its own
- *     rwlock and its own growable chained hash table, maps every key to the
- *     place of its newest record;
+ *     rwlock and its own growable open-addressed hash table, maps every key
+ *     to the place of its newest record;
  *   - a checkpoint is a dump of the index plus the engine's state and the
  *     log position P from which replay must start; opening loads the newest
  *     valid checkpoint and replays only the records written after P;
@@ -16,7 +16,10 @@
  *     the end of the log, one record per stripe lock, then unlinks them.
  *
  * Lock order: stripe lock -> log.mu -> log.cmu.  seg_mu (the segment table's
- * writers) is never held together with a stripe lock by a writer.
+ * writers) is never held together with a stripe lock by a writer.  A
+ * stripe's wlock is taken with its lock held and the lock again with wlock
+ * held (a large copy, hd_copy_begin/end), but only by the one writer that
+ * set `copying`; everyone else takes wlock holding nothing.
  */
 #ifndef KURA_HASHDB_INT_H
 #define KURA_HASHDB_INT_H
@@ -118,7 +121,8 @@ typedef struct hd_bdir {
 } hd_bdir;
 
 /* Line-aligned; what every operation touches is in its first two lines
- * (the lock and slot, then nslot to bytes).
+ * (the lock and slot, then nslot to bytes; the static assert in
+ * hashdb_index.c keeps them there).
  *
  * The table is open-addressed: nslot 8-byte slots (a power of two, at least
  * 8), each 0 (empty), HD_SLOT_TOMB (an entry was removed here) or an entry's
@@ -137,8 +141,8 @@ typedef struct hd_stripe {
     uint64_t free_mask;         /* bit c: free_ents[c] is not empty */
     unsigned char *slab;        /* entries are carved from here */
     size_t slab_left;
-    struct hd_slab *slabs;      /* every slab of this stripe, newest first */
     _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
+    struct hd_slab *slabs;      /* every slab of this stripe, newest first */
     hd_arena *arena;
     hd_bdir *dir;               /* this stripe's copy of slot and nslot */
     hd_ent *free_ents[HD_ENT_CLASSES];
@@ -155,11 +159,12 @@ typedef struct hd_stripe {
  * the copy (hd_copy_end).  Readers go on reading the old value instead of
  * waiting for the copy; other writers, and the checkpoint's dump, that get
  * `lock` while `copying` is set let go and wait on wlock, so nothing the
- * copying writer looked at changes under it.  Small writes take one lock,
- * as before; wlock is only ever waited on during a copy. */
-/* `lock` for writing, or for reading by one who must not see a copy's
- * midpoint (the checkpoint's dump: the entry about to change may point
- * before P), once no copy is in progress. */
+ * copying writer looked at changes under it.  Small writes take one lock;
+ * wlock is only ever waited on during a copy.
+ *
+ * hd_lock_settled: `lock` for writing, or for reading by one who must not
+ * see a copy's midpoint (the checkpoint's dump: the entry about to change
+ * may point before P), once no copy is in progress. */
 static inline void hd_lock_settled(hd_stripe *s, bool write)
 {
     for (;;) {
@@ -349,7 +354,7 @@ hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen);
 void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
 /* Calls fn for every entry of the stripe in memory order (faster than the
- * bucket chains, which visit memory at random); lock held by the caller. */
+ * slot order, which visits entries at random); lock held by the caller. */
 void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
 void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h);    /* h: e's key's hash */
 void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
