@@ -383,6 +383,7 @@ void hdx_remove(hd_stripe *s, hd_ent *e)
     }
     hdx_release(s, e);
 }
+
 /* Entries are carved from per-stripe slabs of SLAB bytes (themselves cut
  * from the arena), with one free list per size class (linked through the
  * cas field: klen and dead stay readable for hdx_walk). */

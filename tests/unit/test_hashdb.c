@@ -537,7 +537,7 @@ static void test_large_copy_lets_readers_in(void)
     kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
     char err[512], other[32];
     REQUIRE(t_open(t_path("copy"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
-    uint64_t stripe = hd_hash("big", 3) & 1023;
+    uint64_t stripe = hd_hash("big", 3) & 1023;   /* HD_STRIPES is 1024 */
     for (int i = 0;; i++) {     /* a key of the same stripe */
         snprintf(other, sizeof(other), "o%d", i);
         if ((hd_hash(other, strlen(other)) & 1023) == stripe)
