@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "kura/item.h"
+#include "kura/kio.h"
 
 /* Outcomes (>= 0) and errors (< 0) shared by stores and the engine. */
 enum kura_status {
@@ -173,6 +174,9 @@ typedef struct kura_store_config {
     /* Where a backend reports what it did (recovery, damage, disk errors):
      * the server's log, at a level of enum kura_log_level.  NULL: stderr. */
     void (*log)(int level, const char *line);
+    /* Every file operation of the store goes through this (kio.h); NULL:
+     * the system's calls.  Tests put a fault injector or a recorder here. */
+    const kura_io *io;
 } kura_store_config;
 
 enum kura_log_level {

@@ -1,0 +1,71 @@
+/*
+ * kio.h - the stores' file I/O, as one table that tests can replace.
+ *
+ * Every call a store makes that changes a file or makes it durable goes
+ * through a kura_io: open, write, sync, preallocate, truncate, rename,
+ * unlink, directory sync, and the shared mappings.  The default table calls
+ * the system; tests put in their own (SQLite's VFS is the model) to fail the
+ * Nth call of a kind with EIO or ENOSPC or a short write, or to record every
+ * write and sync and build the image a power loss would leave behind
+ * (tests/unit/kio_sim.c).
+ *
+ * Each entry behaves like the system call it is named after: -1 with errno
+ * set on failure (fallocate too: not posix_fallocate's returned error), and
+ * short writes are possible.  Reads of what a store wrote (pread, fstat, a
+ * read-only mapping) may bypass the table: a replacement passes writes to
+ * the real file, so the files always hold what the process wrote.
+ *
+ * A store that writes through a shared mapping (the hash file's mapwrite)
+ * does so behind the table's back; a replacement that must see every byte
+ * refuses writable mappings (mmap with PROT_WRITE answers MAP_FAILED), and
+ * the store then appends with pwritev.
+ */
+#ifndef KURA_KIO_H
+#define KURA_KIO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+typedef struct kura_io kura_io;
+
+struct kura_io {
+    /* openat(2); the only way a store opens a file or directory */
+    int (*open)(const kura_io *io, int dirfd, const char *path, int flags, mode_t mode);
+    int (*close)(const kura_io *io, int fd);
+    ssize_t (*pread)(const kura_io *io, int fd, void *buf, size_t n, off_t off);
+    ssize_t (*pwritev)(const kura_io *io, int fd, const struct iovec *iov, int n, off_t off);
+    int (*fsync)(const kura_io *io, int fd);        /* also directories */
+    int (*fdatasync)(const kura_io *io, int fd);
+    int (*fallocate)(const kura_io *io, int fd, off_t off, off_t len);
+    int (*ftruncate)(const kura_io *io, int fd, off_t len);
+    int (*renameat)(const kura_io *io, int olddirfd, const char *oldpath, int newdirfd,
+                    const char *newpath);
+    int (*unlinkat)(const kura_io *io, int dirfd, const char *path, int flags);
+    int (*mkdirat)(const kura_io *io, int dirfd, const char *path, mode_t mode);
+    void *(*mmap)(const kura_io *io, size_t len, int prot, int flags, int fd, off_t off);
+    int (*munmap)(const kura_io *io, void *addr, size_t len);
+    void *ctx;                  /* the replacement's own state */
+};
+
+/* The system's calls.  Never NULL; shared, immutable. */
+const kura_io *kio_default(void);
+
+/* NULL means the default: what a store does with its config's io. */
+static inline const kura_io *kio_or_default(const kura_io *io)
+{
+    return io ? io : kio_default();
+}
+
+/* Writes all n bytes at off (retrying short writes and EINTR); 0, or -1 with
+ * errno (ENOSPC for a write that made no progress). */
+int kio_pwrite_all(const kura_io *io, int fd, const void *buf, size_t n, off_t off);
+
+/* fsync of the directory dirfd (a created, renamed or removed name is
+ * durable only after it). */
+static inline int kio_fsync_dir(const kura_io *io, int dirfd)
+{
+    return io->fsync(io, dirfd);
+}
+
+#endif
