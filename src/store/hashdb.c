@@ -622,6 +622,10 @@ static void *bg_main(void *arg)
 {
     hashdb *db = arg;
     double last_sync = mono(), last_ckpt = mono();
+    /* A checkpoint or compaction that failed (a full disk, say) is tried
+     * again only after a pause that doubles up to 30 s: no error path
+     * retries without waiting, and the log is not flooded. */
+    double retry_at = 0, backoff = 0;
     pthread_mutex_lock(&db->bg_mu);
     while (!db->stopping) {
         struct timespec ts;
@@ -643,15 +647,29 @@ static void *bg_main(void *arg)
         /* keep going while there is work: a checkpoint lets older
          * segments be compacted, so a busy store needs both often */
         hdx_advise_huge(db);
-        for (int round = 0; round < 64 && !db->stopping; round++) {
+        for (int round = 0; round < 64 && !db->stopping && now >= retry_at; round++) {
             bool did = false;
+            int rc = KURA_OK, n;
             hd_writebehind(db);
+            if (hd_failed(db))
+                break;          /* writes stopped: nothing to maintain */
             if (want_checkpoint(db, mono() - last_ckpt)) {
-                did = hd_ckpt_write(db) == KURA_OK;
+                rc = hd_ckpt_write(db);
+                did = rc == KURA_OK;
                 last_ckpt = mono();
             }
-            while (!db->stopping && hd_compact_one(db, false) > 0)
-                did = true;
+            while (!rc && !db->stopping && (n = hd_compact_one(db, false)) != 0) {
+                if (n < 0)
+                    rc = n;
+                else
+                    did = true;
+            }
+            if (rc) {
+                backoff = backoff ? (backoff * 2 > 30 ? 30 : backoff * 2) : 1;
+                retry_at = mono() + backoff;
+                break;
+            }
+            backoff = 0;
             if (!did)
                 break;
         }
