@@ -43,6 +43,7 @@ enum kura_status {
     KURA_EINVAL = -6,           /* bad argument or bad database name */
     KURA_EREADONLY = -7,        /* the store is read-only (damaged, or opened so) */
     KURA_ESYS = -8,             /* another system error; errno-like detail is logged */
+    KURA_EFAILED = -9,          /* writes stopped for good: a sync failed (restart) */
 };
 
 const char *kura_strerror(int rc);

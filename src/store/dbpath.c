@@ -55,6 +55,7 @@ const char *kura_strerror(int rc)
     case KURA_EINVAL:    return "invalid argument";
     case KURA_EREADONLY: return "store is read-only";
     case KURA_ESYS:      return "system error";
+    case KURA_EFAILED:   return "writes stopped after a failed sync (restart to recover)";
     }
     return "unknown error";
 }

@@ -541,6 +541,9 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
     emit_u64(emit, arg, "hash_syncs", atomic_load(&db->syncs));
     emit_u64(emit, arg, "hash_write_errors", atomic_load(&db->write_errors));
+    emit_u64(emit, arg, "hash_sync_errors", atomic_load(&db->sync_errors));
+    /* 1 once a sync failed: writes are refused until a restart */
+    emit_u64(emit, arg, "hash_writes_stopped", hd_failed(db) != KURA_OK);
     emit_u64(emit, arg, "hash_read_errors", atomic_load(&db->read_errors));
     emit_u64(emit, arg, "hash_corrupt_reads", atomic_load(&db->corrupt_reads));
     emit_u64(emit, arg, "hash_recovered_records", db->recovered_records);
@@ -698,13 +701,14 @@ static void destroy(hashdb *db)
     }
     hdx_free(db);
     if (db->lockfd >= 0)
-        close(db->lockfd);       /* releases the flock */
+        db->io->close(db->io, db->lockfd);   /* releases the flock */
     if (db->dirfd >= 0)
-        close(db->dirfd);
+        db->io->close(db->io, db->dirfd);
     pthread_mutex_destroy(&db->seg_mu);
     pthread_mutex_destroy(&db->mu);
     pthread_mutex_destroy(&db->cmu);
     pthread_cond_destroy(&db->ccv);
+    pthread_cond_destroy(&db->pin_cv);
     pthread_mutex_destroy(&db->ckpt_mu);
     pthread_mutex_destroy(&db->bg_mu);
     pthread_cond_destroy(&db->bg_cv);
@@ -821,6 +825,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     }
     db->base.ops = &hashdb_ops;
     db->cfg = *cfg;
+    db->io = kio_or_default(cfg->io);
     if (!db->cfg.item_size_max)
         db->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
     db->dirfd = db->lockfd = -1;
@@ -836,6 +841,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     pthread_mutex_init(&db->mu, NULL);
     pthread_mutex_init(&db->cmu, NULL);
     pthread_cond_init(&db->ccv, NULL);
+    pthread_cond_init(&db->pin_cv, NULL);
     pthread_mutex_init(&db->ckpt_mu, NULL);
     pthread_mutex_init(&db->bg_mu, NULL);
     pthread_cond_init(&db->bg_cv, NULL);
@@ -846,7 +852,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
             rc = hd_errno_status(errno);
             goto fail;
         }
-        if (mkdir(path, 0755) != 0) {
+        if (db->io->mkdirat(db->io, AT_FDCWD, path, 0755) != 0) {
             snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
             rc = hd_errno_status(errno);
             goto fail;
@@ -861,10 +867,14 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
             *slash = '\0';
         else
             snprintf(parent, sizeof(parent), ".");
-        int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (pfd >= 0) {
-            fsync(pfd);
-            close(pfd);
+        int pfd = db->io->open(db->io, AT_FDCWD, parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+        int bad = pfd < 0 || db->io->fsync(db->io, pfd) != 0 ? errno : 0;
+        if (pfd >= 0)
+            db->io->close(db->io, pfd);
+        if (bad) {
+            snprintf(err, errlen, "cannot make %s durable: %s", path, strerror(bad));
+            rc = hd_errno_status(bad);
+            goto fail;
         }
     } else if (!S_ISDIR(st.st_mode)) {
         snprintf(err, errlen, "%s: not a kura hash database (it is a file; kura's hash "
@@ -872,14 +882,14 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         rc = KURA_EINVAL;
         goto fail;
     }
-    db->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    db->dirfd = db->io->open(db->io, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (db->dirfd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         rc = hd_errno_status(errno);
         goto fail;
     }
-    db->lockfd = openat(db->dirfd, "LOCK", (cfg->read_only ? O_RDONLY : O_RDWR | O_CREAT) |
-                        O_CLOEXEC, 0644);
+    db->lockfd = db->io->open(db->io, db->dirfd, "LOCK", (cfg->read_only ? O_RDONLY :
+                              O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
     if (db->lockfd >= 0 && flock(db->lockfd, (cfg->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
         snprintf(err, errlen, "%s: in use by another process (%s)", path,
                  errno == EWOULDBLOCK ? "locked" : strerror(errno));

@@ -39,6 +39,7 @@
 
 
 typedef struct wbuf {
+    const kura_io *io;
     int fd;
     unsigned char *buf;
     size_t len, cap;
@@ -62,7 +63,8 @@ static void wb_flush(wbuf *w)
     uint64_t at = w->off;
     wb_sum(w);
     while (!w->err && done < w->len) {
-        ssize_t n = write(w->fd, w->buf + done, w->len - done);
+        struct iovec v = { w->buf + done, w->len - done };
+        ssize_t n = w->io->pwritev(w->io, w->fd, &v, 1, (off_t)(w->off + done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -127,7 +129,7 @@ int hd_ckpt_write(hashdb *db)
 {
     char tmp[4200], cur[4200], prev[4200];
     unsigned char h[CK_HDR], t[CK_TRAILER];
-    wbuf w = { .fd = -1, .cap = 1 << 20 };
+    wbuf w = { .io = db->io, .fd = -1, .cap = 1 << 20 };
     hd_pos P;
     uint64_t count = 0, saved_appended = 0;
     int rc = KURA_OK;
@@ -139,7 +141,9 @@ int hd_ckpt_write(hashdb *db)
     snprintf(cur, sizeof(cur), "%s/checkpoint", db->dir);
     snprintf(prev, sizeof(prev), "%s/checkpoint.prev", db->dir);
     w.buf = malloc(w.cap);
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if ((rc = hd_failed(db)))
+        goto out;       /* after a failed sync no checkpoint is trusted */
+    w.fd = db->io->open(db->io, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (!w.buf || w.fd < 0) {
         rc = w.buf ? hd_errno_status(errno) : KURA_ENOMEM;
         hd_log(db, KURA_LOG_ERROR, "cannot create %s: %s", tmp, strerror(errno));
@@ -160,17 +164,14 @@ int hd_ckpt_write(hashdb *db)
     put64(h + 56, (uint64_t)db->state.flush_at);
     put64(h + 64, db->state_seq);
     put64(h + 72, db->max_cas_seen);
-    int segfd = dup(db->active->fd);
+    int segfd = db->active->fd;     /* stays open: compaction waits for ckpt_mu */
     saved_appended = db->appended_since_ckpt;
     db->appended_since_ckpt = 0;
     db->sealed_since_ckpt = false;
     pthread_mutex_unlock(&db->mu);
     /* the log must be on disk before the checkpoint is renamed into place:
      * start its writeback now, to overlap the dump (hd_sync_now waits) */
-    if (segfd >= 0) {
-        (void)sync_file_range(segfd, 0, 0, SYNC_FILE_RANGE_WRITE);
-        close(segfd);
-    }
+    (void)sync_file_range(segfd, 0, 0, SYNC_FILE_RANGE_WRITE);     /* a hint */
     wb_put(&w, h, sizeof(h));
 
     ck_dump d = { &w, 0 };
@@ -201,34 +202,35 @@ int hd_ckpt_write(hashdb *db)
     rc = hd_sync_now(db);
     if (rc)
         goto out;
-    if (fdatasync(w.fd) != 0) {
-        rc = hd_errno_status(errno);
-        hd_log(db, KURA_LOG_ERROR, "fdatasync %s: %s", tmp, strerror(errno));
+    if (db->io->fdatasync(db->io, w.fd) != 0) {
+        hd_fail(db, "fdatasync of a checkpoint", errno);
+        rc = hd_failed(db);
         goto out;
     }
-    close(w.fd);
+    db->io->close(db->io, w.fd);
     w.fd = -1;
-    if (rename(cur, prev) != 0 && errno != ENOENT) {
+    if (db->io->renameat(db->io, AT_FDCWD, cur, AT_FDCWD, prev) != 0 && errno != ENOENT) {
         rc = hd_errno_status(errno);
         hd_log(db, KURA_LOG_ERROR, "rename %s: %s", cur, strerror(errno));
         goto out;
     }
-    if (rename(tmp, cur) != 0) {
+    if (db->io->renameat(db->io, AT_FDCWD, tmp, AT_FDCWD, cur) != 0) {
         rc = hd_errno_status(errno);
         hd_log(db, KURA_LOG_ERROR, "rename %s: %s", tmp, strerror(errno));
         goto out;
     }
-    hd_fsync_dir(db);
+    if ((rc = hd_fsync_dir(db)))
+        goto out;       /* sticky: the renames may not be durable */
     db->ckpt_prev = db->ckpt_cur;
     db->ckpt_cur = P;
     db->ckpt_count++;
     atomic_fetch_add(&db->checkpoints, 1);
 out:
     if (w.fd >= 0)
-        close(w.fd);
+        db->io->close(db->io, w.fd);
     free(w.buf);
     if (rc) {
-        unlink(tmp);
+        db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
         pthread_mutex_lock(&db->mu);
         db->appended_since_ckpt += saved_appended;
         pthread_mutex_unlock(&db->mu);
@@ -451,22 +453,67 @@ static int list_segments(hashdb *db, uint32_t **ids, size_t *n)
     return KURA_OK;
 }
 
-/* The newest segment is no longer than a header: the process died while
- * creating it.  Removes it (nothing was ever appended to it). */
+/* The newest segment's header is not there: shorter than a header, or a
+ * header of zeros (the file's name reached the disk, its first page did
+ * not).  hd_seg_create syncs the header before any record goes in and
+ * every sync covers the whole file, so no sync of this file ever completed
+ * and nothing in it was acknowledged as durable: the process or the power
+ * died while creating it, or before its first sync.  It is removed, with
+ * an ERROR line saying how many bytes went with it.  A header that is
+ * there but wrong is damage, not this: it needs -recover. */
 static bool torn_creation(hashdb *db, uint32_t id)
 {
     char path[4200];
+    unsigned char buf[4096];
     struct stat st;
     hd_seg_path(db, id, path, sizeof(path));
-    if (stat(path, &st) != 0 || st.st_size > HD_SEG_HDR)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return false;
-    hd_log(db, KURA_LOG_INFO, "%s: removing a segment whose creation was interrupted (%lld bytes)", path,
-           (long long)st.st_size);
+    bool torn = fstat(fd, &st) == 0;
+    uint64_t nonzero = 0;
+    for (uint64_t o = 0; torn && o < (uint64_t)st.st_size; o += sizeof(buf)) {
+        ssize_t n = pread(fd, buf, sizeof(buf), (off_t)o);
+        if (n <= 0) {
+            torn = n == 0;
+            break;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] && o + (uint64_t)i < HD_SEG_HDR && st.st_size >= HD_SEG_HDR)
+                torn = false;       /* a header is there: damage, not this */
+            nonzero += buf[i] != 0;
+        }
+    }
+    close(fd);
+    if (!torn)
+        return false;
+    hd_log(db, KURA_LOG_ERROR, "%s: removing the newest segment, whose creation or first sync "
+           "did not complete (%lld bytes, %llu of them not zero: written after the last sync, "
+           "never acknowledged as durable)", path, (long long)st.st_size,
+           (unsigned long long)nonzero);
+    db->truncated_bytes += (uint64_t)st.st_size;
     if (!db->cfg.read_only) {
-        unlink(path);
+        db->io->unlinkat(db->io, AT_FDCWD, path, 0);
         hd_fsync_dir(db);
     }
     return true;
+}
+
+/* -recover: a segment that cannot be opened is renamed aside to
+ * "<id>.seg.damaged" (kept for whoever wants to look, no longer part of the
+ * log), so the next plain open does not meet it again. */
+static void set_aside(hashdb *db, uint32_t id)
+{
+    char path[4200], aside[4300];
+    hd_seg_path(db, id, path, sizeof(path));
+    snprintf(aside, sizeof(aside), "%s.damaged", path);
+    if (db->cfg.read_only)
+        return;
+    if (db->io->renameat(db->io, AT_FDCWD, path, AT_FDCWD, aside) != 0)
+        hd_log(db, KURA_LOG_ERROR, "cannot rename %s aside: %s", path, strerror(errno));
+    else
+        hd_log(db, KURA_LOG_ERROR, "%s: renamed to %s", path, aside);
+    hd_fsync_dir(db);
 }
 
 static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const unsigned char *p)
@@ -557,14 +604,41 @@ static bool zero_page_in(int fd, uint64_t from, uint64_t to)
     return false;
 }
 
-/* Replays one segment from off.  last: the newest segment, whose torn tail
- * is cut off rather than reported. */
-/* Cuts a segment's damaged or never-written tail off at off (the file too,
- * unless read-only). */
-static int cut_segment(hashdb *db, hd_seg *sg, const char *path, uint64_t off,
-                       char *err, size_t errlen)
+/* Bytes that are not zero in [off, end) of fd: what a cut there loses. */
+static uint64_t nonzero_bytes(int fd, uint64_t off, uint64_t end)
 {
-    if (!db->cfg.read_only && ftruncate(sg->fd, (off_t)off) != 0) {
+    static const unsigned char zero[4096];
+    unsigned char buf[4096];
+    uint64_t n = 0;
+    for (uint64_t o = off; o < end; o += sizeof(buf)) {
+        size_t want = end - o < sizeof(buf) ? (size_t)(end - o) : sizeof(buf);
+        ssize_t got = pread(fd, buf, want, (off_t)o);
+        if (got <= 0)
+            break;
+        if (memcmp(buf, zero, (size_t)got) == 0)
+            continue;
+        for (ssize_t i = 0; i < got; i++)
+            n += buf[i] != 0;
+    }
+    return n;
+}
+
+/* Cuts a segment's torn or never-written tail off at off (the file too,
+ * unless read-only).  Zeros alone (a preallocated tail) go silently; if
+ * anything else goes, an ERROR line says where and how much: a cut is
+ * data lost, even when it was never acknowledged as durable. */
+static int cut_segment(hashdb *db, hd_seg *sg, const char *path, uint64_t off,
+                       const char *why, char *err, size_t errlen)
+{
+    uint64_t lost = nonzero_bytes(sg->fd, off, sg->size);
+    if (lost) {
+        hd_log(db, KURA_LOG_ERROR, "%s: %s at offset %llu: cutting off the %llu bytes from there "
+               "(%llu of them not zero; written after the last completed sync)", path, why,
+               (unsigned long long)off, (unsigned long long)(sg->size - off),
+               (unsigned long long)lost);
+        db->truncated_bytes += sg->size - off;
+    }
+    if (!db->cfg.read_only && db->io->ftruncate(db->io, sg->fd, (off_t)off) != 0) {
         snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
                  (unsigned long long)off, strerror(errno));
         return hd_errno_status(errno);
@@ -573,6 +647,8 @@ static int cut_segment(hashdb *db, hd_seg *sg, const char *path, uint64_t off,
     return KURA_OK;
 }
 
+/* Replays one segment from off.  last: the newest segment, whose torn tail
+ * is cut off rather than reported. */
 static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
                           char *err, size_t errlen)
 {
@@ -601,27 +677,20 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             /* never written: a preallocated tail, or (last segment only) a
              * page the kernel had not written back when the power went */
             if (off < sg->size)
-                rc = cut_segment(db, sg, path, off, err, errlen);
+                rc = cut_segment(db, sg, path, off, "a never-written tail", err, errlen);
             break;
         }
         uint64_t next = hd_scan_resync(&sc, off);
         if (s == KURA_ECORRUPT && last && next >= sg->size) {
             /* a torn tail: the record being written when we stopped */
-            hd_log(db, KURA_LOG_INFO, "%s: cutting off a torn tail of %llu bytes at offset %llu", path,
-                   (unsigned long long)(sg->size - off), (unsigned long long)off);
-            db->truncated_bytes += sg->size - off;
-            rc = cut_segment(db, sg, path, off, err, errlen);
+            rc = cut_segment(db, sg, path, off, "a torn record", err, errlen);
             break;
         }
         if (s == KURA_ECORRUPT && last && zero_page_in(sg->fd, off, next)) {
             /* a page that never reached the disk (power loss: the kernel
              * writes pages back in any order); nothing after it was ever
              * covered by a completed sync, so it is cut like a torn tail */
-            hd_log(db, KURA_LOG_INFO, "%s: an unwritten page after offset %llu: cutting off the %llu bytes "
-                   "from there (written after the last sync)", path, (unsigned long long)off,
-                   (unsigned long long)(sg->size - off));
-            db->truncated_bytes += sg->size - off;
-            rc = cut_segment(db, sg, path, off, err, errlen);
+            rc = cut_segment(db, sg, path, off, "an unwritten page", err, errlen);
             break;
         }
         if (!db->cfg.recover) {
@@ -715,7 +784,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
 
     snprintf(tmp, sizeof(tmp), "%s/checkpoint.tmp", db->dir);
     if (!db->cfg.read_only)
-        unlink(tmp);
+        db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
     rc = list_segments(db, &ids, &nids);
     if (rc) {
         snprintf(err, errlen, "%s: cannot list the directory", db->dir);
@@ -778,6 +847,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
             }
             hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
             db->recovery_lost++;
+            set_aside(db, ids[i]);
             continue;
         }
         if (ids[i] < P.seg)
@@ -829,7 +899,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     db->active = last;
     if (!db->cfg.read_only && last->size < db->segsiz && !last->wmap) {
         /* cut anything after the last record, then reserve and map again */
-        if (ftruncate(last->fd, (off_t)last->size) != 0 ||
+        if (db->io->ftruncate(db->io, last->fd, (off_t)last->size) != 0 ||
             hd_seg_prealloc(db, last, db->segsiz) != KURA_OK)
             hd_log(db, KURA_LOG_INFO, "segment %08x: appending with write() (no preallocation)", last->id);
     }

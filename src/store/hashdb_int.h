@@ -215,6 +215,7 @@ typedef struct hd_seg {
     _Atomic uint64_t live;      /* bytes of records the index points at */
     uint32_t version;           /* record format (1 or HD_VERSION) */
     bool sealed;
+    bool trimmed;               /* its preallocated tail cut and synced (do_roll) */
     bool keep;                  /* compaction failed on it for good: not retried */
     const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
     size_t maplen;
@@ -224,6 +225,8 @@ typedef struct hd_seg {
     size_t populated;           /* bytes of wmap prefaulted */
     uint64_t wb_from;           /* bytes before this are written back (or
                                    their writeback is started) */
+    unsigned pins;              /* under log.mu: users of fd outside mu (a sync,
+                                   write-behind); hd_seg_drop waits for 0 */
 } hd_seg;
 
 /* Where a record landed. */
@@ -247,6 +250,7 @@ typedef struct hashdb {
     int dirfd;
     int lockfd;
     kura_store_config cfg;
+    const kura_io *io;          /* every file operation goes through it */
 
     /* parameters */
     uint64_t bnum, msiz, segsiz, ckpt_bytes, wbehind;
@@ -267,6 +271,7 @@ typedef struct hashdb {
     /* the log: appends serialized by mu */
     pthread_mutex_t mu;
     hd_seg *active;
+    pthread_cond_t pin_cv;      /* with mu: a segment's pins fell to 0 */
     _Atomic uint64_t lsn;       /* bytes appended since open (monotonic) */
     uint64_t seq;               /* last sequence number handed out */
     uint64_t max_cas_seen;
@@ -280,7 +285,8 @@ typedef struct hashdb {
     pthread_cond_t ccv;
     uint64_t synced_lsn;
     bool syncing;
-    uint64_t fail_lo, fail_hi;  /* lsn range whose sync failed */
+    _Atomic int failed;         /* sticky: a sync failed (hd_fail) */
+    _Atomic uint64_t sync_errors;
 
     /* checkpoints */
     pthread_mutex_t ckpt_mu;    /* one checkpoint or compaction at a time */
@@ -391,12 +397,22 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
               uint64_t seq, hd_loc *out);
 int hd_commit(hashdb *db, uint64_t lsn);    /* makes the log durable up to lsn */
 void hd_writebehind(hashdb *db);
+void hd_seg_unpin(hashdb *db, hd_seg *sg);  /* pins++ was done under mu */
 int hd_sync_now(hashdb *db);                /* durable up to the current end */
 /* Reads and checks the PUT record e points at; *rec is valid while e's
  * stripe lock is held. */
 int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **rec, hd_rec *r);
 int hd_errno_status(int e);
 int hd_fsync_dir(hashdb *db);
+/* Records a failed sync (or a write whose fate is unknown) for good: from
+ * now on every write is refused with that status; cleared only by a
+ * restart, which recovers from what is really on the disk.  Logs once. */
+void hd_fail(hashdb *db, const char *what, int err);
+/* KURA_OK, or the status of the failure that stopped the store's writes. */
+static inline int hd_failed(hashdb *db)
+{
+    return atomic_load_explicit(&db->failed, memory_order_acquire);
+}
 
 /* Sequential reading of a segment through a window buffer (recovery and
  * compaction).  hd_scan_rec: KURA_OK and a valid record at off (*p valid

@@ -128,7 +128,11 @@ hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 
 int hd_fsync_dir(hashdb *db)
 {
-    return fsync(db->dirfd) == 0 ? KURA_OK : hd_errno_status(errno);
+    if (db->io->fsync(db->io, db->dirfd) == 0)
+        return KURA_OK;
+    int e = errno;
+    hd_fail(db, "fsync of the database directory", e);
+    return hd_errno_status(e);
 }
 
 static void seg_publish(hashdb *db, hd_seg *sg)
@@ -136,27 +140,6 @@ static void seg_publish(hashdb *db, hd_seg *sg)
     pthread_mutex_lock(&db->seg_mu);
     atomic_store_explicit(&db->segs[sg->id % HD_SEG_SLOTS], sg, memory_order_release);
     pthread_mutex_unlock(&db->seg_mu);
-}
-
-static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = ENOSPC;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
 }
 
 /* Reserves the active segment's blocks up to cap with fallocate (so a full
@@ -167,7 +150,7 @@ int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
 {
     if (!db->mapwrite || sg->wmap || sg->map || cap <= sg->size)
         return KURA_OK;
-    int r = posix_fallocate(sg->fd, 0, (off_t)cap);
+    int r = db->io->fallocate(db->io, sg->fd, 0, (off_t)cap) == 0 ? 0 : errno;
     if (r == EOPNOTSUPP || r == EINVAL || r == ENOSYS)
         return KURA_OK;
     if (r != 0) {
@@ -177,10 +160,10 @@ int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap)
         atomic_fetch_add(&db->write_errors, 1);
         hd_log(db, KURA_LOG_ERROR, "cannot reserve %llu bytes for segment %08x: %s",
                (unsigned long long)cap, sg->id, strerror(r));
-        if (ftruncate(sg->fd, (off_t)sg->size) != 0) {}
+        if (db->io->ftruncate(db->io, sg->fd, (off_t)sg->size) != 0) {}
         return hd_errno_status(r);
     }
-    void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, sg->fd, 0);
+    void *m = db->io->mmap(db->io, cap, PROT_READ | PROT_WRITE, MAP_SHARED, sg->fd, 0);
     if (m == MAP_FAILED)
         return KURA_OK;
     pthread_mutex_lock(&db->seg_mu);
@@ -197,10 +180,13 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
 {
     char path[4200];
     unsigned char h[HD_SEG_HDR];
+    int rc = hd_failed(db);
+    if (rc)
+        return rc;
     hd_seg_path(db, id, path, sizeof(path));
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = db->io->open(db->io, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-        int rc = hd_errno_status(errno);
+        rc = hd_errno_status(errno);
         atomic_fetch_add(&db->write_errors, 1);
         hd_log(db, KURA_LOG_ERROR, "cannot create %s: %s", path, strerror(errno));
         return rc;
@@ -212,10 +198,9 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
     put64(h + 16, (uint64_t)time(NULL));
     put32(h + 28, crc32c_update(0, h, 28));
     hd_seg *sg = calloc(1, sizeof(*sg));
-    int rc = KURA_OK;
     if (!sg) {
         rc = KURA_ENOMEM;
-    } else if (pwrite_all(fd, h, sizeof(h), 0) != 0) {
+    } else if (kio_pwrite_all(db->io, fd, h, sizeof(h), 0) != 0) {
         rc = hd_errno_status(errno);
         atomic_fetch_add(&db->write_errors, 1);
         hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", path, strerror(errno));
@@ -226,13 +211,25 @@ int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out)
         sg->size = HD_SEG_HDR;
         rc = hd_seg_prealloc(db, sg, cap);
     }
+    /* The header (and the preallocated size) are durable before the name
+     * is, and the name before any record goes in: a power loss can leave
+     * a segment whose creation was cut short only as the newest file, all
+     * zeros or shorter than a header, which open recognises and removes
+     * (hd_recover).  A failed sync here is sticky like any other. */
+    if (rc == KURA_OK && db->io->fdatasync(db->io, fd) != 0) {
+        rc = hd_errno_status(errno);
+        hd_fail(db, "fdatasync of a new segment", errno);
+    }
+    if (rc == KURA_OK)
+        rc = hd_fsync_dir(db);
     if (rc) {
+        if (sg && sg->wmap)
+            hd_seg_unmap(db, sg);
         free(sg);
-        close(fd);
-        unlink(path);
+        db->io->close(db->io, fd);
+        db->io->unlinkat(db->io, AT_FDCWD, path, 0);
         return rc;
     }
-    hd_fsync_dir(db);
     seg_publish(db, sg);
     *out = sg;
     return KURA_OK;
@@ -248,27 +245,28 @@ int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen)
         snprintf(err, errlen, "%s: segment ids span more than %d", path, HD_SEG_SLOTS);
         return KURA_EINVAL;
     }
-    int fd = open(path, (db->cfg.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    int fd = db->io->open(db->io, AT_FDCWD, path, (db->cfg.read_only ? O_RDONLY : O_RDWR) |
+                          O_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return hd_errno_status(errno);
     }
-    ssize_t n = pread(fd, h, sizeof(h), 0);
+    ssize_t n = db->io->pread(db->io, fd, h, sizeof(h), 0);
     if (fstat(fd, &st) != 0 || n != (ssize_t)sizeof(h) || memcmp(h, HD_SEG_MAGIC, 8) != 0 ||
         get32(h + 28) != crc32c_update(0, h, 28) || get32(h + 12) != id) {
         snprintf(err, errlen, "%s: bad segment header at offset 0", path);
-        close(fd);
+        db->io->close(db->io, fd);
         return KURA_ECORRUPT;
     }
     uint32_t version = get32(h + 8);
     if (version != 1 && version != HD_VERSION) {
         snprintf(err, errlen, "%s: unsupported format version %u", path, version);
-        close(fd);
+        db->io->close(db->io, fd);
         return KURA_EINVAL;
     }
     hd_seg *sg = calloc(1, sizeof(*sg));
     if (!sg) {
-        close(fd);
+        db->io->close(db->io, fd);
         return KURA_ENOMEM;
     }
     sg->id = id;
@@ -287,7 +285,7 @@ void hd_seg_map(hashdb *db, hd_seg *sg)
         return;
     pthread_mutex_lock(&db->seg_mu);
     if (db->mapped + sg->size <= db->msiz) {
-        void *m = mmap(NULL, sg->size, PROT_READ, MAP_SHARED, sg->fd, 0);
+        void *m = db->io->mmap(db->io, sg->size, PROT_READ, MAP_SHARED, sg->fd, 0);
         if (m != MAP_FAILED) {
             sg->maplen = sg->size;
             db->mapped += sg->size;
@@ -302,7 +300,7 @@ void hd_seg_unmap(hashdb *db, hd_seg *sg)
 {
     pthread_mutex_lock(&db->seg_mu);
     if (sg->map) {
-        munmap((void *)sg->map, sg->maplen);
+        db->io->munmap(db->io, (void *)sg->map, sg->maplen);
         db->mapped -= sg->maplen;
     }
     sg->map = NULL;
@@ -318,11 +316,11 @@ void hd_seg_close(hashdb *db, hd_seg *sg)
     if (hd_seg_get(db, sg->id) == sg)
         atomic_store(&db->segs[sg->id % HD_SEG_SLOTS], NULL);
     if (sg->map) {
-        munmap((void *)sg->map, sg->maplen);
+        db->io->munmap(db->io, (void *)sg->map, sg->maplen);
         db->mapped -= sg->maplen;
     }
     pthread_mutex_unlock(&db->seg_mu);
-    close(sg->fd);
+    db->io->close(db->io, sg->fd);
     free(sg);
 }
 
@@ -330,15 +328,21 @@ void hd_seg_drop(hashdb *db, hd_seg *sg)
 {
     char path[4200];
     hd_seg_path(db, sg->id, path, sizeof(path));
+    pthread_mutex_lock(&db->mu);
+    while (sg->pins)
+        pthread_cond_wait(&db->pin_cv, &db->mu);
+    pthread_mutex_unlock(&db->mu);
     hd_seg_close(db, sg);
-    if (unlink(path) != 0)
+    if (db->io->unlinkat(db->io, AT_FDCWD, path, 0) != 0)
         hd_log(db, KURA_LOG_ERROR, "cannot remove %s: %s", path, strerror(errno));
     hd_fsync_dir(db);
 }
 
 /* Seals the active segment and starts the next, large enough for a record
- * of rlen bytes; db->mu held.  The new segment is made first, so a full
- * disk leaves the old one active and untouched. */
+ * of rlen bytes; db->mu held.  The old segment is trimmed and synced first:
+ * a failed sync stops every write (hd_fail) and nothing is sealed; a failed
+ * creation (a full disk) leaves the old segment active, synced, and taking
+ * no records until a later roll succeeds. */
 static int do_roll(hashdb *db, uint64_t rlen)
 {
     hd_seg *old = db->active, *nw;
@@ -349,31 +353,35 @@ static int do_roll(hashdb *db, uint64_t rlen)
                "refusing writes until compaction catches up", old->id + 1);
         return KURA_ENOSPC;
     }
+    if (!old->trimmed) {
+        /* the old mapping stays for readers (offsets below size only) until
+         * the segment is compacted away; its preallocated tail is cut off */
+        old->wmap = NULL;
+        if (db->io->ftruncate(db->io, old->fd, (off_t)old->size) != 0)
+            hd_log(db, KURA_LOG_ERROR, "cannot trim segment %08x: %s", old->id, strerror(errno));
+        uint64_t l = atomic_load(&db->lsn);
+        if (db->io->fdatasync(db->io, old->fd) != 0) {
+            int e = errno;
+            hd_fail(db, "fdatasync while sealing a segment", e);
+            return hd_failed(db);
+        }
+        old->trimmed = true;
+        /* everything so far is on disk: earlier segments were synced when
+         * they were sealed */
+        pthread_mutex_lock(&db->cmu);
+        if (db->synced_lsn < l)
+            db->synced_lsn = l;
+        pthread_cond_broadcast(&db->ccv);
+        pthread_mutex_unlock(&db->cmu);
+    }
     int rc = hd_seg_create(db, old->id + 1, cap, &nw);
     if (rc)
         return rc;
-    /* the old mapping stays for readers (offsets below size only) until the
-     * segment is compacted away; its preallocated tail is cut off */
-    old->wmap = NULL;
-    if (ftruncate(old->fd, (off_t)old->size) != 0)
-        hd_log(db, KURA_LOG_ERROR, "cannot trim segment %08x: %s", old->id, strerror(errno));
-    if (fdatasync(old->fd) != 0) {
-        rc = hd_errno_status(errno);
-        hd_log(db, KURA_LOG_ERROR, "fdatasync of segment %08x failed: %s", old->id, strerror(errno));
-    }
     old->sealed = true;
     hd_seg_map(db, old);
     db->active = nw;
     db->sealed_since_ckpt = true;
-    /* everything so far is on disk */
-    if (rc == KURA_OK) {
-        pthread_mutex_lock(&db->cmu);
-        uint64_t l = atomic_load(&db->lsn);
-        if (db->synced_lsn < l)
-            db->synced_lsn = l;
-        pthread_mutex_unlock(&db->cmu);
-    }
-    return rc;
+    return KURA_OK;
 }
 
 /* Faults in the write mapping's pages from off on, a run of POPULATE bytes
@@ -436,6 +444,8 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
 
     if (db->cfg.read_only)
         return KURA_EREADONLY;
+    if ((rc = hd_failed(db)))
+        return rc;
     iov[n++] = (struct iovec){ h, 0 };      /* its length once encoded */
     if (klen)
         iov[n++] = (struct iovec){ (void *)key, klen };
@@ -478,7 +488,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     struct iovec *v = iov;
     int vn = n;
     while (done < rlen) {
-        ssize_t w = pwritev(a->fd, v, vn, (off_t)(off + done));
+        ssize_t w = db->io->pwritev(db->io, a->fd, v, vn, (off_t)(off + done));
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
@@ -498,7 +508,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
                 }
                 cut = off > a->wmaplen ? off : a->wmaplen;
             }
-            if (ftruncate(a->fd, (off_t)cut) != 0)
+            if (db->io->ftruncate(db->io, a->fd, (off_t)cut) != 0)
                 hd_log(db, KURA_LOG_ERROR, "cannot cut segment %08x back to %llu: %s", a->id,
                        (unsigned long long)cut, strerror(errno));
             goto out;
@@ -550,55 +560,75 @@ void hd_writebehind(hashdb *db)
     pthread_mutex_lock(&db->mu);
     hd_seg *a = db->active;
     uint64_t from = a->wb_from, to = a->size & ~(uint64_t)4095;
-    int fd = -1;
-    if (to > from && to - from >= db->wbehind) {
-        fd = dup(a->fd);        /* the segment may be sealed and dropped meanwhile */
+    bool go = to > from && to - from >= db->wbehind;
+    if (go) {
         a->wb_from = to;
+        a->pins++;              /* the segment may be sealed and dropped meanwhile */
     }
     pthread_mutex_unlock(&db->mu);
-    if (fd >= 0) {
-        (void)sync_file_range(fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
-        close(fd);              /* errors show at the next sync */
+    if (go) {
+        /* a hint to the kernel, not a write: it bypasses db->io (errors
+         * show at the next sync, which goes through it) */
+        (void)sync_file_range(a->fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+        hd_seg_unpin(db, a);
     }
 }
 
+void hd_seg_unpin(hashdb *db, hd_seg *sg)
+{
+    pthread_mutex_lock(&db->mu);
+    if (--sg->pins == 0)
+        pthread_cond_broadcast(&db->pin_cv);
+    pthread_mutex_unlock(&db->mu);
+}
+
+void hd_fail(hashdb *db, const char *what, int err)
+{
+    atomic_fetch_add(&db->sync_errors, 1);
+    int none = KURA_OK;
+    if (atomic_compare_exchange_strong(&db->failed, &none, KURA_EFAILED))
+        hd_log(db, KURA_LOG_ERROR, "%s failed: %s; the store takes no more writes (reads go on) "
+               "until a restart recovers from what is on the disk", what, strerror(err));
+}
+
+/* Group commit.  A sync that fails is never retried: the kernel may have
+ * dropped the pages it could not write, so a later sync that succeeds would
+ * prove nothing about them.  The failure is sticky (hd_fail): every commit
+ * not covered by an earlier successful sync returns it, and synced_lsn
+ * never moves again. */
 int hd_commit(hashdb *db, uint64_t lsn)
 {
     int rc = KURA_OK;
     pthread_mutex_lock(&db->cmu);
     while (db->synced_lsn < lsn) {
+        if ((rc = hd_failed(db)))
+            break;
         if (db->syncing) {
             pthread_cond_wait(&db->ccv, &db->cmu);
             continue;
         }
         db->syncing = true;
-        uint64_t before = db->synced_lsn;
         pthread_mutex_unlock(&db->cmu);
 
         pthread_mutex_lock(&db->mu);
         uint64_t target = atomic_load(&db->lsn);
-        int fd = dup(db->active->fd);
+        hd_seg *a = db->active;
+        a->pins++;              /* kept open through the sync (hd_seg_drop waits) */
         pthread_mutex_unlock(&db->mu);
         int e = 0;
         atomic_fetch_add(&db->syncs, 1);
-        if (fd < 0 || fdatasync(fd) != 0)
+        if (db->io->fdatasync(db->io, a->fd) != 0)
             e = errno;
-        if (fd >= 0)
-            close(fd);
+        hd_seg_unpin(db, a);
+        if (e)
+            hd_fail(db, "fdatasync of the log", e);
 
         pthread_mutex_lock(&db->cmu);
         db->syncing = false;
-        if (e) {
-            hd_log(db, KURA_LOG_ERROR, "fdatasync failed: %s", strerror(e));
-            db->fail_lo = before;
-            db->fail_hi = target;
-        }
-        if (target > db->synced_lsn)
+        if (!e && target > db->synced_lsn)
             db->synced_lsn = target;
         pthread_cond_broadcast(&db->ccv);
     }
-    if (lsn > db->fail_lo && lsn <= db->fail_hi)
-        rc = KURA_EIO;
     pthread_mutex_unlock(&db->cmu);
     return rc;
 }
@@ -673,7 +703,7 @@ int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_r
             return KURA_ENOMEM;
         uint64_t got = 0;
         while (got < rlen) {
-            ssize_t n = pread(sg->fd, b + got, rlen - got, (off_t)(off + got));
+            ssize_t n = db->io->pread(db->io, sg->fd, b + got, rlen - got, (off_t)(off + got));
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0) {
