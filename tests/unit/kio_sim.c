@@ -13,15 +13,17 @@
  *
  *  - a file holds what its last completed fsync/fdatasync covered; a sync
  *    covers the changes recorded before the call began (not those that
- *    raced with it).  Each later change (a write, a truncate, a fallocate)
- *    may or may not have reached the disk, independently: the page cache
- *    writes back in any order.  A write may be torn: a prefix ending at a
- *    512-byte sector, or (as ext4 may leave after extending a file) its
- *    full length with the pages from some 4 KiB boundary on zero.
- *    Changes that did happen are applied in their recorded order: a page
- *    on disk holds some version the page cache had, never an older write
- *    over a newer one; "out of order" is then exactly "a later change
- *    happened and an earlier one did not", which the subsets cover.
+ *    raced with it).  The changes since (writes, truncates, fallocates)
+ *    reach the disk the way the page cache writes back: page by page, in
+ *    any order, each 4 KiB page as it was at some moment since the sync
+ *    (so a later write may be there and an earlier one not, and a write
+ *    spanning pages may be torn at a page boundary), the size apart from
+ *    the data (a size ahead of the pages leaves zeroed tail pages, as ext4
+ *    may), and a page being written when the power went torn at a 512-byte
+ *    sector.  A page never holds an older write over a newer one: the page
+ *    cache has only the newest bytes.  Choosing per write instead would
+ *    make states no disk can reach (two records sharing a sector, one on
+ *    disk and the other not).
  *  - a directory holds the entries its last fsync covered; each later
  *    creation, rename, unlink or mkdir in it may or may not have happened.
  *    A rename is atomic: the file is under the old name or the new one.
@@ -1029,66 +1031,84 @@ static uint64_t rnd(img *m, uint64_t n)
     return n ? splitmix(&m->rng) % n : 0;
 }
 
-/* Part of a write reached the disk: a prefix ending at a sector boundary,
- * or its full extent with zeros from a page boundary on (the file's size
- * was updated, the pages' data was not). */
-static void tear(img *m, sbuf *b, const rop *o)
+/* A pending change's effect on the file size. */
+static uint64_t size_after(uint64_t size, const rop *o)
 {
-    uint64_t end = o->off + o->len;
-    if (rnd(m, 2) == 0) {
-        uint64_t b0 = (o->off / 512 + 1) * 512;
-        if (b0 >= end) {
-            /* inside one sector: a sector is written whole or not at all */
-            if (rnd(m, 2))
-                sb_write(b, o->off, o->data, o->len);
-            return;
-        }
-        uint64_t c = b0 + 512 * rnd(m, (end - 1 - b0) / 512 + 1);
-        sb_write(b, o->off, o->data, c - o->off);
-    } else {
-        uint64_t p0 = (o->off / 4096 + 1) * 4096;
-        uint64_t np = p0 < end ? (end - 1 - p0) / 4096 + 1 : 0;
-        uint64_t idx = rnd(m, np + 1);
-        uint64_t p = idx == 0 ? o->off : p0 + 4096 * (idx - 1);
-        if (p > o->off)
-            sb_write(b, o->off, o->data, p - o->off);
-        if (end > b->len)
-            sb_set_len(b, end);
-        memset(b->p + p, 0, end - p);
-    }
+    if (o->kind == R_TRUNC)
+        return o->len;
+    uint64_t end = o->kind == R_WRITE ? o->off + o->len : o->len;
+    return end > size ? end : size;
 }
 
-/* The file's content in this image: what is durable, then the pending
- * changes that happened, in order. */
+/* The file's content in this image.  The page cache writes a file back
+ * page by page, in any order, each page as it is at that moment: so each
+ * 4 KiB page independently holds the durable bytes with some prefix of the
+ * pending changes applied (its "version"), and the size (metadata, written
+ * apart from the data) is that of some version too.  A size ahead of the
+ * pages leaves zeroed tail pages, as ext4 may; pages at different
+ * versions tear a write at page boundaries and let a later write be there
+ * while an earlier one is not.  A page being written when the power went
+ * may be torn at a 512-byte sector: its first sectors at its version,
+ * the rest at an older one. */
+#define PG 4096
+#define SECT 512
+
 static void file_content(img *m, uint32_t obj, sbuf *out)
 {
     kio_rec *r = m->r;
     sstate *s = &r->st[obj];
+    size_t n = s->npend;
     sb_copy(out, &s->data);
-    size_t n = s->npend, L = m->style == ST_PREFIX ? (size_t)rnd(m, n + 1) : 0;
+    if (n == 0 || m->style == ST_NONE)
+        return;
+    /* the final size, and how far any version reaches */
+    uint64_t size = s->data.len, reach = s->data.len, t = s->data.len;
     for (size_t j = 0; j < n; j++) {
-        const rop *o = &r->ops[s->pend[j]];
-        switch (m->style) {
-        case ST_NONE:
-            return;
-        case ST_ALL:
-            apply_data(out, o);
-            break;
-        case ST_PREFIX:
-            if (j < L)
-                apply_data(out, o);
-            else if (j == L && o->kind == R_WRITE && rnd(m, 2))
-                tear(m, out, o);
-            break;
-        default: {
-            uint64_t x = rnd(m, 100);
-            if (x < 45)
-                apply_data(out, o);
-            else if (x < 65)
-                o->kind == R_WRITE ? tear(m, out, o) : apply_data(out, o);
-        }
+        t = size_after(t, &r->ops[s->pend[j]]);
+        if (t > reach)
+            reach = t;
+    }
+    size_t vsize = m->style == ST_ALL ? n : (size_t)rnd(m, n + 1);
+    size_t global = m->style == ST_PREFIX ? (size_t)rnd(m, n + 1) : 0;
+    if (m->style == ST_PREFIX)
+        vsize = global;
+    for (size_t j = 0; j < vsize; j++)
+        size = size_after(size, &r->ops[s->pend[j]]);
+    /* each page at its version, built from the durable bytes */
+    sb_set_len(out, reach);
+    for (uint64_t pg = 0; pg < reach; pg += PG) {
+        uint64_t pe = pg + PG < reach ? pg + PG : reach;
+        size_t v = m->style == ST_ALL ? n : m->style == ST_PREFIX ? global : (size_t)rnd(m, n + 1);
+        /* torn: sectors from cut on stay at an older version */
+        bool torn = m->style != ST_ALL && rnd(m, m->style == ST_PREFIX ? 16 : 5) == 0 && v > 0;
+        uint64_t cut = torn ? pg + SECT * (1 + rnd(m, PG / SECT - 1)) : pe;
+        size_t older = torn ? (size_t)rnd(m, v) : v;
+        for (int part = 0; part < 2; part++) {
+            uint64_t lo = part ? cut : pg, hi = part ? pe : (cut < pe ? cut : pe);
+            size_t ver = part ? older : v;
+            if (lo >= hi)
+                continue;
+            /* start from the durable bytes (zeros past the durable size) */
+            memset(out->p + lo, 0, hi - lo);
+            if (lo < s->data.len)
+                memcpy(out->p + lo, s->data.p + lo,
+                       (s->data.len < hi ? s->data.len : hi) - lo);
+            for (size_t j = 0; j < ver; j++) {
+                const rop *o = &r->ops[s->pend[j]];
+                if (o->kind == R_WRITE) {
+                    uint64_t a = o->off > lo ? o->off : lo;
+                    uint64_t b = o->off + o->len < hi ? o->off + o->len : hi;
+                    if (a < b)
+                        memcpy(out->p + a, o->data + (a - o->off), b - a);
+                } else if (o->kind == R_TRUNC && o->len < hi) {
+                    /* cut off: what was past it reads as zeros */
+                    uint64_t a = o->len > lo ? o->len : lo;
+                    memset(out->p + a, 0, hi - a);
+                }
+            }
         }
     }
+    out->len = size;
 }
 
 static int materialize(img *m, uint32_t dir, const char *path, int depth, char *err,

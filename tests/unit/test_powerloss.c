@@ -19,7 +19,8 @@
  *    so the check above can fail.
  *  - Injected faults: for every fsync and fdatasync of a workload, that
  *    call fails with EIO: the write it served is never reported done,
- *    every later write fails with KURA_EIO while reads go on, and a reopen
+ *    every later write fails (KURA_EFAILED: the failure is sticky, or
+ *    KURA_EIO) while reads go on, and a reopen
  *    holds every acknowledged write.  For every pwritev (fallocate with
  *    mapped appends) failing with ENOSPC from then on: writes fail with
  *    KURA_ENOSPC and change nothing, and resume once space returns (not
@@ -429,7 +430,7 @@ static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncu
             snprintf(path, sizeof(path), "%s/data.kh", img);
             kura_store *s2;
             int bad;
-            if (t_open(path, "#bnum=256", &c2, &s2, err, sizeof(err)) != KURA_OK) {
+            if (t_open(path, "#bnum=256#segsiz=65536", &c2, &s2, err, sizeof(err)) != KURA_OK) {
                 if (printed++ < 6)
                     printf("# %s: open failed: %s\n", prefix, err);
                 bad = 1;
@@ -439,6 +440,25 @@ static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncu
             }
             if (bad) {
                 violations++;
+                if (getenv("KURA_POWERLOSS_KEEP") && !lies) {
+                    /* the image as built (open may have cut it since) */
+                    char keep[400];
+                    snprintf(keep, sizeof(keep), "/tmp/kura-powerloss-%s-%llu-%llu", tag,
+                             (unsigned long long)k, (unsigned long long)iseed);
+                    kio_rmrf(keep);
+                    if (kio_rec_image(rec, k, iseed, keep, err, sizeof(err)) == 0)
+                        printf("# kept in %s\n", keep);
+                    /* and the operations that made it */
+                    char opsf[420], d[300];
+                    snprintf(opsf, sizeof(opsf), "%s.ops", keep);
+                    FILE *f = fopen(opsf, "w");
+                    for (uint64_t i = 0; f && i < total; i++) {
+                        kio_rec_describe(rec, i, d, sizeof(d));
+                        fprintf(f, "%s%s\n", i < k ? "" : "(after the cut) ", d);
+                    }
+                    if (f)
+                        fclose(f);
+                }
                 if (violations == 1 && !lies) {
                     char d[300];
                     for (uint64_t i = k >= 6 ? k - 6 : 0; i < k + 2 && i < total; i++) {
@@ -562,7 +582,7 @@ static int fault_run(kio_inject *in, int fault, int kind, uint64_t n, const char
             if (write && (now_fired || fired) && rc == KURA_OK)
                 snprintf(why, sizeof(why), "a write succeeded %s a failed sync",
                          now_fired ? "despite" : "after");
-            else if (write && rc != KURA_EIO && rc != KURA_NOTFOUND)
+            else if (write && rc != KURA_EIO && rc != KURA_EFAILED && rc != KURA_NOTFOUND)
                 snprintf(why, sizeof(why), "a write after a failed sync returned %s",
                          kura_strerror(rc));
         } else if (fault == F_ENOSPC) {
