@@ -9,7 +9,9 @@
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...)
 #
 # Sources are found by wildcard: every src/*/*.c except src/server goes into
-# libkura.a; src/server/*.c make kurad; tests/unit/test_*.c are one program each.
+# libkura.a; src/server/*.c make kurad; tests/unit/test_*.c are one program each,
+# and every other tests/unit/*.c (test support, such as kio_sim.c) is linked
+# into each of them.
 
 -include config.mk
 PREFIX  ?= /usr/local
@@ -29,11 +31,15 @@ LIBS        = -levent -lz -lbz2 -llzo2 -lm -pthread $(SAN)
 LIB_SRC    = $(sort $(filter-out src/server/%,$(wildcard src/*/*.c)))
 SERVER_SRC = $(sort $(wildcard src/server/*.c))
 UNIT_SRC   = $(sort $(wildcard tests/unit/test_*.c))
+UNIT_SUPPORT_SRC = $(sort $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c)))
 BENCH_SRC  = $(sort $(wildcard bench/*.c))
 
 LIB_OBJ    = $(LIB_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+UNIT_SUPPORT_OBJ = $(UNIT_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+# kept (make would delete them as intermediate and rebuild them every time)
+.SECONDARY: $(UNIT_SUPPORT_OBJ)
 KURAD      = $(BUILD)/kurad
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
@@ -64,9 +70,9 @@ $(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/lib
 bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libkura.a
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libkura.a $(LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a $(LIBS)
 
 # Starts the server in the foreground on the embedded default: a hash file
 # under ./var/ (RUN_DB='*' serves the in-memory cache instead).  As root,

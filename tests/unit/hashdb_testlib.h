@@ -51,7 +51,7 @@ static void t_rmrf(const char *p)
     nftw(p, t_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static void t_setup(void)
+__attribute__((unused)) static void t_setup(void)
 {
     snprintf(t_root, sizeof(t_root), "/tmp/kura-hashdb-XXXXXX");
     if (!mkdtemp(t_root)) {
@@ -61,13 +61,13 @@ static void t_setup(void)
     setenv("KURA_HASHDB_QUIET", "1", 1);
 }
 
-static void t_teardown(void)
+__attribute__((unused)) static void t_teardown(void)
 {
     t_rmrf(t_root);
 }
 
 /* "<root>/<name>.kh" */
-static const char *t_path(const char *name)
+__attribute__((unused)) static const char *t_path(const char *name)
 {
     static char buf[8][512];
     static int k;
@@ -113,13 +113,13 @@ static int t_copy_cb(void *arg, const kura_item *it)
     return 0;
 }
 
-static int t_get(kura_store *s, const char *key, const kura_clock *clk, t_val *v)
+__attribute__((unused)) static int t_get(kura_store *s, const char *key, const kura_clock *clk, t_val *v)
 {
     memset(v, 0, sizeof(*v));
     return s->ops->get(s, key, strlen(key), clk, t_copy_cb, v);
 }
 
-static int t_put(kura_store *s, const char *key, const char *val, uint32_t flags,
+__attribute__((unused)) static int t_put(kura_store *s, const char *key, const char *val, uint32_t flags,
                  int64_t exptime, uint64_t cas, int cond, uint64_t cmp, const kura_clock *clk)
 {
     kura_item it = { .key = key, .klen = strlen(key), .val = val, .vlen = strlen(val),

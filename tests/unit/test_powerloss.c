@@ -1,0 +1,702 @@
+/*
+ * test_powerloss.c - the hash file under simulated power loss and injected
+ * I/O faults, through the kura_io of tests/unit/kio_sim.c.
+ *
+ *  - Power loss: a workload of sets (small to over 64 KB, so values span
+ *    segments), overwrites and deletes, with forced checkpoints and
+ *    compaction, runs on a store whose file I/O is recorded, in each sync
+ *    mode (always: a put returns once durable; none and interval: an
+ *    explicit sync makes everything before it durable).  A model notes,
+ *    per key, every version written and the recorder's operation count
+ *    when it was issued and when it was acknowledged as durable.  Then, at
+ *    cut points spread over the whole run (open, rolls, checkpoints,
+ *    compaction, close) and several seeds each (unsynced writes dropped,
+ *    applied, torn; directory changes undone), the crash image is opened
+ *    with the system's I/O and no recovery, and must hold every key's
+ *    acknowledged version or a later one, no value never written, and no
+ *    key acknowledged as deleted unless written again later.
+ *  - The negative check: the same with "fsync lies" must find violations,
+ *    so the check above can fail.
+ *  - Injected faults: for every fsync and fdatasync of a workload, that
+ *    call fails with EIO: the write it served is never reported done,
+ *    every later write fails (KURA_EFAILED: the failure is sticky, or
+ *    KURA_EIO) while reads go on, and a reopen
+ *    holds every acknowledged write.  For every pwritev (fallocate with
+ *    mapped appends) failing with ENOSPC from then on: writes fail with
+ *    KURA_ENOSPC and change nothing, and resume once space returns (not
+ *    sticky).  A short pwritev is retried and succeeds.
+ *
+ * A failure prints the workload seed, the cut point, the image seed and
+ * the recorded operations around the cut; KURA_POWERLOSS_SEED=n repeats a
+ * workload (the store's background thread may still move its own
+ * checkpoints a little), KURA_POWERLOSS_CUTS=n sets the cut points per run.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "unit.h"
+#include "hashdb_testlib.h"
+#include "kio_sim.h"
+
+#define NKEYS 160
+#define NEVER UINT64_MAX
+
+/* ---- the model ------------------------------------------------------------- */
+
+/* One version of a key: a put (content derived from key and id) or a
+ * delete.  Times are the caller's clock: the recorder's operation count,
+ * or a plain counter. */
+typedef struct ver {
+    bool del;
+    bool phantom_ok;            /* failed, but may have reached the file (EIO) */
+    bool never;                 /* failed and must leave no trace (ENOSPC) */
+    uint32_t len;
+    uint64_t issued, acked;     /* clock before the call; when durable (NEVER) */
+} ver;
+
+typedef struct mkey {
+    ver *v;
+    size_t n, cap;
+} mkey;
+
+typedef struct model {
+    mkey k[NKEYS];
+    uint64_t rng;
+    uint64_t cas;
+    size_t *unsynced;           /* sync none/interval: (key, version) returned, not yet durable */
+    size_t nuns, capuns;
+    kura_clock clk;
+} model;
+
+static uint64_t rnd(model *m)
+{
+    uint64_t x = m->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return m->rng = x;
+}
+
+static void m_init(model *m, uint64_t seed)
+{
+    memset(m, 0, sizeof(*m));
+    m->rng = seed ? seed : 1;
+    m->clk.now = 2000000;
+}
+
+static void m_free(model *m)
+{
+    for (int i = 0; i < NKEYS; i++)
+        free(m->k[i].v);
+    free(m->unsynced);
+}
+
+static ver *m_add(model *m, int key, bool del, uint32_t len, uint64_t issued)
+{
+    mkey *k = &m->k[key];
+    if (k->n == k->cap) {
+        k->cap = k->cap ? k->cap * 2 : 8;
+        k->v = realloc(k->v, k->cap * sizeof(ver));
+    }
+    ver *v = &k->v[k->n++];
+    *v = (ver){ .del = del, .len = len, .issued = issued, .acked = NEVER };
+    return v;
+}
+
+static void keyname(int key, char *buf)
+{
+    sprintf(buf, "pl:%d", key);
+}
+
+/* Version id's value of key: a header naming them, then bytes that depend
+ * on both, so a value from nowhere or a mix of two is caught. */
+static void make_value(int key, size_t id, uint32_t len, unsigned char *out)
+{
+    char h[48];
+    int hl = snprintf(h, sizeof(h), "K%d.V%zu.L%u|", key, id, len);
+    uint64_t x = (uint64_t)key * 0x9E3779B97F4A7C15ULL ^ (uint64_t)id * 0xC2B2AE3D27D4EB4FULL;
+    for (uint32_t i = 0; i < len; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        out[i] = i < (uint32_t)hl ? (unsigned char)h[i] : (unsigned char)(x >> 56);
+    }
+}
+
+/* Value length: mostly small, some pages long, some at or above the size
+ * copied with readers let in (64 KB), which also fills a 64 KB segment. */
+static uint32_t pick_len(model *m)
+{
+    uint64_t x = rnd(m) % 100;
+    if (x < 70)
+        return 24 + (uint32_t)(rnd(m) % 300);
+    if (x < 95)
+        return 1000 + (uint32_t)(rnd(m) % 9000);
+    return (64u << 10) + (uint32_t)(rnd(m) % (40u << 10));
+}
+
+typedef struct got {
+    unsigned char *buf;
+    size_t len, cap;
+} got;
+
+static int got_cb(void *arg, const kura_item *it)
+{
+    got *g = arg;
+    if (it->vlen > g->cap) {
+        g->cap = it->vlen;
+        g->buf = realloc(g->buf, g->cap);
+    }
+    memcpy(g->buf, it->val, it->vlen);
+    g->len = it->vlen;
+    return 0;
+}
+
+/* Checks the store against the model as of time `at`: every key holds its
+ * version acknowledged by then or one issued before `at` after it; a
+ * missing key was acknowledged deleted, never acknowledged, or deleted by
+ * a later issued version.  Returns the violations; describes the first
+ * few after prefix. */
+static int m_check(model *m, kura_store *s, uint64_t at, const char *prefix, int *printed)
+{
+    static got g;
+    static unsigned char want[200000];
+    int bad = 0;
+    for (int key = 0; key < NKEYS; key++) {
+        mkey *k = &m->k[key];
+        char name[32], why[200] = "";
+        keyname(key, name);
+        long ia = -1;
+        for (size_t i = 0; i < k->n; i++)
+            if (k->v[i].acked <= at)
+                ia = (long)i;
+        int rc = s->ops->get(s, name, strlen(name), &m->clk, got_cb, &g);
+        if (rc == KURA_OK) {
+            unsigned id = 0, len = 0;
+            int kk = -1;
+            if (g.len < 8 || sscanf((const char *)g.buf, "K%d.V%u.L%u|", &kk, &id, &len) != 3 ||
+                kk != key || id == 0 || id > k->n || len != g.len) {
+                snprintf(why, sizeof(why), "a value never written (%zu bytes)", g.len);
+            } else {
+                ver *v = &k->v[id - 1];
+                make_value(key, id, len, want);
+                if (v->del || v->len != len || memcmp(want, g.buf, len) != 0)
+                    snprintf(why, sizeof(why), "version %u with wrong bytes", id);
+                else if (v->never)
+                    snprintf(why, sizeof(why), "version %u, whose write failed", id);
+                else if (v->issued >= at)
+                    snprintf(why, sizeof(why), "version %u, written after the cut", id);
+                else if ((long)id - 1 < ia)
+                    snprintf(why, sizeof(why), "version %u, older than version %ld acknowledged "
+                             "at %llu", id, ia + 1, (unsigned long long)k->v[ia].acked);
+                else if ((long)id - 1 == ia && k->v[ia].del)
+                    snprintf(why, sizeof(why), "version %u, deleted by itself?", id);
+            }
+        } else if (rc == KURA_NOTFOUND) {
+            bool ok = ia < 0 || k->v[ia].del;
+            for (size_t j = (size_t)(ia + 1); !ok && j < k->n; j++)
+                ok = k->v[j].del && !k->v[j].never && k->v[j].issued < at;
+            if (!ok)
+                snprintf(why, sizeof(why), "missing; version %ld (%zu bytes) acknowledged at %llu",
+                         ia + 1, (size_t)k->v[ia].len, (unsigned long long)k->v[ia].acked);
+        } else {
+            snprintf(why, sizeof(why), "get failed: %s", kura_strerror(rc));
+        }
+        if (why[0]) {
+            bad++;
+            if ((*printed)++ < 6)
+                printf("# %s: key %s: %s\n", prefix, name, why);
+        }
+    }
+    return bad;
+}
+
+/* ---- the workload ---------------------------------------------------------- */
+
+typedef struct wl {
+    model *m;
+    kura_store *s;
+    kio_rec *rec;               /* the clock, or NULL: a counter */
+    uint64_t counter;
+    int sync_mode;
+    int fail_rc;                /* the first error a write returned */
+} wl;
+
+static uint64_t now_of(wl *w)
+{
+    return w->rec ? kio_rec_ops(w->rec) : ++w->counter;
+}
+
+/* Marks everything returned so far durable as of time t (a sync). */
+static void ack_unsynced(wl *w, uint64_t t)
+{
+    model *m = w->m;
+    for (size_t i = 0; i < m->nuns; i += 2) {
+        ver *v = &m->k[m->unsynced[i]].v[m->unsynced[i + 1]];
+        if (v->acked == NEVER)
+            v->acked = t;
+    }
+    m->nuns = 0;
+}
+
+/* One write: a put of a new version, or a delete if the key is there.
+ * Returns the store's status (KURA_NOTFOUND: nothing to delete). */
+static int wl_write(wl *w, int key, bool del)
+{
+    static unsigned char val[200000];
+    model *m = w->m;
+    mkey *k = &m->k[key];
+    char name[32];
+    keyname(key, name);
+    bool live = k->n && !k->v[k->n - 1].del && !k->v[k->n - 1].never;
+    /* the model knows whether a key is there only while nothing failed */
+    if (del && !live && !w->fail_rc)
+        return KURA_NOTFOUND;
+    uint32_t len = del ? 0 : pick_len(m);
+    uint64_t t0 = now_of(w);
+    size_t id = k->n + 1;
+    int rc;
+    if (del) {
+        rc = w->s->ops->del(w->s, name, strlen(name), 0, &m->clk);
+        if (rc == KURA_NOTFOUND && (!live || w->fail_rc))
+            return rc;
+    } else {
+        make_value(key, id, len, val);
+        kura_item it = { .key = name, .klen = strlen(name), .val = (const char *)val,
+                         .vlen = len, .cas = ++m->cas };
+        rc = w->s->ops->put(w->s, &it, KURA_PUT_ANY, 0, &m->clk);
+    }
+    ver *v = m_add(m, key, del, len, t0);
+    if (rc == KURA_OK) {
+        if (w->sync_mode == KURA_SYNC_ALWAYS) {
+            v->acked = now_of(w);
+        } else {
+            if (m->nuns + 2 > m->capuns) {
+                m->capuns = m->capuns ? m->capuns * 2 : 64;
+                m->unsynced = realloc(m->unsynced, m->capuns * sizeof(size_t));
+            }
+            m->unsynced[m->nuns++] = (size_t)key;
+            m->unsynced[m->nuns++] = id - 1;
+        }
+    } else {
+        if (!w->fail_rc)
+            w->fail_rc = rc;
+        /* a full disk cuts the record off again; a failed sync leaves it
+         * in the file, where it may or may not survive */
+        if (rc == KURA_ENOSPC)
+            v->never = true;
+        else
+            v->phantom_ok = true;
+    }
+    return rc;
+}
+
+static int wl_sync(wl *w)
+{
+    int rc = w->s->ops->sync(w->s);
+    if (rc == KURA_OK)
+        ack_unsynced(w, now_of(w));
+    else if (!w->fail_rc)
+        w->fail_rc = rc;
+    return rc;
+}
+
+enum { OP_PUT, OP_DEL, OP_MAINTAIN, OP_SYNC };
+
+/* One step of the workload; *what says which kind it was.  Returns the
+ * store's status. */
+static int wl_step(wl *w, int *what)
+{
+    model *m = w->m;
+    uint64_t x = rnd(m) % 100;
+    int key = (int)(rnd(m) % NKEYS);
+    if (x < 68) {
+        *what = OP_PUT;
+        return wl_write(w, key, false);
+    }
+    if (x < 90) {
+        *what = OP_DEL;
+        return wl_write(w, key, true);
+    }
+    if (x < 94) {
+        /* a checkpoint, then compaction of whatever two checkpoints
+         * have passed; sometimes compaction alone */
+        *what = OP_MAINTAIN;
+        int rc = hashdb_debug_maintain(w->s, x < 93, true);
+        if (rc && !w->fail_rc)
+            w->fail_rc = rc;
+        return rc;
+    }
+    *what = OP_SYNC;
+    return w->sync_mode == KURA_SYNC_ALWAYS ? KURA_OK : wl_sync(w);
+}
+
+/* ---- power loss ------------------------------------------------------------ */
+
+static char base[256];
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 0) : dflt;
+}
+
+/* Sanitizers slow everything down: fewer cut points there. */
+static int scaled(int n)
+{
+    double f = atof(getenv("KURA_TEST_DEADLINE_SCALE") ? getenv("KURA_TEST_DEADLINE_SCALE") : "1");
+    return f > 1 ? (int)(n / (f + 1)) + 1 : n;
+}
+
+static const char *PARAMS = "#segsiz=65536#ckpt=16k#bnum=256";
+
+/* Runs the workload on a recorded store, then checks images at ncuts cut
+ * points with nseeds seeds each.  Returns the images with violations
+ * (opening failed, or keys wrong); *images the images checked. */
+static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncuts, int nseeds,
+                         uint64_t seed, int *images)
+{
+    char root[300], img[300], path[400], err[600];
+    snprintf(root, sizeof(root), "%s/%s", base, tag);
+    snprintf(img, sizeof(img), "%s/%s.img", base, tag);
+    kio_rmrf(root);
+    if (mkdir(root, 0755) != 0)
+        return -1;
+    kio_rec *rec = kio_rec_new(root, NULL);
+    if (!rec)
+        return -1;
+    kio_rec_set_lies(rec, lies);
+    kura_store_config cfg = t_cfg(mode);
+    cfg.io = kio_rec_io(rec);
+    kura_store *s;
+    snprintf(path, sizeof(path), "%s/data.kh", root);
+    if (t_open(path, PARAMS, &cfg, &s, err, sizeof(err)) != KURA_OK) {
+        printf("# %s: open: %s\n", tag, err);
+        kio_rec_free(rec);
+        return -1;
+    }
+    static model m;
+    m_init(&m, seed);
+    wl w = { .m = &m, .s = s, .rec = rec, .sync_mode = mode };
+    for (int i = 0; i < nops; i++) {
+        int what, rc = wl_step(&w, &what);
+        if (rc != KURA_OK && !(what == OP_DEL && rc == KURA_NOTFOUND)) {
+            printf("# %s: step %d (kind %d) failed: %s\n", tag, i, what, kura_strerror(rc));
+            kura_store_close(s);
+            kio_rec_free(rec);
+            m_free(&m);
+            return -1;
+        }
+    }
+    kura_store_close(s);
+    uint64_t total = kio_rec_ops(rec);
+    if (total == 0) {
+        /* a store that bypasses cfg.io: nothing to cut */
+        kio_rmrf(root);
+        kio_rec_free(rec);
+        m_free(&m);
+        return -2;
+    }
+    int violations = 0, printed = 0;
+    uint64_t stride = total / (uint64_t)ncuts ? total / (uint64_t)ncuts : 1, jr = seed | 1;
+    *images = 0;
+    for (int c = 0; c <= ncuts; c++) {
+        jr ^= jr << 13; jr ^= jr >> 7; jr ^= jr << 17;
+        uint64_t k = c == ncuts ? total : (uint64_t)c * stride + jr % stride;
+        if (k > total)
+            break;
+        for (int sd = 0; sd < nseeds; sd++) {
+            uint64_t iseed = seed ^ ((uint64_t)(c * nseeds + sd) + 1) * 0xD6E8FEB86659FD93ULL;
+            char prefix[200];
+            snprintf(prefix, sizeof(prefix), "%s seed %llu cut %llu/%llu image seed %llu", tag,
+                     (unsigned long long)seed, (unsigned long long)k,
+                     (unsigned long long)total, (unsigned long long)iseed);
+            if (kio_rec_image(rec, k, iseed, img, err, sizeof(err)) != 0) {
+                printf("# %s: image: %s\n", prefix, err);
+                violations++;
+                continue;
+            }
+            (*images)++;
+            kura_store_config c2 = t_cfg(KURA_SYNC_NONE);
+            snprintf(path, sizeof(path), "%s/data.kh", img);
+            kura_store *s2;
+            int bad;
+            if (t_open(path, "#bnum=256#segsiz=65536", &c2, &s2, err, sizeof(err)) != KURA_OK) {
+                if (printed++ < 6)
+                    printf("# %s: open failed: %s\n", prefix, err);
+                bad = 1;
+            } else {
+                bad = m_check(&m, s2, k, prefix, &printed);
+                kura_store_close(s2);
+            }
+            if (bad) {
+                violations++;
+                if (getenv("KURA_POWERLOSS_KEEP") && !lies) {
+                    /* the image as built (open may have cut it since) */
+                    char keep[400];
+                    snprintf(keep, sizeof(keep), "/tmp/kura-powerloss-%s-%llu-%llu", tag,
+                             (unsigned long long)k, (unsigned long long)iseed);
+                    kio_rmrf(keep);
+                    if (kio_rec_image(rec, k, iseed, keep, err, sizeof(err)) == 0)
+                        printf("# kept in %s\n", keep);
+                    /* and the operations that made it */
+                    char opsf[420], d[300];
+                    snprintf(opsf, sizeof(opsf), "%s.ops", keep);
+                    FILE *f = fopen(opsf, "w");
+                    for (uint64_t i = 0; f && i < total; i++) {
+                        kio_rec_describe(rec, i, d, sizeof(d));
+                        fprintf(f, "%s%s\n", i < k ? "" : "(after the cut) ", d);
+                    }
+                    if (f)
+                        fclose(f);
+                }
+                if (violations == 1 && !lies) {
+                    char d[300];
+                    for (uint64_t i = k >= 6 ? k - 6 : 0; i < k + 2 && i < total; i++) {
+                        kio_rec_describe(rec, i, d, sizeof(d));
+                        printf("#   %s%s\n", i < k ? "" : "(after the cut) ", d);
+                    }
+                }
+            }
+        }
+    }
+    kio_rmrf(img);
+    kio_rmrf(root);
+    kio_rec_free(rec);
+    m_free(&m);
+    return violations;
+}
+
+static uint64_t g_seed;
+
+static void run_mode(const char *tag, int mode, int nops, int ncuts, int nseeds)
+{
+    double t0 = mono();
+    int images = 0;
+    int v = powerloss_run(tag, mode, false, nops, ncuts, nseeds, g_seed, &images);
+    if (v == -2) {
+        printf("# %s: skipped, the store's file I/O does not go through cfg.io\n", tag);
+        return;
+    }
+    printf("# %s: %d images, %d with violations, %.1f s\n", tag, images, v, mono() - t0);
+    CHECK_EQ_INT(v, 0);
+    CHECK(images > 0);
+}
+
+static int cuts(int dflt)
+{
+    return (int)env_u64("KURA_POWERLOSS_CUTS", (uint64_t)scaled(dflt));
+}
+
+static void test_powerloss_sync_always(void)
+{
+    run_mode("always", KURA_SYNC_ALWAYS, 700, cuts(1200), 2);
+}
+
+static void test_powerloss_sync_none(void)
+{
+    run_mode("none", KURA_SYNC_NONE, 900, cuts(600), 2);
+}
+
+static void test_powerloss_sync_interval(void)
+{
+    run_mode("interval", KURA_SYNC_INTERVAL, 600, cuts(300), 2);
+}
+
+/* The negative check: when syncs make nothing durable, the same check
+ * finds acknowledged writes missing; if it did not, it could not fail. */
+static void test_powerloss_fsync_lies_is_caught(void)
+{
+    int images = 0;
+    int v = powerloss_run("lies", KURA_SYNC_ALWAYS, true, 300, 40, 2, g_seed, &images);
+    if (v == -2) {
+        printf("# lies: skipped, the store's file I/O does not go through cfg.io\n");
+        return;
+    }
+    printf("# lies: %d of %d images with violations (expected: some)\n", v, images);
+    CHECK(v > 0);
+}
+
+/* ---- injected faults ---------------------------------------------------- */
+
+enum { F_NONE, F_EIO, F_ENOSPC, F_SHORT };
+
+/* One workload on a fresh store whose io fails call n of kind (0: none).
+ * Checks the store's answers as it goes and the reopened files after.
+ * Returns the failures found. */
+static int fault_run(kio_inject *in, int fault, int kind, uint64_t n, const char *params,
+                     uint64_t *calls)
+{
+    char path[400], err[600], prefix[200];
+    static int runs;
+    snprintf(path, sizeof(path), "%s/fault%d.kh", base, runs++ % 4);
+    kio_rmrf(path);
+    snprintf(prefix, sizeof(prefix), "fault %d kind %d call %llu%s", fault, kind,
+             (unsigned long long)n, params);
+    kio_inject_disarm(in);
+    kio_inject_reset(in);
+    if (n)
+        kio_inject_fail(in, kind, n, fault == F_ENOSPC ? 0 : 1,
+                        fault == F_EIO ? EIO : fault == F_ENOSPC ? ENOSPC : KIO_SHORT);
+    kura_store_config cfg = t_cfg(KURA_SYNC_ALWAYS);
+    cfg.io = kio_inject_io(in);
+    kura_store *s;
+    static model m;
+    m_init(&m, 0x5EEDULL);
+    int bad = 0, printed = 0;
+    if (t_open(path, params, &cfg, &s, err, sizeof(err)) != KURA_OK) {
+        /* a fault while opening: refusing to open is right */
+        if (!kio_inject_fired(in)) {
+            printf("# %s: open failed: %s\n", prefix, err);
+            bad++;
+        }
+        s = NULL;
+    }
+    wl w = { .m = &m, .s = s, .sync_mode = KURA_SYNC_ALWAYS };
+    int after = 0;
+    bool fired = false;
+    for (int i = 0; s && i < 90; i++) {
+        uint64_t f0 = kio_inject_fired(in);
+        int what, rc = wl_step(&w, &what);
+        bool write = what == OP_PUT || what == OP_DEL;
+        bool now_fired = kio_inject_fired(in) > f0;
+        char why[200] = "";
+        if (!fired && !now_fired) {
+            if (rc != KURA_OK && !(what == OP_DEL && rc == KURA_NOTFOUND))
+                snprintf(why, sizeof(why), "failed before any fault: %s", kura_strerror(rc));
+        } else if (fault == F_SHORT) {
+            if (rc != KURA_OK && !(what == OP_DEL && rc == KURA_NOTFOUND))
+                snprintf(why, sizeof(why), "a short write was not retried: %s",
+                         kura_strerror(rc));
+        } else if (fault == F_EIO) {
+            /* the write whose sync failed, and every write after it */
+            if (write && (now_fired || fired) && rc == KURA_OK)
+                snprintf(why, sizeof(why), "a write succeeded %s a failed sync",
+                         now_fired ? "despite" : "after");
+            else if (write && rc != KURA_EIO && rc != KURA_EFAILED && rc != KURA_NOTFOUND)
+                snprintf(why, sizeof(why), "a write after a failed sync returned %s",
+                         kura_strerror(rc));
+        } else if (fault == F_ENOSPC) {
+            if (write && rc != KURA_OK && rc != KURA_ENOSPC && rc != KURA_NOTFOUND)
+                snprintf(why, sizeof(why), "a write on a full disk returned %s",
+                         kura_strerror(rc));
+            if (write && now_fired && rc == KURA_OK && kind == KIO_PWRITEV)
+                snprintf(why, sizeof(why), "a write whose pwritev failed succeeded");
+            if (fired && ++after == 6) {
+                /* space returns: writes go on */
+                kio_inject_disarm(in);
+                fault = F_NONE;
+                fired = false;
+                w.fail_rc = 0;
+                continue;
+            }
+        }
+        if (now_fired && !fired) {
+            fired = true;
+            /* reads go on, and show acknowledged data (or the failed write) */
+            int b = m_check(&m, s, w.counter + 1, prefix, &printed);
+            if (b)
+                snprintf(why, sizeof(why), "reads after the fault disagree (%d keys)", b);
+        }
+        if (why[0]) {
+            if (printed++ < 6)
+                printf("# %s: step %d (kind %d): %s\n", prefix, i, what, why);
+            bad++;
+        }
+    }
+    if (s)
+        kura_store_close(s);
+    if (calls)
+        *calls = kio_inject_calls(in, kind);
+    /* reopened with the system's I/O, no recovery: every acknowledged
+     * write is there */
+    kura_store_config c2 = t_cfg(KURA_SYNC_NONE);
+    if (t_open(path, params, &c2, &s, err, sizeof(err)) != KURA_OK) {
+        printf("# %s: reopen failed: %s\n", prefix, err);
+        bad++;
+    } else {
+        int b = m_check(&m, s, w.counter + 1, prefix, &printed);
+        if (b)
+            printf("# %s: %d keys wrong after reopening\n", prefix, b);
+        bad += b;
+        kura_store_close(s);
+    }
+    m_free(&m);
+    return bad;
+}
+
+/* Every call of kind in turn fails; returns how many runs found faults. */
+static int fault_sweep(int fault, int kind, const char *params)
+{
+    kio_inject *in = kio_inject_new(NULL);
+    uint64_t total = 0;
+    int bad = fault_run(in, F_NONE, kind, 0, params, &total), runs_bad = bad != 0;
+    uint64_t step = total > (uint64_t)scaled(400) ? total / (uint64_t)scaled(400) + 1 : 1;
+    for (uint64_t n = 1; n <= total; n += step) {
+        int b = fault_run(in, fault, kind, n, params, NULL);
+        runs_bad += b != 0;
+    }
+    printf("# fault %d kind %d%s: %llu calls tried (every %llu), %d runs failed\n", fault,
+           kind, params, (unsigned long long)total, (unsigned long long)step, runs_bad);
+    kio_inject_free(in);
+    return runs_bad;
+}
+
+static void test_eio_on_every_fdatasync(void)
+{
+    CHECK_EQ_INT(fault_sweep(F_EIO, KIO_FDATASYNC, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+}
+
+static void test_eio_on_every_fsync(void)
+{
+    CHECK_EQ_INT(fault_sweep(F_EIO, KIO_FSYNC, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+}
+
+static void test_enospc_on_every_pwritev(void)
+{
+    CHECK_EQ_INT(fault_sweep(F_ENOSPC, KIO_PWRITEV, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+}
+
+static void test_enospc_on_every_fallocate(void)
+{
+    CHECK_EQ_INT(fault_sweep(F_ENOSPC, KIO_FALLOCATE, "#segsiz=65536#bnum=256"), 0);
+}
+
+static void test_short_pwritev(void)
+{
+    CHECK_EQ_INT(fault_sweep(F_SHORT, KIO_PWRITEV, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+}
+
+int main(void)
+{
+    snprintf(base, sizeof(base), "%s/kura-powerloss-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    setenv("KURA_HASHDB_QUIET", "1", 1);
+    g_seed = env_u64("KURA_POWERLOSS_SEED", (uint64_t)time(NULL) * 2654435761u % 1000000007u);
+    printf("# seed %llu (KURA_POWERLOSS_SEED=%llu repeats it)\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    RUN(test_powerloss_sync_always);
+    RUN(test_powerloss_sync_none);
+    RUN(test_powerloss_sync_interval);
+    RUN(test_powerloss_fsync_lies_is_caught);
+    RUN(test_eio_on_every_fdatasync);
+    RUN(test_eio_on_every_fsync);
+    RUN(test_enospc_on_every_pwritev);
+    RUN(test_enospc_on_every_fallocate);
+    RUN(test_short_pwritev);
+    kio_rmrf(base);
+    UNIT_DONE();
+}
