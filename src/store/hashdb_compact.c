@@ -37,11 +37,9 @@ int hd_compact_one(hashdb *db, bool force)
     /* segment ids index a table of HD_SEG_SLOTS: when the live ones span
      * half of it, the oldest moves to the head of the log whatever its
      * fragmentation (a fully live old segment would otherwise stay forever) */
-    pthread_mutex_lock(&db->mu);
-    uint32_t active = db->active->id;
-    pthread_mutex_unlock(&db->mu);
-    bool span = active - db->seg_first > HD_SEG_SLOTS / 2;
-    for (uint32_t id = db->seg_first; id < limit; id++) {
+    uint32_t active = sl_active_id(&db->log), first = sl_first(&db->log);
+    bool span = active - first > HD_SEG_SLOTS / 2;
+    for (uint32_t id = first; id < limit; id++) {
         hd_seg *sg = hd_seg_get(db, id);
         if (!sg || !sg->sealed || sg->keep)
             continue;
@@ -68,7 +66,7 @@ int hd_compact_one(hashdb *db, bool force)
     hd_rec r;
     const unsigned char *p;
     uint64_t off = HD_SEG_HDR, n = 0;
-    hd_scan_init(&sc, x);
+    hd_scan_init(db, &sc, x);
     while (off < x->size) {
         int s = hd_scan_rec(&sc, off, &r, &p);
         if (s == 1)
@@ -134,13 +132,11 @@ int hd_compact_one(hashdb *db, bool force)
     if (rc == KURA_OK) {
         uint64_t sz = x->size;
         uint32_t id = x->id;
-        hd_seg_drop(db, x);
+        sl_seg_drop(&db->log, x);
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, sz);
-        if (id == db->seg_first) {
-            while (db->seg_first < limit && !hd_seg_get(db, db->seg_first))
-                db->seg_first++;
-        }
+        if (id == first)
+            sl_first_advance(&db->log, limit);
     }
     pthread_mutex_unlock(&db->ckpt_mu);
     return rc == KURA_OK ? 1 : rc;
