@@ -15,6 +15,13 @@
  * directory fsynced: at every instant at least one complete checkpoint
  * exists.  Compaction only removes segments older than the older of the two
  * replay positions, so falling back to checkpoint.prev is always possible.
+ *
+ * Recovery decides here what a damaged or torn spot means (the policy);
+ * the mechanics it calls on are the log's (src/log/): listing segments,
+ * opening them, the torn-creation check, setting a segment aside, cutting
+ * a tail with its ERROR line.  The checkpoint's header is filled under the
+ * log's append lock (sl_locked), so P, the sequence number and the state
+ * agree with one another.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -13,6 +13,10 @@
  * log is synced (the copies are durable before the original goes) and the
  * segment file is unlinked.  Every `dfunit` records it yields the CPU.
  *
+ * Segments are the log's (src/log/): this file reads them with the log's
+ * scanner, judges records with the hash file's codec, and drops them with
+ * sl_seg_drop.
+ *
  * The sweep walks a few stripes per call and drops dead entries, each with
  * a tombstone (their records become garbage for compaction).
  */
