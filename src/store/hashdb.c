@@ -28,13 +28,11 @@
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 
-void hd_log(hashdb *db, int level, const char *fmt, ...)
+/* One line of the hash file's, or of its log's (the log's hook, with db as
+ * its arg: the same prefix either way). */
+static void log_line(void *arg, int level, const char *buf)
 {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
+    hashdb *db = arg;
     if (getenv("KURA_HASHDB_QUIET"))
         return;
     if (db->cfg.log) {
@@ -44,6 +42,16 @@ void hd_log(hashdb *db, int level, const char *fmt, ...)
     } else {
         fprintf(stderr, "kura hashdb %s: %s\n", db->dir, buf);
     }
+}
+
+void hd_log(hashdb *db, int level, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    log_line(db, level, buf);
 }
 
 /* Counts an entry in (or out of) the totals and its segment's live bytes.
@@ -495,6 +503,18 @@ static void emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
     emit(arg, name, buf);
 }
 
+typedef struct seg_sum {
+    uint64_t file, live, nseg;
+} seg_sum;
+
+static void sum_seg(void *arg, hd_seg *sg)
+{
+    seg_sum *t = arg;
+    t->nseg++;
+    t->file += sg->size;
+    t->live += atomic_load(&sg->live);
+}
+
 static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
 {
     hashdb *db = H(s);
@@ -503,19 +523,11 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     if (!atomic_load(&db->clk_seen))
         clk.now = time(NULL);
 
-    pthread_mutex_lock(&db->mu);
-    uint32_t hi = db->active->id;
-    pthread_mutex_lock(&db->seg_mu);
-    for (uint32_t id = db->seg_first; id <= hi; id++) {
-        hd_seg *sg = hd_seg_get(db, id);
-        if (sg) {
-            nseg++;
-            file += sg->size;
-            live += atomic_load(&sg->live);
-        }
-    }
-    pthread_mutex_unlock(&db->seg_mu);
-    pthread_mutex_unlock(&db->mu);
+    seg_sum t = { 0, 0, 0 };
+    sl_seg_each(&db->log, sum_seg, &t);
+    file = t.file;
+    live = t.live;
+    nseg = t.nseg;
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *st = &db->stripes[i];
         pthread_rwlock_rdlock(&st->lock);
@@ -539,26 +551,56 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
     emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
     emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
-    emit_u64(emit, arg, "hash_syncs", atomic_load(&db->syncs));
-    emit_u64(emit, arg, "hash_write_errors", atomic_load(&db->write_errors));
-    emit_u64(emit, arg, "hash_sync_errors", atomic_load(&db->sync_errors));
+    sl_stats ls;
+    sl_get_stats(&db->log, &ls);
+    emit_u64(emit, arg, "hash_syncs", ls.syncs);
+    emit_u64(emit, arg, "hash_write_errors", ls.write_errors);
+    emit_u64(emit, arg, "hash_sync_errors", ls.sync_errors);
     /* 1 once a sync failed: writes are refused until a restart */
     emit_u64(emit, arg, "hash_writes_stopped", hd_failed(db) != KURA_OK);
-    emit_u64(emit, arg, "hash_read_errors", atomic_load(&db->read_errors));
+    emit_u64(emit, arg, "hash_read_errors", ls.read_errors);
     emit_u64(emit, arg, "hash_corrupt_reads", atomic_load(&db->corrupt_reads));
     emit_u64(emit, arg, "hash_recovered_records", db->recovered_records);
     emit_u64(emit, arg, "hash_recovery_lost", db->recovery_lost);
     emit_u64(emit, arg, "hash_truncated_bytes", db->truncated_bytes);
 }
 
+/* The state and max_cas_seen are read and changed under the log's append
+ * lock (sl_locked), which the framing callback also runs under: no extra
+ * lock on the append path. */
+typedef struct state_op {
+    hashdb *db;
+    kura_store_state *out;
+    const kura_store_state *in;
+    uint64_t seq;
+} state_op;
+
+static void load_state_locked(void *arg, const sl_tail *t)
+{
+    state_op *o = arg;
+    hashdb *db = o->db;
+    (void)t;
+    *o->out = db->state;
+    if (db->max_cas_seen > o->out->max_cas)
+        o->out->max_cas = db->max_cas_seen;
+}
+
+static void save_state_locked(void *arg, const sl_tail *t)
+{
+    state_op *o = arg;
+    hashdb *db = o->db;
+    (void)t;
+    if (o->seq > db->state_seq) {
+        db->state_seq = o->seq;
+        db->state = *o->in;
+    }
+}
+
 static int hashdb_load_state(kura_store *s, kura_store_state *st)
 {
     hashdb *db = H(s);
-    pthread_mutex_lock(&db->mu);
-    *st = db->state;
-    if (db->max_cas_seen > st->max_cas)
-        st->max_cas = db->max_cas_seen;
-    pthread_mutex_unlock(&db->mu);
+    state_op o = { .db = db, .out = st };
+    sl_locked(&db->log, load_state_locked, &o);
     return KURA_OK;
 }
 
@@ -578,12 +620,8 @@ static int hashdb_save_state(kura_store *s, const kura_store_state *st)
                        crc32c_update(0, v, sizeof(v)), 0, 0, 0, 0, &loc);
     if (rc)
         return rc;
-    pthread_mutex_lock(&db->mu);
-    if (loc.seq > db->state_seq) {
-        db->state_seq = loc.seq;
-        db->state = *st;
-    }
-    pthread_mutex_unlock(&db->mu);
+    state_op o = { .db = db, .in = st, .seq = loc.seq };
+    sl_locked(&db->log, save_state_locked, &o);
     return db->cfg.sync_mode == KURA_SYNC_NONE ? KURA_OK : hd_commit(db, loc.lsn);
 }
 
@@ -610,12 +648,9 @@ static uint64_t ckpt_estimate(hashdb *db)
 static bool want_checkpoint(hashdb *db, double since)
 {
     uint64_t est = ckpt_estimate(db);
-    pthread_mutex_lock(&db->mu);
-    uint64_t a = db->appended_since_ckpt;
-    bool w = (a >= db->ckpt_bytes && a >= est) ||
-             (db->sealed_since_ckpt && since >= 2.0 && a >= est / 8);
-    pthread_mutex_unlock(&db->mu);
-    return w;
+    uint64_t a = sl_lsn(&db->log) - atomic_load(&db->ckpt_lsn);
+    bool sealed = sl_rolls(&db->log) != atomic_load(&db->ckpt_rolls);
+    return (a >= db->ckpt_bytes && a >= est) || (sealed && since >= 2.0 && a >= est / 8);
 }
 
 static void *bg_main(void *arg)
@@ -712,21 +747,12 @@ static void destroy(hashdb *db)
         pthread_mutex_unlock(&db->bg_mu);
         pthread_join(db->bg, NULL);
     }
-    for (uint32_t i = 0; i < HD_SEG_SLOTS; i++) {
-        hd_seg *sg = atomic_load(&db->segs[i]);
-        if (sg)
-            hd_seg_close(db, sg);
-    }
+    sl_destroy(&db->log);
     hdx_free(db);
     if (db->lockfd >= 0)
         db->io->close(db->io, db->lockfd);   /* releases the flock */
     if (db->dirfd >= 0)
         db->io->close(db->io, db->dirfd);
-    pthread_mutex_destroy(&db->seg_mu);
-    pthread_mutex_destroy(&db->mu);
-    pthread_mutex_destroy(&db->cmu);
-    pthread_cond_destroy(&db->ccv);
-    pthread_cond_destroy(&db->pin_cv);
     pthread_mutex_destroy(&db->ckpt_mu);
     pthread_mutex_destroy(&db->bg_mu);
     pthread_cond_destroy(&db->bg_cv);
@@ -751,15 +777,13 @@ static void hashdb_close(kura_store *s)
          * order, a checkpoint loads stripe by stripe: about 4 times faster);
          * otherwise a sync is enough */
         uint64_t est = ckpt_estimate(db);
-        pthread_mutex_lock(&db->mu);
-        bool want = db->appended_since_ckpt > 0 && db->appended_since_ckpt >= est / 4;
-        pthread_mutex_unlock(&db->mu);
+        uint64_t appended = sl_lsn(&db->log) - atomic_load(&db->ckpt_lsn);
+        bool want = appended > 0 && appended >= est / 4;
         /* Unmapped first, the pages written through the mapping are
          * written back without write-protecting each one's mapping entry
          * (and flushing it from the TLB) on the way: the mapping would go
          * at destroy() anyway, and nothing else runs now. */
-        if (db->active->wmap)
-            hd_seg_unmap(db, db->active);
+        sl_unmap_active(&db->log);
         int rc = want ? hd_ckpt_write(db) : KURA_OK;
         if (rc || !want)
             rc = hd_sync_now(db);
@@ -772,7 +796,7 @@ static void hashdb_close(kura_store *s)
 /* Every change completed so far is at or below the log's end. */
 static uint64_t hashdb_write_seq(kura_store *s)
 {
-    return atomic_load(&H(s)->lsn);
+    return sl_lsn(&H(s)->log);
 }
 
 static int hashdb_commit(kura_store *s, uint64_t seq)
@@ -848,18 +872,9 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         db->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
     db->dirfd = db->lockfd = -1;
     db->bnum = bnum;
-    db->msiz = msiz;
-    db->segsiz = segsiz;
     db->ckpt_bytes = ckpt;
     db->dfunit = (unsigned)dfunit;
     db->frag_pct = (unsigned)frag;
-    db->mapwrite = mapwrite != 0;
-    db->wbehind = wbehind;
-    pthread_mutex_init(&db->seg_mu, NULL);
-    pthread_mutex_init(&db->mu, NULL);
-    pthread_mutex_init(&db->cmu, NULL);
-    pthread_cond_init(&db->ccv, NULL);
-    pthread_cond_init(&db->pin_cv, NULL);
     pthread_mutex_init(&db->ckpt_mu, NULL);
     pthread_mutex_init(&db->bg_mu, NULL);
     pthread_cond_init(&db->bg_cv, NULL);
@@ -904,6 +919,18 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     if (db->dirfd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         rc = hd_errno_status(errno);
+        goto fail;
+    }
+    /* the log's record framing is this file's: the hash file's format
+     * (docs/formats.md) stays as it was (hashdb_rec.c) */
+    sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
+                     .version = HD_VERSION, .versions = 1u << 1 | 1u << HD_VERSION,
+                     .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
+                     .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
+                     .check = hd_rec_check, .log = log_line, .log_arg = db };
+    memcpy(lc.magic, HD_SEG_MAGIC, sizeof(lc.magic));
+    if ((rc = sl_init(&db->log, &lc))) {
+        snprintf(err, errlen, "out of memory");
         goto fail;
     }
     db->lockfd = db->io->open(db->io, db->dirfd, "LOCK", (cfg->read_only ? O_RDONLY :

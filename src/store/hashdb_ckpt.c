@@ -15,6 +15,13 @@
  * directory fsynced: at every instant at least one complete checkpoint
  * exists.  Compaction only removes segments older than the older of the two
  * replay positions, so falling back to checkpoint.prev is always possible.
+ *
+ * Recovery decides here what a damaged or torn spot means (the policy);
+ * the mechanics it calls on are the log's (src/log/): listing segments,
+ * opening them, the torn-creation check, setting a segment aside, cutting
+ * a tail with its ERROR line.  The checkpoint's header is filled under the
+ * log's append lock (sl_locked), so P, the sequence number and the state
+ * agree with one another.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -125,18 +132,48 @@ static void dump_ent(void *arg, hd_ent *e)
     d->count++;
 }
 
+/* The checkpoint's header, filled under the log's append lock. */
+typedef struct ck_head {
+    hashdb *db;
+    unsigned char *h;
+    hd_pos *P;
+} ck_head;
+
+static void ck_head_locked(void *arg, const sl_tail *t)
+{
+    ck_head *c = arg;
+    hashdb *db = c->db;
+    unsigned char *h = c->h;
+    c->P->seg = t->seg;
+    c->P->off = t->off;
+    memcpy(h, HD_CKPT_MAGIC, 8);
+    put32(h + 8, CK_VERSION);
+    put32(h + 16, t->seg);
+    put64(h + 24, t->off);
+    put64(h + 32, t->recno);    /* the last sequence number handed out */
+    put64(h + 40, db->state.max_cas);
+    put64(h + 48, db->state.oldest_cas);
+    put64(h + 56, (uint64_t)db->state.flush_at);
+    put64(h + 64, db->state_seq);
+    put64(h + 72, db->max_cas_seen);
+    atomic_store(&db->ckpt_lsn, t->lsn);
+    atomic_store(&db->ckpt_rolls, t->rolls);
+}
+
 int hd_ckpt_write(hashdb *db)
 {
     char tmp[4200], cur[4200], prev[4200];
     unsigned char h[CK_HDR], t[CK_TRAILER];
     wbuf w = { .io = db->io, .fd = -1, .cap = 1 << 20 };
     hd_pos P;
-    uint64_t count = 0, saved_appended = 0;
+    uint64_t count = 0;
     int rc = KURA_OK;
 
     if (db->cfg.read_only)
         return KURA_OK;
     pthread_mutex_lock(&db->ckpt_mu);
+    /* only a checkpoint changes ckpt_lsn, under ckpt_mu */
+    uint64_t saved_lsn = atomic_load(&db->ckpt_lsn);
     snprintf(tmp, sizeof(tmp), "%s/checkpoint.tmp", db->dir);
     snprintf(cur, sizeof(cur), "%s/checkpoint", db->dir);
     snprintf(prev, sizeof(prev), "%s/checkpoint.prev", db->dir);
@@ -151,27 +188,14 @@ int hd_ckpt_write(hashdb *db)
     }
 
     memset(h, 0, sizeof(h));
-    pthread_mutex_lock(&db->mu);
-    P.seg = db->active->id;
-    P.off = db->active->size;
-    memcpy(h, HD_CKPT_MAGIC, 8);
-    put32(h + 8, CK_VERSION);
-    put32(h + 16, P.seg);
-    put64(h + 24, P.off);
-    put64(h + 32, db->seq);
-    put64(h + 40, db->state.max_cas);
-    put64(h + 48, db->state.oldest_cas);
-    put64(h + 56, (uint64_t)db->state.flush_at);
-    put64(h + 64, db->state_seq);
-    put64(h + 72, db->max_cas_seen);
-    int segfd = db->active->fd;     /* stays open: compaction waits for ckpt_mu */
-    saved_appended = db->appended_since_ckpt;
-    db->appended_since_ckpt = 0;
-    db->sealed_since_ckpt = false;
-    pthread_mutex_unlock(&db->mu);
+    /* P, the sequence number and the state as one consistent view: taken
+     * under the log's append lock, which the framing callback that hands
+     * out sequence numbers runs under too */
+    ck_head ch = { db, h, &P };
+    sl_locked(&db->log, ck_head_locked, &ch);
     /* the log must be on disk before the checkpoint is renamed into place:
      * start its writeback now, to overlap the dump (hd_sync_now waits) */
-    (void)sync_file_range(segfd, 0, 0, SYNC_FILE_RANGE_WRITE);     /* a hint */
+    sl_writeback_hint(&db->log);
     wb_put(&w, h, sizeof(h));
 
     ck_dump d = { &w, 0 };
@@ -231,9 +255,7 @@ out:
     free(w.buf);
     if (rc) {
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
-        pthread_mutex_lock(&db->mu);
-        db->appended_since_ckpt += saved_appended;
-        pthread_mutex_unlock(&db->mu);
+        atomic_store(&db->ckpt_lsn, saved_lsn);     /* counts from the last one again */
     }
     pthread_mutex_unlock(&db->ckpt_mu);
     return rc;
@@ -412,110 +434,6 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 
 /* ---- recovery ---------------------------------------------------------- */
 
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Segment ids present in the directory, sorted. */
-static int list_segments(hashdb *db, uint32_t **ids, size_t *n)
-{
-    int fd = openat(db->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    size_t cap = 16;
-    *n = 0;
-    *ids = malloc(cap * sizeof(uint32_t));
-    if (!d || !*ids) {
-        if (fd >= 0)
-            close(fd);
-        return KURA_ESYS;
-    }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        unsigned id;
-        char tail[8];
-        if (strlen(de->d_name) != 12 || sscanf(de->d_name, "%8x%7s", &id, tail) != 2 ||
-            strcmp(tail, ".seg") != 0)
-            continue;
-        if (*n == cap) {
-            uint32_t *m = realloc(*ids, (cap *= 2) * sizeof(uint32_t));
-            if (!m) {
-                closedir(d);
-                return KURA_ENOMEM;
-            }
-            *ids = m;
-        }
-        (*ids)[(*n)++] = id;
-    }
-    closedir(d);
-    qsort(*ids, *n, sizeof(uint32_t), cmp_u32);
-    return KURA_OK;
-}
-
-/* The newest segment's header is not there: shorter than a header, or a
- * header of zeros (the file's name reached the disk, its first page did
- * not).  hd_seg_create syncs the header before any record goes in and
- * every sync covers the whole file, so no sync of this file ever completed
- * and nothing in it was acknowledged as durable: the process or the power
- * died while creating it, or before its first sync.  It is removed, with
- * an ERROR line saying how many bytes went with it.  A header that is
- * there but wrong is damage, not this: it needs -recover. */
-static bool torn_creation(hashdb *db, uint32_t id)
-{
-    char path[4200];
-    unsigned char buf[4096];
-    struct stat st;
-    hd_seg_path(db, id, path, sizeof(path));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    bool torn = fstat(fd, &st) == 0;
-    uint64_t nonzero = 0;
-    for (uint64_t o = 0; torn && o < (uint64_t)st.st_size; o += sizeof(buf)) {
-        ssize_t n = pread(fd, buf, sizeof(buf), (off_t)o);
-        if (n <= 0) {
-            torn = n == 0;
-            break;
-        }
-        for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] && o + (uint64_t)i < HD_SEG_HDR && st.st_size >= HD_SEG_HDR)
-                torn = false;       /* a header is there: damage, not this */
-            nonzero += buf[i] != 0;
-        }
-    }
-    close(fd);
-    if (!torn)
-        return false;
-    hd_log(db, KURA_LOG_ERROR, "%s: removing the newest segment, whose creation or first sync "
-           "did not complete (%lld bytes, %llu of them not zero: written after the last sync, "
-           "never acknowledged as durable)", path, (long long)st.st_size,
-           (unsigned long long)nonzero);
-    db->truncated_bytes += (uint64_t)st.st_size;
-    if (!db->cfg.read_only) {
-        db->io->unlinkat(db->io, AT_FDCWD, path, 0);
-        hd_fsync_dir(db);
-    }
-    return true;
-}
-
-/* -recover: a segment that cannot be opened is renamed aside to
- * "<id>.seg.damaged" (kept for whoever wants to look, no longer part of the
- * log), so the next plain open does not meet it again. */
-static void set_aside(hashdb *db, uint32_t id)
-{
-    char path[4200], aside[4300];
-    hd_seg_path(db, id, path, sizeof(path));
-    snprintf(aside, sizeof(aside), "%s.damaged", path);
-    if (db->cfg.read_only)
-        return;
-    if (db->io->renameat(db->io, AT_FDCWD, path, AT_FDCWD, aside) != 0)
-        hd_log(db, KURA_LOG_ERROR, "cannot rename %s aside: %s", path, strerror(errno));
-    else
-        hd_log(db, KURA_LOG_ERROR, "%s: renamed to %s", path, aside);
-    hd_fsync_dir(db);
-}
-
 static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const unsigned char *p)
 {
     if (r->seq > db->seq)
@@ -620,49 +538,6 @@ static bool zero_page_in(int fd, uint64_t from, uint64_t to)
     return false;
 }
 
-/* Bytes that are not zero in [off, end) of fd: what a cut there loses. */
-static uint64_t nonzero_bytes(int fd, uint64_t off, uint64_t end)
-{
-    static const unsigned char zero[4096];
-    unsigned char buf[4096];
-    uint64_t n = 0;
-    for (uint64_t o = off; o < end; o += sizeof(buf)) {
-        size_t want = end - o < sizeof(buf) ? (size_t)(end - o) : sizeof(buf);
-        ssize_t got = pread(fd, buf, want, (off_t)o);
-        if (got <= 0)
-            break;
-        if (memcmp(buf, zero, (size_t)got) == 0)
-            continue;
-        for (ssize_t i = 0; i < got; i++)
-            n += buf[i] != 0;
-    }
-    return n;
-}
-
-/* Cuts a segment's torn or never-written tail off at off (the file too,
- * unless read-only).  Zeros alone (a preallocated tail) go silently; if
- * anything else goes, an ERROR line says where and how much: a cut is
- * data lost, even when it was never acknowledged as durable. */
-static int cut_segment(hashdb *db, hd_seg *sg, const char *path, uint64_t off,
-                       const char *why, char *err, size_t errlen)
-{
-    uint64_t lost = nonzero_bytes(sg->fd, off, sg->size);
-    if (lost) {
-        hd_log(db, KURA_LOG_ERROR, "%s: %s at offset %llu: cutting off the %llu bytes from there "
-               "(%llu of them not zero; written after the last completed sync)", path, why,
-               (unsigned long long)off, (unsigned long long)(sg->size - off),
-               (unsigned long long)lost);
-        db->truncated_bytes += sg->size - off;
-    }
-    if (!db->cfg.read_only && db->io->ftruncate(db->io, sg->fd, (off_t)off) != 0) {
-        snprintf(err, errlen, "%s: cannot truncate to %llu: %s", path,
-                 (unsigned long long)off, strerror(errno));
-        return hd_errno_status(errno);
-    }
-    sg->size = off;
-    return KURA_OK;
-}
-
 /* Replays one segment from off.  last: the newest segment, whose torn tail
  * is cut off rather than reported. */
 static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
@@ -673,8 +548,8 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
     const unsigned char *p;
     int rc = KURA_OK;
     char path[4200];
-    hd_seg_path(db, sg->id, path, sizeof(path));
-    hd_scan_init(&sc, sg);
+    sl_seg_path(&db->log, sg->id, path, sizeof(path));
+    hd_scan_init(db, &sc, sg);
     while (off < sg->size) {
         int s = hd_scan_rec(&sc, off, &r, &p);
         if (s == KURA_OK) {
@@ -693,20 +568,23 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
             /* never written: a preallocated tail, or (last segment only) a
              * page the kernel had not written back when the power went */
             if (off < sg->size)
-                rc = cut_segment(db, sg, path, off, "a never-written tail", err, errlen);
+                rc = sl_seg_cut(&db->log, sg, off, "a never-written tail",
+                                &db->truncated_bytes, err, errlen);
             break;
         }
         uint64_t next = hd_scan_resync(&sc, off);
         if (s == KURA_ECORRUPT && last && next >= sg->size) {
             /* a torn tail: the record being written when we stopped */
-            rc = cut_segment(db, sg, path, off, "a torn record", err, errlen);
+            rc = sl_seg_cut(&db->log, sg, off, "a torn record", &db->truncated_bytes, err,
+                            errlen);
             break;
         }
         if (s == KURA_ECORRUPT && last && zero_page_in(sg->fd, off, next)) {
             /* a page that never reached the disk (power loss: the kernel
              * writes pages back in any order); nothing after it was ever
              * covered by a completed sync, so it is cut like a torn tail */
-            rc = cut_segment(db, sg, path, off, "an unwritten page", err, errlen);
+            rc = sl_seg_cut(&db->log, sg, off, "an unwritten page", &db->truncated_bytes,
+                            err, errlen);
             break;
         }
         if (!db->cfg.recover) {
@@ -801,7 +679,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     snprintf(tmp, sizeof(tmp), "%s/checkpoint.tmp", db->dir);
     if (!db->cfg.read_only)
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
-    rc = list_segments(db, &ids, &nids);
+    rc = sl_list(&db->log, &ids, &nids);
     if (rc) {
         snprintf(err, errlen, "%s: cannot list the directory", db->dir);
         return rc;
@@ -851,8 +729,9 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     for (size_t i = 0; i < nids; i++) {
         hd_seg *sg;
         char e2[300];
-        rc = hd_seg_open(db, ids[i], &sg, e2, sizeof(e2));
-        if (rc == KURA_ECORRUPT && i == nids - 1 && torn_creation(db, ids[i])) {
+        rc = sl_seg_open(&db->log, ids[i], &sg, e2, sizeof(e2));
+        if (rc == KURA_ECORRUPT && i == nids - 1 &&
+            sl_torn_creation(&db->log, ids[i], &db->truncated_bytes)) {
             nids--;     /* died while creating it: it never held a record */
             break;
         }
@@ -863,7 +742,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
             }
             hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
             db->recovery_lost++;
-            set_aside(db, ids[i]);
+            sl_set_aside(&db->log, ids[i]);
             continue;
         }
         if (ids[i] < P.seg)
@@ -906,27 +785,16 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
             rc = KURA_EINVAL;
             goto out;
         }
-        rc = hd_seg_create(db, nids ? ids[nids - 1] + 1 : P.seg, db->segsiz, &last);
+        rc = sl_seg_create(&db->log, nids ? ids[nids - 1] + 1 : P.seg, 0, &last);
         if (rc) {
             snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
             goto out;
         }
     }
-    db->active = last;
-    if (!db->cfg.read_only && last->size < db->segsiz && !last->wmap) {
-        /* cut anything after the last record, then reserve and map again */
-        if (db->io->ftruncate(db->io, last->fd, (off_t)last->size) != 0 ||
-            hd_seg_prealloc(db, last, db->segsiz) != KURA_OK)
-            hd_log(db, KURA_LOG_INFO, "segment %08x: appending with write() (no preallocation)", last->id);
-    }
-    db->seg_first = nids ? ids[0] : last->id;
-    for (size_t i = 0; i + 1 < nids; i++) {
-        hd_seg *sg = hd_seg_get(db, ids[i]);
-        if (sg) {
-            sg->sealed = true;
-            hd_seg_map(db, sg);
-        }
-    }
+    /* the newest is active, the others sealed; sequence numbers go on
+     * from the highest seen */
+    sl_start(&db->log, last, nids ? ids[0] : last->id);
+    sl_set_recno(&db->log, db->seq);
     if (!use) {
         db->ckpt_cur = db->ckpt_prev = P;
         db->need_ckpt = true;

@@ -13,6 +13,10 @@
  * log is synced (the copies are durable before the original goes) and the
  * segment file is unlinked.  Every `dfunit` records it yields the CPU.
  *
+ * Segments are the log's (src/log/): this file reads them with the log's
+ * scanner, judges records with the hash file's codec, and drops them with
+ * sl_seg_drop.
+ *
  * The sweep walks a few stripes per call and drops dead entries, each with
  * a tombstone (their records become garbage for compaction).
  */
@@ -37,11 +41,9 @@ int hd_compact_one(hashdb *db, bool force)
     /* segment ids index a table of HD_SEG_SLOTS: when the live ones span
      * half of it, the oldest moves to the head of the log whatever its
      * fragmentation (a fully live old segment would otherwise stay forever) */
-    pthread_mutex_lock(&db->mu);
-    uint32_t active = db->active->id;
-    pthread_mutex_unlock(&db->mu);
-    bool span = active - db->seg_first > HD_SEG_SLOTS / 2;
-    for (uint32_t id = db->seg_first; id < limit; id++) {
+    uint32_t active = sl_active_id(&db->log), first = sl_first(&db->log);
+    bool span = active - first > HD_SEG_SLOTS / 2;
+    for (uint32_t id = first; id < limit; id++) {
         hd_seg *sg = hd_seg_get(db, id);
         if (!sg || !sg->sealed || sg->keep)
             continue;
@@ -68,7 +70,7 @@ int hd_compact_one(hashdb *db, bool force)
     hd_rec r;
     const unsigned char *p;
     uint64_t off = HD_SEG_HDR, n = 0;
-    hd_scan_init(&sc, x);
+    hd_scan_init(db, &sc, x);
     while (off < x->size) {
         int s = hd_scan_rec(&sc, off, &r, &p);
         if (s == 1)
@@ -134,13 +136,11 @@ int hd_compact_one(hashdb *db, bool force)
     if (rc == KURA_OK) {
         uint64_t sz = x->size;
         uint32_t id = x->id;
-        hd_seg_drop(db, x);
+        sl_seg_drop(&db->log, x);
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, sz);
-        if (id == db->seg_first) {
-            while (db->seg_first < limit && !hd_seg_get(db, db->seg_first))
-                db->seg_first++;
-        }
+        if (id == first)
+            sl_first_advance(&db->log, limit);
     }
     pthread_mutex_unlock(&db->ckpt_mu);
     return rc == KURA_OK ? 1 : rc;

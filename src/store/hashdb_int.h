@@ -15,8 +15,14 @@
  *   - compaction copies the live records out of old, fragmented segments to
  *     the end of the log, one record per stripe lock, then unlinks them.
  *
- * Lock order: stripe lock -> log.mu -> log.cmu.  seg_mu (the segment table's
- * writers) is never held together with a stripe lock by a writer.  A
+ * The log itself (segment files, appends, group commit, scanning) is the
+ * module src/log/ (include/kura/seglog.h), embedded here as db->log: this
+ * backend supplies the record framing through its callbacks
+ * (hashdb_rec.c) and keeps the index, checkpoints, compaction and the
+ * sweep.  This header is the backend's; the log's fields are the log's.
+ *
+ * Lock order: stripe lock -> log.mu -> log.cmu.  log.seg_mu (the segment
+ * table's writers) is never held together with a stripe lock by a writer.  A
  * stripe's wlock is taken with its lock held and the lock again with wlock
  * held (a large copy, hd_copy_begin/end), but only by the one writer that
  * set `copying`; everyone else takes wlock holding nothing.
@@ -30,11 +36,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kura/seglog.h"
 #include "kura/store.h"
 
 #define HD_STRIPES      1024            /* power of two */
-#define HD_SEG_SLOTS    65536           /* live segment ids must span fewer */
-#define HD_SEG_HDR      32              /* bytes of a segment file header */
+#define HD_SEG_SLOTS    SL_SEG_SLOTS    /* live segment ids must span fewer */
+#define HD_SEG_HDR      SL_SEG_HDR      /* bytes of a segment file header */
 #define HD_REC_HDR_V1   40              /* bytes of a version 1 record header */
 #define HD_REC_HDR_MAX  48              /* of a version 2 header: 8 + five varints */
 #define HD_REC_MAGIC_V1 0x684b          /* "Kh" little-endian, bytes 4..5 */
@@ -208,26 +215,9 @@ static inline bool hd_copy_unlocked(size_t vlen)
     return vlen >= HD_COPY_UNLOCKED_MIN;
 }
 
-typedef struct hd_seg {
-    uint32_t id;
-    int fd;
-    uint64_t size;              /* bytes of complete records + header */
-    _Atomic uint64_t live;      /* bytes of records the index points at */
-    uint32_t version;           /* record format (1 or HD_VERSION) */
-    bool sealed;
-    bool trimmed;               /* its preallocated tail cut and synced (do_roll) */
-    bool keep;                  /* compaction failed on it for good: not retried */
-    const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
-    size_t maplen;
-    unsigned char *wmap;        /* active segment: the same mapping, written by
-                                   hd_append (NULL: appends use pwritev) */
-    size_t wmaplen;             /* bytes preallocated and mapped */
-    size_t populated;           /* bytes of wmap prefaulted */
-    uint64_t wb_from;           /* bytes before this are written back (or
-                                   their writeback is started) */
-    unsigned pins;              /* under log.mu: users of fd outside mu (a sync,
-                                   write-behind); hd_seg_drop waits for 0 */
-} hd_seg;
+/* A segment of the log (include/kura/seglog.h); its `live` and `keep` are
+ * the hash file's. */
+typedef sl_seg hd_seg;
 
 /* Where a record landed. */
 typedef struct hd_loc {
@@ -252,41 +242,29 @@ typedef struct hashdb {
     kura_store_config cfg;
     const kura_io *io;          /* every file operation goes through it */
 
-    /* parameters */
-    uint64_t bnum, msiz, segsiz, ckpt_bytes, wbehind;
+    /* parameters (the log's own are in log.cfg) */
+    uint64_t bnum, ckpt_bytes;
     unsigned dfunit, frag_pct;
-    bool mapwrite;              /* append through a shared mapping */
 
     hd_stripe *stripes;         /* HD_STRIPES of them */
     hd_bdir *bdir;              /* HD_STRIPES of them */
     hd_arena arena;
 
-    /* segments: slot id % HD_SEG_SLOTS; written under seg_mu, read freely
-     * by anyone holding a stripe lock of an entry that points there */
-    pthread_mutex_t seg_mu;
-    hd_seg *_Atomic segs[HD_SEG_SLOTS];
-    uint32_t seg_first;         /* lowest id that may exist */
-    uint64_t mapped;            /* bytes mapped (msiz budget) */
-
-    /* the log: appends serialized by mu */
-    pthread_mutex_t mu;
-    hd_seg *active;
-    pthread_cond_t pin_cv;      /* with mu: a segment's pins fell to 0 */
-    _Atomic uint64_t lsn;       /* bytes appended since open (monotonic) */
-    uint64_t seq;               /* last sequence number handed out */
-    uint64_t max_cas_seen;
-    kura_store_state state;     /* last saved by the engine; under mu */
-    uint64_t state_seq;
-    uint64_t appended_since_ckpt;
-    bool sealed_since_ckpt;
-
-    /* group commit */
-    pthread_mutex_t cmu;
-    pthread_cond_t ccv;
-    uint64_t synced_lsn;
-    bool syncing;
-    _Atomic int failed;         /* sticky: a sync failed (hd_fail) */
-    _Atomic uint64_t sync_errors;
+    /* the log: segments, appends, group commit (src/log/).  Its append
+     * lock also guards what must stay consistent with the log's order:
+     * the fields below marked "log lock", touched only in the framing
+     * callback and in functions run by sl_locked */
+    sl_log log;
+    uint64_t seq;               /* open only: the highest sequence number
+                                   seen, handed to the log as its record
+                                   number (the log's recno is seq after) */
+    uint64_t max_cas_seen;      /* log lock */
+    kura_store_state state;     /* last saved by the engine; log lock */
+    uint64_t state_seq;         /* log lock */
+    _Atomic uint64_t ckpt_lsn;  /* log position of the last checkpoint (or
+                                   open): appended since = lsn - this */
+    _Atomic uint64_t ckpt_rolls;    /* the log's rolls then */
+    _Atomic uint64_t corrupt_reads;
 
     /* checkpoints */
     pthread_mutex_t ckpt_mu;    /* one checkpoint or compaction at a time */
@@ -313,7 +291,6 @@ typedef struct hashdb {
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
-    _Atomic uint64_t write_errors, read_errors, corrupt_reads, syncs;
     _Atomic uint32_t sweep_cursor;
     uint64_t recovered_records, recovery_lost, truncated_bytes;
 } hashdb;
@@ -368,7 +345,12 @@ uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 
-/* hashdb_log.c */
+static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
+{
+    return sl_seg_get(&db->log, id);
+}
+
+/* hashdb_rec.c - the record codec, and the log's framing callbacks */
 /* Writes r's header (version 2, crc left 0) and returns its length. */
 size_t hd_rec_encode(unsigned char *hdr, const hd_rec *r);
 /* Decodes a header of the given record format from the avail bytes at
@@ -377,17 +359,10 @@ int hd_rec_decode(const unsigned char *hdr, size_t avail, uint32_t version, hd_r
 /* The record's checksum: body_crc (over key ++ value) continued over the
  * header after its crc field. */
 uint32_t hd_rec_crc(const unsigned char *hdr, size_t hlen, uint32_t body_crc);
-hd_seg *hd_seg_get(hashdb *db, uint32_t id);
-int hd_seg_create(hashdb *db, uint32_t id, uint64_t cap, hd_seg **out);
-int hd_seg_prealloc(hashdb *db, hd_seg *sg, uint64_t cap);
-int hd_seg_open(hashdb *db, uint32_t id, hd_seg **out, char *err, size_t errlen);
-void hd_seg_path(const hashdb *db, uint32_t id, char *buf, size_t len);
-void hd_seg_map(hashdb *db, hd_seg *sg);
-void hd_seg_drop(hashdb *db, hd_seg *sg);   /* closes, unlinks, frees */
-void hd_seg_close(hashdb *db, hd_seg *sg);  /* closes, frees */
-/* Drops a segment's mappings (reads and appends then use pread/pwritev);
- * only while no other thread uses the store. */
-void hd_seg_unmap(hashdb *db, hd_seg *sg);
+/* The log's scan callback (sl_config.check); its arg is an hd_rec * that
+ * receives the decoded header. */
+long long hd_rec_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
+                       size_t *need);
 /* Appends one record; seq 0 takes a new sequence number.  The value is
  * v0 ++ v1; body_crc is crc32c over key ++ value (computed by the caller,
  * outside the locks). */
@@ -395,40 +370,51 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
               const void *v0, size_t l0, const void *v1, size_t l1,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
               uint64_t seq, hd_loc *out);
-int hd_commit(hashdb *db, uint64_t lsn);    /* makes the log durable up to lsn */
-void hd_writebehind(hashdb *db);
-void hd_seg_unpin(hashdb *db, hd_seg *sg);  /* pins++ was done under mu */
-int hd_sync_now(hashdb *db);                /* durable up to the current end */
+static inline int hd_commit(hashdb *db, uint64_t lsn)  /* durable up to lsn */
+{
+    return sl_commit(&db->log, lsn);
+}
+static inline void hd_writebehind(hashdb *db)        /* background thread */
+{
+    sl_writebehind(&db->log);
+}
+static inline int hd_sync_now(hashdb *db)             /* durable up to the end */
+{
+    return sl_sync_now(&db->log);
+}
 /* Reads and checks the PUT record e points at; *rec is valid while e's
  * stripe lock is held. */
 int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **rec, hd_rec *r);
-int hd_errno_status(int e);
-int hd_fsync_dir(hashdb *db);
-/* Records a failed sync (or a write whose fate is unknown) for good: from
- * now on every write is refused with that status; cleared only by a
- * restart, which recovers from what is really on the disk.  Logs once. */
-void hd_fail(hashdb *db, const char *what, int err);
-/* KURA_OK, or the status of the failure that stopped the store's writes. */
+static inline int hd_errno_status(int e)
+{
+    return sl_errno_status(e);
+}
+static inline void hd_fail(hashdb *db, const char *what, int err)
+{
+    sl_fail(&db->log, what, err);
+}
+static inline int hd_fsync_dir(hashdb *db)
+{
+    return sl_fsync_dir(&db->log);
+}
+/* KURA_OK, or the status of the failure that stopped the store's writes
+ * (a failed sync, sticky: sl_fail). */
 static inline int hd_failed(hashdb *db)
 {
-    return atomic_load_explicit(&db->failed, memory_order_acquire);
+    return sl_failed(&db->log);
 }
 
-/* Sequential reading of a segment through a window buffer (recovery and
- * compaction).  hd_scan_rec: KURA_OK and a valid record at off (*p valid
- * until the next call), 1 at the end of the file, KURA_ECORRUPT when the
- * bytes at off are no valid record, KURA_EIO on a read error. */
-typedef struct hd_scan {
-    int fd;
-    uint32_t version;           /* the segment's record format */
-    uint64_t fsize;
-    unsigned char *buf;
-    size_t cap;
-    uint64_t base;
-    size_t len;
-} hd_scan;
-void hd_scan_init(hd_scan *sc, const hd_seg *sg);
-void hd_scan_done(hd_scan *sc);
+/* Sequential reading of a segment (recovery and compaction): the log's
+ * scanner, with the records decoded.  hd_scan_rec: KURA_OK and a valid
+ * record at off (*p valid until the next call), 1 at the end of the file,
+ * KURA_ECORRUPT when the bytes at off are no valid record, KURA_EIO on a
+ * read error. */
+typedef sl_scan hd_scan;
+void hd_scan_init(hashdb *db, hd_scan *sc, const hd_seg *sg);
+static inline void hd_scan_done(hd_scan *sc)
+{
+    sl_scan_done(sc);
+}
 int hd_scan_rec(hd_scan *sc, uint64_t off, hd_rec *r, const unsigned char **p);
 uint64_t hd_scan_resync(hd_scan *sc, uint64_t off);   /* next valid record after off, or fsize */
 

@@ -1,0 +1,217 @@
+/*
+ * hashdb_rec.c - the hash file's records: their codec, and the framing the
+ * log (src/log/, include/kura/seglog.h) calls back for.
+ *
+ * The log appends opaque records and knows nothing of this format; the
+ * format (docs/formats.md: version 1 read, version 2 written) stays
+ * byte-identical to what it was when the log lived inside the hash file,
+ * which is why the framing is a callback and not the log's own:
+ *   - hd_append builds the record's body (key, value) as an iovec and lets
+ *     the log call frame_head under its append lock with the next record
+ *     number, which becomes the record's sequence number (so sequence
+ *     numbers increase in log order, as before); the header and its CRC
+ *     are encoded there, and max_cas_seen follows under the same lock;
+ *   - hd_rec_check tells the log's scanner whether bytes at an offset are
+ *     a valid record (header sane, CRC right) and how long it is.
+ */
+#include <string.h>
+#include <sys/uio.h>
+
+#include "crc32c.h"
+#include "hashdb_int.h"
+
+/* Version 2: crc, magic, type, klen, then varints vlen, flags, exptime
+ * (zigzag), cas, seq.  A small record's header is about 17 bytes instead
+ * of version 1's fixed 40 (docs/formats.md). */
+size_t hd_rec_encode(unsigned char *h, const hd_rec *r)
+{
+    put32(h, 0);
+    h[4] = HD_REC_MAGIC & 0xff;
+    h[5] = HD_REC_MAGIC >> 8;
+    h[6] = r->type;
+    h[7] = r->klen;
+    unsigned char *p = h + 8;
+    p = put_varint(p, r->vlen);
+    p = put_varint(p, r->flags);
+    p = put_varint(p, zigzag(r->exptime));
+    p = put_varint(p, r->cas);
+    p = put_varint(p, r->seq);
+    return (size_t)(p - h);
+}
+
+/* crc32c over key ++ value, continued over the header after the crc field
+ * (so the body's part can be computed before the locks). */
+uint32_t hd_rec_crc(const unsigned char *h, size_t hlen, uint32_t body_crc)
+{
+    return crc32c_update(body_crc, h + 4, hlen - 4);
+}
+
+static int decode_v1(const unsigned char *h, size_t avail, hd_rec *r)
+{
+    if (avail < HD_REC_HDR_V1 || h[4] != (HD_REC_MAGIC_V1 & 0xff) ||
+        h[5] != (HD_REC_MAGIC_V1 >> 8))
+        return -1;
+    r->hlen = HD_REC_HDR_V1;
+    r->vlen = get32(h + 8);
+    r->flags = get32(h + 12);
+    r->exptime = (int64_t)get64(h + 16);
+    r->cas = get64(h + 24);
+    r->seq = get64(h + 32);
+    return 0;
+}
+
+static int decode_v2(const unsigned char *h, size_t avail, hd_rec *r)
+{
+    const unsigned char *end = h + (avail < HD_REC_HDR_MAX ? avail : HD_REC_HDR_MAX), *p;
+    uint64_t vlen, flags, exp;
+    if (avail < 13 || h[4] != (HD_REC_MAGIC & 0xff) || h[5] != (HD_REC_MAGIC >> 8) ||
+        !(p = get_varint(h + 8, end, &vlen)) || !(p = get_varint(p, end, &flags)) ||
+        !(p = get_varint(p, end, &exp)) || !(p = get_varint(p, end, &r->cas)) ||
+        !(p = get_varint(p, end, &r->seq)) || vlen > UINT32_MAX || flags > UINT32_MAX)
+        return -1;
+    r->hlen = (uint8_t)(p - h);
+    r->vlen = (uint32_t)vlen;
+    r->flags = (uint32_t)flags;
+    r->exptime = unzigzag(exp);
+    return 0;
+}
+
+int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec *r)
+{
+    if (avail < 8)
+        return -1;
+    r->crc = get32(h);
+    r->type = h[6];
+    r->klen = h[7];
+    if ((version == 1 ? decode_v1 : decode_v2)(h, avail, r) != 0)
+        return -1;
+    switch (r->type) {
+    case HD_REC_PUT: return r->klen ? 0 : -1;
+    case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
+    case HD_REC_STATE: return r->klen == 0 && r->vlen == 24 ? 0 : -1;
+    }
+    return -1;
+}
+
+/* What frame_head needs to encode one record's header. */
+typedef struct hd_frame {
+    hashdb *db;
+    hd_rec r;
+    uint32_t body_crc;
+    uint64_t seq;               /* 0: take the log's record number */
+} hd_frame;
+
+/* The append callback (sl_frame_fn), run under the log's append lock: the
+ * sequence number is taken there, so it follows the log's order.
+ * max_cas_seen moves here too, under the lock a checkpoint reads it with;
+ * unlike before the split it moves even if the write then fails, which
+ * only makes it more conservative (the cas was handed out either way). */
+static size_t frame_head(void *arg, unsigned char *h, uint64_t recno)
+{
+    hd_frame *f = arg;
+    f->r.seq = f->seq ? f->seq : recno;
+    size_t hlen = hd_rec_encode(h, &f->r);
+    put32(h, hd_rec_crc(h, hlen, f->body_crc));
+    if (f->r.type == HD_REC_PUT && f->r.cas > f->db->max_cas_seen)
+        f->db->max_cas_seen = f->r.cas;
+    return hlen;
+}
+
+int hd_append(hashdb *db, int type, const char *key, size_t klen,
+              const void *v0, size_t l0, const void *v1, size_t l1,
+              uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
+              uint64_t seq, hd_loc *out)
+{
+    unsigned char h[HD_REC_HDR_MAX];
+    struct iovec iov[4];
+    int n = 0;
+    hd_frame f = { .db = db, .body_crc = body_crc, .seq = seq,
+                   .r = { .type = (uint8_t)type, .klen = (uint8_t)klen,
+                          .vlen = (uint32_t)(l0 + l1), .flags = flags, .exptime = exptime,
+                          .cas = cas } };
+    sl_loc loc;
+
+    iov[n++] = (struct iovec){ h, 0 };      /* its length once encoded */
+    if (klen)
+        iov[n++] = (struct iovec){ (void *)key, klen };
+    if (l0)
+        iov[n++] = (struct iovec){ (void *)v0, l0 };
+    if (l1)
+        iov[n++] = (struct iovec){ (void *)v1, l1 };
+    int rc = sl_append(&db->log, iov, n, HD_REC_HDR_MAX, klen + l0 + l1, seq == 0, frame_head,
+                       &f, &loc);
+    if (rc)
+        return rc;
+    out->seg = loc.seg;
+    out->hlen = loc.hlen;
+    out->off = loc.off;
+    out->lsn = loc.lsn;
+    out->seq = f.r.seq;
+    return KURA_OK;
+}
+
+long long hd_rec_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
+                       size_t *need)
+{
+    hd_rec *r = arg;
+    if (hd_rec_decode(p, avail, version, r) != 0)
+        return SL_NOT_REC;
+    uint64_t rlen = hd_rec_size(r->hlen, r->klen, r->vlen);
+    if (rlen > avail) {
+        *need = (size_t)rlen;
+        return SL_NEED_MORE;
+    }
+    if (hd_rec_crc(p, r->hlen, crc32c_update(0, p + r->hlen, rlen - r->hlen)) != r->crc)
+        return SL_NOT_REC;
+    return (long long)rlen;
+}
+
+void hd_scan_init(hashdb *db, hd_scan *sc, const hd_seg *sg)
+{
+    /* the longest header first: a version 2 header is no longer */
+    sl_scan_init(sc, &db->log, sg, HD_REC_HDR_MAX);
+}
+
+int hd_scan_rec(hd_scan *sc, uint64_t off, hd_rec *r, const unsigned char **p)
+{
+    size_t len;
+    return sl_scan_rec(sc, off, r, p, &len);
+}
+
+uint64_t hd_scan_resync(hd_scan *sc, uint64_t off)
+{
+    hd_rec r;
+    return sl_scan_resync(sc, off, &r);
+}
+
+int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_rec *r)
+{
+    uint32_t segid = e->seg;
+    uint64_t off = e->off;
+    uint64_t rlen = hd_rec_size(e->hlen, e->klen, e->vlen);
+    const unsigned char *p;
+    uint32_t version;
+    int rc = sl_read(&db->log, segid, off, rlen, &p, &version);
+    if (rc == KURA_NOTFOUND) {
+        hd_log(db, KURA_LOG_ERROR, "segment %08x is missing (record at offset %llu)", segid,
+               (unsigned long long)off);
+        atomic_fetch_add(&db->corrupt_reads, 1);
+        return KURA_ECORRUPT;
+    }
+    if (rc == KURA_ECORRUPT)
+        goto corrupt;
+    if (rc)
+        return rc;
+    if (hd_rec_decode(p, e->hlen, version, r) != 0 || r->hlen != e->hlen ||
+        r->type != HD_REC_PUT || r->klen != e->klen || r->vlen != e->vlen)
+        goto corrupt;
+    if (hd_rec_crc(p, r->hlen, crc32c_update(0, p + r->hlen, rlen - r->hlen)) != r->crc)
+        goto corrupt;
+    *recp = p;
+    return KURA_OK;
+corrupt:
+    atomic_fetch_add(&db->corrupt_reads, 1);
+    hd_log(db, KURA_LOG_ERROR, "corrupt record in %s/%08x.seg at offset %llu", db->dir, segid,
+           (unsigned long long)off);
+    return KURA_ECORRUPT;
+}
