@@ -506,7 +506,9 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     pthread_mutex_lock(&db->mu);
     uint32_t hi = db->active->id;
     pthread_mutex_lock(&db->seg_mu);
-    for (uint32_t id = db->seg_first; id <= hi; id++) {
+    /* seg_first changes under ckpt_mu, not held here: any value it had is
+     * a lower bound of the segments, so a relaxed load does */
+    for (uint32_t id = __atomic_load_n(&db->seg_first, __ATOMIC_RELAXED); id <= hi; id++) {
         hd_seg *sg = hd_seg_get(db, id);
         if (sg) {
             nseg++;

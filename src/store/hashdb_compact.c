@@ -138,8 +138,13 @@ int hd_compact_one(hashdb *db, bool force)
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, sz);
         if (id == db->seg_first) {
-            while (db->seg_first < limit && !hd_seg_get(db, db->seg_first))
-                db->seg_first++;
+            /* stats reads seg_first without ckpt_mu, as where to start
+             * looking: a relaxed store, since a stale value is still a
+             * lower bound */
+            uint32_t first = db->seg_first;
+            while (first < limit && !hd_seg_get(db, first))
+                first++;
+            __atomic_store_n(&db->seg_first, first, __ATOMIC_RELAXED);
         }
     }
     pthread_mutex_unlock(&db->ckpt_mu);
