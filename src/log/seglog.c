@@ -366,15 +366,20 @@ void sl_seg_drop(sl_log *log, sl_seg *sg)
     sl_fsync_dir(log);
 }
 
+/* seg_first is written by one thread at a time (the user's compaction,
+ * under its own lock) and read by anyone as where to start looking: relaxed
+ * atomics, since a stale value is still a lower bound of the live ids. */
 uint32_t sl_first(sl_log *log)
 {
-    return log->seg_first;
+    return __atomic_load_n(&log->seg_first, __ATOMIC_RELAXED);
 }
 
 void sl_first_advance(sl_log *log, uint32_t limit)
 {
-    while (log->seg_first < limit && !sl_seg_get(log, log->seg_first))
-        log->seg_first++;
+    uint32_t first = sl_first(log);
+    while (first < limit && !sl_seg_get(log, first))
+        first++;
+    __atomic_store_n(&log->seg_first, first, __ATOMIC_RELAXED);
 }
 
 uint32_t sl_active_id(sl_log *log)
@@ -390,7 +395,7 @@ void sl_seg_each(sl_log *log, void (*fn)(void *arg, sl_seg *sg), void *arg)
     pthread_mutex_lock(&log->mu);
     uint32_t hi = log->active->id;
     pthread_mutex_lock(&log->seg_mu);
-    for (uint32_t id = log->seg_first; id <= hi; id++) {
+    for (uint32_t id = sl_first(log); id <= hi; id++) {
         sl_seg *sg = sl_seg_get(log, id);
         if (sg)
             fn(arg, sg);

@@ -277,7 +277,10 @@ typedef struct hashdb {
     bool bg_running;
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
-    bool stopping;
+    /* set under bg_mu (so the thread's condition wait cannot miss it), read
+     * without it between pieces of work (bg_main's rounds, compaction's
+     * scan), hence atomic */
+    _Atomic bool stopping;
 
     /* last clock an operation passed in (compaction judges liveness by it) */
     _Atomic int64_t clk_now;

@@ -13,7 +13,8 @@ MEMCAPABLE = shutil.which("memcapable") or shutil.which("memccapable")
 
 class MemCapable(ServerTestCase):
 
-    @unittest.skipIf(MEMCAPABLE is None, "memcapable (libmemcached-tools) not installed")
+    @unittest.skipIf(MEMCAPABLE is None,
+                     kuratest.missing("memcapable (apt-get install libmemcached-tools)"))
     def test_memcapable_ascii(self):
         p = subprocess.run([MEMCAPABLE, "-a", "-t", "10", "-h", "127.0.0.1", "-p", str(self.server.port)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)

@@ -72,7 +72,7 @@ echo "DONE\n";
 
 class Php(ServerTestCase):
 
-    @unittest.skipIf(PHP is None, "php not installed")
+    @unittest.skipIf(PHP is None, kuratest.missing("php (apt-get install php-cli)"))
     def test_php_memcached_extension(self):
         script = os.path.join(self.server.tmpdir, "client.php")
         with open(script, "w") as f:
@@ -81,7 +81,7 @@ class Php(ServerTestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         out = p.stdout.decode("utf-8", "replace")
         if "Class \"Memcached\" not found" in out or "Class 'Memcached' not found" in out:
-            self.skipTest("php-memcached not installed")
+            self.skipTest(kuratest.missing("the Memcached class (apt-get install php-memcached)"))
         lines = out.splitlines()
         for ln in lines:
             if ln.startswith("PASS ") or ln.startswith("FAIL "):

@@ -148,7 +148,8 @@ class CompatCase(unittest.TestCase):
 
     def setUp(self):
         if SKIP:
-            self.skipTest("KURA_SERVER=memcached (set KURA_COMPAT_SELFCHECK=1 to compare memcached with itself)")
+            self.skipTest(kuratest.not_applicable(
+                "KURA_SERVER=memcached (set KURA_COMPAT_SELFCHECK=1 to compare memcached with itself)"))
         self.ref = Server(kind="memcached", **self.SERVER_OPTS)
         self.addCleanup(self.ref.stop)
         self.dut = Server(kind="memcached" if SELFCHECK else "kurad", **self.SERVER_OPTS)

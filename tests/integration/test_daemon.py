@@ -28,7 +28,7 @@ import ctypes, os, pwd, re, shutil, signal, socket, subprocess, sys, tempfile, t
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from kuratest import free_port  # noqa: E402
+from kuratest import free_port, missing, not_applicable, skip_line  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
@@ -38,7 +38,9 @@ SCALE = float(os.environ.get("KURA_TEST_DEADLINE_SCALE", "1"))
 IS_ROOT = os.geteuid() == 0
 # The test suite runs as root in CI: kurad then wants -u, and -u root keeps root.
 USER = ["-u", "root"] if IS_ROOT else []
+# the same as kuratest.SANITIZER_RE (ThreadSanitizer included)
 SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|"
+                          r"ERROR: ThreadSanitizer|WARNING: ThreadSanitizer|"
                           r"SUMMARY: UndefinedBehaviorSanitizer")
 
 # Become a child subreaper: a -dmn daemon, orphaned when its parent exits,
@@ -53,7 +55,8 @@ except Exception:
 
 
 class Skip(Exception):
-    pass
+    """Raised with a reason made by kuratest.missing() or
+    kuratest.not_applicable(): the kind decides whether CI fails on it."""
 
 
 def deadline(seconds):
@@ -283,7 +286,7 @@ def test_failed_starts(tmp):
 
 def test_root_and_user(tmp):
     if not IS_ROOT:
-        raise Skip("not root")
+        raise Skip(not_applicable("not root"))
     rc, err = run([KURAD, "-port", str(free_port())], tmp)
     assert rc != 0 and "can't run as root without the -u switch" in err, (rc, err)
     rc, err = run([KURAD, "-dmn", "-port", str(free_port())], tmp)
@@ -293,7 +296,7 @@ def test_root_and_user(tmp):
     try:
         nobody = pwd.getpwnam("nobody")
     except KeyError:
-        raise Skip("no user nobody to switch to")
+        raise Skip(not_applicable("no user nobody to switch to"))
     # Files opened before the switch; the pid file's directory belongs to the
     # user, so the daemon can remove its pid file at exit.
     piddir = os.path.join(tmp, "run")
@@ -483,7 +486,7 @@ def test_sd_notify(tmp):
 def test_systemd_unit(tmp):
     sa = shutil.which("systemd-analyze")
     if not sa:
-        raise Skip("no systemd-analyze (apt-get install systemd)")
+        raise Skip(missing("systemd-analyze (apt-get install systemd)"))
     # verify wants the ExecStart binary to exist and the man page it names.
     unit = read(os.path.join(ROOT, "conf", "kurad.service"))
     assert "ExecStart=/usr/local/bin/kurad " in unit
@@ -506,7 +509,7 @@ def svstat_pid(service):
 def test_daemontools(tmp):
     for tool in ("supervise", "svc", "svstat", "envdir"):
         if not shutil.which(tool):
-            raise Skip("no %s (apt-get install daemontools)" % tool)
+            raise Skip(missing("%s (apt-get install daemontools)" % tool))
     service = os.path.join(tmp, "service")
     shutil.copytree(os.path.join(ROOT, "conf", "daemontools"), service)
     rc, out = run(["sh", "-n", os.path.join(service, "log", "run")], tmp)
@@ -558,14 +561,14 @@ def test_man_page(tmp):
             assert "\\" + name in text or name.replace("-", "\\-") in text, \
                 "%s is not in docs/kurad.1" % name
     if not shutil.which("groff"):
-        raise Skip("no groff to render it")
+        raise Skip(missing("groff to render it (apt-get install groff-base)"))
     rc, out = run(["groff", "-man", "-ww", "-z", page], tmp)
     assert rc == 0 and not out.strip(), out
 
 
 def test_make_install(tmp):
     if not shutil.which("make"):
-        raise Skip("no make")
+        raise Skip(missing("make (apt-get install build-essential)"))
     dest = os.path.join(tmp, "dest")
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     rc, out = run(["make", "-s", "-C", ROOT, "install", "DESTDIR=" + dest, "PREFIX=/usr",
@@ -604,7 +607,9 @@ def main():
             print("ok %d - %s" % (n, name), flush=True)
             shutil.rmtree(tmp, ignore_errors=True)
         except Skip as e:
-            print("ok %d - %s # SKIP %s" % (n, name, e), flush=True)
+            line, bad = skip_line(n, name, str(e))
+            failed += bad
+            print(line, flush=True)
             shutil.rmtree(tmp, ignore_errors=True)
         except Exception:
             failed += 1

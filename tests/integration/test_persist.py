@@ -695,13 +695,14 @@ class DiskFull(PersistCase):
 
     def mount_tmpfs(self, size):
         if os.geteuid() != 0:
-            self.skipTest("needs root to mount a tmpfs")
+            self.skipTest(kuratest.not_applicable("needs root to mount a tmpfs"))
         mnt = os.path.join(self.dir, "mnt")
         os.mkdir(mnt)
         p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", mnt],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if p.returncode != 0:
-            self.skipTest("cannot mount a tmpfs: %s" % p.stdout.decode(errors="replace").strip())
+            self.skipTest(kuratest.not_applicable(
+                "cannot mount a tmpfs here: %s" % p.stdout.decode(errors="replace").strip()))
         self.addCleanup(subprocess.run, ["umount", "-l", mnt])
         return mnt
 
@@ -776,7 +777,7 @@ class DiskFull(PersistCase):
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         limit = 4 * MB
         if hard != resource.RLIM_INFINITY and hard < limit:
-            self.skipTest("hard RLIMIT_FSIZE below 4 MB")
+            self.skipTest(kuratest.not_applicable("hard RLIMIT_FSIZE below 4 MB"))
         params = "#segsiz=1m"
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
         try:

@@ -14,6 +14,13 @@
 #   KURA_BUILD    build dir holding kurad (tests/run sets an absolute path)
 #   KURA_DB       "cache" (default) or "hash" (a data.kh file in the temp dir)
 #   KURA_TEST_DEADLINE_SCALE  multiply every deadline (slow sanitizer builds)
+#   CI=true or KURA_REQUIRE_ALL=1  a skip for a missing dependency is a failure
+#
+# Skips carry a kind, written as the start of the reason, so that the runner
+# and CI can tell "cannot run here" from "could have run, but something is
+# not installed": skip reasons are made with not_applicable(why) or
+# missing(what).  A skip reason made any other way counts as a missing
+# dependency, so a skip never passes CI by accident.
 import os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback
 import unittest
 
@@ -45,15 +52,49 @@ def db_kind():
     return "memcached" if is_memcached() else (os.environ.get("KURA_DB", "cache") or "cache")
 
 
+NOT_APPLICABLE = "not applicable"
+MISSING = "missing dependency"
+
+
+def require_all():
+    """True when every dependency must be there (CI): a missing-dependency
+    skip is then reported as a failure.  tests/run and unit.h test the
+    same two variables."""
+    return os.environ.get("CI") == "true" or os.environ.get("KURA_REQUIRE_ALL") == "1"
+
+
+def not_applicable(why):
+    """Skip reason for a test that cannot apply to this run (a kura-only test
+    against memcached, a cache-only one on the hash file, root-only as a
+    user): never a failure."""
+    return "%s: %s" % (NOT_APPLICABLE, why)
+
+
+def missing(what):
+    """Skip reason for a test that could run if `what` were installed (say
+    which package brings it): a failure under CI=true or KURA_REQUIRE_ALL=1."""
+    return "%s: %s" % (MISSING, what)
+
+
+def skip_line(n, name, reason):
+    """(TAP line, failed) for a skipped test: "ok N - name # SKIP reason",
+    or "not ok" when the reason is not "not applicable" and every
+    dependency is required.  Shared by every TAP writer of the suite."""
+    if require_all() and not reason.startswith(NOT_APPLICABLE + ":"):
+        return ("not ok %d - %s # required, but skipped: %s "
+                "(CI=true or KURA_REQUIRE_ALL=1)" % (n, name, reason)), True
+    return "ok %d - %s # SKIP %s" % (n, name, reason), False
+
+
 def cache_only(f):
     """Decorator: behaviour of an in-memory cache (eviction, memory limits)."""
     return unittest.skipIf(db_kind() not in ("memcached", "cache"),
-                           "in-memory cache behaviour")(f)
+                           not_applicable("in-memory cache behaviour"))(f)
 
 
 def kura_only(f):
     """Decorator: a kurad-only test; skipped when KURA_SERVER=memcached."""
-    return unittest.skipIf(is_memcached(), "kurad-only behaviour")(f)
+    return unittest.skipIf(is_memcached(), not_applicable("kurad-only behaviour"))(f)
 
 
 def deadline(seconds):
@@ -594,9 +635,14 @@ class TapResult(unittest.TestResult):
             self._had_sub_fail = True
 
     def addSkip(self, test, reason):
-        unittest.TestResult.addSkip(self, test, reason)
         self.n += 1
-        self._out("ok %d - %s # SKIP %s" % (self.n, self._name(test), reason))
+        line, failed = skip_line(self.n, self._name(test), reason)
+        if failed:
+            # a failure, so that wasSuccessful() and the exit status agree
+            self.failures.append((test, line))
+        else:
+            unittest.TestResult.addSkip(self, test, reason)
+        self._out(line)
 
     def addExpectedFailure(self, test, err):
         unittest.TestResult.addExpectedFailure(self, test, err)

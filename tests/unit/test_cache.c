@@ -1127,7 +1127,7 @@ static long rss_kib(void)
 static void test_rss_bound(void)
 {
 #ifdef UNDER_ASAN
-    printf("# skipped under a sanitizer (its allocator is not glibc's)\n");
+    SKIP_NA("under a sanitizer (its allocator is not glibc's)");
 #else
     const uint64_t limit = 32u << 20;
     kura_clock t = clk_at(T0, 0);

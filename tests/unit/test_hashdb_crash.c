@@ -776,7 +776,14 @@ static void test_swept_then_compacted_crash(void)
     CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
     CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
     c.now += 10;
-    CHECK(s->ops->sweep(s, &c, 1 << 20) == 1);
+    /* The sweep reclaims "doomed", unless the background thread's
+     * compaction of its segment, which judges by the clock the sweep just
+     * passed in, got there first: that logs the same tombstone (seen in
+     * slow builds, under ThreadSanitizer). */
+    long swept = s->ops->sweep(s, &c, 1 << 20);
+    kura_store_usage u;
+    s->ops->usage(s, &u);
+    CHECK(swept == 1 || (swept == 0 && u.reclaimed == 1));
     CHECK(hashdb_debug_maintain(s, false, true) == KURA_OK);
     CHECK(t_stat(s, "hash_compactions") > 0);
     CHECK(t_copy_dir(path, img) == 0);
