@@ -4,12 +4,19 @@
  * A connection lives on one worker's event base.  Bytes read are appended to
  * its read buffer; text_process() answers every complete request in them
  * into the write buffer, which goes out in one write() (so a pipeline of
- * requests costs one system call each way).  While replies cannot be written
- * the connection stops reading, which bounds its memory by what the client
- * has sent; a large pipeline is answered in slices of KURA_OUT_HIGH_WATER.
+ * requests costs one system call each way).
  *
- * Buffers are kept across requests; a buffer that grew for a large value is
- * given back once the value is done.
+ * Memory is bounded whatever the client sends or fails to read:
+ *  - the write buffer: text_process() stops once it holds
+ *    KURA_OUT_HIGH_WATER bytes (between requests, or between two keys of a
+ *    multi-get, which then resumes at its next key: src/proto/text.c), so it
+ *    never holds more than that plus one value.  While replies cannot be
+ *    written the connection neither reads nor answers more;
+ *  - the read buffer: at most one request line (KURA_MAX_GET_LINE for a
+ *    get, 2 KB otherwise) or one value (-I) plus one read, since nothing is
+ *    read while replies wait;
+ *  - both are kept across requests (the steady state allocates nothing), and
+ *    a buffer that grew past BUF_KEEP is given back once it is drained.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -147,6 +154,8 @@ static bool pump(kura_conn *c)
             conn_close(c);
             return false;
         }
+        if (c->ts.out_full)
+            continue;                   /* the replies left: answer the rest */
         if (used == 0 || c->rpos == c->rbuf.len)
             break;
     }
