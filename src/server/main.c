@@ -182,12 +182,19 @@ int main(int argc, char **argv)
         goto fail;
     }
     listening = true;
+    /* Descriptors for -c connections and a reserve for the store: checked
+     * before the store opens (a refusal should not wait for a recovery) and
+     * again once its files are open. */
+    if (fdlimit_setup(&settings) < 0)
+        goto fail;
     /* Root is given up before the store is opened, so that every file of the
      * database belongs to the -u user: the hash file creates files as it
      * runs, which it could not do in a directory root had created. */
     if (daemon_drop_privileges(&settings) < 0)
         goto fail;
     if (open_engine(&srv) < 0)
+        goto fail;
+    if (fdlimit_setup(&settings) < 0)
         goto fail;
     init_info(&srv);
     if (!srv.info.thread_stats)

@@ -25,6 +25,7 @@ typedef struct kura_settings {
     const char *unix_path;      /* -s */
     int threads;                /* -th / -t */
     int maxconns;               /* -c */
+    bool maxconns_given;        /* -c was given (else fdlimit.c may lower it) */
     int idle_timeout;           /* -tout, seconds, 0 = never */
     uint64_t mem_limit;         /* -m, bytes */
     uint64_t item_size_max;     /* -I, bytes */
@@ -117,6 +118,13 @@ void commit_request(uint64_t seq);
 void worker_wake(kura_worker *w);
 /* conn.c: releases held connections whose changes are now durable. */
 void conn_release_durable(kura_worker *w);
+
+/* fdlimit.c: makes RLIMIT_NOFILE hold -c connections plus the descriptors
+ * open now plus a reserve for the store's files and the workers (raising the
+ * soft limit, and the hard one where permitted).  If it cannot: lowers a
+ * default -c to fit, or refuses an explicit one.  0, or -1 with the reason
+ * logged. */
+int fdlimit_setup(kura_settings *s);
 
 /* listener.c */
 int listener_open(kura_server *srv);     /* binds */
