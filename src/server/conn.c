@@ -142,7 +142,14 @@ static bool pump(kura_conn *c)
             c->ts.dirty = false;
             if (commit_enabled()) {
                 uint64_t target = commit_write_seq();
-                if (target > commit_durable()) {
+                int fate = commit_fate(target);
+                if (fate == COMMIT_CLOSE) {
+                    /* A sync has failed: these changes will never be durable. */
+                    log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
+                    conn_close(c);
+                    return false;
+                }
+                if (fate == COMMIT_WAIT) {
                     hold(c, target);
                     return false;
                 }
@@ -223,19 +230,19 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
 
 void conn_release_durable(kura_worker *w)
 {
-    uint64_t durable = commit_durable(), failed = commit_failed();
     kura_conn *list = w->held;
     w->held = NULL;
     while (list) {
         kura_conn *c = list;
         list = c->held_next;
-        if (c->commit_target <= durable) {
+        int fate = commit_fate(c->commit_target);
+        if (fate == COMMIT_SEND) {
             c->held = false;
             arm(c, false);
             drive(c);                   /* send the replies, then carry on */
-        } else if (failed >= c->commit_target) {
+        } else if (fate == COMMIT_CLOSE) {
             c->held = false;
-            log_msg(LOG_ERR, "closing connection %d: its changes could not be synced", c->fd);
+            log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
             conn_close(c);
         } else {
             c->held_next = w->held;     /* still waiting */
@@ -280,7 +287,7 @@ void conn_close_all(kura_worker *w)
         kura_conn *c = w->conns;
         /* Replies waiting for a sync that never came are not sent: their
          * changes were not made durable, so they must not be acknowledged. */
-        bool durable = !c->held || c->commit_target <= commit_durable();
+        bool durable = !c->held || commit_fate(c->commit_target) == COMMIT_SEND;
         if (durable && c->wpos < c->wbuf.len) {
             ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos,
                              MSG_NOSIGNAL | MSG_DONTWAIT);
