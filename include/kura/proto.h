@@ -10,6 +10,13 @@
  * A storage command whose value has not fully arrived is left unconsumed,
  * with session->need saying how many bytes must be buffered before calling
  * again; nothing of it has been applied.
+ *
+ * Output is bounded: once `out` holds KURA_OUT_HIGH_WATER bytes, text_process
+ * stops (between requests, or between two keys of a multi-get) and sets
+ * session->out_full; the caller sends what is queued and calls again with
+ * the same unconsumed input, and a paused get carries on at its next key.
+ * The input passed on each call must start where the previous call's
+ * consumed bytes ended (the session remembers positions inside that line).
  */
 #ifndef KURA_PROTO_H
 #define KURA_PROTO_H
@@ -31,7 +38,10 @@
 
 #define KURA_MAX_LINE_NO_NEWLINE 2048   /* memcached closes after this, unless get/gets */
 #define KURA_MAX_GET_LINE (16u << 20)   /* our bound on a multi-get line */
-#define KURA_OUT_HIGH_WATER (4u << 20)  /* replies queued before text_process yields */
+/* Replies queued before text_process() yields, between requests and between
+ * the keys of a multi-get: a connection's output never holds more than this
+ * plus one value, whatever a request asks for (see text.c). */
+#define KURA_OUT_HIGH_WATER (1u << 20)
 
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */
@@ -73,7 +83,14 @@ typedef struct text_session {
     bool noreply;                       /* the current request asked for no reply */
     bool dirty;                         /* a request since the flag was cleared may have
                                            changed the store (set by text_process) */
+    bool out_full;                      /* stopped at KURA_OUT_HIGH_WATER: send `out`,
+                                           then call again (set by text_process) */
+    const char *line_start;             /* private: the line being handled */
     const char *line_end;               /* private: end of the line being handled */
+    size_t resume;                      /* private: a get paused here, as an offset into
+                                           the first unconsumed line; 0 = none */
+    size_t scan;                        /* private: bytes of the first unconsumed line
+                                           already searched for its newline */
     int conn_id;                        /* for traces: the socket's descriptor */
 } text_session;
 

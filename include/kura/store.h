@@ -187,7 +187,8 @@ enum kura_log_level {
 
 enum kura_sync_mode {
     KURA_SYNC_NONE = 0,         /* the OS decides when data reaches the disk */
-    KURA_SYNC_INTERVAL,         /* synced about once a second */
+    KURA_SYNC_INTERVAL,         /* synced about once a second, by the store itself
+                                   (on its own thread: the server does not call sync) */
     KURA_SYNC_ALWAYS,           /* a change is on stable storage before it is acknowledged */
 };
 

@@ -12,6 +12,23 @@
  *
  * The line is never modified in place: a storage command whose value is
  * still arriving is re-parsed when the rest comes, and only then applied.
+ *
+ * Memory per connection is bounded whatever the client sends.  Replies are
+ * copied into the connection's output (values are copied out under the
+ * store's lock, design.md says why), so a multi-get is answered key by key:
+ * once the output holds KURA_OUT_HIGH_WATER bytes, the get stops before its
+ * next key, leaves its line unconsumed and remembers the key's offset
+ * (session->resume); the connection sends what is queued and, once the
+ * socket has drained, calls again and the get carries on from that key.
+ * So "get a a a ... a" against a 1 MB value holds at most the high-water
+ * mark plus one value, not 400 MB, and a client that reads nothing stops
+ * the request there.  memcached references items instead of copying them;
+ * we keep copying (no reference counts on the request path, and the same
+ * code for stores whose data is on disk) and bound the copies.
+ *
+ * The search for a line's newline resumes where the previous call stopped
+ * (session->scan), so a long line trickled in small pieces is scanned once,
+ * not once per read.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -187,6 +204,7 @@ typedef struct get_ctx {
     kura_buf *out;
     bool with_cas;
     bool oom;
+    bool discard;                       /* the request will fail: look up, don't format */
 } get_ctx;
 
 /* Called under the store's key lock: formats "VALUE k f n [cas]\r\n<data>\r\n". */
@@ -194,6 +212,8 @@ static int emit_value(void *arg, const kura_item *it)
 {
     get_ctx *g = arg;
     kura_buf *out = g->out;
+    if (g->discard)
+        return 0;
     size_t need = 6 + it->klen + 3 * 22 + 4 + it->vlen + 2;
     if (!kura_buf_reserve(out, need)) {
         g->oom = true;
@@ -222,15 +242,43 @@ static int emit_value(void *arg, const kura_item *it)
     return 0;
 }
 
+/* True if a key in [p, end) (space-separated) is longer than a key may be. */
+static bool has_long_key(const char *p, const char *end)
+{
+    size_t run = 0;
+    for (; p < end; p++) {
+        if (*p == ' ')
+            run = 0;
+        else if (++run > KURA_KEY_MAX)
+            return true;
+    }
+    return false;
+}
+
 /* get/gets/gat/gats.  Keys past the 23rd token are tokenized in further
- * rounds, as memcached does, so a multi-get has no key limit. */
+ * rounds, as memcached does, so a multi-get has no key limit.
+ *
+ * Once out reaches KURA_OUT_HIGH_WATER (and at least one key was answered in
+ * this call, so every call makes progress), the get pauses before its next
+ * key: s->resume records the key's offset in the line and no END is written;
+ * text_process leaves the line unconsumed, and the next call, after the
+ * output has been sent, starts from that key.  memcached answers a line with
+ * a too-long key anywhere in it by dropping the values it had stacked and
+ * replying only CLIENT_ERROR; before the first pause (after which values have
+ * left), the rest of the line is checked for such a key, and if there is one
+ * the remaining keys are still looked up (hits, touches and counters as in
+ * memcached) but not formatted, so the reply is the same bytes.  An error
+ * after a pause (out of memory, a store error) cannot take back what was
+ * sent: the error is replied and the connection closed, so a client never
+ * takes a truncated reply for a whole one. */
 static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                            bool with_cas, bool touch)
 {
     size_t mark = out->len;
     int32_t exptime = 0;
     text_token *kt = &tok[1];
-    get_ctx g = { out, with_cas, false };
+    get_ctx g = { out, with_cas, false, false };
+    bool resumed = s->resume != 0, answered = false;
 
     if (touch) {
         if (!safe_i32(&tok[1], &exptime)) {
@@ -240,8 +288,22 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
         kt++;
         s->dirty = true;                /* gat changes exptimes */
     }
+    if (resumed) {
+        const char *rest = s->line_start + s->resume;
+        s->resume = 0;
+        tokenize(rest, (size_t)(s->line_end - rest), tok, MAX_TOKENS);
+        kt = &tok[0];
+    }
     for (;;) {
         for (; kt->length != 0; kt++) {
+            if (answered && out->len >= KURA_OUT_HIGH_WATER && !g.discard) {
+                if (resumed || !has_long_key(kt->value, s->line_end)) {
+                    s->resume = (size_t)(kt->value - s->line_start);
+                    return;             /* the rest once the output has drained */
+                }
+                out->len = mark;        /* this request ends in CLIENT_ERROR */
+                g.discard = true;
+            }
             if (kt->length > KURA_KEY_MAX) {
                 out->len = mark;        /* memcached drops what it had stacked */
                 client_error(s, out, "CLIENT_ERROR bad command line format");
@@ -249,24 +311,22 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
             }
             int rc = engine_get(s->engine, s->stats, kt->value, kt->length, touch, exptime,
                                 emit_value, &g);
-            if (g.oom) {
-                out->len = mark;
-                reply(s, out, "SERVER_ERROR out of memory writing get response");
-                return;
-            }
-            if (rc < 0) {
+            answered = true;
+            if (g.oom || rc < 0) {
                 /* A store error (a record failing its checksum, an I/O
                  * error): answering a miss would hide the fault and let a
                  * client "repair" the key with stale data.  As for the
-                 * response buffer above, drop what was stacked and fail the
+                 * response buffer, drop what was stacked and fail the
                  * request, as docs/operations.md promises for a damaged
                  * record ("the request fails with SERVER_ERROR").  Found by
                  * tests/integration/test_persist.py. */
                 out->len = mark;
-                if (rc == KURA_ENOMEM)
+                if (g.oom || rc == KURA_ENOMEM)
                     reply(s, out, "SERVER_ERROR out of memory writing get response");
                 else
                     server_error_for(s, out, rc);
+                if (resumed)
+                    s->close = true;    /* part of this reply has already left */
                 return;
             }
         }
@@ -594,7 +654,16 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
     size_t pos = 0;
 
     s->need = 0;
-    while (pos < len && !s->close && out->len < KURA_OUT_HIGH_WATER) {
+    s->out_full = false;
+    while (pos < len && !s->close) {
+        if (out->len >= KURA_OUT_HIGH_WATER) {
+            s->out_full = true;         /* the rest once the output has drained */
+            break;
+        }
+        /* Where the newline search of the line at in[0] stopped last time:
+         * only the first line can have been seen before. */
+        size_t from = pos == 0 ? s->scan : 0;
+        s->scan = 0;
         if (s->swallow) {
             size_t n = len - pos < s->swallow ? len - pos : (size_t)s->swallow;
             pos += n;
@@ -603,7 +672,9 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
         }
         char *line = in + pos;
         size_t avail = len - pos;
-        char *nl = memchr(line, '\n', avail);
+        if (from > avail)
+            from = 0;                   /* defensive: the caller moved the input */
+        char *nl = memchr(line + from, '\n', avail - from);
         if (!nl) {
             if (avail > KURA_MAX_LINE_NO_NEWLINE &&
                 (!long_line_allowed(line, avail) || avail > KURA_MAX_GET_LINE)) {
@@ -611,6 +682,7 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
                 s->close = true;
                 return len;
             }
+            s->scan = avail;
             break;
         }
         size_t consumed = (size_t)(nl - line) + 1;
@@ -622,7 +694,8 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
         if (nul)
             llen = (size_t)(nul - line);
 
-        if (atomic_load_explicit(&s->server->verbosity, memory_order_relaxed) >= 2 &&
+        if (s->resume == 0 &&
+            atomic_load_explicit(&s->server->verbosity, memory_order_relaxed) >= 2 &&
             s->server->trace)
             s->server->trace(s->conn_id, line, llen);
 
@@ -643,8 +716,16 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
             continue;
         }
         if (c->handler) {
+            s->line_start = line;
             s->line_end = line + llen;
             c->handler(s, tok, ntok, out);
+            if (s->resume) {
+                /* A get paused at the high-water mark: its line stays, and
+                 * its newline need not be searched for again. */
+                s->scan = consumed - 1;
+                s->out_full = true;
+                break;
+            }
             pos += consumed;
             continue;
         }

@@ -12,9 +12,22 @@
  * connection while the previous one ran, so many concurrent writers share
  * each sync.
  *
- * If a sync fails, nothing after the last durable sequence can be promised:
- * the connections waiting are closed without their replies (the client sees
- * no acknowledgement), and the error is logged.
+ * A failed sync is final.  Once fsync has failed, the kernel may have
+ * dropped the dirty pages it could not write and a later fsync can succeed
+ * without them on disk, so retrying would acknowledge changes that are lost.
+ * After the first failure the committer records it for good, logs one error
+ * line and only waits for the stop; it never syncs again.  Every connection
+ * waiting for, or later asking for, a sequence above the last durable one is
+ * closed without its replies (commit_fate()): the client sees no
+ * acknowledgement, which is the truth.  (The store refuses further writes
+ * after a failed sync on its side.)
+ *
+ * The decisions are two pure functions, commit_next_step() for this thread
+ * and commit_fate() for the connections, tested in tests/unit/test_commit.c.
+ * The mutex and condition variable outlive the workers: commit_stop() ends
+ * the thread before the workers stop (its last sync releases their replies),
+ * and commit_free() destroys them after the workers are gone, since a worker
+ * may still ask for a sequence until then.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,20 +43,41 @@ static struct {
     uint64_t requested;                 /* highest sequence a connection waits for */
     bool stop;
     bool running;                       /* the thread runs */
+    bool initialized;                   /* lock and wake exist */
     bool active;                        /* replies wait for durability (stays set at stop) */
 } cm;
 
 static _Atomic uint64_t durable_seq;    /* every change up to here is on stable storage */
-static _Atomic uint64_t failed_seq;     /* a sync covering up to here failed; 0 = none */
+static _Atomic bool failed;             /* a sync failed: nothing after durable_seq ever will be */
 
 uint64_t commit_durable(void) { return atomic_load_explicit(&durable_seq, memory_order_acquire); }
-uint64_t commit_failed(void) { return atomic_load_explicit(&failed_seq, memory_order_acquire); }
+bool commit_failed(void) { return atomic_load_explicit(&failed, memory_order_acquire); }
 
 bool commit_enabled(void) { return cm.active; }
 
 uint64_t commit_write_seq(void)
 {
     return cm.store->ops->write_seq(cm.store);
+}
+
+/* failed is read before durable_seq: once failed is set durable_seq never
+ * moves again, so a connection is closed only if its changes really are
+ * past the last durable sequence. */
+int commit_fate(uint64_t target)
+{
+    bool f = commit_failed();
+    if (target <= commit_durable())
+        return COMMIT_SEND;
+    return f ? COMMIT_CLOSE : COMMIT_WAIT;
+}
+
+int commit_next_step(bool stop, bool has_failed, uint64_t requested, uint64_t durable)
+{
+    if (has_failed)
+        return stop ? COMMIT_STEP_EXIT : COMMIT_STEP_WAIT;
+    if (stop)
+        return COMMIT_STEP_SYNC;        /* the last one; the thread exits after it */
+    return requested > durable ? COMMIT_STEP_SYNC : COMMIT_STEP_WAIT;
 }
 
 void commit_request(uint64_t seq)
@@ -67,8 +101,13 @@ static void *committer_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&cm.lock);
     for (;;) {
-        while (!cm.stop && cm.requested <= atomic_load(&durable_seq))
+        int step = commit_next_step(cm.stop, commit_failed(), cm.requested, commit_durable());
+        if (step == COMMIT_STEP_EXIT)
+            break;
+        if (step == COMMIT_STEP_WAIT) {
             pthread_cond_wait(&cm.wake, &cm.lock);
+            continue;
+        }
         bool stopping = cm.stop;
         pthread_mutex_unlock(&cm.lock);
 
@@ -76,10 +115,11 @@ static void *committer_main(void *arg)
         uint64_t target = cm.store->ops->write_seq(cm.store);
         int rc = cm.store->ops->commit(cm.store, target);
         if (rc < 0) {
-            log_msg(LOG_ERR, "sync failed (%s): closing connections waiting for it",
+            atomic_store_explicit(&failed, true, memory_order_release);
+            log_msg(LOG_ERR, "sync failed (%s): changes after this are not durable; closing "
+                    "every connection waiting for them, and not syncing again",
                     kura_strerror(rc));
-            atomic_store(&failed_seq, target);
-        } else if (target > atomic_load(&durable_seq)) {
+        } else if (target > commit_durable()) {
             atomic_store_explicit(&durable_seq, target, memory_order_release);
         }
         wake_workers(cm.srv);
@@ -98,20 +138,30 @@ int commit_start(kura_server *srv)
     if (srv->settings->sync_mode != KURA_SYNC_ALWAYS || !store->ops->write_seq ||
         !store->ops->commit)
         return 0;                       /* nothing to wait for */
+    return commit_start_store(srv, store);
+}
+
+int commit_start_store(kura_server *srv, kura_store *store)
+{
     cm.srv = srv;
     cm.store = store;
+    cm.requested = 0;
+    cm.stop = false;
+    atomic_store(&failed, false);
     atomic_store(&durable_seq, store->ops->write_seq(store));
     pthread_mutex_init(&cm.lock, NULL);
     pthread_cond_init(&cm.wake, NULL);
+    cm.initialized = true;
     if (pthread_create(&cm.thread, NULL, committer_main, NULL) != 0)
         return -1;
     cm.running = cm.active = true;
     return 0;
 }
 
-/* Makes everything durable one last time, releases the waiting replies and
- * stops the thread.  Call before the workers stop.  Replies to changes made
- * after this stay held and are never sent: they were not made durable. */
+/* Makes everything durable one last time (unless a sync has failed),
+ * releases the waiting replies and stops the thread.  Call before the
+ * workers stop.  Replies to changes made after this stay held and are never
+ * sent: they were not made durable. */
 void commit_stop(void)
 {
     if (!cm.running)
@@ -121,7 +171,16 @@ void commit_stop(void)
     pthread_cond_signal(&cm.wake);
     pthread_mutex_unlock(&cm.lock);
     pthread_join(cm.thread, NULL);
+    cm.running = false;
+}
+
+/* After the workers have stopped (they may call commit_request() until
+ * then). */
+void commit_free(void)
+{
+    if (!cm.initialized)
+        return;
     pthread_mutex_destroy(&cm.lock);
     pthread_cond_destroy(&cm.wake);
-    cm.running = false;
+    cm.initialized = false;
 }

@@ -4,12 +4,19 @@
  * A connection lives on one worker's event base.  Bytes read are appended to
  * its read buffer; text_process() answers every complete request in them
  * into the write buffer, which goes out in one write() (so a pipeline of
- * requests costs one system call each way).  While replies cannot be written
- * the connection stops reading, which bounds its memory by what the client
- * has sent; a large pipeline is answered in slices of KURA_OUT_HIGH_WATER.
+ * requests costs one system call each way).
  *
- * Buffers are kept across requests; a buffer that grew for a large value is
- * given back once the value is done.
+ * Memory is bounded whatever the client sends or fails to read:
+ *  - the write buffer: text_process() stops once it holds
+ *    KURA_OUT_HIGH_WATER bytes (between requests, or between two keys of a
+ *    multi-get, which then resumes at its next key: src/proto/text.c), so it
+ *    never holds more than that plus one value.  While replies cannot be
+ *    written the connection neither reads nor answers more;
+ *  - the read buffer: at most one request line (KURA_MAX_GET_LINE for a
+ *    get, 2 KB otherwise) or one value (-I) plus one read, since nothing is
+ *    read while replies wait;
+ *  - both are kept across requests (the steady state allocates nothing), and
+ *    a buffer that grew past BUF_KEEP is given back once it is drained.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -135,7 +142,14 @@ static bool pump(kura_conn *c)
             c->ts.dirty = false;
             if (commit_enabled()) {
                 uint64_t target = commit_write_seq();
-                if (target > commit_durable()) {
+                int fate = commit_fate(target);
+                if (fate == COMMIT_CLOSE) {
+                    /* A sync has failed: these changes will never be durable. */
+                    log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
+                    conn_close(c);
+                    return false;
+                }
+                if (fate == COMMIT_WAIT) {
                     hold(c, target);
                     return false;
                 }
@@ -147,6 +161,8 @@ static bool pump(kura_conn *c)
             conn_close(c);
             return false;
         }
+        if (c->ts.out_full)
+            continue;                   /* the replies left: answer the rest */
         if (used == 0 || c->rpos == c->rbuf.len)
             break;
     }
@@ -214,19 +230,19 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
 
 void conn_release_durable(kura_worker *w)
 {
-    uint64_t durable = commit_durable(), failed = commit_failed();
     kura_conn *list = w->held;
     w->held = NULL;
     while (list) {
         kura_conn *c = list;
         list = c->held_next;
-        if (c->commit_target <= durable) {
+        int fate = commit_fate(c->commit_target);
+        if (fate == COMMIT_SEND) {
             c->held = false;
             arm(c, false);
             drive(c);                   /* send the replies, then carry on */
-        } else if (failed >= c->commit_target) {
+        } else if (fate == COMMIT_CLOSE) {
             c->held = false;
-            log_msg(LOG_ERR, "closing connection %d: its changes could not be synced", c->fd);
+            log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
             conn_close(c);
         } else {
             c->held_next = w->held;     /* still waiting */
@@ -271,7 +287,7 @@ void conn_close_all(kura_worker *w)
         kura_conn *c = w->conns;
         /* Replies waiting for a sync that never came are not sent: their
          * changes were not made durable, so they must not be acknowledged. */
-        bool durable = !c->held || c->commit_target <= commit_durable();
+        bool durable = !c->held || commit_fate(c->commit_target) == COMMIT_SEND;
         if (durable && c->wpos < c->wbuf.len) {
             ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos,
                              MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -4,7 +4,16 @@
  *
  * Past -c connections memcached (with its default maxconns_fast) accepts,
  * writes "ERROR Too many open connections" and closes; so do we, counting
- * rejected_connections.
+ * rejected_connections.  -c plus a reserve fits in the descriptor limit
+ * (fdlimit.c), so that is the usual end of a connection flood.
+ *
+ * If accept() still fails for want of descriptors or memory (EMFILE,
+ * ENFILE: the limit was lowered under us, or the system is out), the
+ * pending connection stays in the backlog and the listening socket stays
+ * readable: accepting again at once would spin.  So the listeners are
+ * taken off the event base for ACCEPT_BACKOFF_MS (as memcached does with
+ * its accept_new_conns(false), counted in listen_disabled_num), then tried
+ * again; the log line is the same text each time, so log.c folds repeats.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,9 +31,37 @@
 
 #define MAX_LISTENERS 8
 
+#define ACCEPT_BACKOFF_MS 100
+
 static struct event *listen_events[MAX_LISTENERS];
 static int listen_fds[MAX_LISTENERS];
 static int nlisten;
+static struct event *backoff_timer;     /* re-enables accepting */
+static bool accept_paused;
+
+/* The backoff is over: listen again (a connection still pending is then
+ * accepted at once, or the pause starts over). */
+static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what; (void)arg;
+    accept_paused = false;
+    for (int i = 0; i < nlisten; i++)
+        event_add(listen_events[i], NULL);
+}
+
+static void pause_accepting(kura_server *srv, int err)
+{
+    if (accept_paused)
+        return;
+    accept_paused = true;
+    for (int i = 0; i < nlisten; i++)
+        event_del(listen_events[i]);
+    struct timeval tv = { 0, ACCEPT_BACKOFF_MS * 1000 };
+    evtimer_add(backoff_timer, &tv);
+    atomic_fetch_add(&srv->info.listen_disabled_num, 1);
+    log_msg(LOG_ERR, "accept: %s: not accepting new connections for %d ms", strerror(err),
+            ACCEPT_BACKOFF_MS);
+}
 
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
@@ -33,11 +70,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
     for (int i = 0; i < 64; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                atomic_fetch_add(&srv->info.listen_disabled_num, 1);
-                log_msg(LOG_ERR, "accept: %s", strerror(errno));
-            }
-            return;
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                pause_accepting(srv, errno);
+            return;                     /* EAGAIN: the backlog is empty */
         }
         if (atomic_load(&srv->info.curr_connections) >= (uint64_t)srv->settings->maxconns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
@@ -135,10 +172,15 @@ static int open_unix(kura_server *srv)
 /* Binds every address; listener_listen() then starts accepting. */
 int listener_open(kura_server *srv)
 {
-    if (srv->settings->port > 0 && open_tcp(srv) < 0)
+    backoff_timer = evtimer_new(srv->base, on_backoff_done, srv);
+    if (!backoff_timer)
         return -1;
-    if (srv->settings->unix_path && open_unix(srv) < 0)
+    if ((srv->settings->port > 0 && open_tcp(srv) < 0) ||
+        (srv->settings->unix_path && open_unix(srv) < 0)) {
+        event_free(backoff_timer);
+        backoff_timer = NULL;
         return -1;
+    }
     return 0;
 }
 
@@ -163,6 +205,11 @@ void listener_close(kura_server *srv)
         close(listen_fds[i]);
     }
     nlisten = 0;
+    if (backoff_timer) {
+        event_free(backoff_timer);
+        backoff_timer = NULL;
+    }
+    accept_paused = false;
     if (srv->settings->unix_path)
         unlink(srv->settings->unix_path);
 }

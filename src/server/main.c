@@ -2,8 +2,9 @@
  * main.c - kurad: options, start-up, the main loop, and a clean stop.
  *
  * The main thread owns the listening sockets, the signal handlers and a
- * one-second timer (clock, expiry sweep, interval sync); the workers own the
- * connections.  SIGTERM and SIGINT stop accepting, let the workers answer
+ * one-second timer (clock, expiry sweep, folded log lines); the workers own
+ * the connections.  It never syncs while serving: -sync interval is the
+ * store's own thread's job, so accepting never waits behind a disk.  SIGTERM and SIGINT stop accepting, let the workers answer
  * what they have read, sync and close the store, remove the pid file, and
  * exit 0; a watchdog (daemon.c) ends the process after STOP_TIMEOUT seconds
  * if that hangs (a store stuck in I/O), so a stop is always bounded.
@@ -50,13 +51,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     kura_server *srv = arg;
     (void)fd; (void)what;
     notify_watchdog();
+    log_tick();
     engine_tick(srv->engine);
     engine_sweep(srv->engine, SWEEP_BUDGET);
-    if (srv->settings->sync_mode == KURA_SYNC_INTERVAL) {
-        int rc = engine_sync(srv->engine);
-        if (rc < 0)
-            log_msg(LOG_ERR, "sync failed: %s", kura_strerror(rc));
-    }
+    /* No sync here for -sync interval: a sync can take long on a busy disk,
+     * and new connections would wait behind it on this thread.  A store
+     * that has anything to sync does it on its own thread about once a
+     * second in that mode (the hash file's background thread, bg_main). */
 }
 
 /* The store's reports (recovery, damage, disk errors) go to our log. */
@@ -182,12 +183,19 @@ int main(int argc, char **argv)
         goto fail;
     }
     listening = true;
+    /* Descriptors for -c connections and a reserve for the store: checked
+     * before the store opens (a refusal should not wait for a recovery) and
+     * again once its files are open. */
+    if (fdlimit_setup(&settings) < 0)
+        goto fail;
     /* Root is given up before the store is opened, so that every file of the
      * database belongs to the -u user: the hash file creates files as it
      * runs, which it could not do in a directory root had created. */
     if (daemon_drop_privileges(&settings) < 0)
         goto fail;
     if (open_engine(&srv) < 0)
+        goto fail;
+    if (fdlimit_setup(&settings) < 0)
         goto fail;
     init_info(&srv);
     if (!srv.info.thread_stats)
@@ -226,14 +234,20 @@ int main(int argc, char **argv)
     notify_stopping();
     daemon_stop_watchdog(STOP_TIMEOUT);
     listener_close(&srv);
+    /* The committer's last sync releases the replies it covers, so it stops
+     * before the workers; its lock outlives them (they may still ask for a
+     * sequence until they stop). */
     commit_stop();
     workers_stop(&srv);
+    commit_free();
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
     event_free(tick);
     event_base_free(srv.base);
-    rc = engine_sync(srv.engine);
+    /* After a failed group-commit sync nothing is synced again (commit.c
+     * says why): a later sync that "succeeds" proves nothing. */
+    rc = commit_failed() ? 0 : engine_sync(srv.engine);
     if (rc < 0)
         log_msg(LOG_ERR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
@@ -248,6 +262,7 @@ fail:
     commit_stop();
     if (workers)
         workers_stop(&srv);
+    commit_free();
     if (listening)
         listener_close(&srv);
     if (sigterm)

@@ -183,6 +183,8 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
             return opt_error(where, arg, "'%s' is not a number from %ld to %ld",
                              val, o->min, o->max);
         *(int *)field = (int)n;
+        if (o->offset == F(maxconns))
+            s->maxconns_given = true;   /* fdlimit.c: refuse rather than lower it */
         break;
     case OPT_MBYTES:
         /* memcached's -m is megabytes; a unit suffix is taken literally. */

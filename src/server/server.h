@@ -25,6 +25,7 @@ typedef struct kura_settings {
     const char *unix_path;      /* -s */
     int threads;                /* -th / -t */
     int maxconns;               /* -c */
+    bool maxconns_given;        /* -c was given (else fdlimit.c may lower it) */
     int idle_timeout;           /* -tout, seconds, 0 = never */
     uint64_t mem_limit;         /* -m, bytes */
     uint64_t item_size_max;     /* -I, bytes */
@@ -63,6 +64,9 @@ void log_startup_done(void);            /* errors stop being copied to stderr */
 int log_stderr_to_file(void);           /* stderr becomes the log file; -1 if none */
 void log_request(int conn_id, const char *line, size_t len);
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Once a second (main thread): writes the summary of repeats whose window
+ * is over. */
+void log_tick(void);
 
 /* daemon.c: -dmn, -pid, -u, and the stop watchdog. */
 int daemon_check_user(const kura_settings *s);  /* 0, or 2 with the reason printed */
@@ -106,17 +110,32 @@ void conn_close_all(kura_worker *w);
 
 /* commit.c: group commit for -sync always (see there) */
 int commit_start(kura_server *srv);
-void commit_stop(void);
+int commit_start_store(kura_server *srv, kura_store *store);  /* commit_start's work */
+void commit_stop(void);                 /* before workers_stop() */
+void commit_free(void);                 /* after workers_stop() */
 bool commit_enabled(void);
 uint64_t commit_write_seq(void);
 uint64_t commit_durable(void);
-uint64_t commit_failed(void);
+bool commit_failed(void);               /* a sync failed: for good */
 void commit_request(uint64_t seq);
+/* What a connection whose replies need sequence `target` durable does. */
+enum { COMMIT_SEND, COMMIT_WAIT, COMMIT_CLOSE };
+int commit_fate(uint64_t target);
+/* The committer's next step, from its state (a pure function). */
+enum { COMMIT_STEP_WAIT, COMMIT_STEP_SYNC, COMMIT_STEP_EXIT };
+int commit_next_step(bool stop, bool has_failed, uint64_t requested, uint64_t durable);
 
 /* worker.c: wakes a worker so it looks at its held connections. */
 void worker_wake(kura_worker *w);
 /* conn.c: releases held connections whose changes are now durable. */
 void conn_release_durable(kura_worker *w);
+
+/* fdlimit.c: makes RLIMIT_NOFILE hold -c connections plus the descriptors
+ * open now plus a reserve for the store's files and the workers (raising the
+ * soft limit, and the hard one where permitted).  If it cannot: lowers a
+ * default -c to fit, or refuses an explicit one.  0, or -1 with the reason
+ * logged. */
+int fdlimit_setup(kura_settings *s);
 
 /* listener.c */
 int listener_open(kura_server *srv);     /* binds */

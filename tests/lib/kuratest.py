@@ -179,11 +179,13 @@ class Server:
       verbose (-v).  kura-only: idle_timeout (-tout), db (database name; '%t'
       is replaced by the temp dir), kura_args.  memcached-only: mc_args.
     kind: None = KURA_SERVER; or 'kurad' / 'memcached' explicitly.
+    nofile: (soft, hard) RLIMIT_NOFILE the server starts under.
     """
 
     def __init__(self, kind=None, memory_mb=None, item_max=None, conns=None, threads=4,
                  verbose=False, db=None, idle_timeout=None, kura_args=(), mc_args=(),
-                 start=True, start_timeout=10):
+                 start=True, start_timeout=10, nofile=None):
+        self.nofile = nofile
         self.kind = kind or server_kind()
         self.memory_mb, self.item_max, self.conns = memory_mb, item_max, conns
         self.threads, self.verbose, self.idle_timeout = threads, verbose, idle_timeout
@@ -242,8 +244,13 @@ class Server:
             err = open(self.stderr_path, "ab")
             out = open(self.stdout_path, "ab")
             self.argv_used = self.argv(port)
+            pre = None
+            if self.nofile:
+                import resource
+                pre = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
             proc = subprocess.Popen(self.argv_used, cwd=self.tmpdir, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+                                    stdout=out, stderr=err, start_new_session=True,
+                                    preexec_fn=pre)
             err.close(); out.close()
             status = self._wait_ready(proc, port)
             if status == "ready":

@@ -4,7 +4,10 @@
  * Feeds request bytes to text_process() over an in-memory cache and checks
  * the reply bytes: every command, memcached's error strings and number
  * quirks, noreply, pipelining, values split across reads (down to one byte
- * at a time), swallowing a refused value, and the long-line rule.
+ * at a time), swallowing a refused value, and the long-line rule; the bound
+ * on output (a multi-get of large values pauses at the high-water mark and
+ * resumes byte-exact, a too-long key after the pause point still gives only
+ * memcached's CLIENT_ERROR) and a long line scanned once however it arrives.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +20,7 @@ typedef struct harness {
     kura_server_info info;
     kura_thread_stats stats[2];
     text_session s;
-    kura_buf in, out;
+    kura_buf in, out, acc;
 } harness;
 
 static void h_open(harness *h, size_t item_max)
@@ -44,6 +47,7 @@ static void h_close(harness *h)
     engine_close(h->engine);
     kura_buf_free(&h->in);
     kura_buf_free(&h->out);
+    kura_buf_free(&h->acc);
 }
 
 /* Appends bytes to the input, runs the parser as a connection would, and
@@ -51,19 +55,21 @@ static void h_close(harness *h)
 static const char *feed(harness *h, const char *data, size_t len)
 {
     kura_buf_append(&h->in, data, len);
-    h->out.len = 0;
+    h->acc.len = 0;
     for (;;) {
         if (h->in.len == 0 || (h->s.need && h->in.len < h->s.need))
             break;
+        h->out.len = 0;
         size_t used = text_process(&h->s, h->in.data, h->in.len, &h->out);
+        kura_buf_append(&h->acc, h->out.data, h->out.len);  /* "sent" */
         memmove(h->in.data, h->in.data + used, h->in.len - used);
         h->in.len -= used;
-        if (used == 0 || h->s.close)
+        if (h->s.close || (used == 0 && !h->s.out_full))
             break;
     }
-    kura_buf_append(&h->out, "", 1);
-    h->out.len--;
-    return h->out.data;
+    kura_buf_append(&h->acc, "", 1);
+    h->acc.len--;
+    return h->acc.data;
 }
 
 #define SEND(h, lit) feed((h), (lit), sizeof(lit) - 1)
@@ -274,6 +280,108 @@ static void test_long_line(void)
     h_close(&h);
 }
 
+/* A multi-get whose replies pass the high-water mark: each call stops with
+ * out_full and at most the mark plus one value queued; the whole reply,
+ * gathered over the calls, is byte-exact. */
+static void test_get_pauses_at_high_water(void)
+{
+    harness h;
+    h_open(&h, 2 << 20);
+    size_t vlen = 300 * 1024, nkeys = 40;
+    char *val = malloc(vlen), *cmd = malloc(64 + vlen);
+    REQUIRE(val && cmd);
+    for (size_t i = 0; i < vlen; i++)
+        val[i] = (char)('a' + i % 26);
+    int n = snprintf(cmd, 64, "set v 3 0 %zu\r\n", vlen);
+    memcpy(cmd + n, val, vlen);
+    memcpy(cmd + n + vlen, "\r\n", 2);
+    CHECK_EQ_STR(feed(&h, cmd, (size_t)n + vlen + 2), "STORED\r\n");
+
+    kura_buf line = {0};
+    KURA_BUF_LIT(&line, "get");
+    for (size_t i = 0; i < nkeys; i++)
+        KURA_BUF_LIT(&line, " v");
+    KURA_BUF_LIT(&line, "\r\nget v\r\n");        /* pipelined after it */
+    kura_buf_append(&h.in, line.data, line.len);
+    kura_buf want = {0};
+    for (size_t i = 0; i < nkeys + 1; i++) {
+        char hdr[64];
+        int hn = snprintf(hdr, sizeof(hdr), "VALUE v 3 %zu\r\n", vlen);
+        kura_buf_append(&want, hdr, (size_t)hn);
+        kura_buf_append(&want, val, vlen);
+        KURA_BUF_LIT(&want, "\r\n");
+        if (i == nkeys - 1 || i == nkeys)
+            KURA_BUF_LIT(&want, "END\r\n");
+    }
+    kura_buf got = {0};
+    int calls = 0, paused = 0;
+    while (h.in.len > 0 && calls < 1000) {
+        h.out.len = 0;
+        size_t used = text_process(&h.s, h.in.data, h.in.len, &h.out);
+        CHECK(h.out.len <= KURA_OUT_HIGH_WATER + vlen + 64);
+        paused += h.s.out_full;
+        kura_buf_append(&got, h.out.data, h.out.len);
+        memmove(h.in.data, h.in.data + used, h.in.len - used);
+        h.in.len -= used;
+        calls++;
+        if (used == 0 && !h.s.out_full)
+            break;
+    }
+    CHECK(paused >= 5);
+    CHECK_EQ_INT(got.len, want.len);
+    CHECK(got.len == want.len && memcmp(got.data, want.data, got.len) == 0);
+    CHECK_EQ_INT(h.in.len, 0);
+
+    /* A too-long key after the pause point: only CLIENT_ERROR, as memcached
+     * (which drops the values it had stacked). */
+    line.len = 0;
+    KURA_BUF_LIT(&line, "get");
+    for (size_t i = 0; i < nkeys; i++)
+        KURA_BUF_LIT(&line, " v");
+    KURA_BUF_LIT(&line, " ");
+    for (int i = 0; i < 251; i++)
+        KURA_BUF_LIT(&line, "k");
+    KURA_BUF_LIT(&line, "\r\n");
+    CHECK_EQ_STR(feed(&h, line.data, line.len), "CLIENT_ERROR bad command line format\r\n");
+    CHECK(!h.s.close);
+    CHECK_EQ_STR(SEND(&h, "get nope\r\n"), "END\r\n");
+    kura_buf_free(&line);
+    kura_buf_free(&want);
+    kura_buf_free(&got);
+    free(val);
+    free(cmd);
+    h_close(&h);
+}
+
+/* A long get line arriving a few bytes at a time: the newline search goes
+ * on from where it stopped (s.scan tracks the bytes seen). */
+static void test_long_line_scanned_once(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    SEND(&h, "set a 0 0 1\r\nx\r\n");
+    size_t nkeys = 20000;
+    kura_buf line = {0};
+    KURA_BUF_LIT(&line, "get");
+    for (size_t i = 0; i < nkeys; i++)
+        KURA_BUF_LIT(&line, " a");
+    KURA_BUF_LIT(&line, "\r\n");
+    kura_buf got = {0};
+    for (size_t off = 0; off < line.len; off += 7) {
+        size_t n = line.len - off < 7 ? line.len - off : 7;
+        const char *r = feed(&h, line.data + off, n);
+        kura_buf_append(&got, r, strlen(r));
+        if (off + n < line.len)
+            CHECK(h.s.scan == h.in.len);
+    }
+    size_t per = strlen("VALUE a 0 1\r\nx\r\n");
+    CHECK_EQ_INT(got.len, nkeys * per + 5);
+    CHECK(got.len >= 5 && memcmp(got.data + got.len - 5, "END\r\n", 5) == 0);
+    kura_buf_free(&line);
+    kura_buf_free(&got);
+    h_close(&h);
+}
+
 static void test_flush_and_quit(void)
 {
     harness h;
@@ -321,6 +429,8 @@ int main(void)
     RUN(test_byte_at_a_time);
     RUN(test_pipeline_and_multiget);
     RUN(test_long_line);
+    RUN(test_get_pauses_at_high_water);
+    RUN(test_long_line_scanned_once);
     RUN(test_flush_and_quit);
     RUN(test_stats);
     UNIT_DONE();

@@ -1,0 +1,96 @@
+/*
+ * fdlimit.c - file descriptors for -c connections, with a reserve the
+ * connections can never take.
+ *
+ * The store opens files while it serves (the hash file's segments,
+ * checkpoints, compaction's new segments).  If connections could use every
+ * descriptor, a connection flood would make those opens fail with EMFILE,
+ * which the store must treat as an I/O error.  So kurad makes the limit hold
+ * -c connections plus what is open at start-up plus FD_RESERVE, and the
+ * listener refuses connections past -c (listener.c): the reserve stays free.
+ *
+ * As memcached does, the limit is raised at start (the soft limit, and the
+ * hard one too where the process may: as root with CAP_SYS_RESOURCE), and an
+ * explicit -c that does not fit is refused with a message that says so.  A
+ * default -c (none given) is lowered to fit instead, so kurad still starts
+ * under a small `ulimit -n`, saying what it did.  The check runs twice:
+ * before the store opens (fail fast) and after (the store's own descriptors
+ * are then counted).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "server.h"
+
+/* Kept free of connections: the store's files as it grows (segments,
+ * checkpoint temporaries, compaction), a log reopen, a connection being
+ * refused past -c (accepted, told, closed). */
+#define FD_RESERVE 64
+
+/* Descriptors each worker adds when it starts: a notify pipe and its event
+ * base's epoll descriptor (both checks run before the workers start). */
+#define FD_PER_WORKER 3
+
+/* Descriptors open now, or a generous guess if /proc is not mounted. */
+static long fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 64;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;                       /* opendir's own descriptor */
+}
+
+int fdlimit_setup(kura_settings *s)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+        log_msg(LOG_ERR, "cannot read the file descriptor limit: %s", strerror(errno));
+        return -1;
+    }
+    long fixed = fds_open() + FD_RESERVE + FD_PER_WORKER * s->threads;
+    rlim_t need = (rlim_t)s->maxconns + (rlim_t)fixed;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit want = { need, rl.rlim_max };
+        if (want.rlim_max != RLIM_INFINITY && want.rlim_max < need)
+            want.rlim_max = need;       /* works as root with CAP_SYS_RESOURCE */
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0) {
+            log_msg(LOG_INFO, "file descriptor limit raised from %llu to %llu for -c %d",
+                    (unsigned long long)rl.rlim_cur, (unsigned long long)need, s->maxconns);
+        } else if (!s->maxconns_given && rl.rlim_max != RLIM_INFINITY &&
+                   rl.rlim_max > (rlim_t)fixed) {
+            /* No -c given: serve as many connections as the limit allows. */
+            want.rlim_cur = want.rlim_max = rl.rlim_max;
+            if (rl.rlim_cur < rl.rlim_max && setrlimit(RLIMIT_NOFILE, &want) < 0)
+                want.rlim_cur = rl.rlim_cur;
+            long fit = (long)want.rlim_cur - fixed;
+            if (fit < 1)
+                goto refuse;
+            log_msg(LOG_INFO, "maximum connections lowered from %d to %ld to fit the file "
+                    "descriptor limit of %llu (give -c to insist)", s->maxconns, fit,
+                    (unsigned long long)want.rlim_cur);
+            s->maxconns = (int)fit;
+        } else {
+            goto refuse;
+        }
+    }
+    return 0;
+
+refuse:
+    log_msg(LOG_ERR, "-c %d%s needs %llu file descriptors (%d connections, %ld open, %d "
+            "reserved for the store and the workers) but the limit is %llu and cannot be "
+            "raised (hard limit %llu): raise it (ulimit -n, systemd LimitNOFILE=) or lower -c",
+            s->maxconns, s->maxconns_given ? "" : " (the default)", (unsigned long long)need,
+            s->maxconns, fds_open(),
+            (int)(fixed - fds_open()), (unsigned long long)rl.rlim_cur,
+            (unsigned long long)rl.rlim_max);
+    return -1;
+}
