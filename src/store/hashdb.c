@@ -653,32 +653,58 @@ static bool want_checkpoint(hashdb *db, double since)
     return (a >= db->ckpt_bytes && a >= est) || (sealed && since >= 2.0 && a >= est / 8);
 }
 
+/* Adds ms milliseconds to the realtime clock, for a condition wait. */
+static struct timespec deadline_in(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* -sync interval: syncs the log once a second, in a thread of its own so
+ * that the promise ("at most about the last second is lost") holds however
+ * long a round of checkpoint and compaction in bg_main takes.  After a
+ * failed sync hd_sync_now returns at once (the failure is sticky) and this
+ * thread just goes on waiting its second. */
+static void *syncer_main(void *arg)
+{
+    hashdb *db = arg;
+    pthread_mutex_lock(&db->bg_mu);
+    while (!db->stopping) {
+        struct timespec ts = deadline_in(1000);
+        pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
+        if (db->stopping)
+            break;
+        pthread_mutex_unlock(&db->bg_mu);
+        hd_sync_now(db);
+        pthread_mutex_lock(&db->bg_mu);
+    }
+    pthread_mutex_unlock(&db->bg_mu);
+    return NULL;
+}
+
 static void *bg_main(void *arg)
 {
     hashdb *db = arg;
-    double last_sync = mono(), last_ckpt = mono();
+    double last_ckpt = mono();
     /* A checkpoint or compaction that failed (a full disk, say) is tried
      * again only after a pause that doubles up to 30 s: no error path
      * retries without waiting, and the log is not flooded. */
     double retry_at = 0, backoff = 0;
     pthread_mutex_lock(&db->bg_mu);
     while (!db->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = deadline_in(100);
         pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
         if (db->stopping)
             break;
         pthread_mutex_unlock(&db->bg_mu);
         double now = mono();
-        if (db->cfg.sync_mode == KURA_SYNC_INTERVAL && now - last_sync >= 1.0) {
-            hd_sync_now(db);
-            last_sync = now;
-        }
         /* keep going while there is work: a checkpoint lets older
          * segments be compacted, so a busy store needs both often */
         hdx_advise_huge(db);
@@ -738,15 +764,25 @@ void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg)
 
 /* ---- open and close ------------------------------------------------- */
 
+/* Stops the background thread and the interval syncer, if running. */
+static void stop_threads(hashdb *db)
+{
+    if (!db->bg_running && !db->syncer_running)
+        return;
+    pthread_mutex_lock(&db->bg_mu);
+    db->stopping = true;
+    pthread_cond_broadcast(&db->bg_cv);
+    pthread_mutex_unlock(&db->bg_mu);
+    if (db->bg_running)
+        pthread_join(db->bg, NULL);
+    if (db->syncer_running)
+        pthread_join(db->syncer, NULL);
+    db->bg_running = db->syncer_running = false;
+}
+
 static void destroy(hashdb *db)
 {
-    if (db->bg_running) {
-        pthread_mutex_lock(&db->bg_mu);
-        db->stopping = true;
-        pthread_cond_signal(&db->bg_cv);
-        pthread_mutex_unlock(&db->bg_mu);
-        pthread_join(db->bg, NULL);
-    }
+    stop_threads(db);
     sl_destroy(&db->log);
     hdx_free(db);
     if (db->lockfd >= 0)
@@ -763,14 +799,7 @@ static void destroy(hashdb *db)
 static void hashdb_close(kura_store *s)
 {
     hashdb *db = H(s);
-    if (db->bg_running) {
-        pthread_mutex_lock(&db->bg_mu);
-        db->stopping = true;
-        pthread_cond_signal(&db->bg_cv);
-        pthread_mutex_unlock(&db->bg_mu);
-        pthread_join(db->bg, NULL);
-        db->bg_running = false;
-    }
+    stop_threads(db);
     if (!db->cfg.read_only) {
         /* a checkpoint when replaying the log written since the last one
          * would take longer than writing one (replay inserts in random
@@ -976,6 +1005,14 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
             goto fail;
         }
         db->bg_running = true;
+        if (cfg->sync_mode == KURA_SYNC_INTERVAL) {
+            if (pthread_create(&db->syncer, NULL, syncer_main, db) != 0) {
+                snprintf(err, errlen, "cannot start the hash file's sync thread");
+                rc = KURA_ESYS;
+                goto fail;
+            }
+            db->syncer_running = true;
+        }
     }
     *out = &db->base;
     return KURA_OK;

@@ -272,9 +272,9 @@ typedef struct hashdb {
     uint64_t ckpt_count;
     bool need_ckpt;             /* open wants a checkpoint written at once */
 
-    /* background thread */
-    pthread_t bg;
-    bool bg_running;
+    /* background thread; and the interval syncer (-sync interval only) */
+    pthread_t bg, syncer;
+    bool bg_running, syncer_running;
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     /* set under bg_mu (so the thread's condition wait cannot miss it), read
