@@ -893,7 +893,12 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     }
     rc = hdx_init(db, bnum);
     if (rc) {
-        snprintf(err, errlen, "out of memory for an index of %llu records", (unsigned long long)bnum);
+        if (rc == KURA_ENOMEM)
+            snprintf(err, errlen, "out of memory for an index of %llu records",
+                     (unsigned long long)bnum);
+        else
+            snprintf(err, errlen, "no random bytes for the index's hash key "
+                     "(getrandom, /dev/urandom): %s", kura_strerror(rc));
         goto fail;
     }
     /* loading the index: huge pages at once (see hashdb_index.c) */

@@ -313,6 +313,7 @@ typedef struct hashdb {
 } hashdb;
 
 /* hashdb_index.c - caller holds the stripe's lock (write lock to change). */
+/* SipHash-1-3 under a key random per process: no hash is ever stored */
 uint64_t hd_hash(const char *key, size_t klen);
 static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
 {
@@ -361,6 +362,9 @@ void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count 
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
+/* for tests: a new process hash key (no store open), the longest probe */
+void hashdb_debug_rekey(void);
+size_t hashdb_debug_probe_max(kura_store *store);
 
 /* hashdb_log.c */
 /* Writes r's header (version 2, crc left 0) and returns its length. */

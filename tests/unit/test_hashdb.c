@@ -2,7 +2,9 @@
  * test_hashdb.c - the hash file backend (src/store/hashdb*.c): every store
  * operation and condition, liveness, persistence of every field and of the
  * engine's state across close and reopen, database names and parameters,
- * the lock file, online growth of the index, large values, CRC-32C.
+ * the lock file, online growth of the index, large values, CRC-32C, the
+ * keyed hash (keys chosen to collide under the old unkeyed one spread out;
+ * a new key, as after a restart, finds every key).
  * Crash, corruption and disk-full cases are in test_hashdb_crash.c;
  * compaction and threads in test_hashdb_stress.c.
  */
@@ -14,6 +16,8 @@
 
 uint64_t hd_hash(const char *key, size_t klen);
 void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
+void hashdb_debug_rekey(void);
+size_t hashdb_debug_probe_max(kura_store *store);
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
@@ -621,6 +625,161 @@ static void test_read_only(void)
     CHECK(t_open(t_path("nonexistent"), "", &cfg, &s, err, sizeof(err)) != KURA_OK);
 }
 
+/* ---- the keyed hash ---------------------------------------------------- */
+
+/* The index's hash before it was keyed (a multiply-xor over 8-byte words),
+ * kept here to make keys that all collide under it. */
+static uint64_t old_fmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static uint64_t old_hash8(uint64_t v)    /* of an 8-byte key, as its word */
+{
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (8 * 0x100000001b3ULL);
+    h = (h ^ old_fmix64(v)) * 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 29;
+    return old_fmix64(h);
+}
+
+static uint64_t inv_mul(uint64_t c)     /* c odd: c * inv_mul(c) == 1 mod 2^64 */
+{
+    uint64_t x = c;
+    for (int i = 0; i < 6; i++)
+        x *= 2 - c * x;
+    return x;
+}
+
+static uint64_t old_unfmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= inv_mul(0xc4ceb9fe1a85ec53ULL);
+    k ^= k >> 33;
+    k *= inv_mul(0xff51afd7ed558ccdULL);
+    k ^= k >> 33;
+    return k;
+}
+
+/* The 8-byte key whose old hash is h: every step of old_hash8 inverts. */
+static uint64_t old_preimage(uint64_t h)
+{
+    uint64_t t = old_unfmix64(h);
+    t ^= t >> 29 ^ t >> 58;
+    t *= inv_mul(0x9E3779B97F4A7C15ULL);
+    return old_unfmix64(t ^ 0x9E3779B97F4A7C15ULL ^ (8 * 0x100000001b3ULL));
+}
+
+/* An attacker's keys against the unkeyed hash: N keys whose old hashes
+ * agree in bits 0-47 (stripe and home line, at any table size) and differ
+ * only in the tag, so that under it they all share one stripe and one
+ * probe sequence, and each insert or miss walks past all the others.
+ * Under the keyed hash they spread over the stripes as random keys do,
+ * and the longest probe stays short. */
+static void test_hash_flooding(void)
+{
+    enum { N = 4000 };
+    static char keys[N][8];
+    int old_same = 0;
+    uint64_t base = 0x00005a5a12345678ULL;
+    for (int i = 0; i < N; i++) {
+        uint64_t v = old_preimage(base | (uint64_t)(i + 1) << 48);
+        memcpy(keys[i], &v, 8);
+        uint64_t back;
+        memcpy(&back, keys[i], 8);
+        old_same += (old_hash8(back) & 0xffffffffffffULL) == base;
+    }
+    CHECK_EQ_INT(old_same, N);      /* the old hash put them all together */
+
+    /* the keyed hash: per stripe about N / 1024 ~ 4; at random the fullest
+     * of 1024 stripes holds about 12 */
+    static int per[1024];
+    memset(per, 0, sizeof(per));
+    int most = 0;
+    for (int i = 0; i < N; i++) {
+        int st = (int)(hd_hash(keys[i], 8) & 1023);
+        if (++per[st] > most)
+            most = per[st];
+    }
+    printf("# %d old-colliding keys: at most %d in one stripe of 1024\n", N, most);
+    CHECK(most <= 30);
+
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    REQUIRE(t_open(t_path("flood"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        kura_item it = { .key = keys[i], .klen = 8, .val = "v", .vlen = 1, .cas = 1 };
+        bad += s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
+    }
+    CHECK_EQ_INT(bad, 0);
+    size_t probe = hashdb_debug_probe_max(s);
+    printf("# longest probe: %zu slots past the home line's start\n", probe);
+    CHECK(probe < 64);      /* under the old hash: about N */
+    t_val v;
+    for (int i = 0; i < N; i++)
+        bad += s->ops->get(s, keys[i], 8, &CLK, t_copy_cb, &v) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    kura_store_close(s);
+}
+
+/* Nothing on disk depends on the hash: under a new key (a restart draws
+ * one) every key is found again, whether it comes back from the checkpoint
+ * or from the log's replay, though its stripe and slot have changed. */
+static void test_rekey_reopen(void)
+{
+    enum { N = 5000 };
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], k[32];
+    t_val v;
+    REQUIRE(t_open(t_path("rekey"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "rk:%d", i);
+        CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        if (i == N / 2)     /* the first half in the checkpoint, the rest replayed */
+            CHECK(hashdb_debug_maintain(s, true, false) >= 0);
+    }
+    uint64_t before[64];
+    for (int i = 0; i < 64; i++) {
+        snprintf(k, sizeof(k), "rk:%d", i);
+        before[i] = hd_hash(k, strlen(k));
+    }
+    /* a crash image, whose open must replay the log after the checkpoint
+     * (a clean close may write a new checkpoint) */
+    char crash[600];
+    snprintf(crash, sizeof(crash), "%s/rekey-crash.kh", t_root);
+    CHECK(t_copy_dir(t_path("rekey"), crash) == 0);
+    kura_store_close(s);
+    hashdb_debug_rekey();
+    int moved = 0;
+    for (int i = 0; i < 64; i++) {
+        snprintf(k, sizeof(k), "rk:%d", i);
+        moved += hd_hash(k, strlen(k)) != before[i];
+    }
+    CHECK_EQ_INT(moved, 64);
+    const char *paths[2] = { t_path("rekey"), crash };
+    for (int p = 0; p < 2; p++) {
+        REQUIRE(t_open(paths[p], "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            snprintf(k, sizeof(k), "rk:%d", i);
+            bad += t_get(s, k, &CLK, &v) != KURA_OK || v.len != strlen(k) ||
+                   memcmp(v.buf, k, v.len) || v.cas != 1 + (uint64_t)i;
+        }
+        CHECK_EQ_INT(bad, 0);
+        kura_store_usage u;
+        s->ops->usage(s, &u);
+        CHECK_EQ_INT(u.curr_items, N);
+        kura_store_close(s);
+    }
+}
+
 int main(void)
 {
     t_setup();
@@ -635,6 +794,8 @@ int main(void)
     RUN(test_big_value);
     RUN(test_large_copy_lets_readers_in);
     RUN(test_read_only);
+    RUN(test_hash_flooding);
+    RUN(test_rekey_reopen);
     t_teardown();
     UNIT_DONE();
 }
