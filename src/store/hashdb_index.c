@@ -184,6 +184,10 @@ static inline hd_ent *ent_in(uint64_t v)
 
 static void publish(hd_stripe *s, uint64_t *slot, size_t nslot)
 {
+    /* the total for stats, changed by the difference (mod 2^64: a table
+     * never shrinks today, but the sum stays right if one does) */
+    atomic_fetch_add_explicit(&s->arena->nslots, (uint64_t)nslot - (uint64_t)s->nslot,
+                              memory_order_relaxed);
     s->slot = slot;
     s->nslot = nslot;
     /* atomic stores for hdx_prefetch's lock-free peek */
@@ -249,6 +253,11 @@ uint64_t hdx_items(hashdb *db, uint64_t *bytes)
     if (bytes)
         *bytes = b;
     return n;
+}
+
+uint64_t hdx_slots(hashdb *db)
+{
+    return atomic_load_explicit(&db->arena.nslots, memory_order_relaxed);
 }
 
 /* Key equality without a call: keys are short (most fit an entry's line)

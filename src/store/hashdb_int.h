@@ -108,6 +108,8 @@ typedef struct hd_arena {
     size_t left;
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
     bool huge_now;              /* new chunks get huge pages at once (open) */
+    _Atomic uint64_t nslots;    /* slots of every stripe's table, kept as
+                                   tables are made or rebuilt (stats) */
 } hd_arena;
 
 /* Where a stripe's slot array is, kept apart from the stripes in one small
@@ -241,6 +243,20 @@ typedef struct hd_pos {
     uint64_t off;
 } hd_pos;
 
+/* Where the expiry sweep (hd_sweep, hashdb_compact.c) goes on, and what
+ * its passes found.  One sweep at a time: `busy` is taken by exchange, and
+ * a call that finds it taken returns at once.  The cursor and pass_bytes
+ * belong to the sweep holding `busy`; the two atomics are read by stats. */
+typedef struct hd_sweeper {
+    _Atomic bool busy;
+    uint32_t stripe;            /* the next call resumes at this stripe's */
+    size_t slot;                /* slot (0: the stripe from its start) */
+    uint64_t pass_bytes;        /* record bytes of dead items dropped so far
+                                   in this pass */
+    _Atomic uint64_t last_pass_bytes;   /* ... in the last complete pass */
+    _Atomic uint64_t passes;    /* complete passes over the index */
+} hd_sweeper;
+
 typedef struct hashdb {
     kura_store base;
     char *dir;
@@ -308,7 +324,7 @@ typedef struct hashdb {
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
     _Atomic uint64_t write_errors, read_errors, corrupt_reads, syncs;
-    _Atomic uint32_t sweep_cursor;
+    hd_sweeper sweep;
     uint64_t recovered_records, recovery_lost, truncated_bytes;
 } hashdb;
 
@@ -360,6 +376,7 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
 void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h);    /* h: e's key's hash */
 void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
+uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 /* for tests: a new process hash key (no store open), the longest probe */

@@ -4,7 +4,8 @@
  * engine's state across close and reopen, database names and parameters,
  * the lock file, online growth of the index, large values, CRC-32C, the
  * keyed hash (keys chosen to collide under the old unkeyed one spread out;
- * a new key, as after a restart, finds every key).
+ * a new key, as after a restart, finds every key), the sweep's budget
+ * inside one stripe and the stats kept as counters.
  * Crash, corruption and disk-full cases are in test_hashdb_crash.c;
  * compaction and threads in test_hashdb_stress.c.
  */
@@ -780,6 +781,121 @@ static void test_rekey_reopen(void)
     }
 }
 
+/* ---- the sweep's budget, the counters behind stats ---------------------- */
+
+/* n keys "<prefix><i>" that fall into the given stripe; returns them in
+ * keys[] (each up to 16 bytes) */
+static void keys_in_stripe(char (*keys)[16], int n, const char *prefix, uint64_t stripe)
+{
+    for (int i = 0, j = 0; j < n; i++) {
+        snprintf(keys[j], 16, "%s%d", prefix, i);
+        if ((hd_hash(keys[j], strlen(keys[j])) & 1023) == stripe)
+            j++;
+    }
+}
+
+/* One stripe holding 3000 expired items among 500 live ones: each sweep
+ * call reclaims at most its budget (an entry examined is one unit), and
+ * together they reclaim every dead item, even when the stripe's table is
+ * rebuilt bigger halfway.  The stats that are counters now: the index's
+ * slots follow the growth exactly; expired bytes are those the sweep's
+ * last complete pass dropped, and fall to 0 once a pass finds none. */
+static void test_sweep_budget_in_stripe(void)
+{
+    enum { DEAD = 3000, LIVE = 500, MORE = 6000, BUDGET = 50 };
+    static char dead[DEAD][16], live[LIVE][16], more[MORE][16];
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    REQUIRE(t_open(t_path("sweepb"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK_EQ_INT(t_stat(s, "hash_index_slots"), 1024 * 8);
+    uint64_t stripe = hd_hash("anchor", 6) & 1023;
+    keys_in_stripe(dead, DEAD, "d", stripe);
+    keys_in_stripe(live, LIVE, "l", stripe);
+    keys_in_stripe(more, MORE, "m", stripe);
+    kura_clock c = CLK;
+    int bad = 0;
+    uint64_t dead_kv = 0;
+    for (int i = 0; i < DEAD; i++) {
+        bad += t_put(s, dead[i], "xyz", 0, c.now + 5, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+        dead_kv += strlen(dead[i]) + 3;
+    }
+    for (int i = 0; i < LIVE; i++)
+        bad += t_put(s, live[i], "abc", 0, 0, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    /* 3500 entries in one stripe: its table doubled from 8 to 8192 slots
+     * (4096 would be more than 3/4 used) */
+    CHECK_EQ_INT(t_stat(s, "hash_index_slots"), 1023 * 8 + 8192);
+    CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
+
+    c.now += 10;                /* the DEAD expire */
+    long total = 0, most = 0;
+    int calls = 0;
+    /* half of one pass's work: 3500 entries and 1024 stripe starts */
+    for (; calls < (LIVE + DEAD + 1024) / BUDGET / 2; calls++) {
+        long r = s->ops->sweep(s, &c, BUDGET);
+        total += r;
+        most = r > most ? r : most;
+    }
+    CHECK(total > 0 && total < DEAD);   /* stopped inside the stripe */
+    /* the stripe's table grows under the sweep's cursor: 6500 entries at
+     * least will not fit 3/4 of 8192 slots */
+    for (int i = 0; i < MORE; i++)
+        bad += t_put(s, more[i], "new", 0, 0, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    uint64_t slots = t_stat(s, "hash_index_slots") - 1023 * 8;
+    CHECK(slots > 8192 && (slots & (slots - 1)) == 0);
+    /* then the sweep goes on: three passes' worth at most (one after the
+     * rebuild may pass over a few entries that moved, the next gets them) */
+    for (int n = 0; n < 3 * (LIVE + DEAD + MORE + 1024) / BUDGET && total < DEAD; n++, calls++) {
+        long r = s->ops->sweep(s, &c, BUDGET);
+        total += r;
+        most = r > most ? r : most;
+    }
+    printf("# %d calls of budget %d reclaimed %ld, at most %ld in one\n", calls, BUDGET, total,
+           most);
+    CHECK_EQ_INT(total, DEAD);
+    CHECK(most <= BUDGET);
+    kura_store_usage u;
+    s->ops->usage(s, &u);
+    CHECK_EQ_INT(u.curr_items, LIVE + MORE);
+    CHECK_EQ_INT(u.reclaimed, DEAD);
+
+    /* expired bytes: those the last complete pass dropped.  Start a pass
+     * with nothing dead, then let items expire: that pass drops them all */
+    uint64_t passes = t_stat(s, "hash_sweep_passes");
+    /* (the pass under way may have dropped some above: the one after not;
+     * a call ends with its pass, so the next starts at the beginning) */
+    while (t_stat(s, "hash_sweep_passes") < passes + 2)
+        s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
+    dead_kv = 0;
+    for (int i = 0; i < DEAD; i++) {
+        bad += t_put(s, dead[i], "xyz", 0, c.now + 5, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+        dead_kv += strlen(dead[i]) + 3;
+    }
+    c.now += 10;
+    passes = t_stat(s, "hash_sweep_passes");
+    while (t_stat(s, "hash_sweep_passes") == passes)
+        s->ops->sweep(s, &c, 1000);
+    /* each a record of header (13 to 48 bytes), key and value */
+    uint64_t exp = t_stat(s, "hash_expired_bytes");
+    CHECK(exp >= dead_kv + 13 * DEAD && exp <= dead_kv + 48 * DEAD);
+    /* the next pass finds nothing dead */
+    passes = t_stat(s, "hash_sweep_passes");
+    while (t_stat(s, "hash_sweep_passes") == passes)
+        s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
+    /* every live key is still there */
+    t_val v;
+    for (int i = 0; i < LIVE; i++)
+        bad += t_get(s, live[i], &c, &v) != KURA_OK;
+    for (int i = 0; i < MORE; i++)
+        bad += t_get(s, more[i], &c, &v) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    kura_store_close(s);
+}
+
 int main(void)
 {
     t_setup();
@@ -796,6 +912,7 @@ int main(void)
     RUN(test_read_only);
     RUN(test_hash_flooding);
     RUN(test_rekey_reopen);
+    RUN(test_sweep_budget_in_stripe);
     t_teardown();
     UNIT_DONE();
 }
