@@ -122,6 +122,20 @@ typedef struct hd_bdir {
     size_t nslot;
 } hd_bdir;
 
+/* Where the expiry sweep (hd_sweep, hashdb_compact.c) goes on, and what
+ * its passes found.  One sweep at a time: `busy` is taken by exchange, and
+ * a call that finds it taken returns at once.  The cursor and pass_bytes
+ * belong to the sweep holding `busy`; the two atomics are read by stats. */
+typedef struct hd_sweeper {
+    _Atomic bool busy;
+    uint32_t stripe;            /* the next call resumes at this stripe's */
+    size_t slot;                /* slot (0: the stripe from its start) */
+    uint64_t pass_bytes;        /* record bytes of dead items dropped so far
+                                   in this pass */
+    _Atomic uint64_t last_pass_bytes;   /* ... in the last complete pass */
+    _Atomic uint64_t passes;    /* complete passes over the index */
+} hd_sweeper;
+
 /* Line-aligned; what every operation touches is in its first two lines
  * (the lock and slot, then nslot to bytes; the static assert in
  * hashdb_index.c keeps them there).
@@ -242,20 +256,6 @@ typedef struct hd_pos {
     uint32_t seg;
     uint64_t off;
 } hd_pos;
-
-/* Where the expiry sweep (hd_sweep, hashdb_compact.c) goes on, and what
- * its passes found.  One sweep at a time: `busy` is taken by exchange, and
- * a call that finds it taken returns at once.  The cursor and pass_bytes
- * belong to the sweep holding `busy`; the two atomics are read by stats. */
-typedef struct hd_sweeper {
-    _Atomic bool busy;
-    uint32_t stripe;            /* the next call resumes at this stripe's */
-    size_t slot;                /* slot (0: the stripe from its start) */
-    uint64_t pass_bytes;        /* record bytes of dead items dropped so far
-                                   in this pass */
-    _Atomic uint64_t last_pass_bytes;   /* ... in the last complete pass */
-    _Atomic uint64_t passes;    /* complete passes over the index */
-} hd_sweeper;
 
 typedef struct hashdb {
     kura_store base;
