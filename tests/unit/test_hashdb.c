@@ -696,6 +696,11 @@ static void test_hash_flooding(void)
     }
     CHECK_EQ_INT(old_same, N);      /* the old hash put them all together */
 
+    /* (the process's key is made when the first store opens) */
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    REQUIRE(t_open(t_path("flood"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
     /* the keyed hash: per stripe about N / 1024 ~ 4; at random the fullest
      * of 1024 stripes holds about 12 */
     static int per[1024];
@@ -707,12 +712,8 @@ static void test_hash_flooding(void)
             most = per[st];
     }
     printf("# %d old-colliding keys: at most %d in one stripe of 1024\n", N, most);
-    CHECK(most <= 30);
+    CHECK(most <= 30);      /* under the old hash: N */
 
-    kura_store *s = NULL;
-    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
-    char err[512];
-    REQUIRE(t_open(t_path("flood"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
     int bad = 0;
     for (int i = 0; i < N; i++) {
         kura_item it = { .key = keys[i], .klen = 8, .val = "v", .vlen = 1, .cas = 1 };
@@ -721,7 +722,7 @@ static void test_hash_flooding(void)
     CHECK_EQ_INT(bad, 0);
     size_t probe = hashdb_debug_probe_max(s);
     printf("# longest probe: %zu slots past the home line's start\n", probe);
-    CHECK(probe < 64);      /* under the old hash: about N */
+    CHECK(probe < 64);      /* under the old hash: N - 1 */
     t_val v;
     for (int i = 0; i < N; i++)
         bad += s->ops->get(s, keys[i], 8, &CLK, t_copy_cb, &v) != KURA_OK;
