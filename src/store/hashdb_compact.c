@@ -183,8 +183,9 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
 #define SWEEP_HOLD_ENTRIES 64
 #define SWEEP_HOLD_SLOTS 1024
 
-/* A budget unit is an entry examined, or a stripe entered at its start (so
- * that empty stripes cost too, and a call over an empty index ends). */
+/* A budget unit is an entry examined, or a stripe finished (so that empty
+ * stripes cost too).  Every call moves the cursor forward, whatever its
+ * budget (at least one entry examined or one stripe's emptiness seen). */
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
 {
     hd_sweeper *sw = &db->sweep;
@@ -198,8 +199,6 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
     for (bool wrapped = false; seen < budget && !wrapped && rc == KURA_OK;) {
         hd_stripe *st = &db->stripes[sw->stripe];
         size_t i = sw->slot, held = 0, scanned = 0;
-        if (i == 0)
-            seen++;
         hd_write_lock(st);
         /* i may lie past the end (the table shrank: it does not today) */
         for (; i < st->nslot && seen < budget && held < SWEEP_HOLD_ENTRIES &&
@@ -225,6 +224,8 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
             sw->slot = i;
             continue;
         }
+        seen++;                 /* charged at its end: a call of budget 1
+                                   still moves past an empty stripe */
         sw->slot = 0;
         if (++sw->stripe == HD_STRIPES) {
             wrapped = true;
