@@ -19,9 +19,8 @@
  * paper, kept by the generic siphash_cd() so the implementation is checked
  * against the paper's published vectors as well (tests/unit/test_siphash.c).
  *
- * The 1-3 function is inline: it is on every lookup, and for the short keys
- * memcached clients send (8 to 40 bytes) a call and the generic loop's
- * round counters are a noticeable part of its cost.
+ * The 1-3 function is inline, its rounds unrolled: it is on every lookup,
+ * where a few nanoseconds show (the generic siphash_cd loops over c and d).
  */
 #ifndef KURA_SIPHASH_H
 #define KURA_SIPHASH_H

@@ -3,8 +3,9 @@
  *
  * HD_STRIPES independent open-addressed hash tables (hd_stripe in
  * hashdb_int.h says how a table is laid out), each behind its own rwlock.
- * A key's stripe is chosen by the low bits of its 64-bit hash, its line of
- * slots by the middle bits, its tag by the top 16.  A table doubles when
+ * A key's stripe is chosen by the low bits of its 64-bit hash (SipHash-1-3
+ * under a key random per process, so that clients cannot choose keys that
+ * collide), its line of slots by the middle bits, its tag by the top 16.  A table doubles when
  * its used slots (entries and tombstones) would pass 3/4, or is rebuilt at
  * its size when tombstones are most of them, under its own write lock:
  * growth is online and touches 1/HD_STRIPES of the keys at a time, so
