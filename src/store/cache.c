@@ -5,10 +5,10 @@
  * Why this shape.  Worker threads hit the store concurrently, so the table is
  * split into CACHE_STRIPES independent stripes chosen by the top bits of a
  * 32-bit key hash (keyed, SipHash-1-3: clients choose the keys, and must not
- * be able to pile them into one chain).  Each stripe has its own mutex, its own bucket array
- * (chained, doubled online when the load passes 1.5; only that stripe waits
- * while it is rehashed) and its own LRU list; no lock is global on get, put,
- * delete or update.  An item is one malloc'd block: a 54-byte header (hash
+ * be able to pile them into one chain).  Each stripe has its own mutex, its
+ * own bucket array (chained, doubled online when the load passes 1.5; only
+ * that stripe waits while it is rehashed) and its own LRU list; no lock is
+ * global on get, put, delete or update.  An item is one malloc'd block: a 54-byte header (hash
  * chain link, LRU links, cas, hash, exptime, flags, value length, last-bump
  * time, key length, state bits) followed by the key and the value.  glibc
  * rounds a request of n bytes to a chunk of (n + 8) rounded up to 16, so a

@@ -5,12 +5,13 @@
  * hashdb_int.h says how a table is laid out), each behind its own rwlock.
  * A key's stripe is chosen by the low bits of its 64-bit hash (SipHash-1-3
  * under a key random per process, so that clients cannot choose keys that
- * collide), its line of slots by the middle bits, its tag by the top 16.  A table doubles when
- * its used slots (entries and tombstones) would pass 3/4, or is rebuilt at
- * its size when tombstones are most of them, under its own write lock:
- * growth is online and touches 1/HD_STRIPES of the keys at a time, so
- * `bnum` is only a starting size.  Every function here expects the caller
- * to hold the stripe's lock (a write lock for the ones that change it).
+ * collide), its line of slots by the middle bits, its tag by the top 16.
+ * A table doubles when its used slots (entries and tombstones) would pass
+ * 3/4, or is rebuilt at its size when tombstones are most of them, under
+ * its own write lock: growth is online and touches 1/HD_STRIPES of the keys
+ * at a time, so `bnum` is only a starting size.  Every function here
+ * expects the caller to hold the stripe's lock (a write lock for the ones
+ * that change it).
  */
 #include <stddef.h>
 #include <stdlib.h>
