@@ -4,10 +4,11 @@
  *
  * Why this shape.  Worker threads hit the store concurrently, so the table is
  * split into CACHE_STRIPES independent stripes chosen by the top bits of a
- * 32-bit key hash.  Each stripe has its own mutex, its own bucket array
- * (chained, doubled online when the load passes 1.5; only that stripe waits
- * while it is rehashed) and its own LRU list; no lock is global on get, put,
- * delete or update.  An item is one malloc'd block: a 54-byte header (hash
+ * 32-bit key hash (keyed, SipHash-1-3: clients choose the keys, and must not
+ * be able to pile them into one chain).  Each stripe has its own mutex, its
+ * own bucket array (chained, doubled online when the load passes 1.5; only
+ * that stripe waits while it is rehashed) and its own LRU list; no lock is
+ * global on get, put, delete or update.  An item is one malloc'd block: a 54-byte header (hash
  * chain link, LRU links, cas, hash, exptime, flags, value length, last-bump
  * time, key length, state bits) followed by the key and the value.  glibc
  * rounds a request of n bytes to a chunk of (n + 8) rounded up to 16, so a
@@ -76,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/siphash.h"
 #include "kura/store.h"
 
 #define CACHE_STRIPE_BITS 8
@@ -139,39 +141,24 @@ typedef struct cache {
 
 /* ---- hashing and sizes ------------------------------------------------- */
 
-static inline uint64_t cache_rotl(uint64_t x, int r)
+/* The process's SipHash key (include/kura/siphash.h says why the table
+ * hashes with a key), copied here once, before the first cache opens
+ * (cache_open): cache_hash reads it with no call and no check. */
+static pthread_once_t cache_key_once = PTHREAD_ONCE_INIT;
+static siphash_key cache_key;
+static int cache_key_rc;
+
+static void cache_key_init(void)
 {
-    return (x << r) | (x >> (64 - r));
+    cache_key_rc = siphash_process_key(&cache_key);
 }
 
-/* A 64-bit multiply-rotate hash folded to 32 bits.  Eight bytes per round,
- * the tail read as one zero-padded word, the length in the seed (so padding
- * never collides), and a final avalanche so the top bits (stripe) and the
- * low bits (bucket) both depend on every input bit.  O(klen). */
+/* SipHash-1-3 under the process's key, folded to 32 bits: the top bits
+ * choose the stripe, the low bits the bucket, and SipHash's output bits
+ * are all alike, so the two choices stay independent.  O(klen). */
 static inline uint32_t cache_hash(const void *key, size_t len)
 {
-    const unsigned char *p = key;
-    const uint64_t k1 = 0x87c37b91114253d5ull, k2 = 0x4cf5ad432745937full;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)len * k2);
-    uint64_t w;
-
-    while (len >= 8) {
-        memcpy(&w, p, 8);
-        h ^= cache_rotl(w * k1, 31) * k2;
-        h = cache_rotl(h, 27) * 5 + 0x52dce729;
-        p += 8;
-        len -= 8;
-    }
-    if (len) {
-        w = 0;
-        memcpy(&w, p, len);
-        h ^= cache_rotl(w * k1, 31) * k2;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
+    uint64_t h = siphash13(&cache_key, key, len);
     return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -947,6 +934,12 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
     *out = NULL;
     if ((rc = kura_params_reject_unused(params, path, err, errlen)) != KURA_OK)
         return rc;
+    pthread_once(&cache_key_once, cache_key_init);
+    if (cache_key_rc != KURA_OK) {
+        snprintf(err, errlen, "database name '%s': no random bytes for the hash key "
+                 "(getrandom, /dev/urandom)", path);
+        return cache_key_rc;
+    }
     if (capsiz && (kura_parse_size(capsiz, &limit) != KURA_OK || limit == 0)) {
         snprintf(err, errlen, "database name '%s': bad capsiz '%s' (a size such as 64m)",
                  path, capsiz);

@@ -518,32 +518,26 @@ static void sum_seg(void *arg, hd_seg *sg)
 static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
 {
     hashdb *db = H(s);
-    uint64_t file = 0, live = 0, nseg = 0, expired = 0, slots = 0;
-    kura_clock clk = { .now = atomic_load(&db->clk_now), .oldest_cas = atomic_load(&db->clk_oldest) };
-    if (!atomic_load(&db->clk_seen))
-        clk.now = time(NULL);
+    uint64_t file = 0, live = 0, nseg = 0;
 
     seg_sum t = { 0, 0, 0 };
     sl_seg_each(&db->log, sum_seg, &t);
     file = t.file;
     live = t.live;
     nseg = t.nseg;
-    for (int i = 0; i < HD_STRIPES; i++) {
-        hd_stripe *st = &db->stripes[i];
-        pthread_rwlock_rdlock(&st->lock);
-        slots += st->nslot;
-        for (size_t i = 0; i < st->nslot; i++) {
-            hd_ent *e = hdx_at(st, i);
-            if (e && kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE)
-                expired += hd_rec_size(e->hlen, e->klen, e->vlen);
-        }
-        pthread_rwlock_unlock(&st->lock);
-    }
+    /* O(1), no stripe lock: counters kept as the index changes.  Which
+     * items have expired since the sweep last looked cannot be known
+     * without looking at them all, so expired bytes are what the sweep's
+     * last complete pass found (and reclaimed); docs/operations.md. */
+    uint64_t slots = hdx_slots(db);
+    uint64_t expired = atomic_load_explicit(&db->sweep.last_pass_bytes, memory_order_relaxed);
     char frag[32];
     snprintf(frag, sizeof(frag), "%.3f", file ? (double)(file - live) / (double)file : 0.0);
     emit_u64(emit, arg, "hash_file_bytes", file);
-    emit_u64(emit, arg, "hash_live_bytes", live - (expired < live ? expired : live));
+    emit_u64(emit, arg, "hash_live_bytes", live);
     emit_u64(emit, arg, "hash_expired_bytes", expired);
+    emit_u64(emit, arg, "hash_sweep_passes",
+             atomic_load_explicit(&db->sweep.passes, memory_order_relaxed));
     emit_u64(emit, arg, "hash_dead_bytes", file - live);
     emit(arg, "hash_fragmentation", frag);
     emit_u64(emit, arg, "hash_segments", nseg);
@@ -977,7 +971,12 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     }
     rc = hdx_init(db, bnum);
     if (rc) {
-        snprintf(err, errlen, "out of memory for an index of %llu records", (unsigned long long)bnum);
+        if (rc == KURA_ENOMEM)
+            snprintf(err, errlen, "out of memory for an index of %llu records",
+                     (unsigned long long)bnum);
+        else
+            snprintf(err, errlen, "no random bytes for the index's hash key "
+                     "(getrandom, /dev/urandom): %s", kura_strerror(rc));
         goto fail;
     }
     /* loading the index: huge pages at once (see hashdb_index.c) */

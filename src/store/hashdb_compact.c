@@ -17,8 +17,17 @@
  * scanner, judges records with the hash file's codec, and drops them with
  * sl_seg_drop.
  *
- * The sweep walks a few stripes per call and drops dead entries, each with
- * a tombstone (their records become garbage for compaction).
+ * The sweep walks the index stripe by stripe, slot by slot, and drops dead
+ * entries, each with a tombstone (their records become garbage for
+ * compaction).  A call stops where its budget runs out, inside a stripe if
+ * need be, and the next goes on from that stripe and slot (hd_sweeper), so
+ * a stripe full of expired items costs each call its budget, not the whole
+ * stripe under its write lock.  Between two calls the stripe's table may be
+ * rebuilt (it grew, or shed its tombstones), which moves entries: resuming
+ * at the same slot index then examines some entries twice (harmless: a
+ * dropped entry is gone, so none is counted twice) and may pass over some
+ * that moved below the index; those wait for the next pass, which is only
+ * late, never wrong: a dead entry is invisible to every read meanwhile.
  */
 #include <sched.h>
 #include <string.h>
@@ -166,30 +175,66 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
     return KURA_OK;
 }
 
+/* How long the sweep holds a stripe's write lock at most: this many
+ * entries examined (each dead one costs a tombstone's append) or slots
+ * scanned, whichever comes first; then it lets go, so that a request on
+ * that stripe waits for a few microseconds of sweeping at most, whatever
+ * the budget. */
+#define SWEEP_HOLD_ENTRIES 64
+#define SWEEP_HOLD_SLOTS 1024
+
+/* A budget unit is an entry examined, or a stripe finished (so that empty
+ * stripes cost too).  Every call moves the cursor forward, whatever its
+ * budget (at least one entry examined or one stripe's emptiness seen). */
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
 {
+    hd_sweeper *sw = &db->sweep;
+    if (atomic_exchange(&sw->busy, true))
+        return 0;               /* another thread is sweeping */
     long reclaimed = 0;
     size_t seen = 0;
     int rc = KURA_OK;
-    for (int k = 0; k < HD_STRIPES && seen < budget && rc == KURA_OK; k++) {
-        uint32_t i = atomic_fetch_add(&db->sweep_cursor, 1) % HD_STRIPES;
-        hd_stripe *st = &db->stripes[i];
+    /* a call ends with its pass, however large the budget: the next call
+     * starts the next pass (so an empty index costs one round per call) */
+    for (bool wrapped = false; seen < budget && !wrapped && rc == KURA_OK;) {
+        hd_stripe *st = &db->stripes[sw->stripe];
+        size_t i = sw->slot, held = 0, scanned = 0;
         hd_write_lock(st);
-        for (size_t i = 0; i < st->nslot && rc == KURA_OK; i++) {
+        /* i may lie past the end (the table shrank: it does not today) */
+        for (; i < st->nslot && seen < budget && held < SWEEP_HOLD_ENTRIES &&
+               scanned < SWEEP_HOLD_SLOTS; i++, scanned++) {
             hd_ent *e = hdx_at(st, i);
-            if (e) {
-                int lv = kura_item_liveness(e->exptime, e->cas, clk);
-                seen++;
-                if (lv != KURA_LIVE) {
-                    rc = hd_drop_dead(db, st, e, lv);
-                    if (rc)
-                        break;
-                    reclaimed++;
-                }
+            if (!e)
+                continue;
+            seen++;
+            held++;
+            int lv = kura_item_liveness(e->exptime, e->cas, clk);
+            if (lv != KURA_LIVE) {
+                uint64_t bytes = hd_rec_size(e->hlen, e->klen, e->vlen);
+                rc = hd_drop_dead(db, st, e, lv);
+                if (rc)
+                    break;      /* the entry stays; the next call retries it */
+                sw->pass_bytes += bytes;
+                reclaimed++;
             }
         }
-        seen++;
+        bool end = i >= st->nslot;
         hd_write_unlock(st);
+        if (!end) {
+            sw->slot = i;
+            continue;
+        }
+        seen++;                 /* charged at its end: a call of budget 1
+                                   still moves past an empty stripe */
+        sw->slot = 0;
+        if (++sw->stripe == HD_STRIPES) {
+            wrapped = true;
+            sw->stripe = 0;
+            atomic_store_explicit(&sw->last_pass_bytes, sw->pass_bytes, memory_order_relaxed);
+            atomic_fetch_add_explicit(&sw->passes, 1, memory_order_relaxed);
+            sw->pass_bytes = 0;
+        }
     }
+    atomic_store(&sw->busy, false);
     return reclaimed;
 }

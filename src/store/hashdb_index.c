@@ -3,13 +3,15 @@
  *
  * HD_STRIPES independent open-addressed hash tables (hd_stripe in
  * hashdb_int.h says how a table is laid out), each behind its own rwlock.
- * A key's stripe is chosen by the low bits of its 64-bit hash, its line of
- * slots by the middle bits, its tag by the top 16.  A table doubles when
- * its used slots (entries and tombstones) would pass 3/4, or is rebuilt at
- * its size when tombstones are most of them, under its own write lock:
- * growth is online and touches 1/HD_STRIPES of the keys at a time, so
- * `bnum` is only a starting size.  Every function here expects the caller
- * to hold the stripe's lock (a write lock for the ones that change it).
+ * A key's stripe is chosen by the low bits of its 64-bit hash (SipHash-1-3
+ * under a key random per process, so that clients cannot choose keys that
+ * collide), its line of slots by the middle bits, its tag by the top 16.
+ * A table doubles when its used slots (entries and tombstones) would pass
+ * 3/4, or is rebuilt at its size when tombstones are most of them, under
+ * its own write lock: growth is online and touches 1/HD_STRIPES of the keys
+ * at a time, so `bnum` is only a starting size.  Every function here
+ * expects the caller to hold the stripe's lock (a write lock for the ones
+ * that change it).
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 #include <time.h>
 
 #include "hashdb_int.h"
+#include "kura/siphash.h"
 
 /* ---- the arena ---------------------------------------------------- */
 
@@ -143,37 +146,28 @@ static void arena_destroy(hd_arena *a)
     pthread_mutex_destroy(&a->mu);
 }
 
-static inline uint64_t fmix64(uint64_t k)
+/* ---- the hash ------------------------------------------------------ */
+
+/* The process's SipHash key (include/kura/siphash.h says why the index
+ * hashes with a key), copied here once, before the first store opens
+ * (hdx_init): hd_hash reads it with no call and no check.  A store's
+ * threads, and the callers of its operations, all come after that open. */
+static pthread_once_t hd_key_once = PTHREAD_ONCE_INIT;
+static siphash_key hd_key;
+static int hd_key_rc;
+
+static void hd_key_init(void)
 {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
+    hd_key_rc = siphash_process_key(&hd_key);
 }
 
-/* A simple multiply-xor hash over 8-byte words; O(klen). */
+/* SipHash-1-3 under the process's key; O(klen), about 8 ns for an
+ * 8-byte key.  Random per process: nothing stored may depend on it (the
+ * checkpoint holds keys, not hashes, and is loaded by key, in any order). */
 uint64_t hd_hash(const char *key, size_t klen)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)klen * 0x100000001b3ULL);
-    const unsigned char *p = (const unsigned char *)key;
-    while (klen >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        h = (h ^ fmix64(v)) * 0x9E3779B97F4A7C15ULL;
-        h ^= h >> 29;
-        p += 8;
-        klen -= 8;
-    }
-    if (klen) {
-        uint64_t v = 0;
-        memcpy(&v, p, klen);
-        h = (h ^ fmix64(v ^ 0xa0761d6478bd642fULL)) * 0x9E3779B97F4A7C15ULL;
-    }
-    return fmix64(h);
+    return siphash13(&hd_key, key, klen);
 }
-
 
 static inline uint64_t tag_of(uint64_t h)
 {
@@ -192,6 +186,10 @@ static inline hd_ent *ent_in(uint64_t v)
 
 static void publish(hd_stripe *s, uint64_t *slot, size_t nslot)
 {
+    /* the total for stats, changed by the difference (mod 2^64: a table
+     * never shrinks today, but the sum stays right if one does) */
+    atomic_fetch_add_explicit(&s->arena->nslots, (uint64_t)nslot - (uint64_t)s->nslot,
+                              memory_order_relaxed);
     s->slot = slot;
     s->nslot = nslot;
     /* atomic stores for hdx_prefetch's lock-free peek */
@@ -205,6 +203,9 @@ int hdx_init(hashdb *db, uint64_t bnum)
     size_t per = 8;
     while (per * HD_STRIPES * 3 / 4 < bnum && per < ((size_t)1 << 30))
         per <<= 1;
+    pthread_once(&hd_key_once, hd_key_init);
+    if (hd_key_rc != KURA_OK)
+        return hd_key_rc;
     pthread_mutex_init(&db->arena.mu, NULL);
     _Static_assert(sizeof(hd_stripe) % 64 == 0, "stripes are line-aligned");
     _Static_assert(offsetof(hd_stripe, bytes) + sizeof(uint64_t) <= 128,
@@ -254,6 +255,11 @@ uint64_t hdx_items(hashdb *db, uint64_t *bytes)
     if (bytes)
         *bytes = b;
     return n;
+}
+
+uint64_t hdx_slots(hashdb *db)
+{
+    return atomic_load_explicit(&db->arena.nslots, memory_order_relaxed);
 }
 
 /* Key equality without a call: keys are short (most fit an entry's line)
@@ -469,3 +475,37 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
     }
 }
 
+
+/* ---- for tests ----------------------------------------------------- */
+
+/* A new process key, as a restart would draw: only while no store is open
+ * (an open store's entries sit where the old key put them). */
+void hashdb_debug_rekey(void)
+{
+    pthread_once(&hd_key_once, hd_key_init);
+    (void)siphash_random_key(&hd_key);
+}
+
+/* The longest probe in the index: how many slots past its home line's
+ * first slot the farthest entry sits.  O(slots), under each stripe's read
+ * lock in turn. */
+size_t hashdb_debug_probe_max(kura_store *store)
+{
+    hashdb *db = (hashdb *)store;
+    size_t max = 0;
+    for (int k = 0; k < HD_STRIPES; k++) {
+        hd_stripe *s = &db->stripes[k];
+        pthread_rwlock_rdlock(&s->lock);
+        for (size_t i = 0; i < s->nslot; i++) {
+            const hd_ent *e = hdx_at(s, i);
+            if (!e)
+                continue;
+            size_t home = hd_slot_home(hd_hash(e->key, e->klen), s->nslot);
+            size_t d = (i - home) & (s->nslot - 1);
+            if (d > max)
+                max = d;
+        }
+        pthread_rwlock_unlock(&s->lock);
+    }
+    return max;
+}

@@ -115,6 +115,8 @@ typedef struct hd_arena {
     size_t left;
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
     bool huge_now;              /* new chunks get huge pages at once (open) */
+    _Atomic uint64_t nslots;    /* slots of every stripe's table, kept as
+                                   tables are made or rebuilt (stats) */
 } hd_arena;
 
 /* Where a stripe's slot array is, kept apart from the stripes in one small
@@ -126,6 +128,20 @@ typedef struct hd_bdir {
     uint64_t *slot;
     size_t nslot;
 } hd_bdir;
+
+/* Where the expiry sweep (hd_sweep, hashdb_compact.c) goes on, and what
+ * its passes found.  One sweep at a time: `busy` is taken by exchange, and
+ * a call that finds it taken returns at once.  The cursor and pass_bytes
+ * belong to the sweep holding `busy`; the two atomics are read by stats. */
+typedef struct hd_sweeper {
+    _Atomic bool busy;
+    uint32_t stripe;            /* the next call resumes at this stripe's */
+    size_t slot;                /* slot (0: the stripe from its start) */
+    uint64_t pass_bytes;        /* record bytes of dead items dropped so far
+                                   in this pass */
+    _Atomic uint64_t last_pass_bytes;   /* ... in the last complete pass */
+    _Atomic uint64_t passes;    /* complete passes over the index */
+} hd_sweeper;
 
 /* Line-aligned; what every operation touches is in its first two lines
  * (the lock and slot, then nslot to bytes; the static assert in
@@ -294,11 +310,12 @@ typedef struct hashdb {
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
-    _Atomic uint32_t sweep_cursor;
+    hd_sweeper sweep;
     uint64_t recovered_records, recovery_lost, truncated_bytes;
 } hashdb;
 
 /* hashdb_index.c - caller holds the stripe's lock (write lock to change). */
+/* SipHash-1-3 under a key random per process: no hash is ever stored */
 uint64_t hd_hash(const char *key, size_t klen);
 static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
 {
@@ -345,8 +362,12 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
 void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h);    /* h: e's key's hash */
 void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
+uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
+/* for tests: a new process hash key (no store open), the longest probe */
+void hashdb_debug_rekey(void);
+size_t hashdb_debug_probe_max(kura_store *store);
 
 static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 {

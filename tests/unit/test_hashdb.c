@@ -2,7 +2,10 @@
  * test_hashdb.c - the hash file backend (src/store/hashdb*.c): every store
  * operation and condition, liveness, persistence of every field and of the
  * engine's state across close and reopen, database names and parameters,
- * the lock file, online growth of the index, large values, CRC-32C.
+ * the lock file, online growth of the index, large values, CRC-32C, the
+ * keyed hash (keys chosen to collide under the old unkeyed one spread out;
+ * a new key, as after a restart, finds every key), the sweep's budget
+ * inside one stripe and the stats kept as counters.
  * Crash, corruption and disk-full cases are in test_hashdb_crash.c;
  * compaction and threads in test_hashdb_stress.c.
  */
@@ -14,6 +17,8 @@
 
 uint64_t hd_hash(const char *key, size_t klen);
 void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
+void hashdb_debug_rekey(void);
+size_t hashdb_debug_probe_max(kura_store *store);
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
@@ -621,6 +626,282 @@ static void test_read_only(void)
     CHECK(t_open(t_path("nonexistent"), "", &cfg, &s, err, sizeof(err)) != KURA_OK);
 }
 
+/* ---- the keyed hash ---------------------------------------------------- */
+
+/* The index's hash before it was keyed (a multiply-xor over 8-byte words),
+ * kept here to make keys that all collide under it. */
+static uint64_t old_fmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static uint64_t old_hash8(uint64_t v)    /* of an 8-byte key, as its word */
+{
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (8 * 0x100000001b3ULL);
+    h = (h ^ old_fmix64(v)) * 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 29;
+    return old_fmix64(h);
+}
+
+static uint64_t inv_mul(uint64_t c)     /* c odd: c * inv_mul(c) == 1 mod 2^64 */
+{
+    uint64_t x = c;
+    for (int i = 0; i < 6; i++)
+        x *= 2 - c * x;
+    return x;
+}
+
+static uint64_t old_unfmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= inv_mul(0xc4ceb9fe1a85ec53ULL);
+    k ^= k >> 33;
+    k *= inv_mul(0xff51afd7ed558ccdULL);
+    k ^= k >> 33;
+    return k;
+}
+
+/* The 8-byte key whose old hash is h: every step of old_hash8 inverts. */
+static uint64_t old_preimage(uint64_t h)
+{
+    uint64_t t = old_unfmix64(h);
+    t ^= t >> 29 ^ t >> 58;
+    t *= inv_mul(0x9E3779B97F4A7C15ULL);
+    return old_unfmix64(t ^ 0x9E3779B97F4A7C15ULL ^ (8 * 0x100000001b3ULL));
+}
+
+/* An attacker's keys against the unkeyed hash: N keys whose old hashes
+ * agree in bits 0-47 (stripe and home line, at any table size) and differ
+ * only in the tag, so that under it they all share one stripe and one
+ * probe sequence, and each insert or miss walks past all the others.
+ * Under the keyed hash they spread over the stripes as random keys do,
+ * and the longest probe stays short. */
+static void test_hash_flooding(void)
+{
+    enum { N = 4000 };
+    static char keys[N][8];
+    int old_same = 0;
+    uint64_t base = 0x00005a5a12345678ULL;
+    for (int i = 0; i < N; i++) {
+        uint64_t v = old_preimage(base | (uint64_t)(i + 1) << 48);
+        memcpy(keys[i], &v, 8);
+        uint64_t back;
+        memcpy(&back, keys[i], 8);
+        old_same += (old_hash8(back) & 0xffffffffffffULL) == base;
+    }
+    CHECK_EQ_INT(old_same, N);      /* the old hash put them all together */
+
+    /* (the process's key is made when the first store opens) */
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    REQUIRE(t_open(t_path("flood"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    /* the keyed hash: per stripe about N / 1024 ~ 4; at random the fullest
+     * of 1024 stripes holds about 12 */
+    static int per[1024];
+    memset(per, 0, sizeof(per));
+    int most = 0;
+    for (int i = 0; i < N; i++) {
+        int st = (int)(hd_hash(keys[i], 8) & 1023);
+        if (++per[st] > most)
+            most = per[st];
+    }
+    printf("# %d old-colliding keys: at most %d in one stripe of 1024\n", N, most);
+    CHECK(most <= 30);      /* under the old hash: N */
+
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        kura_item it = { .key = keys[i], .klen = 8, .val = "v", .vlen = 1, .cas = 1 };
+        bad += s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
+    }
+    CHECK_EQ_INT(bad, 0);
+    size_t probe = hashdb_debug_probe_max(s);
+    printf("# longest probe: %zu slots past the home line's start\n", probe);
+    CHECK(probe < 64);      /* under the old hash: N - 1 */
+    t_val v;
+    for (int i = 0; i < N; i++)
+        bad += s->ops->get(s, keys[i], 8, &CLK, t_copy_cb, &v) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    kura_store_close(s);
+}
+
+/* Nothing on disk depends on the hash: under a new key (a restart draws
+ * one) every key is found again, whether it comes back from the checkpoint
+ * or from the log's replay, though its stripe and slot have changed. */
+static void test_rekey_reopen(void)
+{
+    enum { N = 5000 };
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], k[32];
+    t_val v;
+    REQUIRE(t_open(t_path("rekey"), "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "rk:%d", i);
+        CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        if (i == N / 2)     /* the first half in the checkpoint, the rest replayed */
+            CHECK(hashdb_debug_maintain(s, true, false) >= 0);
+    }
+    uint64_t before[64];
+    for (int i = 0; i < 64; i++) {
+        snprintf(k, sizeof(k), "rk:%d", i);
+        before[i] = hd_hash(k, strlen(k));
+    }
+    /* a crash image, whose open must replay the log after the checkpoint
+     * (a clean close may write a new checkpoint) */
+    char crash[600];
+    snprintf(crash, sizeof(crash), "%s/rekey-crash.kh", t_root);
+    CHECK(t_copy_dir(t_path("rekey"), crash) == 0);
+    kura_store_close(s);
+    hashdb_debug_rekey();
+    int moved = 0;
+    for (int i = 0; i < 64; i++) {
+        snprintf(k, sizeof(k), "rk:%d", i);
+        moved += hd_hash(k, strlen(k)) != before[i];
+    }
+    CHECK_EQ_INT(moved, 64);
+    const char *paths[2] = { t_path("rekey"), crash };
+    for (int p = 0; p < 2; p++) {
+        REQUIRE(t_open(paths[p], "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            snprintf(k, sizeof(k), "rk:%d", i);
+            bad += t_get(s, k, &CLK, &v) != KURA_OK || v.len != strlen(k) ||
+                   memcmp(v.buf, k, v.len) || v.cas != 1 + (uint64_t)i;
+        }
+        CHECK_EQ_INT(bad, 0);
+        kura_store_usage u;
+        s->ops->usage(s, &u);
+        CHECK_EQ_INT(u.curr_items, N);
+        kura_store_close(s);
+    }
+}
+
+/* ---- the sweep's budget, the counters behind stats ---------------------- */
+
+/* n keys "<prefix><i>" that fall into the given stripe; returns them in
+ * keys[] (each up to 16 bytes) */
+static void keys_in_stripe(char (*keys)[16], int n, const char *prefix, uint64_t stripe)
+{
+    for (int i = 0, j = 0; j < n; i++) {
+        snprintf(keys[j], 16, "%s%d", prefix, i);
+        if ((hd_hash(keys[j], strlen(keys[j])) & 1023) == stripe)
+            j++;
+    }
+}
+
+/* One stripe holding 3000 expired items among 500 live ones: each sweep
+ * call reclaims at most its budget (an entry examined is one unit), and
+ * together they reclaim every dead item, even when the stripe's table is
+ * rebuilt bigger halfway.  The stats that are counters now: the index's
+ * slots follow the growth exactly; expired bytes are those the sweep's
+ * last complete pass dropped, and fall to 0 once a pass finds none. */
+static void test_sweep_budget_in_stripe(void)
+{
+    enum { DEAD = 3000, LIVE = 500, MORE = 6000, BUDGET = 50 };
+    static char dead[DEAD][16], live[LIVE][16], more[MORE][16];
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    REQUIRE(t_open(t_path("sweepb"), "#bnum=16", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK_EQ_INT(t_stat(s, "hash_index_slots"), 1024 * 8);
+    uint64_t stripe = hd_hash("anchor", 6) & 1023;
+    keys_in_stripe(dead, DEAD, "d", stripe);
+    keys_in_stripe(live, LIVE, "l", stripe);
+    keys_in_stripe(more, MORE, "m", stripe);
+    kura_clock c = CLK;
+    int bad = 0;
+    uint64_t dead_kv = 0;
+    for (int i = 0; i < DEAD; i++) {
+        bad += t_put(s, dead[i], "xyz", 0, c.now + 5, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+        dead_kv += strlen(dead[i]) + 3;
+    }
+    for (int i = 0; i < LIVE; i++)
+        bad += t_put(s, live[i], "abc", 0, 0, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    /* 3500 entries in one stripe: its table doubled from 8 to 8192 slots
+     * (4096 would be more than 3/4 used) */
+    CHECK_EQ_INT(t_stat(s, "hash_index_slots"), 1023 * 8 + 8192);
+    CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
+
+    c.now += 10;                /* the DEAD expire */
+    long total = 0, most = 0;
+    int calls = 0;
+    /* half of one pass's work: 3500 entries and 1024 stripe starts */
+    for (; calls < (LIVE + DEAD + 1024) / BUDGET / 2; calls++) {
+        long r = s->ops->sweep(s, &c, BUDGET);
+        total += r;
+        most = r > most ? r : most;
+    }
+    CHECK(total > 0 && total < DEAD);   /* stopped inside the stripe */
+    /* the stripe's table grows under the sweep's cursor: 6500 entries at
+     * least will not fit 3/4 of 8192 slots */
+    for (int i = 0; i < MORE; i++)
+        bad += t_put(s, more[i], "new", 0, 0, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    uint64_t slots = t_stat(s, "hash_index_slots") - 1023 * 8;
+    CHECK(slots > 8192 && (slots & (slots - 1)) == 0);
+    /* then the sweep goes on: three passes' worth at most (one after the
+     * rebuild may pass over a few entries that moved, the next gets them) */
+    for (int n = 0; n < 3 * (LIVE + DEAD + MORE + 1024) / BUDGET && total < DEAD; n++, calls++) {
+        long r = s->ops->sweep(s, &c, BUDGET);
+        total += r;
+        most = r > most ? r : most;
+    }
+    printf("# %d calls of budget %d reclaimed %ld, at most %ld in one\n", calls, BUDGET, total,
+           most);
+    CHECK_EQ_INT(total, DEAD);
+    CHECK(most <= BUDGET);
+    kura_store_usage u;
+    s->ops->usage(s, &u);
+    CHECK_EQ_INT(u.curr_items, LIVE + MORE);
+    CHECK_EQ_INT(u.reclaimed, DEAD);
+
+    /* expired bytes: those the last complete pass dropped.  Start a pass
+     * with nothing dead, then let items expire: that pass drops them all */
+    uint64_t passes = t_stat(s, "hash_sweep_passes");
+    /* (the pass under way may have dropped some above: the one after not;
+     * a call ends with its pass, so the next starts at the beginning) */
+    while (t_stat(s, "hash_sweep_passes") < passes + 2)
+        s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
+    dead_kv = 0;
+    for (int i = 0; i < DEAD; i++) {
+        bad += t_put(s, dead[i], "xyz", 0, c.now + 5, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
+        dead_kv += strlen(dead[i]) + 3;
+    }
+    c.now += 10;
+    passes = t_stat(s, "hash_sweep_passes");
+    while (t_stat(s, "hash_sweep_passes") == passes)
+        s->ops->sweep(s, &c, 1000);
+    /* each a record of header (13 to 48 bytes), key and value */
+    uint64_t exp = t_stat(s, "hash_expired_bytes");
+    CHECK(exp >= dead_kv + 13 * DEAD && exp <= dead_kv + 48 * DEAD);
+    /* the next pass finds nothing dead */
+    passes = t_stat(s, "hash_sweep_passes");
+    while (t_stat(s, "hash_sweep_passes") == passes)
+        s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
+    /* the smallest budget still gets round: each call moves on */
+    passes = t_stat(s, "hash_sweep_passes");
+    for (int n = 0; n < LIVE + MORE + 1024 + 10 && t_stat(s, "hash_sweep_passes") == passes; n++)
+        s->ops->sweep(s, &c, 1);
+    CHECK_EQ_INT(t_stat(s, "hash_sweep_passes"), passes + 1);
+    /* every live key is still there */
+    t_val v;
+    for (int i = 0; i < LIVE; i++)
+        bad += t_get(s, live[i], &c, &v) != KURA_OK;
+    for (int i = 0; i < MORE; i++)
+        bad += t_get(s, more[i], &c, &v) != KURA_OK;
+    CHECK_EQ_INT(bad, 0);
+    kura_store_close(s);
+}
+
 int main(void)
 {
     t_setup();
@@ -635,6 +916,9 @@ int main(void)
     RUN(test_big_value);
     RUN(test_large_copy_lets_readers_in);
     RUN(test_read_only);
+    RUN(test_hash_flooding);
+    RUN(test_rekey_reopen);
+    RUN(test_sweep_budget_in_stripe);
     t_teardown();
     UNIT_DONE();
 }
