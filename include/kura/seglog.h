@@ -241,8 +241,8 @@ int sl_commit(sl_log *log, uint64_t lsn);       /* durable up to lsn (group comm
 int sl_sync_now(sl_log *log);                   /* durable up to the current end */
 void sl_writebehind(sl_log *log);               /* background: start writeback */
 void sl_writeback_hint(sl_log *log);            /* start writeback of the whole tail */
-/* Drops the active segment's mapping (appends then use pwritev); only while
- * no other thread uses the log (a close). */
+/* Drops the active segment's mapping (appends then use pwritev) and cuts
+ * its preallocated tail; only while no other thread uses the log (a close). */
 void sl_unmap_active(sl_log *log);
 int sl_fsync_dir(sl_log *log);                  /* a failure is sticky */
 /* Records a failed sync (or a write whose fate is unknown) for good: from

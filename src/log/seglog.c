@@ -326,8 +326,18 @@ void sl_seg_map(sl_log *log, sl_seg *sg)
 
 void sl_unmap_active(sl_log *log)
 {
-    if (log->active && log->active->wmap)
-        seg_unmap(log, log->active);
+    sl_seg *a = log->active;
+    if (!a)
+        return;
+    if (a->wmap)
+        seg_unmap(log, a);
+    /* The preallocated tail goes too, so that the next open finds the end
+     * of the log at the end of the file instead of reading a hundred MB
+     * of zeros to learn that nothing was cut (sl_seg_cut).  Not synced
+     * for its own sake: a tail of zeros is a tail of zeros either way. */
+    if (!log->cfg.read_only && !sl_failed(log) &&
+        log->cfg.io->ftruncate(log->cfg.io, a->fd, (off_t)a->size) != 0)
+        sl_logf(log, KURA_LOG_ERROR, "cannot trim segment %08x: %s", a->id, strerror(errno));
 }
 
 void sl_seg_close(sl_log *log, sl_seg *sg)
@@ -537,6 +547,15 @@ static uint64_t nonzero_bytes(int fd, uint64_t off, uint64_t end)
     unsigned char buf[4096];
     uint64_t n = 0;
     for (uint64_t o = off; o < end; o += sizeof(buf)) {
+        /* unwritten extents of a preallocated tail read as a hole here
+         * (where the file system says so): skip them without reading */
+        off_t d = lseek(fd, (off_t)o, SEEK_DATA);
+        if (d < 0)
+            break;              /* ENXIO: nothing but holes to the end */
+        if ((uint64_t)d > o)
+            o = (uint64_t)d;
+        if (o >= end)
+            break;
         size_t want = end - o < sizeof(buf) ? (size_t)(end - o) : sizeof(buf);
         ssize_t got = pread(fd, buf, want, (off_t)o);
         if (got <= 0)

@@ -127,7 +127,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
     hashdb *db = H(s);
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    uint64_t h = hd_hash(key, klen);
+    uint64_t h = hd_hash(db, key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
     hdx_prefetch(db, h);
     note_clock(db, clk);
@@ -228,7 +228,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         return KURA_ETOOBIG;
     if (db->cfg.read_only)
         return KURA_EREADONLY;
-    uint64_t h = hd_hash(it->key, it->klen);
+    uint64_t h = hd_hash(db, it->key, it->klen);
     hd_stripe *st = hd_stripe_of(db, h);
     hdx_prefetch(db, h);        /* loads while the checksum is computed */
     note_clock(db, clk);
@@ -301,7 +301,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
     if (db->cfg.read_only)
         return KURA_EREADONLY;
     note_clock(db, clk);
-    uint64_t h = hd_hash(key, klen);
+    uint64_t h = hd_hash(db, key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
     hd_loc loc = { 0 };
     bool wrote = false;
@@ -337,7 +337,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
     if (check_key(key, klen))
         return KURA_EINVAL;
     note_clock(db, clk);
-    uint64_t h = hd_hash(key, klen);
+    uint64_t h = hd_hash(db, key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
     hd_loc loc = { 0 };
     bool wrote = false;

@@ -37,12 +37,13 @@
 #include "crc32c.h"
 #include "hashdb_int.h"
 
-#define CK_HDR 80
+#define CK_HDR_V2 80           /* versions 1 and 2 */
+#define CK_HDR 96              /* version 3: the hash key after the rest */
 #define CK_ENT_V1 48            /* version 1: fixed fields, then the key */
 #define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen and flagged, six varints,
                                    the key */
 #define CK_TRAILER 24
-#define CK_VERSION 2            /* written; 1 is still read */
+#define CK_VERSION 3            /* written; 1 and 2 are still read */
 
 
 typedef struct wbuf {
@@ -156,6 +157,8 @@ static void ck_head_locked(void *arg, const sl_tail *t)
     put64(h + 56, (uint64_t)db->state.flush_at);
     put64(h + 64, db->state_seq);
     put64(h + 72, db->max_cas_seen);
+    put64(h + 80, db->arena.key.k0);
+    put64(h + 88, db->arena.key.k1);
     atomic_store(&db->ckpt_lsn, t->lsn);
     atomic_store(&db->ckpt_rolls, t->rolls);
 }
@@ -180,7 +183,8 @@ int hd_ckpt_write(hashdb *db)
     w.buf = malloc(w.cap);
     if ((rc = hd_failed(db)))
         goto out;       /* after a failed sync no checkpoint is trusted */
-    w.fd = db->io->open(db->io, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* 0600: it holds the database's hash key, which clients must not learn */
+    w.fd = db->io->open(db->io, AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (!w.buf || w.fd < 0) {
         rc = w.buf ? hd_errno_status(errno) : KURA_ENOMEM;
         hd_log(db, KURA_LOG_ERROR, "cannot create %s: %s", tmp, strerror(errno));
@@ -269,6 +273,8 @@ typedef struct ck_file {
     hd_pos P;
     uint64_t seq, count;
     uint32_t version;
+    bool has_key;               /* version 3: the database's hash key */
+    siphash_key key;
     char why[4400];
 } ck_file;
 
@@ -287,7 +293,7 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
         return;
     }
     ck->exists = true;
-    if (fstat(fd, &st) != 0 || st.st_size < CK_HDR + CK_TRAILER) {
+    if (fstat(fd, &st) != 0 || st.st_size < CK_HDR_V2 + CK_TRAILER) {
         snprintf(ck->why, sizeof(ck->why), "%s: too short (%lld bytes)", path,
                  (long long)st.st_size);
         close(fd);
@@ -308,7 +314,8 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
         return;
     }
     ck->version = get32(p + 8);
-    if (ck->version != 1 && ck->version != CK_VERSION) {
+    if ((ck->version < 1 || ck->version > CK_VERSION) ||
+        (ck->version == CK_VERSION && ck->len < CK_HDR + CK_TRAILER)) {
         snprintf(ck->why, sizeof(ck->why), "%s: unsupported version %u", path, get32(p + 8));
         return;
     }
@@ -321,6 +328,11 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
     ck->P.off = get64(p + 24);
     ck->seq = get64(p + 32);
     ck->count = get64(t + 8);
+    ck->has_key = ck->version >= 3;
+    if (ck->has_key) {
+        ck->key.k0 = get64(p + 80);
+        ck->key.k1 = get64(p + 88);
+    }
     ck->valid = true;
 }
 
@@ -386,6 +398,11 @@ static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned cha
 }
 
 /* Loads a checked checkpoint into the (empty) index. */
+/* Entries are inserted in the order of the dump: stripe by stripe, so each
+ * stripe's table and slab stay in cache while they fill, provided the hash
+ * key is the one the dump was made under (it is kept in the checkpoint,
+ * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or
+ * hashdb_debug_rekey) the same loop is right, only slower. */
 static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 {
     const unsigned char *p = ck->map, *end = ck->map + ck->len - CK_TRAILER;
@@ -395,7 +412,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     db->state.flush_at = (int64_t)get64(p + 56);
     db->state_seq = get64(p + 64);
     db->max_cas_seen = get64(p + 72);
-    p += CK_HDR;
+    p += ck->version >= 3 ? CK_HDR : CK_HDR_V2;
     hdx_reserve(db, ck->count);
     for (uint64_t i = 0; i < ck->count; i++) {
         ck_ent f;
@@ -408,7 +425,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
         }
         size_t klen = f.klen;
         const char *key = f.key;
-        uint64_t hv = hd_hash(key, klen);
+        uint64_t hv = hd_hash(db, key, klen);
         hd_stripe *s = hd_stripe_of(db, hv);
         hd_ent *e = hdx_find(s, hv, key, klen);
         if (!e) {
@@ -451,7 +468,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     if (off > UINT32_MAX)
         return KURA_ECORRUPT;
     const char *key = (const char *)p + r->hlen;
-    uint64_t hv = hd_hash(key, r->klen);
+    uint64_t hv = hd_hash(db, key, r->klen);
     hd_stripe *s = hd_stripe_of(db, hv);
     hd_ent *e = hdx_find(s, hv, key, r->klen);
     if (!e) {
@@ -696,6 +713,11 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
 
     if (use) {
         P = use->P;
+        /* the database's hash key, before anything is hashed (else the
+         * one hdx_init drew stays, and the next checkpoint keeps it) */
+        if (use->has_key && !hashdb_debug_fresh_key)
+            db->arena.key = use->key;
+        hashdb_debug_fresh_key = false;
         rc = ck_load(db, use, err, errlen);
         if (rc)
             goto out;

@@ -98,7 +98,7 @@ int hd_compact_one(hashdb *db, bool force)
         uint64_t rlen = hd_rec_size(r.hlen, r.klen, r.vlen);
         if (r.type == HD_REC_PUT) {
             const char *key = (const char *)p + r.hlen;
-            uint64_t h = hd_hash(key, r.klen);
+            uint64_t h = hd_hash(db, key, r.klen);
             hd_stripe *st = hd_stripe_of(db, h);
             hd_write_lock(st);
             hd_ent *e = hdx_find(st, h, key, r.klen);
