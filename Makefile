@@ -46,7 +46,14 @@ KURAD      = $(BUILD)/kurad
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all run test test-asan test-tsan check install clean bench
-all: $(KURAD) $(BENCH) $(UNIT_BIN)
+all: $(KURAD) $(BENCH) $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
+
+# An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
+# sync-failure tests (tests/shim/failsync.c).  Built without the sanitizers:
+# it is loaded into a process whose runtime is already set up.
+$(BUILD)/tests/libfailsync.so: tests/shim/failsync.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

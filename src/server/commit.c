@@ -60,6 +60,12 @@ uint64_t commit_write_seq(void)
     return cm.store->ops->write_seq(cm.store);
 }
 
+uint64_t commit_thread_seq(void)
+{
+    kura_store *s = cm.store;
+    return s->ops->thread_seq ? s->ops->thread_seq(s) : s->ops->write_seq(s);
+}
+
 /* failed is read before durable_seq: once failed is set durable_seq never
  * moves again, so a connection is closed only if its changes really are
  * past the last durable sequence. */

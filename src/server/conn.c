@@ -134,14 +134,18 @@ static bool pump(kura_conn *c)
 {
     for (;;) {
         size_t avail = c->rbuf.len - c->rpos, used = 0;
+        uint64_t before = commit_enabled() ? commit_thread_seq() : 0;
         if (avail > 0 && (c->ts.need == 0 || avail >= c->ts.need)) {
             used = text_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
         }
         if (c->ts.dirty) {
             c->ts.dirty = false;
-            if (commit_enabled()) {
-                uint64_t target = commit_write_seq();
+            uint64_t target = commit_enabled() ? commit_thread_seq() : before;
+            if (target != before) {
+                /* this batch changed the store: its replies wait until
+                 * that is durable (a batch that changed nothing, such as
+                 * writes refused after a failed sync, answers at once) */
                 int fate = commit_fate(target);
                 if (fate == COMMIT_CLOSE) {
                     /* A sync has failed: these changes will never be durable. */

@@ -115,6 +115,10 @@ void commit_stop(void);                 /* before workers_stop() */
 void commit_free(void);                 /* after workers_stop() */
 bool commit_enabled(void);
 uint64_t commit_write_seq(void);
+/* Covers every change this thread made (the store's thread_seq, or its
+ * write_seq where it has none): unchanged across a batch, the batch changed
+ * nothing and its replies wait for no sync. */
+uint64_t commit_thread_seq(void);
 uint64_t commit_durable(void);
 bool commit_failed(void);               /* a sync failed: for good */
 void commit_request(uint64_t seq);

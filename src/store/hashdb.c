@@ -822,6 +822,16 @@ static uint64_t hashdb_write_seq(kura_store *s)
     return sl_lsn(&H(s)->log);
 }
 
+_Thread_local const hashdb *hd_thread_db;
+_Thread_local uint64_t hd_thread_lsn;
+
+/* Every change this thread made is at or below it: the end of its last
+ * record (or the log's end, if its last record went to another store). */
+static uint64_t hashdb_thread_seq(kura_store *s)
+{
+    return hd_thread_db == H(s) ? hd_thread_lsn : hashdb_write_seq(s);
+}
+
 static int hashdb_commit(kura_store *s, uint64_t seq)
 {
     return hd_commit(H(s), seq);
@@ -842,6 +852,7 @@ static const kura_store_ops hashdb_ops = {
     .save_state = hashdb_save_state,
     .close = hashdb_close,
     .write_seq = hashdb_write_seq,
+    .thread_seq = hashdb_thread_seq,
     .commit = hashdb_commit,
 };
 

@@ -461,6 +461,12 @@ int hd_compact_one(hashdb *db, bool force);
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget);
 int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
 
+/* The last record this thread appended, and to which store: what a
+ * connection's requests, answered by this thread, wait for under -sync
+ * always (kura_store_ops.thread_seq).  Set by hd_append. */
+extern _Thread_local const hashdb *hd_thread_db;
+extern _Thread_local uint64_t hd_thread_lsn;
+
 /* hashdb.c */
 void hd_log(hashdb *db, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* hd_append of a PUT record by a writer of st (its write locks held): a

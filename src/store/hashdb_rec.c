@@ -147,6 +147,8 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     out->off = loc.off;
     out->lsn = loc.lsn;
     out->seq = f.r.seq;
+    hd_thread_db = db;
+    hd_thread_lsn = loc.lsn;
     return KURA_OK;
 }
 

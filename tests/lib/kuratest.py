@@ -180,12 +180,14 @@ class Server:
       is replaced by the temp dir), kura_args.  memcached-only: mc_args.
     kind: None = KURA_SERVER; or 'kurad' / 'memcached' explicitly.
     nofile: (soft, hard) RLIMIT_NOFILE the server starts under.
+    env: variables added to the server's environment (e.g. LD_PRELOAD).
     """
 
     def __init__(self, kind=None, memory_mb=None, item_max=None, conns=None, threads=4,
                  verbose=False, db=None, idle_timeout=None, kura_args=(), mc_args=(),
-                 start=True, start_timeout=10, nofile=None):
+                 start=True, start_timeout=10, nofile=None, env=None):
         self.nofile = nofile
+        self.env = dict(os.environ, **env) if env else None
         self.kind = kind or server_kind()
         self.memory_mb, self.item_max, self.conns = memory_mb, item_max, conns
         self.threads, self.verbose, self.idle_timeout = threads, verbose, idle_timeout
@@ -250,7 +252,7 @@ class Server:
                 pre = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
             proc = subprocess.Popen(self.argv_used, cwd=self.tmpdir, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=err, start_new_session=True,
-                                    preexec_fn=pre)
+                                    preexec_fn=pre, env=self.env)
             err.close(); out.close()
             status = self._wait_ready(proc, port)
             if status == "ready":
