@@ -160,9 +160,9 @@ typedef struct kura_store_ops {
     int (*commit)(kura_store *s, uint64_t seq);
     /* Optional: a number covering every change the calling thread has made
      * (at most write_seq()).  A caller that notes it before a batch of
-     * requests and finds it unchanged after knows the batch changed
-     * nothing: its replies (a refusal, a miss) need not wait for a sync,
-     * and cannot be lost with one.  NULL: the caller uses write_seq(). */
+     * requests and finds it unchanged after knows the batch itself changed
+     * nothing (kurad: writes refused after a failed sync are answered, not
+     * closed).  NULL: the caller uses write_seq(). */
     uint64_t (*thread_seq)(kura_store *s);
 } kura_store_ops;
 

@@ -141,12 +141,17 @@ static bool pump(kura_conn *c)
         }
         if (c->ts.dirty) {
             c->ts.dirty = false;
-            uint64_t target = commit_enabled() ? commit_thread_seq() : before;
-            if (target != before) {
-                /* this batch changed the store: its replies wait until
-                 * that is durable (a batch that changed nothing, such as
-                 * writes refused after a failed sync, answers at once) */
+            if (commit_enabled()) {
+                /* Replies wait until every change made so far is durable,
+                 * not only this batch's own: an answer such as NOT_STORED
+                 * may rest on another connection's change.  Once a sync
+                 * has failed, a batch that changed nothing itself (writes
+                 * refused with SERVER_ERROR) is answered rather than
+                 * closed: its replies promise nothing about durability. */
+                uint64_t target = commit_write_seq();
                 int fate = commit_fate(target);
+                if (fate == COMMIT_CLOSE && commit_thread_seq() == before)
+                    fate = COMMIT_SEND;
                 if (fate == COMMIT_CLOSE) {
                     /* A sync has failed: these changes will never be durable. */
                     log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
