@@ -33,6 +33,11 @@
 /* Descriptors each worker adds when it starts: a notify pipe and its event
  * base's epoll descriptor (both checks run before the workers start). */
 #define FD_PER_WORKER 3
+/* Beyond what is needed, the soft limit is raised this much more where the
+ * hard limit allows (no privilege needed): a hash file adds a descriptor
+ * per segment it creates (128 MB each by default), so growth of half a
+ * terabyte in one run stays clear of the reserve. */
+#define FD_GROWTH 4096
 
 /* Descriptors open now, or a generous guess if /proc is not mounted. */
 static long fds_open(void)
@@ -57,7 +62,13 @@ int fdlimit_setup(kura_settings *s)
         return -1;
     }
     long fixed = fds_open() + FD_RESERVE + FD_PER_WORKER * s->threads;
-    rlim_t need = (rlim_t)s->maxconns + (rlim_t)fixed;
+    rlim_t need = (rlim_t)s->maxconns + (rlim_t)fixed, room = need + FD_GROWTH;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < room && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit more = { rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= room ? room :
+                               rl.rlim_max, rl.rlim_max };
+        if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+            rl.rlim_cur = more.rlim_cur;
+    }
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         struct rlimit want = { need, rl.rlim_max };
         if (want.rlim_max != RLIM_INFINITY && want.rlim_max < need)
