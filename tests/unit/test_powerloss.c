@@ -359,21 +359,20 @@ static int scaled(int n)
 
 static const char *PARAMS = "#segsiz=65536#ckpt=16k#bnum=256";
 
-/* Runs the workload on a recorded store, then checks images at ncuts cut
- * points with nseeds seeds each.  Returns the images with violations
- * (opening failed, or keys wrong); *images the images checked. */
-static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncuts, int nseeds,
-                         uint64_t seed, int *images)
+/* Runs the workload on a store under root (made afresh) whose file I/O is
+ * recorded; the store is closed at the end.  Returns the recorder (NULL on
+ * a failure, said), with *total its operations (0: the store bypassed
+ * cfg.io). */
+static kio_rec *record_run(const char *tag, const char *root, int mode, bool lies, int nops,
+                           model *m, uint64_t *total)
 {
-    char root[300], img[300], path[400], err[600];
-    snprintf(root, sizeof(root), "%s/%s", base, tag);
-    snprintf(img, sizeof(img), "%s/%s.img", base, tag);
+    char path[400], err[600];
     kio_rmrf(root);
     if (mkdir(root, 0755) != 0)
-        return -1;
+        return NULL;
     kio_rec *rec = kio_rec_new(root, NULL);
     if (!rec)
-        return -1;
+        return NULL;
     kio_rec_set_lies(rec, lies);
     kura_store_config cfg = t_cfg(mode);
     cfg.io = kio_rec_io(rec);
@@ -382,23 +381,58 @@ static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncu
     if (t_open(path, PARAMS, &cfg, &s, err, sizeof(err)) != KURA_OK) {
         printf("# %s: open: %s\n", tag, err);
         kio_rec_free(rec);
-        return -1;
+        return NULL;
     }
-    static model m;
-    m_init(&m, seed);
-    wl w = { .m = &m, .s = s, .rec = rec, .sync_mode = mode };
+    wl w = { .m = m, .s = s, .rec = rec, .sync_mode = mode };
     for (int i = 0; i < nops; i++) {
         int what, rc = wl_step(&w, &what);
         if (rc != KURA_OK && !(what == OP_DEL && rc == KURA_NOTFOUND)) {
             printf("# %s: step %d (kind %d) failed: %s\n", tag, i, what, kura_strerror(rc));
             kura_store_close(s);
             kio_rec_free(rec);
-            m_free(&m);
-            return -1;
+            return NULL;
         }
     }
     kura_store_close(s);
-    uint64_t total = kio_rec_ops(rec);
+    *total = kio_rec_ops(rec);
+    return rec;
+}
+
+/* Opens the image in dir with the system's I/O and checks it against the
+ * model at cut k: 0 if right, 1 if not (said, at most a few times). */
+static int check_image(model *m, const char *dir, uint64_t k, const char *prefix, int *printed)
+{
+    char path[400], err[600];
+    kura_store_config c2 = t_cfg(KURA_SYNC_NONE);
+    snprintf(path, sizeof(path), "%s/data.kh", dir);
+    kura_store *s2;
+    if (t_open(path, "#bnum=256#segsiz=65536", &c2, &s2, err, sizeof(err)) != KURA_OK) {
+        if ((*printed)++ < 6)
+            printf("# %s: open failed: %s\n", prefix, err);
+        return 1;
+    }
+    int bad = m_check(m, s2, k, prefix, printed);
+    kura_store_close(s2);
+    return bad;
+}
+
+/* Runs the workload on a recorded store, then checks images at ncuts cut
+ * points with nseeds seeds each.  Returns the images with violations
+ * (opening failed, or keys wrong); *images the images checked. */
+static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncuts, int nseeds,
+                         uint64_t seed, int *images)
+{
+    char root[300], img[300], err[600];
+    snprintf(root, sizeof(root), "%s/%s", base, tag);
+    snprintf(img, sizeof(img), "%s/%s.img", base, tag);
+    static model m;
+    m_init(&m, seed);
+    uint64_t total = 0;
+    kio_rec *rec = record_run(tag, root, mode, lies, nops, &m, &total);
+    if (!rec) {
+        m_free(&m);
+        return -1;
+    }
     if (total == 0) {
         /* a store that bypasses cfg.io: nothing to cut */
         kio_rmrf(root);
@@ -426,18 +460,7 @@ static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncu
                 continue;
             }
             (*images)++;
-            kura_store_config c2 = t_cfg(KURA_SYNC_NONE);
-            snprintf(path, sizeof(path), "%s/data.kh", img);
-            kura_store *s2;
-            int bad;
-            if (t_open(path, "#bnum=256#segsiz=65536", &c2, &s2, err, sizeof(err)) != KURA_OK) {
-                if (printed++ < 6)
-                    printf("# %s: open failed: %s\n", prefix, err);
-                bad = 1;
-            } else {
-                bad = m_check(&m, s2, k, prefix, &printed);
-                kura_store_close(s2);
-            }
+            int bad = check_image(&m, img, k, prefix, &printed);
             if (bad) {
                 violations++;
                 if (getenv("KURA_POWERLOSS_KEEP") && !lies) {
@@ -510,6 +533,82 @@ static void test_powerloss_sync_none(void)
 static void test_powerloss_sync_interval(void)
 {
     run_mode("interval", KURA_SYNC_INTERVAL, 600, cuts(300), 2);
+}
+
+/* A power loss while recovering: images of the workload at some cut
+ * points are opened under a second recorder (the open cuts torn tails,
+ * removes a torn creation, writes a checkpoint; then the store is closed),
+ * and at every cut point of that recovery the image must open and hold
+ * what the first image had to hold. */
+static void test_powerloss_during_recovery(void)
+{
+    char root[300], img[300], img2[300], err[600], prefix[200];
+    snprintf(root, sizeof(root), "%s/rec", base);
+    snprintf(img, sizeof(img), "%s/rec.first", base);
+    snprintf(img2, sizeof(img2), "%s/rec.second", base);
+    static model m;
+    m_init(&m, g_seed ^ 0x5bd1e995);
+    uint64_t total = 0;
+    kio_rec *rec = record_run("recovery", root, KURA_SYNC_ALWAYS, false, 500, &m, &total);
+    REQUIRE(rec != NULL);
+    if (total == 0) {
+        printf("# recovery: skipped, the store's file I/O does not go through cfg.io\n");
+        kio_rec_free(rec);
+        m_free(&m);
+        return;
+    }
+    int firsts = scaled(24), images = 0, violations = 0, printed = 0, recovery_ops = 0;
+    for (int c = 1; c <= firsts; c++) {
+        uint64_t k = total * (uint64_t)c / (uint64_t)(firsts + 1);
+        uint64_t iseed = g_seed ^ (uint64_t)c * 0x9E3779B97F4A7C15ULL;
+        kio_rmrf(img);
+        REQUIRE(kio_rec_image(rec, k, iseed, img, err, sizeof(err)) == 0);
+        /* recover the image under a recorder of its own */
+        kio_rec *rec2 = kio_rec_new(img, NULL);
+        REQUIRE(rec2 != NULL);
+        kura_store_config cfg = t_cfg(KURA_SYNC_ALWAYS);
+        cfg.io = kio_rec_io(rec2);
+        char path[400];
+        snprintf(path, sizeof(path), "%s/data.kh", img);
+        kura_store *s;
+        if (t_open(path, PARAMS, &cfg, &s, err, sizeof(err)) != KURA_OK) {
+            printf("# recovery: cut %llu: the first image does not open: %s\n",
+                   (unsigned long long)k, err);
+            violations++;
+            kio_rec_free(rec2);
+            continue;
+        }
+        kura_store_close(s);
+        uint64_t total2 = kio_rec_ops(rec2);
+        recovery_ops += (int)total2;
+        for (uint64_t j = 0; j <= total2; j++) {
+            snprintf(prefix, sizeof(prefix), "recovery: cut %llu, then cut %llu/%llu of its "
+                     "recovery", (unsigned long long)k, (unsigned long long)j,
+                     (unsigned long long)total2);
+            REQUIRE(kio_rec_image(rec2, j, iseed + j, img2, err, sizeof(err)) == 0);
+            images++;
+            if (check_image(&m, img2, k, prefix, &printed)) {
+                violations++;
+                if (violations == 1) {
+                    char d[300];
+                    for (uint64_t i = 0; i < total2; i++) {
+                        kio_rec_describe(rec2, i, d, sizeof(d));
+                        printf("#   %s%s\n", i < j ? "" : "(after the cut) ", d);
+                    }
+                }
+            }
+        }
+        kio_rec_free(rec2);
+    }
+    printf("# recovery: %d images cut inside %d recoveries (%d operations), %d with "
+           "violations\n", images, firsts, recovery_ops, violations);
+    CHECK_EQ_INT(violations, 0);
+    CHECK(images > firsts);
+    kio_rmrf(img);
+    kio_rmrf(img2);
+    kio_rmrf(root);
+    kio_rec_free(rec);
+    m_free(&m);
 }
 
 /* The negative check: when syncs make nothing durable, the same check
@@ -691,6 +790,7 @@ int main(void)
     RUN(test_powerloss_sync_always);
     RUN(test_powerloss_sync_none);
     RUN(test_powerloss_sync_interval);
+    RUN(test_powerloss_during_recovery);
     RUN(test_powerloss_fsync_lies_is_caught);
     RUN(test_eio_on_every_fdatasync);
     RUN(test_eio_on_every_fsync);
