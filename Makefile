@@ -10,7 +10,8 @@
 #                   SYSCONFDIR=/etc SYSTEMDUNITDIR=PREFIX/lib/systemd/system honoured
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...)
 #
-# Sources are found by wildcard: every src/*/*.c except src/server goes into
+# Sources are found by wildcard: every src/*/*.c and src/*/*/*.c (a backend
+# has a folder of its own: src/store/hash/, src/store/cache/) except src/server goes into
 # libkura.a; src/server/*.c make kurad; tests/unit/test_*.c are one program each,
 # and every other tests/unit/*.c (test support, such as kio_sim.c) is linked
 # into each of them.
@@ -30,7 +31,7 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread \
 CFLAGS_ALL  = $(CFLAGS_BASE) $(CFLAGS)
 LIBS        = -levent -lz -lbz2 -llzo2 -lm -pthread $(SAN)
 
-LIB_SRC    = $(sort $(filter-out src/server/%,$(wildcard src/*/*.c)))
+LIB_SRC    = $(sort $(filter-out src/server/%,$(wildcard src/*/*.c src/*/*/*.c)))
 SERVER_SRC = $(sort $(wildcard src/server/*.c))
 UNIT_SRC   = $(sort $(wildcard tests/unit/test_*.c))
 UNIT_SUPPORT_SRC = $(sort $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c)))

@@ -2,7 +2,7 @@
  * seglog.h - a segmented append-only log: numbered segment files in one
  * directory, appends, group commit, and scanning (src/log/).
  *
- * The hash file's log (src/store/hashdb*.c) is its first user; the update
+ * The hash file's log (src/store/hash/hashdb*.c) is its first user; the update
  * log for replication (rows appended to rotating files, scanned by slaves)
  * is the next.  The module owns the files and everything about getting
  * bytes into them durably: the segment table, the active segment, appends

@@ -38,7 +38,7 @@
 
 #include "kura/seglog.h"
 #include "kura/store.h"
-#include "../store/crc32c.h"
+#include "kura/crc32c.h"
 
 static void sl_logf(sl_log *log, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

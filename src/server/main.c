@@ -202,7 +202,7 @@ int main(int argc, char **argv)
         goto fail;
     /* The cache charges items as malloc allocates them; with one arena,
      * memory freed by one worker is reused by the others, so the process
-     * stays at the limit plus a fixed overhead (src/store/cache.c).  glibc's
+     * stays at the limit plus a fixed overhead (src/store/cache/cache.c).  glibc's
      * default of an arena per thread group let it grow 37% past the limit
      * under mixed sizes, for a gain of a few percent on sets. */
     if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)

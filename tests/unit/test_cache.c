@@ -1,5 +1,5 @@
 /*
- * test_cache.c - unit tests of the in-memory cache backend (src/store/cache.c)
+ * test_cache.c - unit tests of the in-memory cache backend (src/store/cache/cache.c)
  * through the storage interface (store.h): database-name parameters, every
  * operation and put condition, liveness (expired vs flushed), update actions
  * with parts pointing into the current item, LRU eviction under a memory

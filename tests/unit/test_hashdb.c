@@ -1,5 +1,5 @@
 /*
- * test_hashdb.c - the hash file backend (src/store/hashdb*.c): every store
+ * test_hashdb.c - the hash file backend (src/store/hash/hashdb*.c): every store
  * operation and condition, liveness, persistence of every field and of the
  * engine's state across close and reopen, database names and parameters,
  * the lock file, online growth of the index, large values, CRC-32C, the

@@ -19,7 +19,7 @@
 #include "kura/seglog.h"
 #include "kura/store.h"
 #include "unit.h"
-#include "../../src/store/crc32c.h"
+#include "kura/crc32c.h"
 
 #define HEAD 16
 

@@ -32,7 +32,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "kura/crc32c.h"
 #include "hashdb_int.h"
 
 /* Returns 1 if it removed a segment, 0 if there was nothing to do, or a

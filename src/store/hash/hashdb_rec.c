@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "crc32c.h"
+#include "kura/crc32c.h"
 #include "hashdb_int.h"
 
 /* Version 2: crc, magic, type, klen, then varints vlen, flags, exptime

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crc32c.h"
+#include "kura/crc32c.h"
 #include "hashdb_int.h"
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }

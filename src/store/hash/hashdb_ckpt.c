@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crc32c.h"
+#include "kura/crc32c.h"
 #include "hashdb_int.h"
 
 #define CK_HDR_V2 80           /* versions 1 and 2 */

@@ -1,5 +1,5 @@
 /*
- * hashdb_int.h - private to the hash file backend (src/store/hashdb*.c).
+ * hashdb_int.h - private to the hash file backend (src/store/hash/hashdb*.c).
  *
  * The hash file is log-structured (docs/formats.md has the byte layout and
  * the reasons):

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "crc32c.h"
+#include "kura/crc32c.h"
 
 static uint32_t crc_table[256];
 
