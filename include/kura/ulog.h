@@ -37,6 +37,10 @@
 #define UL_KEY_MAX      250             /* memcached's key limit */
 #define UL_VAL_MAX      (1u << 30)      /* a row's value, at most */
 
+/* ul_reader_next: no row past the reader yet (not KURA_NOTFOUND, which
+ * says the position is no longer held) */
+#define UL_CAUGHT_UP    100
+
 typedef enum ul_type {
     UL_HDR = 1,         /* a segment's first row: sid, first ts, prev_ts */
     UL_PUT = 2,         /* the item as it now is */
@@ -122,7 +126,7 @@ typedef struct ul_reader ul_reader;
  * position is no longer held (rows after `after` were pruned: the reader
  * needs a bootstrap instead). */
 int ul_reader_open(ul_log *log, uint64_t after, ul_reader **out);
-/* The next row (never a header row) in *row: 0; 1 when there is none yet
+/* The next row (never a header row) in *row: 0; UL_CAUGHT_UP when there is none yet
  * (call again later: rows appended meanwhile follow); KURA_NOTFOUND when
  * the next segment was pruned before the reader got to it; KURA_ECORRUPT,
  * KURA_EIO, KURA_ENOMEM. */

@@ -697,7 +697,7 @@ int ul_reader_next(ul_reader *rd, ul_row *row)
             if (rc == KURA_OK)
                 rc = -100;
         } else {
-            rc = 1;
+            rc = UL_CAUGHT_UP;
         }
         pthread_mutex_unlock(&log->mu);
         if (rc != -100)
