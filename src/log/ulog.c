@@ -373,6 +373,9 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
         snprintf(err, errlen, "%s: cannot list the segments", cfg->dir);
         goto fail;
     }
+    /* a torn creation goes, and its id is the one to create again if it
+     * was the only segment (the ids of pruned segments are not reused) */
+    uint32_t new_id = n ? ids[n - 1] : 1;
     if (n && sl_torn_creation(&log->sl, ids[n - 1], &cutb))
         n--;
     sl_seg *sg = NULL;
@@ -387,7 +390,7 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
             goto fail;
     }
     if (!n) {
-        if ((rc = sl_seg_create(&log->sl, 1, 0, &sg))) {
+        if ((rc = sl_seg_create(&log->sl, new_id, 0, &sg))) {
             snprintf(err, errlen, "%s: cannot create the first segment", cfg->dir);
             goto fail;
         }
@@ -401,11 +404,15 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
             if ((rc = scan_seg(log, s, i == n - 1, &last, &max_ts, &cutb, err, errlen)))
                 goto fail;
         }
+        log->last_ts = last;
         hlc_observe(log->clock, max_ts);
-        /* nothing held tells what came before (see do_from_ts): be safe */
-        log->last_ts = last || ids[0] == 1 ? last : hlc_last(log->clock);
     }
-    sl_start(&log->sl, sg, n ? ids[0] : 1);
+    uint32_t first = n ? ids[0] : new_id;
+    /* no row held and earlier segments pruned: nothing tells what came
+     * before, so only positions from now on are served (do_from_ts) */
+    if (!log->last_ts && first != 1)
+        log->last_ts = hlc_now(log->clock);
+    sl_start(&log->sl, sg, first);
     free(ids);
     if (cut)
         *cut = cutb;

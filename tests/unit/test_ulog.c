@@ -7,7 +7,8 @@
  * started from several timestamps (the start, the middle, exactly a row's,
  * between rows, past the end and then following the tail, before the oldest
  * after pruning: "not held"); reopening after a close and after a torn
- * tail (rows up to the tear, appends going on with larger timestamps);
+ * tail (rows up to the tear, appends going on with larger timestamps), and
+ * through seglog's write mapping (a tail of zeros cut silently);
  * retention under a cap; appends from 4 threads with group commit; and a
  * failed fdatasync (a kura_io wrapper) stopping appends for good.
  */
@@ -381,6 +382,50 @@ static void test_rotation_readers(void)
     ul_close(log);
 }
 
+static void last_seg_path(char *path, size_t len);
+
+/* Appends through seglog's write mapping: the same rows, and a reopen
+ * finds the preallocated tail of zeros and cuts it without a word. */
+static void test_mapwrite(void)
+{
+    fresh_dir();
+    hlc_init(&clk, step_clock);
+    ul_config c = config(8192, NULL);
+    c.mapwrite = true;
+    ul_log *log = open_log(&c, NULL);
+    REQUIRE(log);
+    uint64_t ts[NROWS];
+    REQUIRE(fill(log, 0, 200, ts) == 0);
+    int first;
+    CHECK_EQ_INT(rows_after(log, 0, ts, 200, &first), 200);
+    CHECK_EQ_INT(rows_after(log, ts[150], ts, 200, &first), 49);
+    ul_close(log);
+    uint64_t cut = 1;
+    int lines = log_lines;
+    log = open_log(&c, &cut);
+    REQUIRE(log);
+    CHECK_EQ_INT(cut, 0);
+    CHECK_EQ_INT(log_lines, lines);
+    CHECK_EQ_INT(rows_after(log, 0, ts, 200, &first), 200);
+    REQUIRE(fill(log, 200, 250, ts) == 0);
+    CHECK_EQ_INT(rows_after(log, ts[199], ts, 250, &first), 50);
+    ul_close(log);
+
+    /* a crash leaves the preallocated tail: zeros after the last row */
+    char path[300];
+    last_seg_path(path, sizeof(path));
+    struct stat st;
+    REQUIRE(stat(path, &st) == 0);
+    REQUIRE(truncate(path, st.st_size + 65536) == 0);
+    lines = log_lines;
+    log = open_log(&c, &cut);
+    REQUIRE(log);
+    CHECK_EQ_INT(cut, 0);
+    CHECK_EQ_INT(log_lines, lines);
+    CHECK_EQ_INT(rows_after(log, 0, ts, 250, &first), 250);
+    ul_close(log);
+}
+
 /* ---- reopening ------------------------------------------------------------ */
 
 static void last_seg_path(char *path, size_t len)
@@ -746,6 +791,7 @@ int main(void)
     RUN(test_hlc_clock_back);
     RUN(test_rows_roundtrip);
     RUN(test_rotation_readers);
+    RUN(test_mapwrite);
     RUN(test_reopen_torn_tail);
     RUN(test_retention_cap);
     RUN(test_threads_group_commit);
