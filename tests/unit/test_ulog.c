@@ -9,7 +9,8 @@
  * after pruning: "not held"); reopening after a close and after a torn
  * tail (rows up to the tear, appends going on with larger timestamps), and
  * through seglog's write mapping (a tail of zeros cut silently);
- * retention under a cap; appends from 4 threads with group commit; and a
+ * retention under a cap; appends from 4 threads with group commit; a reader
+ * following two appending threads while a third prunes; and a
  * failed fdatasync (a kura_io wrapper) stopping appends for good.
  */
 #include <errno.h>
