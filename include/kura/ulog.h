@@ -1,0 +1,158 @@
+/*
+ * ulog.h - the update log: every change to the store as a row (the
+ * resulting item, a delete, a flush_all), appended to rotating segment
+ * files in a directory of its own, for slaves to read from a timestamp on
+ * (src/log/ulog.c; the format is in docs/formats.md, "The update log").
+ *
+ * Rows hold results, never commands ("set k to v with cas 7", not
+ * "incr k"), so applying one twice does no harm.  Each carries a
+ * timestamp from a hybrid logical clock (hlc.h), unique and increasing in
+ * the log's order, the id of the server where the change was made, and a
+ * CRC-32C.  The files are a segmented log (seglog.h): rotation at `ulim`
+ * bytes (segsiz), group commit, the sticky sync failure and the cut of a
+ * torn tail at open are seglog's.  What this module adds is the row
+ * format, a header row at the start of each segment (this server's id,
+ * the segment's first timestamp, the timestamp of the row before it), a
+ * reader that starts after a timestamp, and retention under a total cap.
+ *
+ * Not yet wired into the engine or the server; see docs/formats.md for
+ * what is still to come (-ulog/-ulim/-sid/-ulmax, slaves).
+ *
+ * Threads: ul_append, ul_prune, ul_reader_* and ul_commit may be called
+ * from any threads at once; a reader belongs to one thread.
+ */
+#ifndef KURA_ULOG_H
+#define KURA_ULOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kura/hlc.h"
+#include "kura/kio.h"
+#include "kura/seglog.h"
+
+#define UL_MAGIC        "KURAULOG"
+#define UL_VERSION      1
+#define UL_KEY_MAX      250             /* memcached's key limit */
+#define UL_VAL_MAX      (1u << 30)      /* a row's value, at most */
+
+/* ul_reader_next: no row past the reader yet (not KURA_NOTFOUND, which
+ * says the position is no longer held) */
+#define UL_CAUGHT_UP    100
+
+typedef enum ul_type {
+    UL_HDR = 1,         /* a segment's first row: sid, first ts, prev_ts */
+    UL_PUT = 2,         /* the item as it now is */
+    UL_DEL = 3,         /* the key is gone */
+    UL_FLUSH = 4,       /* flush_all: items stored before `exptime` are dead */
+} ul_type;
+
+/* A row.  Read back, key and val point into the reader's buffer, valid
+ * until its next call. */
+typedef struct ul_row {
+    uint8_t type;
+    uint64_t ts;                /* ul_append: a timestamp seen elsewhere (the
+                                   origin's, for a replicated row) that the
+                                   row's own must exceed, or 0 */
+    uint32_t sid;               /* origin server; 0 in ul_append: this log's */
+    uint32_t flags;             /* PUT */
+    int64_t exptime;            /* PUT: as stored; FLUSH: when it takes effect */
+    uint64_t cas;               /* PUT */
+    uint64_t prev_ts;           /* HDR: the last row's ts before this segment */
+    const void *key;            /* PUT, DEL: 1..UL_KEY_MAX bytes */
+    size_t klen;
+    const void *val;            /* PUT */
+    size_t vlen;
+} ul_row;
+
+/* Where an appended row went: lsn for ul_commit, ts its timestamp. */
+typedef struct ul_pos {
+    uint64_t lsn;
+    uint64_t ts;
+    uint32_t seg;
+    uint64_t off;
+} ul_pos;
+
+typedef struct ul_config {
+    const char *dir;            /* must exist; must outlive the log */
+    uint32_t sid;               /* this server's id */
+    uint64_t ulim;              /* a segment rotates past this many bytes */
+    hlc *clock;                 /* shared with its user; NULL: the log's own */
+    const kura_io *io;          /* NULL: the default */
+    bool mapwrite;              /* seglog's: append through a shared mapping */
+    void (*log)(void *arg, int level, const char *line);   /* NULL: stderr */
+    void *log_arg;
+} ul_config;
+
+typedef struct ul_log ul_log;
+
+/* Opens (or creates) the log in cfg->dir: every segment opened, a torn
+ * creation of the newest removed, the newest scanned and cut at its first
+ * row that is not whole (a torn tail; an ERROR line says how much went),
+ * the clock moved past the last timestamp found.  *cut gets the bytes cut
+ * (may be NULL).  0 or KURA_E*, with err saying why. */
+int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t errlen);
+/* Closes; the caller has stopped every other user (readers included). */
+void ul_close(ul_log *log);
+
+/* Appends a row (type PUT, DEL or FLUSH) stamped with a new timestamp
+ * from the clock (first moved past row->ts, if given), as pos->ts.  The
+ * row is in the page cache on return, durable after ul_commit(pos->lsn).
+ * KURA_EINVAL for a bad row, KURA_EFAILED once a sync has failed, or
+ * another KURA_E* (the row is then not in the log). */
+int ul_append(ul_log *log, const ul_row *row, ul_pos *pos);
+/* Durable up to lsn: seglog's group commit; a failure is sticky. */
+int ul_commit(ul_log *log, uint64_t lsn);
+int ul_sync_now(ul_log *log);
+int ul_failed(ul_log *log);             /* KURA_EFAILED once a sync failed */
+uint64_t ul_last_ts(ul_log *log);       /* the last row's timestamp, 0: none */
+hlc *ul_clock(ul_log *log);
+
+/* The log's extent: from_ts, the timestamp a reader must be at or past to
+ * be served (every row after it is held); bytes and segments held. */
+typedef struct ul_extent {
+    uint64_t from_ts;
+    uint64_t bytes;
+    uint32_t segs;
+    uint32_t first_seg, last_seg;
+} ul_extent;
+void ul_get_extent(ul_log *log, ul_extent *ex);
+
+/* ---- reading ----------------------------------------------------------- */
+
+typedef struct ul_reader ul_reader;
+/* A reader of the rows with ts > after, in order.  KURA_NOTFOUND: the
+ * position is no longer held (rows after `after` were pruned: the reader
+ * needs a bootstrap instead). */
+int ul_reader_open(ul_log *log, uint64_t after, ul_reader **out);
+/* The next row (never a header row) in *row: 0; UL_CAUGHT_UP when there is none yet
+ * (call again later: rows appended meanwhile follow); KURA_NOTFOUND when
+ * the next segment was pruned before the reader got to it; KURA_ECORRUPT,
+ * KURA_EIO, KURA_ENOMEM. */
+int ul_reader_next(ul_reader *rd, ul_row *row);
+void ul_reader_close(ul_reader *rd);
+
+/* ---- retention --------------------------------------------------------- */
+
+typedef struct ul_prune_result {
+    uint32_t segs;              /* segments removed */
+    uint64_t bytes;             /* their bytes */
+    uint32_t forced;            /* of them, holding rows after keep_after_ts */
+    uint64_t from_ts;           /* the log's from_ts after (ul_extent) */
+} ul_prune_result;
+/* Removes the oldest segments while the bytes held pass max_total (0: no
+ * cap, nothing removed).  A segment holding rows after keep_after_ts (what
+ * a slave still needs) goes only because the cap forces it, and is then
+ * counted in res->forced: that slave will find its position no longer held.
+ * The active segment is never removed.  0 or KURA_E*. */
+int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_result *res);
+
+/* ---- the row format (for tests and tools) ------------------------------ */
+
+#define UL_ROW_HEAD_MAX (4 + 10 + 1 + 10 + 5 + 5 + 10 + 10 + 5 + UL_KEY_MAX + 5)
+/* Decodes the row at p (avail bytes): its length (> 0), SL_NOT_REC, or
+ * SL_NEED_MORE with *need set: seglog's check contract. */
+long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *need);
+
+#endif
