@@ -38,6 +38,7 @@
 
 #include "kura/seglog.h"
 #include "kura/store.h"
+#include "kura/bytes.h"
 #include "kura/crc32c.h"
 
 static void sl_logf(sl_log *log, int level, const char *fmt, ...)
@@ -54,20 +55,6 @@ static void sl_logf(sl_log *log, int level, const char *fmt, ...)
         log->cfg.log(log->cfg.log_arg, level, buf);
     else
         fprintf(stderr, "kura seglog %s: %s\n", log->cfg.dir, buf);
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
 }
 
 int sl_errno_status(int e)

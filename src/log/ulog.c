@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kura/bytes.h"
 #include "kura/crc32c.h"
 #include "kura/store.h"
 #include "kura/ulog.h"
@@ -83,30 +84,6 @@ static int get_var(const unsigned char *p, const unsigned char *end, uint64_t *v
         }
     }
     return -1;
-}
-
-static uint64_t zigzag(int64_t v)
-{
-    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-}
-
-static int64_t unzigzag(uint64_t v)
-{
-    return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
 }
 
 /* Writes a row's bytes up to (not including) the value at b, with the

@@ -37,6 +37,7 @@
 #include <sys/types.h>
 
 #include "kura/seglog.h"
+#include "kura/bytes.h"
 #include "kura/siphash.h"
 #include "kura/store.h"
 
@@ -482,63 +483,5 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
 /* for tests: fn(arg) runs in a writer copying a large value, while the
  * readers of its stripe are let in */
 void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
-
-/* Little-endian fields of the on-disk formats (docs/formats.md), written
- * and read byte by byte so the files are the same on any host. */
-static inline void put32(unsigned char *p, uint32_t v)
-{
-    /* unrolled: the compiler merges these into one store (a loop it
-     * does not) */
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-static inline void put64(unsigned char *p, uint64_t v)
-{
-    put32(p, (uint32_t)v);
-    put32(p + 4, (uint32_t)(v >> 32));
-}
-static inline uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-static inline uint64_t get64(const unsigned char *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-/* LEB128: 7 bits a byte, low first; a set top bit means more follow. */
-static inline unsigned char *put_varint(unsigned char *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (unsigned char)v;
-    return p;
-}
-
-/* NULL when the varint runs past end or past 10 bytes. */
-static inline const unsigned char *get_varint(const unsigned char *p, const unsigned char *end,
-                                              uint64_t *v)
-{
-    uint64_t x = 0;
-    for (int shift = 0; p < end && shift < 70; shift += 7) {
-        unsigned char b = *p++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            return p;
-        }
-    }
-    return NULL;
-}
-
-/* a signed value (exptime may be negative: already expired), zigzag-coded
- * so that small magnitudes stay short */
-static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-static inline int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
 #endif
