@@ -871,7 +871,10 @@ int sl_commit(sl_log *log, uint64_t lsn)
 
         pthread_mutex_lock(&log->cmu);
         log->syncing = false;
-        if (!e && target > log->synced_lsn)
+        /* A sync of the same file that failed meanwhile (a segment's seal,
+         * under mu) may have consumed the error this one would have seen:
+         * once any sync has failed, none counts. */
+        if (!e && !sl_failed(log) && target > log->synced_lsn)
             log->synced_lsn = target;
         pthread_cond_broadcast(&log->ccv);
     }

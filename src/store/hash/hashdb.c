@@ -719,6 +719,9 @@ static void *bg_main(void *arg)
                 else
                     did = true;
             }
+            if (rc == KURA_ECORRUPT || rc == KURA_EINVAL)
+                rc = KURA_OK;   /* a segment set aside as damaged, or the stop:
+                                   nothing that waiting would mend */
             if (rc) {
                 backoff = backoff ? (backoff * 2 > 30 ? 30 : backoff * 2) : 1;
                 retry_at = mono() + backoff;

@@ -523,33 +523,24 @@ static bool zero_from(hd_scan *sc, uint64_t off, bool last)
     return true;
 }
 
-/* True if a whole 512-byte sector in [from, to) holds only zeros.  A sector,
- * not a page: a page whose writeback the power cut short is torn at a
- * sector (on 512-byte-sector disks), so its unwritten part can be shorter
- * than a page while later pages did reach the disk (found by
- * tests/unit/test_powerloss.c).  Bit flips still never make a zero sector. */
-static bool zero_page_in(int fd, uint64_t from, uint64_t to)
+/* True if [from, to) (a record that fails its checks, up to the next valid
+ * one) shows what a power loss leaves in the unsynced tail of a log: a run
+ * of zeros that ends at a 4 KiB page boundary.  Every byte of the log is
+ * written once, so a byte on the disk is either its final value or still
+ * zero; and the kernel writes whole pages back, each with the content it
+ * had at that moment (records up to some point, zeros after), and a page
+ * cut short by the power loss is torn at a sector, its later sectors
+ * holding what they held before (again records, then zeros).  So stale
+ * bytes are always a zero run reaching the end of their page, however
+ * short (test_powerloss found pages whose stale part was the first 3
+ * bytes of a record's crc, and records whose head was a page's last
+ * bytes).  Damage from bit flips does not have that shape, unless it hits
+ * a record whose bytes just before a page boundary happen to be zero. */
+static bool stale_page_in(int fd, uint64_t from, uint64_t to)
 {
-    unsigned char pg[1024];
-    /* The record's head unwritten: zeros from its start (crc and magic,
-     * which is never zero, included) to a sector boundary, its tail in a
-     * later sector that did reach the disk (a page boundary inside it). */
-    uint64_t head = ((from + 6 + 511) & ~(uint64_t)511) - from;
-    if (head <= sizeof(pg) && from + head <= to &&
-        pread(fd, pg, head, (off_t)from) == (ssize_t)head) {
-        size_t i = 0;
-        while (i < head && pg[i] == 0)
-            i++;
-        if (i == head)
-            return true;
-    }
-    for (uint64_t o = (from + 511) & ~(uint64_t)511; o + 512 <= to; o += 512) {
-        if (pread(fd, pg, 512, (off_t)o) != 512)
-            return false;
-        size_t i = 0;
-        while (i < 512 && pg[i] == 0)
-            i++;
-        if (i == 512)
+    for (uint64_t b = (from + 4096) & ~(uint64_t)4095; b <= to; b += 4096) {
+        unsigned char c;
+        if (pread(fd, &c, 1, (off_t)(b - 1)) == 1 && c == 0)
             return true;
     }
     return false;
@@ -596,7 +587,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
                             errlen);
             break;
         }
-        if (s == KURA_ECORRUPT && last && zero_page_in(sg->fd, off, next)) {
+        if (s == KURA_ECORRUPT && last && stale_page_in(sg->fd, off, next)) {
             /* a page that never reached the disk (power loss: the kernel
              * writes pages back in any order); nothing after it was ever
              * covered by a completed sync, so it is cut like a torn tail */
