@@ -30,6 +30,13 @@ import argparse, csv, datetime, json, os, platform, re, shutil, signal, socket
 import statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shown(cmd, datadir):
+    """A command line as the results show it: no path of this machine (the
+    checkout's own becomes relative, the data dir DIR)."""
+    return " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT + "/") else a
+                    for a in cmd).replace(datadir + "/", "DIR/")
 RESULTS = os.path.join(ROOT, "bench", "results")
 
 # ----------------------------------------------------------------- the plan
@@ -247,7 +254,7 @@ class Server:
                     logf.close()
                 if wait_listening(port, proc, deadline_s):
                     self.proc, self.port, self.variant = proc, port, vi
-                    self.cmdline = " ".join(cmd).replace(datadir + "/", "DIR/")
+                    self.cmdline = shown(cmd, datadir)
                     return True
                 stop(proc)
                 try:
@@ -255,7 +262,7 @@ class Server:
                 except OSError:
                     lines = []
                 last = lines[-1] if lines else "exit status %s" % proc.returncode
-                errors.append("`%s`: %s" % (" ".join(cmd).replace(datadir + "/", "DIR/"),
+                errors.append("`%s`: %s" % (shown(cmd, datadir),
                                             last.replace(datadir + "/", "DIR/")))
                 if "in use" not in last:
                     break                   # refused, not a port race: next variant

@@ -328,6 +328,11 @@ void kio_inject_fail(kio_inject *in, int kind, uint64_t nth, uint64_t times, int
     pthread_mutex_unlock(&in->mu);
 }
 
+void kio_inject_fail_from_now(kio_inject *in, int kind, int err)
+{
+    kio_inject_fail(in, kind, kio_inject_calls(in, kind) + 1, 0, err);
+}
+
 void kio_inject_disarm(kio_inject *in)
 {
     pthread_mutex_lock(&in->mu);

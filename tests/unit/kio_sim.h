@@ -60,6 +60,8 @@ void kio_inject_match(kio_inject *in, const char *sub);
  * (EIO, ENOSPC, ...), or KIO_SHORT for a short pwritev.  One rule at a
  * time: arming replaces the previous rule. */
 void kio_inject_fail(kio_inject *in, int kind, uint64_t nth, uint64_t times, int err);
+/* Fails every call of kind from the next one on, until disarmed. */
+void kio_inject_fail_from_now(kio_inject *in, int kind, int err);
 void kio_inject_disarm(kio_inject *in);   /* no more failures; counts go on */
 void kio_inject_reset(kio_inject *in);    /* counts back to 0 */
 uint64_t kio_inject_calls(kio_inject *in, int kind);   /* matching calls so far */

@@ -18,6 +18,7 @@
 
 #include "kura/seglog.h"
 #include "kura/store.h"
+#include "kio_sim.h"
 #include "unit.h"
 #include "kura/crc32c.h"
 
@@ -68,19 +69,6 @@ static void quiet(void *arg, int level, const char *line)
 {
     (void)arg; (void)level; (void)line;
     log_lines++;
-}
-
-/* fdatasync fails with EIO while fail_sync is set */
-static volatile int fail_sync;
-static kura_io failing_io;
-static int failing_fdatasync(const kura_io *io, int fd)
-{
-    (void)io;
-    if (fail_sync) {
-        errno = EIO;
-        return -1;
-    }
-    return kio_default()->fdatasync(kio_default(), fd);
 }
 
 static char dir[256];
@@ -365,16 +353,16 @@ static void test_failed_sync_is_sticky(void)
     sl_log log;
     sl_loc loc;
     fresh_dir();
-    failing_io = *kio_default();
-    failing_io.fdatasync = failing_fdatasync;
-    sl_config c = config(true, &failing_io);
+    kio_inject *in = kio_inject_new(NULL);     /* fails fdatasync on demand */
+    REQUIRE(in != NULL);
+    sl_config c = config(true, kio_inject_io(in));
     REQUIRE(open_all(&log, &c) == 0);
     REQUIRE(append_one(&log, 1, &loc) == KURA_OK);
     CHECK(sl_commit(&log, loc.lsn) == KURA_OK);
     REQUIRE(append_one(&log, 2, &loc) == KURA_OK);
-    fail_sync = 1;
+    kio_inject_fail_from_now(in, KIO_FDATASYNC, EIO);
     CHECK(sl_commit(&log, loc.lsn) == KURA_EFAILED);
-    fail_sync = 0;
+    kio_inject_disarm(in);
     /* never retried: the pages the kernel dropped are not proved by a
      * later sync that succeeds */
     CHECK(sl_commit(&log, loc.lsn) == KURA_EFAILED);
@@ -391,15 +379,16 @@ static void test_failed_sync_is_sticky(void)
     /* a failure while sealing a segment is sticky too */
     fresh_dir();
     REQUIRE(open_all(&log, &c) == 0);
-    fail_sync = 1;
+    kio_inject_fail_from_now(in, KIO_FDATASYNC, EIO);
     int rc = KURA_OK;
     for (uint64_t i = 1; i <= 100 && rc == KURA_OK; i++)
         rc = append_one(&log, i, &loc);
-    fail_sync = 0;
+    kio_inject_disarm(in);
     CHECK(rc == KURA_EFAILED);
     CHECK(append_one(&log, 1, &loc) == KURA_EFAILED);
     CHECK_EQ_INT(sl_rolls(&log), 0);
     sl_destroy(&log);
+    kio_inject_free(in);
 }
 
 int main(void)

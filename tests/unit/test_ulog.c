@@ -26,6 +26,7 @@
 #include "kura/hlc.h"
 #include "kura/store.h"
 #include "kura/ulog.h"
+#include "kio_sim.h"
 #include "unit.h"
 
 static char dir[256];
@@ -731,34 +732,22 @@ static void test_reader_follows_appends_and_prunes(void)
     ul_close(log);
 }
 
-static volatile int fail_sync;
-static kura_io failing_io;
-static int failing_fdatasync(const kura_io *io, int fd)
-{
-    (void)io;
-    if (fail_sync) {
-        errno = EIO;
-        return -1;
-    }
-    return kio_default()->fdatasync(kio_default(), fd);
-}
-
 static void test_failed_sync_sticky(void)
 {
     fresh_dir();
     hlc_init(&clk, NULL);
-    failing_io = *kio_default();
-    failing_io.fdatasync = failing_fdatasync;
-    ul_config c = config(4096, &failing_io);
+    kio_inject *in = kio_inject_new(NULL);     /* fails fdatasync on demand */
+    REQUIRE(in != NULL);
+    ul_config c = config(4096, kio_inject_io(in));
     ul_log *log = open_log(&c, NULL);
     REQUIRE(log);
     ul_pos pos;
     REQUIRE(append(log, UL_DEL, "a", NULL, 0, 0, &pos) == KURA_OK);
     CHECK(ul_commit(log, pos.lsn) == KURA_OK);
     REQUIRE(append(log, UL_DEL, "b", NULL, 0, 0, &pos) == KURA_OK);
-    fail_sync = 1;
+    kio_inject_fail_from_now(in, KIO_FDATASYNC, EIO);
     CHECK(ul_commit(log, pos.lsn) == KURA_EFAILED);
-    fail_sync = 0;
+    kio_inject_disarm(in);
     CHECK(ul_commit(log, pos.lsn) == KURA_EFAILED);    /* never retried */
     CHECK(ul_failed(log) == KURA_EFAILED);
     CHECK(append(log, UL_DEL, "c", NULL, 0, 0, &pos) == KURA_EFAILED);
@@ -775,15 +764,16 @@ static void test_failed_sync_sticky(void)
     fresh_dir();
     log = open_log(&c, NULL);
     REQUIRE(log);
-    fail_sync = 1;
+    kio_inject_fail_from_now(in, KIO_FDATASYNC, EIO);
     int rc = KURA_OK;
     char v[200] = { 0 };
     for (int i = 0; i < 100 && rc == KURA_OK; i++)
         rc = append(log, UL_PUT, "k", v, sizeof(v), 0, &pos);
-    fail_sync = 0;
+    kio_inject_disarm(in);
     CHECK(rc == KURA_EFAILED);
     CHECK(append(log, UL_DEL, "k", NULL, 0, 0, &pos) == KURA_EFAILED);
     ul_close(log);
+    kio_inject_free(in);
 }
 
 int main(void)
