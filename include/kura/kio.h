@@ -61,11 +61,4 @@ static inline const kura_io *kio_or_default(const kura_io *io)
  * errno (ENOSPC for a write that made no progress). */
 int kio_pwrite_all(const kura_io *io, int fd, const void *buf, size_t n, off_t off);
 
-/* fsync of the directory dirfd (a created, renamed or removed name is
- * durable only after it). */
-static inline int kio_fsync_dir(const kura_io *io, int dirfd)
-{
-    return io->fsync(io, dirfd);
-}
-
 #endif
