@@ -23,6 +23,7 @@
 
 #include "kura/item.h"
 #include "kura/store.h"
+#include "kura/ulog.h"
 
 #define KURA_REALTIME_MAXDELTA (60 * 60 * 24 * 30)   /* exptime above this is absolute */
 
@@ -200,5 +201,25 @@ typedef struct engine_arith_opts {
 int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                     bool incr, uint64_t delta, const engine_arith_opts *o,
                     char out[KURA_INCR_MAX_LEN], engine_item_info *info);
+
+/* ---- the update log and replicas (src/engine/feed.c) ---------------------- */
+
+/* From here on every change is also a row of log (which must stay open
+ * until engine_close).  First applies again the rows after the store's
+ * watermark (those a crash may have kept from the store), counted in
+ * *redone.  sync_mode: the server's -sync (interval: the log is synced
+ * once a second by a thread of the engine's).  logfn as the store's. */
+int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
+                       void (*logfn)(int level, const char *line), uint64_t *redone);
+/* Applies a row received from a master (PUT, DEL, FLUSH; others ignored):
+ * the item with its cas, logged here with its origin's sid and origin_ts.
+ * Allowed on a replica. */
+int engine_apply_row(kura_engine *e, const ul_row *row);
+/* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
+void engine_set_replica(kura_engine *e, bool replica);
+/* What the server's group commit syncs and waits for: the update log when
+ * there is one (its rows make the store's changes durable), else the
+ * store.  Only write_seq, commit and thread_seq are filled in. */
+kura_store *engine_commit_source(kura_engine *e);
 
 #endif

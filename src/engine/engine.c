@@ -10,7 +10,9 @@
  *
  * The cas counter is handed out from an atomic; a high-water mark a block
  * ahead is persisted through the store before any cas beyond it is used, so
- * cas uniques keep growing across restarts and crashes.
+ * cas uniques keep growing across restarts and crashes.  A cas is handed
+ * out under the key's lock, by the change feed (feed.c), so a key's cas
+ * values increase in the order its changes are applied.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,24 +20,10 @@
 #include <time.h>
 
 #include "kura/buf.h"
-#include "kura/engine.h"
+#include "engine_int.h"
 #include "marks.h"
 
 #define CAS_RESERVE_BLOCK (1ULL << 20)
-
-struct kura_engine {
-    kura_store *store;
-    size_t item_size_max;
-    int64_t started;
-
-    _Atomic uint64_t next_cas;          /* the next cas to hand out */
-    _Atomic uint64_t cas_reserved;      /* persisted: no cas above this was handed out */
-    _Atomic uint64_t oldest_cas;        /* flush watermark (item.h) */
-    _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
-
-    pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
-    kura_marks *marks;                  /* access marks for the meta protocol (marks.h) */
-};
 
 void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts)
 {
@@ -58,10 +46,19 @@ static int do_save_state(kura_engine *e)
         .max_cas = atomic_load(&e->cas_reserved),
         .oldest_cas = atomic_load(&e->oldest_cas),
         .flush_at = atomic_load(&e->flush_at),
+        .ulog_ts = feed_watermark(e),
     };
     if (!e->store->ops->save_state)
         return KURA_OK;
-    return e->store->ops->save_state(e->store, &st);
+    int rc = e->store->ops->save_state(e->store, &st);
+    if (rc == KURA_OK)
+        e->saved_ulog_ts = st.ulog_ts;
+    return rc;
+}
+
+int engine_save_state_locked(kura_engine *e)
+{
+    return do_save_state(e);
 }
 
 /* do_: state_lock held.  Hands out a cas unique. */
@@ -77,7 +74,7 @@ static uint64_t do_next_cas(kura_engine *e)
 
 /* Hands out a cas unique.  Cost: one atomic add; a state save once per
  * CAS_RESERVE_BLOCK uniques. */
-static uint64_t next_cas(kura_engine *e)
+uint64_t engine_next_cas(kura_engine *e)
 {
     uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
     if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
@@ -89,6 +86,33 @@ static uint64_t next_cas(kura_engine *e)
         pthread_mutex_unlock(&e->state_lock);
     }
     return cas;
+}
+
+/* A cas from elsewhere (a master's row, a row applied again at open): the
+ * ones handed out here from now on are larger. */
+void engine_observe_cas(kura_engine *e, uint64_t cas)
+{
+    uint64_t cur = atomic_load(&e->next_cas);
+    while (cas >= cur && !atomic_compare_exchange_weak(&e->next_cas, &cur, cas + 1))
+        ;
+    if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
+        pthread_mutex_lock(&e->state_lock);
+        if (cas >= atomic_load(&e->cas_reserved)) {
+            atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+            do_save_state(e);
+        }
+        pthread_mutex_unlock(&e->state_lock);
+    }
+}
+
+void engine_set_replica(kura_engine *e, bool replica)
+{
+    atomic_store(&e->replica, replica);
+}
+
+static int local_change(kura_engine *e)
+{
+    return atomic_load_explicit(&e->replica, memory_order_relaxed) ? KURA_EREPLICA : KURA_OK;
 }
 
 int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg)
@@ -123,6 +147,8 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->cas_reserved, st.max_cas);   /* the first next_cas() reserves */
     atomic_store(&e->oldest_cas, st.oldest_cas);
     atomic_store(&e->flush_at, st.flush_at);
+    e->saved_ulog_ts = st.ulog_ts;
+    feed_init(e);
     *out = e;
     return KURA_OK;
 }
@@ -131,6 +157,7 @@ void engine_close(kura_engine *e)
 {
     if (!e)
         return;
+    feed_stop(e);
     pthread_mutex_lock(&e->state_lock);
     /* Nothing above next_cas was handed out: a clean stop saves exactly that. */
     uint64_t used = atomic_load(&e->next_cas) - 1;
@@ -139,6 +166,7 @@ void engine_close(kura_engine *e)
     do_save_state(e);
     pthread_mutex_unlock(&e->state_lock);
     kura_store_close(e->store);
+    feed_destroy(e);
     marks_free(e->marks);
     pthread_mutex_destroy(&e->state_lock);
     free(e);
@@ -200,6 +228,7 @@ bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t
 /* ---- get / gat ---------------------------------------------------------- */
 
 typedef struct touch_get {
+    kura_engine *e;
     int64_t exptime;
     kura_item_fn fn;
     void *arg;
@@ -210,10 +239,15 @@ static int touch_get_cb(void *arg, const kura_item *cur, kura_update *out)
     touch_get *tg = arg;
     if (!cur)
         return KURA_NOTFOUND;
-    kura_item shown = *cur;
-    shown.exptime = tg->exptime;
     out->action = KURA_UPDATE_TOUCH;
     out->exptime = tg->exptime;
+    int rc = feed_update(tg->e, cur, out);
+    if (rc) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
+    }
+    kura_item shown = *cur;
+    shown.exptime = tg->exptime;
     tg->fn(tg->arg, &shown);
     return KURA_OK;
 }
@@ -225,8 +259,12 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
     int rc;
 
     if (touch) {
-        touch_get tg = { engine_abs_exptime(e, exptime), fn, arg };
+        touch_get tg = { e, engine_abs_exptime(e, exptime), fn, arg };
+        if ((rc = local_change(e)) != KURA_OK)
+            return rc;
+        int slot = feed_begin(e);
         rc = e->store->ops->update(e->store, key, klen, &clk, touch_get_cb, &tg);
+        feed_end(e, slot, rc);
         KURA_STAT_INC(ts, cmd_touch);
         if (rc == KURA_OK)
             KURA_STAT_INC(ts, touch_hits);
@@ -264,10 +302,9 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
 /* ---- storage commands ---------------------------------------------------- */
 
 typedef struct concat_arg {
+    kura_engine *e;
     const kura_item *in;
     bool append;
-    uint64_t cas;
-    size_t item_size_max;
 } concat_arg;
 
 /* append/prepend: the old item keeps its flags and exptime; memcached
@@ -278,18 +315,22 @@ static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
     if (!cur)
         return KURA_NOT_STORED;
     if (kura_item_wire_total(cur->klen, (uint64_t)cur->vlen + ca->in->vlen, cur->flags)
-            > ca->item_size_max)
+            > ca->e->item_size_max)
         return KURA_NOT_STORED;
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = cur->exptime;
-    out->cas = ca->cas;
     if (ca->append) {
         out->part[0].base = cur->val;  out->part[0].len = cur->vlen;
         out->part[1].base = ca->in->val; out->part[1].len = ca->in->vlen;
     } else {
         out->part[0].base = ca->in->val; out->part[0].len = ca->in->vlen;
         out->part[1].base = cur->val;  out->part[1].len = cur->vlen;
+    }
+    int rc = feed_update(ca->e, cur, out);
+    if (rc) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
     }
     return KURA_STORED;
 }
@@ -298,11 +339,15 @@ int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item
                  uint64_t cas_in)
 {
     kura_clock clk = engine_clock(e);
-    int rc;
+    int rc, slot;
 
+    if ((rc = local_change(e)) != KURA_OK)
+        goto done;
+    slot = feed_begin(e);
     if (cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND) {
-        concat_arg ca = { in, cmd == KURA_CMD_APPEND, next_cas(e), e->item_size_max };
+        concat_arg ca = { e, in, cmd == KURA_CMD_APPEND };
         rc = e->store->ops->update(e->store, in->key, in->klen, &clk, concat_cb, &ca);
+        feed_end(e, slot, rc);
         if (rc == KURA_STORED)
             KURA_STAT_INC(ts, total_items);
         else if (rc == KURA_NOTFOUND)
@@ -312,12 +357,13 @@ int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item
 
     kura_item it = *in;
     it.exptime = engine_abs_exptime(e, in->exptime);
-    it.cas = next_cas(e);
+    it.cas = 0;                         /* the feed hands it out, under the key's lock */
     static const int cond_of[] = {
         [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
         [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
     };
     rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+    feed_end(e, slot, rc);
     switch (rc) {
     case KURA_OK:
         KURA_STAT_INC(ts, total_items);
@@ -350,10 +396,22 @@ done:
     return rc;
 }
 
-int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen)
+/* A local delete: refused on a replica, fed and logged. */
+static int delete_key(kura_engine *e, const char *key, size_t klen)
 {
     kura_clock clk = engine_clock(e);
-    int rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    feed_end(e, slot, rc);
+    return rc;
+}
+
+int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen)
+{
+    int rc = delete_key(e, key, klen);
     if (rc == KURA_OK)
         KURA_STAT_INC(ts, delete_hits);
     else if (rc == KURA_NOTFOUND)
@@ -363,8 +421,7 @@ int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t
 
 int engine_unlink(kura_engine *e, const char *key, size_t klen)
 {
-    kura_clock clk = engine_clock(e);
-    int rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    int rc = delete_key(e, key, klen);
     return rc == KURA_NOTFOUND ? KURA_OK : rc;
 }
 
@@ -405,9 +462,9 @@ static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
 }
 
 typedef struct arith_arg {
+    kura_engine *e;
     bool incr;
     uint64_t delta;
-    uint64_t cas;
     char *result;                       /* KURA_INCR_MAX_LEN bytes */
     char *pad;                          /* heap spaces when the padding is long */
 } arith_arg;
@@ -433,7 +490,6 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = cur->exptime;
-    out->cas = aa->cas;
     out->part[0].base = aa->result;
     out->part[0].len = n;
     /* memcached rewrites a shorter number in place, padded with spaces to
@@ -451,15 +507,23 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
         }
         out->part[1].len = padlen;
     }
-    return KURA_OK;
+    int rc = feed_update(aa->e, cur, out);
+    if (rc)
+        out->action = KURA_UPDATE_KEEP;
+    return rc;
 }
 
 int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                  bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
 {
     kura_clock clk = engine_clock(e);
-    arith_arg aa = { incr, delta, next_cas(e), out, NULL };
-    int rc = e->store->ops->update(e->store, key, klen, &clk, arith_cb, &aa);
+    arith_arg aa = { e, incr, delta, out, NULL };
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    rc = e->store->ops->update(e->store, key, klen, &clk, arith_cb, &aa);
+    feed_end(e, slot, rc);
     free(aa.pad);
     if (rc == KURA_OK) {
         if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
@@ -471,21 +535,35 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
 
 /* ---- touch / flush_all ---------------------------------------------------- */
 
+typedef struct touch_arg {
+    kura_engine *e;
+    int64_t exptime;
+} touch_arg;
+
 static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
 {
+    touch_arg *ta = arg;
     if (!cur)
         return KURA_NOTFOUND;
     out->action = KURA_UPDATE_TOUCH;
-    out->exptime = *(const int64_t *)arg;
-    return KURA_OK;
+    out->exptime = ta->exptime;
+    int rc = feed_update(ta->e, cur, out);
+    if (rc)
+        out->action = KURA_UPDATE_KEEP;
+    return rc;
 }
 
 int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                  int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
-    int64_t abs_exp = engine_abs_exptime(e, exptime);
-    int rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &abs_exp);
+    touch_arg ta = { e, engine_abs_exptime(e, exptime) };
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &ta);
+    feed_end(e, slot, rc);
     KURA_STAT_INC(ts, cmd_touch);
     if (rc == KURA_OK)
         KURA_STAT_INC(ts, touch_hits);
@@ -507,11 +585,18 @@ int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     int rc;
 
     KURA_STAT_INC(ts, cmd_flush);
+    if ((rc = local_change(e)) != KURA_OK)
+        return rc;
     pthread_mutex_lock(&e->state_lock);
-    if (oldest_live <= now)
-        atomic_store(&e->oldest_cas, do_next_cas(e));
-    atomic_store(&e->flush_at, oldest_live >= now ? oldest_live : 0);
-    rc = do_save_state(e);
+    uint64_t oldest = oldest_live <= now ? do_next_cas(e) : 0;
+    int64_t at = oldest_live >= now ? oldest_live : 0;
+    /* logged first: a flush the log refuses is not made */
+    if ((rc = feed_flush(e, oldest, at)) == KURA_OK) {
+        if (oldest)
+            atomic_store(&e->oldest_cas, oldest);
+        atomic_store(&e->flush_at, at);
+        rc = do_save_state(e);
+    }
     pthread_mutex_unlock(&e->state_lock);
     return rc;
 }
@@ -526,6 +611,11 @@ long engine_sweep(kura_engine *e, size_t budget)
 
 int engine_sync(kura_engine *e)
 {
+    if (e->ulog) {
+        int rc = ul_sync_now(e->ulog);
+        if (rc)
+            return rc;
+    }
     if (!e->store->ops->sync)
         return KURA_OK;
     return e->store->ops->sync(e->store);
@@ -536,9 +626,11 @@ int engine_sync(kura_engine *e)
  * The same rules as the classic calls above, reusing their callbacks, plus
  * what meta and binary replies report (new cas, exptimes, access marks) and
  * the conditions they add (a cas on any change, vivify on a miss, the
- * invalidation of md/ms I).  The marks are read and changed under the
- * store's key lock, inside the callbacks, so that two readers racing for a
- * recache token cannot both win it. */
+ * invalidation of md/ms I).  Every change goes through the change feed as
+ * the classic calls' do (local_change, feed_begin/feed_end around the store
+ * call, feed_update in the callback, which hands out the cas).  The marks
+ * are read and changed under the store's key lock, inside the callbacks, so
+ * that two readers racing for a recache token cannot both win it. */
 
 typedef struct get_ex_arg {
     kura_engine *e;
@@ -549,7 +641,6 @@ typedef struct get_ex_arg {
     const char *key;
     size_t klen;
     int64_t now, touch_abs, vivify_abs, recache_abs;
-    uint64_t new_cas;
 } get_ex_arg;
 
 /* Reads and updates the marks of a live item (key lock held), fills info. */
@@ -587,26 +678,34 @@ static int get_ex_update_cb(void *arg, const kura_item *cur, kura_update *out)
 {
     get_ex_arg *g = arg;
     kura_item shown;
+    int rc;
 
     if (!cur) {
         if (!g->o->vivify)
             return KURA_NOTFOUND;
-        shown = (kura_item){ .key = g->key, .klen = g->klen, .val = "", .vlen = 0,
-                             .flags = 0, .exptime = g->vivify_abs, .cas = g->new_cas };
         out->action = KURA_UPDATE_REPLACE;
         out->flags = 0;
         out->exptime = g->vivify_abs;
-        out->cas = g->new_cas;
-        marks_set(g->e->marks, g->key, g->klen, g->new_cas, g->now,
+        if ((rc = feed_update_key(g->e, g->key, g->klen, NULL, out)) != KURA_OK) {
+            out->action = KURA_UPDATE_KEEP;
+            return rc;
+        }
+        shown = (kura_item){ .key = g->key, .klen = g->klen, .val = "", .vlen = 0,
+                             .flags = 0, .exptime = g->vivify_abs, .cas = out->cas };
+        marks_set(g->e->marks, g->key, g->klen, out->cas, g->now,
                   MARK_TOKEN | (g->o->no_bump ? 0 : MARK_FETCHED));
         *g->info = (engine_item_info){ .won = true, .created = true, .last_access = g->now,
-                                       .exptime = g->vivify_abs, .cas = g->new_cas };
+                                       .exptime = g->vivify_abs, .cas = out->cas };
     } else {
         shown = *cur;
         if (g->o->touch) {
             shown.exptime = g->touch_abs;
             out->action = KURA_UPDATE_TOUCH;
             out->exptime = g->touch_abs;
+            if ((rc = feed_update(g->e, cur, out)) != KURA_OK) {
+                out->action = KURA_UPDATE_KEEP;
+                return rc;
+            }
         }
         get_ex_marks(g, cur, shown.exptime);
     }
@@ -622,20 +721,22 @@ int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t
     engine_item_info scratch;
     kura_clock clk = engine_clock(e);
     get_ex_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, clk.now,
-                     0, 0, 0, 0 };
+                     0, 0, 0 };
     int rc;
 
     o = g.o;
     if (o->recache)
         g.recache_abs = engine_abs_exptime(e, o->recache_exptime);
     if (o->touch || o->vivify) {
+        if ((rc = local_change(e)) != KURA_OK)
+            return rc;
         if (o->touch)
             g.touch_abs = engine_abs_exptime(e, o->exptime);
-        if (o->vivify) {
+        if (o->vivify)
             g.vivify_abs = engine_abs_exptime(e, o->vivify_exptime);
-            g.new_cas = next_cas(e);
-        }
+        int slot = feed_begin(e);
         rc = e->store->ops->update(e->store, key, klen, &clk, get_ex_update_cb, &g);
+        feed_end(e, slot, rc);
     } else {
         rc = e->store->ops->get(e->store, key, klen, &clk, get_ex_read_cb, &g);
     }
@@ -666,16 +767,21 @@ typedef struct store_ex_arg {
     int64_t exptime;            /* absolute */
     uint64_t cas_in, new_cas;
     int64_t now;
+    bool check_cas;
     concat_arg ca;
 } store_ex_arg;
 
-/* append/prepend with a cas to match (memcached's "simplified" check). */
-static int concat_cas_cb(void *arg, const kura_item *cur, kura_update *out)
+/* append/prepend, with a cas to match when check_cas (memcached's
+ * "simplified" check); notes the new cas. */
+static int concat_ex_cb(void *arg, const kura_item *cur, kura_update *out)
 {
     store_ex_arg *a = arg;
-    if (cur && cur->cas != a->cas_in)
+    if (a->check_cas && cur && cur->cas != a->cas_in)
         return KURA_STORE_EXISTS;
-    return concat_cb(&a->ca, cur, out);
+    int rc = concat_cb(&a->ca, cur, out);
+    if (rc == KURA_STORED)
+        a->new_cas = out->cas;
+    return rc;
 }
 
 /* ms I with a cas: a matching cas stores as cas does; an older one stores
@@ -687,18 +793,23 @@ static int store_stale_cb(void *arg, const kura_item *cur, kura_update *out)
         return KURA_STORE_NOT_FOUND;
     if (cur->cas != a->cas_in && a->cas_in > cur->cas)
         return KURA_STORE_EXISTS;
+    bool stale = cur->cas != a->cas_in;
     out->action = KURA_UPDATE_REPLACE;
     out->flags = a->in->flags;
-    out->exptime = a->exptime;
-    out->cas = a->new_cas;
+    out->exptime = stale ? cur->exptime : a->exptime;
     out->part[0].base = a->in->val;
     out->part[0].len = a->in->vlen;
-    if (cur->cas != a->cas_in) {
+    int rc = feed_update(a->e, cur, out);
+    if (rc != KURA_OK) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
+    }
+    a->new_cas = out->cas;
+    if (stale) {
         marks_prev prev;
         static const marks_op look;
         marks_access(a->e->marks, cur->key, cur->klen, cur->cas, a->now, &look, &prev);
-        out->exptime = cur->exptime;
-        marks_set(a->e->marks, cur->key, cur->klen, a->new_cas, a->now,
+        marks_set(a->e->marks, cur->key, cur->klen, out->cas, a->now,
                   MARK_STALE | (prev.bits & MARK_TOKEN));
     }
     return KURA_STORED;
@@ -709,64 +820,54 @@ int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_i
 {
     uint64_t cas_in = o ? o->cas_in : 0;
     kura_clock clk = engine_clock(e);
-    store_ex_arg a = { e, in, 0, cas_in, 0, clk.now, { in, cmd == KURA_CMD_APPEND, 0,
-                                                      e->item_size_max } };
-    int rc;
+    store_ex_arg a = { e, in, 0, cas_in, 0, clk.now, false,
+                       { e, in, cmd == KURA_CMD_APPEND } };
+    int rc, slot;
 
+    if ((rc = local_change(e)) != KURA_OK)
+        goto done;
     if (cmd == KURA_CMD_ADD)
         cas_in = 0;                     /* add with a cas is an add */
     if (cas_in && (cmd == KURA_CMD_SET || cmd == KURA_CMD_REPLACE))
         cmd = KURA_CMD_CAS;
     bool concat = cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND;
-    if (!(concat && cas_in) && !(cmd == KURA_CMD_CAS && o && o->invalidate)) {
-        /* The classic paths; the cas they hand out is the next one. */
-        kura_item it = *in;
-        uint64_t want = 0;
-        if (concat) {
-            a.ca.cas = next_cas(e);
-            rc = e->store->ops->update(e->store, in->key, in->klen, &clk, concat_cb, &a.ca);
-            if (rc == KURA_STORED)
-                KURA_STAT_INC(ts, total_items);
-            else if (rc == KURA_NOTFOUND)
-                rc = KURA_NOT_STORED;
-            want = a.ca.cas;
-        } else {
-            it.exptime = engine_abs_exptime(e, in->exptime);
-            it.cas = want = next_cas(e);
-            static const int cond_of[] = {
-                [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
-                [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
-            };
-            rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
-            rc = rc == KURA_OK ? KURA_STORED
-               : rc == KURA_EXISTS ? (cmd == KURA_CMD_CAS ? KURA_STORE_EXISTS : KURA_NOT_STORED)
-               : rc == KURA_NOTFOUND ? (cmd == KURA_CMD_CAS ? KURA_STORE_NOT_FOUND
-                                                            : KURA_NOT_STORED)
-               : rc;
-            if (rc == KURA_STORED)
-                KURA_STAT_INC(ts, total_items);
-        }
-        if (rc == KURA_STORED && cas_out)
-            *cas_out = want;
-    } else {
-        a.new_cas = next_cas(e);
-        a.ca.cas = a.new_cas;
+    slot = feed_begin(e);
+    if (concat || (cmd == KURA_CMD_CAS && o && o->invalidate)) {
+        a.check_cas = cas_in != 0;
         a.exptime = engine_abs_exptime(e, in->exptime);
         rc = e->store->ops->update(e->store, in->key, in->klen, &clk,
-                                   concat ? concat_cas_cb : store_stale_cb, &a);
+                                   concat ? concat_ex_cb : store_stale_cb, &a);
+        feed_end(e, slot, rc);
         if (rc == KURA_NOTFOUND)
             rc = concat ? KURA_NOT_STORED : KURA_STORE_NOT_FOUND;
-        if (rc == KURA_STORED) {
-            KURA_STAT_INC(ts, total_items);
-            if (cas_out)
-                *cas_out = a.new_cas;
-        }
+    } else {
+        kura_item it = *in;
+        it.exptime = engine_abs_exptime(e, in->exptime);
+        it.cas = 0;                     /* the feed hands it out, under the key's lock */
+        static const int cond_of[] = {
+            [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
+            [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
+        };
+        rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+        feed_end(e, slot, rc);
+        if (rc == KURA_OK)
+            a.new_cas = feed_last_cas();
+        rc = rc == KURA_OK ? KURA_STORED
+           : rc == KURA_EXISTS ? (cmd == KURA_CMD_CAS ? KURA_STORE_EXISTS : KURA_NOT_STORED)
+           : rc == KURA_NOTFOUND ? (cmd == KURA_CMD_CAS ? KURA_STORE_NOT_FOUND : KURA_NOT_STORED)
+           : rc;
+    }
+    if (rc == KURA_STORED) {
+        KURA_STAT_INC(ts, total_items);
+        if (cas_out)
+            *cas_out = a.new_cas;
     }
     if (cmd == KURA_CMD_CAS) {
         if (rc == KURA_STORED) KURA_STAT_INC(ts, cas_hits);
         else if (rc == KURA_STORE_EXISTS) KURA_STAT_INC(ts, cas_badval);
         else if (rc == KURA_STORE_NOT_FOUND) KURA_STAT_INC(ts, cas_misses);
     }
+done:
     if (rc == KURA_ENOMEM)
         KURA_STAT_INC(ts, store_no_memory);
     else if (rc < 0)
@@ -776,7 +877,7 @@ int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_i
 
 typedef struct delete_ex_arg {
     kura_engine *e;
-    uint64_t cas_in, new_cas;
+    uint64_t cas_in;
     bool touch;
     int64_t exptime, now;
 } delete_ex_arg;
@@ -792,10 +893,14 @@ static int invalidate_cb(void *arg, const kura_item *cur, kura_update *out)
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = d->touch ? d->exptime : cur->exptime;
-    out->cas = d->new_cas;
     out->part[0].base = cur->val;
     out->part[0].len = cur->vlen;
-    marks_set(d->e->marks, cur->key, cur->klen, d->new_cas, d->now, MARK_STALE);
+    int rc = feed_update(d->e, cur, out);
+    if (rc != KURA_OK) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
+    }
+    marks_set(d->e->marks, cur->key, cur->klen, out->cas, d->now, MARK_STALE);
     return KURA_OK;
 }
 
@@ -803,14 +908,18 @@ int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, siz
                      uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
-    int rc;
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
     if (invalidate) {
-        delete_ex_arg d = { e, cas_in, next_cas(e), touch,
-                            touch ? engine_abs_exptime(e, exptime) : 0, clk.now };
+        delete_ex_arg d = { e, cas_in, touch, touch ? engine_abs_exptime(e, exptime) : 0,
+                            clk.now };
         rc = e->store->ops->update(e->store, key, klen, &clk, invalidate_cb, &d);
     } else {
         rc = e->store->ops->del(e->store, key, klen, cas_in, &clk);
     }
+    feed_end(e, slot, rc);
     if (rc == KURA_OK && !invalidate)
         KURA_STAT_INC(ts, delete_hits);
     else if (rc == KURA_NOTFOUND || rc == KURA_EXISTS)
@@ -821,6 +930,8 @@ int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, siz
 typedef struct arith_ex_arg {
     arith_arg aa;
     const engine_arith_opts *o;
+    const char *key;
+    size_t klen;
     int64_t touch_abs, vivify_abs;
     engine_item_info *info;
 } arith_ex_arg;
@@ -829,6 +940,7 @@ static int arith_ex_cb(void *arg, const kura_item *cur, kura_update *out)
 {
     arith_ex_arg *x = arg;
     engine_item_info *in = x->info;
+    int rc;
     if (!cur) {
         if (!x->o->vivify)
             return KURA_NOTFOUND;
@@ -837,19 +949,25 @@ static int arith_ex_cb(void *arg, const kura_item *cur, kura_update *out)
         out->action = KURA_UPDATE_REPLACE;
         out->flags = 0;
         out->exptime = x->vivify_abs;
-        out->cas = x->aa.cas;
         out->part[0].base = x->aa.result;
         out->part[0].len = n;
-        *in = (engine_item_info){ .created = true, .exptime = x->vivify_abs, .cas = x->aa.cas };
+        if ((rc = feed_update_key(x->aa.e, x->key, x->klen, NULL, out)) != KURA_OK) {
+            out->action = KURA_UPDATE_KEEP;
+            return rc;
+        }
+        *in = (engine_item_info){ .created = true, .exptime = x->vivify_abs, .cas = out->cas };
         return KURA_OK;
     }
     if (x->o->cas_in && cur->cas != x->o->cas_in)
         return KURA_EXISTS;
-    int rc = arith_cb(&x->aa, cur, out);
-    if (rc == KURA_OK && x->o->touch)
-        out->exptime = x->touch_abs;
+    /* arith_cb keeps the item's exptime and feeds the change: a new TTL
+     * must be in the item it is shown */
+    kura_item shown = *cur;
+    if (x->o->touch)
+        shown.exptime = x->touch_abs;
+    rc = arith_cb(&x->aa, &shown, out);
     *in = (engine_item_info){ .old_exptime = cur->exptime, .exptime = out->exptime,
-                              .cas = x->aa.cas };
+                              .cas = out->cas };
     return rc;
 }
 
@@ -860,13 +978,18 @@ int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size
     static const engine_arith_opts none;
     engine_item_info scratch;
     kura_clock clk = engine_clock(e);
-    arith_ex_arg x = { { incr, delta, next_cas(e), out, NULL }, o ? o : &none, 0, 0,
+    arith_ex_arg x = { { e, incr, delta, out, NULL }, o ? o : &none, key, klen, 0, 0,
                        info ? info : &scratch };
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
     if (x.o->touch)
         x.touch_abs = engine_abs_exptime(e, x.o->exptime);
     if (x.o->vivify)
         x.vivify_abs = engine_abs_exptime(e, x.o->vivify_exptime);
-    int rc = e->store->ops->update(e->store, key, klen, &clk, arith_ex_cb, &x);
+    int slot = feed_begin(e);
+    rc = e->store->ops->update(e->store, key, klen, &clk, arith_ex_cb, &x);
+    feed_end(e, slot, rc);
     free(x.aa.pad);
     if (rc == KURA_OK) {
         if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);

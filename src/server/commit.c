@@ -140,7 +140,7 @@ static void *committer_main(void *arg)
 
 int commit_start(kura_server *srv)
 {
-    kura_store *store = engine_store_of(srv->engine);
+    kura_store *store = engine_commit_source(srv->engine);
     if (srv->settings->sync_mode != KURA_SYNC_ALWAYS || !store->ops->write_seq ||
         !store->ops->commit)
         return 0;                       /* nothing to wait for */

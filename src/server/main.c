@@ -19,11 +19,13 @@
  * pid is written and kurad says it is ready (to the -dmn parent and to
  * systemd).
  */
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server.h"
@@ -66,6 +68,52 @@ static void store_log(int level, const char *line)
     log_msg(level == KURA_LOG_ERROR ? LOG_ERR : LOG_INFO, "%s", line);
 }
 
+static void ulog_log(void *arg, int level, const char *line)
+{
+    (void)arg;
+    store_log(level, line);
+}
+
+/* Opens the update log and hands it to the engine, which first applies
+ * again what a crash kept from the store. */
+static int open_ulog(kura_server *srv)
+{
+    kura_settings *st = srv->settings;
+    if (mkdir(st->ulog_dir, 0755) < 0 && errno != EEXIST) {
+        log_msg(LOG_ERR, "cannot create the update-log directory %s: %s", st->ulog_dir,
+                strerror(errno));
+        return -1;
+    }
+    ul_config uc = {
+        .dir = st->ulog_dir, .sid = (uint32_t)st->sid, .ulim = st->ulim, .log = ulog_log,
+    };
+    char err[512] = "";
+    uint64_t cut = 0, redone = 0;
+    int rc = ul_open(&uc, &srv->ulog, &cut, err, sizeof(err));
+    if (rc) {
+        log_msg(LOG_ERR, "cannot open the update log %s: %s", st->ulog_dir,
+                err[0] ? err : kura_strerror(rc));
+        return -1;
+    }
+    rc = engine_attach_ulog(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
+    if (rc) {
+        log_msg(LOG_ERR, "cannot apply the update log %s to the store: %s", st->ulog_dir,
+                kura_strerror(rc));
+        engine_close(srv->engine);
+        srv->engine = NULL;
+        ul_close(srv->ulog);
+        srv->ulog = NULL;
+        return -1;
+    }
+    ul_extent ex;
+    ul_get_extent(srv->ulog, &ex);
+    log_msg(LOG_INFO, "update log %s: server id %d, %u files, %llu bytes, last row %llu; "
+            "%llu rows applied again to the store", st->ulog_dir, st->sid, ex.segs,
+            (unsigned long long)ex.bytes, (unsigned long long)ul_last_ts(srv->ulog),
+            (unsigned long long)redone);
+    return 0;
+}
+
 static int open_engine(kura_server *srv)
 {
     kura_settings *st = srv->settings;
@@ -93,6 +141,8 @@ static int open_engine(kura_server *srv)
         kura_store_close(store);
         return -1;
     }
+    if (st->ulog_dir && open_ulog(srv) < 0)
+        return -1;
     kura_store_usage u = {0};
     store->ops->usage(store, &u);
     log_msg(LOG_INFO, "database %s: backend %s, %llu items", st->dbname ? st->dbname : "*",
@@ -251,6 +301,8 @@ int main(int argc, char **argv)
     if (rc < 0)
         log_msg(LOG_ERR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
+    if (srv.ulog)
+        ul_close(srv.ulog);
     free(srv.info.thread_stats);
     pidfile_remove();
     log_msg(LOG_INFO, "stopped");
@@ -277,6 +329,8 @@ fail:
         event_base_free(srv.base);
     if (srv.engine)
         engine_close(srv.engine);
+    if (srv.ulog)
+        ul_close(srv.ulog);
     free(srv.info.thread_stats);
     pidfile_remove();
     return 1;

@@ -15,7 +15,7 @@
 
 #include "server.h"
 
-enum opt_kind { OPT_INT, OPT_SIZE, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
+enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
                 OPT_CONF };
 
@@ -63,6 +63,21 @@ static const opt options[] = {
     { { "-le" }, OPT_LOGLEVEL, F(log_base), LOG_ERR, 0, NULL, "log errors only" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
     { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },
+    { { "-ulog" }, OPT_STR, F(ulog_dir), 0, 0, "DIR",
+      "keep the update log in DIR: every change as a row, for replicas and recovery" },
+    { { "-ulim" }, OPT_BYTES, F(ulim), 4096, 0, "SIZE",
+      "start a new update-log file past SIZE (default 256m)" },
+    { { "-ulmax" }, OPT_BYTES, F(ulmax), 0, 0, "SIZE",
+      "delete the oldest update-log files past SIZE in all (default 4g; 0 = keep all)" },
+    { { "-sid" }, OPT_INT, F(sid), 1, 65535, "NUM",
+      "this server's id in its update log, distinct per replica set (default 1)" },
+    { { "-mhost" }, OPT_STR, F(mhost), 0, 0, "HOST",
+      "be a replica of the kurad on HOST (read-only unless -rw)" },
+    { { "-mport" }, OPT_INT, F(mport), 1, 65535, "NUM", "the master's port (default 11211)" },
+    { { "-rts" }, OPT_STR, F(rts_path), 0, 0, "FILE",
+      "a replica's position in its master's update log (default: DIR/rts of -ulog)" },
+    { { "-rw" }, OPT_FLAG, F(rw), 0, 0, NULL,
+      "a replica takes writes too (dual master: each the -mhost of the other)" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -83,6 +98,10 @@ void options_defaults(kura_settings *s)
     s->item_size_max = 1 << 20;
     s->sync_mode = KURA_SYNC_INTERVAL;
     s->log_base = LOG_INFO;
+    s->ulim = 256ULL << 20;
+    s->ulmax = 4ULL << 30;
+    s->sid = 1;
+    s->mport = 11211;
 }
 
 const char *options_sync_name(int mode)
@@ -125,7 +144,7 @@ static const opt *find_option(const char *arg, const char **attached)
     /* ttserver options kura does not take yet must not be read as a
      * single-letter option with its value attached ("-ulog" is not "-u log"). */
     static const char *const ttserver_only[] = {
-        "-ulog", "-ulim", "-uas", "-sid", "-mhost", "-mport", "-rts", "-rcc", "-skel",
+        "-uas", "-rcc", "-skel",
         "-mul", "-ext", "-extpc", "-mask", "-unmask", "-bgs", "-bgsi", "-bgsc",
     };
     for (size_t i = 0; i < sizeof(ttserver_only) / sizeof(ttserver_only[0]); i++)
@@ -185,6 +204,13 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         *(int *)field = (int)n;
         if (o->offset == F(maxconns))
             s->maxconns_given = true;   /* fdlimit.c: refuse rather than lower it */
+        break;
+    case OPT_BYTES:
+        if (kura_parse_size(val, &sz) != KURA_OK || (sz != 0 && sz < (uint64_t)o->min) ||
+            (sz == 0 && o->min))
+            return opt_error(where, arg, "'%s' is not a size of at least %ld bytes",
+                             val, o->min);
+        *(uint64_t *)field = sz;
         break;
     case OPT_MBYTES:
         /* memcached's -m is megabytes; a unit suffix is taken literally. */
