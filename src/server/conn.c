@@ -15,7 +15,8 @@
  *    written the connection neither reads nor answers more;
  *  - the read buffer: at most one request line (KURA_MAX_GET_LINE for a
  *    get, 2 KB otherwise) or one value (-I) plus one read, since nothing is
- *    read while replies wait;
+ *    read while replies wait (binary: one header, extras and key, at most
+ *    64 KiB, and one value; a value over -I is skipped, not buffered);
  *  - both are kept across requests (the steady state allocates nothing), and
  *    a buffer that grew past BUF_KEEP is given back once it is drained.
  */
