@@ -146,6 +146,13 @@ int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
  * the item with its cas, logged here with its origin's sid and origin_ts.
  * Allowed on a replica. */
 int engine_apply_row(kura_engine *e, const ul_row *row);
+/* Every row of the update log up to this timestamp is in the store (the
+ * watermark, feed.c): a copy of the store taken from now on, followed by
+ * the rows after it, is the store as of any later moment. */
+uint64_t engine_applied_ts(kura_engine *e);
+/* Calls fn for every live item (the store's iterate, fuzzy: each stripe
+ * is seen at its own moment). */
+int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
 /* What the server's group commit syncs and waits for: the update log when

@@ -71,11 +71,10 @@ static uint64_t do_next_cas(kura_engine *e)
     return cas;
 }
 
-/* Hands out a cas unique.  Cost: one atomic add; a state save once per
- * CAS_RESERVE_BLOCK uniques. */
-uint64_t engine_next_cas(kura_engine *e)
+/* Persists a reservation past cas before it is used: a state save once
+ * per CAS_RESERVE_BLOCK uniques. */
+static void reserve_through(kura_engine *e, uint64_t cas)
 {
-    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
     if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
         pthread_mutex_lock(&e->state_lock);
         if (cas >= atomic_load(&e->cas_reserved)) {
@@ -84,6 +83,13 @@ uint64_t engine_next_cas(kura_engine *e)
         }
         pthread_mutex_unlock(&e->state_lock);
     }
+}
+
+/* Hands out a cas unique.  Cost: one atomic add. */
+uint64_t engine_next_cas(kura_engine *e)
+{
+    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
+    reserve_through(e, cas);
     return cas;
 }
 
@@ -94,14 +100,7 @@ void engine_observe_cas(kura_engine *e, uint64_t cas)
     uint64_t cur = atomic_load(&e->next_cas);
     while (cas >= cur && !atomic_compare_exchange_weak(&e->next_cas, &cur, cas + 1))
         ;
-    if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
-        pthread_mutex_lock(&e->state_lock);
-        if (cas >= atomic_load(&e->cas_reserved)) {
-            atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
-            do_save_state(e);
-        }
-        pthread_mutex_unlock(&e->state_lock);
-    }
+    reserve_through(e, cas);
 }
 
 void engine_set_replica(kura_engine *e, bool replica)
@@ -589,6 +588,12 @@ int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     }
     pthread_mutex_unlock(&e->state_lock);
     return rc;
+}
+
+int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg)
+{
+    kura_clock clk = engine_clock(e);
+    return e->store->ops->iterate(e->store, &clk, fn, arg);
 }
 
 long engine_sweep(kura_engine *e, size_t budget)

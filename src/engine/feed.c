@@ -144,6 +144,14 @@ uint64_t feed_watermark(kura_engine *e)
     return w > e->saved_ulog_ts ? w : e->saved_ulog_ts;
 }
 
+uint64_t engine_applied_ts(kura_engine *e)
+{
+    pthread_mutex_lock(&e->state_lock);
+    uint64_t w = feed_watermark(e);
+    pthread_mutex_unlock(&e->state_lock);
+    return w;
+}
+
 /* ---- logging ------------------------------------------------------------- */
 
 static int append(kura_engine *e, ul_row *r)
@@ -330,6 +338,16 @@ int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
     uint64_t w = st.ulog_ts;
     ul_extent ex;
     ul_get_extent(log, &ex);
+    kura_store_usage u = { 0 };
+    e->store->ops->usage(e->store, &u);
+    if (ul_last_ts(log) == 0 && ex.from_ts == 0 && u.curr_items == 0)
+        rc = ul_set_complete(log, true);            /* a new log over an empty store */
+    else if (w == UINT64_MAX || (ul_last_ts(log) == 0 && u.curr_items))
+        rc = ul_set_complete(log, false);           /* the store holds more than the log */
+    else
+        rc = KURA_OK;
+    if (rc)
+        return rc;
     if (w == UINT64_MAX) {
         /* the store ran without the log since: what the log holds is older
          * than the store, and nothing is applied again */
