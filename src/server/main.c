@@ -183,6 +183,18 @@ static int start_repl(kura_server *srv)
             return -1;
         }
         engine_set_replica(srv->engine, !st->rw);
+        if (st->rw) {
+            /* dual master: changes of both ordered by time */
+            if (!srv->ulog) {
+                log_msg(LOG_ERR, "-rw with -mhost (a replica that takes writes: dual master) "
+                        "needs -ulog DIR");
+                return -1;
+            }
+            if (engine_set_dual(srv->engine) != KURA_OK) {
+                log_msg(LOG_ERR, "cannot start dual-master mode");
+                return -1;
+            }
+        }
         if (repl_slave_start(&rc, st->mhost, st->mport, rts, &srv->repl_slave) != KURA_OK) {
             log_msg(LOG_ERR, "cannot start the replica thread");
             return -1;

@@ -182,7 +182,16 @@ class Proxy:
         self.ls.listen(8)
         self.port = self.ls.getsockname()[1]
         self.socks, self.lock, self.accepted = [], threading.Lock(), 0
+        self.flowing = threading.Event()
+        self.flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def pause(self):
+        """Hold what either side sends (the connections stay up)."""
+        self.flowing.clear()
+
+    def resume(self):
+        self.flowing.set()
 
     def _accept(self):
         while True:
@@ -207,6 +216,7 @@ class Proxy:
                 d = x.recv(65536)
                 if not d:
                     break
+                self.flowing.wait()
                 y.sendall(d)
         except OSError:
             pass
@@ -503,15 +513,56 @@ class Replication(ServerTestCase):
         rows = read_log(m.port)
         self.assertEqual([r["key"] for r in rows if r["type"] == PUT][-1], b"after")
 
-    def test_dual_master(self):
+    def dual(self):
+        """Two servers, each the -rw replica of the other through a proxy."""
         pa, pb = kuratest.free_port(), kuratest.free_port()
+        to_a, to_b = Proxy(pa), Proxy(pb)
+        self.addCleanup(to_a.close)
+        self.addCleanup(to_b.close)
         da, db = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
         a = Server(db=da + ".kh", port=pa, kura_args=["-sid", "1", "-ulog", da + ".ul", "-rw",
-                                                      "-mhost", "127.0.0.1", "-mport", str(pb)])
+                                                      "-mhost", "127.0.0.1", "-mport",
+                                                      str(to_b.port)])
         self.addCleanup(a.stop, check=False)
         b = Server(db=db + ".kh", port=pb, kura_args=["-sid", "2", "-ulog", db + ".ul", "-rw",
-                                                      "-mhost", "127.0.0.1", "-mport", str(pa)])
+                                                      "-mhost", "127.0.0.1", "-mport",
+                                                      str(to_a.port)])
         self.addCleanup(b.stop, check=False)
+        wait_caught_up(a, b)
+        wait_caught_up(b, a)
+        return a, b, (to_a, to_b)
+
+    def test_dual_master_conflicts(self):
+        """Changes made on both while the links hold them: the later wins on
+        both, a delete included (negative check: without the ordering, each
+        would end with the other's change)."""
+        a, b, links = self.dual()
+        with a.conn() as ca, b.conn() as cb:
+            ca.request(b"set d2 0 0 1\r\nx\r\nset d1 0 0 1\r\nx\r\n")
+            wait_caught_up(a, b)
+            for px in links:
+                px.pause()
+            ca.request(b"set s 1 0 5\r\nfromA\r\n")
+            ca.request(b"delete d1\r\n")
+            ca.request(b"set d2 1 0 5\r\nfromA\r\n")
+            ca.request(b"set n 0 0 1\r\n5\r\n")
+            time.sleep(0.002)           # the clocks' order, not synchronisation
+            cb.request(b"set s 2 0 5\r\nfromB\r\n")     # later: wins
+            cb.request(b"set d1 2 0 5\r\nfromB\r\n")    # after A's delete: stays
+            cb.request(b"delete d2\r\n")                  # after A's set: gone
+            cb.request(b"set n 0 0 1\r\n1\r\nincr n 1\r\n")
+            for px in links:
+                px.resume()
+        wait_caught_up(a, b)
+        wait_caught_up(b, a)
+        keys = [b"s", b"d1", b"d2", b"n"]
+        got = gets_all(a, keys)
+        self.assertEqual(got, gets_all(b, keys))
+        self.assertEqual({k: v[1] for k, v in got.items()},
+                         {b"s": b"fromB", b"d1": b"fromB", b"n": b"2"})
+
+    def test_dual_master(self):
+        a, b, _ = self.dual()
         with a.conn() as c:
             self.assertEqual(c.request(b"set fromA 0 0 1\r\na\r\n"), b"STORED\r\n")
         with b.conn() as c:
@@ -522,6 +573,39 @@ class Replication(ServerTestCase):
         self.assertEqual(gets_all(a, keys), gets_all(b, keys))
         poll_until(lambda: int(stats(a.conn())["repl_rows_own_skipped"]) >= 1, timeout=20,
                    what="A's own change coming back, skipped")
+
+        # concurrent changes of the same keys on both: they converge
+        def load(server, seed):
+            rnd = random.Random(seed)
+            with server.conn() as c:
+                for burst in range(60):         # pipelined: changes cross in flight
+                    batch = []
+                    for i in range(50):
+                        k = b"c%d" % rnd.randrange(6)
+                        op = rnd.randrange(5)
+                        if op == 0:
+                            batch.append(b"delete " + k + b" noreply\r\n")
+                        elif op == 1:
+                            batch.append(b"incr " + k + b" 1 noreply\r\n")
+                        elif op == 2:
+                            batch.append(b"touch " + k + b" 5000 noreply\r\n")
+                        else:
+                            v = b"%d" % rnd.randrange(100)
+                            batch.append(b"set %s %d 0 %d noreply\r\n%s\r\n"
+                                         % (k, seed, len(v), v))
+                    c.request(b"".join(batch) + b"version\r\n")
+
+        ts = [threading.Thread(target=load, args=(x, i)) for i, x in enumerate((a, b))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wait_caught_up(a, b)
+        wait_caught_up(b, a)
+        keys = [b"c%d" % i for i in range(6)]
+        got_a = gets_all(a, keys)
+        self.assertEqual(got_a, gets_all(b, keys))
+        self.assertGreater(len(got_a), 0)
 
     def test_repl_command(self):
         m = self.master(ulog=False)
