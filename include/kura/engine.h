@@ -215,6 +215,20 @@ int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
  * the item with its cas, logged here with its origin's sid and origin_ts.
  * Allowed on a replica. */
 int engine_apply_row(kura_engine *e, const ul_row *row);
+/* Every row of the update log up to this timestamp is in the store (the
+ * watermark, feed.c): a copy of the store taken from now on, followed by
+ * the rows after it, is the store as of any later moment. */
+uint64_t engine_applied_ts(kura_engine *e);
+/* Calls fn for every live item (the store's iterate, fuzzy: each stripe
+ * is seen at its own moment). */
+int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
+/* Dual master (after engine_attach_ulog, before serving): cas values are
+ * read from the update log's clock, so the cas of an item orders it among
+ * the changes of both masters, and rows applied with engine_apply_row()
+ * win only when they are newer than what is there (the latest timestamp
+ * wins; a delete is remembered for a while so an older set arriving later
+ * does not bring the key back).  KURA_EINVAL without an update log. */
+int engine_set_dual(kura_engine *e);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
 /* What the server's group commit syncs and waits for: the update log when

@@ -80,6 +80,12 @@ typedef struct kura_server_info {
     int idle_timeout;
     const char *dbname;
     const char *sync_mode;
+
+    /* replication: the "repl" command is served when repl_master is set;
+     * repl_stats adds the update log's and replication's "stats" lines */
+    bool repl_master;
+    void (*repl_stats)(void *ctx, kura_stat_fn emit, void *arg);
+    void *repl_ctx;
 } kura_server_info;
 
 struct kura_proto;
@@ -114,6 +120,11 @@ typedef struct text_session {
     int conn_id;                        /* for traces: the socket's descriptor */
     const struct kura_proto *proto;     /* chosen at the first byte; NULL before */
     binary_state bin;                   /* private to binary.c */
+    /* "repl <after> <sid>": the connection becomes a replication stream;
+     * the caller hands its socket to the master (repl.h), with close set */
+    bool handoff;
+    uint64_t handoff_after;
+    uint32_t handoff_sid;
 } text_session;
 
 typedef text_session kura_session;

@@ -46,6 +46,8 @@ typedef enum ul_type {
     UL_PUT = 2,         /* the item as it now is */
     UL_DEL = 3,         /* the key is gone */
     UL_FLUSH = 4,       /* flush_all: items stored before `exptime` are dead */
+    UL_MARK = 5,        /* never in a file: a replication stream's marker, its
+                           kind in prev_ts (src/repl/repl_wire.h) */
 } ul_type;
 
 /* A row.  Read back, key and val point into the reader's buffer, valid
@@ -110,6 +112,10 @@ void ul_close(ul_log *log);
  * KURA_EINVAL for a bad row, KURA_EFAILED once a sync has failed, or
  * another KURA_E* (the row is then not in the log). */
 int ul_append(ul_log *log, const ul_row *row, ul_pos *pos);
+/* fn(arg) is called after every append, under the log's append lock: it
+ * must be quick and must not call into the log (the replication master
+ * wakes its waiting streams with it).  NULL: none. */
+void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg);
 /* Durable up to lsn: seglog's group commit; a failure is sticky. */
 int ul_commit(ul_log *log, uint64_t lsn);
 int ul_sync_now(ul_log *log);
@@ -117,6 +123,14 @@ int ul_failed(ul_log *log);             /* KURA_EFAILED once a sync failed */
 uint64_t ul_last_ts(ul_log *log);       /* the last row's timestamp, 0: none */
 uint64_t ul_write_lsn(ul_log *log);     /* covers every row appended so far */
 hlc *ul_clock(ul_log *log);
+
+/* Whether the log holds every change since its store was empty: set when
+ * a new log starts over an empty store, cleared when the store was changed
+ * without the log.  Then a new replica needs no copy while the first file
+ * is held: the rows from the start are the store (a file "complete" in
+ * the directory, created and removed durably).  0 or KURA_E*. */
+int ul_set_complete(ul_log *log, bool complete);
+bool ul_complete(ul_log *log);
 
 /* The log's extent: from_ts, the timestamp a reader must be at or past to
  * be served (every row after it is held); bytes and segments held. */

@@ -24,6 +24,8 @@
 #include "marks.h"
 
 #define CAS_RESERVE_BLOCK (1ULL << 20)
+/* in dual-master mode cas values are clock readings: 2^32 is about a second */
+#define DUAL_CAS_RESERVE_BLOCK (1ULL << 32)
 
 void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts)
 {
@@ -61,30 +63,44 @@ int engine_save_state_locked(kura_engine *e)
     return do_save_state(e);
 }
 
+/* The next cas: the counter's, or in dual-master mode the clock's (its
+ * values order the changes of both masters, see engine_set_dual). */
+static uint64_t take_cas(kura_engine *e)
+{
+    hlc *c = e->cas_clock;
+    return c ? hlc_now(c) : atomic_fetch_add(&e->next_cas, 1);
+}
+
 /* do_: state_lock held.  Hands out a cas unique. */
 static uint64_t do_next_cas(kura_engine *e)
 {
-    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
+    uint64_t cas = take_cas(e);
     if (cas >= atomic_load(&e->cas_reserved)) {
-        atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+        atomic_store(&e->cas_reserved, cas + e->cas_block);
         do_save_state(e);
     }
     return cas;
 }
 
-/* Hands out a cas unique.  Cost: one atomic add; a state save once per
- * CAS_RESERVE_BLOCK uniques. */
-uint64_t engine_next_cas(kura_engine *e)
+/* Persists a reservation past cas before it is used: a state save once
+ * per cas_block uniques. */
+static void reserve_through(kura_engine *e, uint64_t cas)
 {
-    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
     if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
         pthread_mutex_lock(&e->state_lock);
         if (cas >= atomic_load(&e->cas_reserved)) {
-            atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+            atomic_store(&e->cas_reserved, cas + e->cas_block);
             do_save_state(e);
         }
         pthread_mutex_unlock(&e->state_lock);
     }
+}
+
+/* Hands out a cas unique.  Cost: one atomic add. */
+uint64_t engine_next_cas(kura_engine *e)
+{
+    uint64_t cas = take_cas(e);
+    reserve_through(e, cas);
     return cas;
 }
 
@@ -92,17 +108,30 @@ uint64_t engine_next_cas(kura_engine *e)
  * ones handed out here from now on are larger. */
 void engine_observe_cas(kura_engine *e, uint64_t cas)
 {
-    uint64_t cur = atomic_load(&e->next_cas);
-    while (cas >= cur && !atomic_compare_exchange_weak(&e->next_cas, &cur, cas + 1))
-        ;
-    if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
-        pthread_mutex_lock(&e->state_lock);
-        if (cas >= atomic_load(&e->cas_reserved)) {
-            atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
-            do_save_state(e);
-        }
-        pthread_mutex_unlock(&e->state_lock);
+    if (e->cas_clock) {
+        hlc_observe(e->cas_clock, cas);
+    } else {
+        uint64_t cur = atomic_load(&e->next_cas);
+        while (cas >= cur && !atomic_compare_exchange_weak(&e->next_cas, &cur, cas + 1))
+            ;
     }
+    reserve_through(e, cas);
+}
+
+int engine_set_dual(kura_engine *e)
+{
+    if (!e->ulog)
+        return KURA_EINVAL;
+    hlc *c = ul_clock(e->ulog);
+    /* past every cas handed out before, whichever way */
+    hlc_observe(c, atomic_load(&e->next_cas));
+    hlc_observe(c, atomic_load(&e->cas_reserved));
+    int rc = feed_dual(e);
+    if (rc)
+        return rc;
+    e->cas_block = DUAL_CAS_RESERVE_BLOCK;
+    e->cas_clock = c;
+    return KURA_OK;
 }
 
 void engine_set_replica(kura_engine *e, bool replica)
@@ -148,6 +177,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->oldest_cas, st.oldest_cas);
     atomic_store(&e->flush_at, st.flush_at);
     e->saved_ulog_ts = st.ulog_ts;
+    e->cas_block = CAS_RESERVE_BLOCK;
     feed_init(e);
     *out = e;
     return KURA_OK;
@@ -160,7 +190,7 @@ void engine_close(kura_engine *e)
     feed_stop(e);
     pthread_mutex_lock(&e->state_lock);
     /* Nothing above next_cas was handed out: a clean stop saves exactly that. */
-    uint64_t used = atomic_load(&e->next_cas) - 1;
+    uint64_t used = e->cas_clock ? hlc_last(e->cas_clock) : atomic_load(&e->next_cas) - 1;
     if (used < atomic_load(&e->cas_reserved))
         atomic_store(&e->cas_reserved, used > 0 ? used : 0);
     do_save_state(e);
@@ -599,6 +629,12 @@ int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     }
     pthread_mutex_unlock(&e->state_lock);
     return rc;
+}
+
+int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg)
+{
+    kura_clock clk = engine_clock(e);
+    return e->store->ops->iterate(e->store, &clk, fn, arg);
 }
 
 long engine_sweep(kura_engine *e, size_t budget)

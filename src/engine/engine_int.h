@@ -32,6 +32,9 @@ struct kura_engine {
     _Atomic uint64_t oldest_cas;        /* flush watermark (item.h) */
     _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
     _Atomic bool replica;               /* local changes refused (KURA_EREPLICA) */
+    hlc *cas_clock;                     /* dual master: cas values from the clock; else NULL */
+    uint64_t cas_block;                 /* cas values reserved per state save */
+    struct tombs *tombs;                /* dual master: recent deletes (feed.c) */
 
     pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
     struct kura_marks *marks;           /* access marks for the meta protocol (marks.h) */
@@ -75,6 +78,7 @@ int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_ite
 /* The cas the feed gave the calling thread's last put (a store's put does
  * not return it; engine_store_ex reports it). */
 uint64_t feed_last_cas(void);
+int feed_dual(kura_engine *e);          /* the recent deletes' table */
 /* flush_all: logs it (state_lock held). */
 int feed_flush(kura_engine *e, uint64_t oldest_cas, int64_t flush_at);
 /* The watermark to persist with the state (state_lock held). */

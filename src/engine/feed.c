@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -51,6 +52,7 @@ enum { CH_LOCAL = 0, CH_REPLICA, CH_REDO };
 typedef struct change_ctx {
     int kind;
     const ul_row *row;                  /* CH_REPLICA: the row received */
+    kura_engine *e;
 } change_ctx;
 
 static _Thread_local const change_ctx *tl_ctx;
@@ -145,6 +147,104 @@ uint64_t feed_watermark(kura_engine *e)
     return w > e->saved_ulog_ts ? w : e->saved_ulog_ts;
 }
 
+uint64_t engine_applied_ts(kura_engine *e)
+{
+    pthread_mutex_lock(&e->state_lock);
+    uint64_t w = feed_watermark(e);
+    pthread_mutex_unlock(&e->state_lock);
+    return w;
+}
+
+/* ---- dual master: recent deletes ------------------------------------------------ */
+
+/*
+ * A dual master orders two changes of a key by their timestamps (the cas of
+ * an item is its clock reading, engine_set_dual).  An item carries its own;
+ * a deleted key carries nothing, so the time of each delete is kept here
+ * for TOMB_KEEP, or until TOMB_SLOTS/2 newer ones push it out: within that
+ * window a set older than the delete, arriving after it from the other
+ * master, is not applied.  Keys are kept as 64-bit hashes (a collision
+ * could only hold back an older set of another key).
+ */
+#define TOMB_SLOTS (1u << 16)
+#define TOMB_KEEP_US (600ull * 1000000)
+
+typedef struct tomb {
+    uint64_t h, ts;                     /* ts 0: empty */
+} tomb;
+
+struct tombs {
+    pthread_mutex_t mu;
+    size_t n;
+    tomb t[TOMB_SLOTS];
+};
+
+static uint64_t tomb_hash(const void *key, size_t klen)
+{
+    const unsigned char *p = key;
+    uint64_t h = 1469598103934665603ull ^ klen;
+    for (size_t i = 0; i < klen; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h ^ (h >> 31);
+}
+
+static tomb *tomb_slot(struct tombs *tb, uint64_t h)
+{
+    size_t i = h & (TOMB_SLOTS - 1);
+    while (tb->t[i].ts && tb->t[i].h != h)
+        i = (i + 1) & (TOMB_SLOTS - 1);
+    return &tb->t[i];
+}
+
+/* Keeps the newer half when full: older deletes are forgotten first. */
+static void tomb_purge(struct tombs *tb, uint64_t newest)
+{
+    static tomb old[TOMB_SLOTS];        /* under tb->mu; one engine purges at a time */
+    uint64_t cut = hlc_us(newest) > TOMB_KEEP_US ? hlc_make(hlc_us(newest) - TOMB_KEEP_US, 0)
+                                                 : 0;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < TOMB_SLOTS; i++)
+        if (tb->t[i].ts) {
+            lo = tb->t[i].ts < lo ? tb->t[i].ts : lo;
+            hi = tb->t[i].ts > hi ? tb->t[i].ts : hi;
+        }
+    if (lo + (hi - lo) / 2 > cut)
+        cut = lo + (hi - lo) / 2;       /* at least half goes */
+    memcpy(old, tb->t, sizeof(old));
+    memset(tb->t, 0, sizeof(tb->t));
+    tb->n = 0;
+    for (size_t i = 0; i < TOMB_SLOTS; i++)
+        if (old[i].ts > cut) {
+            *tomb_slot(tb, old[i].h) = old[i];
+            tb->n++;
+        }
+}
+
+static void tomb_put(struct tombs *tb, const void *key, size_t klen, uint64_t ts)
+{
+    uint64_t h = tomb_hash(key, klen);
+    pthread_mutex_lock(&tb->mu);
+    if (tb->n >= TOMB_SLOTS / 2)
+        tomb_purge(tb, ts);
+    tomb *t = tomb_slot(tb, h);
+    if (!t->ts)
+        tb->n++;
+    t->h = h;
+    if (ts > t->ts)
+        t->ts = ts;
+    pthread_mutex_unlock(&tb->mu);
+}
+
+/* The time of the last delete of key still remembered, 0 if none. */
+static uint64_t tomb_get(struct tombs *tb, const void *key, size_t klen)
+{
+    uint64_t h = tomb_hash(key, klen);
+    pthread_mutex_lock(&tb->mu);
+    uint64_t ts = tomb_slot(tb, h)->ts;
+    pthread_mutex_unlock(&tb->mu);
+    return ts;
+}
+
 /* ---- logging ------------------------------------------------------------- */
 
 static int append(kura_engine *e, ul_row *r)
@@ -187,7 +287,10 @@ static int feed_del(void *arg, const char *key, size_t klen)
     if (!e->ulog || (cx && cx->kind == CH_REDO))
         return KURA_OK;
     ul_row r = { .type = UL_DEL, .key = key, .klen = klen };
-    return append(e, &r);
+    int rc = append(e, &r);
+    if (rc == KURA_OK && e->tombs)
+        tomb_put(e->tombs, key, klen, cx ? cx->row->origin_ts : tl_logged_ts);
+    return rc;
 }
 
 int feed_update(kura_engine *e, const kura_item *cur, kura_update *up)
@@ -198,13 +301,13 @@ int feed_update(kura_engine *e, const kura_item *cur, kura_update *up)
 int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_item *cur,
                     kura_update *up)
 {
-    ul_row r = { .type = UL_PUT };
+    ul_row r = { .type = UL_PUT, .key = key, .klen = klen };
     switch (up->action) {
     case KURA_UPDATE_REPLACE:
-        up->cas = engine_next_cas(e);
+        if (!tl_ctx)
+            up->cas = engine_next_cas(e);   /* a replica's row keeps its own */
         if (!e->ulog)
             return KURA_OK;
-        r.key = key;
         r.flags = up->flags;
         r.exptime = up->exptime;
         r.cas = up->cas;
@@ -216,7 +319,6 @@ int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_ite
     case KURA_UPDATE_TOUCH:
         if (!e->ulog || !cur)
             return KURA_OK;
-        r.key = cur->key;
         r.flags = cur->flags;
         r.exptime = up->exptime;
         r.cas = cur->cas;
@@ -227,15 +329,16 @@ int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_ite
         if (!e->ulog || !cur)
             return KURA_OK;
         r.type = UL_DEL;
-        r.key = cur->key;
         break;
     default:
         return KURA_OK;
     }
     if (!r.key)
-        return KURA_EINVAL;             /* a replace names its key */
-    r.klen = klen;
-    return append(e, &r);
+        return KURA_EINVAL;
+    int rc = append(e, &r);
+    if (rc == KURA_OK && r.type == UL_DEL && e->tombs)
+        tomb_put(e->tombs, r.key, r.klen, tl_ctx ? tl_ctx->row->origin_ts : tl_logged_ts);
+    return rc;
 }
 
 uint64_t feed_last_cas(void)
@@ -272,9 +375,40 @@ static int apply_flush(kura_engine *e, const ul_row *row)
     return rc;
 }
 
+/* Dual master: a row is applied only over an older item (cas at most the
+ * row's: a touch keeps the cas), and a set not over a newer delete. */
+static int lww_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    const change_ctx *cx = arg;
+    const ul_row *r = cx->row;
+    kura_engine *e = cx->e;
+    if (r->type == UL_PUT) {
+        if (cur ? r->cas < cur->cas : tomb_get(e->tombs, r->key, r->klen) > r->cas)
+            return KURA_OK;             /* what is here is newer */
+        out->action = KURA_UPDATE_REPLACE;
+        out->flags = r->flags;
+        out->exptime = r->exptime;
+        out->cas = r->cas;
+        out->part[0].base = r->val;
+        out->part[0].len = r->vlen;
+    } else {
+        if (!cur) {
+            tomb_put(e->tombs, r->key, r->klen, r->origin_ts);
+            return KURA_OK;
+        }
+        if (cur->cas > r->origin_ts)
+            return KURA_OK;             /* set after the delete was made */
+        out->action = KURA_UPDATE_REMOVE;
+    }
+    int rc = feed_update_key(e, r->key, r->klen, cur, out);
+    if (rc)
+        out->action = KURA_UPDATE_KEEP;
+    return rc;
+}
+
 static int apply_row(kura_engine *e, const ul_row *row, int kind)
 {
-    change_ctx cx = { kind, row };
+    change_ctx cx = { kind, row, e };
     kura_clock clk = engine_clock(e);
     int rc;
 
@@ -288,7 +422,10 @@ static int apply_row(kura_engine *e, const ul_row *row, int kind)
         return KURA_OK;                 /* header rows are not changes */
     int slot = feed_begin(e);
     tl_ctx = &cx;
-    if (row->type == UL_PUT) {
+    if (kind == CH_REPLICA && e->tombs) {
+        engine_observe_cas(e, row->type == UL_PUT ? row->cas : row->origin_ts);
+        rc = e->store->ops->update(e->store, row->key, row->klen, &clk, lww_cb, &cx);
+    } else if (row->type == UL_PUT) {
         engine_observe_cas(e, row->cas);
         kura_item it = {
             .key = row->key, .klen = row->klen, .val = row->val, .vlen = row->vlen,
@@ -343,6 +480,16 @@ int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
     uint64_t w = st.ulog_ts;
     ul_extent ex;
     ul_get_extent(log, &ex);
+    kura_store_usage u = { 0 };
+    e->store->ops->usage(e->store, &u);
+    if (ul_last_ts(log) == 0 && ex.from_ts == 0 && u.curr_items == 0)
+        rc = ul_set_complete(log, true);            /* a new log over an empty store */
+    else if (w == UINT64_MAX || (ul_last_ts(log) == 0 && u.curr_items))
+        rc = ul_set_complete(log, false);           /* the store holds more than the log */
+    else
+        rc = KURA_OK;
+    if (rc)
+        return rc;
     if (w == UINT64_MAX) {
         /* the store ran without the log since: what the log holds is older
          * than the store, and nothing is applied again */
@@ -443,9 +590,23 @@ void feed_stop(kura_engine *e)
     e->feed_running = false;
 }
 
+int feed_dual(kura_engine *e)
+{
+    struct tombs *tb = calloc(1, sizeof(*tb));
+    if (!tb)
+        return KURA_ENOMEM;
+    pthread_mutex_init(&tb->mu, NULL);
+    e->tombs = tb;
+    return KURA_OK;
+}
+
 void feed_destroy(kura_engine *e)
 {
     feed_stop(e);
+    if (e->tombs) {
+        pthread_mutex_destroy(&e->tombs->mu);
+        free(e->tombs);
+    }
     pthread_mutex_destroy(&e->overflow_lock);
     pthread_mutex_destroy(&e->feed_lock);
     pthread_cond_destroy(&e->feed_wake);

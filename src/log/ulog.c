@@ -46,6 +46,8 @@ struct ul_log {
     hlc *clock;
     pthread_mutex_t mu;         /* appends, prune, readers' table lookups */
     uint64_t last_ts;           /* under mu: the last data row's timestamp */
+    void (*notify)(void *arg);  /* under mu */
+    void *notify_arg;
 };
 
 struct ul_reader {
@@ -96,10 +98,11 @@ size_t ul_encode(unsigned char *b, const ul_row *r)
     f[n++] = r->type;
     n += put_var(f + n, r->ts);
     n += put_var(f + n, r->sid);
-    if (r->type != UL_HDR)      /* how long before its place here it was made */
+    if (r->type != UL_HDR && r->type != UL_MARK)    /* how long before its place here */
         n += put_var(f + n, r->origin_ts && r->origin_ts < r->ts ? r->ts - r->origin_ts : 0);
     switch (r->type) {
     case UL_HDR:
+    case UL_MARK:
         n += put_var(f + n, r->prev_ts);
         break;
     case UL_PUT:
@@ -169,7 +172,7 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
         return SL_NOT_REC;
     row->sid = (uint32_t)v;
     row->origin_ts = row->ts;
-    if (row->type != UL_HDR) {
+    if (row->type != UL_HDR && row->type != UL_MARK) {
         VAR(v);
         if (v > row->ts)
             return SL_NOT_REC;
@@ -177,6 +180,7 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
     }
     switch (row->type) {
     case UL_HDR:
+    case UL_MARK:
         VAR(row->prev_ts);
         break;
     case UL_PUT:
@@ -218,10 +222,11 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
 static long long ul_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
                           size_t *need)
 {
-    ul_row tmp;
+    ul_row tmp, *row = arg ? arg : &tmp;
     if (version != UL_VERSION)
         return SL_NOT_REC;
-    return ul_decode(p, avail, arg ? arg : &tmp, need);
+    long long n = ul_decode(p, avail, row, need);
+    return n > 0 && row->type == UL_MARK ? SL_NOT_REC : n;   /* a stream's, never a file's */
 }
 
 static size_t frame_ready(void *arg, unsigned char *head, uint64_t recno)
@@ -496,6 +501,8 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
         logf_(log, KURA_LOG_ERROR, "a segment's first row and its header row disagree "
               "(seglog's sealing rule changed?): readers may search it wrongly");
     log->last_ts = ts;
+    if (log->notify)
+        log->notify(log->notify_arg);
     pos->lsn = loc.lsn;
     pos->ts = ts;
     pos->seg = loc.seg;
@@ -518,6 +525,39 @@ int ul_sync_now(ul_log *log)
 int ul_failed(ul_log *log)
 {
     return sl_failed(&log->sl);
+}
+
+#define COMPLETE_FILE "complete"
+
+int ul_set_complete(ul_log *log, bool complete)
+{
+    if (ul_complete(log) == complete)
+        return KURA_OK;
+    if (complete) {
+        int fd = openat(log->dirfd, COMPLETE_FILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return sl_errno_status(errno);
+        int rc = fsync(fd) == 0 ? KURA_OK : sl_errno_status(errno);
+        close(fd);
+        if (rc)
+            return rc;
+    } else if (unlinkat(log->dirfd, COMPLETE_FILE, 0) < 0 && errno != ENOENT) {
+        return sl_errno_status(errno);
+    }
+    return fsync(log->dirfd) == 0 ? KURA_OK : sl_errno_status(errno);
+}
+
+bool ul_complete(ul_log *log)
+{
+    return faccessat(log->dirfd, COMPLETE_FILE, F_OK, 0) == 0;
+}
+
+void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&log->mu);
+    log->notify = fn;
+    log->notify_arg = arg;
+    pthread_mutex_unlock(&log->mu);
 }
 
 uint64_t ul_write_lsn(ul_log *log)

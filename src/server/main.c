@@ -56,6 +56,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     log_tick();
     engine_tick(srv->engine);
     engine_sweep(srv->engine, SWEEP_BUDGET);
+    if (srv->repl_master)
+        repl_master_tick(srv->repl_master);
     /* No sync here for -sync interval: a sync can take long on a busy disk,
      * and new connections would wait behind it on this thread.  A store
      * that has anything to sync does it on its own thread about once a
@@ -74,12 +76,27 @@ static void ulog_log(void *arg, int level, const char *line)
     store_log(level, line);
 }
 
+/* mkdir -p */
+static int mkdir_parents(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s", dir);
+    for (char *q = p + 1; *q; q++)
+        if (*q == '/') {
+            *q = '\0';
+            if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                return -1;
+            *q = '/';
+        }
+    return mkdir(p, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* Opens the update log and hands it to the engine, which first applies
  * again what a crash kept from the store. */
 static int open_ulog(kura_server *srv)
 {
     kura_settings *st = srv->settings;
-    if (mkdir(st->ulog_dir, 0755) < 0 && errno != EEXIST) {
+    if (mkdir_parents(st->ulog_dir) < 0) {
         log_msg(LOG_ERR, "cannot create the update-log directory %s: %s", st->ulog_dir,
                 strerror(errno));
         return -1;
@@ -112,6 +129,89 @@ static int open_ulog(kura_server *srv)
             (unsigned long long)ex.bytes, (unsigned long long)ul_last_ts(srv->ulog),
             (unsigned long long)redone);
     return 0;
+}
+
+/* "stats": the update log's and replication's lines */
+static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
+{
+    kura_server *srv = ctx;
+    char b[64];
+    if (srv->ulog) {
+        ul_extent ex;
+        ul_get_extent(srv->ulog, &ex);
+        snprintf(b, sizeof(b), "%d", srv->settings->sid);
+        emit(arg, "ulog_sid", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)ul_last_ts(srv->ulog));
+        emit(arg, "ulog_last_ts", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.from_ts);
+        emit(arg, "ulog_from_ts", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)engine_applied_ts(srv->engine));
+        emit(arg, "ulog_applied_ts", b);
+        snprintf(b, sizeof(b), "%u", ex.segs);
+        emit(arg, "ulog_files", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.bytes);
+        emit(arg, "ulog_bytes", b);
+        emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
+    }
+    if (srv->repl_master)
+        repl_master_stats(srv->repl_master, emit, arg);
+    if (srv->repl_slave)
+        repl_slave_stats(srv->repl_slave, emit, arg);
+}
+
+/* The replication master (with -ulog) and the replica thread (-mhost). */
+static int start_repl(kura_server *srv)
+{
+    kura_settings *st = srv->settings;
+    repl_config rc = {
+        .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
+        .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
+        .log = store_log,
+    };
+    if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
+        log_msg(LOG_ERR, "cannot start replication");
+        return -1;
+    }
+    if (st->mhost) {
+        char rts[4200];
+        if (st->rts_path)
+            snprintf(rts, sizeof(rts), "%s", st->rts_path);
+        else if (st->ulog_dir)
+            snprintf(rts, sizeof(rts), "%s/rts", st->ulog_dir);
+        else {
+            log_msg(LOG_ERR, "-mhost needs -rts FILE (or -ulog DIR, for DIR/rts)");
+            return -1;
+        }
+        engine_set_replica(srv->engine, !st->rw);
+        if (st->rw) {
+            /* dual master: changes of both ordered by time */
+            if (!srv->ulog) {
+                log_msg(LOG_ERR, "-rw with -mhost (a replica that takes writes: dual master) "
+                        "needs -ulog DIR");
+                return -1;
+            }
+            if (engine_set_dual(srv->engine) != KURA_OK) {
+                log_msg(LOG_ERR, "cannot start dual-master mode");
+                return -1;
+            }
+        }
+        if (repl_slave_start(&rc, st->mhost, st->mport, rts, &srv->repl_slave) != KURA_OK) {
+            log_msg(LOG_ERR, "cannot start the replica thread");
+            return -1;
+        }
+        log_msg(LOG_INFO, "replica of %s:%d (position in %s)%s", st->mhost, st->mport, rts,
+                st->rw ? ", taking writes too (-rw)" : ", read-only");
+    }
+    return 0;
+}
+
+/* Before the engine closes: the replica stops applying, the streams end. */
+static void stop_repl(kura_server *srv)
+{
+    repl_slave_stop(srv->repl_slave);
+    srv->repl_slave = NULL;
+    repl_master_free(srv->repl_master);
+    srv->repl_master = NULL;
 }
 
 static int open_engine(kura_server *srv)
@@ -172,6 +272,9 @@ static void init_info(kura_server *srv)
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
+    si->repl_master = srv->repl_master != NULL;
+    si->repl_stats = repl_stats;
+    si->repl_ctx = srv;
 }
 
 int main(int argc, char **argv)
@@ -247,6 +350,8 @@ int main(int argc, char **argv)
         goto fail;
     if (fdlimit_setup(&settings) < 0)
         goto fail;
+    if (start_repl(&srv) < 0)
+        goto fail;
     init_info(&srv);
     if (!srv.info.thread_stats)
         goto fail;
@@ -290,6 +395,7 @@ int main(int argc, char **argv)
     commit_stop();
     workers_stop(&srv);
     commit_free();
+    stop_repl(&srv);
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
@@ -315,6 +421,7 @@ fail:
     if (workers)
         workers_stop(&srv);
     commit_free();
+    stop_repl(&srv);
     if (listening)
         listener_close(&srv);
     if (sigterm)

@@ -18,6 +18,7 @@
 
 #include "kura/engine.h"
 #include "kura/proto.h"
+#include "kura/repl.h"
 
 typedef struct kura_settings {
     const char *host;           /* -host / -l; NULL = default 127.0.0.1 */
@@ -99,6 +100,8 @@ typedef struct kura_server {
     kura_settings *settings;
     kura_engine *engine;
     ul_log *ulog;                       /* NULL without -ulog */
+    repl_master *repl_master;           /* serves "repl"; NULL without -ulog */
+    repl_slave *repl_slave;             /* NULL unless -mhost */
     kura_server_info info;
     struct event_base *base;            /* the main thread's */
     kura_worker *workers;
