@@ -233,7 +233,10 @@ kura_clock engine_clock(kura_engine *e)
 void engine_tick(kura_engine *e)
 {
     kura_clock c = engine_clock(e);
-    marks_tick(e->marks, atomic_load(&e->next_cas), c.now);
+    /* every cas handed out from here on is above this one (dual master:
+     * cas values are clock readings) */
+    uint64_t next = e->cas_clock ? hlc_last(e->cas_clock) + 1 : atomic_load(&e->next_cas);
+    marks_tick(e->marks, next, c.now);
 }
 
 int64_t engine_abs_exptime(kura_engine *e, int64_t exptime)
