@@ -166,5 +166,13 @@ void engine_set_replica(kura_engine *e, bool replica);
  * there is one (its rows make the store's changes durable), else the
  * store.  Only write_seq, commit and thread_seq are filled in. */
 kura_store *engine_commit_source(kura_engine *e);
+/* Semi-synchronous replication: the group commit also waits for
+ * wait(arg, ts), which returns once replicas hold every row up to ts: 0,
+ * KURA_COMMIT_ABANDONED (they did not in time: the replies waiting are not
+ * sent, later changes go on), or a negative error (final, as a failed
+ * sync).  The commit sequence becomes the rows' timestamps.  Set before
+ * engine_commit_source() is asked. */
+#define KURA_COMMIT_ABANDONED 1
+void engine_set_commit_wait(kura_engine *e, int (*wait)(void *arg, uint64_t ts), void *arg);
 
 #endif

@@ -48,6 +48,8 @@ struct kura_engine {
     engine_slot slots[ENGINE_SLOTS + 1];
     pthread_mutex_t overflow_lock;      /* held across a change in the last slot */
     kura_store commit_source;           /* the update log as a group-commit store */
+    int (*commit_wait)(void *arg, uint64_t ts);     /* -syncrepl: replicas have ts */
+    void *commit_wait_arg;
     pthread_t feed_thread;              /* saves the watermark, syncs (interval) */
     pthread_mutex_t feed_lock;
     pthread_cond_t feed_wake;
