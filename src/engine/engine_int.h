@@ -33,6 +33,7 @@ struct kura_engine {
     _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
     _Atomic bool replica;               /* local changes refused (KURA_EREPLICA) */
     hlc *cas_clock;                     /* dual master: cas values from the clock; else NULL */
+    uint32_t cas_tag;                   /* ... ending in these bits of the server id */
     uint64_t cas_block;                 /* cas values reserved per state save */
     struct tombs *tombs;                /* dual master: recent deletes (feed.c) */
 

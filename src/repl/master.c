@@ -366,6 +366,8 @@ static void *peer_main(void *arg)
     peer *p = arg;
     repl_master *m = p->m;
     stream(p);
+    logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
+          atomic_load(&p->sent));
     pthread_mutex_lock(&m->lock);
     for (peer **pp = &m->peers; *pp; pp = &(*pp)->next)
         if (*pp == p) {
@@ -375,14 +377,13 @@ static void *peer_main(void *arg)
     if (atomic_exchange(&p->waiting, false))
         atomic_fetch_sub(&m->nwaiting, 1);
     remember(m, p);
-    m->nthreads--;
-    pthread_cond_broadcast(&m->gone);
-    pthread_mutex_unlock(&m->lock);
-    logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
-          atomic_load(&p->sent));
     close(p->fd);
     close(p->efd);
     free(p);
+    /* the last touch of m: repl_master_free may free it once this is seen */
+    m->nthreads--;
+    pthread_cond_broadcast(&m->gone);
+    pthread_mutex_unlock(&m->lock);
     return NULL;
 }
 

@@ -211,7 +211,7 @@ static int start_repl(kura_server *srv)
                         "needs -ulog DIR");
                 return -1;
             }
-            if (engine_set_dual(srv->engine) != KURA_OK) {
+            if (engine_set_dual(srv->engine, (uint32_t)st->sid) != KURA_OK) {
                 log_msg(LOG_ERR, "cannot start dual-master mode");
                 return -1;
             }
