@@ -226,14 +226,23 @@ int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
  * read from the update log's clock, so the cas of an item orders it among
  * the changes of both masters, and rows applied with engine_apply_row()
  * win only when they are newer than what is there (the latest timestamp
- * wins; a delete is remembered for a while so an older set arriving later
- * does not bring the key back).  KURA_EINVAL without an update log. */
-int engine_set_dual(kura_engine *e);
+ * wins, then the higher server id: the low 4 bits of each cas are sid's;
+ * a delete is remembered for a while so an older set arriving later does
+ * not bring the key back).  KURA_EINVAL without an update log. */
+int engine_set_dual(kura_engine *e, uint32_t sid);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
 /* What the server's group commit syncs and waits for: the update log when
  * there is one (its rows make the store's changes durable), else the
  * store.  Only write_seq, commit and thread_seq are filled in. */
 kura_store *engine_commit_source(kura_engine *e);
+/* Semi-synchronous replication: the group commit also waits for
+ * wait(arg, ts), which returns once replicas hold every row up to ts: 0,
+ * KURA_COMMIT_ABANDONED (they did not in time: the replies waiting are not
+ * sent, later changes go on), or a negative error (final, as a failed
+ * sync).  The commit sequence becomes the rows' timestamps.  Set before
+ * engine_commit_source() is asked. */
+#define KURA_COMMIT_ABANDONED 1
+void engine_set_commit_wait(kura_engine *e, int (*wait)(void *arg, uint64_t ts), void *arg);
 
 #endif

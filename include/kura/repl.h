@@ -65,6 +65,9 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid);
 /* About once a second: prunes the update log past -ulmax, keeping what
  * connected replicas (and those seen in the last hour) still need. */
 void repl_master_tick(repl_master *m);
+/* -syncrepl: waits until n replicas (not receiving a copy) have
+ * acknowledged every row up to ts: 0, or 1 after timeout_ms. */
+int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms);
 /* Ends every stream and frees. */
 void repl_master_free(repl_master *m);
 void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg);

@@ -26,6 +26,10 @@
 #define CAS_RESERVE_BLOCK (1ULL << 20)
 /* in dual-master mode cas values are clock readings: 2^32 is about a second */
 #define DUAL_CAS_RESERVE_BLOCK (1ULL << 32)
+/* ... whose low bits are the server id's: no two servers hand out the same
+ * cas (if their ids differ in these bits), and of two changes made in the
+ * same microsecond and counter step the higher id's is the later */
+#define DUAL_TAG_BITS 4
 
 void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts)
 {
@@ -68,7 +72,7 @@ int engine_save_state_locked(kura_engine *e)
 static uint64_t take_cas(kura_engine *e)
 {
     hlc *c = e->cas_clock;
-    return c ? hlc_now(c) : atomic_fetch_add(&e->next_cas, 1);
+    return c ? hlc_now_tagged(c, e->cas_tag, DUAL_TAG_BITS) : atomic_fetch_add(&e->next_cas, 1);
 }
 
 /* do_: state_lock held.  Hands out a cas unique. */
@@ -118,8 +122,9 @@ void engine_observe_cas(kura_engine *e, uint64_t cas)
     reserve_through(e, cas);
 }
 
-int engine_set_dual(kura_engine *e)
+int engine_set_dual(kura_engine *e, uint32_t sid)
 {
+    e->cas_tag = sid & ((1u << DUAL_TAG_BITS) - 1);
     if (!e->ulog)
         return KURA_EINVAL;
     hlc *c = ul_clock(e->ulog);

@@ -33,6 +33,7 @@ struct kura_engine {
     _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
     _Atomic bool replica;               /* local changes refused (KURA_EREPLICA) */
     hlc *cas_clock;                     /* dual master: cas values from the clock; else NULL */
+    uint32_t cas_tag;                   /* ... ending in these bits of the server id */
     uint64_t cas_block;                 /* cas values reserved per state save */
     struct tombs *tombs;                /* dual master: recent deletes (feed.c) */
 
@@ -49,6 +50,8 @@ struct kura_engine {
     engine_slot slots[ENGINE_SLOTS + 1];
     pthread_mutex_t overflow_lock;      /* held across a change in the last slot */
     kura_store commit_source;           /* the update log as a group-commit store */
+    int (*commit_wait)(void *arg, uint64_t ts);     /* -syncrepl: replicas have ts */
+    void *commit_wait_arg;
     pthread_t feed_thread;              /* saves the watermark, syncs (interval) */
     pthread_mutex_t feed_lock;
     pthread_cond_t feed_wake;

@@ -58,6 +58,7 @@ typedef struct change_ctx {
 static _Thread_local const change_ctx *tl_ctx;
 static _Thread_local uint64_t tl_logged_ts;     /* the row this change logged, 0: none */
 static _Thread_local uint64_t tl_lsn;           /* the last row this thread appended */
+static _Thread_local uint64_t tl_ts;            /* ... and its timestamp */
 static _Thread_local const kura_engine *tl_lsn_engine;
 static _Thread_local uint64_t tl_last_cas;      /* the cas feed_put last gave (feed_last_cas) */
 
@@ -260,6 +261,7 @@ static int append(kura_engine *e, ul_row *r)
         return rc;
     tl_logged_ts = pos.ts;
     tl_lsn = pos.lsn;
+    tl_ts = pos.ts;
     tl_lsn_engine = e;
     return KURA_OK;
 }
@@ -642,10 +644,47 @@ static const kura_store_ops source_ops = {
     .thread_seq = src_thread_seq,
 };
 
+/* With a wait for replicas (-syncrepl) the sequence is the rows'
+ * timestamps, which is what replicas acknowledge. */
+static uint64_t ts_write_seq(kura_store *s)
+{
+    return ul_last_ts(of_source(s)->ulog);
+}
+
+static uint64_t ts_thread_seq(kura_store *s)
+{
+    kura_engine *e = of_source(s);
+    return tl_lsn_engine == e ? tl_ts : ul_last_ts(e->ulog);
+}
+
+static int ts_commit(kura_store *s, uint64_t ts)
+{
+    kura_engine *e = of_source(s);
+    if (e->ulog_sync == KURA_SYNC_ALWAYS) {
+        int rc = ul_commit(e->ulog, ul_write_lsn(e->ulog));
+        if (rc)
+            return rc;
+    }
+    return e->commit_wait(e->commit_wait_arg, ts);
+}
+
+static const kura_store_ops ts_source_ops = {
+    .name = "ulog+replicas",
+    .write_seq = ts_write_seq,
+    .commit = ts_commit,
+    .thread_seq = ts_thread_seq,
+};
+
+void engine_set_commit_wait(kura_engine *e, int (*wait)(void *arg, uint64_t ts), void *arg)
+{
+    e->commit_wait = wait;
+    e->commit_wait_arg = arg;
+}
+
 kura_store *engine_commit_source(kura_engine *e)
 {
     if (!e->ulog)
         return e->store;
-    e->commit_source.ops = &source_ops;
+    e->commit_source.ops = e->commit_wait ? &ts_source_ops : &source_ops;
     return &e->commit_source;
 }

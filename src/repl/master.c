@@ -69,12 +69,14 @@ struct repl_master {
     repl_config cfg;
     pthread_mutex_t lock;
     pthread_cond_t gone;                /* a stream's thread ended */
+    pthread_cond_t acked;               /* a replica acknowledged more rows */
     peer *peers;
     int nthreads;
     seen seen[SEEN_MAX];
     int nseen;
     _Atomic int nwaiting;
     _Atomic uint64_t boots, streams, rows_sent, pruned_segs, pruned_bytes, forced;
+    _Atomic uint64_t waits, wait_timeouts;
 };
 
 #define logf_(x, level, ...) repl_log((x)->cfg.log, level, __VA_ARGS__)
@@ -119,8 +121,12 @@ static int read_acks(peer *p, ackbuf *ab)
             *nl = '\0';
             if (sscanf(ab->b, "ACK %llu", &ts) != 1)
                 return -1;
-            if (ts > atomic_load(&p->acked))
+            if (ts > atomic_load(&p->acked)) {
+                pthread_mutex_lock(&p->m->lock);
                 atomic_store(&p->acked, ts);
+                pthread_cond_broadcast(&p->m->acked);
+                pthread_mutex_unlock(&p->m->lock);
+            }
             size_t used = (size_t)(nl + 1 - ab->b);
             memmove(ab->b, nl + 1, ab->n - used);
             ab->n -= used;
@@ -360,6 +366,8 @@ static void *peer_main(void *arg)
     peer *p = arg;
     repl_master *m = p->m;
     stream(p);
+    logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
+          atomic_load(&p->sent));
     pthread_mutex_lock(&m->lock);
     for (peer **pp = &m->peers; *pp; pp = &(*pp)->next)
         if (*pp == p) {
@@ -369,14 +377,13 @@ static void *peer_main(void *arg)
     if (atomic_exchange(&p->waiting, false))
         atomic_fetch_sub(&m->nwaiting, 1);
     remember(m, p);
-    m->nthreads--;
-    pthread_cond_broadcast(&m->gone);
-    pthread_mutex_unlock(&m->lock);
-    logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
-          atomic_load(&p->sent));
     close(p->fd);
     close(p->efd);
     free(p);
+    /* the last touch of m: repl_master_free may free it once this is seen */
+    m->nthreads--;
+    pthread_cond_broadcast(&m->gone);
+    pthread_mutex_unlock(&m->lock);
     return NULL;
 }
 
@@ -437,6 +444,38 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
     return KURA_OK;
 }
 
+/* ---- semi-synchronous writes ------------------------------------------------- */
+
+int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    atomic_fetch_add(&m->waits, 1);
+    pthread_mutex_lock(&m->lock);
+    int rc = 0;
+    for (;;) {
+        int have = 0;
+        for (peer *p = m->peers; p; p = p->next)
+            if (!atomic_load(&p->copying) && atomic_load(&p->acked) >= ts)
+                have++;
+        if (have >= n)
+            break;
+        if (pthread_cond_timedwait(&m->acked, &m->lock, &until) == ETIMEDOUT) {
+            rc = 1;
+            atomic_fetch_add(&m->wait_timeouts, 1);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
 /* ---- retention -------------------------------------------------------------- */
 
 void repl_master_tick(repl_master *m)
@@ -474,6 +513,11 @@ int repl_master_new(const repl_config *cfg, repl_master **out)
     m->cfg = *cfg;
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->gone, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->acked, &ca);
+    pthread_condattr_destroy(&ca);
     ul_set_notify(cfg->ulog, on_append, m);
     *out = m;
     return KURA_OK;
@@ -496,6 +540,7 @@ void repl_master_free(repl_master *m)
     ul_set_notify(m->cfg.ulog, NULL, NULL);
     pthread_mutex_destroy(&m->lock);
     pthread_cond_destroy(&m->gone);
+    pthread_cond_destroy(&m->acked);
     free(m);
 }
 
@@ -520,6 +565,8 @@ void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg)
     pthread_mutex_unlock(&m->lock);
     repl_emit_u64(emit, arg, "repl_copies_sent", atomic_load(&m->boots));
     repl_emit_u64(emit, arg, "repl_rows_sent", atomic_load(&m->rows_sent));
+    repl_emit_u64(emit, arg, "repl_syncrepl_waits", atomic_load(&m->waits));
+    repl_emit_u64(emit, arg, "repl_syncrepl_timeouts", atomic_load(&m->wait_timeouts));
     repl_emit_u64(emit, arg, "ulog_pruned_files", atomic_load(&m->pruned_segs));
     repl_emit_u64(emit, arg, "ulog_pruned_bytes", atomic_load(&m->pruned_bytes));
     repl_emit_u64(emit, arg, "ulog_pruned_needed", atomic_load(&m->forced));

@@ -347,6 +347,10 @@ static void session_run(repl_slave *s, int fd)
         logf_(s, KURA_LOG_ERROR, "replica: master %s:%d has this server's own id %u: its rows "
               "are skipped as this server's own (give each server its own -sid)",
               s->host, s->port, msid);
+    else if (s->cfg.rw && (msid & 15) == (s->cfg.sid & 15))
+        logf_(s, KURA_LOG_ERROR, "replica: dual master with ids %u and %u, equal in their low "
+              "4 bits: two changes in the same microsecond may not be ordered the same on "
+              "both (give ids that differ modulo 16)", s->cfg.sid, msid);
     atomic_store(&s->connected, true);
     ss.progressed = true;
 

@@ -50,6 +50,14 @@ typedef struct kura_conn {
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
 
+/* Why a connection is closed with its replies unsent (COMMIT_CLOSE). */
+static void log_close_unconfirmed(void)
+{
+    log_msg(LOG_ERR, commit_failed() ? "closing connections whose changes cannot be synced"
+                                     : "closing connections whose changes the replicas did "
+                                       "not confirm in time (-syncrepl)");
+}
+
 /* Frees the connection but not its socket, which it returns. */
 static int conn_release(kura_conn *c)
 {
@@ -176,7 +184,7 @@ static bool pump(kura_conn *c)
                     fate = COMMIT_SEND;
                 if (fate == COMMIT_CLOSE) {
                     /* A sync has failed: these changes will never be durable. */
-                    log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
+                    log_close_unconfirmed();
                     conn_close(c);
                     return false;
                 }
@@ -277,7 +285,7 @@ void conn_release_durable(kura_worker *w)
             drive(c);                   /* send the replies, then carry on */
         } else if (fate == COMMIT_CLOSE) {
             c->held = false;
-            log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
+            log_close_unconfirmed();
             conn_close(c);
         } else {
             c->held_next = w->held;     /* still waiting */

@@ -159,6 +159,20 @@ static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
         repl_slave_stats(srv->repl_slave, emit, arg);
 }
 
+/* -syncrepl: the group commit's wait for replicas */
+static int wait_replicas(void *arg, uint64_t ts)
+{
+    kura_server *srv = arg;
+    kura_settings *st = srv->settings;
+    if (repl_master_wait(srv->repl_master, ts, st->syncrepl, st->syncrepl_timeout) == 0)
+        return 0;
+    log_msg(LOG_ERR, "fewer than %d replicas confirmed a change within %d ms: %s",
+            st->syncrepl, st->syncrepl_timeout,
+            st->syncrepl_ack ? "acknowledged anyway (-syncrepl-fail ack)"
+                             : "closing the connections waiting for it, unanswered");
+    return st->syncrepl_ack ? 0 : KURA_COMMIT_ABANDONED;
+}
+
 /* The replication master (with -ulog) and the replica thread (-mhost). */
 static int start_repl(kura_server *srv)
 {
@@ -171,6 +185,13 @@ static int start_repl(kura_server *srv)
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
         log_msg(LOG_ERR, "cannot start replication");
         return -1;
+    }
+    if (st->syncrepl) {
+        if (!srv->repl_master) {
+            log_msg(LOG_ERR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
+            return -1;
+        }
+        engine_set_commit_wait(srv->engine, wait_replicas, srv);
     }
     if (st->mhost) {
         char rts[4200];
@@ -190,7 +211,7 @@ static int start_repl(kura_server *srv)
                         "needs -ulog DIR");
                 return -1;
             }
-            if (engine_set_dual(srv->engine) != KURA_OK) {
+            if (engine_set_dual(srv->engine, (uint32_t)st->sid) != KURA_OK) {
                 log_msg(LOG_ERR, "cannot start dual-master mode");
                 return -1;
             }

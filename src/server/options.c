@@ -17,7 +17,7 @@
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
-                OPT_CONF };
+                OPT_CONF, OPT_SYNCREPL_FAIL };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -78,6 +78,12 @@ static const opt options[] = {
       "a replica's position in its master's update log (default: DIR/rts of -ulog)" },
     { { "-rw" }, OPT_FLAG, F(rw), 0, 0, NULL,
       "a replica takes writes too (dual master: each the -mhost of the other)" },
+    { { "-syncrepl" }, OPT_INT, F(syncrepl), 0, 64, "NUM",
+      "hold the reply to a change until NUM replicas have it in their update log (default 0)" },
+    { { "-syncrepl-timeout" }, OPT_INT, F(syncrepl_timeout), 1, 3600000, "MS",
+      "how long a reply waits for the replicas of -syncrepl (default 1000)" },
+    { { "-syncrepl-fail" }, OPT_SYNCREPL_FAIL, F(syncrepl_ack), 0, 0, "close|ack",
+      "past the timeout: close the connection unanswered (default) or acknowledge anyway" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -102,6 +108,7 @@ void options_defaults(kura_settings *s)
     s->ulmax = 4ULL << 30;
     s->sid = 1;
     s->mport = 11211;
+    s->syncrepl_timeout = 1000;
 }
 
 const char *options_sync_name(int mode)
@@ -204,6 +211,11 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         *(int *)field = (int)n;
         if (o->offset == F(maxconns))
             s->maxconns_given = true;   /* fdlimit.c: refuse rather than lower it */
+        break;
+    case OPT_SYNCREPL_FAIL:
+        if (strcmp(val, "close") && strcmp(val, "ack"))
+            return opt_error(where, arg, "'%s' is neither close nor ack", val);
+        *(bool *)field = strcmp(val, "ack") == 0;
         break;
     case OPT_BYTES:
         if (kura_parse_size(val, &sz) != KURA_OK || (sz != 0 && sz < (uint64_t)o->min) ||

@@ -49,6 +49,9 @@ typedef struct kura_settings {
     int mport;                  /* -mport */
     const char *rts_path;       /* -rts: the replication position file */
     bool rw;                    /* -rw: a replica that also takes writes */
+    int syncrepl;               /* -syncrepl: replies wait for this many replicas */
+    int syncrepl_timeout;       /* -syncrepl-timeout, milliseconds */
+    bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
 } kura_settings;
 
 /* options.c: fills s from argv (and the -conf file first); on a bad option

@@ -607,6 +607,45 @@ class Replication(ServerTestCase):
         self.assertEqual(got_a, gets_all(b, keys))
         self.assertGreater(len(got_a), 0)
 
+    def test_syncrepl(self):
+        """-syncrepl 1: a reply comes once the replica has the row (so a read
+        there right after sees it); a replica that holds back: the connection
+        closes unanswered, and later changes go on."""
+        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "300"], start=False)
+        m.fixed_port = kuratest.free_port()
+        px = Proxy(m.fixed_port)
+        self.addCleanup(px.close)
+        r = self.replica(px.port)
+        m.start()
+        poll_until(lambda: stats(r.conn()).get("repl_connected") == "1", timeout=20,
+                   what="the replica connected")
+        with m.conn() as c, r.conn() as rc:
+            for i in range(20):
+                self.assertEqual(c.request(b"set k%d 0 0 1\r\n%d\r\n" % (i, i % 10)),
+                                 b"STORED\r\n")
+                self.assertEqual(rc.request(b"get k%d\r\n" % i),
+                                 b"VALUE k%d 0 1\r\n%d\r\nEND\r\n" % (i, i % 10))
+        px.pause()
+        with m.conn() as c:
+            c.send(b"set held 0 0 1\r\nh\r\n")
+            self.assertTrue(c.is_closed(timeout=10), "closed without a reply")
+        with m.conn() as c:
+            self.assertEqual(int(stats(c)["repl_syncrepl_timeouts"]), 1)
+            self.assertEqual(c.request(b"get k1\r\n"), b"VALUE k1 0 1\r\n1\r\nEND\r\n")
+        px.resume()
+        with m.conn() as c, r.conn() as rc:
+            self.assertEqual(c.request(b"set after 0 0 1\r\na\r\n"), b"STORED\r\n")
+            self.assertEqual(rc.request(b"get after\r\n"), b"VALUE after 0 1\r\na\r\nEND\r\n")
+        self.assertIn("did not confirm", m.stderr())
+
+    def test_syncrepl_ack(self):
+        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "100",
+                              "-syncrepl-fail", "ack"])
+        with m.conn() as c:
+            self.assertEqual(c.request(b"set k 0 0 1\r\n1\r\n"), b"STORED\r\n")
+            self.assertEqual(int(stats(c)["repl_syncrepl_timeouts"]), 1)
+        self.assertIn("acknowledged anyway", m.stderr())
+
     def test_repl_command(self):
         m = self.master(ulog=False)
         with m.conn() as c:
