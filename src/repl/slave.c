@@ -292,7 +292,7 @@ static int send_ack(session *ss)
 static int read_line(session *ss, char *line, size_t max)
 {
     for (;;) {
-        unsigned char *nl = memchr(ss->buf, '\n', ss->len);
+        unsigned char *nl = ss->len ? memchr(ss->buf, '\n', ss->len) : NULL;  /* buf NULL while empty */
         if (nl) {
             size_t n = (size_t)(nl - ss->buf) + 1;
             if (n >= max)
