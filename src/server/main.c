@@ -101,8 +101,11 @@ static int open_ulog(kura_server *srv)
                 strerror(errno));
         return -1;
     }
+    /* appended through a shared mapping of the preallocated active file, as
+     * the hash file appends: a memcpy, no system call per row */
     ul_config uc = {
         .dir = st->ulog_dir, .sid = (uint32_t)st->sid, .ulim = st->ulim, .log = ulog_log,
+        .mapwrite = true,
     };
     char err[512] = "";
     uint64_t cut = 0, redone = 0;
