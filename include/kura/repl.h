@@ -70,7 +70,8 @@ void repl_master_tick(repl_master *m);
 int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms);
 /* Ends every stream and frees. */
 void repl_master_free(repl_master *m);
-void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg);
+/* all: the lines whose values are not numbers too */
+void repl_master_stats(repl_master *m, bool all, kura_stat_fn emit, void *arg);
 
 /* ---- replica ----------------------------------------------------------------- */
 
@@ -81,7 +82,7 @@ typedef struct repl_slave repl_slave;
 int repl_slave_start(const repl_config *cfg, const char *host, int port, const char *rts_path,
                      repl_slave **out);
 void repl_slave_stop(repl_slave *s);
-void repl_slave_stats(repl_slave *s, kura_stat_fn emit, void *arg);
+void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg);
 
 /* ---- helpers shared by both sides (src/repl/repl_io.c) ------------------------ */
 

@@ -132,7 +132,7 @@ static void stats_general(text_session *s, kura_buf *out)
     if (store->ops->stats)
         store->ops->stats(store, emit_backend_stat, out);
     if (s->server->repl_stats)
-        s->server->repl_stats(s->server->repl_ctx, emit_backend_stat, out);
+        s->server->repl_stats(s->server->repl_ctx, false, emit_backend_stat, out);
 }
 
 static void stats_settings(text_session *s, kura_buf *out)
@@ -278,6 +278,10 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
         stat_str(out, "sizes_status", "disabled");
     } else if (sub_is(&tok[1], "conns")) {
         /* Per-connection detail is not kept; the list is empty. */
+    } else if (sub_is(&tok[1], "repl")) {
+        /* the update log and replication, strings included (docs/replication.md) */
+        if (s->server->repl_stats)
+            s->server->repl_stats(s->server->repl_ctx, true, emit_backend_stat, out);
     } else {
         KURA_BUF_LIT(out, "ERROR\r\n");
         return;

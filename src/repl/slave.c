@@ -500,16 +500,20 @@ void repl_slave_stop(repl_slave *s)
 }
 
 
-void repl_slave_stats(repl_slave *s, kura_stat_fn emit, void *arg)
+void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg)
 {
     char b[300];
     snprintf(b, sizeof(b), "%s:%d", s->host, s->port);
-    emit(arg, "repl_master", b);
+    if (all)
+        emit(arg, "repl_master", b);
     repl_emit_u64(emit, arg, "repl_connected", atomic_load(&s->connected));
     repl_emit_u64(emit, arg, "repl_copying", atomic_load(&s->copying));
     uint64_t pos = atomic_load(&s->pos), last = atomic_load(&s->master_last);
     repl_emit_u64(emit, arg, "repl_position", pos);
-    repl_emit_u64(emit, arg, "repl_lag_us", last > pos ? hlc_us(last) - hlc_us(pos) : 0);
+    uint64_t lag = last > pos ? hlc_us(last) - hlc_us(pos) : 0;
+    repl_emit_u64(emit, arg, "repl_lag_us", lag);
+    snprintf(b, sizeof(b), "%.3f", (double)lag / 1e6);
+    emit(arg, "repl_lag_seconds", b);
     repl_emit_u64(emit, arg, "repl_rows_applied", atomic_load(&s->applied));
     repl_emit_u64(emit, arg, "repl_rows_own_skipped", atomic_load(&s->skipped));
     repl_emit_u64(emit, arg, "repl_connects", atomic_load(&s->connects));

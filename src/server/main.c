@@ -101,8 +101,11 @@ static int open_ulog(kura_server *srv)
                 strerror(errno));
         return -1;
     }
+    /* appended through a shared mapping of the preallocated active file, as
+     * the hash file appends: a memcpy, no system call per row */
     ul_config uc = {
         .dir = st->ulog_dir, .sid = (uint32_t)st->sid, .ulim = st->ulim, .log = ulog_log,
+        .mapwrite = true,
     };
     char err[512] = "";
     uint64_t cut = 0, redone = 0;
@@ -132,10 +135,14 @@ static int open_ulog(kura_server *srv)
 }
 
 /* "stats": the update log's and replication's lines */
-static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
+static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
 {
     kura_server *srv = ctx;
+    kura_settings *st = srv->settings;
     char b[64];
+    if (all)
+        emit(arg, "repl_role", st->mhost ? (st->rw ? "dual" : "replica")
+                                         : srv->repl_master ? "master" : "none");
     if (srv->ulog) {
         ul_extent ex;
         ul_get_extent(srv->ulog, &ex);
@@ -154,9 +161,9 @@ static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
         emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
     }
     if (srv->repl_master)
-        repl_master_stats(srv->repl_master, emit, arg);
+        repl_master_stats(srv->repl_master, all, emit, arg);
     if (srv->repl_slave)
-        repl_slave_stats(srv->repl_slave, emit, arg);
+        repl_slave_stats(srv->repl_slave, all, emit, arg);
 }
 
 /* -syncrepl: the group commit's wait for replicas */
