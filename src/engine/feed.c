@@ -485,12 +485,13 @@ int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
         rc = KURA_OK;
     if (rc)
         return rc;
+    ul_get_extent(log, &ex);            /* from_ts moved if the log is whole only from now */
     if (w == UINT64_MAX) {
         /* the store ran without the log since: what the log holds is older
          * than the store, and nothing is applied again */
         logf_(e, KURA_LOG_INFO, "update log: the store was changed without it since its last "
               "row; its rows are not applied again");
-        w = ul_last_ts(log);
+        w = ul_last_ts(log) > ex.from_ts ? ul_last_ts(log) : ex.from_ts;
     } else if (w < ex.from_ts) {
         if (w)
             logf_(e, KURA_LOG_ERROR, "update log: it starts after the store's watermark "

@@ -479,6 +479,25 @@ class Replication(ServerTestCase):
         with r.conn() as c:
             self.assertEqual(stats(c)["repl_copies_received"], "1")
 
+    def test_master_changed_without_log(self):
+        """A master run once without -ulog (changes its log never saw): its
+        replica gets a full copy, not a gap."""
+        m = self.master()
+        r = self.replica(m.port)
+        with m.conn() as c:
+            c.request(b"set k1 0 0 1\r\n1\r\n")
+        wait_caught_up(m, r)
+        m.stop()
+        m = self.master(ulog=False, port=m.port)
+        with m.conn() as c:
+            c.request(b"set k2 0 0 1\r\n2\r\ndelete k1\r\n")
+        m.stop()
+        m = self.master(port=m.port)
+        poll_until(lambda: gets_all(r, [b"k1", b"k2"]) == gets_all(m, [b"k1", b"k2"]),
+                   timeout=30, what="the replica equal to its master")
+        with r.conn() as c:
+            self.assertEqual(stats(c)["repl_copies_received"], "1")
+
     def test_bootstrap_behind_cap(self):
         m = self.master(args=["-ulim", "64k", "-ulmax", "256k"])
         r = self.replica(m.port)
