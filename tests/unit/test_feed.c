@@ -208,7 +208,7 @@ static void *race_main(void *arg)
     racer *rc = arg;
     kura_thread_stats ts;
     memset(&ts, 0, sizeof(ts));
-    char k[8], v[16];
+    char k[16], v[32];
     for (int i = 0; i < 3000; i++) {
         snprintf(k, sizeof(k), "k%d", i % 5);
         snprintf(v, sizeof(v), "%d-%d", rc->id, i);
@@ -236,7 +236,7 @@ static void test_key_order(void)
     int n = read_rows(r.log, 0, rows, keys, 13000);
     CHECK(n > 8000);
     for (int k = 0; k < 5; k++) {
-        char key[8];
+        char key[16];
         snprintf(key, sizeof(key), "k%d", k);
         int last = -1;
         uint64_t prev_cas = 0;
