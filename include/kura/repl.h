@@ -51,6 +51,12 @@ typedef struct repl_config {
     int sync_mode;                      /* replica: -sync (always: acks wait for a sync) */
     bool rw;                            /* replica: takes writes (-rw): a full copy
                                            keeps the keys it lacks (local changes) */
+    /* replica, read-only: a full copy goes into open_shadow()'s new empty
+     * store and swap_in() puts it in place when complete; NULL: the copy
+     * is applied over the store as it comes (and with -rw) */
+    kura_store *(*open_shadow)(void *arg);
+    int (*swap_in)(void *arg, kura_store *shadow);
+    void *shadow_arg;
     void (*log)(int level, const char *line);
 } repl_config;
 

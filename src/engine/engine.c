@@ -144,6 +144,22 @@ void engine_set_replica(kura_engine *e, bool replica)
     atomic_store(&e->replica, replica);
 }
 
+/* Every use of e->store outside state_lock is inside the gate once a
+ * store swap is possible (engine_enable_swap: a replica), so that
+ * engine_swap_store can wait until no call is inside; the read side is
+ * shared, and costs nothing when swaps are not enabled. */
+static void gate_in(kura_engine *e)
+{
+    if (e->gated)
+        pthread_rwlock_rdlock(&e->gate);
+}
+
+static void gate_out(kura_engine *e)
+{
+    if (e->gated)
+        pthread_rwlock_unlock(&e->gate);
+}
+
 static int local_change(kura_engine *e)
 {
     return atomic_load_explicit(&e->replica, memory_order_relaxed) ? KURA_EREPLICA : KURA_OK;
@@ -160,8 +176,10 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
      * just before start-up still count as past. */
     e->started = wall_now() - 2;
     pthread_mutex_init(&e->state_lock, NULL);
+    pthread_rwlock_init(&e->gate, NULL);
     e->marks = marks_new();
     if (!e->marks) {
+        pthread_rwlock_destroy(&e->gate);
         pthread_mutex_destroy(&e->state_lock);
         free(e);
         return KURA_ENOMEM;
@@ -173,6 +191,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
         if (rc < 0) {
             marks_free(e->marks);
             pthread_mutex_destroy(&e->state_lock);
+            pthread_rwlock_destroy(&e->gate);
             free(e);
             return rc;
         }
@@ -204,6 +223,7 @@ void engine_close(kura_engine *e)
     feed_destroy(e);
     marks_free(e->marks);
     pthread_mutex_destroy(&e->state_lock);
+    pthread_rwlock_destroy(&e->gate);
     free(e);
 }
 
@@ -290,8 +310,8 @@ static int touch_get_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_OK;
 }
 
-int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-               bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+static int get_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                     bool touch, int64_t exptime, kura_item_fn fn, void *arg)
 {
     kura_clock clk = engine_clock(e);
     int rc;
@@ -373,8 +393,8 @@ static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_STORED;
 }
 
-int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                 uint64_t cas_in)
+static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                       uint64_t cas_in)
 {
     kura_clock clk = engine_clock(e);
     int rc, slot;
@@ -441,9 +461,11 @@ static int delete_key(kura_engine *e, const char *key, size_t klen)
     int rc = local_change(e);
     if (rc != KURA_OK)
         return rc;
+    gate_in(e);
     int slot = feed_begin(e);
     rc = e->store->ops->del(e->store, key, klen, 0, &clk);
     feed_end(e, slot, rc);
+    gate_out(e);
     return rc;
 }
 
@@ -551,8 +573,8 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
     return rc;
 }
 
-int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
+static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                       bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
 {
     kura_clock clk = engine_clock(e);
     arith_arg aa = { e, incr, delta, out, NULL };
@@ -591,8 +613,8 @@ static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
     return rc;
 }
 
-int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 int64_t exptime)
+static int touch_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                       int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
     touch_arg ta = { e, engine_abs_exptime(e, exptime) };
@@ -616,7 +638,7 @@ int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
  * Items stored at or before oldest_live die once the clock reaches it, which
  * makes every item invisible during that second; flush_at records it.
  */
-int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
+static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
 {
     int64_t now = wall_now();
     int64_t oldest_live = (delay > 0 ? engine_abs_exptime(e, delay) : now) - 1;
@@ -642,15 +664,19 @@ int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
 int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg)
 {
     kura_clock clk = engine_clock(e);
-    return e->store->ops->iterate(e->store, &clk, fn, arg);
+    gate_in(e);
+    int rc = e->store->ops->iterate(e->store, &clk, fn, arg);
+    gate_out(e);
+    return rc;
 }
 
 long engine_sweep(kura_engine *e, size_t budget)
 {
     kura_clock clk = engine_clock(e);
-    if (!e->store->ops->sweep)
-        return 0;
-    return e->store->ops->sweep(e->store, &clk, budget);
+    gate_in(e);
+    long n = e->store->ops->sweep ? e->store->ops->sweep(e->store, &clk, budget) : 0;
+    gate_out(e);
+    return n;
 }
 
 int engine_sync(kura_engine *e)
@@ -660,12 +686,129 @@ int engine_sync(kura_engine *e)
         if (rc)
             return rc;
     }
-    if (!e->store->ops->sync)
-        return KURA_OK;
-    return e->store->ops->sync(e->store);
+    gate_in(e);
+    int rc = e->store->ops->sync ? e->store->ops->sync(e->store) : KURA_OK;
+    gate_out(e);
+    return rc;
+}
+
+void engine_usage(kura_engine *e, kura_store_usage *u)
+{
+    gate_in(e);
+    e->store->ops->usage(e->store, u);
+    gate_out(e);
+}
+
+void engine_backend_stats(kura_engine *e, kura_stat_fn emit, void *arg)
+{
+    gate_in(e);
+    if (e->store->ops->stats)
+        e->store->ops->stats(e->store, emit, arg);
+    gate_out(e);
+}
+
+const char *engine_backend(kura_engine *e)
+{
+    gate_in(e);
+    const char *name = e->store->ops->name;     /* the ops tables are static */
+    gate_out(e);
+    return name;
+}
+
+void engine_gate_in(kura_engine *e) { gate_in(e); }
+void engine_gate_out(kura_engine *e) { gate_out(e); }
+
+/* ---- the entry points a store swap waits for (engine_swap_store) ------------ */
+
+int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+               bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+{
+    gate_in(e);
+    int rc = get_gated(e, ts, key, klen, touch, exptime, fn, arg);
+    gate_out(e);
+    return rc;
+}
+
+int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                 uint64_t cas_in)
+{
+    gate_in(e);
+    int rc = store_gated(e, ts, cmd, in, cas_in);
+    gate_out(e);
+    return rc;
+}
+
+int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
+{
+    gate_in(e);
+    int rc = arith_gated(e, ts, key, klen, incr, delta, out);
+    gate_out(e);
+    return rc;
+}
+
+int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 int64_t exptime)
+{
+    gate_in(e);
+    int rc = touch_gated(e, ts, key, klen, exptime);
+    gate_out(e);
+    return rc;
+}
+
+int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
+{
+    gate_in(e);
+    int rc = flush_gated(e, ts, delay);
+    gate_out(e);
+    return rc;
+}
+
+int engine_swap_store(kura_engine *e,
+                      int (*swap)(void *arg, kura_store *old, kura_store **now), void *arg)
+{
+    if (!e->gated)
+        return KURA_EINVAL;
+    pthread_rwlock_wrlock(&e->gate);
+    pthread_mutex_lock(&e->state_lock);
+    kura_store *ns = NULL;
+    int rc = swap(arg, e->store, &ns);
+    e->store = ns;
+    if (ns)
+        ns->feed = &e->feed;
+    if (rc == KURA_OK) {
+        kura_store_state st = { 0 };
+        rc = ns->ops->load_state ? ns->ops->load_state(ns, &st) : KURA_OK;
+        /* the copy's items are the master's, with its cas values; nothing
+         * in it is flushed, and the rows logged so far are older than it */
+        if (rc == KURA_OK) {
+            if (e->cas_clock)
+                hlc_observe(e->cas_clock, st.max_cas);
+            uint64_t cur = atomic_load(&e->next_cas);
+            if (st.max_cas >= cur)
+                atomic_store(&e->next_cas, st.max_cas + 1);
+            atomic_store(&e->cas_reserved, 0);      /* the next cas reserves anew */
+            atomic_store(&e->oldest_cas, 0);
+            atomic_store(&e->flush_at, 0);
+            e->saved_ulog_ts = 0;
+            atomic_store(&e->pinned, 0);
+            rc = do_save_state(e);
+        }
+    }
+    pthread_mutex_unlock(&e->state_lock);
+    pthread_rwlock_unlock(&e->gate);
+    return rc;
+}
+
+void engine_enable_swap(kura_engine *e)
+{
+    e->gated = true;
 }
 
 /* ---- extended calls for the meta and binary protocols ---------------------
+ *
+ * Each public call is its *_gated body inside the store-swap gate, as the
+ * classic calls are.
  *
  * The same rules as the classic calls above, reusing their callbacks, plus
  * what meta and binary replies report (new cas, exptimes, access marks) and
@@ -758,8 +901,8 @@ static int get_ex_update_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_OK;
 }
 
-int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                  const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
+static int get_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                        const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
 {
     static const engine_get_opts none;
     engine_item_info scratch;
@@ -859,8 +1002,8 @@ static int store_stale_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_STORED;
 }
 
-int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                    const engine_store_opts *o, uint64_t *cas_out)
+static int store_ex_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                          const engine_store_opts *o, uint64_t *cas_out)
 {
     uint64_t cas_in = o ? o->cas_in : 0;
     kura_clock clk = engine_clock(e);
@@ -948,8 +1091,8 @@ static int invalidate_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_OK;
 }
 
-int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                     uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
+static int delete_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                           uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
     int rc = local_change(e);
@@ -1015,9 +1158,9 @@ static int arith_ex_cb(void *arg, const kura_item *cur, kura_update *out)
     return rc;
 }
 
-int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                    bool incr, uint64_t delta, const engine_arith_opts *o,
-                    char out[KURA_INCR_MAX_LEN], engine_item_info *info)
+static int arith_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                          bool incr, uint64_t delta, const engine_arith_opts *o,
+                          char out[KURA_INCR_MAX_LEN], engine_item_info *info)
 {
     static const engine_arith_opts none;
     engine_item_info scratch;
@@ -1040,5 +1183,42 @@ int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size
     } else if (rc == KURA_NOTFOUND) {
         if (incr) KURA_STAT_INC(ts, incr_misses); else KURA_STAT_INC(ts, decr_misses);
     }
+    return rc;
+}
+
+int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                  const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
+{
+    gate_in(e);
+    int rc = get_ex_gated(e, ts, key, klen, o, fn, arg, info);
+    gate_out(e);
+    return rc;
+}
+
+int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                    const engine_store_opts *o, uint64_t *cas_out)
+{
+    gate_in(e);
+    int rc = store_ex_gated(e, ts, cmd, in, o, cas_out);
+    gate_out(e);
+    return rc;
+}
+
+int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                     uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
+{
+    gate_in(e);
+    int rc = delete_ex_gated(e, ts, key, klen, cas_in, invalidate, touch, exptime);
+    gate_out(e);
+    return rc;
+}
+
+int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                    bool incr, uint64_t delta, const engine_arith_opts *o,
+                    char out[KURA_INCR_MAX_LEN], engine_item_info *info)
+{
+    gate_in(e);
+    int rc = arith_ex_gated(e, ts, key, klen, incr, delta, o, out, info);
+    gate_out(e);
     return rc;
 }

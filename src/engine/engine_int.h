@@ -39,6 +39,8 @@ struct kura_engine {
 
     pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
     struct kura_marks *marks;           /* access marks for the meta protocol (marks.h) */
+    bool gated;                         /* store swaps possible: calls take gate */
+    pthread_rwlock_t gate;              /* read: a call uses the store; write: a swap */
 
     /* the update log (feed.c); NULL: none */
     ul_log *ulog;
@@ -60,6 +62,8 @@ struct kura_engine {
 
 /* engine.c */
 int engine_save_state_locked(kura_engine *e);   /* state_lock held */
+void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
+void engine_gate_out(kura_engine *e);
 uint64_t engine_next_cas(kura_engine *e);
 void engine_observe_cas(kura_engine *e, uint64_t cas);
 

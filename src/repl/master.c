@@ -253,7 +253,7 @@ static void stream(peer *p)
     ul_extent ex;
     ul_get_extent(log, &ex);
     /* a new replica needs no copy if the log still holds every change */
-    bool whole = p->after == 0 && ex.from_ts == 0 && ul_complete(log);
+    bool whole = p->after == 0 && ex.from_ts == 0;
     int rc = p->after || whole ? ul_reader_open(log, p->after, &rd) : KURA_NOTFOUND;
 
     if (rc == KURA_NOTFOUND) {

@@ -187,6 +187,7 @@ static int start_repl(kura_server *srv)
     repl_config rc = {
         .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
         .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
+        .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
     };
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
@@ -211,6 +212,7 @@ static int start_repl(kura_server *srv)
             return -1;
         }
         engine_set_replica(srv->engine, !st->rw);
+        engine_enable_swap(srv->engine);
         if (st->rw) {
             /* dual master: changes of both ordered by time */
             if (!srv->ulog) {
@@ -257,6 +259,9 @@ static int open_engine(kura_server *srv)
     };
     kura_store *store;
     char err[512] = "";
+    srv->store_cfg = cfg;
+    if (swap_tidy(st->dbname) < 0)
+        return -1;
     int rc = kura_store_open(st->dbname, &cfg, &store, err, sizeof(err));
     if (rc) {
         log_msg(LOG_ERR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
@@ -388,7 +393,7 @@ int main(int argc, char **argv)
      * stays at the limit plus a fixed overhead (src/store/cache/cache.c).  glibc's
      * default of an arena per thread group let it grow 37% past the limit
      * under mixed sizes, for a gain of a few percent on sets. */
-    if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)
+    if (strcmp(engine_backend(srv.engine), "cache") == 0)
         mallopt(M_ARENA_MAX, 1);
     if (workers_start(&srv) < 0) {
         log_msg(LOG_ERR, "cannot start worker threads");

@@ -264,6 +264,7 @@ class Proxy:
         self.socks, self.lock, self.accepted = [], threading.Lock(), 0
         self.flowing = threading.Event()
         self.flowing.set()
+        self.budget = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def pause(self):
@@ -287,17 +288,30 @@ class Proxy:
             with self.lock:
                 self.socks += [a, b]
                 self.accepted += 1
-            for x, y in ((a, b), (b, a)):
-                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
+            for x, y, down in ((a, b, False), (b, a, True)):
+                threading.Thread(target=self._pipe, args=(x, y, down), daemon=True).start()
 
-    def _pipe(self, x, y):
+    def hold_after(self, n):
+        """Pause once n more bytes have gone from the server to the client."""
+        self.budget = n
+
+    def _pipe(self, x, y, down):
         try:
             while True:
-                d = x.recv(65536)
+                d = x.recv(4096)
                 if not d:
                     break
                 self.flowing.wait()
-                y.sendall(d)
+                if down and self.budget is not None:
+                    first, d = d[:self.budget], d[self.budget:]
+                    y.sendall(first)
+                    self.budget -= len(first)
+                    if self.budget == 0:
+                        self.budget = None
+                        self.flowing.clear()
+                        self.flowing.wait()
+                if d:
+                    y.sendall(d)
         except OSError:
             pass
         for s in (x, y):
@@ -476,6 +490,110 @@ class Replication(ServerTestCase):
         want = gets_all(m, keys)
         self.assertEqual(len(want), 350)
         self.assertEqual(gets_all(r, keys), want)
+        with r.conn() as c:
+            self.assertEqual(stats(c)["repl_copies_received"], "1")
+
+    def test_copy_swapped_in_whole(self):
+        """While a full copy arrives, the replica serves what it had; the
+        copy replaces it only once complete (negative: applied as it came,
+        some keys would already have their new value)."""
+        m = self.master(args=["-ulim", "64k", "-ulmax", "192k"])
+        px = Proxy(m.port)
+        self.addCleanup(px.close)
+        r = self.replica(px.port)
+        with m.conn() as c:
+            for i in range(200):
+                c.request(b"set k%d 0 0 2\r\nv1\r\n" % i)
+        wait_caught_up(m, r)
+        r.stop()
+        val = b"x" * 1000
+        with m.conn() as c:
+            for i in range(200):
+                c.request(b"set k%d 0 0 %d\r\n%s\r\n" % (i, len(val), val))
+            for i in range(400):
+                c.request(b"set f%d 0 0 %d\r\n%s\r\n" % (i % 20, len(val), val))
+            poll_until(lambda: int(stats(c)["ulog_pruned_needed"]) > 0, timeout=10,
+                       what="the replica's rows pruned")
+        px.hold_after(60000)                # about a quarter of the copy, then nothing
+        r = self.replica(px.port)
+        poll_until(lambda: stats(r.conn()).get("repl_copying") == "1", timeout=20,
+                   what="the copy under way")
+        keys = [b"k%d" % i for i in range(200)]
+        got = gets_all(r, keys)
+        self.assertEqual({v[1] for v in got.values()}, {b"v1"})
+        self.assertEqual(len(got), 200)
+        px.resume()
+        wait_caught_up(m, r)
+        self.assertEqual(gets_all(r, keys), gets_all(m, keys))
+        self.assertEqual(digest_diff(m, r), set())
+        self.assertFalse([f for f in os.listdir(self.dir) if f.startswith((".copy.", ".old."))])
+
+    def test_swap_leftovers(self):
+        """What a crash in the middle of a swap leaves is repaired at start:
+        the old store without the new one is put back, an unfinished copy
+        is removed, an old store beside the new one is removed."""
+        m = self.master(ulog=False)
+        with m.conn() as c:
+            c.request(b"set kept 0 0 1\r\n1\r\n")
+        m.stop()
+        path = os.path.join(self.dir, "m.kh")
+        old, copy = os.path.join(self.dir, ".old.m.kh"), os.path.join(self.dir, ".copy.m.kh")
+        os.rename(path, old)
+        os.mkdir(copy)
+        open(os.path.join(copy, "junk"), "w").close()
+        m = self.master(ulog=False)
+        with m.conn() as c:
+            self.assertEqual(c.request(b"get kept\r\n"), b"VALUE kept 0 1\r\n1\r\nEND\r\n")
+        self.assertIn("putting", m.stderr())
+        self.assertFalse(os.path.exists(copy) or os.path.exists(old))
+        m.stop()
+        shutil.copytree(path, old)
+        m = self.master(ulog=False)
+        self.assertFalse(os.path.exists(old))
+        with m.conn() as c:
+            self.assertEqual(c.request(b"get kept\r\n"), b"VALUE kept 0 1\r\n1\r\nEND\r\n")
+
+    def test_chain_after_copy(self):
+        """A replica that took a full copy makes its own replicas take one
+        too (its log does not hold what the copy brought)."""
+        m = self.master(args=["-ulim", "64k", "-ulmax", "192k"])
+        r1 = self.replica(m.port, "r1", 2)
+        r2 = self.replica(r1.port, "r2", 3)
+        with m.conn() as c:
+            c.request(b"set a 0 0 1\r\n1\r\n")
+        wait_caught_up(m, r1)
+        wait_caught_up(r1, r2)
+        r1.stop()
+        val = b"x" * 1000
+        with m.conn() as c:
+            for i in range(400):
+                c.request(b"set f%d 0 0 %d\r\n%s\r\n" % (i % 20, len(val), val))
+            c.request(b"delete a\r\n")
+            poll_until(lambda: int(stats(c)["ulog_pruned_needed"]) > 0, timeout=10,
+                       what="r1's rows pruned")
+        r1 = self.replica(m.port, "r1", 2, port=r1.port)
+        wait_caught_up(m, r1)
+        poll_until(lambda: stats(r2.conn())["repl_copies_received"] == "1", timeout=30,
+                   what="r2 sent a copy by r1")
+        wait_caught_up(r1, r2)
+        self.assertEqual(digest_diff(m, r2), set())
+
+    def test_master_changed_without_log(self):
+        """A master run once without -ulog (changes its log never saw): its
+        replica gets a full copy, not a gap."""
+        m = self.master()
+        r = self.replica(m.port)
+        with m.conn() as c:
+            c.request(b"set k1 0 0 1\r\n1\r\n")
+        wait_caught_up(m, r)
+        m.stop()
+        m = self.master(ulog=False, port=m.port)
+        with m.conn() as c:
+            c.request(b"set k2 0 0 1\r\n2\r\ndelete k1\r\n")
+        m.stop()
+        m = self.master(port=m.port)
+        poll_until(lambda: gets_all(r, [b"k1", b"k2"]) == gets_all(m, [b"k1", b"k2"]),
+                   timeout=30, what="the replica equal to its master")
         with r.conn() as c:
             self.assertEqual(stats(c)["repl_copies_received"], "1")
 

@@ -545,6 +545,54 @@ static void test_reopen_torn_tail(void)
     ul_close(log);
 }
 
+/* A log that holds every change only from now on (ul_set_complete false):
+ * positions before are not held, across a reopen; complete again: all. */
+static void test_start_marker(void)
+{
+    fresh_dir();
+    hlc_init(&clk, NULL);
+    ul_config c = config(1 << 20, NULL);
+    uint64_t cut;
+    ul_log *log = open_log(&c, &cut);
+    REQUIRE(log);
+    CHECK(ul_complete(log));
+    ul_row r = { .type = UL_DEL, .key = "k", .klen = 1 };
+    ul_pos p1, p2;
+    CHECK_EQ_INT(ul_append(log, &r, &p1), KURA_OK);
+    ul_extent ex;
+    ul_get_extent(log, &ex);
+    CHECK_EQ_INT(ex.from_ts, 0);
+    CHECK_EQ_INT(ul_set_complete(log, false), KURA_OK);
+    CHECK(!ul_complete(log));
+    ul_get_extent(log, &ex);
+    CHECK(ex.from_ts > p1.ts);
+    ul_reader *rd = NULL;
+    CHECK_EQ_INT(ul_reader_open(log, p1.ts, &rd), KURA_NOTFOUND);
+    CHECK_EQ_INT(ul_append(log, &r, &p2), KURA_OK);
+    CHECK(p2.ts > ex.from_ts);
+    ul_close(log);
+    log = open_log(&c, &cut);
+    REQUIRE(log);
+    ul_extent ex2;
+    ul_get_extent(log, &ex2);
+    CHECK_EQ_INT(ex2.from_ts, ex.from_ts);
+    CHECK_EQ_INT(ul_reader_open(log, p1.ts, &rd), KURA_NOTFOUND);
+    CHECK_EQ_INT(ul_reader_open(log, ex.from_ts, &rd), KURA_OK);
+    ul_row g;
+    if (rd) {
+        CHECK_EQ_INT(ul_reader_next(rd, &g), KURA_OK);
+        CHECK_EQ_INT(g.ts, p2.ts);
+        ul_reader_close(rd);
+    }
+    CHECK_EQ_INT(ul_set_complete(log, true), KURA_OK);
+    ul_get_extent(log, &ex2);
+    CHECK_EQ_INT(ex2.from_ts, 0);
+    ul_close(log);
+    char path[400];
+    snprintf(path, sizeof(path), "%s/start", dir);
+    CHECK(access(path, F_OK) != 0);
+}
+
 /* ---- retention ------------------------------------------------------------ */
 
 static void test_retention_cap(void)
@@ -810,6 +858,7 @@ int main(void)
     RUN(test_rotation_readers);
     RUN(test_mapwrite);
     RUN(test_reopen_torn_tail);
+    RUN(test_start_marker);
     RUN(test_retention_cap);
     RUN(test_threads_group_commit);
     RUN(test_reader_follows_appends_and_prunes);
