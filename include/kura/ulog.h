@@ -135,6 +135,9 @@ hlc *ul_clock(ul_log *log);
  * beside, synced and renamed.  0 or KURA_E*. */
 int ul_set_complete(ul_log *log, bool complete);
 bool ul_complete(ul_log *log);
+/* The timestamp from which the log is whole (the file "start"); 0: since
+ * the store was empty.  A reader opened before it moved is behind it. */
+uint64_t ul_start(ul_log *log);
 
 /* The log's extent: from_ts, the timestamp a reader must be at or past to
  * be served (every row after it is held); bytes and segments held. */

@@ -571,6 +571,11 @@ int ul_set_complete(ul_log *log, bool complete)
     return rc;
 }
 
+uint64_t ul_start(ul_log *log)
+{
+    return atomic_load(&log->start);
+}
+
 bool ul_complete(ul_log *log)
 {
     return atomic_load(&log->start) == 0;

@@ -289,9 +289,16 @@ static void stream(peer *p)
     atomic_fetch_add(&m->streams, 1);
 
     ackbuf ab = { .n = 0 };
-    uint64_t last = 0;
+    uint64_t last = 0, whole_from = ul_start(log);
     bool armed = false;
     while (!atomic_load(&p->stop)) {
+        if (ul_start(log) != whole_from) {
+            /* this server took a full copy: its log no longer holds all it
+             * has, and the replica gets a copy when it connects again */
+            logf_(m, KURA_LOG_INFO, "replica %s: this server's log is whole only from now "
+                  "on; ending the stream for a full copy", p->name);
+            break;
+        }
         ul_row row;
         rc = ul_reader_next(rd, &row);
         if (rc == KURA_OK) {
