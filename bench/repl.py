@@ -124,7 +124,9 @@ def part_ulog(a, tmp, rows):
                     shutil.rmtree(k.datadir, ignore_errors=True)
         p, u = R.median(got["plain"]), R.median(got["ulog"])
         rows.append({"part": "ulog", "case": "sync " + sync, "plain_ops_s": round(p),
-                     "ulog_ops_s": round(u), "ratio": round(u / p, 3)})
+                     "ulog_ops_s": round(u), "ratio": round(u / p, 3),
+                     "plain_runs": " ".join("%d" % x for x in got["plain"]),
+                     "ulog_runs": " ".join("%d" % x for x in got["ulog"])})
         R.log("  -sync %-8s without %s  with -ulog %s  ratio %.2f   (runs %s / %s)" % (
             sync, R.fmt_rate(p), R.fmt_rate(u), u / p,
             ", ".join(R.fmt_rate(x) for x in got["plain"]),
@@ -215,11 +217,14 @@ def markdown(rows, a):
         datetime.date.today().isoformat(), R.machine_info().get("cpu", "this machine"),
         "server on CPU %s, kura-bench on CPU %s" % (a.server_cpus, a.client_cpus),
         " --quick" if a.quick else ""), ""]
-    out += ["| -sync | sets/s without -ulog | with -ulog | ratio |", "|---|---|---|---|"]
+    out += ["| -sync | sets/s without -ulog (median) | with -ulog (median) | ratio | runs without | runs with |",
+            "|---|---|---|---|---|---|"]
     for r in rows:
         if r["part"] == "ulog":
-            out.append("| %s | %s | %s | %.2f |" % (r["case"][5:], R.fmt_rate(r["plain_ops_s"]),
-                                                   R.fmt_rate(r["ulog_ops_s"]), r["ratio"]))
+            runs = lambda k: ", ".join(R.fmt_rate(int(x)) for x in r[k].split())
+            out.append("| %s | %s | %s | %.2f | %s | %s |" % (
+                r["case"][5:], R.fmt_rate(r["plain_ops_s"]), R.fmt_rate(r["ulog_ops_s"]),
+                r["ratio"], runs("plain_runs"), runs("ulog_runs")))
     out.append("")
     for r in rows:
         if r["part"] == "replica":
