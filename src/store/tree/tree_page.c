@@ -1,0 +1,272 @@
+/*
+ * tree_page.c - the B+ tree's page format: a slotted page of cells.
+ *
+ * Every page is psiz bytes with a 40-byte header (docs/formats.md):
+ *   0 crc32c of bytes 4..psiz | 4 type | 6 n | 8 pgno | 16 txn | 24 link |
+ *   32 upper (where the cell area starts) | 36 used (bytes of live cells)
+ * then n 2-byte slots, in key order, each the offset of its cell; cells are
+ * packed from the page's end downwards.  A removed cell leaves a hole that
+ * the next insert that needs it compacts away.  The in-memory page is the
+ * on-disk page: nothing is decoded or encoded on the way in or out, only
+ * the checksum is computed when a page is written (pg_seal).
+ *
+ * A leaf cell is klen(1) kind(1: 0 inline, 1 overflow) flags(4) exptime(8)
+ * cas(8) vlen(4) key, then the value or the first page of its overflow run
+ * (8).  A branch cell is klen(1) child(8) key: the child holds keys >= key;
+ * the header's link is the child left of the first key.
+ *
+ * Bytes read from the file are hostile: pg_verify checks the checksum, the
+ * type, the page's own number and that every slot and cell lies inside the
+ * page before anything else looks at it.
+ */
+#include <string.h>
+
+#include "kura/crc32c.h"
+#include "tree_int.h"
+
+uint32_t bt_get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void bt_put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t bt_get64(const unsigned char *p)
+{
+    return (uint64_t)bt_get32(p) | (uint64_t)bt_get32(p + 4) << 32;
+}
+
+void bt_put64(unsigned char *p, uint64_t v)
+{
+    bt_put32(p, (uint32_t)v);
+    bt_put32(p + 4, (uint32_t)(v >> 32));
+}
+
+void pg_init(unsigned char *d, size_t psiz, int type, uint64_t pgno, uint64_t txn)
+{
+    memset(d, 0, BT_HDR);
+    d[4] = (unsigned char)type;
+    bt_put64(d + 8, pgno);
+    bt_put64(d + 16, txn);
+    bt_put32(d + 32, (uint32_t)psiz);
+}
+
+size_t pg_cell_len(int type, const unsigned char *c)
+{
+    if (type == BT_BRANCH)
+        return BT_BRANCH_FIXED + c[0];
+    return BT_LEAF_FIXED + c[0] + (c[1] ? 8 : bt_get32(c + 22));
+}
+
+size_t pg_used(const unsigned char *d, size_t psiz)
+{
+    (void)psiz;
+    return BT_HDR + 2 * (size_t)pg_n(d) + bt_get32(d + 36);
+}
+
+size_t pg_free(const unsigned char *d, size_t psiz)
+{
+    return psiz - pg_used(d, psiz);
+}
+
+void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *klen)
+{
+    *klen = c[0];
+    *key = (const char *)c + (type == BT_BRANCH ? BT_BRANCH_FIXED : BT_LEAF_FIXED);
+}
+
+int bt_keycmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    int c = memcmp(a, b, al < bl ? al : bl);
+    if (c)
+        return c;
+    return al < bl ? -1 : al > bl;
+}
+
+unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *found)
+{
+    int type = pg_type(d);
+    unsigned lo = 0, hi = pg_n(d);
+    *found = false;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        const char *k;
+        size_t kl;
+        pg_cell_key(pg_ccell(d, mid), type, &k, &kl);
+        int c = bt_keycmp(k, kl, key, klen);
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            if (c == 0)
+                *found = true;
+            hi = mid;
+        }
+    }
+    if (*found && lo < pg_n(d)) {
+        const char *k;
+        size_t kl;
+        pg_cell_key(pg_ccell(d, lo), type, &k, &kl);
+        *found = bt_keycmp(k, kl, key, klen) == 0;
+    }
+    return lo;
+}
+
+uint64_t pg_child(const unsigned char *d, unsigned i)
+{
+    return i == 0 ? pg_link(d) : bt_get64(pg_ccell(d, i - 1) + 1);
+}
+
+void pg_set_child(unsigned char *d, unsigned i, uint64_t pgno)
+{
+    if (i == 0)
+        pg_set_link(d, pgno);
+    else
+        bt_put64(pg_cell(d, i - 1) + 1, pgno);
+}
+
+void pg_build(unsigned char *d, size_t psiz, uint64_t link, const unsigned char *const *cells,
+              const uint16_t *lens, unsigned n)
+{
+    size_t off = psiz, used = 0;
+    for (unsigned i = 0; i < n; i++) {
+        off -= lens[i];
+        memcpy(d + off, cells[i], lens[i]);
+        bt_put16(d + BT_HDR + 2 * i, (uint16_t)off);
+        used += lens[i];
+    }
+    bt_put16(d + 6, (uint16_t)n);
+    pg_set_link(d, link);
+    bt_put32(d + 32, (uint32_t)off);
+    bt_put32(d + 36, (uint32_t)used);
+}
+
+/* Rewrites the page without holes (scratch: psiz bytes). */
+static void pg_compact(unsigned char *d, size_t psiz, unsigned char *scratch)
+{
+    const unsigned char *cells[psiz / 8];   /* a cell takes at least 10 bytes + its slot */
+    uint16_t lens[psiz / 8];
+    unsigned n = pg_n(d);
+    int type = pg_type(d);
+    memcpy(scratch, d, psiz);
+    for (unsigned i = 0; i < n; i++) {
+        cells[i] = pg_ccell(scratch, i);
+        lens[i] = (uint16_t)pg_cell_len(type, cells[i]);
+    }
+    pg_build(d, psiz, pg_link(d), cells, lens, n);
+}
+
+bool pg_insert(unsigned char *d, size_t psiz, unsigned i, const void *cell, size_t len,
+               unsigned char *scratch)
+{
+    unsigned n = pg_n(d);
+    if (pg_free(d, psiz) < len + 2)
+        return false;
+    size_t upper = bt_get32(d + 32);
+    if (upper < BT_HDR + 2 * (size_t)(n + 1) + len) {
+        pg_compact(d, psiz, scratch);
+        upper = bt_get32(d + 32);
+    }
+    upper -= len;
+    memcpy(d + upper, cell, len);
+    memmove(d + BT_HDR + 2 * (i + 1), d + BT_HDR + 2 * i, 2 * (size_t)(n - i));
+    bt_put16(d + BT_HDR + 2 * i, (uint16_t)upper);
+    bt_put16(d + 6, (uint16_t)(n + 1));
+    bt_put32(d + 32, (uint32_t)upper);
+    bt_put32(d + 36, bt_get32(d + 36) + (uint32_t)len);
+    return true;
+}
+
+void pg_remove(unsigned char *d, size_t psiz, unsigned i)
+{
+    unsigned n = pg_n(d);
+    unsigned char *c = pg_cell(d, i);
+    size_t len = pg_cell_len(pg_type(d), c);
+    if (c - d == (long)bt_get32(d + 32))
+        bt_put32(d + 32, bt_get32(d + 32) + (uint32_t)len);    /* the lowest cell */
+    memmove(d + BT_HDR + 2 * i, d + BT_HDR + 2 * (i + 1), 2 * (size_t)(n - i - 1));
+    bt_put16(d + 6, (uint16_t)(n - 1));
+    bt_put32(d + 36, bt_get32(d + 36) - (uint32_t)len);
+    if (n == 1)
+        bt_put32(d + 32, (uint32_t)psiz);
+}
+
+void pg_leaf_decode(const unsigned char *c, bt_cell *out)
+{
+    out->klen = c[0];
+    out->ovf = c[1] != 0;
+    out->flags = bt_get32(c + 2);
+    out->exptime = (int64_t)bt_get64(c + 6);
+    out->cas = bt_get64(c + 14);
+    out->vlen = bt_get32(c + 22);
+    out->key = (const char *)c + BT_LEAF_FIXED;
+    out->val = c + BT_LEAF_FIXED + out->klen;
+    out->ovf_pgno = out->ovf ? bt_get64(out->val) : 0;
+}
+
+size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t flags,
+                      int64_t exptime, uint64_t cas, uint32_t vlen, const void *v0, size_t l0,
+                      const void *v1, size_t l1, uint64_t ovf_pgno)
+{
+    c[0] = (unsigned char)klen;
+    c[1] = ovf_pgno != 0;
+    bt_put32(c + 2, flags);
+    bt_put64(c + 6, (uint64_t)exptime);
+    bt_put64(c + 14, cas);
+    bt_put32(c + 22, vlen);
+    memcpy(c + BT_LEAF_FIXED, key, klen);
+    unsigned char *v = c + BT_LEAF_FIXED + klen;
+    if (ovf_pgno) {
+        bt_put64(v, ovf_pgno);
+        return BT_LEAF_FIXED + klen + 8;
+    }
+    if (l0)
+        memcpy(v, v0, l0);
+    if (l1)
+        memcpy(v + l0, v1, l1);
+    return BT_LEAF_FIXED + klen + l0 + l1;
+}
+
+size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t child)
+{
+    c[0] = (unsigned char)klen;
+    bt_put64(c + 1, child);
+    memcpy(c + BT_BRANCH_FIXED, key, klen);
+    return BT_BRANCH_FIXED + klen;
+}
+
+void pg_seal(unsigned char *d, size_t psiz)
+{
+    bt_put32(d, crc32c_update(0, d + 4, psiz - 4));
+}
+
+int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
+{
+    if (bt_get32(d) != crc32c_update(0, d + 4, psiz - 4))
+        return KURA_ECORRUPT;
+    if ((type && pg_type(d) != type) || bt_get64(d + 8) != pgno)
+        return KURA_ECORRUPT;
+    int t = pg_type(d);
+    if (t != BT_BRANCH && t != BT_LEAF)
+        return KURA_OK;
+    size_t n = pg_n(d), upper = bt_get32(d + 32), used = 0;
+    if (BT_HDR + 2 * n > upper || upper > psiz)
+        return KURA_ECORRUPT;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = bt_get16(d + BT_HDR + 2 * i);
+        size_t fixed = t == BT_BRANCH ? BT_BRANCH_FIXED : BT_LEAF_FIXED;
+        if (off < upper || off + fixed > psiz)
+            return KURA_ECORRUPT;
+        const unsigned char *c = d + off;
+        if (c[0] < 1 || (t == BT_LEAF && c[1] > 1))
+            return KURA_ECORRUPT;
+        size_t len = pg_cell_len(t, c);
+        if (off + len > psiz)
+            return KURA_ECORRUPT;
+        used += len;
+    }
+    return used == bt_get32(d + 36) ? KURA_OK : KURA_ECORRUPT;
+}
