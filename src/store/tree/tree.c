@@ -629,7 +629,7 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_recovered_records", LOAD(recovered_records));
     sl_stats ls;
     sl_get_stats(&bt->log, &ls);
-    kura_emit_u64(emit, arg, "tree_log_syncs", ls.syncs);
+    kura_emit_u64(emit, arg, "tree_syncs", ls.syncs);
     kura_emit_u64(emit, arg, "tree_write_errors", ls.write_errors);
     kura_emit_u64(emit, arg, "tree_sync_errors", ls.sync_errors);
     kura_emit_u64(emit, arg, "tree_writes_stopped", sl_failed(&bt->log) != KURA_OK);
@@ -687,7 +687,7 @@ static void *syncer_main(void *arg)
     return NULL;
 }
 
-/* Checkpoints: when dirty pages pass a quarter of the cache, when the log
+/* Checkpoints: when dirty pages pass half the cache, when the log
  * since the last one passes `ckpt` bytes (replay at open stays bounded),
  * or every 5 s while anything changed.  A failure waits before the next
  * try, doubling up to 30 s. */
@@ -706,7 +706,7 @@ static void *bg_main(void *arg)
         if (now >= retry_at && !sl_failed(&bt->log)) {
             pthread_mutex_lock(&bt->mu);
             uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
-            bool want = bt->ndirty >= bt->cap / 4 || since >= bt->ckpt_bytes ||
+            bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
                         (now - last >= 5.0 && (bt->ndirty || since || bt->pend.n));
             int rc = want ? do_checkpoint(bt) : KURA_OK;
             pthread_mutex_unlock(&bt->mu);

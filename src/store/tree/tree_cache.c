@@ -2,10 +2,11 @@
  * tree_cache.c - the B+ tree's page cache, page allocation and overflow runs.
  *
  * The cache holds at most about `cap` pages (pccap / psiz): clean pages on
- * an LRU list, evicted from its cold end when a load passes the bound;
+ * a list, evicted from its cold end (CLOCK: a page used since the last pass
+ * gets a second chance) when a load passes the bound;
  * dirty pages (made or changed since the last checkpoint) on a list of
  * their own, never evicted: they leave the list at the next checkpoint,
- * which the writers start (tree.c) before dirty pages reach half the bound.
+ * which starts (tree.c) when dirty pages reach half the bound.
  * Pages on a path in use are pinned and skipped by eviction, so the cache
  * may pass the bound by a path's length while an operation runs.
  *
@@ -165,12 +166,22 @@ int do_reserve(btree *bt, size_t n)
     return KURA_OK;
 }
 
+/* Evicts clean pages from the list's cold end while the cache is over its
+ * bound.  A hit only sets the page's ref bit (moving it on every hit would
+ * touch two neighbours' lines each time): a page met here with the bit set
+ * gets a second chance at the hot end instead (CLOCK).  Bounded: each page
+ * is passed over at most twice. */
 void do_evict(btree *bt)
 {
+    size_t budget = 2 * bt->ncached + 2;
     bt_page *p = bt->lru.prev;
-    while (bt->ncached > bt->cap && p != &bt->lru) {
+    while (bt->ncached > bt->cap && p != &bt->lru && budget--) {
         bt_page *prev = p->prev;
-        if (!p->pins) {
+        if (p->ref) {
+            p->ref = false;
+            list_del(p);
+            list_add(&bt->lru, p);
+        } else if (!p->pins) {
             list_del(p);
             hash_del(bt, p);
             bt->ncached--;
@@ -223,10 +234,7 @@ int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
             return KURA_ECORRUPT;
         }
         p->pins++;
-        if (!p->dirty && bt->lru.next != p) {
-            list_del(p);
-            list_add(&bt->lru, p);
-        }
+        p->ref = true;          /* no list move on a hit (see do_evict) */
         *out = p;
         return KURA_OK;
     }

@@ -67,6 +67,7 @@ typedef struct bt_page {
     struct bt_page *prev, *next;/* the LRU list (clean) or the dirty list */
     unsigned pins;
     bool dirty;
+    bool ref;                   /* used since eviction last passed it */
     unsigned char data[];       /* psiz bytes */
 } bt_page;
 
