@@ -71,6 +71,12 @@ typedef struct kura_server_info {
     int idle_timeout;
     const char *dbname;
     const char *sync_mode;
+
+    /* replication: the "repl" command is served when repl_master is set;
+     * repl_stats adds the update log's and replication's "stats" lines */
+    bool repl_master;
+    void (*repl_stats)(void *ctx, kura_stat_fn emit, void *arg);
+    void *repl_ctx;
 } kura_server_info;
 
 typedef struct text_session {
@@ -92,6 +98,11 @@ typedef struct text_session {
     size_t scan;                        /* private: bytes of the first unconsumed line
                                            already searched for its newline */
     int conn_id;                        /* for traces: the socket's descriptor */
+    /* "repl <after> <sid>": the connection becomes a replication stream;
+     * the caller hands its socket to the master (repl.h), with close set */
+    bool handoff;
+    uint64_t handoff_after;
+    uint32_t handoff_sid;
 } text_session;
 
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out);

@@ -44,6 +44,7 @@ enum kura_status {
     KURA_EREADONLY = -7,        /* the store is read-only (damaged, or opened so) */
     KURA_ESYS = -8,             /* another system error; errno-like detail is logged */
     KURA_EFAILED = -9,          /* writes stopped for good: a sync failed (restart) */
+    KURA_EREPLICA = -10,        /* this server is a read-only replica */
 };
 
 const char *kura_strerror(int rc);
@@ -101,9 +102,29 @@ typedef struct kura_store_state {
     uint64_t max_cas;           /* no cas at or below this has been or will be handed out again */
     uint64_t oldest_cas;        /* flush_all watermark (item.h) */
     int64_t flush_at;           /* pending delayed flush_all: Unix time, 0 = none */
+    uint64_t ulog_ts;           /* every update-log row up to this timestamp is in the
+                                   store (engine.c replays the rows after it at open) */
 } kura_store_state;
 
 typedef struct kura_store kura_store;
+
+/*
+ * The change feed: how a store tells its owner (the engine) of a put or a
+ * delete it has decided to make, under the key's lock, before it writes
+ * anything.  put() gives the item its cas (it->cas is replaced) and records
+ * the change (the update log); delete() records a delete.  A non-zero
+ * return (a negative KURA_E*) cancels the change, and the store returns
+ * that error.  Because the feed runs under the key's lock, a key's changes
+ * reach it in the order the store applies them.  Read-modify-writes
+ * (update) need no call: their callback already runs under the lock and
+ * the engine's callbacks feed themselves.  NULL feed (a store used without
+ * an engine, in tests): the cas given is kept and nothing is recorded.
+ */
+typedef struct kura_feed {
+    int (*put)(void *arg, kura_item *it);
+    int (*del)(void *arg, const char *key, size_t klen);
+    void *arg;
+} kura_feed;
 
 typedef struct kura_store_ops {
     const char *name;           /* "cache", "hash", ... */
@@ -168,7 +189,18 @@ typedef struct kura_store_ops {
 
 struct kura_store {
     const kura_store_ops *ops;
+    const kura_feed *feed;      /* set by the engine; see kura_feed */
 };
+
+/* For backends: call under the key's lock once a put or delete is decided. */
+static inline int kura_feed_put(kura_store *s, kura_item *it)
+{
+    return s->feed ? s->feed->put(s->feed->arg, it) : KURA_OK;
+}
+static inline int kura_feed_del(kura_store *s, const char *key, size_t klen)
+{
+    return s->feed ? s->feed->del(s->feed->arg, key, klen) : KURA_OK;
+}
 
 /* Settings from the command line that backends need. */
 typedef struct kura_store_config {

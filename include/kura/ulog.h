@@ -46,15 +46,23 @@ typedef enum ul_type {
     UL_PUT = 2,         /* the item as it now is */
     UL_DEL = 3,         /* the key is gone */
     UL_FLUSH = 4,       /* flush_all: items stored before `exptime` are dead */
+    UL_MARK = 5,        /* never in a file: a replication stream's marker, its
+                           kind in prev_ts (src/repl/repl_wire.h) */
 } ul_type;
 
 /* A row.  Read back, key and val point into the reader's buffer, valid
- * until its next call. */
+ * until its next call.
+ *
+ * Two timestamps: ts places the row in this log (unique and increasing in
+ * the log's order: readers ask for "the rows after ts"), origin_ts is when
+ * the change was made, on server sid.  For a change made here they are
+ * equal; a row received from a master keeps its origin's sid and
+ * origin_ts and gets a ts of this log's, larger than origin_ts, so that
+ * slaves can chain and dual masters can order changes by origin. */
 typedef struct ul_row {
     uint8_t type;
-    uint64_t ts;                /* ul_append: a timestamp seen elsewhere (the
-                                   origin's, for a replicated row) that the
-                                   row's own must exceed, or 0 */
+    uint64_t ts;                /* read: the row's place; ul_append: ignored */
+    uint64_t origin_ts;         /* ul_append: 0 for a change made here */
     uint32_t sid;               /* origin server; 0 in ul_append: this log's */
     uint32_t flags;             /* PUT */
     int64_t exptime;            /* PUT: as stored; FLUSH: when it takes effect */
@@ -64,6 +72,8 @@ typedef struct ul_row {
     size_t klen;
     const void *val;            /* PUT */
     size_t vlen;
+    const void *val2;           /* ul_append: a second part of the value, */
+    size_t vlen2;               /* after val (read back as one, in val) */
 } ul_row;
 
 /* Where an appended row went: lsn for ul_commit, ts its timestamp. */
@@ -97,17 +107,30 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
 void ul_close(ul_log *log);
 
 /* Appends a row (type PUT, DEL or FLUSH) stamped with a new timestamp
- * from the clock (first moved past row->ts, if given), as pos->ts.  The
+ * from the clock (first moved past row->origin_ts, if given), as pos->ts.  The
  * row is in the page cache on return, durable after ul_commit(pos->lsn).
  * KURA_EINVAL for a bad row, KURA_EFAILED once a sync has failed, or
  * another KURA_E* (the row is then not in the log). */
 int ul_append(ul_log *log, const ul_row *row, ul_pos *pos);
+/* fn(arg) is called after every append, under the log's append lock: it
+ * must be quick and must not call into the log (the replication master
+ * wakes its waiting streams with it).  NULL: none. */
+void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg);
 /* Durable up to lsn: seglog's group commit; a failure is sticky. */
 int ul_commit(ul_log *log, uint64_t lsn);
 int ul_sync_now(ul_log *log);
 int ul_failed(ul_log *log);             /* KURA_EFAILED once a sync failed */
 uint64_t ul_last_ts(ul_log *log);       /* the last row's timestamp, 0: none */
+uint64_t ul_write_lsn(ul_log *log);     /* covers every row appended so far */
 hlc *ul_clock(ul_log *log);
+
+/* Whether the log holds every change since its store was empty: set when
+ * a new log starts over an empty store, cleared when the store was changed
+ * without the log.  Then a new replica needs no copy while the first file
+ * is held: the rows from the start are the store (a file "complete" in
+ * the directory, created and removed durably).  0 or KURA_E*. */
+int ul_set_complete(ul_log *log, bool complete);
+bool ul_complete(ul_log *log);
 
 /* The log's extent: from_ts, the timestamp a reader must be at or past to
  * be served (every row after it is held); bytes and segments held. */
@@ -150,7 +173,11 @@ int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_r
 
 /* ---- the row format (for tests and tools) ------------------------------ */
 
-#define UL_ROW_HEAD_MAX (4 + 10 + 1 + 10 + 5 + 5 + 10 + 10 + 5 + UL_KEY_MAX + 5)
+#define UL_ROW_HEAD_MAX (4 + 10 + 1 + 10 + 10 + 5 + 5 + 10 + 10 + 5 + UL_KEY_MAX + 5)
+/* Encodes row (its ts, sid and origin_ts as given; origin_ts 0 = ts) up
+ * to its value into b (UL_ROW_HEAD_MAX bytes); the row on the wire or on
+ * disk is those bytes, then val, then val2.  Returns the bytes written. */
+size_t ul_encode(unsigned char *b, const ul_row *row);
 /* Decodes the row at p (avail bytes): its length (> 0), SL_NOT_REC, or
  * SL_NEED_MORE with *need set: seglog's check contract. */
 long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *need);

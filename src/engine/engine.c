@@ -10,7 +10,9 @@
  *
  * The cas counter is handed out from an atomic; a high-water mark a block
  * ahead is persisted through the store before any cas beyond it is used, so
- * cas uniques keep growing across restarts and crashes.
+ * cas uniques keep growing across restarts and crashes.  A cas is handed
+ * out under the key's lock, by the change feed (feed.c), so a key's cas
+ * values increase in the order its changes are applied.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,22 +20,11 @@
 #include <time.h>
 
 #include "kura/buf.h"
-#include "kura/engine.h"
+#include "engine_int.h"
 
 #define CAS_RESERVE_BLOCK (1ULL << 20)
-
-struct kura_engine {
-    kura_store *store;
-    size_t item_size_max;
-    int64_t started;
-
-    _Atomic uint64_t next_cas;          /* the next cas to hand out */
-    _Atomic uint64_t cas_reserved;      /* persisted: no cas above this was handed out */
-    _Atomic uint64_t oldest_cas;        /* flush watermark (item.h) */
-    _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
-
-    pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
-};
+/* in dual-master mode cas values are clock readings: 2^32 is about a second */
+#define DUAL_CAS_RESERVE_BLOCK (1ULL << 32)
 
 void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts)
 {
@@ -56,37 +47,100 @@ static int do_save_state(kura_engine *e)
         .max_cas = atomic_load(&e->cas_reserved),
         .oldest_cas = atomic_load(&e->oldest_cas),
         .flush_at = atomic_load(&e->flush_at),
+        .ulog_ts = feed_watermark(e),
     };
     if (!e->store->ops->save_state)
         return KURA_OK;
-    return e->store->ops->save_state(e->store, &st);
+    int rc = e->store->ops->save_state(e->store, &st);
+    if (rc == KURA_OK)
+        e->saved_ulog_ts = st.ulog_ts;
+    return rc;
+}
+
+int engine_save_state_locked(kura_engine *e)
+{
+    return do_save_state(e);
+}
+
+/* The next cas: the counter's, or in dual-master mode the clock's (its
+ * values order the changes of both masters, see engine_set_dual). */
+static uint64_t take_cas(kura_engine *e)
+{
+    hlc *c = e->cas_clock;
+    return c ? hlc_now(c) : atomic_fetch_add(&e->next_cas, 1);
 }
 
 /* do_: state_lock held.  Hands out a cas unique. */
 static uint64_t do_next_cas(kura_engine *e)
 {
-    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
+    uint64_t cas = take_cas(e);
     if (cas >= atomic_load(&e->cas_reserved)) {
-        atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+        atomic_store(&e->cas_reserved, cas + e->cas_block);
         do_save_state(e);
     }
     return cas;
 }
 
-/* Hands out a cas unique.  Cost: one atomic add; a state save once per
- * CAS_RESERVE_BLOCK uniques. */
-static uint64_t next_cas(kura_engine *e)
+/* Persists a reservation past cas before it is used: a state save once
+ * per cas_block uniques. */
+static void reserve_through(kura_engine *e, uint64_t cas)
 {
-    uint64_t cas = atomic_fetch_add(&e->next_cas, 1);
     if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
         pthread_mutex_lock(&e->state_lock);
         if (cas >= atomic_load(&e->cas_reserved)) {
-            atomic_store(&e->cas_reserved, cas + CAS_RESERVE_BLOCK);
+            atomic_store(&e->cas_reserved, cas + e->cas_block);
             do_save_state(e);
         }
         pthread_mutex_unlock(&e->state_lock);
     }
+}
+
+/* Hands out a cas unique.  Cost: one atomic add. */
+uint64_t engine_next_cas(kura_engine *e)
+{
+    uint64_t cas = take_cas(e);
+    reserve_through(e, cas);
     return cas;
+}
+
+/* A cas from elsewhere (a master's row, a row applied again at open): the
+ * ones handed out here from now on are larger. */
+void engine_observe_cas(kura_engine *e, uint64_t cas)
+{
+    if (e->cas_clock) {
+        hlc_observe(e->cas_clock, cas);
+    } else {
+        uint64_t cur = atomic_load(&e->next_cas);
+        while (cas >= cur && !atomic_compare_exchange_weak(&e->next_cas, &cur, cas + 1))
+            ;
+    }
+    reserve_through(e, cas);
+}
+
+int engine_set_dual(kura_engine *e)
+{
+    if (!e->ulog)
+        return KURA_EINVAL;
+    hlc *c = ul_clock(e->ulog);
+    /* past every cas handed out before, whichever way */
+    hlc_observe(c, atomic_load(&e->next_cas));
+    hlc_observe(c, atomic_load(&e->cas_reserved));
+    int rc = feed_dual(e);
+    if (rc)
+        return rc;
+    e->cas_block = DUAL_CAS_RESERVE_BLOCK;
+    e->cas_clock = c;
+    return KURA_OK;
+}
+
+void engine_set_replica(kura_engine *e, bool replica)
+{
+    atomic_store(&e->replica, replica);
+}
+
+static int local_change(kura_engine *e)
+{
+    return atomic_load_explicit(&e->replica, memory_order_relaxed) ? KURA_EREPLICA : KURA_OK;
 }
 
 int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg)
@@ -114,6 +168,9 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->cas_reserved, st.max_cas);   /* the first next_cas() reserves */
     atomic_store(&e->oldest_cas, st.oldest_cas);
     atomic_store(&e->flush_at, st.flush_at);
+    e->saved_ulog_ts = st.ulog_ts;
+    e->cas_block = CAS_RESERVE_BLOCK;
+    feed_init(e);
     *out = e;
     return KURA_OK;
 }
@@ -122,14 +179,16 @@ void engine_close(kura_engine *e)
 {
     if (!e)
         return;
+    feed_stop(e);
     pthread_mutex_lock(&e->state_lock);
     /* Nothing above next_cas was handed out: a clean stop saves exactly that. */
-    uint64_t used = atomic_load(&e->next_cas) - 1;
+    uint64_t used = e->cas_clock ? hlc_last(e->cas_clock) : atomic_load(&e->next_cas) - 1;
     if (used < atomic_load(&e->cas_reserved))
         atomic_store(&e->cas_reserved, used > 0 ? used : 0);
     do_save_state(e);
     pthread_mutex_unlock(&e->state_lock);
     kura_store_close(e->store);
+    feed_destroy(e);
     pthread_mutex_destroy(&e->state_lock);
     free(e);
 }
@@ -189,6 +248,7 @@ bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t
 /* ---- get / gat ---------------------------------------------------------- */
 
 typedef struct touch_get {
+    kura_engine *e;
     int64_t exptime;
     kura_item_fn fn;
     void *arg;
@@ -199,10 +259,15 @@ static int touch_get_cb(void *arg, const kura_item *cur, kura_update *out)
     touch_get *tg = arg;
     if (!cur)
         return KURA_NOTFOUND;
-    kura_item shown = *cur;
-    shown.exptime = tg->exptime;
     out->action = KURA_UPDATE_TOUCH;
     out->exptime = tg->exptime;
+    int rc = feed_update(tg->e, cur, out);
+    if (rc) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
+    }
+    kura_item shown = *cur;
+    shown.exptime = tg->exptime;
     tg->fn(tg->arg, &shown);
     return KURA_OK;
 }
@@ -214,8 +279,12 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
     int rc;
 
     if (touch) {
-        touch_get tg = { engine_abs_exptime(e, exptime), fn, arg };
+        touch_get tg = { e, engine_abs_exptime(e, exptime), fn, arg };
+        if ((rc = local_change(e)) != KURA_OK)
+            return rc;
+        int slot = feed_begin(e);
         rc = e->store->ops->update(e->store, key, klen, &clk, touch_get_cb, &tg);
+        feed_end(e, slot, rc);
         KURA_STAT_INC(ts, cmd_touch);
         if (rc == KURA_OK)
             KURA_STAT_INC(ts, touch_hits);
@@ -253,10 +322,9 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
 /* ---- storage commands ---------------------------------------------------- */
 
 typedef struct concat_arg {
+    kura_engine *e;
     const kura_item *in;
     bool append;
-    uint64_t cas;
-    size_t item_size_max;
 } concat_arg;
 
 /* append/prepend: the old item keeps its flags and exptime; memcached
@@ -267,18 +335,22 @@ static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
     if (!cur)
         return KURA_NOT_STORED;
     if (kura_item_wire_total(cur->klen, (uint64_t)cur->vlen + ca->in->vlen, cur->flags)
-            > ca->item_size_max)
+            > ca->e->item_size_max)
         return KURA_NOT_STORED;
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = cur->exptime;
-    out->cas = ca->cas;
     if (ca->append) {
         out->part[0].base = cur->val;  out->part[0].len = cur->vlen;
         out->part[1].base = ca->in->val; out->part[1].len = ca->in->vlen;
     } else {
         out->part[0].base = ca->in->val; out->part[0].len = ca->in->vlen;
         out->part[1].base = cur->val;  out->part[1].len = cur->vlen;
+    }
+    int rc = feed_update(ca->e, cur, out);
+    if (rc) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
     }
     return KURA_STORED;
 }
@@ -287,11 +359,15 @@ int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item
                  uint64_t cas_in)
 {
     kura_clock clk = engine_clock(e);
-    int rc;
+    int rc, slot;
 
+    if ((rc = local_change(e)) != KURA_OK)
+        goto done;
+    slot = feed_begin(e);
     if (cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND) {
-        concat_arg ca = { in, cmd == KURA_CMD_APPEND, next_cas(e), e->item_size_max };
+        concat_arg ca = { e, in, cmd == KURA_CMD_APPEND };
         rc = e->store->ops->update(e->store, in->key, in->klen, &clk, concat_cb, &ca);
+        feed_end(e, slot, rc);
         if (rc == KURA_STORED)
             KURA_STAT_INC(ts, total_items);
         else if (rc == KURA_NOTFOUND)
@@ -301,12 +377,13 @@ int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item
 
     kura_item it = *in;
     it.exptime = engine_abs_exptime(e, in->exptime);
-    it.cas = next_cas(e);
+    it.cas = 0;                         /* the feed hands it out, under the key's lock */
     static const int cond_of[] = {
         [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
         [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
     };
     rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+    feed_end(e, slot, rc);
     switch (rc) {
     case KURA_OK:
         KURA_STAT_INC(ts, total_items);
@@ -339,10 +416,22 @@ done:
     return rc;
 }
 
-int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen)
+/* A local delete: refused on a replica, fed and logged. */
+static int delete_key(kura_engine *e, const char *key, size_t klen)
 {
     kura_clock clk = engine_clock(e);
-    int rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    feed_end(e, slot, rc);
+    return rc;
+}
+
+int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen)
+{
+    int rc = delete_key(e, key, klen);
     if (rc == KURA_OK)
         KURA_STAT_INC(ts, delete_hits);
     else if (rc == KURA_NOTFOUND)
@@ -352,8 +441,7 @@ int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t
 
 int engine_unlink(kura_engine *e, const char *key, size_t klen)
 {
-    kura_clock clk = engine_clock(e);
-    int rc = e->store->ops->del(e->store, key, klen, 0, &clk);
+    int rc = delete_key(e, key, klen);
     return rc == KURA_NOTFOUND ? KURA_OK : rc;
 }
 
@@ -394,9 +482,9 @@ static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
 }
 
 typedef struct arith_arg {
+    kura_engine *e;
     bool incr;
     uint64_t delta;
-    uint64_t cas;
     char *result;                       /* KURA_INCR_MAX_LEN bytes */
     char *pad;                          /* heap spaces when the padding is long */
 } arith_arg;
@@ -422,7 +510,6 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = cur->exptime;
-    out->cas = aa->cas;
     out->part[0].base = aa->result;
     out->part[0].len = n;
     /* memcached rewrites a shorter number in place, padded with spaces to
@@ -440,15 +527,23 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
         }
         out->part[1].len = padlen;
     }
-    return KURA_OK;
+    int rc = feed_update(aa->e, cur, out);
+    if (rc)
+        out->action = KURA_UPDATE_KEEP;
+    return rc;
 }
 
 int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                  bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
 {
     kura_clock clk = engine_clock(e);
-    arith_arg aa = { incr, delta, next_cas(e), out, NULL };
-    int rc = e->store->ops->update(e->store, key, klen, &clk, arith_cb, &aa);
+    arith_arg aa = { e, incr, delta, out, NULL };
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    rc = e->store->ops->update(e->store, key, klen, &clk, arith_cb, &aa);
+    feed_end(e, slot, rc);
     free(aa.pad);
     if (rc == KURA_OK) {
         if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
@@ -460,21 +555,35 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
 
 /* ---- touch / flush_all ---------------------------------------------------- */
 
+typedef struct touch_arg {
+    kura_engine *e;
+    int64_t exptime;
+} touch_arg;
+
 static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
 {
+    touch_arg *ta = arg;
     if (!cur)
         return KURA_NOTFOUND;
     out->action = KURA_UPDATE_TOUCH;
-    out->exptime = *(const int64_t *)arg;
-    return KURA_OK;
+    out->exptime = ta->exptime;
+    int rc = feed_update(ta->e, cur, out);
+    if (rc)
+        out->action = KURA_UPDATE_KEEP;
+    return rc;
 }
 
 int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                  int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
-    int64_t abs_exp = engine_abs_exptime(e, exptime);
-    int rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &abs_exp);
+    touch_arg ta = { e, engine_abs_exptime(e, exptime) };
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &ta);
+    feed_end(e, slot, rc);
     KURA_STAT_INC(ts, cmd_touch);
     if (rc == KURA_OK)
         KURA_STAT_INC(ts, touch_hits);
@@ -496,13 +605,26 @@ int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     int rc;
 
     KURA_STAT_INC(ts, cmd_flush);
+    if ((rc = local_change(e)) != KURA_OK)
+        return rc;
     pthread_mutex_lock(&e->state_lock);
-    if (oldest_live <= now)
-        atomic_store(&e->oldest_cas, do_next_cas(e));
-    atomic_store(&e->flush_at, oldest_live >= now ? oldest_live : 0);
-    rc = do_save_state(e);
+    uint64_t oldest = oldest_live <= now ? do_next_cas(e) : 0;
+    int64_t at = oldest_live >= now ? oldest_live : 0;
+    /* logged first: a flush the log refuses is not made */
+    if ((rc = feed_flush(e, oldest, at)) == KURA_OK) {
+        if (oldest)
+            atomic_store(&e->oldest_cas, oldest);
+        atomic_store(&e->flush_at, at);
+        rc = do_save_state(e);
+    }
     pthread_mutex_unlock(&e->state_lock);
     return rc;
+}
+
+int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg)
+{
+    kura_clock clk = engine_clock(e);
+    return e->store->ops->iterate(e->store, &clk, fn, arg);
 }
 
 long engine_sweep(kura_engine *e, size_t budget)
@@ -515,6 +637,11 @@ long engine_sweep(kura_engine *e, size_t budget)
 
 int engine_sync(kura_engine *e)
 {
+    if (e->ulog) {
+        int rc = ul_sync_now(e->ulog);
+        if (rc)
+            return rc;
+    }
     if (!e->store->ops->sync)
         return KURA_OK;
     return e->store->ops->sync(e->store);

@@ -46,6 +46,8 @@ struct ul_log {
     hlc *clock;
     pthread_mutex_t mu;         /* appends, prune, readers' table lookups */
     uint64_t last_ts;           /* under mu: the last data row's timestamp */
+    void (*notify)(void *arg);  /* under mu */
+    void *notify_arg;
 };
 
 struct ul_reader {
@@ -88,16 +90,19 @@ static int get_var(const unsigned char *p, const unsigned char *end, uint64_t *v
 
 /* Writes a row's bytes up to (not including) the value at b, with the
  * value's bytes in the CRC: crc32c, length, type, ts, sid, the type's
- * fields.  Returns the bytes written; the row is that plus r->vlen. */
-static size_t encode_row(unsigned char *b, const ul_row *r, uint64_t ts, uint32_t sid)
+ * fields.  Returns the bytes written; the row is that plus the value. */
+size_t ul_encode(unsigned char *b, const ul_row *r)
 {
     unsigned char f[UL_ROW_HEAD_MAX];
-    size_t n = 0;
+    size_t n = 0, vlen = r->vlen + r->vlen2;
     f[n++] = r->type;
-    n += put_var(f + n, ts);
-    n += put_var(f + n, sid);
+    n += put_var(f + n, r->ts);
+    n += put_var(f + n, r->sid);
+    if (r->type != UL_HDR && r->type != UL_MARK)    /* how long before its place here */
+        n += put_var(f + n, r->origin_ts && r->origin_ts < r->ts ? r->ts - r->origin_ts : 0);
     switch (r->type) {
     case UL_HDR:
+    case UL_MARK:
         n += put_var(f + n, r->prev_ts);
         break;
     case UL_PUT:
@@ -110,19 +115,22 @@ static size_t encode_row(unsigned char *b, const ul_row *r, uint64_t ts, uint32_
         memcpy(f + n, r->key, r->klen);
         n += r->klen;
         if (r->type == UL_PUT)
-            n += put_var(f + n, r->vlen);
+            n += put_var(f + n, vlen);
         break;
     case UL_FLUSH:
         n += put_var(f + n, zigzag(r->exptime));
+        n += put_var(f + n, r->cas);
         break;
     }
     size_t h = 4;
-    h += put_var(b + h, n + (r->type == UL_PUT ? r->vlen : 0));
+    h += put_var(b + h, n + (r->type == UL_PUT ? vlen : 0));
     memcpy(b + h, f, n);
     h += n;
     uint32_t crc = crc32c_update(0, b + 4, h - 4);
-    if (r->type == UL_PUT)
+    if (r->type == UL_PUT) {
         crc = crc32c_update(crc, r->val, r->vlen);
+        crc = crc32c_update(crc, r->val2, r->vlen2);
+    }
     put32(b, crc);
     return h;
 }
@@ -163,8 +171,16 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
     if (v > UINT32_MAX)
         return SL_NOT_REC;
     row->sid = (uint32_t)v;
+    row->origin_ts = row->ts;
+    if (row->type != UL_HDR && row->type != UL_MARK) {
+        VAR(v);
+        if (v > row->ts)
+            return SL_NOT_REC;
+        row->origin_ts = row->ts - v;
+    }
     switch (row->type) {
     case UL_HDR:
+    case UL_MARK:
         VAR(row->prev_ts);
         break;
     case UL_PUT:
@@ -193,6 +209,7 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
     case UL_FLUSH:
         VAR(v);
         row->exptime = unzigzag(v);
+        VAR(row->cas);
         break;
     default:
         return SL_NOT_REC;
@@ -205,10 +222,11 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
 static long long ul_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
                           size_t *need)
 {
-    ul_row tmp;
+    ul_row tmp, *row = arg ? arg : &tmp;
     if (version != UL_VERSION)
         return SL_NOT_REC;
-    return ul_decode(p, avail, arg ? arg : &tmp, need);
+    long long n = ul_decode(p, avail, row, need);
+    return n > 0 && row->type == UL_MARK ? SL_NOT_REC : n;   /* a stream's, never a file's */
 }
 
 static size_t frame_ready(void *arg, unsigned char *head, uint64_t recno)
@@ -423,7 +441,8 @@ static bool row_ok(const ul_row *r)
 {
     switch (r->type) {
     case UL_PUT:
-        if (r->vlen > UL_VAL_MAX || (r->vlen && !r->val))
+        if (r->vlen > UL_VAL_MAX || r->vlen2 > UL_VAL_MAX - r->vlen ||
+            (r->vlen && !r->val) || (r->vlen2 && !r->val2))
             return false;
         /* fall through */
     case UL_DEL:
@@ -444,12 +463,16 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
     int rc = sl_failed(&log->sl);
     if (rc)
         goto out;
-    if (row->ts)
-        hlc_observe(log->clock, row->ts);
-    uint64_t ts = hlc_now(log->clock);
+    if (row->origin_ts)
+        hlc_observe(log->clock, row->origin_ts);
+    ul_row r = *row;
+    r.ts = hlc_now(log->clock);
+    r.sid = row->sid ? row->sid : log->cfg.sid;
+    uint64_t ts = r.ts;
     unsigned char drow[UL_ROW_HEAD_MAX];
-    size_t dlen = encode_row(drow, row, ts, row->sid ? row->sid : log->cfg.sid);
-    uint64_t rlen = dlen + row->vlen;
+    size_t dlen = ul_encode(drow, &r);
+    size_t vlen = r.vlen + r.vlen2;
+    uint64_t rlen = dlen + vlen;
 
     /* seglog's rule for sealing (sl_append): a segment that holds records
      * takes no record that would carry it past segsiz */
@@ -459,21 +482,27 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
     bool with_hdr = rolls || ta.t.off == SL_SEG_HDR;
     size_t hlen = 0;
     if (with_hdr) {
-        ul_row h = { .type = UL_HDR, .prev_ts = log->last_ts };
-        hlen = encode_row(head, &h, ts, log->cfg.sid);
+        ul_row h = { .type = UL_HDR, .prev_ts = log->last_ts, .ts = ts, .sid = log->cfg.sid };
+        hlen = ul_encode(head, &h);
     }
     memcpy(head + hlen, drow, dlen);
     size_t total = hlen + dlen;
-    struct iovec iov[2] = { { head, total }, { (void *)row->val, row->vlen } };
+    struct iovec iov[3] = { { head, total } };
+    int niov = 1;
+    if (r.vlen)
+        iov[niov++] = (struct iovec){ (void *)r.val, r.vlen };
+    if (r.vlen2)
+        iov[niov++] = (struct iovec){ (void *)r.val2, r.vlen2 };
     sl_loc loc;
-    rc = sl_append(&log->sl, iov, row->vlen ? 2 : 1, sizeof(head), row->vlen, false,
-                   frame_ready, &total, &loc);
+    rc = sl_append(&log->sl, iov, niov, sizeof(head), vlen, false, frame_ready, &total, &loc);
     if (rc)
         goto out;
     if (with_hdr != (loc.off == SL_SEG_HDR))
         logf_(log, KURA_LOG_ERROR, "a segment's first row and its header row disagree "
               "(seglog's sealing rule changed?): readers may search it wrongly");
     log->last_ts = ts;
+    if (log->notify)
+        log->notify(log->notify_arg);
     pos->lsn = loc.lsn;
     pos->ts = ts;
     pos->seg = loc.seg;
@@ -496,6 +525,44 @@ int ul_sync_now(ul_log *log)
 int ul_failed(ul_log *log)
 {
     return sl_failed(&log->sl);
+}
+
+#define COMPLETE_FILE "complete"
+
+int ul_set_complete(ul_log *log, bool complete)
+{
+    if (ul_complete(log) == complete)
+        return KURA_OK;
+    if (complete) {
+        int fd = openat(log->dirfd, COMPLETE_FILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return sl_errno_status(errno);
+        int rc = fsync(fd) == 0 ? KURA_OK : sl_errno_status(errno);
+        close(fd);
+        if (rc)
+            return rc;
+    } else if (unlinkat(log->dirfd, COMPLETE_FILE, 0) < 0 && errno != ENOENT) {
+        return sl_errno_status(errno);
+    }
+    return fsync(log->dirfd) == 0 ? KURA_OK : sl_errno_status(errno);
+}
+
+bool ul_complete(ul_log *log)
+{
+    return faccessat(log->dirfd, COMPLETE_FILE, F_OK, 0) == 0;
+}
+
+void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&log->mu);
+    log->notify = fn;
+    log->notify_arg = arg;
+    pthread_mutex_unlock(&log->mu);
+}
+
+uint64_t ul_write_lsn(ul_log *log)
+{
+    return sl_lsn(&log->sl);
 }
 
 hlc *ul_clock(ul_log *log)

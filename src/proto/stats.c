@@ -131,6 +131,8 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "kura_store_errors", t.store_errors);
     if (store->ops->stats)
         store->ops->stats(store, emit_backend_stat, out);
+    if (s->server->repl_stats)
+        s->server->repl_stats(s->server->repl_ctx, emit_backend_stat, out);
 }
 
 static void stats_settings(text_session *s, kura_buf *out)

@@ -580,6 +580,26 @@ static void cmd_shutdown(text_session *s, text_token *tok, int ntok, kura_buf *o
     reply(s, out, "ERROR: shutdown not enabled");
 }
 
+/* repl <after> <sid>: a replica asks for the update log (repl.h) */
+static void cmd_repl(text_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    uint64_t after;
+    uint32_t sid;
+    (void)ntok;
+    if (!s->server->repl_master) {
+        reply(s, out, "SERVER_ERROR this server keeps no update log (start it with -ulog DIR)");
+        return;
+    }
+    if (!safe_u64(&tok[1], &after) || !safe_u32(&tok[2], &sid)) {
+        client_error(s, out, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    s->handoff = true;
+    s->handoff_after = after;
+    s->handoff_sid = sid;
+    s->close = true;
+}
+
 static void cmd_stats(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
     text_stats(s, tok, ntok, out);
@@ -618,6 +638,7 @@ static const struct text_command {
     { "verbosity", cmd_verbosity, 0, 3, 4, true },
     { "quit",      cmd_quit,      0, -1, -1, false },
     { "shutdown",  cmd_shutdown,  0, -1, -1, false },
+    { "repl",      cmd_repl,      0, 4, 4, false },
 };
 
 static const struct text_command *find_command(const text_token *t)

@@ -12,6 +12,14 @@
  * connection while the previous one ran, so many concurrent writers share
  * each sync.
  *
+ * With -syncrepl N the same machinery also waits for replicas: the store
+ * it syncs is the engine's commit source (engine_commit_source), whose
+ * commit returns once N replicas hold the rows, or says that they did not
+ * in time (KURA_COMMIT_ABANDONED): the connections waiting for that
+ * sequence are then closed without their replies, as after a failed sync,
+ * but later changes go on (-syncrepl-fail ack turns the timeout into a
+ * plain acknowledgement instead, in main.c).  It runs under any -sync.
+ *
  * A failed sync is final.  Once fsync has failed, the kernel may have
  * dropped the dirty pages it could not write and a later fsync can succeed
  * without them on disk, so retrying would acknowledge changes that are lost.
@@ -48,6 +56,7 @@ static struct {
 } cm;
 
 static _Atomic uint64_t durable_seq;    /* every change up to here is on stable storage */
+static _Atomic uint64_t abandoned_seq;  /* -syncrepl: replicas did not confirm up to here */
 static _Atomic bool failed;             /* a sync failed: nothing after durable_seq ever will be */
 
 uint64_t commit_durable(void) { return atomic_load_explicit(&durable_seq, memory_order_acquire); }
@@ -74,6 +83,8 @@ int commit_fate(uint64_t target)
     bool f = commit_failed();
     if (target <= commit_durable())
         return COMMIT_SEND;
+    if (target <= atomic_load_explicit(&abandoned_seq, memory_order_acquire))
+        return COMMIT_CLOSE;            /* replicas did not confirm in time */
     return f ? COMMIT_CLOSE : COMMIT_WAIT;
 }
 
@@ -120,7 +131,10 @@ static void *committer_main(void *arg)
         /* Everything written by now is covered, not just what was asked. */
         uint64_t target = cm.store->ops->write_seq(cm.store);
         int rc = cm.store->ops->commit(cm.store, target);
-        if (rc < 0) {
+        if (rc == KURA_COMMIT_ABANDONED) {
+            if (target > atomic_load(&abandoned_seq))
+                atomic_store_explicit(&abandoned_seq, target, memory_order_release);
+        } else if (rc < 0) {
             atomic_store_explicit(&failed, true, memory_order_release);
             log_msg(LOG_ERR, "sync failed (%s): changes after this are not durable; closing "
                     "every connection waiting for them, and not syncing again",
@@ -140,9 +154,9 @@ static void *committer_main(void *arg)
 
 int commit_start(kura_server *srv)
 {
-    kura_store *store = engine_store_of(srv->engine);
-    if (srv->settings->sync_mode != KURA_SYNC_ALWAYS || !store->ops->write_seq ||
-        !store->ops->commit)
+    kura_store *store = engine_commit_source(srv->engine);
+    if ((srv->settings->sync_mode != KURA_SYNC_ALWAYS && !srv->settings->syncrepl) ||
+        !store->ops->write_seq || !store->ops->commit)
         return 0;                       /* nothing to wait for */
     return commit_start_store(srv, store);
 }
@@ -154,6 +168,7 @@ int commit_start_store(kura_server *srv, kura_store *store)
     cm.requested = 0;
     cm.stop = false;
     atomic_store(&failed, false);
+    atomic_store(&abandoned_seq, 0);
     atomic_store(&durable_seq, store->ops->write_seq(store));
     pthread_mutex_init(&cm.lock, NULL);
     pthread_cond_init(&cm.wake, NULL);

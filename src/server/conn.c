@@ -48,9 +48,19 @@ typedef struct kura_conn {
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
 
-static void conn_close(kura_conn *c)
+/* Why a connection is closed with its replies unsent (COMMIT_CLOSE). */
+static void log_close_unconfirmed(void)
+{
+    log_msg(LOG_ERR, commit_failed() ? "closing connections whose changes cannot be synced"
+                                     : "closing connections whose changes the replicas did "
+                                       "not confirm in time (-syncrepl)");
+}
+
+/* Frees the connection but not its socket, which it returns. */
+static int conn_release(kura_conn *c)
 {
     kura_worker *w = c->w;
+    int fd = c->fd;
     if (c->held) {
         for (kura_conn **pp = &w->held; *pp; pp = &(*pp)->held_next)
             if (*pp == c) {
@@ -65,11 +75,29 @@ static void conn_close(kura_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     event_free(c->ev);
-    close(c->fd);
     kura_buf_free(&c->rbuf);
     kura_buf_free(&c->wbuf);
     free(c);
     atomic_fetch_sub(&w->srv->info.curr_connections, 1);
+    return fd;
+}
+
+static void conn_close(kura_conn *c)
+{
+    close(conn_release(c));
+}
+
+/* "repl": the socket leaves the worker for a replication stream of its
+ * own (src/repl/master.c); what the replica sent after the command is
+ * dropped (it waits for the answer first). */
+static void conn_handoff(kura_conn *c)
+{
+    kura_server *srv = c->w->srv;
+    uint64_t after = c->ts.handoff_after;
+    uint32_t sid = c->ts.handoff_sid;
+    int fd = conn_release(c);
+    if (repl_master_serve(srv->repl_master, fd, after, sid) != KURA_OK)
+        log_msg(LOG_ERR, "cannot start a replication stream for replica %u", sid);
 }
 
 /* (Re)registers the connection's event for reading or for writing. */
@@ -154,7 +182,7 @@ static bool pump(kura_conn *c)
                     fate = COMMIT_SEND;
                 if (fate == COMMIT_CLOSE) {
                     /* A sync has failed: these changes will never be durable. */
-                    log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
+                    log_close_unconfirmed();
                     conn_close(c);
                     return false;
                 }
@@ -166,6 +194,10 @@ static bool pump(kura_conn *c)
         }
         if (!flush_out(c))
             return false;
+        if (c->ts.handoff) {
+            conn_handoff(c);
+            return false;
+        }
         if (c->ts.close) {
             conn_close(c);
             return false;
@@ -251,7 +283,7 @@ void conn_release_durable(kura_worker *w)
             drive(c);                   /* send the replies, then carry on */
         } else if (fate == COMMIT_CLOSE) {
             c->held = false;
-            log_msg(LOG_ERR, "closing connections whose changes cannot be synced");
+            log_close_unconfirmed();
             conn_close(c);
         } else {
             c->held_next = w->held;     /* still waiting */

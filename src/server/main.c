@@ -19,11 +19,13 @@
  * pid is written and kurad says it is ready (to the -dmn parent and to
  * systemd).
  */
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server.h"
@@ -54,6 +56,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     log_tick();
     engine_tick(srv->engine);
     engine_sweep(srv->engine, SWEEP_BUDGET);
+    if (srv->repl_master)
+        repl_master_tick(srv->repl_master);
     /* No sync here for -sync interval: a sync can take long on a busy disk,
      * and new connections would wait behind it on this thread.  A store
      * that has anything to sync does it on its own thread about once a
@@ -64,6 +68,171 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 static void store_log(int level, const char *line)
 {
     log_msg(level == KURA_LOG_ERROR ? LOG_ERR : LOG_INFO, "%s", line);
+}
+
+static void ulog_log(void *arg, int level, const char *line)
+{
+    (void)arg;
+    store_log(level, line);
+}
+
+/* mkdir -p */
+static int mkdir_parents(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s", dir);
+    for (char *q = p + 1; *q; q++)
+        if (*q == '/') {
+            *q = '\0';
+            if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                return -1;
+            *q = '/';
+        }
+    return mkdir(p, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Opens the update log and hands it to the engine, which first applies
+ * again what a crash kept from the store. */
+static int open_ulog(kura_server *srv)
+{
+    kura_settings *st = srv->settings;
+    if (mkdir_parents(st->ulog_dir) < 0) {
+        log_msg(LOG_ERR, "cannot create the update-log directory %s: %s", st->ulog_dir,
+                strerror(errno));
+        return -1;
+    }
+    ul_config uc = {
+        .dir = st->ulog_dir, .sid = (uint32_t)st->sid, .ulim = st->ulim, .log = ulog_log,
+    };
+    char err[512] = "";
+    uint64_t cut = 0, redone = 0;
+    int rc = ul_open(&uc, &srv->ulog, &cut, err, sizeof(err));
+    if (rc) {
+        log_msg(LOG_ERR, "cannot open the update log %s: %s", st->ulog_dir,
+                err[0] ? err : kura_strerror(rc));
+        return -1;
+    }
+    rc = engine_attach_ulog(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
+    if (rc) {
+        log_msg(LOG_ERR, "cannot apply the update log %s to the store: %s", st->ulog_dir,
+                kura_strerror(rc));
+        engine_close(srv->engine);
+        srv->engine = NULL;
+        ul_close(srv->ulog);
+        srv->ulog = NULL;
+        return -1;
+    }
+    ul_extent ex;
+    ul_get_extent(srv->ulog, &ex);
+    log_msg(LOG_INFO, "update log %s: server id %d, %u files, %llu bytes, last row %llu; "
+            "%llu rows applied again to the store", st->ulog_dir, st->sid, ex.segs,
+            (unsigned long long)ex.bytes, (unsigned long long)ul_last_ts(srv->ulog),
+            (unsigned long long)redone);
+    return 0;
+}
+
+/* "stats": the update log's and replication's lines */
+static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
+{
+    kura_server *srv = ctx;
+    char b[64];
+    if (srv->ulog) {
+        ul_extent ex;
+        ul_get_extent(srv->ulog, &ex);
+        snprintf(b, sizeof(b), "%d", srv->settings->sid);
+        emit(arg, "ulog_sid", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)ul_last_ts(srv->ulog));
+        emit(arg, "ulog_last_ts", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.from_ts);
+        emit(arg, "ulog_from_ts", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)engine_applied_ts(srv->engine));
+        emit(arg, "ulog_applied_ts", b);
+        snprintf(b, sizeof(b), "%u", ex.segs);
+        emit(arg, "ulog_files", b);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.bytes);
+        emit(arg, "ulog_bytes", b);
+        emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
+    }
+    if (srv->repl_master)
+        repl_master_stats(srv->repl_master, emit, arg);
+    if (srv->repl_slave)
+        repl_slave_stats(srv->repl_slave, emit, arg);
+}
+
+/* -syncrepl: the group commit's wait for replicas */
+static int wait_replicas(void *arg, uint64_t ts)
+{
+    kura_server *srv = arg;
+    kura_settings *st = srv->settings;
+    if (repl_master_wait(srv->repl_master, ts, st->syncrepl, st->syncrepl_timeout) == 0)
+        return 0;
+    log_msg(LOG_ERR, "fewer than %d replicas confirmed a change within %d ms: %s",
+            st->syncrepl, st->syncrepl_timeout,
+            st->syncrepl_ack ? "acknowledged anyway (-syncrepl-fail ack)"
+                             : "closing the connections waiting for it, unanswered");
+    return st->syncrepl_ack ? 0 : KURA_COMMIT_ABANDONED;
+}
+
+/* The replication master (with -ulog) and the replica thread (-mhost). */
+static int start_repl(kura_server *srv)
+{
+    kura_settings *st = srv->settings;
+    repl_config rc = {
+        .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
+        .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
+        .log = store_log,
+    };
+    if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
+        log_msg(LOG_ERR, "cannot start replication");
+        return -1;
+    }
+    if (st->syncrepl) {
+        if (!srv->repl_master) {
+            log_msg(LOG_ERR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
+            return -1;
+        }
+        engine_set_commit_wait(srv->engine, wait_replicas, srv);
+    }
+    if (st->mhost) {
+        char rts[4200];
+        if (st->rts_path)
+            snprintf(rts, sizeof(rts), "%s", st->rts_path);
+        else if (st->ulog_dir)
+            snprintf(rts, sizeof(rts), "%s/rts", st->ulog_dir);
+        else {
+            log_msg(LOG_ERR, "-mhost needs -rts FILE (or -ulog DIR, for DIR/rts)");
+            return -1;
+        }
+        engine_set_replica(srv->engine, !st->rw);
+        if (st->rw) {
+            /* dual master: changes of both ordered by time */
+            if (!srv->ulog) {
+                log_msg(LOG_ERR, "-rw with -mhost (a replica that takes writes: dual master) "
+                        "needs -ulog DIR");
+                return -1;
+            }
+            if (engine_set_dual(srv->engine) != KURA_OK) {
+                log_msg(LOG_ERR, "cannot start dual-master mode");
+                return -1;
+            }
+        }
+        if (repl_slave_start(&rc, st->mhost, st->mport, rts, &srv->repl_slave) != KURA_OK) {
+            log_msg(LOG_ERR, "cannot start the replica thread");
+            return -1;
+        }
+        log_msg(LOG_INFO, "replica of %s:%d (position in %s)%s", st->mhost, st->mport, rts,
+                st->rw ? ", taking writes too (-rw)" : ", read-only");
+    }
+    return 0;
+}
+
+/* Before the engine closes: the replica stops applying, the streams end. */
+static void stop_repl(kura_server *srv)
+{
+    repl_slave_stop(srv->repl_slave);
+    srv->repl_slave = NULL;
+    repl_master_free(srv->repl_master);
+    srv->repl_master = NULL;
 }
 
 static int open_engine(kura_server *srv)
@@ -93,6 +262,8 @@ static int open_engine(kura_server *srv)
         kura_store_close(store);
         return -1;
     }
+    if (st->ulog_dir && open_ulog(srv) < 0)
+        return -1;
     kura_store_usage u = {0};
     store->ops->usage(store, &u);
     log_msg(LOG_INFO, "database %s: backend %s, %llu items", st->dbname ? st->dbname : "*",
@@ -122,6 +293,9 @@ static void init_info(kura_server *srv)
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
+    si->repl_master = srv->repl_master != NULL;
+    si->repl_stats = repl_stats;
+    si->repl_ctx = srv;
 }
 
 int main(int argc, char **argv)
@@ -197,6 +371,8 @@ int main(int argc, char **argv)
         goto fail;
     if (fdlimit_setup(&settings) < 0)
         goto fail;
+    if (start_repl(&srv) < 0)
+        goto fail;
     init_info(&srv);
     if (!srv.info.thread_stats)
         goto fail;
@@ -240,6 +416,7 @@ int main(int argc, char **argv)
     commit_stop();
     workers_stop(&srv);
     commit_free();
+    stop_repl(&srv);
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
@@ -251,6 +428,8 @@ int main(int argc, char **argv)
     if (rc < 0)
         log_msg(LOG_ERR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
+    if (srv.ulog)
+        ul_close(srv.ulog);
     free(srv.info.thread_stats);
     pidfile_remove();
     log_msg(LOG_INFO, "stopped");
@@ -263,6 +442,7 @@ fail:
     if (workers)
         workers_stop(&srv);
     commit_free();
+    stop_repl(&srv);
     if (listening)
         listener_close(&srv);
     if (sigterm)
@@ -277,6 +457,8 @@ fail:
         event_base_free(srv.base);
     if (srv.engine)
         engine_close(srv.engine);
+    if (srv.ulog)
+        ul_close(srv.ulog);
     free(srv.info.thread_stats);
     pidfile_remove();
     return 1;

@@ -15,9 +15,9 @@
 
 #include "server.h"
 
-enum opt_kind { OPT_INT, OPT_SIZE, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
+enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
-                OPT_CONF };
+                OPT_CONF, OPT_SYNCREPL_FAIL };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -63,6 +63,27 @@ static const opt options[] = {
     { { "-le" }, OPT_LOGLEVEL, F(log_base), LOG_ERR, 0, NULL, "log errors only" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
     { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },
+    { { "-ulog" }, OPT_STR, F(ulog_dir), 0, 0, "DIR",
+      "keep the update log in DIR: every change as a row, for replicas and recovery" },
+    { { "-ulim" }, OPT_BYTES, F(ulim), 4096, 0, "SIZE",
+      "start a new update-log file past SIZE (default 256m)" },
+    { { "-ulmax" }, OPT_BYTES, F(ulmax), 0, 0, "SIZE",
+      "delete the oldest update-log files past SIZE in all (default 4g; 0 = keep all)" },
+    { { "-sid" }, OPT_INT, F(sid), 1, 65535, "NUM",
+      "this server's id in its update log, distinct per replica set (default 1)" },
+    { { "-mhost" }, OPT_STR, F(mhost), 0, 0, "HOST",
+      "be a replica of the kurad on HOST (read-only unless -rw)" },
+    { { "-mport" }, OPT_INT, F(mport), 1, 65535, "NUM", "the master's port (default 11211)" },
+    { { "-rts" }, OPT_STR, F(rts_path), 0, 0, "FILE",
+      "a replica's position in its master's update log (default: DIR/rts of -ulog)" },
+    { { "-rw" }, OPT_FLAG, F(rw), 0, 0, NULL,
+      "a replica takes writes too (dual master: each the -mhost of the other)" },
+    { { "-syncrepl" }, OPT_INT, F(syncrepl), 0, 64, "NUM",
+      "hold the reply to a change until NUM replicas have it in their update log (default 0)" },
+    { { "-syncrepl-timeout" }, OPT_INT, F(syncrepl_timeout), 1, 3600000, "MS",
+      "how long a reply waits for the replicas of -syncrepl (default 1000)" },
+    { { "-syncrepl-fail" }, OPT_SYNCREPL_FAIL, F(syncrepl_ack), 0, 0, "close|ack",
+      "past the timeout: close the connection unanswered (default) or acknowledge anyway" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -83,6 +104,11 @@ void options_defaults(kura_settings *s)
     s->item_size_max = 1 << 20;
     s->sync_mode = KURA_SYNC_INTERVAL;
     s->log_base = LOG_INFO;
+    s->ulim = 256ULL << 20;
+    s->ulmax = 4ULL << 30;
+    s->sid = 1;
+    s->mport = 11211;
+    s->syncrepl_timeout = 1000;
 }
 
 const char *options_sync_name(int mode)
@@ -125,7 +151,7 @@ static const opt *find_option(const char *arg, const char **attached)
     /* ttserver options kura does not take yet must not be read as a
      * single-letter option with its value attached ("-ulog" is not "-u log"). */
     static const char *const ttserver_only[] = {
-        "-ulog", "-ulim", "-uas", "-sid", "-mhost", "-mport", "-rts", "-rcc", "-skel",
+        "-uas", "-rcc", "-skel",
         "-mul", "-ext", "-extpc", "-mask", "-unmask", "-bgs", "-bgsi", "-bgsc",
     };
     for (size_t i = 0; i < sizeof(ttserver_only) / sizeof(ttserver_only[0]); i++)
@@ -185,6 +211,18 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         *(int *)field = (int)n;
         if (o->offset == F(maxconns))
             s->maxconns_given = true;   /* fdlimit.c: refuse rather than lower it */
+        break;
+    case OPT_SYNCREPL_FAIL:
+        if (strcmp(val, "close") && strcmp(val, "ack"))
+            return opt_error(where, arg, "'%s' is neither close nor ack", val);
+        *(bool *)field = strcmp(val, "ack") == 0;
+        break;
+    case OPT_BYTES:
+        if (kura_parse_size(val, &sz) != KURA_OK || (sz != 0 && sz < (uint64_t)o->min) ||
+            (sz == 0 && o->min))
+            return opt_error(where, arg, "'%s' is not a size of at least %ld bytes",
+                             val, o->min);
+        *(uint64_t *)field = sz;
         break;
     case OPT_MBYTES:
         /* memcached's -m is megabytes; a unit suffix is taken literally. */

@@ -18,6 +18,7 @@
 
 #include "kura/engine.h"
 #include "kura/proto.h"
+#include "kura/repl.h"
 
 typedef struct kura_settings {
     const char *host;           /* -host / -l; NULL = default 127.0.0.1 */
@@ -39,6 +40,18 @@ typedef struct kura_settings {
     const char *log_path;       /* -log; NULL = stderr */
     int log_base;               /* LOG_INFO, or -ld LOG_DEBUG, -le LOG_ERR */
     const char *conf_path;      /* -conf */
+    /* the update log and replication (docs/replication.md) */
+    const char *ulog_dir;       /* -ulog; NULL = no update log */
+    uint64_t ulim;              /* -ulim: one update-log file's size */
+    uint64_t ulmax;             /* -ulmax: all of them; 0 = no cap */
+    int sid;                    /* -sid: this server's id */
+    const char *mhost;          /* -mhost: follow this master; NULL = none */
+    int mport;                  /* -mport */
+    const char *rts_path;       /* -rts: the replication position file */
+    bool rw;                    /* -rw: a replica that also takes writes */
+    int syncrepl;               /* -syncrepl: replies wait for this many replicas */
+    int syncrepl_timeout;       /* -syncrepl-timeout, milliseconds */
+    bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
 } kura_settings;
 
 /* options.c: fills s from argv (and the -conf file first); on a bad option
@@ -89,6 +102,9 @@ typedef struct kura_worker kura_worker;
 typedef struct kura_server {
     kura_settings *settings;
     kura_engine *engine;
+    ul_log *ulog;                       /* NULL without -ulog */
+    repl_master *repl_master;           /* serves "repl"; NULL without -ulog */
+    repl_slave *repl_slave;             /* NULL unless -mhost */
     kura_server_info info;
     struct event_base *base;            /* the main thread's */
     kura_worker *workers;

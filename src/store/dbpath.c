@@ -56,6 +56,7 @@ const char *kura_strerror(int rc)
     case KURA_EREADONLY: return "store is read-only";
     case KURA_ESYS:      return "system error";
     case KURA_EFAILED:   return "writes stopped after a failed sync (restart to recover)";
+    case KURA_EREPLICA:  return "this server is a read-only replica (write to its master)";
     }
     return "unknown error";
 }

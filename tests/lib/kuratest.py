@@ -186,8 +186,9 @@ class Server:
 
     def __init__(self, kind=None, memory_mb=None, item_max=None, conns=None, threads=4,
                  verbose=False, db=None, idle_timeout=None, kura_args=(), mc_args=(),
-                 start=True, start_timeout=10, nofile=None, env=None):
+                 start=True, start_timeout=10, nofile=None, env=None, port=None):
         self.nofile = nofile
+        self.fixed_port = port          # listen here (a restart on the same port)
         self.env = dict(os.environ, **env) if env else None
         self.kind = kind or server_kind()
         self.memory_mb, self.item_max, self.conns = memory_mb, item_max, conns
@@ -245,7 +246,7 @@ class Server:
             raise ServerError("no kurad at %s (build it, or set KURA_SERVER=memcached)" % kurad_path())
         last = ""
         for attempt in range(8):
-            port = free_port()
+            port = self.fixed_port or free_port()
             err = open(self.stderr_path, "ab")
             out = open(self.stdout_path, "ab")
             self.argv_used = self.argv(port)

@@ -301,7 +301,7 @@ static void test_put_get(void)
     free(big);
 
     CHECK_EQ_INT(s->ops->sync(s), KURA_OK);
-    kura_store_state st = { 1, 2, 3 };
+    kura_store_state st = { 1, 2, 3, 4 };
     CHECK_EQ_INT(s->ops->load_state(s, &st), KURA_OK);
     CHECK(st.max_cas == 0 && st.oldest_cas == 0 && st.flush_at == 0);
     CHECK_EQ_INT(s->ops->save_state(s, &st), KURA_OK);

@@ -468,7 +468,7 @@ static void test_format_v1(void)
         CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
         if (f)
             fclose(f);
-        CHECK_EQ_INT(h[8], 3);      /* the version now in place */
+        CHECK_EQ_INT(h[8], 4);      /* the version now in place */
     }
 }
 

@@ -217,7 +217,7 @@ static void test_rows_roundtrip(void)
     CHECK(ul_append(log, &r, &pos[4]) == KURA_OK);
     /* a timestamp observed elsewhere: the row's own is past it */
     uint64_t ahead = hlc_now(&clk) + hlc_make(1000000, 0);
-    r = (ul_row){ .type = UL_DEL, .key = "b", .klen = 1, .ts = ahead };
+    r = (ul_row){ .type = UL_DEL, .key = "b", .klen = 1, .origin_ts = ahead };
     CHECK(ul_append(log, &r, &pos[5]) == KURA_OK);
     CHECK(pos[5].ts > ahead);
     CHECK(ul_commit(log, pos[5].lsn) == KURA_OK);

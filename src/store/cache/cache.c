@@ -598,7 +598,9 @@ static int cache_put(kura_store *s, const kura_item *item, int cond, uint64_t cm
     pthread_mutex_lock(&st->cs_lock);
     pp = do_cache_lookup(st, hash, item->key, klen, clk, &dead, &why);
     rc = cache_put_cond(*pp, cond, cmp_cas);
-    if (rc == KURA_OK) {
+    kura_item stamped = *item;
+    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
+        ni->ci_cas = stamped.cas;
         old = do_cache_link(st, pp, ni);
         ni = NULL;
         grow = do_cache_want_grow(st);
@@ -634,9 +636,8 @@ static int cache_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
         rc = KURA_NOTFOUND;
     else if (cmp_cas && (*pp)->ci_cas != cmp_cas)
         rc = KURA_EXISTS;
-    else {
+    else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
         dead = cache_list_add(dead, do_cache_unlink(st, pp));
-        rc = KURA_OK;
     }
     pthread_mutex_unlock(&st->cs_lock);
     cache_free_list(c, dead);

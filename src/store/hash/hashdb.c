@@ -249,8 +249,14 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         rc = KURA_ENOMEM;
         goto out;
     }
+    kura_item stamped = *it;
+    if ((rc = kura_feed_put(s, &stamped)) != KURA_OK) {
+        if (fresh)
+            hdx_release(st, fresh);
+        goto out;
+    }
     rc = hd_append_put(db, st, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc, it->flags,
-                       it->exptime, it->cas, 0, &loc);
+                       it->exptime, stamped.cas, 0, &loc);
     if (rc) {
         if (fresh)
             hdx_release(st, fresh);
@@ -268,7 +274,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         e = fresh;
         hdx_insert(st, e, h);
     }
-    set_entry(db, st, e, &loc, it->vlen, it->flags, it->exptime, it->cas);
+    set_entry(db, st, e, &loc, it->vlen, it->flags, it->exptime, stamped.cas);
 out:
     hd_write_unlock(st);
     return finish_write(db, rc, wrote, loc.lsn);
@@ -299,7 +305,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
         rc = KURA_NOTFOUND;
     } else if (cmp_cas && e->cas != cmp_cas) {
         rc = KURA_EXISTS;
-    } else {
+    } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
         rc = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0, crc32c_update(0, key, klen),
                        0, 0, 0, 0, &loc);
         if (rc == KURA_OK) {
@@ -576,15 +582,14 @@ static int hashdb_load_state(kura_store *s, kura_store_state *st)
 static int hashdb_save_state(kura_store *s, const kura_store_state *st)
 {
     hashdb *db = H(s);
-    unsigned char v[24];
+    unsigned char v[32];
     hd_loc loc;
     if (db->cfg.read_only)
         return KURA_EREADONLY;
-    for (int i = 0; i < 8; i++) {
-        v[i] = (unsigned char)(st->max_cas >> (8 * i));
-        v[8 + i] = (unsigned char)(st->oldest_cas >> (8 * i));
-        v[16 + i] = (unsigned char)((uint64_t)st->flush_at >> (8 * i));
-    }
+    put64(v, st->max_cas);
+    put64(v + 8, st->oldest_cas);
+    put64(v + 16, (uint64_t)st->flush_at);
+    put64(v + 24, st->ulog_ts);
     int rc = hd_append(db, HD_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0,
                        crc32c_update(0, v, sizeof(v)), 0, 0, 0, 0, &loc);
     if (rc)

@@ -38,12 +38,13 @@
 #include "hashdb_int.h"
 
 #define CK_HDR_V2 80           /* versions 1 and 2 */
-#define CK_HDR 96              /* version 3: the hash key after the rest */
+#define CK_HDR_V3 96           /* version 3: the hash key after the rest */
+#define CK_HDR 104             /* version 4: the update log's timestamp after that */
 #define CK_ENT_V1 48            /* version 1: fixed fields, then the key */
 #define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen and flagged, six varints,
                                    the key */
 #define CK_TRAILER 24
-#define CK_VERSION 3            /* written; 1 and 2 are still read */
+#define CK_VERSION 4            /* written; 1 to 3 are still read */
 
 
 typedef struct wbuf {
@@ -159,6 +160,7 @@ static void ck_head_locked(void *arg, const sl_tail *t)
     put64(h + 72, db->max_cas_seen);
     put64(h + 80, db->arena.key.k0);
     put64(h + 88, db->arena.key.k1);
+    put64(h + 96, db->state.ulog_ts);
     atomic_store(&db->ckpt_lsn, t->lsn);
     atomic_store(&db->ckpt_rolls, t->rolls);
 }
@@ -315,7 +317,8 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
     }
     ck->version = get32(p + 8);
     if ((ck->version < 1 || ck->version > CK_VERSION) ||
-        (ck->version == CK_VERSION && ck->len < CK_HDR + CK_TRAILER)) {
+        (ck->version == 3 && ck->len < CK_HDR_V3 + CK_TRAILER) ||
+        (ck->version >= 4 && ck->len < CK_HDR + CK_TRAILER)) {
         snprintf(ck->why, sizeof(ck->why), "%s: unsupported version %u", path, get32(p + 8));
         return;
     }
@@ -412,7 +415,8 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     db->state.flush_at = (int64_t)get64(p + 56);
     db->state_seq = get64(p + 64);
     db->max_cas_seen = get64(p + 72);
-    p += ck->version >= 3 ? CK_HDR : CK_HDR_V2;
+    db->state.ulog_ts = ck->version >= 4 ? get64(p + 96) : 0;
+    p += ck->version >= 4 ? CK_HDR : ck->version == 3 ? CK_HDR_V3 : CK_HDR_V2;
     hdx_reserve(db, ck->count);
     for (uint64_t i = 0; i < ck->count; i++) {
         ck_ent f;
@@ -462,6 +466,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
             db->state.max_cas = get64(v);
             db->state.oldest_cas = get64(v + 8);
             db->state.flush_at = (int64_t)get64(v + 16);
+            db->state.ulog_ts = r->vlen >= 32 ? get64(v + 24) : 0;
         }
         return KURA_OK;
     }

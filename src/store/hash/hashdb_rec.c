@@ -88,7 +88,7 @@ int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec
     switch (r->type) {
     case HD_REC_PUT: return r->klen ? 0 : -1;
     case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
-    case HD_REC_STATE: return r->klen == 0 && r->vlen == 24 ? 0 : -1;
+    case HD_REC_STATE: return r->klen == 0 && (r->vlen == 24 || r->vlen == 32) ? 0 : -1;
     }
     return -1;
 }

@@ -1,0 +1,98 @@
+/*
+ * repl.h - replication: a master serving its update log to replicas over
+ * its memcached port, and a replica (slave) following a master
+ * (src/repl/; the protocol is in docs/replication.md).
+ *
+ * A replica opens an ordinary connection to its master's port and sends
+ *
+ *     repl <after> <sid>\r\n
+ *
+ * (after: the last master timestamp it has applied, 0 for none; sid: its
+ * own server id).  From there the connection is a replication stream: the
+ * master answers one line, then rows, until either side closes:
+ *
+ *     REPL <after> <master-sid>\r\n     every row after <after> follows
+ *     BOOT <start> <master-sid>\r\n     a full copy follows (PUT rows), then
+ *                                       a COPY_DONE mark, then every row
+ *                                       after <start>
+ *     SERVER_ERROR <why>\r\n            and the connection closes
+ *
+ * Rows are the update log's own encoding (ulog.h, ul_encode; each with its
+ * CRC), with the master's timestamp, the origin's server id and origin
+ * timestamp.  The master also sends UL_MARK rows: a heartbeat every second
+ * while there is nothing to send (its last timestamp, so that the replica
+ * knows its lag), and COPY_DONE.  The replica sends back "ACK <ts>\r\n"
+ * lines: every row up to <ts> is in its update log (durable as its -sync
+ * makes it).  A master keeps the files its replicas still need (as far as
+ * -ulmax allows), and semi-synchronous writes wait for these acks.
+ */
+#ifndef KURA_REPL_H
+#define KURA_REPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kura/engine.h"
+#include "kura/store.h"
+#include "kura/ulog.h"
+
+/* UL_MARK kinds (ul_row.prev_ts) */
+#define REPL_MARK_HEARTBEAT 1           /* ts: the master's last timestamp */
+#define REPL_MARK_COPY_DONE 2           /* ts: the copy's start */
+
+#define REPL_LINE_MAX 128               /* the longest line either side sends */
+
+typedef struct repl_config {
+    kura_engine *engine;
+    ul_log *ulog;                       /* master: required; replica: NULL or its own */
+    uint32_t sid;                       /* this server's id */
+    uint64_t ulmax;                     /* master: the update log's cap (-ulmax), 0: none */
+    const char *tmpdir;                 /* master: where a copy is spooled (the ulog's dir) */
+    int sync_mode;                      /* replica: -sync (always: acks wait for a sync) */
+    bool rw;                            /* replica: takes writes (-rw): a full copy
+                                           keeps the keys it lacks (local changes) */
+    void (*log)(int level, const char *line);
+} repl_config;
+
+/* ---- master ---------------------------------------------------------------- */
+
+typedef struct repl_master repl_master;
+
+int repl_master_new(const repl_config *cfg, repl_master **out);
+/* Serves a replica on fd (taken: closed when the stream ends), which sent
+ * "repl after sid".  The stream runs on a thread of its own. */
+int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid);
+/* About once a second: prunes the update log past -ulmax, keeping what
+ * connected replicas (and those seen in the last hour) still need. */
+void repl_master_tick(repl_master *m);
+/* -syncrepl: waits until n replicas (not receiving a copy) have
+ * acknowledged every row up to ts: 0, or 1 after timeout_ms. */
+int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms);
+/* Ends every stream and frees. */
+void repl_master_free(repl_master *m);
+void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg);
+
+/* ---- replica ----------------------------------------------------------------- */
+
+typedef struct repl_slave repl_slave;
+
+/* Follows host:port from the position in rts_path (a text file, created
+ * if missing), on a thread of its own, reconnecting with backoff. */
+int repl_slave_start(const repl_config *cfg, const char *host, int port, const char *rts_path,
+                     repl_slave **out);
+void repl_slave_stop(repl_slave *s);
+void repl_slave_stats(repl_slave *s, kura_stat_fn emit, void *arg);
+
+/* ---- helpers shared by both sides (src/repl/repl_io.c) ------------------------ */
+
+/* Sends all of buf on a non-blocking socket, waiting up to timeout_ms for
+ * room each time; 0 or -1 (errno set; ETIMEDOUT). */
+int repl_send_all(int fd, const void *buf, size_t len, int timeout_ms);
+/* A log line through log (the server's), or stderr when NULL. */
+void repl_log(void (*log)(int level, const char *line), int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void repl_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v);
+/* Appends row (encoded, value included) to *buf (grown with realloc). */
+int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *row);
+
+#endif

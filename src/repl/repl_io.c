@@ -1,0 +1,82 @@
+/*
+ * repl_io.c - what both ends of a replication stream need: sending on a
+ * non-blocking socket with a deadline, and rows into a send buffer.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "kura/repl.h"
+
+int repl_send_all(int fd, const void *buf, size_t len, int timeout_ms)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        struct pollfd pf = { .fd = fd, .events = POLLOUT };
+        int r = poll(&pf, 1, timeout_ms);
+        if (r == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (r < 0 && errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
+int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *row)
+{
+    size_t need = *len + UL_ROW_HEAD_MAX + row->vlen + row->vlen2;
+    if (need > *cap) {
+        size_t ncap = *cap ? *cap : 64 * 1024;
+        while (ncap < need)
+            ncap *= 2;
+        unsigned char *nb = realloc(*buf, ncap);
+        if (!nb)
+            return KURA_ENOMEM;
+        *buf = nb;
+        *cap = ncap;
+    }
+    size_t h = ul_encode(*buf + *len, row);
+    if (row->vlen)
+        memcpy(*buf + *len + h, row->val, row->vlen);
+    if (row->vlen2)
+        memcpy(*buf + *len + h + row->vlen, row->val2, row->vlen2);
+    *len += h + row->vlen + row->vlen2;
+    return KURA_OK;
+}
+
+void repl_log(void (*log)(int level, const char *line), int level, const char *fmt, ...)
+{
+    char line[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (log)
+        log(level, line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+void repl_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%" PRIu64, v);
+    emit(arg, name, b);
+}

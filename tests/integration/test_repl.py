@@ -1,0 +1,662 @@
+#!/usr/bin/python3
+# kura-test: once
+"""test_repl.py - the update log and replication, end to end, with real kurad
+processes on hash files (docs/replication.md).
+
+  Commands     every kind of change made on a master reaches its replica as
+               the same item (value, flags, cas), flush_all included; the
+               replica answers reads (pymemcache too) and refuses writes
+               with its SERVER_ERROR.
+  Chain        master -> replica -> replica: the second keeps the master's
+               server id and origin timestamps in its own update log.
+  Restart      a master killed with -9 and started again on its port: the
+               replica reconnects by itself and goes on.
+  Cut link     a proxy between them cut several times under a stream of
+               sets and incrs: the replica ends equal to the master, every
+               key and every counter (rows applied twice do no harm).
+  Bootstrap    a master whose data predates its update log, a replica that
+               starts empty: a full copy; a replica left behind the -ulmax
+               cap: a full copy again, and the key the master deleted while
+               it was away is deleted on it too.
+  Kill -9      a master killed under load: after the restart its store and
+               its update log agree, key by key (value, flags, cas).
+  Garbage      a fake master that answers with bytes that are not rows, or
+               with a wrong line: the replica logs it, reconnects with
+               backoff and keeps serving reads.
+  Torn log     an update-log file cut inside its last row: the restart cuts
+               it, says so in the log, and serves.
+  Dual master  two servers, each the -rw replica of the other: changes of
+               either reach both, and each skips its own coming back.
+  Command      "repl" on a server without -ulog, with bad numbers, with
+               missing tokens.
+"""
+import os, random, shutil, socket, struct, sys, tempfile, threading, time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kuratest
+from kuratest import ServerTestCase, Server, poll_until, kura_only, stats
+
+READ_ONLY = b"SERVER_ERROR this server is a read-only replica (write to its master)\r\n"
+
+# ---- the update log's row format (docs/formats.md), for reading a stream ----
+
+_CRC_TABLE = []
+for _i in range(256):
+    _c = _i
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _CRC_TABLE.append(_c)
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def _var(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        if not c & 0x80:
+            return v, i
+        shift += 7
+
+
+def _unzig(v):
+    return (v >> 1) ^ -(v & 1)
+
+
+HDR, PUT, DEL, FLUSH, MARK = 1, 2, 3, 4, 5
+
+
+def decode_rows(buf):
+    """(rows, rest): every whole row at the start of buf, as dicts."""
+    rows, i = [], 0
+    while len(buf) - i >= 5:
+        try:
+            ln, j = _var(buf, i + 4)
+        except IndexError:
+            break
+        end = j + ln
+        if end > len(buf):
+            break
+        assert crc32c(buf[i + 4:end]) == struct.unpack_from("<I", buf, i)[0], "row crc"
+        t = buf[j]
+        ts, k = _var(buf, j + 1)
+        sid, k = _var(buf, k)
+        r = {"type": t, "ts": ts, "sid": sid, "origin_ts": ts}
+        if t in (HDR, MARK):
+            r["prev_ts"], k = _var(buf, k)
+        else:
+            d, k = _var(buf, k)
+            r["origin_ts"] = ts - d
+        if t == PUT:
+            r["flags"], k = _var(buf, k)
+            e, k = _var(buf, k)
+            r["exptime"] = _unzig(e)
+            r["cas"], k = _var(buf, k)
+        if t in (PUT, DEL):
+            kl, k = _var(buf, k)
+            r["key"] = bytes(buf[k:k + kl])
+            k += kl
+        if t == PUT:
+            vl, k = _var(buf, k)
+            r["value"] = bytes(buf[k:k + vl])
+            k += vl
+        if t == FLUSH:
+            e, k = _var(buf, k)
+            r["exptime"] = _unzig(e)
+            r["cas"], k = _var(buf, k)
+        assert k == end, "row length"
+        rows.append(r)
+        i = end
+    return rows, buf[i:]
+
+
+def read_log(port, after=1, sid=999, timeout=15):
+    """Every row of the server's update log after `after` (1: from the
+    start, while the first file is held), until its first heartbeat."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(b"repl %d %d\r\n" % (after, sid))
+        buf = b""
+        while b"\r\n" not in buf:
+            buf += s.recv(65536)
+        line, buf = buf.split(b"\r\n", 1)
+        assert line.startswith(b"REPL "), line
+        rows, end = [], kuratest.deadline(timeout)
+        while time.monotonic() < end:
+            got, buf = decode_rows(buf)
+            for r in got:
+                if r["type"] == MARK:
+                    return rows
+                rows.append(r)
+            data = s.recv(1 << 20)
+            assert data, "stream closed"
+            buf += data
+        raise AssertionError("no heartbeat within %ss" % timeout)
+    finally:
+        s.close()
+
+
+def last_ts(server):
+    with server.conn() as c:
+        return int(stats(c)["ulog_last_ts"])
+
+
+def wait_caught_up(master, replica, timeout=15):
+    """Until the replica's position is the master's last row."""
+    def done():
+        with replica.conn() as c:
+            st = stats(c)
+        return st.get("repl_connected") == "1" and int(st["repl_position"]) >= last_ts(master)
+    poll_until(done, timeout=timeout, what="the replica to catch up")
+
+
+def gets_all(server, keys):
+    """{key: (flags, value, cas)} of the keys present."""
+    out = {}
+    with server.conn() as c:
+        for k in keys:
+            r = c.request(b"gets " + k + b"\r\n")
+            if r == b"END\r\n":
+                continue
+            head, rest = r.split(b"\r\n", 1)
+            p = head.split()
+            out[k] = (int(p[2]), rest[:int(p[3])], int(p[4]))
+    return out
+
+
+class Proxy:
+    """A TCP forwarder from a local port to target, whose connections the
+    test can cut."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(8)
+        self.port = self.ls.getsockname()[1]
+        self.socks, self.lock, self.accepted = [], threading.Lock(), 0
+        self.flowing = threading.Event()
+        self.flowing.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def pause(self):
+        """Hold what either side sends (the connections stay up)."""
+        self.flowing.clear()
+
+    def resume(self):
+        self.flowing.set()
+
+    def _accept(self):
+        while True:
+            try:
+                a, _ = self.ls.accept()
+            except OSError:
+                return
+            try:
+                b = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                a.close()
+                continue
+            with self.lock:
+                self.socks += [a, b]
+                self.accepted += 1
+            for x, y in ((a, b), (b, a)):
+                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
+
+    def _pipe(self, x, y):
+        try:
+            while True:
+                d = x.recv(65536)
+                if not d:
+                    break
+                self.flowing.wait()
+                y.sendall(d)
+        except OSError:
+            pass
+        for s in (x, y):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.ls.close()
+        self.cut()
+
+
+@kura_only
+class Replication(ServerTestCase):
+
+    def setUp(self):
+        # no server of the harness's own: each test starts its master and replicas
+        self.dir = tempfile.mkdtemp(prefix="kuratest-repl-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def master(self, name="m", args=(), port=None, ulog=True, start=True):
+        d = os.path.join(self.dir, name)
+        a = ["-sid", "1"] + (["-ulog", d + ".ul"] if ulog else []) + list(args)
+        s = Server(db=d + ".kh", kura_args=a, port=port, start=start)
+        self.addCleanup(s.stop, check=False)
+        return s
+
+    def replica(self, master_port, name="r", sid=2, args=(), port=None):
+        d = os.path.join(self.dir, name)
+        s = Server(db=d + ".kh", port=port,
+                   kura_args=["-sid", str(sid), "-ulog", d + ".ul", "-mhost", "127.0.0.1",
+                              "-mport", str(master_port)] + list(args))
+        self.addCleanup(s.stop, check=False)
+        return s
+
+    def test_every_command(self):
+        m = self.master()
+        r = self.replica(m.port)
+        script = (b"set a 1 0 2\r\n10\r\nadd b 2 0 1\r\nx\r\nreplace a 3 0 2\r\n20\r\n"
+                  b"append b 0 0 1\r\ny\r\nprepend b 0 0 1\r\nw\r\nincr a 5\r\ndecr a 1\r\n"
+                  b"set t 4 0 1\r\nt\r\ntouch t 1000\r\ngat 2000 t\r\nset d 0 0 1\r\nd\r\n"
+                  b"delete d\r\nset big 0 0 100000\r\n" + b"v" * 100000 + b"\r\n")
+        with m.conn() as c:
+            got = c.replies(script + b"gets a\r\n")
+            self.assertTrue(got[-1].startswith(b"VALUE a 3 2 "), got)
+            g = c.request(b"gets a\r\n").split()
+            c.request(b"cas a 9 0 2 " + g[4] + b"\r\n30\r\n")
+        wait_caught_up(m, r)
+        keys = [b"a", b"b", b"t", b"d", b"big"]
+        want = gets_all(m, keys)
+        self.assertEqual(set(want), {b"a", b"b", b"t", b"big"})
+        self.assertEqual(want[b"b"][1], b"wxy")
+        self.assertEqual(gets_all(r, keys), want)
+        with r.conn() as c:
+            for cmd in (b"set z 0 0 1\r\nz\r\n", b"delete a\r\n", b"incr a 1\r\n",
+                        b"touch a 10\r\n", b"flush_all\r\n", b"append a 0 0 1\r\nq\r\n"):
+                self.assertEqual(c.request(cmd), READ_ONLY, cmd)
+            self.assertEqual(c.request(b"get a\r\n"), b"VALUE a 9 2\r\n30\r\nEND\r\n")
+        try:
+            from pymemcache.client.base import Client
+        except ImportError:
+            self.skipTest(kuratest.missing("pymemcache (apt-get install python3-pymemcache)"))
+        cl = Client(("127.0.0.1", r.port))
+        self.assertEqual(cl.get("a"), b"30")
+        cl.close()
+        with m.conn() as c:
+            self.assertEqual(c.request(b"flush_all\r\n"), b"OK\r\n")
+        wait_caught_up(m, r)
+        self.assertEqual(gets_all(r, keys), {})
+
+    def test_chain(self):
+        m = self.master()
+        r1 = self.replica(m.port, "r1", 2)
+        r2 = self.replica(r1.port, "r2", 3)
+        with m.conn() as c:
+            for i in range(50):
+                self.assertEqual(c.request(b"set k%d 7 0 3\r\nv%02d\r\n" % (i, i)), b"STORED\r\n")
+        wait_caught_up(m, r1)
+        wait_caught_up(r1, r2)
+        keys = [b"k%d" % i for i in range(50)]
+        self.assertEqual(gets_all(r2, keys), gets_all(m, keys))
+        mine = [(r["key"], r["origin_ts"]) for r in read_log(m.port) if r["type"] == PUT]
+        theirs = read_log(r2.port)
+        self.assertEqual([(r["key"], r["origin_ts"]) for r in theirs if r["type"] == PUT], mine)
+        self.assertTrue(all(r["sid"] == 1 for r in theirs), "origin server id kept")
+        self.assertTrue(all(r["ts"] > r["origin_ts"] for r in theirs), "own timestamps")
+
+    def test_master_restart(self):
+        m = self.master()
+        r = self.replica(m.port)
+        with m.conn() as c:
+            c.request(b"set before 0 0 1\r\n1\r\n")
+        wait_caught_up(m, r)
+        m.kill9()
+        m2 = self.master(port=m.port)
+        with m2.conn() as c:
+            self.assertEqual(c.request(b"get before\r\n"), b"VALUE before 0 1\r\n1\r\nEND\r\n")
+            c.request(b"set after 0 0 1\r\n2\r\n")
+        wait_caught_up(m2, r)
+        self.assertEqual(set(gets_all(r, [b"before", b"after"])), {b"before", b"after"})
+        with r.conn() as c:
+            st = stats(c)
+        self.assertGreaterEqual(int(st["repl_connects"]), 2)
+        self.assertEqual(st["repl_copies_received"], "0")       # the log holds it all
+
+    def test_cut_link(self):
+        m = self.master()
+        px = Proxy(m.port)
+        self.addCleanup(px.close)
+        r = self.replica(px.port)
+        stop = threading.Event()
+        errors = []
+
+        def writer():
+            try:
+                with m.conn() as c:
+                    c.request(b"set n 0 0 1\r\n0\r\n")
+                    i = 0
+                    while not stop.is_set() or i < 300:
+                        c.request(b"set w%d 0 0 %d\r\n%d\r\n" % (i, len(b"%d" % i), i))
+                        c.request(b"incr n 1\r\n")
+                        i += 1
+            except Exception as e:      # reported below
+                errors.append(e)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        for _ in range(3):
+            poll_until(lambda: px.accepted > _ and px.socks, timeout=20, what="a connection")
+            with r.conn() as c:
+                pos = int(stats(c)["repl_position"])
+            poll_until(lambda: int(stats(r.conn())["repl_position"]) > pos, timeout=20,
+                       what="rows to flow")
+            px.cut()
+        stop.set()
+        t.join()
+        self.assertEqual(errors, [])
+        wait_caught_up(m, r, timeout=40)
+        with m.conn() as c:
+            n = c.request(b"get n\r\n")
+        with r.conn() as c:
+            self.assertEqual(c.request(b"get n\r\n"), n)
+            self.assertGreaterEqual(int(stats(c)["repl_connects"]), 4)
+        keys = [b"w%d" % i for i in range(int(n.split(b"\r\n")[1]))]
+        self.assertEqual(gets_all(r, keys), gets_all(m, keys))
+
+    def test_bootstrap_data_before_ulog(self):
+        m = self.master(ulog=False)
+        with m.conn() as c:
+            for i in range(300):
+                c.request(b"set old%d 5 0 4\r\nv%03d\r\n" % (i, i))
+        m.stop()
+        m = self.master()           # the same database, now with an update log
+        r = self.replica(m.port)
+        with m.conn() as c:
+            for i in range(50):
+                c.request(b"set new%d 0 0 1\r\nn\r\n" % i)
+        wait_caught_up(m, r)
+        keys = [b"old%d" % i for i in range(300)] + [b"new%d" % i for i in range(50)]
+        want = gets_all(m, keys)
+        self.assertEqual(len(want), 350)
+        self.assertEqual(gets_all(r, keys), want)
+        with r.conn() as c:
+            self.assertEqual(stats(c)["repl_copies_received"], "1")
+
+    def test_bootstrap_behind_cap(self):
+        m = self.master(args=["-ulim", "64k", "-ulmax", "256k"])
+        r = self.replica(m.port)
+        with m.conn() as c:
+            c.request(b"set gone 0 0 1\r\ng\r\nset stays 0 0 1\r\ns\r\n")
+        wait_caught_up(m, r)
+        r.stop()
+        val = b"x" * 4000
+        with m.conn() as c:
+            c.request(b"delete gone\r\n")
+            for i in range(400):            # 1.6 MB of rows: past the cap
+                c.request(b"set f%d 0 0 %d\r\n%s\r\n" % (i % 50, len(val), val))
+            poll_until(lambda: int(stats(c)["ulog_pruned_needed"]) > 0, timeout=10,
+                       what="the replica's rows pruned")
+        r = self.replica(m.port)            # the same database and rts file
+        wait_caught_up(m, r)
+        keys = [b"gone", b"stays"] + [b"f%d" % i for i in range(50)]
+        self.assertEqual(gets_all(r, keys), gets_all(m, keys))
+        with r.conn() as c:
+            self.assertEqual(c.request(b"get gone\r\n"), b"END\r\n")
+            self.assertEqual(stats(c)["repl_copies_received"], "1")
+
+    def test_kill9_store_and_log_agree(self):
+        for sync in ("interval", "always"):
+            m = self.master(name="k" + sync, args=["-sync", sync])
+            stop = threading.Event()
+            done = [0] * 4
+
+            def load(seed):
+                rnd = random.Random(seed)
+                try:
+                    with m.conn() as c:
+                        while not stop.is_set():
+                            done[seed] += 1
+                            k = b"k%d" % rnd.randrange(60)
+                            op = rnd.randrange(4)
+                            if op == 0:
+                                c.send(b"delete " + k + b"\r\n")
+                            elif op == 1:
+                                c.send(b"incr " + k + b" 3\r\n")
+                            else:
+                                v = b"%d" % rnd.randrange(1000)
+                                c.send(b"set %s %d 0 %d\r\n%s\r\n" % (k, op, len(v), v))
+                            c.line()
+                except Exception:
+                    pass                    # the kill ends it
+
+            ts = [threading.Thread(target=load, args=(i,)) for i in range(4)]
+            for t in ts:
+                t.start()
+            poll_until(lambda: sum(done) > 3000, timeout=60, what="load")
+            m.kill9()
+            stop.set()
+            for t in ts:
+                t.join()
+            m2 = self.master(name="k" + sync, args=["-sync", sync])
+            state = {}
+            for row in read_log(m2.port):
+                if row["type"] == PUT:
+                    state[row["key"]] = (row["flags"], row["value"], row["cas"])
+                elif row["type"] == DEL:
+                    state.pop(row["key"], None)
+                elif row["type"] == FLUSH:
+                    state.clear()
+            keys = [b"k%d" % i for i in range(60)]
+            self.assertEqual(gets_all(m2, keys), state, sync)
+            m2.stop()
+
+    def test_garbage_from_master(self):
+        for answer in (b"REPL 0 5\r\n" + bytes(range(256)) * 4, b"HELLO\r\n"):
+            ls = socket.socket()
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(8)
+            self.addCleanup(ls.close)
+            conns = []
+
+            def fake():
+                while True:
+                    try:
+                        a, _ = ls.accept()
+                    except OSError:
+                        return
+                    conns.append(a)
+                    try:
+                        a.recv(200)
+                        a.sendall(answer)
+                    except OSError:
+                        pass
+
+            threading.Thread(target=fake, daemon=True).start()
+            r = self.replica(ls.getsockname()[1], name="g%d" % len(answer))
+            poll_until(lambda: len(conns) >= 3, timeout=20, what="reconnects with backoff")
+            with r.conn() as c:
+                self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
+                self.assertEqual(stats(c)["repl_rows_applied"], "0")
+            text = r.stderr()
+            self.assertIn("does not decode" if len(answer) > 20 else "refused: HELLO", text)
+            r.stop()
+            ls.close()
+            for a in conns:
+                a.close()
+
+    def test_torn_log(self):
+        m = self.master()
+        with m.conn() as c:
+            for i in range(20):
+                c.request(b"set t%d 0 0 5\r\nvalue\r\n" % i)
+        m.stop()
+        seg = os.path.join(self.dir, "m.ul", "00000001.seg")
+        size = os.path.getsize(seg)
+        with open(seg, "r+b") as f:
+            f.truncate(size - 3)
+        m = self.master()
+        self.assertRegex(m.stderr(), r"cut|torn|lost")
+        with m.conn() as c:
+            self.assertEqual(c.request(b"set after 0 0 1\r\n1\r\n"), b"STORED\r\n")
+        rows = read_log(m.port)
+        self.assertEqual([r["key"] for r in rows if r["type"] == PUT][-1], b"after")
+
+    def dual(self):
+        """Two servers, each the -rw replica of the other through a proxy."""
+        pa, pb = kuratest.free_port(), kuratest.free_port()
+        to_a, to_b = Proxy(pa), Proxy(pb)
+        self.addCleanup(to_a.close)
+        self.addCleanup(to_b.close)
+        da, db = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
+        a = Server(db=da + ".kh", port=pa, kura_args=["-sid", "1", "-ulog", da + ".ul", "-rw",
+                                                      "-mhost", "127.0.0.1", "-mport",
+                                                      str(to_b.port)])
+        self.addCleanup(a.stop, check=False)
+        b = Server(db=db + ".kh", port=pb, kura_args=["-sid", "2", "-ulog", db + ".ul", "-rw",
+                                                      "-mhost", "127.0.0.1", "-mport",
+                                                      str(to_a.port)])
+        self.addCleanup(b.stop, check=False)
+        wait_caught_up(a, b)
+        wait_caught_up(b, a)
+        return a, b, (to_a, to_b)
+
+    def test_dual_master_conflicts(self):
+        """Changes made on both while the links hold them: the later wins on
+        both, a delete included (negative check: without the ordering, each
+        would end with the other's change)."""
+        a, b, links = self.dual()
+        with a.conn() as ca, b.conn() as cb:
+            ca.request(b"set d2 0 0 1\r\nx\r\nset d1 0 0 1\r\nx\r\n")
+            wait_caught_up(a, b)
+            for px in links:
+                px.pause()
+            ca.request(b"set s 1 0 5\r\nfromA\r\n")
+            ca.request(b"delete d1\r\n")
+            ca.request(b"set d2 1 0 5\r\nfromA\r\n")
+            ca.request(b"set n 0 0 1\r\n5\r\n")
+            time.sleep(0.002)           # the clocks' order, not synchronisation
+            cb.request(b"set s 2 0 5\r\nfromB\r\n")     # later: wins
+            cb.request(b"set d1 2 0 5\r\nfromB\r\n")    # after A's delete: stays
+            cb.request(b"delete d2\r\n")                  # after A's set: gone
+            cb.request(b"set n 0 0 1\r\n1\r\nincr n 1\r\n")
+            for px in links:
+                px.resume()
+        wait_caught_up(a, b)
+        wait_caught_up(b, a)
+        keys = [b"s", b"d1", b"d2", b"n"]
+        got = gets_all(a, keys)
+        self.assertEqual(got, gets_all(b, keys))
+        self.assertEqual({k: v[1] for k, v in got.items()},
+                         {b"s": b"fromB", b"d1": b"fromB", b"n": b"2"})
+
+    def test_dual_master(self):
+        a, b, _ = self.dual()
+        with a.conn() as c:
+            self.assertEqual(c.request(b"set fromA 0 0 1\r\na\r\n"), b"STORED\r\n")
+        with b.conn() as c:
+            self.assertEqual(c.request(b"set fromB 0 0 1\r\nb\r\n"), b"STORED\r\n")
+        keys = [b"fromA", b"fromB"]
+        poll_until(lambda: len(gets_all(a, keys)) == 2 and len(gets_all(b, keys)) == 2,
+                   timeout=20, what="both keys on both")
+        self.assertEqual(gets_all(a, keys), gets_all(b, keys))
+        poll_until(lambda: int(stats(a.conn())["repl_rows_own_skipped"]) >= 1, timeout=20,
+                   what="A's own change coming back, skipped")
+
+        # concurrent changes of the same keys on both: they converge
+        def load(server, seed):
+            rnd = random.Random(seed)
+            with server.conn() as c:
+                for burst in range(60):         # pipelined: changes cross in flight
+                    batch = []
+                    for i in range(50):
+                        k = b"c%d" % rnd.randrange(6)
+                        op = rnd.randrange(5)
+                        if op == 0:
+                            batch.append(b"delete " + k + b" noreply\r\n")
+                        elif op == 1:
+                            batch.append(b"incr " + k + b" 1 noreply\r\n")
+                        elif op == 2:
+                            batch.append(b"touch " + k + b" 5000 noreply\r\n")
+                        else:
+                            v = b"%d" % rnd.randrange(100)
+                            batch.append(b"set %s %d 0 %d noreply\r\n%s\r\n"
+                                         % (k, seed, len(v), v))
+                    c.request(b"".join(batch) + b"version\r\n")
+
+        ts = [threading.Thread(target=load, args=(x, i)) for i, x in enumerate((a, b))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wait_caught_up(a, b)
+        wait_caught_up(b, a)
+        keys = [b"c%d" % i for i in range(6)]
+        got_a = gets_all(a, keys)
+        self.assertEqual(got_a, gets_all(b, keys))
+        self.assertGreater(len(got_a), 0)
+
+    def test_syncrepl(self):
+        """-syncrepl 1: a reply comes once the replica has the row (so a read
+        there right after sees it); a replica that holds back: the connection
+        closes unanswered, and later changes go on."""
+        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "300"], start=False)
+        m.fixed_port = kuratest.free_port()
+        px = Proxy(m.fixed_port)
+        self.addCleanup(px.close)
+        r = self.replica(px.port)
+        m.start()
+        poll_until(lambda: stats(r.conn()).get("repl_connected") == "1", timeout=20,
+                   what="the replica connected")
+        with m.conn() as c, r.conn() as rc:
+            for i in range(20):
+                self.assertEqual(c.request(b"set k%d 0 0 1\r\n%d\r\n" % (i, i % 10)),
+                                 b"STORED\r\n")
+                self.assertEqual(rc.request(b"get k%d\r\n" % i),
+                                 b"VALUE k%d 0 1\r\n%d\r\nEND\r\n" % (i, i % 10))
+        px.pause()
+        with m.conn() as c:
+            c.send(b"set held 0 0 1\r\nh\r\n")
+            self.assertTrue(c.is_closed(timeout=10), "closed without a reply")
+        with m.conn() as c:
+            self.assertEqual(int(stats(c)["repl_syncrepl_timeouts"]), 1)
+            self.assertEqual(c.request(b"get k1\r\n"), b"VALUE k1 0 1\r\n1\r\nEND\r\n")
+        px.resume()
+        with m.conn() as c, r.conn() as rc:
+            self.assertEqual(c.request(b"set after 0 0 1\r\na\r\n"), b"STORED\r\n")
+            self.assertEqual(rc.request(b"get after\r\n"), b"VALUE after 0 1\r\na\r\nEND\r\n")
+        self.assertIn("did not confirm", m.stderr())
+
+    def test_syncrepl_ack(self):
+        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "100",
+                              "-syncrepl-fail", "ack"])
+        with m.conn() as c:
+            self.assertEqual(c.request(b"set k 0 0 1\r\n1\r\n"), b"STORED\r\n")
+            self.assertEqual(int(stats(c)["repl_syncrepl_timeouts"]), 1)
+        self.assertIn("acknowledged anyway", m.stderr())
+
+    def test_repl_command(self):
+        m = self.master(ulog=False)
+        with m.conn() as c:
+            self.assertEqual(c.request(b"repl 0 2\r\n"), b"SERVER_ERROR this server keeps no "
+                             b"update log (start it with -ulog DIR)\r\n")
+        m2 = self.master(name="m2")
+        with m2.conn() as c:
+            self.assertEqual(c.request(b"repl x 2\r\n"), b"CLIENT_ERROR bad command line format\r\n")
+            self.assertEqual(c.request(b"repl 1\r\n"), b"ERROR\r\n")
+            self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
+
+
+if __name__ == "__main__":
+    kuratest.main()
