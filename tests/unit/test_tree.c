@@ -142,7 +142,8 @@ static void test_fields_and_sizes_survive_restart(void)
     CHECK_EQ_INT(put_kv(s, k250, 250, "v250", 4, 5, 0, 12), KURA_OK);
     CHECK_EQ_INT(put_kv(s, "big", 3, big, sizeof(big), 9, 0, 13), KURA_OK);
     CHECK_EQ_INT(put_kv(s, "mid", 3, big, 3000, 0, 0, 14), KURA_OK);
-    kura_store_state st = { .max_cas = 99, .oldest_cas = 3, .flush_at = 2000500 };
+    kura_store_state st = { .max_cas = 99, .oldest_cas = 3, .flush_at = 2000500,
+                              .ulog_ts = 123456789 };
     CHECK_EQ_INT(s->ops->save_state(s, &st), KURA_OK);
     kura_store_close(s);
     for (int round = 0; round < 2; round++) {
@@ -161,7 +162,8 @@ static void test_fields_and_sizes_survive_restart(void)
         CHECK(g.len == 3000 && memcmp(g.buf, big, 3000) == 0);
         kura_store_state st2;
         CHECK_EQ_INT(s->ops->load_state(s, &st2), KURA_OK);
-        CHECK(st2.max_cas == 99 && st2.oldest_cas == 3 && st2.flush_at == 2000500);
+        CHECK(st2.max_cas == 99 && st2.oldest_cas == 3 && st2.flush_at == 2000500 &&
+              st2.ulog_ts == 123456789);
         kura_store_usage u;
         s->ops->usage(s, &u);
         CHECK_EQ_INT(u.curr_items, round ? 3 : 4);

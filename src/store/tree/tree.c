@@ -118,7 +118,7 @@ int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_
     bt->items++;
     bt->bytes += bt_item_bytes(klen, vlen, flags);
     if (cas > bt->max_cas_seen)
-        bt->max_cas_seen = cas;
+        __atomic_store_n(&bt->max_cas_seen, cas, __ATOMIC_RELAXED);
     return KURA_OK;
 }
 
@@ -290,10 +290,12 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
         live = kura_item_liveness(c.exptime, c.cas, clk) == KURA_LIVE;
     }
     rc = kura_put_cond_check(cond, live, path.found ? c.cas : 0, cmp_cas);
-    if (rc == KURA_OK) {
+    /* the change feed (store.h) gives the cas and logs the change */
+    kura_item stamped = *it;
+    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
         if (path.found && !live)
             bt->reclaimed++;
-        rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, it->cas,
+        rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, stamped.cas,
                           it->val, it->vlen, NULL, 0, 0, &lsn);
         wrote = rc == KURA_OK;
     }
@@ -331,7 +333,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
             rc = KURA_NOTFOUND;
         } else if (cmp_cas && c.cas != cmp_cas) {
             rc = KURA_EXISTS;
-        } else {
+        } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
             rc = do_write_del(bt, &path, key, klen, &lsn);
             wrote = rc == KURA_OK;
         }
@@ -638,29 +640,34 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
 static int bt_load_state_op(kura_store *s, kura_store_state *st)
 {
     btree *bt = B(s);
-    pthread_mutex_lock(&bt->mu);
+    pthread_mutex_lock(&bt->state_mu);
     *st = bt->state;
-    if (bt->max_cas_seen > st->max_cas)
-        st->max_cas = bt->max_cas_seen;
-    pthread_mutex_unlock(&bt->mu);
+    pthread_mutex_unlock(&bt->state_mu);
+    uint64_t seen = __atomic_load_n(&bt->max_cas_seen, __ATOMIC_RELAXED);
+    if (seen > st->max_cas)
+        st->max_cas = seen;
     return KURA_OK;
 }
 
 static int bt_save_state_op(kura_store *s, const kura_store_state *st)
 {
     btree *bt = B(s);
-    unsigned char v[24];
+    unsigned char v[32];
     uint64_t lsn = 0;
     if (bt->cfg.read_only)
         return KURA_EREADONLY;
     bt_put64(v, st->max_cas);
     bt_put64(v + 8, st->oldest_cas);
     bt_put64(v + 16, (uint64_t)st->flush_at);
-    pthread_mutex_lock(&bt->mu);
+    bt_put64(v + 24, st->ulog_ts);
+    /* state_mu, not mu: the feed calls this from a put that holds mu; the
+     * record and the state change together, so a checkpoint (which takes
+     * its log position and the state under state_mu) has both or neither */
+    pthread_mutex_lock(&bt->state_mu);
     int rc = do_wal_append(bt, BT_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0, 0, 0, 0, &lsn);
     if (rc == KURA_OK)
         bt->state = *st;
-    pthread_mutex_unlock(&bt->mu);
+    pthread_mutex_unlock(&bt->state_mu);
     if (rc)
         return rc;
     return bt->cfg.sync_mode == KURA_SYNC_NONE ? KURA_OK : sl_commit(&bt->log, lsn);
@@ -771,6 +778,7 @@ static void destroy(btree *bt)
     free(bt->clen);
     free(bt->vbuf);
     pthread_mutex_destroy(&bt->mu);
+    pthread_mutex_destroy(&bt->state_mu);
     pthread_mutex_destroy(&bt->bg_mu);
     pthread_cond_destroy(&bt->bg_cv);
     free(bt->dir);
@@ -896,6 +904,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->psiz_given = psiz_given;
     bt->ckpt_bytes = ckpt;
     pthread_mutex_init(&bt->mu, NULL);
+    pthread_mutex_init(&bt->state_mu, NULL);
     pthread_mutex_init(&bt->bg_mu, NULL);
     pthread_cond_init(&bt->bg_cv, NULL);
 

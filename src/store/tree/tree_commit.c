@@ -69,6 +69,7 @@ static void meta_encode(unsigned char *b, const bt_meta *m)
     bt_put64(b + 104, m->items);
     bt_put64(b + 112, m->bytes);
     bt_put64(b + 120, m->max_cas_seen);
+    bt_put64(b + 128, m->state.ulog_ts);
     bt_put32(b, crc32c_update(0, b + 4, META_LEN - 4));
 }
 
@@ -99,6 +100,7 @@ static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
     m->items = bt_get64(b + 104);
     m->bytes = bt_get64(b + 112);
     m->max_cas_seen = bt_get64(b + 120);
+    m->state.ulog_ts = bt_get64(b + 128);
     if (m->psiz < 4096 || m->psiz > 32768 || (m->psiz & (m->psiz - 1)) ||
         m->root < 2 || m->root >= m->npages || m->height < 1 || m->height > BT_MAX_DEPTH ||
         (m->fl_head && (m->fl_head < 2 || m->fl_head >= m->npages))) {
@@ -108,7 +110,8 @@ static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
     return KURA_OK;
 }
 
-static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree)
+static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree,
+                      const kura_store_state *state)
 {
     memset(m, 0, sizeof(*m));
     m->psiz = (uint32_t)bt->psiz;
@@ -120,7 +123,7 @@ static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree)
     m->wal_seg = bt->ckpt_seg;
     m->height = bt->height;
     m->wal_off = bt->ckpt_off;
-    m->state = bt->state;
+    m->state = *state;
     m->items = bt->items;
     m->bytes = bt->bytes;
     m->max_cas_seen = bt->max_cas_seen;
@@ -166,6 +169,8 @@ int do_checkpoint(btree *bt)
     if (rc)
         return rc;
     tail_arg ta;
+    kura_store_state state;
+    pthread_mutex_lock(&bt->state_mu);     /* P and the state together */
     if (bt->replaying) {
         memset(&ta, 0, sizeof(ta));
         ta.t.seg = bt->wal_at_seg;
@@ -173,6 +178,8 @@ int do_checkpoint(btree *bt)
     } else {
         sl_locked(&bt->log, get_tail, &ta);
     }
+    state = bt->state;
+    pthread_mutex_unlock(&bt->state_mu);
     if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off)
         return KURA_OK;
     /* the log up to P durable first: the meta page says "replay from P",
@@ -239,7 +246,7 @@ int do_checkpoint(btree *bt)
     bt->ckpt_seg = ta.t.seg;
     bt->ckpt_off = ta.t.off;
     bt_meta mt;
-    fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n);
+    fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n, &state);
     unsigned char mb[META_LEN];
     meta_encode(mb, &mt);
     int slot = bt->meta_slot ^ 1;

@@ -147,7 +147,11 @@ typedef struct btree {
                                    once the next meta page is durable */
     bt_vec flpages;             /* pages of the free list the meta names */
 
-    /* the engine's state and the highest cas stored */
+    /* the engine's state, under state_mu (not mu: the engine saves it from
+     * its change feed, which a put calls with mu held); lock order mu ->
+     * state_mu -> the log's locks.  The highest cas stored: written under
+     * mu, read relaxed by load_state. */
+    pthread_mutex_t state_mu;
     kura_store_state state;
     uint64_t max_cas_seen;
 

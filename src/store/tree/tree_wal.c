@@ -8,7 +8,8 @@
  * lock before the tree changes, so the log's order is the order of the
  * changes and replaying a record twice does no harm.
  *
- * A record is a 32-byte head then the key and the value:
+ * A record is a 32-byte head then the key and the value (STATE: max_cas,
+ * oldest_cas, flush_at, ulog_ts, 8 bytes each):
  *   0 crc32c of key ++ value, continued over bytes 4..31 | 4 magic "Kt" |
  *   6 type (1 PUT, 2 DEL, 3 STATE) | 7 klen | 8 vlen u32 | 12 flags u32 |
  *   16 exptime i64 | 24 cas u64
@@ -94,7 +95,7 @@ static long long rec_decode(const unsigned char *p, size_t avail, bt_rec *r, siz
             return SL_NOT_REC;
         break;
     case BT_REC_STATE:
-        if (r->klen || r->vlen != 24)
+        if (r->klen || r->vlen != 32)
             return SL_NOT_REC;
         break;
     default:
@@ -129,6 +130,7 @@ static int do_replay_one(btree *bt, const bt_rec *r)
         bt->state.max_cas = bt_get64(r->val);
         bt->state.oldest_cas = bt_get64(r->val + 8);
         bt->state.flush_at = (int64_t)bt_get64(r->val + 16);
+        bt->state.ulog_ts = bt_get64(r->val + 24);
         return KURA_OK;
     }
     bt_path path;
