@@ -236,7 +236,7 @@ static void test_key_order(void)
     int n = read_rows(r.log, 0, rows, keys, 13000);
     CHECK(n > 8000);
     for (int k = 0; k < 5; k++) {
-        char key[8];
+        char key[16];
         snprintf(key, sizeof(key), "k%d", k);
         int last = -1;
         uint64_t prev_cas = 0;

@@ -10,7 +10,9 @@
  * page, of a meta page and of both, reported; a full disk (injected
  * ENOSPC) refused without damage and recovered from; a failed sync sticky;
  * a file more than ten times pccap served with the cache held to pccap;
- * parameters (aliases, Tokyo/Kyoto names, unknown ones an error).
+ * ordered iteration from a key (iterate_from: order, a start key present
+ * or not, a prefix before its extensions, expired items skipped, an early
+ * stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error).
  * The power-loss crash images are in test_powerloss.c (both backends).
  */
 #include <errno.h>
@@ -714,6 +716,70 @@ static void test_file_ten_times_pccap(void)
     kura_store_close(s);
 }
 
+/* ---- ordered iteration ------------------------------------------------- */
+
+typedef struct list_arg {
+    char keys[64][16];
+    int n, stop_after;
+} list_arg;
+
+static int list_cb(void *arg, const kura_item *it)
+{
+    list_arg *l = arg;
+    if (l->n < 64 && it->klen < 16) {
+        memcpy(l->keys[l->n], it->key, it->klen);
+        l->keys[l->n][it->klen] = '\0';
+    }
+    l->n++;
+    return l->n == l->stop_after ? 7 : 0;
+}
+
+static void test_iterate_from_in_key_order(void)
+{
+    const char *p = tpath("order");
+    kura_store *s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    REQUIRE(s->ops->iterate_from);
+    /* inserted in a scattered order, across many leaves (~1 KB values) */
+    static unsigned char v[1000];
+    for (int i = 0; i < 600; i++) {
+        char k[16];
+        int j = (i * 337) % 600;
+        int kl = snprintf(k, sizeof(k), "k%04d", j);
+        REQUIRE(put_kv(s, k, (size_t)kl, v, sizeof(v), 0, j == 250 ? 1999999 : 0, 1) ==
+                KURA_OK);
+    }
+    CHECK_EQ_INT(put_kv(s, "k02", 3, "p", 1, 0, 0, 1), KURA_OK);   /* a prefix of others */
+    list_arg l = { .stop_after = 5 };
+    CHECK_EQ_INT(s->ops->iterate_from(s, "k0248", 5, &CLK, list_cb, &l), 7);
+    CHECK_EQ_INT(l.n, 5);
+    /* k0250 expired: skipped */
+    CHECK_EQ_STR(l.keys[0], "k0248");
+    CHECK_EQ_STR(l.keys[1], "k0249");
+    CHECK_EQ_STR(l.keys[2], "k0251");
+    CHECK_EQ_STR(l.keys[4], "k0253");
+    /* from a key that is not there, to the end */
+    list_arg all = { .stop_after = -1 };
+    CHECK_EQ_INT(s->ops->iterate_from(s, "k059", 4, &CLK, list_cb, &all), 0);
+    CHECK_EQ_INT(all.n, 10);
+    CHECK_EQ_STR(all.keys[0], "k0590");
+    CHECK_EQ_STR(all.keys[9], "k0599");
+    /* a prefix sorts before its extensions */
+    list_arg pre = { .stop_after = 2 };
+    CHECK_EQ_INT(s->ops->iterate_from(s, "k0", 2, &CLK, list_cb, &pre), 7);
+    CHECK_EQ_STR(pre.keys[0], "k0000");
+    list_arg pre2 = { .stop_after = 2 };
+    CHECK_EQ_INT(s->ops->iterate_from(s, "k02", 3, &CLK, list_cb, &pre2), 7);
+    CHECK_EQ_STR(pre2.keys[0], "k02");
+    CHECK_EQ_STR(pre2.keys[1], "k0200");
+    /* from NULL: every key, in order */
+    list_arg every = { .stop_after = -1 };
+    CHECK_EQ_INT(s->ops->iterate_from(s, NULL, 0, &CLK, list_cb, &every), 0);
+    CHECK_EQ_INT(every.n, 600);     /* 599 live + "k02" */
+    CHECK_EQ_STR(every.keys[0], "k0000");
+    kura_store_close(s);
+}
+
 /* ---- parameters --------------------------------------------------------- */
 
 static void test_parameters(void)
@@ -757,6 +823,7 @@ int main(void)
     RUN(test_disk_full);
     RUN(test_failed_sync_is_sticky);
     RUN(test_file_ten_times_pccap);
+    RUN(test_iterate_from_in_key_order);
     RUN(test_parameters);
     t_teardown();
     UNIT_DONE();

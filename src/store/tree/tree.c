@@ -222,6 +222,18 @@ static int do_read_cell(btree *bt, bt_path *path, bt_cell *c, const unsigned cha
     return do_ovf_read(bt, c->ovf_pgno, c->vlen, val);
 }
 
+/* A value read from an overflow run stays in bt->vbuf until the
+ * operation ends; a buffer grown past 1 MiB (a large value) is given back
+ * then, so the process keeps no more than pccap and about a megabyte. */
+static void do_vbuf_trim(btree *bt)
+{
+    if (bt->vcap > (1u << 20)) {
+        free(bt->vbuf);
+        bt->vbuf = NULL;
+        bt->vcap = 0;
+    }
+}
+
 /* ---- the store operations --------------------------------------------- */
 
 static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
@@ -260,6 +272,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     }
 release:
     do_path_release(bt, &path);
+    do_vbuf_trim(bt);
 out:
     pthread_mutex_unlock(&bt->mu);
     return rc;
@@ -435,6 +448,7 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     }
 out:
     do_path_release(bt, &path);
+    do_vbuf_trim(bt);
     pthread_mutex_unlock(&bt->mu);
     src = finish_write(bt, src, wrote, lsn);
     return src ? src : rc;
@@ -498,6 +512,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
             rc = fn(arg, &it);
         }
         do_path_release(bt, &path);
+        do_vbuf_trim(bt);
         pthread_mutex_unlock(&bt->mu);
         if (rc)
             return rc;
@@ -507,6 +522,14 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
 static int bt_iterate_op(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
 {
     return bt_walk(B(s), NULL, 0, clk, fn, arg);
+}
+
+static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
+                              const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    if (from && (flen < 1 || flen > KURA_KEY_MAX))
+        return KURA_EINVAL;
+    return bt_walk(B(s), from, flen, clk, fn, arg);
 }
 
 /* The sweep: looks at up to `budget` cells from where it stopped, and
@@ -829,6 +852,7 @@ static const kura_store_ops btree_ops = {
     .close = bt_close_op,
     .write_seq = bt_write_seq_op,
     .commit = bt_commit_op,
+    .iterate_from = bt_iterate_from_op,
 };
 
 /* Tokyo and Kyoto parameters that have no meaning here: an error that

@@ -478,6 +478,5 @@ int do_ovf_read(btree *bt, uint64_t pgno, size_t vlen, const unsigned char **val
         return rc;
     }
     *val = bt->vbuf + BT_HDR;
-    /* a large buffer is not kept past its use by the next small read */
     return KURA_OK;
 }
