@@ -87,7 +87,7 @@ static double mono(void)
 
 static bool inline_value(btree *bt, size_t klen, size_t vlen)
 {
-    return BT_LEAF_FIXED + klen + vlen <= bt->cell_max;
+    return BT_LEAF_HDR_MAX + klen + vlen <= bt->cell_max;
 }
 
 int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,

@@ -49,9 +49,10 @@
 #define BT_MAX_DEPTH    40
 #define BT_REC_HDR      32              /* bytes of a log record's head */
 #define BT_REC_MAGIC    0x744b          /* "Kt" little-endian */
-#define BT_LEAF_FIXED   26              /* leaf cell bytes before the key */
+#define BT_LEAF_MIN     7               /* leaf cell head: klen, hlen, kind, four varints */
+#define BT_LEAF_HDR_MAX 33              /* ... at most (3 + 5 + 5 + 10 + 10) */
 #define BT_BRANCH_FIXED 9               /* branch cell bytes before the key */
-#define BT_CELL_MAX     (BT_LEAF_FIXED + 250 + 2048)    /* a cell buffer's size */
+#define BT_CELL_MAX     (BT_LEAF_HDR_MAX + 250 + 2048)  /* a cell buffer's size */
 
 enum bt_type { BT_META = 1, BT_BRANCH = 2, BT_LEAF = 3, BT_OVERFLOW = 4, BT_FREELIST = 5 };
 enum bt_rec_type { BT_REC_PUT = 1, BT_REC_DEL = 2, BT_REC_STATE = 3 };

@@ -10,10 +10,13 @@
  * on-disk page: nothing is decoded or encoded on the way in or out, only
  * the checksum is computed when a page is written (pg_seal).
  *
- * A leaf cell is klen(1) kind(1: 0 inline, 1 overflow) flags(4) exptime(8)
- * cas(8) vlen(4) key, then the value or the first page of its overflow run
- * (8).  A branch cell is klen(1) child(8) key: the child holds keys >= key;
- * the header's link is the child left of the first key.
+ * A leaf cell is klen(1) hlen(1) kind(1: 0 inline, 1 overflow), then four
+ * unsigned LEB128 varints: vlen, flags, exptime (zigzag), cas; then the key
+ * (at hlen) and the value or the first page of its overflow run (8).  An
+ * item of an 8-byte key and value takes 24 bytes instead of the 42 of fixed
+ * fields: 70% more cells to a page, a smaller tree, more of it cached.  A
+ * branch cell is klen(1) child(8) key: the child holds keys >= key; the
+ * header's link is the child left of the first key.
  *
  * Bytes read from the file are hostile: pg_verify checks the checksum, the
  * type, the page's own number and that every slot and cell lies inside the
@@ -55,11 +58,44 @@ void pg_init(unsigned char *d, size_t psiz, int type, uint64_t pgno, uint64_t tx
     bt_put32(d + 32, (uint32_t)psiz);
 }
 
+static size_t put_var(unsigned char *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (unsigned char)v;
+    return n;
+}
+
+/* Decodes a varint of at most max bytes; the bytes used, or 0 if bad. */
+static size_t get_var(const unsigned char *p, size_t max, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (size_t i = 0; i < max && i < 10; i++) {
+        x |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (!(p[i] & 0x80)) {
+            *v = x;
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* a leaf cell's value length: the first varint (checked by pg_verify) */
+static uint64_t leaf_vlen(const unsigned char *c)
+{
+    uint64_t v = 0;
+    (void)get_var(c + 3, 5, &v);
+    return v;
+}
+
 size_t pg_cell_len(int type, const unsigned char *c)
 {
     if (type == BT_BRANCH)
         return BT_BRANCH_FIXED + c[0];
-    return BT_LEAF_FIXED + c[0] + (c[1] ? 8 : bt_get32(c + 22));
+    return (size_t)c[1] + c[0] + (c[2] ? 8 : leaf_vlen(c));
 }
 
 size_t pg_used(const unsigned char *d, size_t psiz)
@@ -76,7 +112,7 @@ size_t pg_free(const unsigned char *d, size_t psiz)
 void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *klen)
 {
     *klen = c[0];
-    *key = (const char *)c + (type == BT_BRANCH ? BT_BRANCH_FIXED : BT_LEAF_FIXED);
+    *key = (const char *)c + (type == BT_BRANCH ? BT_BRANCH_FIXED : c[1]);
 }
 
 /* memcmp's order, 8 bytes at a time (as big-endian words) without a call:
@@ -208,16 +244,32 @@ void pg_remove(unsigned char *d, size_t psiz, unsigned i)
         bt_put32(d + 32, (uint32_t)psiz);
 }
 
+/* The four varints of a leaf cell's head (hlen bytes): the bytes they
+ * take, or 0 if they do not fit it. */
+static size_t leaf_fields(const unsigned char *c, size_t hlen, uint64_t f[4])
+{
+    size_t at = 3;
+    for (int i = 0; i < 4; i++) {
+        size_t n = at < hlen ? get_var(c + at, hlen - at, &f[i]) : 0;
+        if (!n)
+            return 0;
+        at += n;
+    }
+    return at;
+}
+
 void pg_leaf_decode(const unsigned char *c, bt_cell *out)
 {
+    uint64_t f[4] = { 0, 0, 0, 0 };
+    (void)leaf_fields(c, c[1], f);      /* pg_verify checked them */
     out->klen = c[0];
-    out->ovf = c[1] != 0;
-    out->flags = bt_get32(c + 2);
-    out->exptime = (int64_t)bt_get64(c + 6);
-    out->cas = bt_get64(c + 14);
-    out->vlen = bt_get32(c + 22);
-    out->key = (const char *)c + BT_LEAF_FIXED;
-    out->val = c + BT_LEAF_FIXED + out->klen;
+    out->ovf = c[2] != 0;
+    out->vlen = (uint32_t)f[0];
+    out->flags = (uint32_t)f[1];
+    out->exptime = (int64_t)((f[2] >> 1) ^ (0 - (f[2] & 1)));
+    out->cas = f[3];
+    out->key = (const char *)c + c[1];
+    out->val = c + c[1] + out->klen;
     out->ovf_pgno = out->ovf ? bt_get64(out->val) : 0;
 }
 
@@ -225,23 +277,25 @@ size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t f
                       int64_t exptime, uint64_t cas, uint32_t vlen, const void *v0, size_t l0,
                       const void *v1, size_t l1, uint64_t ovf_pgno)
 {
+    size_t h = 3;
     c[0] = (unsigned char)klen;
-    c[1] = ovf_pgno != 0;
-    bt_put32(c + 2, flags);
-    bt_put64(c + 6, (uint64_t)exptime);
-    bt_put64(c + 14, cas);
-    bt_put32(c + 22, vlen);
-    memcpy(c + BT_LEAF_FIXED, key, klen);
-    unsigned char *v = c + BT_LEAF_FIXED + klen;
+    c[2] = ovf_pgno != 0;
+    h += put_var(c + h, vlen);
+    h += put_var(c + h, flags);
+    h += put_var(c + h, ((uint64_t)exptime << 1) ^ (uint64_t)(exptime >> 63));
+    h += put_var(c + h, cas);
+    c[1] = (unsigned char)h;
+    memcpy(c + h, key, klen);
+    unsigned char *v = c + h + klen;
     if (ovf_pgno) {
         bt_put64(v, ovf_pgno);
-        return BT_LEAF_FIXED + klen + 8;
+        return h + klen + 8;
     }
     if (l0)
         memcpy(v, v0, l0);
     if (l1)
         memcpy(v + l0, v1, l1);
-    return BT_LEAF_FIXED + klen + l0 + l1;
+    return h + klen + l0 + l1;
 }
 
 size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t child)
@@ -271,12 +325,19 @@ int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
         return KURA_ECORRUPT;
     for (size_t i = 0; i < n; i++) {
         size_t off = bt_get16(d + BT_HDR + 2 * i);
-        size_t fixed = t == BT_BRANCH ? BT_BRANCH_FIXED : BT_LEAF_FIXED;
+        size_t fixed = t == BT_BRANCH ? BT_BRANCH_FIXED : BT_LEAF_MIN;
         if (off < upper || off + fixed > psiz)
             return KURA_ECORRUPT;
         const unsigned char *c = d + off;
-        if (c[0] < 1 || (t == BT_LEAF && c[1] > 1))
+        if (c[0] < 1)
             return KURA_ECORRUPT;
+        if (t == BT_LEAF) {
+            uint64_t f[4];
+            if (c[2] > 1 || c[1] < BT_LEAF_MIN || c[1] > BT_LEAF_HDR_MAX ||
+                off + c[1] > psiz || leaf_fields(c, c[1], f) != c[1] ||
+                f[0] > UINT32_MAX || f[1] > UINT32_MAX)
+                return KURA_ECORRUPT;
+        }
         size_t len = pg_cell_len(t, c);
         if (off + len > psiz)
             return KURA_ECORRUPT;
