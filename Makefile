@@ -8,7 +8,9 @@
 #                   report fails
 #   make install    binaries, man pages, conf/ files; PREFIX=/usr/local DESTDIR=
 #                   SYSCONFDIR=/etc SYSTEMDUNITDIR=PREFIX/lib/systemd/system honoured
-#   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...)
+#   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
+#                   bench-repl
+#   make bench-repl the update log's cost, a replica's lag, a full copy
 #
 # Sources are found by wildcard: every src/*/*.c and src/*/*/*.c (a backend
 # has a folder of its own: src/store/hash/, src/store/cache/) except src/server goes into
@@ -46,7 +48,7 @@ UNIT_SUPPORT_OBJ = $(UNIT_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 KURAD      = $(BUILD)/kurad
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all run test test-asan test-tsan check install clean bench
+.PHONY: all run test test-asan test-tsan check install clean bench bench-repl
 all: $(KURAD) $(BENCH) $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
 
 # An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
@@ -79,6 +81,11 @@ $(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/lib
 # kura beside memcached and the Cabinets (bench/run.py --help; under 10 min).
 bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
+	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
+
+# The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
+bench-repl: $(KURAD) $(BUILD)/kura-bench
+	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)

@@ -83,7 +83,7 @@ typedef struct kura_engine kura_engine;
  * cas high-water mark and flush state. */
 int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg);
 void engine_close(kura_engine *e);
-kura_store *engine_store_of(kura_engine *e);
+kura_store *engine_store_of(kura_engine *e);    /* before serving, or in tests */
 
 /* Refreshes the clock; turns a due delayed flush into a watermark; persists
  * the cas high-water mark when it nears what was saved.  Call about once a
@@ -133,6 +133,25 @@ long engine_sweep(kura_engine *e, size_t budget);
 /* Makes every change so far durable. */
 int engine_sync(kura_engine *e);
 
+/* The store's counters, "stats" lines and backend name ("hash", "cache"). */
+void engine_usage(kura_engine *e, kura_store_usage *u);
+void engine_backend_stats(kura_engine *e, kura_stat_fn emit, void *arg);
+const char *engine_backend(kura_engine *e);
+
+/* A replica's store can be replaced by a full copy (engine_swap_store):
+ * call before serving.  Every call into the store then takes a shared
+ * lock, which the swap takes exclusively. */
+void engine_enable_swap(kura_engine *e);
+/* With every other call into the engine held back, swap(arg, old, &now)
+ * puts the copy in place of the old store: it returns 0 with *now the
+ * copy, or an error with *now the store to go on with (the old one, or
+ * the old one reopened; NULL if there is none: the caller must stop the
+ * server).  The copy's items are taken as they are: the flush state is
+ * cleared, its cas values observed, and the state saved with every row of
+ * the update log so far counted as applied (they are older than it). */
+int engine_swap_store(kura_engine *e,
+                      int (*swap)(void *arg, kura_store *old, kura_store **now), void *arg);
+
 /* ---- the update log and replicas (src/engine/feed.c) ---------------------- */
 
 /* From here on every change is also a row of log (which must stay open
@@ -157,9 +176,10 @@ int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
  * read from the update log's clock, so the cas of an item orders it among
  * the changes of both masters, and rows applied with engine_apply_row()
  * win only when they are newer than what is there (the latest timestamp
- * wins; a delete is remembered for a while so an older set arriving later
- * does not bring the key back).  KURA_EINVAL without an update log. */
-int engine_set_dual(kura_engine *e);
+ * wins, then the higher server id: the low 4 bits of each cas are sid's;
+ * a delete is remembered for a while so an older set arriving later does
+ * not bring the key back).  KURA_EINVAL without an update log. */
+int engine_set_dual(kura_engine *e, uint32_t sid);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
 /* What the server's group commit syncs and waits for: the update log when

@@ -44,6 +44,11 @@ void hlc_init(hlc *c, hlc_clock_fn clock);
 /* A new timestamp, larger than every one before it from this clock and
  * every one observed.  Safe from any number of threads. */
 uint64_t hlc_now(hlc *c);
+/* As hlc_now, the smallest such timestamp whose low `bits` bits are tag
+ * (bits <= HLC_CTR_BITS): two clocks with different tags never hand out
+ * the same value, and of two readings in the same microsecond and counter
+ * step the larger tag is the larger (a dual master's cas, engine.c). */
+uint64_t hlc_now_tagged(hlc *c, uint32_t tag, int bits);
 /* Moves the clock past ts (a row from another server, or the last
  * timestamp found in the update log at open): every later hlc_now() is
  * larger than ts. */

@@ -73,9 +73,10 @@ typedef struct kura_server_info {
     const char *sync_mode;
 
     /* replication: the "repl" command is served when repl_master is set;
-     * repl_stats adds the update log's and replication's "stats" lines */
+     * repl_stats adds the update log's and replication's "stats" lines
+     * (numbers only, unless all: "stats repl" has the strings too) */
     bool repl_master;
-    void (*repl_stats)(void *ctx, kura_stat_fn emit, void *arg);
+    void (*repl_stats)(void *ctx, bool all, kura_stat_fn emit, void *arg);
     void *repl_ctx;
 } kura_server_info;
 
@@ -116,5 +117,7 @@ typedef struct text_token {
 
 /* "stats ..." (src/proto/stats.c); ntok counts the terminal token. */
 void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out);
+/* "digest [N [B]]" (src/proto/digest.c). */
+void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out);
 
 #endif

@@ -51,6 +51,12 @@ typedef struct repl_config {
     int sync_mode;                      /* replica: -sync (always: acks wait for a sync) */
     bool rw;                            /* replica: takes writes (-rw): a full copy
                                            keeps the keys it lacks (local changes) */
+    /* replica, read-only: a full copy goes into open_shadow()'s new empty
+     * store and swap_in() puts it in place when complete; NULL: the copy
+     * is applied over the store as it comes (and with -rw) */
+    kura_store *(*open_shadow)(void *arg);
+    int (*swap_in)(void *arg, kura_store *shadow);
+    void *shadow_arg;
     void (*log)(int level, const char *line);
 } repl_config;
 
@@ -70,7 +76,8 @@ void repl_master_tick(repl_master *m);
 int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms);
 /* Ends every stream and frees. */
 void repl_master_free(repl_master *m);
-void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg);
+/* all: the lines whose values are not numbers too */
+void repl_master_stats(repl_master *m, bool all, kura_stat_fn emit, void *arg);
 
 /* ---- replica ----------------------------------------------------------------- */
 
@@ -81,7 +88,7 @@ typedef struct repl_slave repl_slave;
 int repl_slave_start(const repl_config *cfg, const char *host, int port, const char *rts_path,
                      repl_slave **out);
 void repl_slave_stop(repl_slave *s);
-void repl_slave_stats(repl_slave *s, kura_stat_fn emit, void *arg);
+void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg);
 
 /* ---- helpers shared by both sides (src/repl/repl_io.c) ------------------------ */
 

@@ -124,11 +124,15 @@ uint64_t ul_last_ts(ul_log *log);       /* the last row's timestamp, 0: none */
 uint64_t ul_write_lsn(ul_log *log);     /* covers every row appended so far */
 hlc *ul_clock(ul_log *log);
 
-/* Whether the log holds every change since its store was empty: set when
- * a new log starts over an empty store, cleared when the store was changed
- * without the log.  Then a new replica needs no copy while the first file
- * is held: the rows from the start are the store (a file "complete" in
- * the directory, created and removed durably).  0 or KURA_E*. */
+/* Whether the log holds every change since its store was empty.  Set when
+ * a new log starts over an empty store: a new replica then needs no copy
+ * while the first file is held.  Cleared when the store holds changes the
+ * log does not (a new log over a non-empty store, a store changed without
+ * the log): the log then holds every change only from now on, positions
+ * before now are not held (from_ts, ul_reader_open) and a replica there
+ * gets a full copy rather than a gap.  Kept in the file "start" (the
+ * timestamp from which the log is whole; no file: since empty), written
+ * beside, synced and renamed.  0 or KURA_E*. */
 int ul_set_complete(ul_log *log, bool complete);
 bool ul_complete(ul_log *log);
 

@@ -25,6 +25,10 @@
 #define CAS_RESERVE_BLOCK (1ULL << 20)
 /* in dual-master mode cas values are clock readings: 2^32 is about a second */
 #define DUAL_CAS_RESERVE_BLOCK (1ULL << 32)
+/* ... whose low bits are the server id's: no two servers hand out the same
+ * cas (if their ids differ in these bits), and of two changes made in the
+ * same microsecond and counter step the higher id's is the later */
+#define DUAL_TAG_BITS 4
 
 void kura_stats_accumulate(kura_stats_totals *sum, const kura_thread_stats *ts)
 {
@@ -67,7 +71,7 @@ int engine_save_state_locked(kura_engine *e)
 static uint64_t take_cas(kura_engine *e)
 {
     hlc *c = e->cas_clock;
-    return c ? hlc_now(c) : atomic_fetch_add(&e->next_cas, 1);
+    return c ? hlc_now_tagged(c, e->cas_tag, DUAL_TAG_BITS) : atomic_fetch_add(&e->next_cas, 1);
 }
 
 /* do_: state_lock held.  Hands out a cas unique. */
@@ -117,8 +121,9 @@ void engine_observe_cas(kura_engine *e, uint64_t cas)
     reserve_through(e, cas);
 }
 
-int engine_set_dual(kura_engine *e)
+int engine_set_dual(kura_engine *e, uint32_t sid)
 {
+    e->cas_tag = sid & ((1u << DUAL_TAG_BITS) - 1);
     if (!e->ulog)
         return KURA_EINVAL;
     hlc *c = ul_clock(e->ulog);
@@ -138,6 +143,22 @@ void engine_set_replica(kura_engine *e, bool replica)
     atomic_store(&e->replica, replica);
 }
 
+/* Every use of e->store outside state_lock is inside the gate once a
+ * store swap is possible (engine_enable_swap: a replica), so that
+ * engine_swap_store can wait until no call is inside; the read side is
+ * shared, and costs nothing when swaps are not enabled. */
+static void gate_in(kura_engine *e)
+{
+    if (e->gated)
+        pthread_rwlock_rdlock(&e->gate);
+}
+
+static void gate_out(kura_engine *e)
+{
+    if (e->gated)
+        pthread_rwlock_unlock(&e->gate);
+}
+
 static int local_change(kura_engine *e)
 {
     return atomic_load_explicit(&e->replica, memory_order_relaxed) ? KURA_EREPLICA : KURA_OK;
@@ -154,12 +175,14 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
      * just before start-up still count as past. */
     e->started = wall_now() - 2;
     pthread_mutex_init(&e->state_lock, NULL);
+    pthread_rwlock_init(&e->gate, NULL);
 
     kura_store_state st = {0};
     if (store->ops->load_state) {
         int rc = store->ops->load_state(store, &st);
         if (rc < 0) {
             pthread_mutex_destroy(&e->state_lock);
+            pthread_rwlock_destroy(&e->gate);
             free(e);
             return rc;
         }
@@ -190,6 +213,7 @@ void engine_close(kura_engine *e)
     kura_store_close(e->store);
     feed_destroy(e);
     pthread_mutex_destroy(&e->state_lock);
+    pthread_rwlock_destroy(&e->gate);
     free(e);
 }
 
@@ -272,8 +296,8 @@ static int touch_get_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_OK;
 }
 
-int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-               bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+static int get_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                     bool touch, int64_t exptime, kura_item_fn fn, void *arg)
 {
     kura_clock clk = engine_clock(e);
     int rc;
@@ -355,8 +379,8 @@ static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
     return KURA_STORED;
 }
 
-int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                 uint64_t cas_in)
+static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                       uint64_t cas_in)
 {
     kura_clock clk = engine_clock(e);
     int rc, slot;
@@ -423,9 +447,11 @@ static int delete_key(kura_engine *e, const char *key, size_t klen)
     int rc = local_change(e);
     if (rc != KURA_OK)
         return rc;
+    gate_in(e);
     int slot = feed_begin(e);
     rc = e->store->ops->del(e->store, key, klen, 0, &clk);
     feed_end(e, slot, rc);
+    gate_out(e);
     return rc;
 }
 
@@ -533,8 +559,8 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
     return rc;
 }
 
-int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
+static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                       bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
 {
     kura_clock clk = engine_clock(e);
     arith_arg aa = { e, incr, delta, out, NULL };
@@ -573,8 +599,8 @@ static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
     return rc;
 }
 
-int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 int64_t exptime)
+static int touch_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                       int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
     touch_arg ta = { e, engine_abs_exptime(e, exptime) };
@@ -598,7 +624,7 @@ int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
  * Items stored at or before oldest_live die once the clock reaches it, which
  * makes every item invisible during that second; flush_at records it.
  */
-int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
+static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
 {
     int64_t now = wall_now();
     int64_t oldest_live = (delay > 0 ? engine_abs_exptime(e, delay) : now) - 1;
@@ -624,15 +650,19 @@ int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
 int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg)
 {
     kura_clock clk = engine_clock(e);
-    return e->store->ops->iterate(e->store, &clk, fn, arg);
+    gate_in(e);
+    int rc = e->store->ops->iterate(e->store, &clk, fn, arg);
+    gate_out(e);
+    return rc;
 }
 
 long engine_sweep(kura_engine *e, size_t budget)
 {
     kura_clock clk = engine_clock(e);
-    if (!e->store->ops->sweep)
-        return 0;
-    return e->store->ops->sweep(e->store, &clk, budget);
+    gate_in(e);
+    long n = e->store->ops->sweep ? e->store->ops->sweep(e->store, &clk, budget) : 0;
+    gate_out(e);
+    return n;
 }
 
 int engine_sync(kura_engine *e)
@@ -642,7 +672,121 @@ int engine_sync(kura_engine *e)
         if (rc)
             return rc;
     }
-    if (!e->store->ops->sync)
-        return KURA_OK;
-    return e->store->ops->sync(e->store);
+    gate_in(e);
+    int rc = e->store->ops->sync ? e->store->ops->sync(e->store) : KURA_OK;
+    gate_out(e);
+    return rc;
+}
+
+void engine_usage(kura_engine *e, kura_store_usage *u)
+{
+    gate_in(e);
+    e->store->ops->usage(e->store, u);
+    gate_out(e);
+}
+
+void engine_backend_stats(kura_engine *e, kura_stat_fn emit, void *arg)
+{
+    gate_in(e);
+    if (e->store->ops->stats)
+        e->store->ops->stats(e->store, emit, arg);
+    gate_out(e);
+}
+
+const char *engine_backend(kura_engine *e)
+{
+    gate_in(e);
+    const char *name = e->store->ops->name;     /* the ops tables are static */
+    gate_out(e);
+    return name;
+}
+
+void engine_gate_in(kura_engine *e) { gate_in(e); }
+void engine_gate_out(kura_engine *e) { gate_out(e); }
+
+/* ---- the entry points a store swap waits for (engine_swap_store) ------------ */
+
+int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+               bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+{
+    gate_in(e);
+    int rc = get_gated(e, ts, key, klen, touch, exptime, fn, arg);
+    gate_out(e);
+    return rc;
+}
+
+int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                 uint64_t cas_in)
+{
+    gate_in(e);
+    int rc = store_gated(e, ts, cmd, in, cas_in);
+    gate_out(e);
+    return rc;
+}
+
+int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
+{
+    gate_in(e);
+    int rc = arith_gated(e, ts, key, klen, incr, delta, out);
+    gate_out(e);
+    return rc;
+}
+
+int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 int64_t exptime)
+{
+    gate_in(e);
+    int rc = touch_gated(e, ts, key, klen, exptime);
+    gate_out(e);
+    return rc;
+}
+
+int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay)
+{
+    gate_in(e);
+    int rc = flush_gated(e, ts, delay);
+    gate_out(e);
+    return rc;
+}
+
+int engine_swap_store(kura_engine *e,
+                      int (*swap)(void *arg, kura_store *old, kura_store **now), void *arg)
+{
+    if (!e->gated)
+        return KURA_EINVAL;
+    pthread_rwlock_wrlock(&e->gate);
+    pthread_mutex_lock(&e->state_lock);
+    kura_store *ns = NULL;
+    int rc = swap(arg, e->store, &ns);
+    e->store = ns;
+    if (ns)
+        ns->feed = &e->feed;
+    if (rc == KURA_OK) {
+        kura_store_state st = { 0 };
+        rc = ns->ops->load_state ? ns->ops->load_state(ns, &st) : KURA_OK;
+        /* the copy's items are the master's, with its cas values; nothing
+         * in it is flushed, and the rows logged so far are older than it */
+        if (rc == KURA_OK) {
+            if (e->cas_clock)
+                hlc_observe(e->cas_clock, st.max_cas);
+            uint64_t cur = atomic_load(&e->next_cas);
+            if (st.max_cas >= cur)
+                atomic_store(&e->next_cas, st.max_cas + 1);
+            atomic_store(&e->cas_reserved, 0);      /* the next cas reserves anew */
+            atomic_store(&e->oldest_cas, 0);
+            atomic_store(&e->flush_at, 0);
+            e->saved_ulog_ts = 0;
+            atomic_store(&e->pinned, 0);
+            rc = do_save_state(e);
+        }
+    }
+    pthread_mutex_unlock(&e->state_lock);
+    pthread_rwlock_unlock(&e->gate);
+    return rc;
+}
+
+void engine_enable_swap(kura_engine *e)
+{
+    e->gated = true;
 }

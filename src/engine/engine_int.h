@@ -33,10 +33,13 @@ struct kura_engine {
     _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
     _Atomic bool replica;               /* local changes refused (KURA_EREPLICA) */
     hlc *cas_clock;                     /* dual master: cas values from the clock; else NULL */
+    uint32_t cas_tag;                   /* ... ending in these bits of the server id */
     uint64_t cas_block;                 /* cas values reserved per state save */
     struct tombs *tombs;                /* dual master: recent deletes (feed.c) */
 
     pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
+    bool gated;                         /* store swaps possible: calls take gate */
+    pthread_rwlock_t gate;              /* read: a call uses the store; write: a swap */
 
     /* the update log (feed.c); NULL: none */
     ul_log *ulog;
@@ -58,6 +61,8 @@ struct kura_engine {
 
 /* engine.c */
 int engine_save_state_locked(kura_engine *e);   /* state_lock held */
+void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
+void engine_gate_out(kura_engine *e);
 uint64_t engine_next_cas(kura_engine *e);
 void engine_observe_cas(kura_engine *e, uint64_t cas);
 

@@ -439,7 +439,10 @@ static int apply_row(kura_engine *e, const ul_row *row, int kind)
 
 int engine_apply_row(kura_engine *e, const ul_row *row)
 {
-    return apply_row(e, row, CH_REPLICA);
+    engine_gate_in(e);
+    int rc = apply_row(e, row, CH_REPLICA);
+    engine_gate_out(e);
+    return rc;
 }
 
 /* ---- attaching the update log --------------------------------------------- */
@@ -485,12 +488,13 @@ int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
         rc = KURA_OK;
     if (rc)
         return rc;
+    ul_get_extent(log, &ex);            /* from_ts moved if the log is whole only from now */
     if (w == UINT64_MAX) {
         /* the store ran without the log since: what the log holds is older
          * than the store, and nothing is applied again */
         logf_(e, KURA_LOG_INFO, "update log: the store was changed without it since its last "
               "row; its rows are not applied again");
-        w = ul_last_ts(log);
+        w = ul_last_ts(log) > ex.from_ts ? ul_last_ts(log) : ex.from_ts;
     } else if (w < ex.from_ts) {
         if (w)
             logf_(e, KURA_LOG_ERROR, "update log: it starts after the store's watermark "
@@ -674,10 +678,51 @@ void engine_set_commit_wait(kura_engine *e, int (*wait)(void *arg, uint64_t ts),
     e->commit_wait_arg = arg;
 }
 
+/* Without an update log, a replica whose store may be swapped commits its
+ * store through these, which find the store under the gate. */
+static uint64_t st_write_seq(kura_store *s)
+{
+    kura_engine *e = of_source(s);
+    engine_gate_in(e);
+    uint64_t v = e->store->ops->write_seq(e->store);
+    engine_gate_out(e);
+    return v;
+}
+
+static uint64_t st_thread_seq(kura_store *s)
+{
+    kura_engine *e = of_source(s);
+    engine_gate_in(e);
+    kura_store *st = e->store;
+    uint64_t v = st->ops->thread_seq ? st->ops->thread_seq(st) : st->ops->write_seq(st);
+    engine_gate_out(e);
+    return v;
+}
+
+static int st_commit(kura_store *s, uint64_t seq)
+{
+    kura_engine *e = of_source(s);
+    engine_gate_in(e);
+    int rc = e->store->ops->commit(e->store, seq);
+    engine_gate_out(e);
+    return rc;
+}
+
+static const kura_store_ops store_source_ops = {
+    .name = "store",
+    .write_seq = st_write_seq,
+    .commit = st_commit,
+    .thread_seq = st_thread_seq,
+};
+
 kura_store *engine_commit_source(kura_engine *e)
 {
-    if (!e->ulog)
+    if (!e->ulog && (!e->gated || !e->store->ops->commit))
         return e->store;
+    if (!e->ulog) {
+        e->commit_source.ops = &store_source_ops;
+        return &e->commit_source;
+    }
     e->commit_source.ops = e->commit_wait ? &ts_source_ops : &source_ops;
     return &e->commit_source;
 }

@@ -26,10 +26,17 @@ void hlc_init(hlc *c, hlc_clock_fn clock)
 
 uint64_t hlc_now(hlc *c)
 {
+    return hlc_now_tagged(c, 0, 0);
+}
+
+uint64_t hlc_now_tagged(hlc *c, uint32_t tag, int bits)
+{
+    uint64_t mask = ((uint64_t)1 << bits) - 1;
     uint64_t wall = hlc_make(c->clock(), 0);
     uint64_t last = atomic_load_explicit(&c->last, memory_order_relaxed);
     for (;;) {
         uint64_t next = wall > last ? wall : last + 1;
+        next = ((next + mask) & ~mask) | (tag & mask);      /* the next one ending in tag */
         /* relaxed is enough: the word orders only itself; what a caller
          * stamps with it is ordered by the caller's own locks */
         if (atomic_compare_exchange_weak_explicit(&c->last, &last, next, memory_order_relaxed,

@@ -48,6 +48,8 @@ struct ul_log {
     uint64_t last_ts;           /* under mu: the last data row's timestamp */
     void (*notify)(void *arg);  /* under mu */
     void *notify_arg;
+    _Atomic uint64_t start;     /* rows after this are all the changes since (the file
+                                   "start"); 0: since the store was empty */
 };
 
 struct ul_reader {
@@ -278,13 +280,16 @@ static int do_seg_header(ul_log *log, uint32_t id, ul_row *hdr)
 static uint64_t do_from_ts(ul_log *log)
 {
     uint32_t first = sl_first(&log->sl);
+    uint64_t start = atomic_load(&log->start), from;
     ul_row h;
     int rc = do_seg_header(log, first, &h);
     if (rc == KURA_OK)
-        return h.prev_ts;
-    if (rc == 1 && first == 1)
-        return 0;
-    return hlc_last(log->clock);
+        from = h.prev_ts;
+    else if (rc == 1 && first == 1)
+        from = 0;
+    else
+        from = hlc_last(log->clock);
+    return from > start ? from : start;
 }
 
 typedef struct tail_arg {
@@ -335,6 +340,8 @@ static int scan_seg(ul_log *log, sl_seg *sg, bool cut, uint64_t *last_ts, uint64
     sl_scan_done(&sc);
     return rc;
 }
+
+static int load_start(ul_log *log, char *err, size_t errlen);
 
 int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t errlen)
 {
@@ -409,6 +416,10 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
         log->last_ts = hlc_now(log->clock);
     sl_start(&log->sl, sg, first);
     free(ids);
+    ids = NULL;
+    if ((rc = load_start(log, err, errlen)))
+        goto fail;
+    hlc_observe(log->clock, atomic_load(&log->start));
     if (cut)
         *cut = cutb;
     *out = log;
@@ -527,29 +538,62 @@ int ul_failed(ul_log *log)
     return sl_failed(&log->sl);
 }
 
-#define COMPLETE_FILE "complete"
+#define START_FILE "start"
 
+/* The file holds the timestamp in decimal; written beside, synced,
+ * renamed, the directory synced. */
 int ul_set_complete(ul_log *log, bool complete)
 {
-    if (ul_complete(log) == complete)
-        return KURA_OK;
     if (complete) {
-        int fd = openat(log->dirfd, COMPLETE_FILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0)
+        if (atomic_load(&log->start) == 0)
+            return KURA_OK;
+        if (unlinkat(log->dirfd, START_FILE, 0) < 0 && errno != ENOENT)
             return sl_errno_status(errno);
-        int rc = fsync(fd) == 0 ? KURA_OK : sl_errno_status(errno);
-        close(fd);
-        if (rc)
-            return rc;
-    } else if (unlinkat(log->dirfd, COMPLETE_FILE, 0) < 0 && errno != ENOENT) {
-        return sl_errno_status(errno);
+        atomic_store(&log->start, 0);
+        return fsync(log->dirfd) == 0 ? KURA_OK : sl_errno_status(errno);
     }
-    return fsync(log->dirfd) == 0 ? KURA_OK : sl_errno_status(errno);
+    /* past every row held: no position reached so far is served */
+    uint64_t start = hlc_now(log->clock);
+    char b[32];
+    int n = snprintf(b, sizeof(b), "%llu\n", (unsigned long long)start);
+    int fd = openat(log->dirfd, START_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    0644);
+    if (fd < 0)
+        return sl_errno_status(errno);
+    int rc = write(fd, b, (size_t)n) == n && fsync(fd) == 0 ? KURA_OK : sl_errno_status(errno);
+    close(fd);
+    if (rc == KURA_OK && renameat(log->dirfd, START_FILE ".tmp", log->dirfd, START_FILE) < 0)
+        rc = sl_errno_status(errno);
+    if (rc == KURA_OK && fsync(log->dirfd) < 0)
+        rc = sl_errno_status(errno);
+    if (rc == KURA_OK)
+        atomic_store(&log->start, start);
+    return rc;
 }
 
 bool ul_complete(ul_log *log)
 {
-    return faccessat(log->dirfd, COMPLETE_FILE, F_OK, 0) == 0;
+    return atomic_load(&log->start) == 0;
+}
+
+/* At open: the file "start", if there is one (a log that does not reach
+ * back to an empty store). */
+static int load_start(ul_log *log, char *err, size_t errlen)
+{
+    int fd = openat(log->dirfd, START_FILE, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? KURA_OK : sl_errno_status(errno);
+    char b[32] = "";
+    ssize_t n = read(fd, b, sizeof(b) - 1);
+    close(fd);
+    char *end;
+    unsigned long long v = n > 0 ? strtoull(b, &end, 10) : 0;
+    if (n <= 0 || v == 0 || *end != '\n') {
+        snprintf(err, errlen, "%s/%s does not hold a timestamp", log->cfg.dir, START_FILE);
+        return KURA_ECORRUPT;
+    }
+    atomic_store(&log->start, v);
+    return KURA_OK;
 }
 
 void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg)

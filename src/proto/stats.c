@@ -58,7 +58,6 @@ static void totals(kura_server_info *si, kura_stats_totals *t)
 static void stats_general(text_session *s, kura_buf *out)
 {
     kura_server_info *si = s->server;
-    kura_store *store = engine_store_of(s->engine);
     kura_stats_totals t;
     kura_store_usage u = {0};
     struct rusage ru;
@@ -66,7 +65,7 @@ static void stats_general(text_session *s, kura_buf *out)
     int64_t now = engine_now(s->engine);
 
     totals(si, &t);
-    store->ops->usage(store, &u);
+    engine_usage(s->engine, &u);
     getrusage(RUSAGE_SELF, &ru);
 
     stat_u64(out, "pid", (uint64_t)si->pid);
@@ -129,10 +128,9 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "kura_unknown_commands", t.unknown_commands);
     stat_u64(out, "kura_protocol_closes", t.protocol_closes);
     stat_u64(out, "kura_store_errors", t.store_errors);
-    if (store->ops->stats)
-        store->ops->stats(store, emit_backend_stat, out);
+    engine_backend_stats(s->engine, emit_backend_stat, out);
     if (s->server->repl_stats)
-        s->server->repl_stats(s->server->repl_ctx, emit_backend_stat, out);
+        s->server->repl_stats(s->server->repl_ctx, false, emit_backend_stat, out);
 }
 
 static void stats_settings(text_session *s, kura_buf *out)
@@ -172,7 +170,7 @@ static void stats_settings(text_session *s, kura_buf *out)
     stat_str(out, "hash_algorithm", "kura");
     stat_u64(out, "idle_timeout", (uint64_t)si->idle_timeout);
     stat_str(out, "kura_version", KURA_VERSION);
-    stat_str(out, "kura_backend", engine_store_of(s->engine)->ops->name);
+    stat_str(out, "kura_backend", engine_backend(s->engine));
     stat_str(out, "kura_database", si->dbname ? si->dbname : "*");
     stat_str(out, "kura_sync", si->sync_mode ? si->sync_mode : "none");
 }
@@ -181,9 +179,8 @@ static void stats_settings(text_session *s, kura_buf *out)
  * which sum over classes get the right totals. */
 static void stats_items(text_session *s, kura_buf *out)
 {
-    kura_store *store = engine_store_of(s->engine);
     kura_store_usage u = {0};
-    store->ops->usage(store, &u);
+    engine_usage(s->engine, &u);
     if (u.curr_items == 0)
         return;
     stat_u64(out, "items:1:number", u.curr_items);
@@ -211,10 +208,9 @@ static void stats_items(text_session *s, kura_buf *out)
 static void stats_slabs(text_session *s, kura_buf *out)
 {
     kura_server_info *si = s->server;
-    kura_store *store = engine_store_of(s->engine);
     kura_store_usage u = {0};
     kura_stats_totals t;
-    store->ops->usage(store, &u);
+    engine_usage(s->engine, &u);
     totals(si, &t);
     if (u.curr_items > 0) {
         stat_u64(out, "1:chunk_size", u.curr_items ? u.bytes / u.curr_items : 0);
@@ -278,6 +274,10 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
         stat_str(out, "sizes_status", "disabled");
     } else if (sub_is(&tok[1], "conns")) {
         /* Per-connection detail is not kept; the list is empty. */
+    } else if (sub_is(&tok[1], "repl")) {
+        /* the update log and replication, strings included (docs/replication.md) */
+        if (s->server->repl_stats)
+            s->server->repl_stats(s->server->repl_ctx, true, emit_backend_stat, out);
     } else {
         KURA_BUF_LIT(out, "ERROR\r\n");
         return;

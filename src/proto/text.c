@@ -600,6 +600,11 @@ static void cmd_repl(text_session *s, text_token *tok, int ntok, kura_buf *out)
     s->close = true;
 }
 
+static void cmd_digest(text_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    text_digest(s, tok, ntok, out);
+}
+
 static void cmd_stats(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
     text_stats(s, tok, ntok, out);
@@ -639,6 +644,7 @@ static const struct text_command {
     { "quit",      cmd_quit,      0, -1, -1, false },
     { "shutdown",  cmd_shutdown,  0, -1, -1, false },
     { "repl",      cmd_repl,      0, 4, 4, false },
+    { "digest",    cmd_digest,    0, 2, 4, false },
 };
 
 static const struct text_command *find_command(const text_token *t)

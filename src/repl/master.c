@@ -55,6 +55,8 @@ typedef struct peer {
     _Atomic uint64_t sent;              /* the last row's timestamp sent */
     _Atomic uint64_t acked;             /* the last the replica has in its log */
     _Atomic bool copying;
+    _Atomic uint64_t rows_read;         /* rows its reader returned */
+    _Atomic int64_t base;               /* appended - rows_read when last caught up; -1: never */
     char name[64];
     struct peer *next;
 } peer;
@@ -75,6 +77,7 @@ struct repl_master {
     seen seen[SEEN_MAX];
     int nseen;
     _Atomic int nwaiting;
+    _Atomic uint64_t appended;          /* rows appended since start (lag in rows) */
     _Atomic uint64_t boots, streams, rows_sent, pruned_segs, pruned_bytes, forced;
     _Atomic uint64_t waits, wait_timeouts;
 };
@@ -85,6 +88,7 @@ struct repl_master {
 static void on_append(void *arg)
 {
     repl_master *m = arg;
+    atomic_fetch_add_explicit(&m->appended, 1, memory_order_relaxed);
     if (atomic_load_explicit(&m->nwaiting, memory_order_acquire) == 0)
         return;
     pthread_mutex_lock(&m->lock);
@@ -249,7 +253,7 @@ static void stream(peer *p)
     ul_extent ex;
     ul_get_extent(log, &ex);
     /* a new replica needs no copy if the log still holds every change */
-    bool whole = p->after == 0 && ex.from_ts == 0 && ul_complete(log);
+    bool whole = p->after == 0 && ex.from_ts == 0;
     int rc = p->after || whole ? ul_reader_open(log, p->after, &rd) : KURA_NOTFOUND;
 
     if (rc == KURA_NOTFOUND) {
@@ -296,6 +300,7 @@ static void stream(peer *p)
                 break;
             last = row.ts;
             atomic_fetch_add(&m->rows_sent, 1);
+            atomic_fetch_add(&p->rows_read, 1);
             if (olen >= FLUSH_AT && (flush_out(p, out, &olen, last) < 0 ||
                                      read_acks(p, &ab) < 0))
                 break;
@@ -308,6 +313,9 @@ static void stream(peer *p)
                                       : kura_strerror(rc));
             break;
         }
+        /* caught up: every row appended so far is read (up to the rows
+         * appended since this look, which the next look counts) */
+        atomic_store(&p->base, (int64_t)(atomic_load(&m->appended) - atomic_load(&p->rows_read)));
         if (olen) {
             if (flush_out(p, out, &olen, last) < 0)
                 break;
@@ -366,6 +374,8 @@ static void *peer_main(void *arg)
     peer *p = arg;
     repl_master *m = p->m;
     stream(p);
+    logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
+          atomic_load(&p->sent));
     pthread_mutex_lock(&m->lock);
     for (peer **pp = &m->peers; *pp; pp = &(*pp)->next)
         if (*pp == p) {
@@ -375,14 +385,13 @@ static void *peer_main(void *arg)
     if (atomic_exchange(&p->waiting, false))
         atomic_fetch_sub(&m->nwaiting, 1);
     remember(m, p);
-    m->nthreads--;
-    pthread_cond_broadcast(&m->gone);
-    pthread_mutex_unlock(&m->lock);
-    logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
-          atomic_load(&p->sent));
     close(p->fd);
     close(p->efd);
     free(p);
+    /* the last touch of m: repl_master_free may free it once this is seen */
+    m->nthreads--;
+    pthread_cond_broadcast(&m->gone);
+    pthread_mutex_unlock(&m->lock);
     return NULL;
 }
 
@@ -397,6 +406,7 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
     p->sid = sid;
     atomic_store(&p->acked, after);
     p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    atomic_store(&p->base, -1);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     char host[48] = "?";
@@ -544,7 +554,7 @@ void repl_master_free(repl_master *m)
 }
 
 
-void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg)
+void repl_master_stats(repl_master *m, bool all, kura_stat_fn emit, void *arg)
 {
     uint64_t last = ul_last_ts(m->cfg.ulog);
     pthread_mutex_lock(&m->lock);
@@ -552,13 +562,19 @@ void repl_master_stats(repl_master *m, kura_stat_fn emit, void *arg)
     for (peer *p = m->peers; p; p = p->next)
         n++;
     repl_emit_u64(emit, arg, "repl_replicas", (uint64_t)n);
-    for (peer *p = m->peers; p; p = p->next) {
+    for (peer *p = all ? m->peers : NULL; p; p = p->next) {
         char name[48], v[160];
         uint64_t acked = atomic_load(&p->acked);
         uint64_t lag = last > acked ? hlc_us(last) - hlc_us(acked) : 0;
+        int64_t base = atomic_load(&p->base);
+        char rows[40] = "";
+        if (base >= 0) {
+            uint64_t done = (uint64_t)base + atomic_load(&p->rows_read), all = atomic_load(&m->appended);
+            snprintf(rows, sizeof(rows), ",lag_rows=%" PRIu64, all > done ? all - done : 0);
+        }
         snprintf(name, sizeof(name), "repl_replica_%u", p->sid);
-        snprintf(v, sizeof(v), "%s,acked=%" PRIu64 ",lag_us=%" PRIu64 "%s", p->name, acked,
-                 lag, atomic_load(&p->copying) ? ",copying" : "");
+        snprintf(v, sizeof(v), "%s,acked=%" PRIu64 ",lag_us=%" PRIu64 "%s%s", p->name, acked,
+                 lag, rows, atomic_load(&p->copying) ? ",copying" : "");
         emit(arg, name, v);
     }
     pthread_mutex_unlock(&m->lock);

@@ -184,8 +184,11 @@ typedef struct session {
     int fd;
     unsigned char *buf;
     size_t len, cap;
-    keyset *stale;                      /* while a copy arrives: keys it has not brought */
-    uint64_t copy_start;
+    keyset *stale;                      /* while a copy arrives over the store: keys it
+                                           has not brought */
+    kura_store *shadow;                 /* while a copy arrives into a store of its own */
+    bool copying;
+    uint64_t copy_start, copy_items;
     bool progressed;
 } session;
 
@@ -233,6 +236,44 @@ static int del_stale(void *arg, const char *key, size_t klen)
     return rc < 0 ? rc : 0;
 }
 
+/* The copy is complete: into the shadow store, swapped in whole; or over
+ * the store, the keys it did not bring deleted (a read-only replica). */
+static int copy_done(session *ss)
+{
+    repl_slave *s = ss->s;
+    int rc = KURA_OK;
+    if (ss->shadow) {
+        kura_store *shadow = ss->shadow;
+        ss->shadow = NULL;              /* the swap owns it now */
+        if ((rc = s->cfg.swap_in(s->cfg.shadow_arg, shadow)) != KURA_OK) {
+            logf_(s, KURA_LOG_ERROR, "replica: cannot put the copy in place (%s); the store "
+                  "stays as it was", kura_strerror(rc));
+            return rc;
+        }
+        /* this server's own log does not hold what came with the copy: its
+         * replicas get a copy from it in turn */
+        if (s->cfg.ulog && (rc = ul_set_complete(s->cfg.ulog, false)) != KURA_OK)
+            return rc;
+        logf_(s, KURA_LOG_INFO, "replica: copy of %" PRIu64 " items as of %" PRIu64 " in "
+              "place", ss->copy_items, ss->copy_start);
+    } else {
+        size_t n = ss->stale ? keyset_count(ss->stale) : 0;
+        if (ss->stale)
+            rc = keyset_each(ss->stale, del_stale, ss);
+        keyset_free(ss->stale);
+        ss->stale = NULL;
+        if (rc < 0)
+            return rc;
+        logf_(s, KURA_LOG_INFO, "replica: copy of %" PRIu64 " items complete at %" PRIu64
+              " (%zu keys it did not hold deleted)", ss->copy_items, ss->copy_start, n);
+    }
+    ss->copying = false;
+    atomic_store(&s->pos, ss->copy_start);
+    atomic_store(&s->copying, false);
+    rts_write(s, ss->copy_start);
+    return KURA_OK;
+}
+
 /* Applies one row; KURA_OK or an error that ends the stream. */
 static int handle(session *ss, const ul_row *row)
 {
@@ -240,23 +281,22 @@ static int handle(session *ss, const ul_row *row)
     if (row->type == UL_MARK) {
         if (row->ts > atomic_load(&s->master_last))
             atomic_store(&s->master_last, row->ts);
-        if (row->prev_ts == REPL_MARK_COPY_DONE && ss->stale) {
-            size_t n = keyset_count(ss->stale);
-            int rc = keyset_each(ss->stale, del_stale, ss);
-            keyset_free(ss->stale);
-            ss->stale = NULL;
-            if (rc < 0)
-                return rc;
-            atomic_store(&s->pos, ss->copy_start);
-            atomic_store(&s->copying, false);
-            logf_(s, KURA_LOG_INFO, "replica: copy complete at %" PRIu64 " (%zu keys it did not "
-                  "hold deleted)", ss->copy_start, n);
-            rts_write(s, ss->copy_start);
-        }
+        if (row->prev_ts == REPL_MARK_COPY_DONE && ss->copying)
+            return copy_done(ss);
         return KURA_OK;
     }
-    if (ss->stale) {                    /* an item of the copy */
-        keyset_remove(ss->stale, row->key, row->klen);
+    if (ss->copying) {                  /* an item of the copy */
+        ss->copy_items++;
+        if (ss->shadow) {
+            kura_item it = {
+                .key = row->key, .klen = row->klen, .val = row->val, .vlen = row->vlen,
+                .flags = row->flags, .exptime = row->exptime, .cas = row->cas,
+            };
+            kura_clock clk = { .now = (int64_t)time(NULL) };
+            return ss->shadow->ops->put(ss->shadow, &it, KURA_PUT_ANY, 0, &clk);
+        }
+        if (ss->stale)
+            keyset_remove(ss->stale, row->key, row->klen);
         return engine_apply_row(s->cfg.engine, row);
     }
     if (row->ts <= atomic_load(&s->pos))
@@ -292,7 +332,7 @@ static int send_ack(session *ss)
 static int read_line(session *ss, char *line, size_t max)
 {
     for (;;) {
-        unsigned char *nl = memchr(ss->buf, '\n', ss->len);
+        unsigned char *nl = ss->len ? memchr(ss->buf, '\n', ss->len) : NULL;
         if (nl) {
             size_t n = (size_t)(nl - ss->buf) + 1;
             if (n >= max)
@@ -328,13 +368,22 @@ static void session_run(repl_slave *s, int fd)
         logf_(s, KURA_LOG_INFO, "replica: %s:%d (sid %u) sends a full copy as of %llu", s->host,
               s->port, msid, a);
         ss.copy_start = a;
-        ss.stale = keyset_new();
-        /* a read-only replica ends equal to the copy; one that takes writes
-         * keeps what it has (its own changes may not have reached the master) */
-        if (!ss.stale ||
-            (!s->cfg.rw && engine_iterate(s->cfg.engine, add_stale, ss.stale) != KURA_OK)) {
-            logf_(s, KURA_LOG_ERROR, "replica: out of memory listing the keys it holds");
-            goto out;
+        ss.copying = true;
+        /* a read-only replica serves what it has until the copy is complete,
+         * then the copy; one that takes writes applies the copy over what
+         * it has and keeps the rest (its own changes may not have reached
+         * the master) */
+        if (!s->cfg.rw && s->cfg.open_shadow)
+            ss.shadow = s->cfg.open_shadow(s->cfg.shadow_arg);
+        if (!ss.shadow && !s->cfg.rw) {
+            if (s->cfg.open_shadow)
+                logf_(s, KURA_LOG_ERROR, "replica: no store of its own for the copy: applying "
+                      "it over the store as it comes");
+            ss.stale = keyset_new();
+            if (!ss.stale || engine_iterate(s->cfg.engine, add_stale, ss.stale) != KURA_OK) {
+                logf_(s, KURA_LOG_ERROR, "replica: out of memory listing the keys it holds");
+                goto out;
+            }
         }
         atomic_store(&s->copying, true);
         atomic_fetch_add(&s->copies, 1);
@@ -347,6 +396,10 @@ static void session_run(repl_slave *s, int fd)
         logf_(s, KURA_LOG_ERROR, "replica: master %s:%d has this server's own id %u: its rows "
               "are skipped as this server's own (give each server its own -sid)",
               s->host, s->port, msid);
+    else if (s->cfg.rw && (msid & 15) == (s->cfg.sid & 15))
+        logf_(s, KURA_LOG_ERROR, "replica: dual master with ids %u and %u, equal in their low "
+              "4 bits: two changes in the same microsecond may not be ordered the same on "
+              "both (give ids that differ modulo 16)", s->cfg.sid, msid);
     atomic_store(&s->connected, true);
     ss.progressed = true;
 
@@ -372,12 +425,14 @@ static void session_run(repl_slave *s, int fd)
             off += (size_t)r;
             any = true;
         }
-        memmove(ss.buf, ss.buf + off, ss.len - off);
-        ss.len -= off;
-        off = 0;
-        if (any && !ss.stale && send_ack(&ss) < 0)
+        if (off) {
+            memmove(ss.buf, ss.buf + off, ss.len - off);
+            ss.len -= off;
+            off = 0;
+        }
+        if (any && !ss.copying && send_ack(&ss) < 0)
             goto out;
-        if (!ss.stale && mono_ms() - s->rts_at_ms >= RTS_EVERY_MS)
+        if (!ss.copying && mono_ms() - s->rts_at_ms >= RTS_EVERY_MS)
             rts_write(s, atomic_load(&s->pos));
         pthread_mutex_lock(&s->lock);
         bool stop = s->stop;
@@ -393,8 +448,10 @@ static void session_run(repl_slave *s, int fd)
     }
 out:
     atomic_store(&s->connected, false);
-    if (ss.stale) {
+    if (ss.copying) {
         keyset_free(ss.stale);
+        if (ss.shadow)
+            kura_store_close(ss.shadow);        /* removed by the next copy or start */
         atomic_store(&s->copying, false);
         logf_(s, KURA_LOG_ERROR, "replica: the copy was cut off; the next connection starts "
               "it again");
@@ -496,16 +553,20 @@ void repl_slave_stop(repl_slave *s)
 }
 
 
-void repl_slave_stats(repl_slave *s, kura_stat_fn emit, void *arg)
+void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg)
 {
     char b[300];
     snprintf(b, sizeof(b), "%s:%d", s->host, s->port);
-    emit(arg, "repl_master", b);
+    if (all)
+        emit(arg, "repl_master", b);
     repl_emit_u64(emit, arg, "repl_connected", atomic_load(&s->connected));
     repl_emit_u64(emit, arg, "repl_copying", atomic_load(&s->copying));
     uint64_t pos = atomic_load(&s->pos), last = atomic_load(&s->master_last);
     repl_emit_u64(emit, arg, "repl_position", pos);
-    repl_emit_u64(emit, arg, "repl_lag_us", last > pos ? hlc_us(last) - hlc_us(pos) : 0);
+    uint64_t lag = last > pos ? hlc_us(last) - hlc_us(pos) : 0;
+    repl_emit_u64(emit, arg, "repl_lag_us", lag);
+    snprintf(b, sizeof(b), "%.3f", (double)lag / 1e6);
+    emit(arg, "repl_lag_seconds", b);
     repl_emit_u64(emit, arg, "repl_rows_applied", atomic_load(&s->applied));
     repl_emit_u64(emit, arg, "repl_rows_own_skipped", atomic_load(&s->skipped));
     repl_emit_u64(emit, arg, "repl_connects", atomic_load(&s->connects));

@@ -40,7 +40,7 @@
 static int log_level = LOG_INFO;
 static int log_fd = STDERR_FILENO;      /* where lines go */
 static const char *log_path;            /* -log, or NULL for stderr */
-static bool log_starting = true;        /* copy errors to stderr too */
+static _Atomic bool log_starting = true;    /* copy errors to stderr too (read by any thread) */
 static bool stderr_follows;             /* a daemon's stderr is the log file too */
 
 void log_init(int base, int verbosity)

@@ -101,8 +101,11 @@ static int open_ulog(kura_server *srv)
                 strerror(errno));
         return -1;
     }
+    /* appended through a shared mapping of the preallocated active file, as
+     * the hash file appends: a memcpy, no system call per row */
     ul_config uc = {
         .dir = st->ulog_dir, .sid = (uint32_t)st->sid, .ulim = st->ulim, .log = ulog_log,
+        .mapwrite = true,
     };
     char err[512] = "";
     uint64_t cut = 0, redone = 0;
@@ -132,10 +135,14 @@ static int open_ulog(kura_server *srv)
 }
 
 /* "stats": the update log's and replication's lines */
-static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
+static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
 {
     kura_server *srv = ctx;
+    kura_settings *st = srv->settings;
     char b[64];
+    if (all)
+        emit(arg, "repl_role", st->mhost ? (st->rw ? "dual" : "replica")
+                                         : srv->repl_master ? "master" : "none");
     if (srv->ulog) {
         ul_extent ex;
         ul_get_extent(srv->ulog, &ex);
@@ -154,9 +161,9 @@ static void repl_stats(void *ctx, kura_stat_fn emit, void *arg)
         emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
     }
     if (srv->repl_master)
-        repl_master_stats(srv->repl_master, emit, arg);
+        repl_master_stats(srv->repl_master, all, emit, arg);
     if (srv->repl_slave)
-        repl_slave_stats(srv->repl_slave, emit, arg);
+        repl_slave_stats(srv->repl_slave, all, emit, arg);
 }
 
 /* -syncrepl: the group commit's wait for replicas */
@@ -180,6 +187,7 @@ static int start_repl(kura_server *srv)
     repl_config rc = {
         .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
         .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
+        .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
     };
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
@@ -204,6 +212,7 @@ static int start_repl(kura_server *srv)
             return -1;
         }
         engine_set_replica(srv->engine, !st->rw);
+        engine_enable_swap(srv->engine);
         if (st->rw) {
             /* dual master: changes of both ordered by time */
             if (!srv->ulog) {
@@ -211,7 +220,7 @@ static int start_repl(kura_server *srv)
                         "needs -ulog DIR");
                 return -1;
             }
-            if (engine_set_dual(srv->engine) != KURA_OK) {
+            if (engine_set_dual(srv->engine, (uint32_t)st->sid) != KURA_OK) {
                 log_msg(LOG_ERR, "cannot start dual-master mode");
                 return -1;
             }
@@ -250,6 +259,9 @@ static int open_engine(kura_server *srv)
     };
     kura_store *store;
     char err[512] = "";
+    srv->store_cfg = cfg;
+    if (swap_tidy(st->dbname) < 0)
+        return -1;
     int rc = kura_store_open(st->dbname, &cfg, &store, err, sizeof(err));
     if (rc) {
         log_msg(LOG_ERR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
@@ -381,7 +393,7 @@ int main(int argc, char **argv)
      * stays at the limit plus a fixed overhead (src/store/cache/cache.c).  glibc's
      * default of an arena per thread group let it grow 37% past the limit
      * under mixed sizes, for a gain of a few percent on sets. */
-    if (strcmp(engine_store_of(srv.engine)->ops->name, "cache") == 0)
+    if (strcmp(engine_backend(srv.engine), "cache") == 0)
         mallopt(M_ARENA_MAX, 1);
     if (workers_start(&srv) < 0) {
         log_msg(LOG_ERR, "cannot start worker threads");

@@ -54,6 +54,11 @@ typedef struct kura_settings {
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
 } kura_settings;
 
+/* swap.c: a replica's full copy in a store of its own, swapped in whole */
+int swap_tidy(const char *dbname);              /* at start: what a crash left */
+kura_store *swap_open_shadow(void *srv);
+int swap_in(void *srv, kura_store *shadow);
+
 /* options.c: fills s from argv (and the -conf file first); on a bad option
  * prints the reason and returns 2 (the exit status); -h and -version print
  * and return 1. */
@@ -105,6 +110,7 @@ typedef struct kura_server {
     ul_log *ulog;                       /* NULL without -ulog */
     repl_master *repl_master;           /* serves "repl"; NULL without -ulog */
     repl_slave *repl_slave;             /* NULL unless -mhost */
+    kura_store_config store_cfg;        /* how the store was opened (a replica's copy too) */
     kura_server_info info;
     struct event_base *base;            /* the main thread's */
     kura_worker *workers;

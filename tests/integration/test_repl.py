@@ -116,6 +116,26 @@ def decode_rows(buf):
     return rows, buf[i:]
 
 
+def _put_var(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_put(ts, sid, key, value, flags=0, cas=1):
+    """A PUT row as the update log encodes it (made here: origin = ts)."""
+    f = (bytes([PUT]) + _put_var(ts) + _put_var(sid) + _put_var(0) + _put_var(flags)
+         + _put_var(0) + _put_var(cas) + _put_var(len(key)) + key + _put_var(len(value)) + value)
+    body = _put_var(len(f)) + f
+    return struct.pack("<I", crc32c(body)) + body
+
+
 def read_log(port, after=1, sid=999, timeout=15):
     """Every row of the server's update log after `after` (1: from the
     start, while the first file is held), until its first heartbeat."""
@@ -170,6 +190,66 @@ def gets_all(server, keys):
     return out
 
 
+def digest(server, n=64, bucket=None):
+    with server.conn() as c:
+        cmd = b"digest %d" % n + (b" %d" % bucket if bucket is not None else b"") + b"\r\n"
+        c.send(cmd)
+        lines = []
+        while True:
+            ln = c.line()
+            if ln == b"END\r\n":
+                return lines
+            lines.append(ln.rstrip(b"\r\n"))
+
+
+def digest_diff(a, b, n=64):
+    """The keys whose items differ between two servers, by "digest"."""
+    da, db = digest(a, n), digest(b, n)
+    keys = set()
+    for la, lb in zip(da, db):
+        if la != lb:
+            bucket = int(la.split()[1])
+            ka, kb = set(digest(a, n, bucket)), set(digest(b, n, bucket))
+            keys |= {ln.split()[1] for ln in ka ^ kb}
+    return keys
+
+
+class FakeMaster:
+    """Answers the n-th connection's first line with answer(n, line), then
+    closes it (or keeps it open while hold(n))."""
+
+    def __init__(self, answer, hold=lambda n: False):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(8)
+        self.port = self.ls.getsockname()[1]
+        self.asked, self.conns = [], []
+        self.answer, self.hold = answer, hold
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                a, _ = self.ls.accept()
+            except OSError:
+                return
+            self.conns.append(a)
+            try:
+                line = a.recv(200)
+                n = len(self.asked)
+                self.asked.append(line)
+                a.sendall(self.answer(n, line))
+                if not self.hold(n):
+                    a.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.ls.close()
+        for a in self.conns:
+            a.close()
+
+
 class Proxy:
     """A TCP forwarder from a local port to target, whose connections the
     test can cut."""
@@ -184,6 +264,7 @@ class Proxy:
         self.socks, self.lock, self.accepted = [], threading.Lock(), 0
         self.flowing = threading.Event()
         self.flowing.set()
+        self.budget = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def pause(self):
@@ -207,17 +288,30 @@ class Proxy:
             with self.lock:
                 self.socks += [a, b]
                 self.accepted += 1
-            for x, y in ((a, b), (b, a)):
-                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
+            for x, y, down in ((a, b, False), (b, a, True)):
+                threading.Thread(target=self._pipe, args=(x, y, down), daemon=True).start()
 
-    def _pipe(self, x, y):
+    def hold_after(self, n):
+        """Pause once n more bytes have gone from the server to the client."""
+        self.budget = n
+
+    def _pipe(self, x, y, down):
         try:
             while True:
-                d = x.recv(65536)
+                d = x.recv(4096)
                 if not d:
                     break
                 self.flowing.wait()
-                y.sendall(d)
+                if down and self.budget is not None:
+                    first, d = d[:self.budget], d[self.budget:]
+                    y.sendall(first)
+                    self.budget -= len(first)
+                    if self.budget == 0:
+                        self.budget = None
+                        self.flowing.clear()
+                        self.flowing.wait()
+                if d:
+                    y.sendall(d)
         except OSError:
             pass
         for s in (x, y):
@@ -249,16 +343,21 @@ class Replication(ServerTestCase):
         self.dir = tempfile.mkdtemp(prefix="kuratest-repl-")
         self.addCleanup(shutil.rmtree, self.dir, True)
 
+    DB = "hash"
+
+    def db(self, d):
+        return d + ".kh" if self.DB == "hash" else "*"
+
     def master(self, name="m", args=(), port=None, ulog=True, start=True):
         d = os.path.join(self.dir, name)
         a = ["-sid", "1"] + (["-ulog", d + ".ul"] if ulog else []) + list(args)
-        s = Server(db=d + ".kh", kura_args=a, port=port, start=start)
+        s = Server(db=self.db(d), kura_args=a, port=port, start=start)
         self.addCleanup(s.stop, check=False)
         return s
 
     def replica(self, master_port, name="r", sid=2, args=(), port=None):
         d = os.path.join(self.dir, name)
-        s = Server(db=d + ".kh", port=port,
+        s = Server(db=self.db(d), port=port,
                    kura_args=["-sid", str(sid), "-ulog", d + ".ul", "-mhost", "127.0.0.1",
                               "-mport", str(master_port)] + list(args))
         self.addCleanup(s.stop, check=False)
@@ -394,6 +493,110 @@ class Replication(ServerTestCase):
         with r.conn() as c:
             self.assertEqual(stats(c)["repl_copies_received"], "1")
 
+    def test_copy_swapped_in_whole(self):
+        """While a full copy arrives, the replica serves what it had; the
+        copy replaces it only once complete (negative: applied as it came,
+        some keys would already have their new value)."""
+        m = self.master(args=["-ulim", "64k", "-ulmax", "192k"])
+        px = Proxy(m.port)
+        self.addCleanup(px.close)
+        r = self.replica(px.port)
+        with m.conn() as c:
+            for i in range(200):
+                c.request(b"set k%d 0 0 2\r\nv1\r\n" % i)
+        wait_caught_up(m, r)
+        r.stop()
+        val = b"x" * 1000
+        with m.conn() as c:
+            for i in range(200):
+                c.request(b"set k%d 0 0 %d\r\n%s\r\n" % (i, len(val), val))
+            for i in range(400):
+                c.request(b"set f%d 0 0 %d\r\n%s\r\n" % (i % 20, len(val), val))
+            poll_until(lambda: int(stats(c)["ulog_pruned_needed"]) > 0, timeout=10,
+                       what="the replica's rows pruned")
+        px.hold_after(60000)                # about a quarter of the copy, then nothing
+        r = self.replica(px.port)
+        poll_until(lambda: stats(r.conn()).get("repl_copying") == "1", timeout=20,
+                   what="the copy under way")
+        keys = [b"k%d" % i for i in range(200)]
+        got = gets_all(r, keys)
+        self.assertEqual({v[1] for v in got.values()}, {b"v1"})
+        self.assertEqual(len(got), 200)
+        px.resume()
+        wait_caught_up(m, r)
+        self.assertEqual(gets_all(r, keys), gets_all(m, keys))
+        self.assertEqual(digest_diff(m, r), set())
+        self.assertFalse([f for f in os.listdir(self.dir) if f.startswith((".copy.", ".old."))])
+
+    def test_swap_leftovers(self):
+        """What a crash in the middle of a swap leaves is repaired at start:
+        the old store without the new one is put back, an unfinished copy
+        is removed, an old store beside the new one is removed."""
+        m = self.master(ulog=False)
+        with m.conn() as c:
+            c.request(b"set kept 0 0 1\r\n1\r\n")
+        m.stop()
+        path = os.path.join(self.dir, "m.kh")
+        old, copy = os.path.join(self.dir, ".old.m.kh"), os.path.join(self.dir, ".copy.m.kh")
+        os.rename(path, old)
+        os.mkdir(copy)
+        open(os.path.join(copy, "junk"), "w").close()
+        m = self.master(ulog=False)
+        with m.conn() as c:
+            self.assertEqual(c.request(b"get kept\r\n"), b"VALUE kept 0 1\r\n1\r\nEND\r\n")
+        self.assertIn("putting", m.stderr())
+        self.assertFalse(os.path.exists(copy) or os.path.exists(old))
+        m.stop()
+        shutil.copytree(path, old)
+        m = self.master(ulog=False)
+        self.assertFalse(os.path.exists(old))
+        with m.conn() as c:
+            self.assertEqual(c.request(b"get kept\r\n"), b"VALUE kept 0 1\r\n1\r\nEND\r\n")
+
+    def test_chain_after_copy(self):
+        """A replica that took a full copy makes its own replicas take one
+        too (its log does not hold what the copy brought)."""
+        m = self.master(args=["-ulim", "64k", "-ulmax", "192k"])
+        r1 = self.replica(m.port, "r1", 2)
+        r2 = self.replica(r1.port, "r2", 3)
+        with m.conn() as c:
+            c.request(b"set a 0 0 1\r\n1\r\n")
+        wait_caught_up(m, r1)
+        wait_caught_up(r1, r2)
+        r1.stop()
+        val = b"x" * 1000
+        with m.conn() as c:
+            for i in range(400):
+                c.request(b"set f%d 0 0 %d\r\n%s\r\n" % (i % 20, len(val), val))
+            c.request(b"delete a\r\n")
+            poll_until(lambda: int(stats(c)["ulog_pruned_needed"]) > 0, timeout=10,
+                       what="r1's rows pruned")
+        r1 = self.replica(m.port, "r1", 2, port=r1.port)
+        wait_caught_up(m, r1)
+        poll_until(lambda: stats(r2.conn())["repl_copies_received"] == "1", timeout=30,
+                   what="r2 sent a copy by r1")
+        wait_caught_up(r1, r2)
+        self.assertEqual(digest_diff(m, r2), set())
+
+    def test_master_changed_without_log(self):
+        """A master run once without -ulog (changes its log never saw): its
+        replica gets a full copy, not a gap."""
+        m = self.master()
+        r = self.replica(m.port)
+        with m.conn() as c:
+            c.request(b"set k1 0 0 1\r\n1\r\n")
+        wait_caught_up(m, r)
+        m.stop()
+        m = self.master(ulog=False, port=m.port)
+        with m.conn() as c:
+            c.request(b"set k2 0 0 1\r\n2\r\ndelete k1\r\n")
+        m.stop()
+        m = self.master(port=m.port)
+        poll_until(lambda: gets_all(r, [b"k1", b"k2"]) == gets_all(m, [b"k1", b"k2"]),
+                   timeout=30, what="the replica equal to its master")
+        with r.conn() as c:
+            self.assertEqual(stats(c)["repl_copies_received"], "1")
+
     def test_bootstrap_behind_cap(self):
         m = self.master(args=["-ulim", "64k", "-ulmax", "256k"])
         r = self.replica(m.port)
@@ -464,37 +667,108 @@ class Replication(ServerTestCase):
 
     def test_garbage_from_master(self):
         for answer in (b"REPL 0 5\r\n" + bytes(range(256)) * 4, b"HELLO\r\n"):
-            ls = socket.socket()
-            ls.bind(("127.0.0.1", 0))
-            ls.listen(8)
-            self.addCleanup(ls.close)
-            conns = []
-
-            def fake():
-                while True:
-                    try:
-                        a, _ = ls.accept()
-                    except OSError:
-                        return
-                    conns.append(a)
-                    try:
-                        a.recv(200)
-                        a.sendall(answer)
-                    except OSError:
-                        pass
-
-            threading.Thread(target=fake, daemon=True).start()
-            r = self.replica(ls.getsockname()[1], name="g%d" % len(answer))
-            poll_until(lambda: len(conns) >= 3, timeout=20, what="reconnects with backoff")
+            fake = FakeMaster(lambda n, line: answer)
+            self.addCleanup(fake.close)
+            r = self.replica(fake.port, name="g%d" % len(answer))
+            poll_until(lambda: len(fake.asked) >= 3, timeout=20, what="reconnects with backoff")
             with r.conn() as c:
                 self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
                 self.assertEqual(stats(c)["repl_rows_applied"], "0")
             text = r.stderr()
             self.assertIn("does not decode" if len(answer) > 20 else "refused: HELLO", text)
             r.stop()
-            ls.close()
-            for a in conns:
-                a.close()
+            fake.close()
+
+    def test_peer_disconnects_mid_row(self):
+        """A master that dies in the middle of a row: the replica applies
+        the whole rows only, reconnects from there, and gets the rest."""
+        r1 = encode_put(1000 << 12, 5, b"first", b"1")
+        r2 = encode_put(2000 << 12, 5, b"second", b"2" * 100)
+        fake = FakeMaster(lambda n, line: b"REPL 0 5\r\n" + r1 + r2[:len(r2) // 2] if n == 0
+                          else b"REPL %d 5\r\n" % (1000 << 12) + r2, hold=lambda n: n > 0)
+        self.addCleanup(fake.close)
+        r = self.replica(fake.port)
+        poll_until(lambda: gets_all(r, [b"second"]), timeout=20, what="the rest after reconnecting")
+        self.assertEqual(fake.asked[0].split()[:2], [b"repl", b"0"])
+        self.assertEqual(fake.asked[1].split()[:2], [b"repl", b"%d" % (1000 << 12)])
+        got = gets_all(r, [b"first", b"second"])
+        self.assertEqual((got[b"first"][1], got[b"second"][1]), (b"1", b"2" * 100))
+        with r.conn() as c:
+            self.assertEqual(stats(c)["repl_rows_applied"], "2")
+
+    def test_master_not_kurad(self):
+        """A memcached as master: the replica logs its refusal, backs off,
+        and serves reads."""
+        if not os.access(kuratest.MEMCACHED, os.X_OK):
+            self.skipTest(kuratest.missing("memcached (apt-get install memcached)"))
+        mc = Server(kind="memcached")
+        self.addCleanup(mc.stop)
+        r = self.replica(mc.port)
+        poll_until(lambda: "refused: ERROR" in r.stderr(), timeout=20, what="the refusal logged")
+        with r.conn() as c:
+            self.assertEqual(c.request(b"get k\r\n"), b"END\r\n")
+            st = stats(c)
+            self.assertEqual(st["repl_connected"], "0")
+
+    def test_chain_kills_under_load(self):
+        """master -> r1 -> r2 under a load of every command; r1 and r2 are
+        killed with -9 and restarted, r1 is also stopped and continued; at
+        the end all three hold the same items."""
+        m = self.master()
+        r1 = self.replica(m.port, "r1", 2)
+        r2 = self.replica(r1.port, "r2", 3)
+        stop = threading.Event()
+        errors = []
+
+        def load(seed):
+            rnd = random.Random(seed)
+            try:
+                with m.conn() as c:
+                    while not stop.is_set():
+                        k = b"x%d" % rnd.randrange(80)
+                        v = b"%d" % rnd.randrange(1000)
+                        cmd = rnd.choice([
+                            b"set %s 1 0 %d\r\n%s\r\n" % (k, len(v), v),
+                            b"add %s 2 0 %d\r\n%s\r\n" % (k, len(v), v),
+                            b"replace %s 3 0 %d\r\n%s\r\n" % (k, len(v), v),
+                            b"append %s 0 0 1\r\na\r\n" % k,
+                            b"prepend %s 0 0 1\r\np\r\n" % k,
+                            b"incr %s 2\r\n" % k, b"decr %s 1\r\n" % k,
+                            b"touch %s 3000\r\n" % k, b"gat 4000 %s\r\n" % k,
+                            b"delete %s\r\n" % k])
+                        c.request(cmd)
+            except Exception as e:
+                errors.append(e)
+
+        ts = [threading.Thread(target=load, args=(i,)) for i in range(3)]
+        for t in ts:
+            t.start()
+        try:
+            poll_until(lambda: int(stats(r2.conn())["repl_rows_applied"]) > 300, timeout=30,
+                       what="rows through the chain")
+            r2.kill9()
+            r2 = self.replica(r1.port, "r2", 3)
+            r1.kill9()
+            r1 = self.replica(m.port, "r1", 2, port=r1.port)
+            poll_until(lambda: stats(r2.conn()).get("repl_connected") == "1", timeout=30,
+                       what="r2 following r1 again")
+            os.kill(r1.proc.pid, 19)                # SIGSTOP
+            poll_until(lambda: int(stats(m.conn())["ulog_last_ts"]) > 0, timeout=5)
+            with m.conn() as c:
+                n0 = int(stats(c)["cmd_set"])
+            poll_until(lambda: int(stats(m.conn())["cmd_set"]) > n0 + 200, timeout=30,
+                       what="writes while r1 is stopped")
+            os.kill(r1.proc.pid, 18)                # SIGCONT
+        finally:
+            stop.set()
+            for t in ts:
+                t.join()
+        self.assertEqual(errors, [])
+        wait_caught_up(m, r1, timeout=60)
+        wait_caught_up(r1, r2, timeout=60)
+        self.assertEqual(digest_diff(m, r1), set())
+        self.assertEqual(digest_diff(m, r2), set())
+        self.assertEqual(len(digest_diff(m, r2, 8) | set()), 0)
 
     def test_torn_log(self):
         m = self.master()
@@ -520,11 +794,11 @@ class Replication(ServerTestCase):
         self.addCleanup(to_a.close)
         self.addCleanup(to_b.close)
         da, db = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
-        a = Server(db=da + ".kh", port=pa, kura_args=["-sid", "1", "-ulog", da + ".ul", "-rw",
+        a = Server(db=self.db(da), port=pa, kura_args=["-sid", "1", "-ulog", da + ".ul", "-rw",
                                                       "-mhost", "127.0.0.1", "-mport",
                                                       str(to_b.port)])
         self.addCleanup(a.stop, check=False)
-        b = Server(db=db + ".kh", port=pb, kura_args=["-sid", "2", "-ulog", db + ".ul", "-rw",
+        b = Server(db=self.db(db), port=pb, kura_args=["-sid", "2", "-ulog", db + ".ul", "-rw",
                                                       "-mhost", "127.0.0.1", "-mport",
                                                       str(to_a.port)])
         self.addCleanup(b.stop, check=False)
@@ -646,6 +920,36 @@ class Replication(ServerTestCase):
             self.assertEqual(int(stats(c)["repl_syncrepl_timeouts"]), 1)
         self.assertIn("acknowledged anyway", m.stderr())
 
+    def test_digest_and_stats(self):
+        """digest names exactly the keys that differ; stats repl says who is who."""
+        m = self.master()
+        r = self.replica(m.port)
+        with m.conn() as c:
+            for i in range(500):
+                c.request(b"set d%d %d 0 2\r\nvv\r\n" % (i, i))
+        wait_caught_up(m, r)
+        self.assertEqual(digest_diff(m, r), set())
+        self.assertEqual(len(digest(m)), 64)
+        self.assertEqual(sum(int(ln.split()[2]) for ln in digest(m)), 500)
+        with m.conn() as c:
+            st = stats(c, b"repl")
+            self.assertEqual(st["repl_role"], "master")
+            self.assertRegex(st["repl_replica_2"], r"^127\.0\.0\.1:\d+,acked=\d+,lag_us=\d+")
+            self.assertNotIn("repl_role", stats(c))         # the general list: numbers only
+            self.assertEqual(c.request(b"digest 0\r\n"), b"CLIENT_ERROR bad command line format\r\n")
+            self.assertEqual(c.request(b"digest 4 4\r\n"), b"CLIENT_ERROR bad command line format\r\n")
+        with r.conn() as c:
+            st = stats(c, b"repl")
+            self.assertEqual(st["repl_role"], "replica")
+            self.assertEqual(st["repl_master"], "127.0.0.1:%d" % m.port)
+            self.assertEqual(st["repl_lag_seconds"], "0.000")
+        r.stop()
+        with m.conn() as c:
+            c.request(b"set d7 0 0 1\r\nx\r\ndelete d8\r\nset new 0 0 1\r\nn\r\ntouch d9 100\r\n")
+        alone = Server(db=os.path.join(self.dir, "r.kh"))     # the replica's data, not following
+        self.addCleanup(alone.stop)
+        self.assertEqual(digest_diff(m, alone), {b"d7", b"d8", b"new", b"d9"})
+
     def test_repl_command(self):
         m = self.master(ulog=False)
         with m.conn() as c:
@@ -657,6 +961,20 @@ class Replication(ServerTestCase):
             self.assertEqual(c.request(b"repl 1\r\n"), b"ERROR\r\n")
             self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
 
+
+@kura_only
+class ReplicationCache(Replication):
+    """The same on the in-memory cache (rebuilt from its update log at start)."""
+    DB = "cache"
+
+
+# what does not depend on a store that persists by itself
+CACHE_TESTS = {"test_every_command", "test_chain", "test_master_restart", "test_cut_link",
+               "test_dual_master", "test_dual_master_conflicts", "test_syncrepl",
+               "test_kill9_store_and_log_agree", "test_chain_kills_under_load"}
+for _name in list(vars(Replication)):
+    if _name.startswith("test_") and _name not in CACHE_TESTS:
+        setattr(ReplicationCache, _name, None)      # not collected
 
 if __name__ == "__main__":
     kuratest.main()

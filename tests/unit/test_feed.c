@@ -208,7 +208,7 @@ static void *race_main(void *arg)
     racer *rc = arg;
     kura_thread_stats ts;
     memset(&ts, 0, sizeof(ts));
-    char k[8], v[16];
+    char k[16], v[32];
     for (int i = 0; i < 3000; i++) {
         snprintf(k, sizeof(k), "k%d", i % 5);
         snprintf(v, sizeof(v), "%d-%d", rc->id, i);

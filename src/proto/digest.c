@@ -1,0 +1,139 @@
+/*
+ * digest.c - "digest": what a master and its replica hold, compared
+ * without moving the data (kura's own command; docs/replication.md).
+ *
+ *   digest [N]        N buckets (default 256, at most 65536) by the hash
+ *                     of the key; a line per bucket:
+ *                         DIGEST <bucket> <items> <hash>
+ *                     then END.  <hash> (16 hex digits) sums, over the
+ *                     bucket's live items, a hash of the key, value, flags,
+ *                     exptime and cas: equal on two servers when they hold
+ *                     the same items (a replica keeps its master's cas).
+ *   digest N B        the keys of bucket B, one line each:
+ *                         KEY <key> <hash>
+ *                     then END: the differing keys are named by comparing
+ *                     these lines for the buckets whose DIGEST differed.
+ *
+ * The sum makes the digest independent of the order in which the store
+ * walks its items.  It walks every live item once, on the connection's
+ * worker thread: other connections of that worker wait meanwhile (about a
+ * second per million items), so it is a tool for an operator, not a probe.
+ * Pick N so that a bucket's keys are few enough to list (N = items / 1000).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kura/proto.h"
+
+#define DIGEST_DEFAULT 256
+#define DIGEST_MAX 65536
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+static uint32_t bucket_of(const char *key, size_t klen, uint32_t n)
+{
+    return (uint32_t)(mix(fnv(1469598103934665603ull, key, klen)) % n);
+}
+
+static uint64_t item_hash(const kura_item *it)
+{
+    uint64_t h = fnv(1469598103934665603ull, it->key, it->klen);
+    h = fnv(h ^ 0x1, it->val, it->vlen);
+    unsigned char f[20];
+    memcpy(f, &it->flags, 4);
+    memcpy(f + 4, &it->exptime, 8);
+    memcpy(f + 12, &it->cas, 8);
+    return mix(fnv(h, f, sizeof(f)));
+}
+
+typedef struct digest_walk {
+    uint32_t n;
+    int64_t only;                       /* a bucket whose keys to list, or -1 */
+    uint64_t *sum, *count;
+    kura_buf *out;
+} digest_walk;
+
+static int digest_item(void *arg, const kura_item *it)
+{
+    digest_walk *w = arg;
+    uint32_t b = bucket_of(it->key, it->klen, w->n);
+    uint64_t h = item_hash(it);
+    if (w->only >= 0) {
+        if (b == (uint64_t)w->only) {
+            char tail[24];
+            int t = snprintf(tail, sizeof(tail), " %016" PRIx64 "\r\n", h);
+            if (!KURA_BUF_LIT(w->out, "KEY ") || !kura_buf_append(w->out, it->key, it->klen) ||
+                !kura_buf_append(w->out, tail, (size_t)t))
+                return KURA_ENOMEM;
+        }
+        return 0;
+    }
+    w->sum[b] += h;
+    w->count[b]++;
+    return 0;
+}
+
+/* tok[1], tok[2]: optional N and B; ntok counts the terminal token. */
+void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out)
+{
+    digest_walk w = { .n = DIGEST_DEFAULT, .only = -1, .out = out };
+    char *end;
+    if (ntok > 2) {
+        unsigned long n = strtoul(tok[1].value, &end, 10);
+        if (end != tok[1].value + tok[1].length || n < 1 || n > DIGEST_MAX) {
+            KURA_BUF_LIT(out, "CLIENT_ERROR bad command line format\r\n");
+            return;
+        }
+        w.n = (uint32_t)n;
+    }
+    if (ntok > 3) {
+        unsigned long b = strtoul(tok[2].value, &end, 10);
+        if (end != tok[2].value + tok[2].length || b >= w.n) {
+            KURA_BUF_LIT(out, "CLIENT_ERROR bad command line format\r\n");
+            return;
+        }
+        w.only = (int64_t)b;
+    }
+    size_t mark = out->len;
+    if (w.only < 0) {
+        w.sum = calloc(w.n, sizeof(uint64_t));
+        w.count = calloc(w.n, sizeof(uint64_t));
+    }
+    int rc = (w.only < 0 && (!w.sum || !w.count)) ? KURA_ENOMEM
+                                                  : engine_iterate(s->engine, digest_item, &w);
+    if (rc == KURA_OK && w.only < 0) {
+        for (uint32_t b = 0; b < w.n; b++) {
+            char line[80];
+            int l = snprintf(line, sizeof(line), "DIGEST %u %" PRIu64 " %016" PRIx64 "\r\n", b,
+                             w.count[b], w.sum[b]);
+            kura_buf_append(out, line, (size_t)l);
+        }
+    }
+    free(w.sum);
+    free(w.count);
+    if (rc != KURA_OK) {
+        out->len = mark;                /* no half answer */
+        char line[96];
+        int l = snprintf(line, sizeof(line), "SERVER_ERROR %s\r\n", kura_strerror(rc));
+        kura_buf_append(out, line, (size_t)l);
+        return;
+    }
+    KURA_BUF_LIT(out, "END\r\n");
+}
