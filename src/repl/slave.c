@@ -139,6 +139,17 @@ static void rts_write(repl_slave *s, uint64_t pos)
 
 /* ---- connecting -------------------------------------------------------------- */
 
+static bool connected_to_itself(int fd)
+{
+    struct sockaddr_storage a, b;
+    socklen_t al = sizeof(a), bl = sizeof(b);
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    return getsockname(fd, (struct sockaddr *)&a, &al) == 0 &&
+           getpeername(fd, (struct sockaddr *)&b, &bl) == 0 && al == bl &&
+           memcmp(&a, &b, al) == 0;
+}
+
 static int connect_master(repl_slave *s, char *why, size_t whylen)
 {
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res, *ai;
@@ -170,6 +181,14 @@ static int connect_master(repl_slave *s, char *why, size_t whylen)
         fd = -1;
     }
     freeaddrinfo(res);
+    if (fd >= 0 && connected_to_itself(fd)) {
+        /* a master on this host, down, whose port is in the range the
+         * kernel picks local ports from: TCP's simultaneous open connected
+         * the socket to itself, and it would hold the master's port */
+        close(fd);
+        snprintf(why, whylen, "%s", strerror(ECONNREFUSED));
+        return -1;
+    }
     if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -285,6 +285,12 @@ class Proxy:
             except OSError:
                 a.close()
                 continue
+            if b.getsockname() == b.getpeername():
+                # nothing listened there and TCP connected the socket to
+                # itself (simultaneous open): it must not keep the port
+                b.close()
+                a.close()
+                continue
             with self.lock:
                 self.socks += [a, b]
                 self.accepted += 1
@@ -885,12 +891,10 @@ class Replication(ServerTestCase):
         """-syncrepl 1: a reply comes once the replica has the row (so a read
         there right after sees it); a replica that holds back: the connection
         closes unanswered, and later changes go on."""
-        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "300"], start=False)
-        m.fixed_port = kuratest.free_port()
-        px = Proxy(m.fixed_port)
+        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "300"])
+        px = Proxy(m.port)
         self.addCleanup(px.close)
         r = self.replica(px.port)
-        m.start()
         poll_until(lambda: stats(r.conn()).get("repl_connected") == "1", timeout=20,
                    what="the replica connected")
         with m.conn() as c, r.conn() as rc:
