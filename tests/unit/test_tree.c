@@ -10,13 +10,15 @@
  * page, of a meta page and of both, reported; a full disk (injected
  * ENOSPC) refused without damage and recovered from; a failed sync sticky;
  * a file more than ten times pccap served with the cache held to pccap;
- * ordered iteration from a key (iterate_from: order, a start key present
+ * four threads writing and reading while checkpoints let the tree lock go
+ * for their syncs; ordered iteration from a key (iterate_from: order, a start key present
  * or not, a prefix before its extensions, expired items skipped, an early
  * stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error).
  * The power-loss crash images are in test_powerloss.c (both backends).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -718,6 +720,76 @@ static void test_file_ten_times_pccap(void)
     kura_store_close(s);
 }
 
+/* ---- threads ------------------------------------------------------------- */
+
+typedef struct worker {
+    kura_store *s;
+    int id, bad;
+} worker;
+
+/* Each thread owns its keys: puts of values whose bytes derive from key
+ * and round, deletes of every seventh, reads of what it wrote last. */
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    static _Thread_local unsigned char v[3000], want[3000];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 1500; i++) {
+            char k[32];
+            int kl = snprintf(k, sizeof(k), "t%d.%05d", w->id, (i * 7919) % 1500);
+            size_t len = (size_t)(i % 40) * 70;
+            fill(v, len, (uint64_t)(w->id * 100000 + round * 10000 + i));
+            if (put_kv(w->s, k, (size_t)kl, v, len, 0, 0, 1) != KURA_OK)
+                w->bad++;
+            got g = { 0 };
+            if (w->s->ops->get(w->s, k, (size_t)kl, &CLK, got_cb, &g) != KURA_OK ||
+                g.len != len || (len && memcmp(g.buf, v, len) != 0))
+                w->bad++;
+            free(g.buf);
+            if (i % 7 == 0 && w->s->ops->del(w->s, k, (size_t)kl, 0, &CLK) != KURA_OK)
+                w->bad++;
+        }
+    }
+    (void)want;
+    return NULL;
+}
+
+/* Writers and readers on four threads while checkpoints run (a small
+ * cache: writers start them, the background thread too), each letting the
+ * tree lock go for its syncs. */
+static void test_threads_across_checkpoints(void)
+{
+    const char *p = tpath("threads");
+    kura_store *s = open_tree(p, "#psiz=4096#pccap=1m", KURA_SYNC_INTERVAL, NULL);
+    REQUIRE(s);
+    pthread_t t[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){ .s = s, .id = i };
+        REQUIRE(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        bad += w[i].bad;
+    }
+    printf("# 4 threads: %llu checkpoints meanwhile, %d wrong answers\n",
+           (unsigned long long)t_stat(s, "tree_checkpoints"), bad);
+    CHECK_EQ_INT(bad, 0);
+    CHECK(t_stat(s, "tree_checkpoints") >= 2);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_usage u;
+    s->ops->usage(s, &u);
+    CHECK_EQ_INT(u.curr_items, 4 * (1500 - 1500 / 7 - 1));
+    kura_store_close(s);
+    s = open_tree(p, NULL, KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    s->ops->usage(s, &u);
+    CHECK_EQ_INT(u.curr_items, 4 * (1500 - 1500 / 7 - 1));
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+}
+
 /* ---- ordered iteration ------------------------------------------------- */
 
 typedef struct list_arg {
@@ -825,6 +897,7 @@ int main(void)
     RUN(test_disk_full);
     RUN(test_failed_sync_is_sticky);
     RUN(test_file_ten_times_pccap);
+    RUN(test_threads_across_checkpoints);
     RUN(test_iterate_from_in_key_order);
     RUN(test_parameters);
     t_teardown();

@@ -255,11 +255,21 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     int lv = kura_item_liveness(c.exptime, c.cas, clk);
     if (lv != KURA_LIVE) {
         rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
-        /* as memcached does, a read that meets a dead item reclaims it */
+        /* as memcached does, a read that meets a dead item reclaims it:
+         * looked up again, as do_write_begin may let mu go (a checkpoint) */
+        do_path_release(bt, &path);
         if (!bt->cfg.read_only && do_write_begin(bt) == KURA_OK &&
-            do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
-            bt->reclaimed++;
-        goto release;
+            do_descend(bt, key, klen, &path) == KURA_OK) {
+            if (path.found) {
+                pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                                        (unsigned)path.idx[path.depth - 1]), &c);
+                if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE &&
+                    do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
+                    bt->reclaimed++;
+            }
+            do_path_release(bt, &path);
+        }
+        goto out;
     }
     rc = do_read_cell(bt, &path, &c, &val);
     if (rc == KURA_OK) {
@@ -799,6 +809,7 @@ static void destroy(btree *bt)
     free(bt->vbuf);
     pthread_mutex_destroy(&bt->mu);
     pthread_mutex_destroy(&bt->state_mu);
+    pthread_cond_destroy(&bt->ckpt_cv);
     pthread_mutex_destroy(&bt->bg_mu);
     pthread_cond_destroy(&bt->bg_cv);
     free(bt->dir);
@@ -926,6 +937,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->ckpt_bytes = ckpt;
     pthread_mutex_init(&bt->mu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);
+    pthread_cond_init(&bt->ckpt_cv, NULL);
     pthread_mutex_init(&bt->bg_mu, NULL);
     pthread_cond_init(&bt->bg_cv, NULL);
 

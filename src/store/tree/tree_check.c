@@ -116,6 +116,8 @@ int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen)
     chk c = { .bt = bt, .err = err, .errlen = errlen };
     int rc;
     pthread_mutex_lock(&bt->mu);
+    while (bt->ckpt_busy)       /* its free lists are in its hands until it ends */
+        pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
     if (!(c.seen = calloc(bt->npages ? bt->npages : 1, 1))) {
         pthread_mutex_unlock(&bt->mu);
         return KURA_ENOMEM;

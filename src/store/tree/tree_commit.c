@@ -111,7 +111,7 @@ static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
 }
 
 static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree,
-                      const kura_store_state *state)
+                      const kura_store_state *state, uint32_t wal_seg, uint64_t wal_off)
 {
     memset(m, 0, sizeof(*m));
     m->psiz = (uint32_t)bt->psiz;
@@ -120,9 +120,9 @@ static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree,
     m->npages = bt->npages;
     m->fl_head = fl_head;
     m->nfree = nfree;
-    m->wal_seg = bt->ckpt_seg;
+    m->wal_seg = wal_seg;
     m->height = bt->height;
-    m->wal_off = bt->ckpt_off;
+    m->wal_off = wal_off;
     m->state = *state;
     m->items = bt->items;
     m->bytes = bt->bytes;
@@ -163,10 +163,20 @@ static void get_tail(void *arg, const sl_tail *t)
     ((tail_arg *)arg)->t = *t;
 }
 
+/* Appends v's entries to *to (a failed push leaks the page: never unsafe). */
+static void vec_append(bt_vec *to, const bt_vec *v)
+{
+    for (size_t j = 0; j < v->n; j++)
+        (void)bt_vec_push(to, v->v[j]);
+}
+
 int do_checkpoint(btree *bt)
 {
-    int rc = sl_failed(&bt->log);
-    if (rc)
+    int rc;
+    /* one at a time: another may be in its syncs, with mu let go */
+    while (bt->ckpt_busy)
+        pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
+    if ((rc = sl_failed(&bt->log)))
         return rc;
     tail_arg ta;
     kura_store_state state;
@@ -182,16 +192,11 @@ int do_checkpoint(btree *bt)
     pthread_mutex_unlock(&bt->state_mu);
     if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off)
         return KURA_OK;
-    /* the log up to P durable first: the meta page says "replay from P",
-     * so a log cut short of P by a power loss (-sync none, interval) would
-     * leave the records appended after the next open behind P */
-    if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn)))
-        return rc;
 
     /* 1. the free list: what is free now and what becomes free with this
      * meta page (freed since the last one, and the old list's pages) */
     size_t per = (bt->psiz - BT_HDR) / 8;
-    bt_vec chain = { 0 }, all = { 0 };
+    bt_vec chain = { 0 }, all = { 0 }, pend = { 0 };
     bt_page **pages = NULL;
     unsigned char *fl = NULL;
     size_t m = bt->freev.n + bt->pend.n + bt->flpages.n;
@@ -213,7 +218,7 @@ int do_checkpoint(btree *bt)
         !(fl = calloc(1, bt->psiz)))
         goto undo;
 
-    /* 2. the dirty pages, in file order */
+    /* 2. the dirty pages, in file order, and the list's pages */
     size_t nd = 0;
     for (bt_page *p = bt->dirty.next; p != &bt->dirty; p = p->next)
         pages[nd++] = p;
@@ -235,47 +240,14 @@ int do_checkpoint(btree *bt)
             goto ioerr;
     }
 
-    /* 3. the pages durable before the meta page names them */
-    if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
-        sl_fail(&bt->log, "the tree file's checkpoint sync", errno);
-        rc = KURA_EFAILED;
-        goto undo;
-    }
-    /* 4, 5. the meta page, into the other slot */
-    uint64_t old_seg = bt->ckpt_seg, old_off = bt->ckpt_off;
-    bt->ckpt_seg = ta.t.seg;
-    bt->ckpt_off = ta.t.off;
+    /* The tree as of P is in the file.  Freeze it: its pages become clean
+     * (what is in memory is what is in the file) and belong to a finished
+     * checkpoint, so a change from now on copies them to new numbers
+     * instead of writing them in place; the pages freed up to now wait in
+     * a list of their own for this meta page.  Then the syncs run with mu
+     * let go, so operations go on meanwhile (a sync can take a while). */
     bt_meta mt;
-    fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n, &state);
-    unsigned char mb[META_LEN];
-    meta_encode(mb, &mt);
-    int slot = bt->meta_slot ^ 1;
-    if (kio_pwrite_all(bt->io, bt->fd, mb, META_LEN, (off_t)slot * 4096) != 0) {
-        bt->ckpt_seg = (uint32_t)old_seg;
-        bt->ckpt_off = old_off;
-        goto ioerr;
-    }
-    if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
-        sl_fail(&bt->log, "the tree file's meta page sync", errno);
-        /* the meta page may be on the disk or not: the pages it names stay
-         * as they are, as nothing is written after a failed sync */
-        free(pages);
-        free(fl);
-        free(chain.v);
-        free(all.v);
-        return KURA_EFAILED;
-    }
-
-    /* the new meta page is durable: the old root's pages may go */
-    bt->meta_slot = slot;
-    free(bt->freev.v);
-    bt->freev = all;
-    bt->free_sorted = false;
-    all.v = NULL;
-    bt->pend.n = 0;
-    free(bt->flpages.v);
-    bt->flpages = chain;
-    chain.v = NULL;
+    fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n, &state, ta.t.seg, ta.t.off);
     for (size_t j = 0; j < nd; j++) {
         bt_page *p = pages[j];
         p->prev->next = p->next;
@@ -288,8 +260,71 @@ int do_checkpoint(btree *bt)
     }
     bt->ndirty = 0;
     bt->txn++;
+    pend = bt->pend;
+    memset(&bt->pend, 0, sizeof(bt->pend));
+    bt->ckpt_busy = true;
+    pthread_mutex_unlock(&bt->mu);
+
+    /* 0. the log up to P durable: the meta page says "replay from P", so a
+     * log cut short of P by a power loss (-sync none, interval) would
+     * leave the records appended after the next open behind P;
+     * 3. the pages durable before the meta page names them */
+    bool stopped = false;
+    if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn))) {
+        stopped = true;
+    } else if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
+        sl_fail(&bt->log, "the tree file's checkpoint sync", errno);
+        rc = KURA_EFAILED;
+        stopped = true;
+    }
+    /* 4, 5. the meta page, into the other slot */
+    int slot = bt->meta_slot ^ 1;
+    unsigned char mb[META_LEN];
+    meta_encode(mb, &mt);
+    if (!rc && kio_pwrite_all(bt->io, bt->fd, mb, META_LEN, (off_t)slot * 4096) != 0) {
+        rc = sl_errno_status(errno);
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: meta page not written: %s", bt->dir,
+               strerror(errno));
+        atomic_fetch_add_explicit(&bt->ckpt_errors, 1, memory_order_relaxed);
+    } else if (!rc && bt->io->fdatasync(bt->io, bt->fd) != 0) {
+        /* the meta page may be on the disk or not: nothing is written
+         * after a failed sync, so the pages it names stay as they are */
+        sl_fail(&bt->log, "the tree file's meta page sync", errno);
+        rc = KURA_EFAILED;
+        stopped = true;
+    }
+    pthread_mutex_lock(&bt->mu);
+    bt->ckpt_busy = false;
+    pthread_cond_broadcast(&bt->ckpt_cv);
+    if (rc) {
+        /* the previous meta page is the durable one: the pages freed wait
+         * for the next, and so do the list's pages (a meta page that may
+         * name them could be on the disk).  The frozen pages stay as they
+         * are in the file (synced, unless writes stopped for good). */
+        vec_append(&bt->pend, &pend);
+        if (!stopped)
+            vec_append(&bt->pend, &chain);
+        free(pend.v);
+        free(chain.v);
+        free(all.v);
+        free(pages);
+        free(fl);
+        return rc;
+    }
+
+    /* the new meta page is durable: the old root's pages may go */
+    bt->meta_slot = slot;
+    vec_append(&bt->freev, &pend);
+    vec_append(&bt->freev, &bt->flpages);
+    bt->free_sorted = false;
+    free(bt->flpages.v);
+    bt->flpages = chain;
+    bt->ckpt_seg = ta.t.seg;
+    bt->ckpt_off = ta.t.off;
     bt->ckpt_lsn = ta.t.lsn;
     atomic_fetch_add_explicit(&bt->checkpoints, 1, memory_order_relaxed);
+    free(pend.v);
+    free(all.v);
     free(pages);
     free(fl);
     do_evict(bt);

@@ -26,7 +26,10 @@
  *
  * Concurrency (correct first): one mutex, bt->mu, serializes every
  * operation on the tree and its cache, readers included; the log's group
- * commit waits happen outside it.  Functions named do_* run with bt->mu held.
+ * commit waits happen outside it, and so do a checkpoint's syncs (it lets
+ * mu go for them: whoever calls do_checkpoint, or do_write_begin, must
+ * hold no path across the call).  Functions named do_* run with bt->mu
+ * held.
  */
 #ifndef KURA_TREE_INT_H
 #define KURA_TREE_INT_H
@@ -161,6 +164,8 @@ typedef struct btree {
     uint32_t ckpt_seg;          /* where the meta page's tree is complete up to */
     uint64_t ckpt_off;
     uint64_t ckpt_lsn;          /* sl_lsn at the last checkpoint */
+    bool ckpt_busy;             /* a checkpoint is in its syncs, mu let go */
+    pthread_cond_t ckpt_cv;     /* with mu: ckpt_busy went false */
     bool wal_started;           /* sl_start done: appends and trims allowed */
     bool replaying;             /* open: a checkpoint is as of wal_at */
     uint32_t wal_at_seg;
