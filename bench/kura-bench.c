@@ -1,5 +1,9 @@
 /*
- * kura-bench - a load generator for the memcached text protocol.
+ * kura-bench - a load generator for the memcached protocols: the text
+ * protocol, the meta commands (--proto meta) and the binary protocol
+ * (--proto binary).  A multi-get (--multiget N) is N quiet gets fenced by
+ * "mn" (meta) or a noop (binary), the pipelined form those clients use;
+ * --noreply sends quiet sets and deletes (ms q, setq) fenced the same way.
  *
  * Threads each run their own epoll loop over --conns connections.  Every
  * connection keeps up to --pipeline requests in flight: it writes a batch,
@@ -53,6 +57,7 @@
 
 enum { PAT_SEQ, PAT_UNIFORM, PAT_ZIPF };
 enum { OUT_KV, OUT_CSV, OUT_JSON };
+enum { PROTO_TEXT, PROTO_META, PROTO_BINARY };
 
 static struct {
     const char *host, *port, *sock;
@@ -68,6 +73,7 @@ static struct {
     double miss_ratio;
     bool noreply, prefill, verify, quiet, spin;
     int out;
+    int proto;
     const char *label;
     uint64_t seed;
     double timeout;
@@ -101,6 +107,7 @@ static void usage(FILE *f)
 "      --miss-ratio F    fraction of get keys drawn from never-set keys\n"
 "                        (PREFIXm<index>) (default 0)\n"
 "  -m, --multiget N      keys per get request (default 1)\n"
+"      --proto P         text | meta | binary (default text)\n"
 "      --noreply         send sets (and deletes) with noreply\n"
 "      --prefill         set every key once before the measured run\n"
 "      --verify          check every hit against what a set would have stored\n"
@@ -543,21 +550,80 @@ static slot *push_slot(conn *c, int type)
     return s;
 }
 
+/* ---- binary protocol packets ---- */
+
+enum { BIN_SET = 0x01, BIN_DELETE = 0x04, BIN_NOOP = 0x0a, BIN_GETK = 0x0c, BIN_GETKQ = 0x0d,
+       BIN_SETQ = 0x11 };
+
+static void put_be(char *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (char)(v & 0xff);
+}
+
+static uint64_t get_be(const char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | (unsigned char)p[i];
+    return v;
+}
+
+/* A request header; the caller appends extras, key and value. */
+static void bin_hdr(conn *c, int op, size_t klen, size_t extlen, size_t bodylen)
+{
+    char h[24] = { (char)0x80, (char)op };
+    put_be(h + 2, klen, 2);
+    h[4] = (char)extlen;
+    put_be(h + 8, bodylen, 4);
+    wput(c, h, 24);
+}
+
+/* A one-key binary request (get, delete, ...) with no extras. */
+static void bin_key_req(conn *c, int op, uint64_t id)
+{
+    char kb[KEYBUF];
+    size_t kl = key_str(kb, id);
+    wreserve(c, 24 + kl);
+    bin_hdr(c, op, kl, 0, kl);
+    wput(c, kb, kl);
+}
+
 static void emit_set(conn *c, uint64_t id, bool noreply)
 {
     worker *w = c->w;
     vspec vs;
     value_spec(id, ++w->version, &vs);
     char line[KEYBUF + 96];
-    size_t n = 4;
-    memcpy(line, "set ", 4);
-    n += key_str(line + n, id);
-    line[n++] = ' ';
-    n += u64str(line + n, vs.flags);
-    memcpy(line + n, " 0 ", 3); n += 3;
-    n += u64str(line + n, vs.len);
-    if (noreply) { memcpy(line + n, " noreply", 8); n += 8; }
-    line[n++] = '\r'; line[n++] = '\n';
+    size_t n = 0;
+    if (opt.proto == PROTO_BINARY) {
+        char kb[KEYBUF], ext[8];
+        size_t kl = key_str(kb, id);
+        wreserve(c, 24 + 8 + kl + vs.len);
+        bin_hdr(c, noreply ? BIN_SETQ : BIN_SET, kl, 8, 8 + kl + vs.len);
+        put_be(ext, vs.flags, 4);
+        put_be(ext + 4, 0, 4);
+        wput(c, ext, 8);
+        wput(c, kb, kl);
+    } else if (opt.proto == PROTO_META) {
+        memcpy(line, "ms ", 3); n = 3;
+        n += key_str(line + n, id);
+        line[n++] = ' ';
+        n += u64str(line + n, vs.len);
+        memcpy(line + n, " F", 2); n += 2;
+        n += u64str(line + n, vs.flags);
+        if (noreply) { memcpy(line + n, " q", 2); n += 2; }
+        line[n++] = '\r'; line[n++] = '\n';
+    } else {
+        memcpy(line, "set ", 4); n = 4;
+        n += key_str(line + n, id);
+        line[n++] = ' ';
+        n += u64str(line + n, vs.flags);
+        memcpy(line + n, " 0 ", 3); n += 3;
+        n += u64str(line + n, vs.len);
+        if (noreply) { memcpy(line + n, " noreply", 8); n += 8; }
+        line[n++] = '\r'; line[n++] = '\n';
+    }
     wreserve(c, n + vs.len + 2);
     wput(c, line, n);
     if (vs.len >= HDR_LEN) {
@@ -569,7 +635,8 @@ static void emit_set(conn *c, uint64_t id, bool noreply)
     } else {
         wput(c, vs.body, vs.len);
     }
-    wput(c, "\r\n", 2);
+    if (opt.proto != PROTO_BINARY)
+        wput(c, "\r\n", 2);
     if (!w->prefill)
         w->c.sets++;
 }
@@ -596,8 +663,13 @@ static bool issue_one(conn *c)
             /* a barrier: every noreply request before it has been processed */
             c->synced = true;
             push_slot(c, RQ_SYNC);
-            wreserve(c, 9);
-            wput(c, "version\r\n", 9);
+            wreserve(c, 24);
+            if (opt.proto == PROTO_BINARY)
+                bin_hdr(c, BIN_NOOP, 0, 0, 0);
+            else if (opt.proto == PROTO_META)
+                wput(c, "mn\r\n", 4);
+            else
+                wput(c, "version\r\n", 9);
             return true;
         }
         return false;
@@ -614,33 +686,56 @@ static bool issue_one(conn *c)
     } else if (r < opt.set_w + opt.get_w) {
         slot *s = push_slot(c, RQ_GET);
         s->nkeys = (uint16_t)opt.multiget;
-        size_t per = (size_t)opt.multiget * (KEYBUF + 1) + 8;
+        size_t per = (size_t)opt.multiget * (KEYBUF + 32) + 32;
         wreserve(c, per);
-        wput(c, "get", 3);
+        bool quiet = opt.multiget > 1;  /* meta/binary: quiet gets and a fence */
+        if (opt.proto == PROTO_TEXT)
+            wput(c, "get", 3);
         for (int i = 0; i < opt.multiget; i++) {
             uint64_t id = pick_key(&w->rs);
             if (opt.miss_ratio > 0 && rng_01(&w->rs) < opt.miss_ratio)
                 id |= MISS_BIT;
             s->ids[i] = id;
             s->seen[i] = 0;
-            c->wbuf[c->wlen++] = ' ';
-            c->wlen += key_str(c->wbuf + c->wlen, id);
+            if (opt.proto == PROTO_BINARY) {
+                bin_key_req(c, quiet ? BIN_GETKQ : BIN_GETK, id);
+            } else if (opt.proto == PROTO_META) {
+                wput(c, "mg ", 3);
+                c->wlen += key_str(c->wbuf + c->wlen, id);
+                if (quiet) wput(c, " v f k q\r\n", 10);
+                else wput(c, " v f k\r\n", 8);
+            } else {
+                c->wbuf[c->wlen++] = ' ';
+                c->wlen += key_str(c->wbuf + c->wlen, id);
+            }
         }
-        wput(c, "\r\n", 2);
+        if (opt.proto == PROTO_TEXT)
+            wput(c, "\r\n", 2);
+        else if (quiet && opt.proto == PROTO_META)
+            wput(c, "mn\r\n", 4);
+        else if (quiet)
+            bin_hdr(c, BIN_NOOP, 0, 0, 0);
         w->c.gets++;
         w->c.keys_req += (uint64_t)opt.multiget;
     } else {
         uint64_t id = pick_key(&w->rs);
-        if (!opt.noreply) {
+        /* meta and binary answer a quiet delete's miss: deletes stay loud */
+        bool quiet_del = opt.noreply && opt.proto == PROTO_TEXT;
+        if (!quiet_del) {
             slot *s = push_slot(c, RQ_DEL);
             s->nkeys = 1;
             s->ids[0] = id;
         }
-        wreserve(c, KEYBUF + 24);
-        wput(c, "delete ", 7);
-        c->wlen += key_str(c->wbuf + c->wlen, id);
-        if (opt.noreply) wput(c, " noreply", 8);
-        wput(c, "\r\n", 2);
+        if (opt.proto == PROTO_BINARY) {
+            bin_key_req(c, BIN_DELETE, id);
+        } else {
+            wreserve(c, KEYBUF + 24);
+            wput(c, opt.proto == PROTO_META ? "md " : "delete ", opt.proto == PROTO_META ? 3 : 7);
+            c->wlen += key_str(c->wbuf + c->wlen, id);
+            if (quiet_del)
+                wput(c, " noreply", 8);
+            wput(c, "\r\n", 2);
+        }
         w->c.dels++;
     }
     return true;
@@ -764,6 +859,52 @@ static int parse_value_line(conn *c, const char *l, size_t n)
     return 0;
 }
 
+/* Finds the head get slot's key k (not seen yet) and sets c->dkey. */
+static int match_key(conn *c, const char *k, size_t klen)
+{
+    slot *s = &c->q[c->qhead];
+    char kb[KEYBUF];
+    c->dkey = -1;
+    for (int i = 0; i < s->nkeys; i++) {
+        if (s->seen[i])
+            continue;
+        size_t kl = key_str(kb, s->ids[i]);
+        if (kl == klen && memcmp(kb, k, klen) == 0) {
+            c->dkey = i;
+            return 0;
+        }
+    }
+    return -2;
+}
+
+/* Parses a meta "VA <bytes> f<flags> k<key>" line into the head get slot. */
+static int parse_va_line(conn *c, const char *l, size_t n)
+{
+    const char *p = l + 3, *e = l + n;
+    char *end;
+    unsigned long long bytes = strtoull(p, &end, 10);
+    if (end == p || bytes > (1ull << 30))
+        return -1;
+    c->dlen = (size_t)bytes;
+    c->dflags = 0;
+    const char *k = NULL;
+    size_t klen = 0;
+    for (p = end; p < e; ) {
+        while (p < e && *p == ' ') p++;
+        const char *t = p;
+        while (p < e && *p != ' ') p++;
+        if (t < p && *t == 'f')
+            c->dflags = (uint32_t)strtoul(t + 1, NULL, 10);
+        else if (t < p && *t == 'k') {
+            k = t + 1;
+            klen = (size_t)(p - t - 1);
+        }
+    }
+    if (!k)
+        return -1;
+    return match_key(c, k, klen);
+}
+
 static void protocol_error(conn *c, const char *what, const char *l, size_t n)
 {
     if (n > 80) n = 80;
@@ -775,10 +916,100 @@ static void protocol_error(conn *c, const char *what, const char *l, size_t n)
     fatal(c->w, 1, "conn %d: protocol error: %s: \"%s\"", c->idx, what, show);
 }
 
+/* Binary: parses as many complete response packets as the buffer holds. */
+static void parse_binary(conn *c)
+{
+    worker *w = c->w;
+    while (!w->fatal) {
+        char *buf = c->rbuf + c->rpos;
+        size_t avail = c->rlen - c->rpos;
+        if (avail < 24)
+            return;
+        size_t bodylen = (size_t)get_be(buf + 8, 4);
+        if ((unsigned char)buf[0] != 0x81 || bodylen > (1u << 30)) {
+            protocol_error(c, "bad binary response header", buf, 24);
+            return;
+        }
+        if (avail < 24 + bodylen) {
+            if (24 + bodylen > c->rcap - c->rpos) {      /* room for the whole packet */
+                size_t cap = c->rcap;
+                while (cap < (24 + bodylen) * 2) cap *= 2;
+                char *nb = malloc(cap);
+                if (!nb) die(1, "out of memory");
+                memcpy(nb, buf, avail);
+                free(c->rbuf);
+                c->rbuf = nb;
+                c->rlen = avail;
+                c->rpos = 0;
+                c->rcap = cap;
+            }
+            return;
+        }
+        c->rpos += 24 + bodylen;
+        if (c->qcount == 0) {
+            protocol_error(c, "reply with no request outstanding", buf, 24);
+            return;
+        }
+        slot *s = &c->q[c->qhead];
+        int op = (unsigned char)buf[1], status = (int)get_be(buf + 6, 2);
+        size_t klen = (size_t)get_be(buf + 2, 2), extlen = (unsigned char)buf[4];
+        if (op == BIN_NOOP) {
+            complete(c, false);                 /* the fence of a quiet batch */
+            continue;
+        }
+        switch (s->type) {
+        case RQ_SET:
+            if (status == 0) {
+                complete(c, false);
+            } else {
+                if (!opt.quiet && w->c.errors < 3)
+                    fprintf(stderr, "kura-bench: conn %d: set status 0x%x\n", c->idx, status);
+                complete(c, true);
+            }
+            break;
+        case RQ_DEL:
+            complete(c, !(status == 0 || status == 1));
+            break;
+        case RQ_GET:
+            if (status == 0 && extlen == 4 && klen + 4 <= bodylen) {
+                if (match_key(c, buf + 28, klen) != 0) {
+                    protocol_error(c, "value for a key not requested (or twice)", buf, 24);
+                    return;
+                }
+                s->seen[c->dkey] = 1;
+                uint64_t id = s->ids[c->dkey];
+                const char *val = buf + 28 + klen;
+                size_t vlen = bodylen - 4 - klen;
+                if (id & MISS_BIT) {
+                    w->c.unexpected_hits++;
+                    if (opt.verify) w->c.mismatches++;
+                } else if (opt.verify && !value_ok(id, val, vlen, (uint32_t)get_be(buf + 24, 4))) {
+                    w->c.mismatches++;
+                }
+                if (op == BIN_GETK)
+                    complete(c, false);
+            } else if (status == 1 && op == BIN_GETK) {
+                complete(c, false);             /* a miss */
+            } else {
+                protocol_error(c, "unexpected reply to get", buf, 24);
+                return;
+            }
+            break;
+        default:
+            protocol_error(c, "unexpected binary reply", buf, 24);
+            return;
+        }
+    }
+}
+
 /* Parses as many complete replies as the read buffer holds. */
 static void parse(conn *c)
 {
     worker *w = c->w;
+    if (opt.proto == PROTO_BINARY) {
+        parse_binary(c);
+        return;
+    }
     while (!w->fatal) {
         char *buf = c->rbuf + c->rpos;
         size_t avail = c->rlen - c->rpos;
@@ -800,6 +1031,8 @@ static void parse(conn *c)
             }
             c->rpos += c->dlen + 2;
             c->ps = PS_LINE;
+            if (opt.proto == PROTO_META && s->nkeys == 1 && opt.multiget == 1)
+                complete(c, false);
             continue;
         }
         char *nl = memchr(buf, '\n', avail);
@@ -829,6 +1062,28 @@ static void parse(conn *c)
                 fprintf(stderr, "kura-bench: conn %d: server replied: %.*s\n", c->idx,
                         (int)(n > 200 ? 200 : n), buf);
             complete(c, true);
+            continue;
+        }
+        if (opt.proto == PROTO_META) {
+            if (s->type == RQ_GET && line_starts(buf, n, "VA ")) {
+                int rc = parse_va_line(c, buf, n);
+                if (rc == -1)
+                    protocol_error(c, "malformed VA line", buf, n);
+                else if (rc == -2)
+                    protocol_error(c, "VA for a key not requested (or twice)", buf, n);
+                else
+                    c->ps = PS_DATA;
+            } else if ((s->type == RQ_SET && line_is(buf, n, "HD")) ||
+                       (s->type == RQ_DEL && (line_is(buf, n, "HD") || line_is(buf, n, "NF"))) ||
+                       (s->type == RQ_SYNC && line_is(buf, n, "MN")) ||
+                       (s->type == RQ_GET && (line_starts(buf, n, "EN") || line_is(buf, n, "MN")))) {
+                complete(c, false);
+            } else if (s->type == RQ_SET && (line_is(buf, n, "NS") || line_is(buf, n, "EX") ||
+                                             line_is(buf, n, "NF"))) {
+                complete(c, true);
+            } else {
+                protocol_error(c, "unexpected meta reply", buf, n);
+            }
             continue;
         }
         switch (s->type) {
@@ -1081,7 +1336,7 @@ static void sigint(int sig)
 int main(int argc, char **argv)
 {
     enum { O_PATTERN = 256, O_PREFIX, O_MISS, O_NOREPLY, O_PREFILL, O_VERIFY, O_CSV,
-           O_JSON, O_LABEL, O_SEED, O_TIMEOUT, O_HELP, O_SPIN };
+           O_JSON, O_LABEL, O_SEED, O_TIMEOUT, O_HELP, O_SPIN, O_PROTO };
     static const struct option lo[] = {
         { "host", 1, 0, 'h' }, { "port", 1, 0, 'p' }, { "socket", 1, 0, 's' },
         { "threads", 1, 0, 't' }, { "conns", 1, 0, 'c' }, { "pipeline", 1, 0, 'P' },
@@ -1092,6 +1347,7 @@ int main(int argc, char **argv)
         { "prefill", 0, 0, O_PREFILL }, { "verify", 0, 0, O_VERIFY },
         { "quiet", 0, 0, 'q' }, { "csv", 0, 0, O_CSV }, { "json", 0, 0, O_JSON },
         { "label", 1, 0, O_LABEL }, { "seed", 1, 0, O_SEED }, { "timeout", 1, 0, O_TIMEOUT }, { "spin", 0, 0, O_SPIN },
+        { "proto", 1, 0, O_PROTO },
         { "version", 0, 0, 'V' }, { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 },
     };
     bool ops_given = false;
@@ -1161,6 +1417,12 @@ int main(int argc, char **argv)
         case O_SEED: opt.seed = parse_u64("--seed", optarg); break;
         case O_TIMEOUT: opt.timeout = parse_double("--timeout", optarg); break;
         case O_SPIN: opt.spin = true; break;
+        case O_PROTO:
+            if (!strcmp(optarg, "text")) opt.proto = PROTO_TEXT;
+            else if (!strcmp(optarg, "meta")) opt.proto = PROTO_META;
+            else if (!strcmp(optarg, "binary")) opt.proto = PROTO_BINARY;
+            else die(2, "--proto: text, meta or binary");
+            break;
         case 'V': puts(VERSION_STR); return 0;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -47,10 +47,10 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 # (same key prefix).  keys="ops" means: as many keys as ops.
 
 def C(cid, title, nominal, ops, conns, ratio, keys, prefix, pattern="seq", pipeline=1,
-      multiget=1, value=32, miss=0, prefill=False):
+      multiget=1, value=32, miss=0, prefill=False, proto="text"):
     return dict(id=cid, title=title, nominal=nominal, ops=ops, conns=conns, ratio=ratio,
                 keys=keys, prefix=prefix, pattern=pattern, pipeline=pipeline,
-                multiget=multiget, value=value, miss=miss, prefill=prefill)
+                multiget=multiget, value=value, miss=miss, prefill=prefill, proto=proto)
 
 PLAN = [
     C("set-c1", "100k sets, 1 conn", 100000, 20000, 1, "1:0", "ops", "a1:"),
@@ -81,6 +81,20 @@ PLAN = [
       "a20:", pattern="uniform", pipeline=32),
     C("mget10", "10-key multi-gets, 1 conn", 20000, 10000, 1, "0:1", 100000, "a20:",
       pattern="uniform", multiget=10),
+    # the meta commands and the binary protocol (issue 13): set and get, and
+    # ten quiet gets fenced by mn / noop (the pipelined form their clients use)
+    C("meta-set-c1", "meta: 100k ms, 1 conn", 100000, 20000, 1, "1:0", "ops", "m1:",
+      proto="meta"),
+    C("meta-get-c1", "meta: 100k mg, 1 conn", 100000, 20000, 1, "0:1", "set", "m1:",
+      pattern="uniform", proto="meta"),
+    C("meta-mget10", "meta: 10 quiet mg + mn, 1 conn", 20000, 10000, 1, "0:1", "set", "m1:",
+      pattern="uniform", multiget=10, proto="meta"),
+    C("bin-set-c1", "binary: 100k set, 1 conn", 100000, 20000, 1, "1:0", "ops", "n1:",
+      proto="binary"),
+    C("bin-get-c1", "binary: 100k get, 1 conn", 100000, 20000, 1, "0:1", "set", "n1:",
+      pattern="uniform", proto="binary"),
+    C("bin-mget10", "binary: 10 getkq + noop, 1 conn", 20000, 10000, 1, "0:1", "set", "n1:",
+      pattern="uniform", multiget=10, proto="binary"),
 ]
 
 ENGINE_RNUM = 1000000
@@ -318,7 +332,8 @@ def cell_args(cell, ops, port, a):
             "--pipeline", str(cell["pipeline"]), "--multiget", str(cell["multiget"]),
             "--ops", str(ops), "--keys", str(keys), "--pattern", cell["pattern"],
             "--key-prefix", cell["prefix"], "--value-size", str(cell["value"]),
-            "--ratio", cell["ratio"], "--verify", "--json", "--quiet", "--timeout", "30"]
+            "--ratio", cell["ratio"], "--verify", "--json", "--quiet", "--timeout", "30",
+            "--proto", cell.get("proto", "text")]
     if cell["miss"]:
         args += ["--miss-ratio", str(cell["miss"])]
     if cell["prefill"]:
@@ -717,6 +732,8 @@ def main():
                     help="memcached against itself (= --servers memcached,memcached): "
                          "validates the pipeline before kurad exists; ratios should be ~1")
     ap.add_argument("--only", choices=["net", "engine"], help="run only one part")
+    ap.add_argument("--cells", default=None,
+                    help="comma list of network cell ids (or id prefixes, e.g. meta-,bin-) to run")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per cell (default 3)")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply the default op counts (capped at the nominal ones)")
@@ -798,6 +815,9 @@ def main():
                 scale *= 3.0 / len(servers)
                 notes.append("op counts scaled by a further 3/%d for %d servers" % (len(servers), len(servers)))
             plan = scaled_plan(scale, a.full)
+            if a.cells:
+                want = [w for w in a.cells.split(",") if w]
+                plan = [c for c in plan if any(c["id"] == w or (w.endswith("-") and c["id"].startswith(w)) for w in want)]
             log("\n== network: %d cells x %d server(s) x %d rep(s)" % (len(plan), len(servers), a.reps))
             for rep in range(1, a.reps + 1):
                 t_rep = time.monotonic()

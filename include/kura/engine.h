@@ -133,6 +133,75 @@ long engine_sweep(kura_engine *e, size_t budget);
 /* Makes every change so far durable. */
 int engine_sync(kura_engine *e);
 
+/* ---- extended calls: what the meta and binary protocols need ------------- *
+ *
+ * Each returns what the classic call returns, plus what a meta or binary
+ * reply reports: the item's new cas after a change, its exptime, whether it
+ * had been read (h), its last access (l), the invalidation and recache
+ * token state (X, W, Z).  Those marks are kept by the engine in memory
+ * (src/engine/marks.c), the same for every backend. */
+
+/* The access state of an item as a request found it. */
+typedef struct engine_item_info {
+    bool fetched;               /* read since it was stored (before this request) */
+    int64_t last_access;        /* Unix time of the last read, or of the store */
+    bool stale;                 /* invalidated (md I, ms I with an older cas) */
+    bool token_sent;            /* a client already won the recache token */
+    bool won;                   /* this request won the recache token */
+    bool created;               /* this request created the item (vivify) */
+    int64_t old_exptime;        /* absolute, before this request; 0 = never */
+    int64_t exptime;            /* absolute, after this request */
+    uint64_t cas;               /* after this request */
+} engine_item_info;
+
+typedef struct engine_get_opts {
+    bool touch;                 /* gat / mg T: set a new exptime (client form) */
+    int64_t exptime;
+    bool vivify;                /* mg N: create an empty item on a miss, and win */
+    int64_t vivify_exptime;     /* its exptime (client form) */
+    bool recache;               /* mg R: win if the remaining TTL is below */
+    int64_t recache_exptime;    /* (client form) */
+    bool recache_after_touch;   /* R compares with the exptime T set (T came first) */
+    bool no_bump;               /* mg u: the read is not an access (h, l unchanged) */
+} engine_get_opts;
+
+/* get with options.  info (may be NULL) is filled before fn is called, so fn
+ * can report it.  KURA_OK (hit, or created), KURA_NOTFOUND, or an error. */
+int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                  const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info);
+
+typedef struct engine_store_opts {
+    uint64_t cas_in;            /* compare: 0 = none.  set/replace/cas: a cas; add:
+                                   ignored; append/prepend: must match if not 0 */
+    bool invalidate;            /* ms I: a cas_in below the item's stores, marked stale */
+} engine_store_opts;
+
+/* engine_store with options; *cas_out (may be NULL) gets the new cas. */
+int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *it,
+                    const engine_store_opts *o, uint64_t *cas_out);
+
+/* delete with a cas to match (0 = any; KURA_EXISTS if it differs).
+ * invalidate (md I): keep the item, marked stale, with a new cas (and the
+ * exptime set when touch).  KURA_OK, KURA_NOTFOUND, KURA_EXISTS or an error. */
+int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                     uint64_t cas_in, bool invalidate, bool touch, int64_t exptime);
+
+typedef struct engine_arith_opts {
+    uint64_t cas_in;            /* 0 = any; KURA_EXISTS if it differs */
+    bool vivify;                /* a miss creates the item with value `initial` */
+    uint64_t initial;
+    int64_t vivify_exptime;     /* exptime of a created item (client form) */
+    bool touch;                 /* set the exptime of an existing item */
+    int64_t exptime;            /* (client form) */
+} engine_arith_opts;
+
+/* incr/decr with options: on KURA_OK writes the new value into out; info
+ * (may be NULL) gets the new cas, the exptimes before and after, and whether
+ * the item was created (the access marks are not reported). */
+int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                    bool incr, uint64_t delta, const engine_arith_opts *o,
+                    char out[KURA_INCR_MAX_LEN], engine_item_info *info);
+
 /* The store's counters, "stats" lines and backend name ("hash", "cache"). */
 void engine_usage(kura_engine *e, kura_store_usage *u);
 void engine_backend_stats(kura_engine *e, kura_stat_fn emit, void *arg);

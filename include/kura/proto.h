@@ -1,5 +1,14 @@
 /*
- * proto.h - the memcached text protocol: bytes in, engine calls, bytes out.
+ * proto.h - the memcached protocols: bytes in, engine calls, bytes out.
+ *
+ * One session per connection serves one protocol, chosen from the first
+ * byte the client sends as memcached chooses (0x80, the binary request
+ * magic: the binary protocol; anything else: the text protocol, meta
+ * commands included).  The connection calls kura_session_process() and
+ * reads the session's common fields (need, close, dirty, out_full); it
+ * knows nothing of a protocol's insides.  Each protocol is a kura_proto:
+ * text (src/proto/text.c, with meta.c behind its command table) and binary
+ * (src/proto/binary.c).
  *
  * text_process() consumes as many complete requests as the input holds,
  * appends every reply to `out` in order (so pipelined requests are answered
@@ -80,6 +89,17 @@ typedef struct kura_server_info {
     void *repl_ctx;
 } kura_server_info;
 
+struct kura_proto;
+
+/* The binary protocol's state between calls (binary.c). */
+typedef struct binary_state {
+    uint64_t swallow;                   /* body bytes of a refused request still to discard */
+    bool wrote;                         /* the last request's reply makes memcached write */
+} binary_state;
+
+/* A connection's protocol session.  The connection sets engine, stats,
+ * server and conn_id, and reads need, close, dirty and out_full; the rest
+ * belongs to the protocol. */
 typedef struct text_session {
     kura_engine *engine;
     kura_thread_stats *stats;
@@ -99,6 +119,8 @@ typedef struct text_session {
     size_t scan;                        /* private: bytes of the first unconsumed line
                                            already searched for its newline */
     int conn_id;                        /* for traces: the socket's descriptor */
+    const struct kura_proto *proto;     /* chosen at the first byte; NULL before */
+    binary_state bin;                   /* private to binary.c */
     /* "repl <after> <sid>": the connection becomes a replication stream;
      * the caller hands its socket to the master (repl.h), with close set */
     bool handoff;
@@ -106,7 +128,23 @@ typedef struct text_session {
     uint32_t handoff_sid;
 } text_session;
 
+typedef text_session kura_session;
+
+/* A protocol: process() has text_process()'s contract (above). */
+typedef struct kura_proto {
+    const char *name;
+    size_t (*process)(kura_session *s, char *in, size_t len, kura_buf *out);
+} kura_proto;
+
+extern const kura_proto kura_proto_text;
+extern const kura_proto kura_proto_binary;
+
+/* The connection's entry point: picks the protocol from the first byte on
+ * the first call, then hands every call to it. */
+size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out);
+
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out);
+size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out);
 
 /* One token of a request line: a span of the read buffer, not NUL-terminated.
  * The terminal token has length 0 and value NULL, or the unread rest. */

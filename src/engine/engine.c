@@ -21,6 +21,7 @@
 
 #include "kura/buf.h"
 #include "engine_int.h"
+#include "marks.h"
 
 #define CAS_RESERVE_BLOCK (1ULL << 20)
 /* in dual-master mode cas values are clock readings: 2^32 is about a second */
@@ -176,11 +177,19 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     e->started = wall_now() - 2;
     pthread_mutex_init(&e->state_lock, NULL);
     pthread_rwlock_init(&e->gate, NULL);
+    e->marks = marks_new();
+    if (!e->marks) {
+        pthread_rwlock_destroy(&e->gate);
+        pthread_mutex_destroy(&e->state_lock);
+        free(e);
+        return KURA_ENOMEM;
+    }
 
     kura_store_state st = {0};
     if (store->ops->load_state) {
         int rc = store->ops->load_state(store, &st);
         if (rc < 0) {
+            marks_free(e->marks);
             pthread_mutex_destroy(&e->state_lock);
             pthread_rwlock_destroy(&e->gate);
             free(e);
@@ -212,6 +221,7 @@ void engine_close(kura_engine *e)
     pthread_mutex_unlock(&e->state_lock);
     kura_store_close(e->store);
     feed_destroy(e);
+    marks_free(e->marks);
     pthread_mutex_destroy(&e->state_lock);
     pthread_rwlock_destroy(&e->gate);
     free(e);
@@ -247,7 +257,11 @@ kura_clock engine_clock(kura_engine *e)
 
 void engine_tick(kura_engine *e)
 {
-    (void)engine_clock(e);
+    kura_clock c = engine_clock(e);
+    /* every cas handed out from here on is above this one (dual master:
+     * cas values are clock readings) */
+    uint64_t next = e->cas_clock ? hlc_last(e->cas_clock) + 1 : atomic_load(&e->next_cas);
+    marks_tick(e->marks, next, c.now);
 }
 
 int64_t engine_abs_exptime(kura_engine *e, int64_t exptime)
@@ -789,4 +803,422 @@ int engine_swap_store(kura_engine *e,
 void engine_enable_swap(kura_engine *e)
 {
     e->gated = true;
+}
+
+/* ---- extended calls for the meta and binary protocols ---------------------
+ *
+ * Each public call is its *_gated body inside the store-swap gate, as the
+ * classic calls are.
+ *
+ * The same rules as the classic calls above, reusing their callbacks, plus
+ * what meta and binary replies report (new cas, exptimes, access marks) and
+ * the conditions they add (a cas on any change, vivify on a miss, the
+ * invalidation of md/ms I).  Every change goes through the change feed as
+ * the classic calls' do (local_change, feed_begin/feed_end around the store
+ * call, feed_update in the callback, which hands out the cas).  The marks
+ * are read and changed under the store's key lock, inside the callbacks, so
+ * that two readers racing for a recache token cannot both win it. */
+
+typedef struct get_ex_arg {
+    kura_engine *e;
+    const engine_get_opts *o;
+    engine_item_info *info;
+    kura_item_fn fn;
+    void *arg;
+    const char *key;
+    size_t klen;
+    int64_t now, touch_abs, vivify_abs, recache_abs;
+} get_ex_arg;
+
+/* Reads and updates the marks of a live item (key lock held), fills info. */
+static void get_ex_marks(get_ex_arg *g, const kura_item *cur, int64_t exptime_now)
+{
+    const engine_get_opts *o = g->o;
+    int64_t exp_r = o->recache_after_touch ? exptime_now : cur->exptime;
+    marks_op op = {
+        .bump = !o->no_bump,
+        .take_token = o->recache && exp_r != 0 && exp_r < g->recache_abs,
+        .take_if_stale = true,
+    };
+    marks_prev prev;
+    bool won = marks_access(g->e->marks, cur->key, cur->klen, cur->cas, g->now, &op, &prev);
+    engine_item_info *in = g->info;
+    in->fetched = prev.bits & MARK_FETCHED;
+    in->last_access = prev.atime;
+    in->stale = prev.bits & MARK_STALE;
+    in->token_sent = prev.bits & MARK_TOKEN;
+    in->won = won;
+    in->created = false;
+    in->old_exptime = cur->exptime;
+    in->exptime = exptime_now;
+    in->cas = cur->cas;
+}
+
+static int get_ex_read_cb(void *arg, const kura_item *cur)
+{
+    get_ex_arg *g = arg;
+    get_ex_marks(g, cur, cur->exptime);
+    return g->fn ? g->fn(g->arg, cur) : 0;
+}
+
+static int get_ex_update_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    get_ex_arg *g = arg;
+    kura_item shown;
+    int rc;
+
+    if (!cur) {
+        if (!g->o->vivify)
+            return KURA_NOTFOUND;
+        out->action = KURA_UPDATE_REPLACE;
+        out->flags = 0;
+        out->exptime = g->vivify_abs;
+        if ((rc = feed_update_key(g->e, g->key, g->klen, NULL, out)) != KURA_OK) {
+            out->action = KURA_UPDATE_KEEP;
+            return rc;
+        }
+        shown = (kura_item){ .key = g->key, .klen = g->klen, .val = "", .vlen = 0,
+                             .flags = 0, .exptime = g->vivify_abs, .cas = out->cas };
+        marks_set(g->e->marks, g->key, g->klen, out->cas, g->now,
+                  MARK_TOKEN | (g->o->no_bump ? 0 : MARK_FETCHED));
+        *g->info = (engine_item_info){ .won = true, .created = true, .last_access = g->now,
+                                       .exptime = g->vivify_abs, .cas = out->cas };
+    } else {
+        shown = *cur;
+        if (g->o->touch) {
+            shown.exptime = g->touch_abs;
+            out->action = KURA_UPDATE_TOUCH;
+            out->exptime = g->touch_abs;
+            if ((rc = feed_update(g->e, cur, out)) != KURA_OK) {
+                out->action = KURA_UPDATE_KEEP;
+                return rc;
+            }
+        }
+        get_ex_marks(g, cur, shown.exptime);
+    }
+    if (g->fn)
+        g->fn(g->arg, &shown);
+    return KURA_OK;
+}
+
+static int get_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                        const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
+{
+    static const engine_get_opts none;
+    engine_item_info scratch;
+    kura_clock clk = engine_clock(e);
+    get_ex_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, clk.now,
+                     0, 0, 0 };
+    int rc;
+
+    o = g.o;
+    if (o->recache)
+        g.recache_abs = engine_abs_exptime(e, o->recache_exptime);
+    if (o->touch || o->vivify) {
+        if ((rc = local_change(e)) != KURA_OK)
+            return rc;
+        if (o->touch)
+            g.touch_abs = engine_abs_exptime(e, o->exptime);
+        if (o->vivify)
+            g.vivify_abs = engine_abs_exptime(e, o->vivify_exptime);
+        int slot = feed_begin(e);
+        rc = e->store->ops->update(e->store, key, klen, &clk, get_ex_update_cb, &g);
+        feed_end(e, slot, rc);
+    } else {
+        rc = e->store->ops->get(e->store, key, klen, &clk, get_ex_read_cb, &g);
+    }
+    if (o->touch) {
+        KURA_STAT_INC(ts, cmd_touch);
+        if (rc == KURA_OK) KURA_STAT_INC(ts, touch_hits); else KURA_STAT_INC(ts, touch_misses);
+    } else {
+        KURA_STAT_INC(ts, cmd_get);
+        if (rc == KURA_OK)
+            KURA_STAT_INC(ts, get_hits);
+        else
+            KURA_STAT_INC(ts, get_misses);
+        if (rc == KURA_EXPIRED)
+            KURA_STAT_INC(ts, get_expired);
+        else if (rc == KURA_FLUSHED)
+            KURA_STAT_INC(ts, get_flushed);
+    }
+    if (rc < 0) {
+        KURA_STAT_INC(ts, store_errors);
+        return rc;
+    }
+    return rc == KURA_OK ? KURA_OK : KURA_NOTFOUND;
+}
+
+typedef struct store_ex_arg {
+    kura_engine *e;
+    const kura_item *in;
+    int64_t exptime;            /* absolute */
+    uint64_t cas_in, new_cas;
+    int64_t now;
+    bool check_cas;
+    concat_arg ca;
+} store_ex_arg;
+
+/* append/prepend, with a cas to match when check_cas (memcached's
+ * "simplified" check); notes the new cas. */
+static int concat_ex_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    store_ex_arg *a = arg;
+    if (a->check_cas && cur && cur->cas != a->cas_in)
+        return KURA_STORE_EXISTS;
+    int rc = concat_cb(&a->ca, cur, out);
+    if (rc == KURA_STORED)
+        a->new_cas = out->cas;
+    return rc;
+}
+
+/* ms I with a cas: a matching cas stores as cas does; an older one stores
+ * too, keeping the exptime, marked stale, the token state carried over. */
+static int store_stale_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    store_ex_arg *a = arg;
+    if (!cur)
+        return KURA_STORE_NOT_FOUND;
+    if (cur->cas != a->cas_in && a->cas_in > cur->cas)
+        return KURA_STORE_EXISTS;
+    bool stale = cur->cas != a->cas_in;
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = a->in->flags;
+    out->exptime = stale ? cur->exptime : a->exptime;
+    out->part[0].base = a->in->val;
+    out->part[0].len = a->in->vlen;
+    int rc = feed_update(a->e, cur, out);
+    if (rc != KURA_OK) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
+    }
+    a->new_cas = out->cas;
+    if (stale) {
+        marks_prev prev;
+        static const marks_op look;
+        marks_access(a->e->marks, cur->key, cur->klen, cur->cas, a->now, &look, &prev);
+        marks_set(a->e->marks, cur->key, cur->klen, out->cas, a->now,
+                  MARK_STALE | (prev.bits & MARK_TOKEN));
+    }
+    return KURA_STORED;
+}
+
+static int store_ex_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                          const engine_store_opts *o, uint64_t *cas_out)
+{
+    uint64_t cas_in = o ? o->cas_in : 0;
+    kura_clock clk = engine_clock(e);
+    store_ex_arg a = { e, in, 0, cas_in, 0, clk.now, false,
+                       { e, in, cmd == KURA_CMD_APPEND } };
+    int rc, slot;
+
+    if ((rc = local_change(e)) != KURA_OK)
+        goto done;
+    if (cmd == KURA_CMD_ADD)
+        cas_in = 0;                     /* add with a cas is an add */
+    if (cas_in && (cmd == KURA_CMD_SET || cmd == KURA_CMD_REPLACE))
+        cmd = KURA_CMD_CAS;
+    bool concat = cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND;
+    slot = feed_begin(e);
+    if (concat || (cmd == KURA_CMD_CAS && o && o->invalidate)) {
+        a.check_cas = cas_in != 0;
+        a.exptime = engine_abs_exptime(e, in->exptime);
+        rc = e->store->ops->update(e->store, in->key, in->klen, &clk,
+                                   concat ? concat_ex_cb : store_stale_cb, &a);
+        feed_end(e, slot, rc);
+        if (rc == KURA_NOTFOUND)
+            rc = concat ? KURA_NOT_STORED : KURA_STORE_NOT_FOUND;
+    } else {
+        kura_item it = *in;
+        it.exptime = engine_abs_exptime(e, in->exptime);
+        it.cas = 0;                     /* the feed hands it out, under the key's lock */
+        static const int cond_of[] = {
+            [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
+            [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
+        };
+        rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+        feed_end(e, slot, rc);
+        if (rc == KURA_OK)
+            a.new_cas = feed_last_cas();
+        rc = rc == KURA_OK ? KURA_STORED
+           : rc == KURA_EXISTS ? (cmd == KURA_CMD_CAS ? KURA_STORE_EXISTS : KURA_NOT_STORED)
+           : rc == KURA_NOTFOUND ? (cmd == KURA_CMD_CAS ? KURA_STORE_NOT_FOUND : KURA_NOT_STORED)
+           : rc;
+    }
+    if (rc == KURA_STORED) {
+        KURA_STAT_INC(ts, total_items);
+        if (cas_out)
+            *cas_out = a.new_cas;
+    }
+    if (cmd == KURA_CMD_CAS) {
+        if (rc == KURA_STORED) KURA_STAT_INC(ts, cas_hits);
+        else if (rc == KURA_STORE_EXISTS) KURA_STAT_INC(ts, cas_badval);
+        else if (rc == KURA_STORE_NOT_FOUND) KURA_STAT_INC(ts, cas_misses);
+    }
+done:
+    if (rc == KURA_ENOMEM)
+        KURA_STAT_INC(ts, store_no_memory);
+    else if (rc < 0)
+        KURA_STAT_INC(ts, store_errors);
+    return rc;
+}
+
+typedef struct delete_ex_arg {
+    kura_engine *e;
+    uint64_t cas_in;
+    bool touch;
+    int64_t exptime, now;
+} delete_ex_arg;
+
+/* md I: the item stays, marked stale with a new cas; its token is free again. */
+static int invalidate_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    delete_ex_arg *d = arg;
+    if (!cur)
+        return KURA_NOTFOUND;
+    if (d->cas_in && cur->cas != d->cas_in)
+        return KURA_EXISTS;
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = cur->flags;
+    out->exptime = d->touch ? d->exptime : cur->exptime;
+    out->part[0].base = cur->val;
+    out->part[0].len = cur->vlen;
+    int rc = feed_update(d->e, cur, out);
+    if (rc != KURA_OK) {
+        out->action = KURA_UPDATE_KEEP;
+        return rc;
+    }
+    marks_set(d->e->marks, cur->key, cur->klen, out->cas, d->now, MARK_STALE);
+    return KURA_OK;
+}
+
+static int delete_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                           uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
+{
+    kura_clock clk = engine_clock(e);
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    int slot = feed_begin(e);
+    if (invalidate) {
+        delete_ex_arg d = { e, cas_in, touch, touch ? engine_abs_exptime(e, exptime) : 0,
+                            clk.now };
+        rc = e->store->ops->update(e->store, key, klen, &clk, invalidate_cb, &d);
+    } else {
+        rc = e->store->ops->del(e->store, key, klen, cas_in, &clk);
+    }
+    feed_end(e, slot, rc);
+    if (rc == KURA_OK && !invalidate)
+        KURA_STAT_INC(ts, delete_hits);
+    else if (rc == KURA_NOTFOUND || rc == KURA_EXISTS)
+        KURA_STAT_INC(ts, delete_misses);
+    return rc;
+}
+
+typedef struct arith_ex_arg {
+    arith_arg aa;
+    const engine_arith_opts *o;
+    const char *key;
+    size_t klen;
+    int64_t touch_abs, vivify_abs;
+    engine_item_info *info;
+} arith_ex_arg;
+
+static int arith_ex_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    arith_ex_arg *x = arg;
+    engine_item_info *in = x->info;
+    int rc;
+    if (!cur) {
+        if (!x->o->vivify)
+            return KURA_NOTFOUND;
+        size_t n = kura_fmt_u64(x->aa.result, x->o->initial);
+        x->aa.result[n] = '\0';
+        out->action = KURA_UPDATE_REPLACE;
+        out->flags = 0;
+        out->exptime = x->vivify_abs;
+        out->part[0].base = x->aa.result;
+        out->part[0].len = n;
+        if ((rc = feed_update_key(x->aa.e, x->key, x->klen, NULL, out)) != KURA_OK) {
+            out->action = KURA_UPDATE_KEEP;
+            return rc;
+        }
+        *in = (engine_item_info){ .created = true, .exptime = x->vivify_abs, .cas = out->cas };
+        return KURA_OK;
+    }
+    if (x->o->cas_in && cur->cas != x->o->cas_in)
+        return KURA_EXISTS;
+    /* arith_cb keeps the item's exptime and feeds the change: a new TTL
+     * must be in the item it is shown */
+    kura_item shown = *cur;
+    if (x->o->touch)
+        shown.exptime = x->touch_abs;
+    rc = arith_cb(&x->aa, &shown, out);
+    *in = (engine_item_info){ .old_exptime = cur->exptime, .exptime = out->exptime,
+                              .cas = out->cas };
+    return rc;
+}
+
+static int arith_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                          bool incr, uint64_t delta, const engine_arith_opts *o,
+                          char out[KURA_INCR_MAX_LEN], engine_item_info *info)
+{
+    static const engine_arith_opts none;
+    engine_item_info scratch;
+    kura_clock clk = engine_clock(e);
+    arith_ex_arg x = { { e, incr, delta, out, NULL }, o ? o : &none, key, klen, 0, 0,
+                       info ? info : &scratch };
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    if (x.o->touch)
+        x.touch_abs = engine_abs_exptime(e, x.o->exptime);
+    if (x.o->vivify)
+        x.vivify_abs = engine_abs_exptime(e, x.o->vivify_exptime);
+    int slot = feed_begin(e);
+    rc = e->store->ops->update(e->store, key, klen, &clk, arith_ex_cb, &x);
+    feed_end(e, slot, rc);
+    free(x.aa.pad);
+    if (rc == KURA_OK) {
+        if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
+    } else if (rc == KURA_NOTFOUND) {
+        if (incr) KURA_STAT_INC(ts, incr_misses); else KURA_STAT_INC(ts, decr_misses);
+    }
+    return rc;
+}
+
+int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                  const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
+{
+    gate_in(e);
+    int rc = get_ex_gated(e, ts, key, klen, o, fn, arg, info);
+    gate_out(e);
+    return rc;
+}
+
+int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                    const engine_store_opts *o, uint64_t *cas_out)
+{
+    gate_in(e);
+    int rc = store_ex_gated(e, ts, cmd, in, o, cas_out);
+    gate_out(e);
+    return rc;
+}
+
+int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                     uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
+{
+    gate_in(e);
+    int rc = delete_ex_gated(e, ts, key, klen, cas_in, invalidate, touch, exptime);
+    gate_out(e);
+    return rc;
+}
+
+int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                    bool incr, uint64_t delta, const engine_arith_opts *o,
+                    char out[KURA_INCR_MAX_LEN], engine_item_info *info)
+{
+    gate_in(e);
+    int rc = arith_ex_gated(e, ts, key, klen, incr, delta, o, out, info);
+    gate_out(e);
+    return rc;
 }

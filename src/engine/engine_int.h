@@ -38,6 +38,7 @@ struct kura_engine {
     struct tombs *tombs;                /* dual master: recent deletes (feed.c) */
 
     pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
+    struct kura_marks *marks;           /* access marks for the meta protocol (marks.h) */
     bool gated;                         /* store swaps possible: calls take gate */
     pthread_rwlock_t gate;              /* read: a call uses the store; write: a swap */
 
@@ -77,8 +78,13 @@ void feed_end(kura_engine *e, int slot, int rc);
 /* For update callbacks (under the key's lock): stamps and logs the item
  * about to be written (REPLACE/TOUCH) or the removal. */
 int feed_update(kura_engine *e, const kura_item *cur, kura_update *up);
+/* The same for a callback that creates the item (shown none): the key is
+ * given.  feed_update is feed_update_key with the item's key. */
 int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_item *cur,
                     kura_update *up);
+/* The cas the feed gave the calling thread's last put (a store's put does
+ * not return it; engine_store_ex reports it). */
+uint64_t feed_last_cas(void);
 int feed_dual(kura_engine *e);          /* the recent deletes' table */
 /* flush_all: logs it (state_lock held). */
 int feed_flush(kura_engine *e, uint64_t oldest_cas, int64_t flush_at);

@@ -60,6 +60,7 @@ static _Thread_local uint64_t tl_logged_ts;     /* the row this change logged, 0
 static _Thread_local uint64_t tl_lsn;           /* the last row this thread appended */
 static _Thread_local uint64_t tl_ts;            /* ... and its timestamp */
 static _Thread_local const kura_engine *tl_lsn_engine;
+static _Thread_local uint64_t tl_last_cas;      /* the cas feed_put last gave (feed_last_cas) */
 
 /* ---- slots: one per thread, taken at its first change ------------------ */
 
@@ -271,6 +272,7 @@ static int feed_put(void *arg, kura_item *it)
     const change_ctx *cx = tl_ctx;
     if (!cx)
         it->cas = engine_next_cas(e);
+    tl_last_cas = it->cas;
     if (!e->ulog || (cx && cx->kind == CH_REDO))
         return KURA_OK;
     ul_row r = {
@@ -339,6 +341,11 @@ int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_ite
     if (rc == KURA_OK && r.type == UL_DEL && e->tombs)
         tomb_put(e->tombs, r.key, r.klen, tl_ctx ? tl_ctx->row->origin_ts : tl_logged_ts);
     return rc;
+}
+
+uint64_t feed_last_cas(void)
+{
+    return tl_last_cas;
 }
 
 int feed_flush(kura_engine *e, uint64_t oldest_cas, int64_t flush_at)

@@ -34,9 +34,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kura/proto.h"
+#include "proto_int.h"
 
-#define MAX_TOKENS 24                   /* memcached's MAX_TOKENS, terminal token included */
+#define MAX_TOKENS TEXT_MAX_TOKENS
+#define TEXT_CMD_META_SET 100           /* update_cmd of "ms": its value is read as set's is */
 
 /* ---- replies ------------------------------------------------------------- */
 
@@ -149,6 +150,16 @@ static bool safe_i32(const text_token *t, int32_t *out)
     *out = (int32_t)(uint32_t)(uint64_t)v;
     return true;
 }
+
+void text_reply(text_session *s, kura_buf *out, const char *str) { reply(s, out, str); }
+void text_client_error(text_session *s, kura_buf *out, const char *str)
+{
+    client_error(s, out, str);
+}
+void text_server_error(text_session *s, kura_buf *out, int rc) { server_error_for(s, out, rc); }
+bool text_safe_u64(const text_token *t, uint64_t *out) { return safe_u64(t, out); }
+bool text_safe_u32(const text_token *t, uint32_t *out) { return safe_u32(t, out); }
+bool text_safe_i32(const text_token *t, int32_t *out) { return safe_i32(t, out); }
 
 static bool tok_is(const text_token *t, const char *s)
 {
@@ -309,8 +320,9 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                 client_error(s, out, "CLIENT_ERROR bad command line format");
                 return;
             }
-            int rc = engine_get(s->engine, s->stats, kt->value, kt->length, touch, exptime,
-                                emit_value, &g);
+            engine_get_opts go = { .touch = touch, .exptime = exptime };
+            int rc = engine_get_ex(s->engine, s->stats, kt->value, kt->length, &go,
+                                   emit_value, &g, NULL);
             answered = true;
             if (g.oom || rc < 0) {
                 /* A store error (a record failing its checksum, an I/O
@@ -643,6 +655,13 @@ static const struct text_command {
     { "verbosity", cmd_verbosity, 0, 3, 4, true },
     { "quit",      cmd_quit,      0, -1, -1, false },
     { "shutdown",  cmd_shutdown,  0, -1, -1, false },
+    /* the meta commands (meta.c) check their own token counts */
+    { "mg",        meta_get,      0, -1, -1, false },
+    { "ms",        NULL, TEXT_CMD_META_SET, -1, -1, false },
+    { "md",        meta_delete,   0, -1, -1, false },
+    { "ma",        meta_arith,    0, -1, -1, false },
+    { "mn",        meta_noop,     0, -1, -1, false },
+    { "me",        meta_debug,    0, -1, -1, false },
     { "repl",      cmd_repl,      0, 4, 4, false },
     { "digest",    cmd_digest,    0, 2, 4, false },
 };
@@ -757,6 +776,21 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
             continue;
         }
 
+        if (c->update_cmd == TEXT_CMD_META_SET) {
+            meta_set_req mreq;
+            if (!meta_set_parse(s, tok, ntok, out, &mreq)) {
+                pos += consumed;
+                continue;
+            }
+            if (avail - consumed < mreq.vlen + 2) {
+                s->need = consumed + (size_t)mreq.vlen + 2;
+                s->noreply = false;
+                break;
+            }
+            meta_set_complete(s, &mreq, line + consumed, out);
+            pos += consumed + (size_t)mreq.vlen + 2;
+            continue;
+        }
         update_req req;
         if (!parse_update(s, tok, ntok, out, c->update_cmd, &req)) {
             pos += consumed;

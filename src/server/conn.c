@@ -2,19 +2,21 @@
  * conn.c - one client connection: read, hand to the protocol, write back.
  *
  * A connection lives on one worker's event base.  Bytes read are appended to
- * its read buffer; text_process() answers every complete request in them
+ * its read buffer; kura_session_process() (text, meta or binary, chosen at
+ * the first byte: proto.h) answers every complete request in them
  * into the write buffer, which goes out in one write() (so a pipeline of
  * requests costs one system call each way).
  *
  * Memory is bounded whatever the client sends or fails to read:
- *  - the write buffer: text_process() stops once it holds
+ *  - the write buffer: the protocol stops once it holds
  *    KURA_OUT_HIGH_WATER bytes (between requests, or between two keys of a
  *    multi-get, which then resumes at its next key: src/proto/text.c), so it
  *    never holds more than that plus one value.  While replies cannot be
  *    written the connection neither reads nor answers more;
  *  - the read buffer: at most one request line (KURA_MAX_GET_LINE for a
  *    get, 2 KB otherwise) or one value (-I) plus one read, since nothing is
- *    read while replies wait;
+ *    read while replies wait (binary: one header, extras and key, at most
+ *    64 KiB, and one value; a value over -I is skipped, not buffered);
  *  - both are kept across requests (the steady state allocates nothing), and
  *    a buffer that grew past BUF_KEEP is given back once it is drained.
  */
@@ -164,7 +166,7 @@ static bool pump(kura_conn *c)
         size_t avail = c->rbuf.len - c->rpos, used = 0;
         uint64_t before = commit_enabled() ? commit_thread_seq() : 0;
         if (avail > 0 && (c->ts.need == 0 || avail >= c->ts.need)) {
-            used = text_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
+            used = kura_session_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
         }
         if (c->ts.dirty) {

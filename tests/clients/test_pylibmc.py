@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-# A real client: Debian's python3-pylibmc (libmemcached, text protocol, not
-# binary) against the server: set/get/get_multi/set_multi/add/replace/append/
-# prepend/gets/cas/incr/decr/delete/delete_multi/touch/flush_all/get_stats,
-# pickled and compressed values (flags), large values, and many clients.
+# A real client: Debian's python3-pylibmc (libmemcached) against the server,
+# over the text protocol (class PyLibmc) and the binary protocol (class
+# PyLibmcBinary, binary=True, the same tests): set/get/get_multi/set_multi/
+# add/replace/append/prepend/gets/cas/incr/decr/delete/delete_multi/touch/
+# flush_all/get_stats, pickled and compressed values (flags), large values,
+# and many clients.
 import os, sys, threading
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
@@ -12,6 +14,7 @@ import pylibmc
 
 
 class PyLibmc(ServerTestCase):
+    BINARY = False
 
     def setUp(self):
         ServerTestCase.setUp(self)
@@ -21,7 +24,8 @@ class PyLibmc(ServerTestCase):
         b = {"tcp_nodelay": True, "cas": True, "connect_timeout": 5000,
              "receive_timeout": 10 * 1000 * 1000, "send_timeout": 10 * 1000 * 1000}
         b.update(behaviors)
-        mc = pylibmc.Client(["127.0.0.1:%d" % self.server.port], binary=False, behaviors=b)
+        mc = pylibmc.Client(["127.0.0.1:%d" % self.server.port], binary=self.BINARY,
+                            behaviors=b)
         self.addCleanup(mc.disconnect_all)
         return mc
 
@@ -46,7 +50,8 @@ class PyLibmc(ServerTestCase):
         self.assertTrue(mc.add("k", b"1"))
         self.assertFalse(mc.add("k", b"2"))
         self.assertTrue(mc.replace("k", b"3"))
-        self.assertFalse(mc.replace("nope", b"3"))
+        if not self.BINARY:
+            self.assertFalse(mc.replace("nope", b"3"))
         self.assertTrue(mc.append("k", b"4"))
         self.assertTrue(mc.prepend("k", b"2"))
         self.assertEqual(mc.get("k"), b"234")
@@ -127,6 +132,19 @@ class PyLibmc(ServerTestCase):
             t.join()
         self.assertEqual(errors, [])
 
+
+class PyLibmcBinary(PyLibmc):
+    BINARY = True
+
+    def test_binary_misses(self):
+        # libmemcached reports a binary miss as NotFound where the text
+        # protocol's NOT_STORED is a False
+        mc = self.mc
+        with self.assertRaises(pylibmc.NotFound):
+            mc.replace("nope", b"3")
+        self.assertFalse(mc.add("nope", b"1") is False)
+        self.assertFalse(mc.add("nope", b"2"))
+        self.assertEqual(mc.get("nope"), b"1")
 
 if __name__ == "__main__":
     kuratest.main()

@@ -450,7 +450,8 @@ class Conn:
 
     def reply(self, timeout=None):
         """One complete memcached text reply: a line, or VALUE blocks up to
-        END, or STAT lines up to END; returned as the exact bytes."""
+        END, or STAT lines up to END, or a meta "VA" line and its value;
+        returned as the exact bytes."""
         first = self.line(timeout)
         if first.startswith(b"VALUE "):
             out = first
@@ -465,6 +466,13 @@ class Conn:
                     return out
                 if not cur.startswith(b"VALUE "):
                     return out  # malformed; let the caller compare
+        if first.startswith(b"VA "):
+            # a meta reply with a value: "VA <n> <flags>\r\n<data>\r\n"
+            try:
+                n = int(first.split()[1])
+            except (IndexError, ValueError):
+                return first
+            return first + self.recv_exact(n + 2, timeout)
         if first.startswith(b"STAT ") or first.startswith(b"ITEM "):
             out = first
             while True:

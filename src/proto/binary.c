@@ -1,0 +1,549 @@
+/*
+ * binary.c - memcached's binary protocol, as memcached 1.6.18 answers it.
+ *
+ * A request is a 24-byte header (magic 0x80, opcode, key length, extras
+ * length, body length, opaque, cas) and a body of extras, key and value.
+ * Every opcode memcached 1.6 serves is served: get/getq/getk/getkq,
+ * set/add/replace and their quiet forms, delete, increment/decrement with
+ * initial value and expiration, append/prepend, quit, flush, noop, version,
+ * stat (with and without a group), touch, gat/gatq/gatk/gatkq.  SASL is
+ * not served, answered as memcached without SASL does (unknown command).
+ *
+ * memcached's checks and quirks are kept, since clients and memcapable
+ * test them: a bad magic closes the connection without a word; a key and
+ * extras longer than the body, a key over 250 bytes, or a request whose
+ * lengths do not fit its opcode get an error and the connection closes; an
+ * unknown opcode is answered and its body skipped; a value over the item
+ * size limit is answered "Too large." and skipped, never buffered.  The
+ * quiet forms answer only errors (and getq/getkq only hits); noop and any
+ * non-quiet request act as the fence.
+ *
+ * Like the text protocol, this file works in place on the connection's
+ * read buffer: a request is handled once its header, extras and key have
+ * arrived, and a storage request once its value has too (session->need
+ * says how much); values are copied into the output under the store's
+ * lock.  Memory per connection is bounded by one request (-I plus 64 KiB
+ * of key and extras) and KURA_OUT_HIGH_WATER of replies.
+ */
+#include <string.h>
+
+#include "proto_int.h"
+
+#define BIN_REQ_MAGIC 0x80
+#define BIN_RES_MAGIC 0x81
+#define BIN_HDR 24
+
+enum bin_opcode {
+    OP_GET = 0x00, OP_SET = 0x01, OP_ADD = 0x02, OP_REPLACE = 0x03, OP_DELETE = 0x04,
+    OP_INCREMENT = 0x05, OP_DECREMENT = 0x06, OP_QUIT = 0x07, OP_FLUSH = 0x08,
+    OP_GETQ = 0x09, OP_NOOP = 0x0a, OP_VERSION = 0x0b, OP_GETK = 0x0c, OP_GETKQ = 0x0d,
+    OP_APPEND = 0x0e, OP_PREPEND = 0x0f, OP_STAT = 0x10, OP_SETQ = 0x11, OP_ADDQ = 0x12,
+    OP_REPLACEQ = 0x13, OP_DELETEQ = 0x14, OP_INCREMENTQ = 0x15, OP_DECREMENTQ = 0x16,
+    OP_QUITQ = 0x17, OP_FLUSHQ = 0x18, OP_APPENDQ = 0x19, OP_PREPENDQ = 0x1a,
+    OP_TOUCH = 0x1c, OP_GAT = 0x1d, OP_GATQ = 0x1e,
+    OP_SASL_LIST_MECHS = 0x20, OP_SASL_AUTH = 0x21, OP_SASL_STEP = 0x22,
+    OP_GATK = 0x23, OP_GATKQ = 0x24,
+};
+
+enum bin_status {
+    ST_OK = 0x00, ST_KEY_ENOENT = 0x01, ST_KEY_EEXISTS = 0x02, ST_E2BIG = 0x03,
+    ST_EINVAL = 0x04, ST_NOT_STORED = 0x05, ST_DELTA_BADVAL = 0x06,
+    ST_UNKNOWN_COMMAND = 0x81, ST_ENOMEM = 0x82,
+};
+
+/* One request's header, in host order, and where its parts are. */
+typedef struct bin_req {
+    uint8_t opcode;             /* as sent (quiet forms included) */
+    uint8_t cmd;                /* the quiet form mapped to its loud one */
+    bool quiet;
+    uint16_t keylen;
+    uint8_t extlen;
+    uint32_t bodylen;
+    uint32_t opaque;            /* echoed as sent (byte order untouched) */
+    uint64_t cas;
+    const unsigned char *ext;
+    const char *key;
+    const char *value;          /* storage commands: bodylen - extlen - keylen bytes */
+    uint32_t vlen;
+} bin_req;
+
+static uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static uint64_t be64(const unsigned char *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+static void put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
+static void put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
+
+/* ---- replies ----------------------------------------------------------------- */
+
+/* Appends a response header; the caller appends extlen + keylen + the rest
+ * of bodylen bytes.  False (and the session closes) when memory runs out. */
+static bool bin_header(kura_session *s, kura_buf *out, const bin_req *r, uint16_t status,
+                       uint8_t extlen, uint16_t keylen, uint32_t bodylen, uint64_t cas)
+{
+    if (!kura_buf_reserve(out, BIN_HDR + (size_t)bodylen)) {
+        s->close = true;
+        return false;
+    }
+    unsigned char *h = (unsigned char *)out->data + out->len;
+    h[0] = BIN_RES_MAGIC;
+    h[1] = r->opcode;
+    put16(h + 2, keylen);
+    h[4] = extlen;
+    h[5] = 0;                           /* raw bytes */
+    put16(h + 6, status);
+    put32(h + 8, bodylen);
+    memcpy(h + 12, &r->opaque, 4);
+    put64(h + 16, cas);
+    out->len += BIN_HDR;
+    return true;
+}
+
+/* A success reply with an optional body, unless the request was quiet. */
+static void bin_ok(kura_session *s, kura_buf *out, const bin_req *r, uint64_t cas,
+                   const void *body, uint32_t len)
+{
+    if (r->quiet)
+        return;
+    if (bin_header(s, out, r, ST_OK, 0, 0, len, cas))
+        kura_buf_append(out, body, len);
+}
+
+/* An error reply with memcached's text for the status (quiet or not). */
+static void bin_error(kura_session *s, kura_buf *out, const bin_req *r, uint16_t status)
+{
+    const char *msg;
+    switch (status) {
+    case ST_ENOMEM:           msg = "Out of memory"; break;
+    case ST_UNKNOWN_COMMAND:  msg = "Unknown command"; break;
+    case ST_KEY_ENOENT:       msg = "Not found"; break;
+    case ST_EINVAL:           msg = "Invalid arguments"; break;
+    case ST_KEY_EEXISTS:      msg = "Data exists for key."; break;
+    case ST_E2BIG:            msg = "Too large."; break;
+    case ST_DELTA_BADVAL:     msg = "Non-numeric server-side value for incr or decr"; break;
+    case ST_NOT_STORED:       msg = "Not stored."; break;
+    default:                  msg = "UNHANDLED ERROR"; break;
+    }
+    uint32_t n = (uint32_t)strlen(msg);
+    s->bin.wrote = true;                /* memcached writes after an error (see below) */
+    if (status == ST_EINVAL || status == ST_UNKNOWN_COMMAND)
+        KURA_STAT_INC(s->stats, client_errors);
+    if (bin_header(s, out, r, status, 0, 0, n, 0))
+        kura_buf_append(out, msg, n);
+}
+
+/* A store error (I/O, a corrupt record, writes stopped): memcached has no
+ * status for it; the closest is "Out of memory" for no room and a
+ * temporary failure otherwise, with the reason as text. */
+static void bin_store_error(kura_session *s, kura_buf *out, const bin_req *r, int rc)
+{
+    if (rc == KURA_ENOMEM) {
+        bin_error(s, out, r, ST_ENOMEM);
+        return;
+    }
+    const char *msg = kura_strerror(rc);
+    uint32_t n = (uint32_t)strlen(msg);
+    if (bin_header(s, out, r, ST_ENOMEM, 0, 0, n, 0))
+        kura_buf_append(out, msg, n);
+}
+
+/* ---- commands ------------------------------------------------------------------ */
+
+typedef struct bin_get_ctx {
+    kura_session *s;
+    kura_buf *out;
+    const bin_req *r;
+    bool with_key, with_value;
+} bin_get_ctx;
+
+/* Under the key's lock: flags, the key if asked, the value if asked. */
+static int bin_emit(void *arg, const kura_item *it)
+{
+    bin_get_ctx *g = arg;
+    uint16_t klen = g->with_key ? (uint16_t)it->klen : 0;
+    uint32_t vlen = g->with_value ? (uint32_t)it->vlen : 0;
+    if (!bin_header(g->s, g->out, g->r, ST_OK, 4, klen, 4 + klen + vlen, it->cas))
+        return 0;
+    unsigned char flags[4];
+    put32(flags, it->flags);
+    kura_buf_append(g->out, flags, 4);
+    kura_buf_append(g->out, it->key, klen);
+    kura_buf_append(g->out, it->val, vlen);
+    return 0;
+}
+
+static void bin_get(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    bool touch = r->cmd == OP_TOUCH || r->cmd == OP_GAT || r->cmd == OP_GATK;
+    bin_get_ctx g = { s, out, r, r->cmd == OP_GETK || r->cmd == OP_GATK, r->cmd != OP_TOUCH };
+    engine_get_opts o = { .touch = touch };
+    if (touch) {
+        o.exptime = (int64_t)be32(r->ext);     /* memcached: unsigned, never "past" */
+        s->dirty = true;
+    }
+    size_t mark = out->len;
+    int rc = engine_get_ex(s->engine, s->stats, r->key, r->keylen, &o, bin_emit, &g, NULL);
+    if (rc == KURA_OK)
+        return;
+    out->len = mark;
+    if (rc < 0) {
+        bin_store_error(s, out, r, rc);
+        return;
+    }
+    if (r->quiet)
+        return;                         /* getq/getkq/gatq: a miss is silent */
+    if (g.with_key) {
+        if (bin_header(s, out, r, ST_KEY_ENOENT, 0, r->keylen, r->keylen, 0))
+            kura_buf_append(out, r->key, r->keylen);
+    } else {
+        bin_error(s, out, r, ST_KEY_ENOENT);
+    }
+}
+
+static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    int cmd;
+    switch (r->cmd) {
+    case OP_SET:     cmd = KURA_CMD_SET; break;
+    case OP_ADD:     cmd = KURA_CMD_ADD; break;
+    case OP_REPLACE: cmd = KURA_CMD_REPLACE; break;
+    case OP_APPEND:  cmd = KURA_CMD_APPEND; break;
+    default:         cmd = KURA_CMD_PREPEND; break;
+    }
+    bool concat = cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND;
+    /* memcached: any cas turns set/add/replace into cas */
+    if (r->cas && !concat)
+        cmd = KURA_CMD_CAS;
+    kura_item it = {
+        .key = r->key, .klen = r->keylen, .val = r->value, .vlen = r->vlen,
+        .flags = concat ? 0 : be32(r->ext), .exptime = concat ? 0 : (int64_t)be32(r->ext + 4),
+    };
+    engine_store_opts o = { .cas_in = r->cas };
+    uint64_t cas = 0;
+    KURA_STAT_INC(s->stats, cmd_set);
+    s->dirty = true;
+    int rc = engine_store_ex(s->engine, s->stats, cmd, &it, &o, &cas);
+    switch (rc) {
+    case KURA_STORED:          bin_ok(s, out, r, cas, NULL, 0); break;
+    case KURA_STORE_EXISTS:    bin_error(s, out, r, ST_KEY_EEXISTS); break;
+    case KURA_STORE_NOT_FOUND: bin_error(s, out, r, ST_KEY_ENOENT); break;
+    case KURA_NOT_STORED:
+        bin_error(s, out, r, cmd == KURA_CMD_ADD ? ST_KEY_EEXISTS
+                           : cmd == KURA_CMD_REPLACE ? ST_KEY_ENOENT : ST_NOT_STORED);
+        break;
+    default:                   bin_store_error(s, out, r, rc); break;
+    }
+}
+
+static void bin_delete(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    s->dirty = true;
+    int rc = engine_delete_ex(s->engine, s->stats, r->key, r->keylen, r->cas, false, false, 0);
+    switch (rc) {
+    case KURA_OK:       bin_ok(s, out, r, 0, NULL, 0); break;
+    case KURA_EXISTS:   bin_error(s, out, r, ST_KEY_EEXISTS); break;
+    case KURA_NOTFOUND: bin_error(s, out, r, ST_KEY_ENOENT); break;
+    default:            bin_store_error(s, out, r, rc); break;
+    }
+}
+
+static void bin_arith(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    char result[KURA_INCR_MAX_LEN];
+    uint32_t expiration = be32(r->ext + 16);
+    engine_arith_opts o = {
+        .cas_in = r->cas,
+        .vivify = expiration != 0xffffffffu,
+        .initial = be64(r->ext + 8),
+        .vivify_exptime = (int64_t)expiration,
+    };
+    engine_item_info info = { 0 };
+    s->dirty = true;
+    int rc = engine_arith_ex(s->engine, s->stats, r->key, r->keylen, r->cmd == OP_INCREMENT,
+                             be64(r->ext), &o, result, &info);
+    switch (rc) {
+    case KURA_OK: {
+        unsigned char v[8];
+        uint64_t n = 0;
+        for (const char *p = result; *p >= '0' && *p <= '9'; p++)
+            n = n * 10 + (uint64_t)(*p - '0');
+        put64(v, n);
+        bin_ok(s, out, r, info.cas, v, 8);
+        break;
+    }
+    case KURA_NON_NUMERIC: bin_error(s, out, r, ST_DELTA_BADVAL); break;
+    case KURA_NOTFOUND:    bin_error(s, out, r, ST_KEY_ENOENT); break;
+    case KURA_EXISTS:      bin_error(s, out, r, ST_KEY_EEXISTS); break;
+    default:               bin_store_error(s, out, r, rc); break;
+    }
+}
+
+/* stat [group]: the text protocol's lines, each sent as a packet (key =
+ * name, value = value), then an empty packet; an unknown group is "Not
+ * found". */
+static void bin_stat(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    kura_buf lines = { 0 };
+    text_token tok[4] = { { "stats", 5 }, { NULL, 0 }, { NULL, 0 }, { NULL, 0 } };
+    int ntok = 2;
+    if (r->keylen > 0) {
+        tok[1].value = r->key;
+        tok[1].length = r->keylen;
+        ntok = 3;
+    }
+    text_stats(s, tok, ntok, &lines);
+    if ((lines.len >= 5 && memcmp(lines.data, "ERROR", 5) == 0) ||
+        (lines.len >= 12 && memcmp(lines.data, "CLIENT_ERROR", 12) == 0)) {
+        bin_error(s, out, r, ST_KEY_ENOENT);
+        kura_buf_free(&lines);
+        return;
+    }
+    const char *p = lines.data, *end = lines.data + lines.len;
+    while (p && p < end) {
+        const char *eol = memchr(p, '\r', (size_t)(end - p));
+        if (!eol)
+            break;
+        if (eol - p > 5 && memcmp(p, "STAT ", 5) == 0) {
+            const char *name = p + 5;
+            const char *sp = memchr(name, ' ', (size_t)(eol - name));
+            size_t nlen = sp ? (size_t)(sp - name) : (size_t)(eol - name);
+            const char *val = sp ? sp + 1 : eol;
+            size_t vlen = (size_t)(eol - val);
+            if (bin_header(s, out, r, ST_OK, 0, (uint16_t)nlen, (uint32_t)(nlen + vlen), 0)) {
+                kura_buf_append(out, name, nlen);
+                kura_buf_append(out, val, vlen);
+            }
+        }
+        p = eol + 2;
+    }
+    kura_buf_free(&lines);
+    bin_header(s, out, r, ST_OK, 0, 0, 0, 0);
+}
+
+/* ---- the request loop -------------------------------------------------------------- */
+
+/* Quiet opcodes and the loud ones they stand for. */
+static uint8_t loud_of(uint8_t op, bool *quiet)
+{
+    static const uint8_t map[][2] = {
+        { OP_SETQ, OP_SET }, { OP_ADDQ, OP_ADD }, { OP_REPLACEQ, OP_REPLACE },
+        { OP_DELETEQ, OP_DELETE }, { OP_INCREMENTQ, OP_INCREMENT },
+        { OP_DECREMENTQ, OP_DECREMENT }, { OP_QUITQ, OP_QUIT }, { OP_FLUSHQ, OP_FLUSH },
+        { OP_APPENDQ, OP_APPEND }, { OP_PREPENDQ, OP_PREPEND }, { OP_GETQ, OP_GET },
+        { OP_GETKQ, OP_GETK }, { OP_GATQ, OP_GAT }, { OP_GATKQ, OP_GATK },
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (map[i][0] == op) {
+            *quiet = true;
+            return map[i][1];
+        }
+    *quiet = false;
+    return op;
+}
+
+/* Checks a request's lengths against its opcode, as memcached's dispatch
+ * does.  0: fine; 1: a protocol error (EINVAL, then close); 2: unknown. */
+static int bin_check(const bin_req *r)
+{
+    uint16_t k = r->keylen;
+    uint8_t e = r->extlen;
+    uint32_t b = r->bodylen;
+    switch (r->cmd) {
+    case OP_VERSION: case OP_NOOP: case OP_QUIT: case OP_SASL_LIST_MECHS:
+        return e == 0 && k == 0 && b == 0 ? 0 : 1;
+    case OP_FLUSH:
+        return k == 0 && b == e && (e == 0 || e == 4) ? 0 : 1;
+    case OP_SET: case OP_ADD: case OP_REPLACE:
+        return e == 8 && k != 0 && b >= (uint32_t)k + 8 ? 0 : 1;
+    case OP_GET: case OP_GETK:
+        return e == 0 && b == k && k > 0 ? 0 : 1;
+    case OP_DELETE:
+        return k > 0 && e == 0 && b == k ? 0 : 1;
+    case OP_INCREMENT: case OP_DECREMENT:
+        return k > 0 && e == 20 && b == (uint32_t)k + e ? 0 : 1;
+    case OP_APPEND: case OP_PREPEND:
+        return k > 0 && e == 0 ? 0 : 1;
+    case OP_STAT:
+        return e == 0 ? 0 : 1;
+    case OP_SASL_AUTH: case OP_SASL_STEP:
+        return e == 0 && k != 0 ? 0 : 1;
+    case OP_TOUCH: case OP_GAT: case OP_GATK:
+        return e == 4 && k != 0 ? 0 : 1;
+    default:
+        return 2;
+    }
+}
+
+static bool has_value(uint8_t cmd)
+{
+    return cmd == OP_SET || cmd == OP_ADD || cmd == OP_REPLACE || cmd == OP_APPEND ||
+           cmd == OP_PREPEND;
+}
+
+/* An error reply after which memcached writes out what it has queued
+ * (those it sends before skipping a body do not).  *flushed: the output
+ * memcached would have sent by now; a bad magic drops the rest, since
+ * memcached closes without sending what it had not yet written. */
+static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, uint16_t status,
+                            size_t *flushed)
+{
+    bin_error(s, out, r, status);
+    *flushed = out->len;
+}
+
+size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
+{
+    size_t pos = 0;
+    size_t flushed = out->len;          /* what memcached would have written already */
+
+    s->need = 0;
+    s->out_full = false;
+    while (pos < len && !s->close) {
+        if (out->len >= KURA_OUT_HIGH_WATER) {
+            s->out_full = true;
+            break;
+        }
+        if (s->bin.swallow) {
+            size_t n = len - pos < s->bin.swallow ? len - pos : (size_t)s->bin.swallow;
+            pos += n;
+            s->bin.swallow -= n;
+            continue;
+        }
+        const unsigned char *h = (const unsigned char *)in + pos;
+        size_t avail = len - pos;
+        if (avail < BIN_HDR) {
+            s->need = BIN_HDR;
+            break;
+        }
+        if (h[0] != BIN_REQ_MAGIC) {
+            /* memcached closes at once, without a reply, dropping the
+             * replies it had not written yet */
+            KURA_STAT_INC(s->stats, protocol_closes);
+            out->len = flushed;
+            s->close = true;
+            return len;
+        }
+        bin_req r = {
+            .opcode = h[1], .keylen = be16(h + 2), .extlen = h[4], .bodylen = be32(h + 8),
+            .cas = be64(h + 16),
+        };
+        memcpy(&r.opaque, h + 12, 4);
+        size_t head = BIN_HDR + (size_t)r.extlen + r.keylen;
+        if (avail < head) {
+            s->need = head;
+            break;
+        }
+        r.ext = h + BIN_HDR;
+        r.key = (const char *)h + BIN_HDR + r.extlen;
+        r.cmd = loud_of(r.opcode, &r.quiet);
+
+        if ((uint32_t)r.keylen + r.extlen > r.bodylen) {
+            bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
+            s->close = true;
+            return len;
+        }
+        if (r.keylen > KURA_KEY_MAX) {
+            bin_error(s, out, &r, ST_EINVAL);
+            s->close = true;
+            return len;
+        }
+        int check = bin_check(&r);
+        if (check == 1) {
+            bin_error(s, out, &r, ST_EINVAL);
+            s->close = true;
+            return len;
+        }
+        uint32_t skip = check == 2 ? r.bodylen : r.bodylen - r.keylen;
+        if ((check == 2 || r.cmd == OP_SASL_LIST_MECHS || r.cmd == OP_SASL_AUTH ||
+             r.cmd == OP_SASL_STEP) && skip == 0) {
+            bin_error_flush(s, out, &r, ST_UNKNOWN_COMMAND, &flushed);
+            KURA_STAT_INC(s->stats, unknown_commands);
+            pos += head;
+            continue;
+        }
+        if (check == 2 || r.cmd == OP_SASL_LIST_MECHS || r.cmd == OP_SASL_AUTH ||
+            r.cmd == OP_SASL_STEP) {
+            /* memcached skips this many bytes after the key: the whole
+             * body for an unknown opcode, the value for SASL */
+            bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
+            KURA_STAT_INC(s->stats, unknown_commands);
+            pos += head;
+            s->bin.swallow = skip;
+            continue;
+        }
+        if (has_value(r.cmd)) {
+            r.vlen = r.bodylen - r.extlen - r.keylen;
+            uint32_t flags = r.cmd == OP_APPEND || r.cmd == OP_PREPEND ? 0 : be32(r.ext);
+            if (!engine_item_fits(s->engine, r.keylen, r.vlen, flags)) {
+                KURA_STAT_INC(s->stats, store_too_large);
+                r.quiet = false;
+                bin_error(s, out, &r, ST_E2BIG);
+                if (r.cmd == OP_SET) {
+                    s->dirty = true;    /* a refused set must not leave the old value */
+                    engine_unlink(s->engine, r.key, r.keylen);
+                }
+                pos += head;
+                s->bin.swallow = r.vlen;
+                continue;
+            }
+            if (avail < head + r.vlen) {
+                s->need = head + r.vlen;    /* the value is still arriving */
+                break;
+            }
+            r.value = (const char *)h + head;
+            pos += head + r.vlen;
+            s->bin.wrote = false;
+            bin_store(s, &r, out);
+            if (s->bin.wrote)
+                flushed = out->len;
+            continue;
+        }
+        pos += head;
+        s->bin.wrote = false;
+        switch (r.cmd) {
+        case OP_GET: case OP_GETK: case OP_TOUCH: case OP_GAT: case OP_GATK:
+            bin_get(s, &r, out);
+            break;
+        case OP_DELETE:
+            bin_delete(s, &r, out);
+            break;
+        case OP_INCREMENT: case OP_DECREMENT:
+            bin_arith(s, &r, out);
+            break;
+        case OP_FLUSH: {
+            int64_t delay = r.extlen == 4 ? (int64_t)be32(r.ext) : 0;
+            s->dirty = true;
+            int rc = engine_flush_all(s->engine, s->stats, delay);
+            if (rc < 0)
+                bin_store_error(s, out, &r, rc);
+            else
+                bin_ok(s, out, &r, 0, NULL, 0);
+            break;
+        }
+        case OP_NOOP:
+            bin_ok(s, out, &r, 0, NULL, 0);
+            flushed = out->len;         /* noop makes memcached write */
+            break;
+        case OP_VERSION:
+            bin_ok(s, out, &r, 0, KURA_MEMCACHED_VERSION, sizeof(KURA_MEMCACHED_VERSION) - 1);
+            break;
+        case OP_QUIT:
+            bin_ok(s, out, &r, 0, NULL, 0);
+            s->close = true;
+            break;
+        case OP_STAT:
+            bin_stat(s, &r, out);
+            break;
+        }
+        if (s->bin.wrote)
+            flushed = out->len;
+    }
+    return pos;
+}
