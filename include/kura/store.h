@@ -185,6 +185,16 @@ typedef struct kura_store_ops {
      * nothing (kurad: writes refused after a failed sync are answered, not
      * closed).  NULL: the caller uses write_seq(). */
     uint64_t (*thread_seq)(kura_store *s);
+    /* Optional, NULL where keys have no order (the cache, the hash file):
+     * calls fn for every live item whose key is at or after `from` (NULL:
+     * from the first key), in key order (bytes as memcmp compares them, a
+     * prefix before its extensions), until fn returns non-zero, which is
+     * returned.  As with iterate, the store's lock is let go between
+     * batches (a leaf of the B+ tree), so a change made meanwhile may or
+     * may not be seen; every key is seen at most once, in order.  For
+     * prefix and range listing (issue 12). */
+    int (*iterate_from)(kura_store *s, const char *from, size_t flen, const kura_clock *clk,
+                        kura_item_fn fn, void *arg);
 } kura_store_ops;
 
 struct kura_store {

@@ -24,12 +24,12 @@ typedef struct backend {
     backend_open_fn open;
 } backend;
 
-/* The B+ tree is weak until it exists (a weak reference does not pull an
- * object out of libkura.a, so every built backend is referenced strongly). */
+/* Every built backend is referenced strongly (a weak reference would not
+ * pull its object out of libkura.a). */
 int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
                 kura_store **out, char *err, size_t errlen);
 int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
-               kura_store **out, char *err, size_t errlen) __attribute__((weak));
+               kura_store **out, char *err, size_t errlen);
 
 static const struct {
     const char *suffix;

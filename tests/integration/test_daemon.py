@@ -16,7 +16,8 @@ DESTDIR.
 
 Environment: KURA_BUILD (the build dir holding kurad; tests/run sets it),
 KURA_DB (as in tests/lib/kuratest.py: "cache", the default, "hash" for a
-hash file in the test's temp dir, or a database name where %t is the temp
+hash file in the test's temp dir, "tree" for a B+ tree there, or a database
+name where %t is the temp
 dir) picks the database of the SIGTERM-under-load test; with the cache the
 restart check of acknowledged writes is skipped, since nothing survives.
 KURA_TEST_DEADLINE_SCALE multiplies every deadline (sanitizer builds).
@@ -209,6 +210,8 @@ def db_name(tmp):
         return "*"
     if kdb == "hash":
         return os.path.join(tmp, "data.kh")
+    if kdb == "tree":
+        return os.path.join(tmp, "data.kb")
     return kdb.replace("%t", tmp)
 
 

@@ -12,7 +12,8 @@
 # Environment:
 #   KURA_SERVER   "kurad" (default) or "memcached"
 #   KURA_BUILD    build dir holding kurad (tests/run sets an absolute path)
-#   KURA_DB       "cache" (default) or "hash" (a data.kh file in the temp dir)
+#   KURA_DB       "cache" (default), "hash" (a data.kh file in the temp dir) or
+#                 "tree" (a data.kb B+ tree in the temp dir)
 #   KURA_TEST_DEADLINE_SCALE  multiply every deadline (slow sanitizer builds)
 #   CI=true or KURA_REQUIRE_ALL=1  a skip for a missing dependency is a failure
 #
@@ -199,6 +200,8 @@ class Server:
             kdb = os.environ.get("KURA_DB", "cache")
             if kdb == "hash":
                 db = os.path.join(self.tmpdir, "data.kh")
+            elif kdb == "tree":
+                db = os.path.join(self.tmpdir, "data.kb")
             elif kdb not in ("cache", ""):
                 db = kdb.replace("%t", self.tmpdir)
         elif db is not None:

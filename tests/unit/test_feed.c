@@ -1,6 +1,6 @@
 /*
  * test_feed.c - the engine's change feed and the update log together
- * (src/engine/feed.c), on the hash file and on the cache: every kind of
+ * (src/engine/feed.c), on the hash file, the cache and (redo) the B+ tree: every kind of
  * change logged as its result (set, add, cas, append, prepend, incr, decr,
  * touch, gat, delete, flush_all; nothing for a refused one); the cas
  * handed out under the key's lock (4 threads racing on a few keys: each
@@ -306,6 +306,13 @@ static void test_redo(const char *name)
 
 static void test_redo_hash(void) { test_redo(db); }
 static void test_redo_cache(void) { test_redo("*"); }
+static void test_redo_tree(void)
+{
+    char t[320];
+    fresh();
+    snprintf(t, sizeof(t), "%s/db.kb", dir);
+    test_redo(t);
+}
 
 /* Negative check: a watermark saved past rows the store lacks (what the
  * slots prevent) loses them, which is what test_redo would catch. */
@@ -381,6 +388,7 @@ int main(void)
     RUN(test_key_order);
     RUN(test_redo_hash);
     RUN(test_redo_cache);
+    RUN(test_redo_tree);
     RUN(test_redo_negative);
     RUN(test_replica_rows);
     char cmd[300];

@@ -1,6 +1,9 @@
 /*
- * test_powerloss.c - the hash file under simulated power loss and injected
- * I/O faults, through the kura_io of tests/unit/kio_sim.c.
+ * test_powerloss.c - the hash file and the B+ tree under simulated power
+ * loss and injected I/O faults, through the kura_io of tests/unit/kio_sim.c.
+ * Every test runs on both backends (a `backend` names the file, its
+ * parameters and its maintenance: the hash file's checkpoint and
+ * compaction, the tree's checkpoint).
  *
  *  - Power loss: a workload of sets (small to over 64 KB, so values span
  *    segments), overwrites and deletes, with forced checkpoints and
@@ -44,6 +47,37 @@
 
 #define NKEYS 160
 #define NEVER UINT64_MAX
+
+int btree_debug_checkpoint(kura_store *s);
+
+/* What differs between the backends under test. */
+typedef struct backend {
+    const char *file;           /* the database's name in its directory */
+    const char *params;         /* for the recorded workload */
+    const char *reopen;         /* for opening an image */
+    const char *fault;          /* for the fault runs, appends through pwritev */
+    const char *fault_map;      /* ... through the mapping */
+    int (*maintain)(kura_store *s, bool full);
+} backend;
+
+static int hash_maintain(kura_store *s, bool full)
+{
+    return hashdb_debug_maintain(s, full, true);
+}
+
+static int tree_maintain(kura_store *s, bool full)
+{
+    (void)full;
+    return btree_debug_checkpoint(s);
+}
+
+static const backend HASH = { "data.kh", "#segsiz=65536#ckpt=16k#bnum=256",
+                              "#bnum=256#segsiz=65536", "#segsiz=65536#bnum=256#mapwrite=0",
+                              "#segsiz=65536#bnum=256", hash_maintain };
+static const backend TREE = { "data.kb", "#segsiz=65536#ckpt=64k#psiz=4096#pccap=1m",
+                              "#segsiz=65536", "#segsiz=65536#psiz=4096#mapwrite=0",
+                              "#segsiz=65536#psiz=4096", tree_maintain };
+static const backend *be = &HASH;
 
 /* ---- the model ------------------------------------------------------------- */
 
@@ -324,7 +358,7 @@ static int wl_step(wl *w, int *what)
         /* a checkpoint, then compaction of whatever two checkpoints
          * have passed; sometimes compaction alone */
         *what = OP_MAINTAIN;
-        int rc = hashdb_debug_maintain(w->s, x < 93, true);
+        int rc = be->maintain(w->s, x < 93);
         if (rc && !w->fail_rc)
             w->fail_rc = rc;
         return rc;
@@ -357,8 +391,6 @@ static int scaled(int n)
     return f > 1 ? (int)(n / (f + 1)) + 1 : n;
 }
 
-static const char *PARAMS = "#segsiz=65536#ckpt=16k#bnum=256";
-
 /* Runs the workload on a store under root (made afresh) whose file I/O is
  * recorded; the store is closed at the end.  Returns the recorder (NULL on
  * a failure, said), with *total its operations (0: the store bypassed
@@ -377,8 +409,8 @@ static kio_rec *record_run(const char *tag, const char *root, int mode, bool lie
     kura_store_config cfg = t_cfg(mode);
     cfg.io = kio_rec_io(rec);
     kura_store *s;
-    snprintf(path, sizeof(path), "%s/data.kh", root);
-    if (t_open(path, PARAMS, &cfg, &s, err, sizeof(err)) != KURA_OK) {
+    snprintf(path, sizeof(path), "%s/%s", root, be->file);
+    if (t_open(path, be->params, &cfg, &s, err, sizeof(err)) != KURA_OK) {
         printf("# %s: open: %s\n", tag, err);
         kio_rec_free(rec);
         return NULL;
@@ -404,9 +436,9 @@ static int check_image(model *m, const char *dir, uint64_t k, const char *prefix
 {
     char path[400], err[600];
     kura_store_config c2 = t_cfg(KURA_SYNC_NONE);
-    snprintf(path, sizeof(path), "%s/data.kh", dir);
+    snprintf(path, sizeof(path), "%s/%s", dir, be->file);
     kura_store *s2;
-    if (t_open(path, "#bnum=256#segsiz=65536", &c2, &s2, err, sizeof(err)) != KURA_OK) {
+    if (t_open(path, be->reopen, &c2, &s2, err, sizeof(err)) != KURA_OK) {
         if ((*printed)++ < 6)
             printf("# %s: open failed: %s\n", prefix, err);
         return 1;
@@ -569,9 +601,9 @@ static void test_powerloss_during_recovery(void)
         kura_store_config cfg = t_cfg(KURA_SYNC_ALWAYS);
         cfg.io = kio_rec_io(rec2);
         char path[400];
-        snprintf(path, sizeof(path), "%s/data.kh", img);
+        snprintf(path, sizeof(path), "%s/%s", img, be->file);
         kura_store *s;
-        if (t_open(path, PARAMS, &cfg, &s, err, sizeof(err)) != KURA_OK) {
+        if (t_open(path, be->params, &cfg, &s, err, sizeof(err)) != KURA_OK) {
             printf("# recovery: cut %llu: the first image does not open: %s\n",
                    (unsigned long long)k, err);
             violations++;
@@ -637,7 +669,7 @@ static int fault_run(kio_inject *in, int fault, int kind, uint64_t n, const char
 {
     char path[400], err[600], prefix[200];
     static int runs;
-    snprintf(path, sizeof(path), "%s/fault%d.kh", base, runs++ % 4);
+    snprintf(path, sizeof(path), "%s/fault%d%s", base, runs++ % 4, strrchr(be->file, '.'));
     kio_rmrf(path);
     snprintf(prefix, sizeof(prefix), "fault %d kind %d call %llu%s", fault, kind,
              (unsigned long long)n, params);
@@ -752,27 +784,79 @@ static int fault_sweep(int fault, int kind, const char *params)
 
 static void test_eio_on_every_fdatasync(void)
 {
-    CHECK_EQ_INT(fault_sweep(F_EIO, KIO_FDATASYNC, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+    CHECK_EQ_INT(fault_sweep(F_EIO, KIO_FDATASYNC, be->fault), 0);
 }
 
 static void test_eio_on_every_fsync(void)
 {
-    CHECK_EQ_INT(fault_sweep(F_EIO, KIO_FSYNC, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+    CHECK_EQ_INT(fault_sweep(F_EIO, KIO_FSYNC, be->fault), 0);
 }
 
 static void test_enospc_on_every_pwritev(void)
 {
-    CHECK_EQ_INT(fault_sweep(F_ENOSPC, KIO_PWRITEV, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+    CHECK_EQ_INT(fault_sweep(F_ENOSPC, KIO_PWRITEV, be->fault), 0);
 }
 
 static void test_enospc_on_every_fallocate(void)
 {
-    CHECK_EQ_INT(fault_sweep(F_ENOSPC, KIO_FALLOCATE, "#segsiz=65536#bnum=256"), 0);
+    CHECK_EQ_INT(fault_sweep(F_ENOSPC, KIO_FALLOCATE, be->fault_map), 0);
 }
 
 static void test_short_pwritev(void)
 {
-    CHECK_EQ_INT(fault_sweep(F_SHORT, KIO_PWRITEV, "#segsiz=65536#bnum=256#mapwrite=0"), 0);
+    CHECK_EQ_INT(fault_sweep(F_SHORT, KIO_PWRITEV, be->fault), 0);
+}
+
+/* The same on the B+ tree. */
+static void test_tree_powerloss_sync_always(void)
+{
+    be = &TREE;
+    run_mode("tree-always", KURA_SYNC_ALWAYS, 700, cuts(600), 2);
+}
+
+static void test_tree_powerloss_sync_none(void)
+{
+    run_mode("tree-none", KURA_SYNC_NONE, 900, cuts(400), 2);
+}
+
+static void test_tree_powerloss_sync_interval(void)
+{
+    run_mode("tree-interval", KURA_SYNC_INTERVAL, 600, cuts(300), 2);
+}
+
+static void test_tree_powerloss_during_recovery(void)
+{
+    test_powerloss_during_recovery();
+}
+
+static void test_tree_powerloss_fsync_lies_is_caught(void)
+{
+    test_powerloss_fsync_lies_is_caught();
+}
+
+static void test_tree_eio_on_every_fdatasync(void)
+{
+    test_eio_on_every_fdatasync();
+}
+
+static void test_tree_eio_on_every_fsync(void)
+{
+    test_eio_on_every_fsync();
+}
+
+static void test_tree_enospc_on_every_pwritev(void)
+{
+    test_enospc_on_every_pwritev();
+}
+
+static void test_tree_enospc_on_every_fallocate(void)
+{
+    test_enospc_on_every_fallocate();
+}
+
+static void test_tree_short_pwritev(void)
+{
+    test_short_pwritev();
 }
 
 int main(void)
@@ -797,6 +881,16 @@ int main(void)
     RUN(test_enospc_on_every_pwritev);
     RUN(test_enospc_on_every_fallocate);
     RUN(test_short_pwritev);
+    RUN(test_tree_powerloss_sync_always);
+    RUN(test_tree_powerloss_sync_none);
+    RUN(test_tree_powerloss_sync_interval);
+    RUN(test_tree_powerloss_during_recovery);
+    RUN(test_tree_powerloss_fsync_lies_is_caught);
+    RUN(test_tree_eio_on_every_fdatasync);
+    RUN(test_tree_eio_on_every_fsync);
+    RUN(test_tree_enospc_on_every_pwritev);
+    RUN(test_tree_enospc_on_every_fallocate);
+    RUN(test_tree_short_pwritev);
     kio_rmrf(base);
     UNIT_DONE();
 }

@@ -18,12 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kura/crc32c.h"
+#include "kura/dbfile.h"
 #include "hashdb_int.h"
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
@@ -241,26 +240,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     hd_ent *e = hdx_find(st, h, it->key, it->klen), *fresh = NULL;
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     bool live = lv == KURA_LIVE;
-    switch (cond) {
-    case KURA_PUT_ANY:
-        break;
-    case KURA_PUT_ABSENT:
-        if (live)
-            rc = KURA_EXISTS;
-        break;
-    case KURA_PUT_PRESENT:
-        if (!live)
-            rc = KURA_NOTFOUND;
-        break;
-    case KURA_PUT_CAS:
-        if (!live)
-            rc = KURA_NOTFOUND;
-        else if (e->cas != cmp_cas)
-            rc = KURA_EXISTS;
-        break;
-    default:
-        rc = KURA_EINVAL;
-    }
+    rc = kura_put_cond_check(cond, live, e ? e->cas : 0, cmp_cas);
     if (rc)
         goto out;
     if (!e && !(fresh = hdx_new(st, it->key, it->klen))) {
@@ -502,13 +482,6 @@ static void hashdb_usage(kura_store *s, kura_store_usage *u)
     u->expired_unfetched = atomic_load(&db->expired_unfetched);
 }
 
-static void emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
-{
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
-    emit(arg, name, buf);
-}
-
 typedef struct seg_sum {
     uint64_t file, live, nseg;
 } seg_sum;
@@ -539,30 +512,30 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     uint64_t expired = atomic_load_explicit(&db->sweep.last_pass_bytes, memory_order_relaxed);
     char frag[32];
     snprintf(frag, sizeof(frag), "%.3f", file ? (double)(file - live) / (double)file : 0.0);
-    emit_u64(emit, arg, "hash_file_bytes", file);
-    emit_u64(emit, arg, "hash_live_bytes", live);
-    emit_u64(emit, arg, "hash_expired_bytes", expired);
-    emit_u64(emit, arg, "hash_sweep_passes",
+    kura_emit_u64(emit, arg, "hash_file_bytes", file);
+    kura_emit_u64(emit, arg, "hash_live_bytes", live);
+    kura_emit_u64(emit, arg, "hash_expired_bytes", expired);
+    kura_emit_u64(emit, arg, "hash_sweep_passes",
              atomic_load_explicit(&db->sweep.passes, memory_order_relaxed));
-    emit_u64(emit, arg, "hash_dead_bytes", file - live);
+    kura_emit_u64(emit, arg, "hash_dead_bytes", file - live);
     emit(arg, "hash_fragmentation", frag);
-    emit_u64(emit, arg, "hash_segments", nseg);
-    emit_u64(emit, arg, "hash_index_slots", slots);
-    emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
-    emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
-    emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
+    kura_emit_u64(emit, arg, "hash_segments", nseg);
+    kura_emit_u64(emit, arg, "hash_index_slots", slots);
+    kura_emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
+    kura_emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
+    kura_emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
     sl_stats ls;
     sl_get_stats(&db->log, &ls);
-    emit_u64(emit, arg, "hash_syncs", ls.syncs);
-    emit_u64(emit, arg, "hash_write_errors", ls.write_errors);
-    emit_u64(emit, arg, "hash_sync_errors", ls.sync_errors);
+    kura_emit_u64(emit, arg, "hash_syncs", ls.syncs);
+    kura_emit_u64(emit, arg, "hash_write_errors", ls.write_errors);
+    kura_emit_u64(emit, arg, "hash_sync_errors", ls.sync_errors);
     /* 1 once a sync failed: writes are refused until a restart */
-    emit_u64(emit, arg, "hash_writes_stopped", hd_failed(db) != KURA_OK);
-    emit_u64(emit, arg, "hash_read_errors", ls.read_errors);
-    emit_u64(emit, arg, "hash_corrupt_reads", atomic_load(&db->corrupt_reads));
-    emit_u64(emit, arg, "hash_recovered_records", db->recovered_records);
-    emit_u64(emit, arg, "hash_recovery_lost", db->recovery_lost);
-    emit_u64(emit, arg, "hash_truncated_bytes", db->truncated_bytes);
+    kura_emit_u64(emit, arg, "hash_writes_stopped", hd_failed(db) != KURA_OK);
+    kura_emit_u64(emit, arg, "hash_read_errors", ls.read_errors);
+    kura_emit_u64(emit, arg, "hash_corrupt_reads", atomic_load(&db->corrupt_reads));
+    kura_emit_u64(emit, arg, "hash_recovered_records", db->recovered_records);
+    kura_emit_u64(emit, arg, "hash_recovery_lost", db->recovery_lost);
+    kura_emit_u64(emit, arg, "hash_truncated_bytes", db->truncated_bytes);
 }
 
 /* The state and max_cas_seen are read and changed under the log's append
@@ -652,20 +625,6 @@ static bool want_checkpoint(hashdb *db, double since)
     return (a >= db->ckpt_bytes && a >= est) || (sealed && since >= 2.0 && a >= est / 8);
 }
 
-/* Adds ms milliseconds to the realtime clock, for a condition wait. */
-static struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* -sync interval: syncs the log once a second, in a thread of its own so
  * that the promise ("at most about the last second is lost") holds however
  * long a round of checkpoint and compaction in bg_main takes.  After a
@@ -676,7 +635,7 @@ static void *syncer_main(void *arg)
     hashdb *db = arg;
     pthread_mutex_lock(&db->bg_mu);
     while (!db->stopping) {
-        struct timespec ts = deadline_in(1000);
+        struct timespec ts = kura_deadline_in(1000);
         pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
         if (db->stopping)
             break;
@@ -698,7 +657,7 @@ static void *bg_main(void *arg)
     double retry_at = 0, backoff = 0;
     pthread_mutex_lock(&db->bg_mu);
     while (!db->stopping) {
-        struct timespec ts = deadline_in(100);
+        struct timespec ts = kura_deadline_in(100);
         pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
         if (db->stopping)
             break;
@@ -864,38 +823,23 @@ static const kura_store_ops hashdb_ops = {
     .commit = hashdb_commit,
 };
 
-static int size_param(kura_params *params, const char *name, uint64_t *v, uint64_t lo,
-                      uint64_t hi, char *err, size_t errlen)
-{
-    const char *s = kura_param_take(params, name);
-    if (!s)
-        return KURA_OK;
-    if (kura_parse_size(s, v) != KURA_OK || *v < lo || *v > hi) {
-        snprintf(err, errlen, "hash file parameter %s=%s: expected a size from %llu to %llu",
-                 name, s, (unsigned long long)lo, (unsigned long long)hi);
-        return KURA_EINVAL;
-    }
-    return KURA_OK;
-}
-
 int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
                 kura_store **out, char *err, size_t errlen)
 {
     uint64_t bnum = 1048576, msiz = 4ULL << 30, segsiz = 128ULL << 20,
              ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1,
              wbehind = 4ULL << 20;
-    struct stat st;
     int rc;
 
     *out = NULL;
-    if ((rc = size_param(params, "bnum", &bnum, 1, 1ULL << 36, err, errlen)) ||
-        (rc = size_param(params, "msiz", &msiz, 0, 1ULL << 46, err, errlen)) ||
-        (rc = size_param(params, "segsiz", &segsiz, 4096, 1ULL << 31, err, errlen)) ||
-        (rc = size_param(params, "ckpt", &ckpt, 4096, 1ULL << 46, err, errlen)) ||
-        (rc = size_param(params, "dfunit", &dfunit, 1, 1 << 20, err, errlen)) ||
-        (rc = size_param(params, "frag", &frag, 1, 100, err, errlen)) ||
-        (rc = size_param(params, "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
-        (rc = size_param(params, "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)))
+    if ((rc = kura_param_size(params, "hash file", "bnum", &bnum, 1, 1ULL << 36, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "msiz", &msiz, 0, 1ULL << 46, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "segsiz", &segsiz, 4096, 1ULL << 31, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "ckpt", &ckpt, 4096, 1ULL << 46, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "dfunit", &dfunit, 1, 1 << 20, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "frag", &frag, 1, 100, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
+        (rc = kura_param_size(params, "hash file", "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)))
         return rc;
     rc = kura_params_reject_unused(params, path, err, errlen);
     if (rc)
@@ -921,48 +865,9 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     pthread_mutex_init(&db->bg_mu, NULL);
     pthread_cond_init(&db->bg_cv, NULL);
 
-    if (stat(path, &st) != 0) {
-        if (errno != ENOENT || cfg->read_only) {
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
-            rc = hd_errno_status(errno);
-            goto fail;
-        }
-        if (db->io->mkdirat(db->io, AT_FDCWD, path, 0755) != 0) {
-            snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-            rc = hd_errno_status(errno);
-            goto fail;
-        }
-        /* make the new directory's name durable */
-        char parent[4200];
-        snprintf(parent, sizeof(parent), "%s", path);
-        char *slash = strrchr(parent, '/');
-        if (slash == parent)
-            parent[1] = '\0';
-        else if (slash)
-            *slash = '\0';
-        else
-            snprintf(parent, sizeof(parent), ".");
-        int pfd = db->io->open(db->io, AT_FDCWD, parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-        int bad = pfd < 0 || db->io->fsync(db->io, pfd) != 0 ? errno : 0;
-        if (pfd >= 0)
-            db->io->close(db->io, pfd);
-        if (bad) {
-            snprintf(err, errlen, "cannot make %s durable: %s", path, strerror(bad));
-            rc = hd_errno_status(bad);
-            goto fail;
-        }
-    } else if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a kura hash database (it is a file; kura's hash "
-                 "database is a directory)", path);
-        rc = KURA_EINVAL;
+    if ((rc = kura_db_dir_open(db->io, path, cfg->read_only, "hash", &db->dirfd, &db->lockfd,
+                               err, errlen)))
         goto fail;
-    }
-    db->dirfd = db->io->open(db->io, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (db->dirfd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        rc = hd_errno_status(errno);
-        goto fail;
-    }
     /* the log's record framing is this file's: the hash file's format
      * (docs/formats.md) stays as it was (hashdb_rec.c) */
     sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
@@ -973,19 +878,6 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     memcpy(lc.magic, HD_SEG_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&db->log, &lc))) {
         snprintf(err, errlen, "out of memory");
-        goto fail;
-    }
-    db->lockfd = db->io->open(db->io, db->dirfd, "LOCK", (cfg->read_only ? O_RDONLY :
-                              O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
-    if (db->lockfd >= 0 && flock(db->lockfd, (cfg->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
-        snprintf(err, errlen, "%s: in use by another process (%s)", path,
-                 errno == EWOULDBLOCK ? "locked" : strerror(errno));
-        rc = KURA_EINVAL;
-        goto fail;
-    }
-    if (db->lockfd < 0 && !cfg->read_only) {
-        snprintf(err, errlen, "%s/LOCK: %s", path, strerror(errno));
-        rc = hd_errno_status(errno);
         goto fail;
     }
     rc = hdx_init(db, bnum);

@@ -1,0 +1,43 @@
+/*
+ * dbfile.h - what the file backends (the hash file, src/store/hash/, and
+ * the B+ tree, src/store/tree/) share beyond the store interface: opening
+ * a database directory and its LOCK, size parameters, the put condition,
+ * stats lines and condition-wait deadlines (src/store/dbfile.c).
+ *
+ * Both backends keep a database as a directory with a LOCK file, take
+ * "#name=size" parameters, and decide set/add/replace/cas the same way;
+ * the code for that is here once.
+ */
+#ifndef KURA_DBFILE_H
+#define KURA_DBFILE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "kura/store.h"
+
+/* Takes parameter `name` (if given) as a size from lo to hi into *v; an
+ * error names the backend (`what`, e.g. "hash file") and the range. */
+int kura_param_size(kura_params *params, const char *what, const char *name, uint64_t *v,
+                    uint64_t lo, uint64_t hi, char *err, size_t errlen);
+
+/* Opens the database directory `path` (`what`: how a message calls such a
+ * database), creating it unless read_only (then its name is made durable
+ * in its parent), and takes its LOCK file (exclusive; shared when
+ * read_only).  *dirfd and *lockfd are set (-1 when not opened); the caller
+ * closes them.  A plain file at path is refused.  0 or KURA_E*, err set. */
+int kura_db_dir_open(const kura_io *io, const char *path, bool read_only, const char *what,
+                     int *dirfd, int *lockfd, char *err, size_t errlen);
+
+/* KURA_OK if a put under cond may go ahead given what is there (live or
+ * not, its cas); else KURA_EXISTS, KURA_NOTFOUND or KURA_EINVAL. */
+int kura_put_cond_check(int cond, bool live, uint64_t cas, uint64_t cmp_cas);
+
+/* One "stats" line of a number. */
+void kura_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v);
+
+/* The realtime clock plus ms, for pthread_cond_timedwait. */
+struct timespec kura_deadline_in(long ms);
+
+#endif

@@ -1,0 +1,1019 @@
+/*
+ * tree.c - the B+ tree backend ("data.kb", also ".tcb" and ".kct"): the
+ * store operations, the background threads, open and close.
+ *
+ * Every change follows one order, so that a failure at any step leaves
+ * the tree as it was and the log without a record of it:
+ *   1. descend to the leaf (reads may fail: nothing changed yet);
+ *   2. write a large value's overflow run (may fail: the run is freed);
+ *   3. reserve the page objects the change may need (may fail: ENOMEM);
+ *   4. append the record to the log (may fail: the run is freed);
+ *   5. change the pages in memory, which cannot fail (a rebalance that
+ *      cannot read a sibling is skipped; tree_delete.c).
+ * The log record is what makes the change durable (-sync always waits for
+ * its group commit, interval's thread syncs the log once a second); the
+ * pages reach the file at the next checkpoint (tree_commit.c).
+ *
+ * Concurrency, correct first: bt->mu serializes every operation, reads
+ * included (a read may load pages into the cache).  Waits for the group
+ * commit are made outside it.  Checkpoints hold it while they write and
+ * sync, which stalls operations for that long; readers on committed
+ * snapshots are the next step (docs/formats.md, "Not done yet").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kura/dbfile.h"
+#include "tree_int.h"
+
+static inline btree *B(kura_store *s) { return (btree *)s; }
+
+void bt_log(btree *bt, int level, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (bt->cfg.log)
+        bt->cfg.log(level, buf);
+    else if (!getenv("KURA_HASHDB_QUIET"))     /* the unit tests' switch for the stores */
+        fprintf(stderr, "kura tree: %s\n", buf);
+}
+
+static void log_line(void *arg, int level, const char *line)
+{
+    bt_log(arg, level, "%s", line);
+}
+
+uint64_t bt_item_bytes(size_t klen, size_t vlen, uint32_t flags)
+{
+    return kura_item_wire_total(klen, vlen, flags);
+}
+
+static inline void stat_inc(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+static int check_key(const char *key, size_t klen)
+{
+    return key && klen >= 1 && klen <= KURA_KEY_MAX ? KURA_OK : KURA_EINVAL;
+}
+
+static bool too_big(btree *bt, size_t klen, size_t vlen)
+{
+    return vlen > UINT32_MAX - 1024 ||
+           kura_item_wire_total(klen, vlen, 0) > bt->cfg.item_size_max;
+}
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- applying changes ------------------------------------------------- */
+
+static bool inline_value(btree *bt, size_t klen, size_t vlen)
+{
+    return BT_LEAF_HDR_MAX + klen + vlen <= bt->cell_max;
+}
+
+int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
+                 int64_t exptime, uint64_t cas, const void *v0, size_t l0, const void *v1,
+                 size_t l1, uint64_t ovf)
+{
+    size_t vlen = l0 + l1;
+    if (!inline_value(bt, klen, vlen) && !ovf) {
+        int rc = do_ovf_write(bt, v0, l0, v1, l1, &ovf);
+        if (rc)
+            return rc;
+    }
+    /* the cell first: v0 may point into the leaf about to change */
+    unsigned char cell[BT_CELL_MAX];
+    size_t len = pg_leaf_encode(cell, key, klen, flags, exptime, cas, (uint32_t)vlen, v0,
+                                ovf ? 0 : l0, v1, ovf ? 0 : l1, ovf);
+    do_touch_path(bt, path);
+    int lvl = path->depth - 1;
+    if (path->found) {
+        bt_cell old;
+        pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), &old);
+        if (old.ovf && old.ovf_pgno != ovf)
+            do_free_pgno(bt, old.ovf_pgno, bt_ovf_pages(bt, old.vlen), false);
+        bt->items--;
+        bt->bytes -= bt_item_bytes(old.klen, old.vlen, old.flags);
+    }
+    do_leaf_put(bt, path, cell, len);
+    bt->items++;
+    bt->bytes += bt_item_bytes(klen, vlen, flags);
+    if (cas > bt->max_cas_seen)
+        __atomic_store_n(&bt->max_cas_seen, cas, __ATOMIC_RELAXED);
+    return KURA_OK;
+}
+
+/* Removes the cell the path found (its record already logged). */
+static void do_apply_del(btree *bt, bt_path *path)
+{
+    bt_cell c;
+    int lvl = path->depth - 1;
+    pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), &c);
+    do_touch_path(bt, path);
+    if (c.ovf)
+        do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.vlen), false);
+    bt->items--;
+    bt->bytes -= bt_item_bytes(c.klen, c.vlen, c.flags);
+    do_leaf_remove(bt, path);
+}
+
+/* Before a change: a checkpoint if dirty pages near the cache's bound (the
+ * background thread normally keeps them far below), and page objects
+ * reserved.  A change is refused only when the cache is full of dirty
+ * pages that cannot be written. */
+static int do_write_begin(btree *bt)
+{
+    if (bt->cfg.read_only)
+        return KURA_EREADONLY;
+    int rc = sl_failed(&bt->log);
+    if (rc)
+        return rc;
+    if (bt->ndirty >= bt->cap * 3 / 4) {
+        double now = mono();
+        if (now >= bt->inline_retry_at || bt->ndirty >= bt->cap) {
+            rc = do_checkpoint(bt);
+            bt->inline_retry_at = rc ? now + 1.0 : 0;
+            if (rc && bt->ndirty >= bt->cap)
+                return rc;
+        }
+    }
+    return do_reserve(bt, 2 * (size_t)bt->height + 8);
+}
+
+/* A put's or update's new version: overflow run, log record, tree. */
+static int do_write_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
+                        int64_t exptime, uint64_t cas, const void *v0, size_t l0,
+                        const void *v1, size_t l1, uint64_t keep_ovf, uint64_t *lsn)
+{
+    uint64_t ovf = keep_ovf;
+    int rc;
+    bool fresh = false;
+    if (!ovf && !inline_value(bt, klen, l0 + l1)) {
+        if ((rc = do_ovf_write(bt, v0, l0, v1, l1, &ovf)))
+            return rc;
+        fresh = true;
+    }
+    rc = do_wal_append(bt, BT_REC_PUT, key, klen, v0, l0, v1, l1, flags, exptime, cas, lsn);
+    if (rc) {
+        if (fresh)
+            do_free_pgno(bt, ovf, bt_ovf_pages(bt, l0 + l1), true);
+        return rc;
+    }
+    return do_apply_put(bt, path, key, klen, flags, exptime, cas, v0, l0, v1, l1, ovf);
+}
+
+static int do_write_del(btree *bt, bt_path *path, const char *key, size_t klen, uint64_t *lsn)
+{
+    int rc = do_wal_append(bt, BT_REC_DEL, key, klen, NULL, 0, NULL, 0, 0, 0, 0, lsn);
+    if (rc == KURA_OK)
+        do_apply_del(bt, path);
+    return rc;
+}
+
+static int finish_write(btree *bt, int rc, bool wrote, uint64_t lsn)
+{
+    if (wrote && bt->cfg.sync_mode == KURA_SYNC_ALWAYS && !bt->cfg.deferred_commit) {
+        int c = sl_commit(&bt->log, lsn);
+        if (c)
+            return c;
+    }
+    return rc;
+}
+
+static void fill_item(kura_item *it, const bt_cell *c, const unsigned char *val)
+{
+    it->key = c->key;
+    it->klen = c->klen;
+    it->val = val;
+    it->vlen = c->vlen;
+    it->flags = c->flags;
+    it->exptime = c->exptime;
+    it->cas = c->cas;
+}
+
+/* The leaf cell the path found, with its value (an overflow run is read). */
+static int do_read_cell(btree *bt, bt_path *path, bt_cell *c, const unsigned char **val)
+{
+    int lvl = path->depth - 1;
+    pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), c);
+    if (!c->ovf) {
+        *val = c->val;
+        return KURA_OK;
+    }
+    return do_ovf_read(bt, c->ovf_pgno, c->vlen, val);
+}
+
+/* A value read from an overflow run stays in bt->vbuf until the
+ * operation ends; a buffer grown past 1 MiB (a large value) is given back
+ * then, so the process keeps no more than pccap and about a megabyte. */
+static void do_vbuf_trim(btree *bt)
+{
+    if (bt->vcap > (1u << 20)) {
+        free(bt->vbuf);
+        bt->vbuf = NULL;
+        bt->vcap = 0;
+    }
+}
+
+/* ---- the store operations --------------------------------------------- */
+
+static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                     kura_item_fn fn, void *arg)
+{
+    btree *bt = B(s);
+    bt_path path;
+    if (check_key(key, klen))
+        return KURA_NOTFOUND;
+    pthread_mutex_lock(&bt->mu);
+    int rc = do_descend(bt, key, klen, &path);
+    if (rc)
+        goto out;
+    if (!path.found) {
+        rc = KURA_NOTFOUND;
+        goto release;
+    }
+    bt_cell c;
+    const unsigned char *val;
+    pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                            (unsigned)path.idx[path.depth - 1]), &c);
+    int lv = kura_item_liveness(c.exptime, c.cas, clk);
+    if (lv != KURA_LIVE) {
+        rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
+        /* as memcached does, a read that meets a dead item reclaims it:
+         * looked up again, as do_write_begin may let mu go (a checkpoint) */
+        do_path_release(bt, &path);
+        if (!bt->cfg.read_only && do_write_begin(bt) == KURA_OK &&
+            do_descend(bt, key, klen, &path) == KURA_OK) {
+            if (path.found) {
+                pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                                        (unsigned)path.idx[path.depth - 1]), &c);
+                if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE &&
+                    do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
+                    bt->reclaimed++;
+            }
+            do_path_release(bt, &path);
+        }
+        goto out;
+    }
+    rc = do_read_cell(bt, &path, &c, &val);
+    if (rc == KURA_OK) {
+        kura_item it;
+        fill_item(&it, &c, val);
+        rc = fn ? fn(arg, &it) : KURA_OK;
+    }
+release:
+    do_path_release(bt, &path);
+    do_vbuf_trim(bt);
+out:
+    pthread_mutex_unlock(&bt->mu);
+    return rc;
+}
+
+static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
+                     const kura_clock *clk)
+{
+    btree *bt = B(s);
+    bt_path path;
+    uint64_t lsn = 0;
+    bool wrote = false;
+    if (check_key(it->key, it->klen))
+        return KURA_EINVAL;
+    if (too_big(bt, it->klen, it->vlen))
+        return KURA_ETOOBIG;
+    pthread_mutex_lock(&bt->mu);
+    int rc = do_write_begin(bt);
+    if (rc == KURA_OK)
+        rc = do_descend(bt, it->key, it->klen, &path);
+    if (rc)
+        goto out;
+    bool live = false;
+    bt_cell c;
+    if (path.found) {
+        pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                                (unsigned)path.idx[path.depth - 1]), &c);
+        live = kura_item_liveness(c.exptime, c.cas, clk) == KURA_LIVE;
+    }
+    rc = kura_put_cond_check(cond, live, path.found ? c.cas : 0, cmp_cas);
+    /* the change feed (store.h) gives the cas and logs the change */
+    kura_item stamped = *it;
+    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
+        if (path.found && !live)
+            bt->reclaimed++;
+        rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, stamped.cas,
+                          it->val, it->vlen, NULL, 0, 0, &lsn);
+        wrote = rc == KURA_OK;
+    }
+    do_path_release(bt, &path);
+out:
+    pthread_mutex_unlock(&bt->mu);
+    return finish_write(bt, rc, wrote, lsn);
+}
+
+static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
+                     const kura_clock *clk)
+{
+    btree *bt = B(s);
+    bt_path path;
+    uint64_t lsn = 0;
+    bool wrote = false;
+    if (check_key(key, klen))
+        return KURA_NOTFOUND;
+    pthread_mutex_lock(&bt->mu);
+    int rc = do_write_begin(bt);
+    if (rc == KURA_OK)
+        rc = do_descend(bt, key, klen, &path);
+    if (rc)
+        goto out;
+    if (!path.found) {
+        rc = KURA_NOTFOUND;
+    } else {
+        bt_cell c;
+        pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                                (unsigned)path.idx[path.depth - 1]), &c);
+        int lv = kura_item_liveness(c.exptime, c.cas, clk);
+        if (lv != KURA_LIVE) {
+            if (do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
+                bt->reclaimed++;
+            rc = KURA_NOTFOUND;
+        } else if (cmp_cas && c.cas != cmp_cas) {
+            rc = KURA_EXISTS;
+        } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
+            rc = do_write_del(bt, &path, key, klen, &lsn);
+            wrote = rc == KURA_OK;
+        }
+    }
+    do_path_release(bt, &path);
+out:
+    pthread_mutex_unlock(&bt->mu);
+    return finish_write(bt, rc, wrote, lsn);
+}
+
+static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                        kura_update_fn fn, void *arg)
+{
+    btree *bt = B(s);
+    bt_path path;
+    uint64_t lsn = 0;
+    bool wrote = false;
+    int rc = KURA_OK, src = KURA_OK;
+    if (check_key(key, klen))
+        return KURA_EINVAL;
+    pthread_mutex_lock(&bt->mu);
+    if (!bt->cfg.read_only)
+        src = do_write_begin(bt);
+    if (src == KURA_OK)
+        src = do_descend(bt, key, klen, &path);
+    if (src) {
+        pthread_mutex_unlock(&bt->mu);
+        return src;
+    }
+    bt_cell c;
+    kura_item cur;
+    const unsigned char *val = NULL;
+    int lv = -1;
+    if (path.found) {
+        pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                                (unsigned)path.idx[path.depth - 1]), &c);
+        lv = kura_item_liveness(c.exptime, c.cas, clk);
+        if (lv == KURA_LIVE) {
+            if ((src = do_read_cell(bt, &path, &c, &val)))
+                goto out;
+            fill_item(&cur, &c, val);
+        }
+    }
+    kura_update up;
+    memset(&up, 0, sizeof(up));
+    rc = fn(arg, val ? &cur : NULL, &up);
+    switch (up.action) {
+    case KURA_UPDATE_KEEP:
+        break;
+    case KURA_UPDATE_REPLACE:
+    case KURA_UPDATE_TOUCH: {
+        const void *v0 = up.part[0].base, *v1 = up.part[1].base;
+        size_t l0 = up.part[0].len, l1 = up.part[1].len;
+        uint32_t flags = up.flags;
+        uint64_t cas = up.cas, keep = 0;
+        if (up.action == KURA_UPDATE_TOUCH) {
+            if (!val)
+                break;
+            v0 = cur.val;
+            l0 = cur.vlen;
+            v1 = NULL;
+            l1 = 0;
+            flags = cur.flags;
+            cas = cur.cas;
+            keep = c.ovf ? c.ovf_pgno : 0;  /* the value's run stays as it is */
+        }
+        if (l1 > SIZE_MAX - l0 || too_big(bt, klen, l0 + l1)) {
+            src = KURA_ETOOBIG;
+            break;
+        }
+        if (bt->cfg.read_only) {
+            src = KURA_EREADONLY;
+            break;
+        }
+        if (path.found && lv != KURA_LIVE)
+            bt->reclaimed++;
+        src = do_write_put(bt, &path, key, klen, flags, up.exptime, cas, v0, l0, v1, l1, keep,
+                           &lsn);
+        wrote = src == KURA_OK;
+        break;
+    }
+    case KURA_UPDATE_REMOVE:
+        if (!path.found)
+            break;
+        if (bt->cfg.read_only) {
+            src = KURA_EREADONLY;
+            break;
+        }
+        if (lv != KURA_LIVE) {
+            if (do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
+                bt->reclaimed++;
+            break;
+        }
+        src = do_write_del(bt, &path, key, klen, &lsn);
+        wrote = src == KURA_OK;
+        break;
+    default:
+        src = KURA_EINVAL;
+    }
+out:
+    do_path_release(bt, &path);
+    do_vbuf_trim(bt);
+    pthread_mutex_unlock(&bt->mu);
+    src = finish_write(bt, src, wrote, lsn);
+    return src ? src : rc;
+}
+
+/* Calls fn for every live item from key (inclusive; NULL: the first) in
+ * key order, a leaf at a time: the lock is let go between leaves, so
+ * writers go on; the walk resumes after the last key it saw. */
+static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *clk,
+                   kura_item_fn fn, void *arg)
+{
+    char last[KURA_KEY_MAX];
+    size_t llen = 0;
+    bool have_last = false, first = true;
+    int rc = KURA_OK, bad = KURA_OK;
+    for (;;) {
+        bt_path path;
+        pthread_mutex_lock(&bt->mu);
+        rc = do_descend(bt, have_last ? last : from, have_last ? llen : (from ? flen : 0),
+                        &path);
+        if (rc) {
+            pthread_mutex_unlock(&bt->mu);
+            return rc;
+        }
+        bt_page *leaf = path.pg[path.depth - 1];
+        unsigned i = (unsigned)path.idx[path.depth - 1];
+        if (have_last && path.found)
+            i++;
+        if (!from && first)
+            i = 0;
+        first = false;
+        /* past the leaf's end: the next leaf */
+        while (i >= pg_n(leaf->data)) {
+            int r = do_next_leaf(bt, &path);
+            if (r) {
+                if (r < 0)
+                    rc = r;
+                pthread_mutex_unlock(&bt->mu);
+                return rc ? rc : bad;
+            }
+            leaf = path.pg[path.depth - 1];
+            i = 0;
+        }
+        for (; i < pg_n(leaf->data) && rc == KURA_OK; i++) {
+            bt_cell c;
+            const unsigned char *val;
+            pg_leaf_decode(pg_ccell(leaf->data, i), &c);
+            memcpy(last, c.key, c.klen);
+            llen = c.klen;
+            have_last = true;
+            if (clk && kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE)
+                continue;
+            path.idx[path.depth - 1] = (int)i;
+            int r = do_read_cell(bt, &path, &c, &val);
+            if (r) {
+                bad = r;
+                continue;
+            }
+            kura_item it;
+            fill_item(&it, &c, val);
+            rc = fn(arg, &it);
+        }
+        do_path_release(bt, &path);
+        do_vbuf_trim(bt);
+        pthread_mutex_unlock(&bt->mu);
+        if (rc)
+            return rc;
+    }
+}
+
+static int bt_iterate_op(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    return bt_walk(B(s), NULL, 0, clk, fn, arg);
+}
+
+static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
+                              const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    if (from && (flen < 1 || flen > KURA_KEY_MAX))
+        return KURA_EINVAL;
+    return bt_walk(B(s), from, flen, clk, fn, arg);
+}
+
+/* The sweep: looks at up to `budget` cells from where it stopped, and
+ * deletes the dead ones it saw (up to 64 a call). */
+typedef struct sweep_arg {
+    btree *bt;
+    const kura_clock *clk;
+    size_t left;
+    char keys[64][KURA_KEY_MAX];
+    uint8_t klen[64];
+    int n;
+    bool end;
+} sweep_arg;
+
+static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
+{
+    btree *bt = B(s);
+    if (bt->cfg.read_only)
+        return 0;
+    sweep_arg *sa = calloc(1, sizeof(*sa));
+    if (!sa)
+        return 0;
+    long done = 0;
+    pthread_mutex_lock(&bt->mu);
+    bt_path path;
+    int rc = do_descend(bt, bt->sweep_klen ? (const char *)bt->sweep_key : NULL,
+                        bt->sweep_klen, &path);
+    if (rc == KURA_OK) {
+        bt_page *leaf = path.pg[path.depth - 1];
+        unsigned i = bt->sweep_klen ? (unsigned)path.idx[path.depth - 1] : 0;
+        size_t seen = 0;
+        while (seen < budget && sa->n < 64) {
+            if (i >= pg_n(leaf->data)) {
+                if (do_next_leaf(bt, &path) != 0) {
+                    sa->end = true;
+                    break;
+                }
+                leaf = path.pg[path.depth - 1];
+                i = 0;
+                continue;
+            }
+            bt_cell c;
+            pg_leaf_decode(pg_ccell(leaf->data, i), &c);
+            if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE) {
+                memcpy(sa->keys[sa->n], c.key, c.klen);
+                sa->klen[sa->n++] = (uint8_t)c.klen;
+            }
+            memcpy(bt->sweep_key, c.key, c.klen);
+            bt->sweep_klen = c.klen;
+            seen++;
+            i++;
+        }
+        if (sa->end)
+            bt->sweep_klen = 0;
+        do_path_release(bt, &path);
+    }
+    for (int k = 0; k < sa->n; k++) {
+        if (do_write_begin(bt) != KURA_OK ||
+            do_descend(bt, sa->keys[k], sa->klen[k], &path) != KURA_OK)
+            break;
+        if (path.found) {
+            bt_cell c;
+            pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
+                                    (unsigned)path.idx[path.depth - 1]), &c);
+            if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE &&
+                do_write_del(bt, &path, sa->keys[k], sa->klen[k], NULL) == KURA_OK) {
+                done++;
+                bt->reclaimed++;
+            }
+        }
+        do_path_release(bt, &path);
+    }
+    pthread_mutex_unlock(&bt->mu);
+    free(sa);
+    return done;
+}
+
+static int bt_sync_op(kura_store *s)
+{
+    btree *bt = B(s);
+    return bt->cfg.read_only ? KURA_OK : sl_sync_now(&bt->log);
+}
+
+static void bt_usage_op(kura_store *s, kura_store_usage *u)
+{
+    btree *bt = B(s);
+    memset(u, 0, sizeof(*u));
+    pthread_mutex_lock(&bt->mu);
+    u->curr_items = bt->items;
+    u->bytes = bt->bytes;
+    u->reclaimed = bt->reclaimed;
+    pthread_mutex_unlock(&bt->mu);
+}
+
+#define LOAD(x) atomic_load_explicit(&bt->x, memory_order_relaxed)
+
+static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
+{
+    btree *bt = B(s);
+    pthread_mutex_lock(&bt->mu);
+    uint64_t pages = bt->npages, nfree = bt->freev.n + bt->pend.n, cached = bt->ncached,
+             dirty = bt->ndirty, height = bt->height;
+    pthread_mutex_unlock(&bt->mu);
+    kura_emit_u64(emit, arg, "tree_page_size", bt->psiz);
+    kura_emit_u64(emit, arg, "tree_file_bytes", pages * bt->psiz);
+    kura_emit_u64(emit, arg, "tree_pages", pages);
+    kura_emit_u64(emit, arg, "tree_free_pages", nfree);
+    kura_emit_u64(emit, arg, "tree_height", height);
+    kura_emit_u64(emit, arg, "tree_cache_pages", cached);
+    kura_emit_u64(emit, arg, "tree_cache_limit_pages", bt->cap);
+    kura_emit_u64(emit, arg, "tree_dirty_pages", dirty);
+    kura_emit_u64(emit, arg, "tree_cache_hits", LOAD(cache_hits));
+    kura_emit_u64(emit, arg, "tree_cache_misses", LOAD(cache_misses));
+    kura_emit_u64(emit, arg, "tree_checkpoints", LOAD(checkpoints));
+    kura_emit_u64(emit, arg, "tree_checkpoint_errors", LOAD(ckpt_errors));
+    kura_emit_u64(emit, arg, "tree_splits", LOAD(splits));
+    kura_emit_u64(emit, arg, "tree_merges", LOAD(merges));
+    kura_emit_u64(emit, arg, "tree_redistributions", LOAD(redistributions));
+    kura_emit_u64(emit, arg, "tree_skipped_rebalances", LOAD(skipped_rebalances));
+    kura_emit_u64(emit, arg, "tree_corrupt_reads", LOAD(corrupt_reads));
+    kura_emit_u64(emit, arg, "tree_read_errors", LOAD(read_errors));
+    kura_emit_u64(emit, arg, "tree_recovered_records", LOAD(recovered_records));
+    sl_stats ls;
+    sl_get_stats(&bt->log, &ls);
+    kura_emit_u64(emit, arg, "tree_syncs", ls.syncs);
+    kura_emit_u64(emit, arg, "tree_write_errors", ls.write_errors);
+    kura_emit_u64(emit, arg, "tree_sync_errors", ls.sync_errors);
+    kura_emit_u64(emit, arg, "tree_writes_stopped", sl_failed(&bt->log) != KURA_OK);
+}
+
+static int bt_load_state_op(kura_store *s, kura_store_state *st)
+{
+    btree *bt = B(s);
+    pthread_mutex_lock(&bt->state_mu);
+    *st = bt->state;
+    pthread_mutex_unlock(&bt->state_mu);
+    uint64_t seen = __atomic_load_n(&bt->max_cas_seen, __ATOMIC_RELAXED);
+    if (seen > st->max_cas)
+        st->max_cas = seen;
+    return KURA_OK;
+}
+
+static int bt_save_state_op(kura_store *s, const kura_store_state *st)
+{
+    btree *bt = B(s);
+    unsigned char v[32];
+    uint64_t lsn = 0;
+    if (bt->cfg.read_only)
+        return KURA_EREADONLY;
+    bt_put64(v, st->max_cas);
+    bt_put64(v + 8, st->oldest_cas);
+    bt_put64(v + 16, (uint64_t)st->flush_at);
+    bt_put64(v + 24, st->ulog_ts);
+    /* state_mu, not mu: the feed calls this from a put that holds mu; the
+     * record and the state change together, so a checkpoint (which takes
+     * its log position and the state under state_mu) has both or neither */
+    pthread_mutex_lock(&bt->state_mu);
+    int rc = do_wal_append(bt, BT_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0, 0, 0, 0, &lsn);
+    if (rc == KURA_OK)
+        bt->state = *st;
+    pthread_mutex_unlock(&bt->state_mu);
+    if (rc)
+        return rc;
+    return bt->cfg.sync_mode == KURA_SYNC_NONE ? KURA_OK : sl_commit(&bt->log, lsn);
+}
+
+/* ---- background: checkpoints, the interval sync ----------------------- */
+
+/* -sync interval: the log synced once a second, on a thread of its own so
+ * that a long checkpoint does not stretch the promise. */
+static void *syncer_main(void *arg)
+{
+    btree *bt = arg;
+    pthread_mutex_lock(&bt->bg_mu);
+    while (!bt->stopping) {
+        struct timespec ts = kura_deadline_in(1000);
+        pthread_cond_timedwait(&bt->bg_cv, &bt->bg_mu, &ts);
+        if (bt->stopping)
+            break;
+        pthread_mutex_unlock(&bt->bg_mu);
+        sl_sync_now(&bt->log);
+        pthread_mutex_lock(&bt->bg_mu);
+    }
+    pthread_mutex_unlock(&bt->bg_mu);
+    return NULL;
+}
+
+/* Checkpoints: when dirty pages pass half the cache, when the log
+ * since the last one passes `ckpt` bytes (replay at open stays bounded),
+ * or every 5 s while anything changed.  A failure waits before the next
+ * try, doubling up to 30 s. */
+static void *bg_main(void *arg)
+{
+    btree *bt = arg;
+    double last = mono(), retry_at = 0, backoff = 0;
+    pthread_mutex_lock(&bt->bg_mu);
+    while (!bt->stopping) {
+        struct timespec ts = kura_deadline_in(100);
+        pthread_cond_timedwait(&bt->bg_cv, &bt->bg_mu, &ts);
+        if (bt->stopping)
+            break;
+        pthread_mutex_unlock(&bt->bg_mu);
+        double now = mono();
+        if (now >= retry_at && !sl_failed(&bt->log)) {
+            pthread_mutex_lock(&bt->mu);
+            uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
+            bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
+                        (now - last >= 5.0 && (bt->ndirty || since || bt->pend.n));
+            int rc = want ? do_checkpoint(bt) : KURA_OK;
+            pthread_mutex_unlock(&bt->mu);
+            if (want)
+                last = now;
+            if (rc) {
+                backoff = backoff ? (backoff * 2 > 30 ? 30 : backoff * 2) : 1;
+                retry_at = mono() + backoff;
+            } else {
+                backoff = 0;
+            }
+        }
+        pthread_mutex_lock(&bt->bg_mu);
+    }
+    pthread_mutex_unlock(&bt->bg_mu);
+    return NULL;
+}
+
+int btree_debug_checkpoint(kura_store *s)
+{
+    btree *bt = B(s);
+    pthread_mutex_lock(&bt->mu);
+    int rc = do_checkpoint(bt);
+    pthread_mutex_unlock(&bt->mu);
+    return rc;
+}
+
+/* ---- open and close --------------------------------------------------- */
+
+static void stop_threads(btree *bt)
+{
+    if (!bt->bg_running && !bt->syncer_running)
+        return;
+    pthread_mutex_lock(&bt->bg_mu);
+    bt->stopping = true;
+    pthread_cond_broadcast(&bt->bg_cv);
+    pthread_mutex_unlock(&bt->bg_mu);
+    if (bt->bg_running)
+        pthread_join(bt->bg, NULL);
+    if (bt->syncer_running)
+        pthread_join(bt->syncer, NULL);
+    bt->bg_running = bt->syncer_running = false;
+}
+
+static void destroy(btree *bt)
+{
+    stop_threads(bt);
+    sl_destroy(&bt->log);
+    bc_free(bt);
+    if (bt->fd >= 0)
+        bt->io->close(bt->io, bt->fd);
+    if (bt->lockfd >= 0)
+        bt->io->close(bt->io, bt->lockfd);
+    if (bt->dirfd >= 0)
+        bt->io->close(bt->io, bt->dirfd);
+    free(bt->freev.v);
+    free(bt->pend.v);
+    free(bt->flpages.v);
+    free(bt->scr[0]);
+    free(bt->scr[1]);
+    free(bt->cptr);
+    free(bt->clen);
+    free(bt->vbuf);
+    pthread_mutex_destroy(&bt->mu);
+    pthread_mutex_destroy(&bt->state_mu);
+    pthread_cond_destroy(&bt->ckpt_cv);
+    pthread_mutex_destroy(&bt->bg_mu);
+    pthread_cond_destroy(&bt->bg_cv);
+    free(bt->dir);
+    free(bt);
+}
+
+static void bt_close_op(kura_store *s)
+{
+    btree *bt = B(s);
+    stop_threads(bt);
+    if (!bt->cfg.read_only) {
+        pthread_mutex_lock(&bt->mu);
+        int rc = do_checkpoint(bt);
+        pthread_mutex_unlock(&bt->mu);
+        sl_unmap_active(&bt->log);
+        if (rc == KURA_OK)
+            rc = sl_sync_now(&bt->log);
+        if (rc)
+            bt_log(bt, KURA_LOG_ERROR, "close: data may not be on disk: %s",
+                   kura_strerror(rc));
+    }
+    destroy(bt);
+}
+
+static uint64_t bt_write_seq_op(kura_store *s)
+{
+    return sl_lsn(&B(s)->log);
+}
+
+static int bt_commit_op(kura_store *s, uint64_t seq)
+{
+    return sl_commit(&B(s)->log, seq);
+}
+
+static const kura_store_ops btree_ops = {
+    .name = "tree",
+    .get = bt_get_op,
+    .put = bt_put_op,
+    .del = bt_del_op,
+    .update = bt_update_op,
+    .iterate = bt_iterate_op,
+    .sweep = bt_sweep_op,
+    .sync = bt_sync_op,
+    .usage = bt_usage_op,
+    .stats = bt_stats_op,
+    .load_state = bt_load_state_op,
+    .save_state = bt_save_state_op,
+    .close = bt_close_op,
+    .write_seq = bt_write_seq_op,
+    .commit = bt_commit_op,
+    .iterate_from = bt_iterate_from_op,
+};
+
+/* Tokyo and Kyoto parameters that have no meaning here: an error that
+ * says why, rather than "unknown". */
+static int reject_foreign(kura_params *params, char *err, size_t errlen)
+{
+    static const struct { const char *name, *why; } foreign[] = {
+        { "lmemb", "pages are filled by bytes (psiz), not by a count of records" },
+        { "nmemb", "pages are filled by bytes (psiz), not by a count of records" },
+        { "bnum", "the B+ tree has no bucket array" },
+        { "apow", "records are not aligned in the file" },
+        { "fpow", "free pages are kept in a list of their own" },
+        { "opts", "large files and checksums are always on" },
+        { "msiz", "pages are read into the cache (pccap), not mapped" },
+        { "dfunit", "free pages are reused as they are freed; no defragmentation" },
+        { "zcomp", "page compression is not built yet" },
+        { "rcomp", "keys are compared as bytes" },
+    };
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
+        if (kura_param_take(params, foreign[i].name)) {
+            snprintf(err, errlen, "B+ tree parameter '%s' is not supported: %s",
+                     foreign[i].name, foreign[i].why);
+            return KURA_EINVAL;
+        }
+    }
+    return KURA_OK;
+}
+
+int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
+               kura_store **out, char *err, size_t errlen)
+{
+    uint64_t pccap = 64ULL << 20, psiz = 8192, ckpt = 64ULL << 20, segsiz = 64ULL << 20,
+             mapwrite = 1, lcnum = 0, ncnum = 0;
+    int rc;
+
+    *out = NULL;
+    bool psiz_given = kura_param_take(params, "psiz") != NULL;
+    if ((rc = kura_param_size(params, "B+ tree", "pccap", &pccap, 1 << 20, 1ULL << 44, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "psiz", &psiz, 4096, 32768, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "ckpt", &ckpt, 1 << 16, 1ULL << 40, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "segsiz", &segsiz, 1 << 16, 1ULL << 31, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "lcnum", &lcnum, 1, 1ULL << 32, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "ncnum", &ncnum, 1, 1ULL << 32, err, errlen)) ||
+        (rc = reject_foreign(params, err, errlen)))
+        return rc;
+    if (psiz & (psiz - 1)) {
+        snprintf(err, errlen, "B+ tree parameter psiz=%llu: expected a power of two",
+                 (unsigned long long)psiz);
+        return KURA_EINVAL;
+    }
+    /* Tokyo's lcnum/ncnum (leaf and branch pages cached), when pccap is
+     * not given: the cache holds as many pages of either kind */
+    if ((lcnum || ncnum) && !kura_param_take(params, "pccap"))
+        pccap = (lcnum + ncnum) * psiz < (1 << 20) ? 1 << 20 : (lcnum + ncnum) * psiz;
+    rc = kura_params_reject_unused(params, path, err, errlen);
+    if (rc)
+        return rc;
+
+    btree *bt = calloc(1, sizeof(*bt));
+    if (!bt || !(bt->dir = strdup(path))) {
+        free(bt);
+        snprintf(err, errlen, "out of memory");
+        return KURA_ENOMEM;
+    }
+    bt->base.ops = &btree_ops;
+    bt->cfg = *cfg;
+    bt->io = kio_or_default(cfg->io);
+    if (!bt->cfg.item_size_max)
+        bt->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
+    bt->dirfd = bt->lockfd = bt->fd = -1;
+    bt->psiz = psiz;
+    bt->psiz_given = psiz_given;
+    bt->ckpt_bytes = ckpt;
+    pthread_mutex_init(&bt->mu, NULL);
+    pthread_mutex_init(&bt->state_mu, NULL);
+    pthread_cond_init(&bt->ckpt_cv, NULL);
+    pthread_mutex_init(&bt->bg_mu, NULL);
+    pthread_cond_init(&bt->bg_cv, NULL);
+
+    if ((rc = kura_db_dir_open(bt->io, path, cfg->read_only, "B+ tree", &bt->dirfd,
+                               &bt->lockfd, err, errlen)))
+        goto fail;
+    sl_config lc = { .dir = bt->dir, .dirfd = bt->dirfd, .io = bt->io,
+                     .version = BT_WAL_VERSION, .versions = 1u << BT_WAL_VERSION,
+                     .segsiz = segsiz, .msiz = 0, .wbehind = 0,
+                     .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
+                     .check = bt_wal_check, .log = log_line, .log_arg = bt };
+    memcpy(lc.magic, BT_WAL_MAGIC, sizeof(lc.magic));
+    if ((rc = sl_init(&bt->log, &lc))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    int oflags = (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    bt->fd = bt->io->open(bt->io, bt->dirfd, "tree", oflags, 0);
+    if (bt->fd < 0 && errno == ENOENT && !cfg->read_only) {
+        if ((rc = bt_create_file(bt, err, errlen)))
+            goto fail;
+        bt->fd = bt->io->open(bt->io, bt->dirfd, "tree", oflags, 0);
+    }
+    if (bt->fd < 0) {
+        snprintf(err, errlen, "%s/tree: %s", path, strerror(errno));
+        rc = sl_errno_status(errno);
+        goto fail;
+    }
+    if ((rc = bt_meta_read(bt, err, errlen)))
+        goto fail;
+    bt->cell_max = (bt->psiz - BT_HDR) / 3 - 2;
+    if (bt->cell_max > BT_CELL_MAX)
+        bt->cell_max = BT_CELL_MAX;
+    bt->ccap = 2 * (bt->psiz / 8) + 4;
+    if (!(bt->scr[0] = malloc(bt->psiz)) || !(bt->scr[1] = malloc(bt->psiz)) ||
+        !(bt->cptr = malloc(bt->ccap * sizeof(*bt->cptr))) ||
+        !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, pccap)) {
+        snprintf(err, errlen, "out of memory");
+        rc = KURA_ENOMEM;
+        goto fail;
+    }
+    pthread_mutex_lock(&bt->mu);
+    rc = bt_wal_open(bt, err, errlen);
+    uint64_t replayed = atomic_load(&bt->recovered_records);
+    if (rc == KURA_OK && (replayed || bt->pend.n) && !cfg->read_only) {
+        rc = do_checkpoint(bt);
+        if (rc)
+            snprintf(err, errlen, "%s: cannot write a checkpoint after replay: %s", path,
+                     kura_strerror(rc));
+    }
+    pthread_mutex_unlock(&bt->mu);
+    if (rc)
+        goto fail;
+    if (replayed || bt->wal_cut)
+        bt_log(bt, KURA_LOG_INFO, "opened: %llu items, replayed %llu log records, cut %llu "
+               "torn bytes", (unsigned long long)bt->items, (unsigned long long)replayed,
+               (unsigned long long)bt->wal_cut);
+    if (!cfg->read_only) {
+        if (pthread_create(&bt->bg, NULL, bg_main, bt) != 0) {
+            snprintf(err, errlen, "cannot start the B+ tree's background thread");
+            rc = KURA_ESYS;
+            goto fail;
+        }
+        bt->bg_running = true;
+        if (cfg->sync_mode == KURA_SYNC_INTERVAL) {
+            if (pthread_create(&bt->syncer, NULL, syncer_main, bt) != 0) {
+                snprintf(err, errlen, "cannot start the B+ tree's sync thread");
+                rc = KURA_ESYS;
+                goto fail;
+            }
+            bt->syncer_running = true;
+        }
+    }
+    *out = &bt->base;
+    return KURA_OK;
+fail:
+    destroy(bt);
+    return rc;
+}

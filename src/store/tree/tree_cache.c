@@ -1,0 +1,482 @@
+/*
+ * tree_cache.c - the B+ tree's page cache, page allocation and overflow runs.
+ *
+ * The cache holds at most about `cap` pages (pccap / psiz): clean pages on
+ * a list, evicted from its cold end (CLOCK: a page used since the last pass
+ * gets a second chance) when a load passes the bound;
+ * dirty pages (made or changed since the last checkpoint) on a list of
+ * their own, never evicted: they leave the list at the next checkpoint,
+ * which starts (tree.c) when dirty pages reach half the bound.
+ * Pages on a path in use are pinned and skipped by eviction, so the cache
+ * may pass the bound by a path's length while an operation runs.
+ *
+ * Allocation (copy-on-write, as LMDB does): a page written by an earlier
+ * checkpoint is never written again in place; changing it moves it to a
+ * new number (do_page_touch) and frees the old one into `pend`, reusable
+ * only once the next meta page is durable (a crash before that recovers
+ * the old root, which still needs it).  Pages made since the last
+ * checkpoint are reusable at once when freed.  New numbers come from
+ * `freev`, else from the end of the file.
+ *
+ * Values too large for a cell go to an overflow run: contiguous pages
+ * written at once with pwritev (a run is new, so no committed root reaches
+ * its pages), read back whole with one pread, one checksum over the run.
+ * They never enter the cache: a 1 MB value costs no cache room.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kura/crc32c.h"
+#include "tree_int.h"
+
+static unsigned char zeros[65536];
+
+static inline size_t hslot(const btree *bt, uint64_t pgno)
+{
+    return (size_t)((pgno * 0x9E3779B97F4A7C15ULL) >> 20) & bt->hmask;
+}
+
+static void list_del(bt_page *p)
+{
+    p->prev->next = p->next;
+    p->next->prev = p->prev;
+    p->prev = p->next = p;
+}
+
+static void list_add(bt_page *head, bt_page *p)
+{
+    p->next = head->next;
+    p->prev = head;
+    head->next->prev = p;
+    head->next = p;
+}
+
+static void hash_add(btree *bt, bt_page *p)
+{
+    size_t h = hslot(bt, p->pgno);
+    p->hnext = bt->htab[h];
+    bt->htab[h] = p;
+}
+
+static void hash_del(btree *bt, bt_page *p)
+{
+    bt_page **pp = &bt->htab[hslot(bt, p->pgno)];
+    while (*pp && *pp != p)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = p->hnext;
+}
+
+static bt_page *hash_find(btree *bt, uint64_t pgno)
+{
+    for (bt_page *p = bt->htab[hslot(bt, pgno)]; p; p = p->hnext)
+        if (p->pgno == pgno)
+            return p;
+    return NULL;
+}
+
+int bt_vec_push(bt_vec *v, uint64_t x)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        uint64_t *nv = realloc(v->v, cap * sizeof(*nv));
+        if (!nv)
+            return KURA_ENOMEM;
+        v->v = nv;
+        v->cap = cap;
+    }
+    v->v[v->n++] = x;
+    return KURA_OK;
+}
+
+int bc_init(btree *bt, uint64_t cap_bytes)
+{
+    bt->cap = (size_t)(cap_bytes / bt->psiz);
+    if (bt->cap < 64)
+        bt->cap = 64;
+    size_t hs = 64;
+    while (hs < bt->cap * 2)
+        hs *= 2;
+    bt->htab = calloc(hs, sizeof(*bt->htab));
+    if (!bt->htab)
+        return KURA_ENOMEM;
+    bt->hmask = hs - 1;
+    bt->lru.prev = bt->lru.next = &bt->lru;
+    bt->dirty.prev = bt->dirty.next = &bt->dirty;
+    return KURA_OK;
+}
+
+void bc_free(btree *bt)
+{
+    for (bt_page *head = &bt->lru; head; head = head == &bt->lru ? &bt->dirty : NULL) {
+        if (!head->next)
+            continue;
+        while (head->next != head) {
+            bt_page *p = head->next;
+            list_del(p);
+            free(p);
+        }
+    }
+    while (bt->spare) {
+        bt_page *p = bt->spare;
+        bt->spare = p->next;
+        free(p);
+    }
+    free(bt->htab);
+    bt->htab = NULL;
+}
+
+static bt_page *obj_get(btree *bt)
+{
+    bt_page *p = bt->spare;
+    if (p) {
+        bt->spare = p->next;
+        bt->nspare--;
+    } else if (!(p = malloc(sizeof(*p) + bt->psiz))) {
+        return NULL;
+    }
+    memset(p, 0, sizeof(*p));
+    p->prev = p->next = p;
+    return p;
+}
+
+static void obj_put(btree *bt, bt_page *p)
+{
+    if (bt->nspare >= 64) {
+        free(p);
+        return;
+    }
+    p->next = bt->spare;
+    bt->spare = p;
+    bt->nspare++;
+}
+
+int do_reserve(btree *bt, size_t n)
+{
+    while (bt->nspare < n) {
+        bt_page *p = malloc(sizeof(*p) + bt->psiz);
+        if (!p)
+            return KURA_ENOMEM;
+        p->next = bt->spare;
+        bt->spare = p;
+        bt->nspare++;
+    }
+    return KURA_OK;
+}
+
+/* Evicts clean pages from the list's cold end while the cache is over its
+ * bound.  A hit only sets the page's ref bit (moving it on every hit would
+ * touch two neighbours' lines each time): a page met here with the bit set
+ * gets a second chance at the hot end instead (CLOCK).  Bounded: each page
+ * is passed over at most twice. */
+void do_evict(btree *bt)
+{
+    size_t budget = 2 * bt->ncached + 2;
+    bt_page *p = bt->lru.prev;
+    while (bt->ncached > bt->cap && p != &bt->lru && budget--) {
+        bt_page *prev = p->prev;
+        if (p->ref) {
+            p->ref = false;
+            list_del(p);
+            list_add(&bt->lru, p);
+        } else if (!p->pins) {
+            list_del(p);
+            hash_del(bt, p);
+            bt->ncached--;
+            obj_put(bt, p);
+        }
+        p = prev;
+    }
+}
+
+void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what)
+{
+    if (rc == KURA_ECORRUPT) {
+        atomic_fetch_add_explicit(&bt->corrupt_reads, 1, memory_order_relaxed);
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: %s at page %llu (offset %llu) fails its checks",
+               bt->dir, what, (unsigned long long)pgno,
+               (unsigned long long)(pgno * bt->psiz));
+    } else {
+        atomic_fetch_add_explicit(&bt->read_errors, 1, memory_order_relaxed);
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: cannot read %s at page %llu: %s", bt->dir, what,
+               (unsigned long long)pgno, kura_strerror(rc));
+    }
+}
+
+/* Reads n bytes at off: 0, KURA_ECORRUPT if the file ends before, KURA_EIO. */
+static int read_full(btree *bt, void *buf, size_t n, off_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = bt->io->pread(bt->io, bt->fd, (char *)buf + got, n - got,
+                                  off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return KURA_EIO;
+        if (r == 0)
+            return KURA_ECORRUPT;
+        got += (size_t)r;
+    }
+    return KURA_OK;
+}
+
+int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
+{
+    bt_page *p = hash_find(bt, pgno);
+    if (p) {
+        atomic_store_explicit(&bt->cache_hits, atomic_load_explicit(&bt->cache_hits,
+                              memory_order_relaxed) + 1, memory_order_relaxed);
+        if (type && pg_type(p->data) != type) {
+            bt_count_error(bt, KURA_ECORRUPT, pgno, "a page of the wrong type");
+            return KURA_ECORRUPT;
+        }
+        p->pins++;
+        p->ref = true;          /* no list move on a hit (see do_evict) */
+        *out = p;
+        return KURA_OK;
+    }
+    atomic_store_explicit(&bt->cache_misses, atomic_load_explicit(&bt->cache_misses,
+                          memory_order_relaxed) + 1, memory_order_relaxed);
+    if (pgno < 2 || pgno >= bt->npages) {
+        bt_count_error(bt, KURA_ECORRUPT, pgno, "a pointer past the file's pages");
+        return KURA_ECORRUPT;
+    }
+    if (!(p = obj_get(bt)))
+        return KURA_ENOMEM;
+    int rc = read_full(bt, p->data, bt->psiz, (off_t)(pgno * bt->psiz));
+    if (rc == KURA_OK)
+        rc = pg_verify(p->data, bt->psiz, pgno, type);
+    if (rc) {
+        bt_count_error(bt, rc, pgno, "a page");
+        obj_put(bt, p);
+        return rc;
+    }
+    p->pgno = pgno;
+    p->txn = bt_get64(p->data + 16);
+    p->pins = 1;
+    hash_add(bt, p);
+    list_add(&bt->lru, p);
+    bt->ncached++;
+    do_evict(bt);
+    *out = p;
+    return KURA_OK;
+}
+
+void do_page_unpin(btree *bt, bt_page *p)
+{
+    (void)bt;
+    if (p && p->pins)
+        p->pins--;
+}
+
+bt_page *do_page_new(btree *bt, int type)
+{
+    bt_page *p = obj_get(bt);
+    if (!p) {
+        /* do_reserve() before every change makes this unreachable */
+        bt_log(bt, KURA_LOG_ERROR, "out of memory for a page with none reserved");
+        abort();
+    }
+    p->pgno = do_alloc_run(bt, 1);
+    p->txn = bt->txn;
+    p->pins = 1;
+    p->dirty = true;
+    pg_init(p->data, bt->psiz, type, p->pgno, bt->txn);
+    hash_add(bt, p);
+    list_add(&bt->dirty, p);
+    bt->ncached++;
+    bt->ndirty++;
+    do_evict(bt);
+    return p;
+}
+
+uint64_t do_page_touch(btree *bt, bt_page *p)
+{
+    if (p->txn != bt->txn) {
+        uint64_t old = p->pgno;
+        hash_del(bt, p);
+        p->pgno = do_alloc_run(bt, 1);
+        p->txn = bt->txn;
+        bt_put64(p->data + 8, p->pgno);
+        bt_put64(p->data + 16, p->txn);
+        hash_add(bt, p);
+        do_free_pgno(bt, old, 1, false);
+    }
+    if (!p->dirty) {
+        list_del(p);
+        list_add(&bt->dirty, p);
+        p->dirty = true;
+        bt->ndirty++;
+    }
+    return p->pgno;
+}
+
+void do_page_free(btree *bt, bt_page *p)
+{
+    hash_del(bt, p);
+    list_del(p);
+    if (p->dirty)
+        bt->ndirty--;
+    bt->ncached--;
+    do_free_pgno(bt, p->pgno, 1, p->txn == bt->txn);
+    obj_put(bt, p);
+}
+
+void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        /* a push that fails leaks the page until a rebuild: never unsafe */
+        if (reusable_now) {
+            if (bt_vec_push(&bt->freev, pgno + i) == KURA_OK)
+                bt->free_sorted = false;
+        } else {
+            (void)bt_vec_push(&bt->pend, pgno + i);
+        }
+    }
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts the free pages (descending order of use: pops take the highest),
+ * dropping duplicates, which would be a bug: logged. */
+static void sort_free(btree *bt)
+{
+    bt_vec *v = &bt->freev;
+    if (bt->free_sorted)
+        return;
+    qsort(v->v, v->n, sizeof(v->v[0]), cmp_u64);
+    size_t j = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        if (j && v->v[j - 1] == v->v[i]) {
+            bt_log(bt, KURA_LOG_ERROR, "page %llu was freed twice (ignored)",
+                   (unsigned long long)v->v[i]);
+            continue;
+        }
+        v->v[j++] = v->v[i];
+    }
+    v->n = j;
+    bt->free_sorted = true;
+}
+
+uint64_t do_alloc_run(btree *bt, uint64_t n)
+{
+    bt_vec *v = &bt->freev;
+    if (n == 1 && v->n)
+        return v->v[--v->n];
+    if (n > 1 && v->n >= n) {
+        sort_free(bt);
+        for (size_t i = 0; i + n <= v->n; i++) {
+            if (v->v[i + n - 1] - v->v[i] == n - 1) {
+                uint64_t start = v->v[i];
+                memmove(v->v + i, v->v + i + n, (v->n - i - n) * sizeof(v->v[0]));
+                v->n -= n;
+                return start;
+            }
+        }
+    }
+    uint64_t start = bt->npages;
+    bt->npages += n;
+    return start;
+}
+
+size_t bt_ovf_pages(btree *bt, size_t vlen)
+{
+    return (BT_HDR + vlen + bt->psiz - 1) / bt->psiz;
+}
+
+/* pwritev of every byte (short writes continued); 0 or -1 with errno. */
+int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off)
+{
+    while (n > 0) {
+        ssize_t w = bt->io->pwritev(bt->io, bt->fd, iov, n, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        if (w == 0) {
+            errno = ENOSPC;
+            return -1;
+        }
+        off += w;
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1,
+                 uint64_t *pgno)
+{
+    size_t vlen = l0 + l1, n = bt_ovf_pages(bt, vlen);
+    size_t pad = n * bt->psiz - BT_HDR - vlen;
+    uint64_t start = do_alloc_run(bt, n);
+    unsigned char hdr[BT_HDR];
+    pg_init(hdr, bt->psiz, BT_OVERFLOW, start, bt->txn);
+    pg_set_link(hdr, n);
+    bt_put32(hdr + 32, (uint32_t)vlen);
+    uint32_t crc = crc32c_update(0, hdr + 4, BT_HDR - 4);
+    crc = crc32c_update(crc, v0, l0);
+    crc = crc32c_update(crc, v1, l1);
+    crc = crc32c_update(crc, zeros, pad);
+    bt_put32(hdr, crc);
+    struct iovec iov[4];
+    int k = 0;
+    iov[k++] = (struct iovec){ hdr, BT_HDR };
+    if (l0)
+        iov[k++] = (struct iovec){ (void *)v0, l0 };
+    if (l1)
+        iov[k++] = (struct iovec){ (void *)v1, l1 };
+    if (pad)
+        iov[k++] = (struct iovec){ zeros, pad };
+    if (bt_pwritev_all(bt, iov, k, (off_t)(start * bt->psiz)) != 0) {
+        int e = errno;
+        do_free_pgno(bt, start, n, true);
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: cannot write a value of %zu bytes: %s", bt->dir,
+               vlen, strerror(e));
+        return sl_errno_status(e);
+    }
+    *pgno = start;
+    return KURA_OK;
+}
+
+int do_ovf_read(btree *bt, uint64_t pgno, size_t vlen, const unsigned char **val)
+{
+    size_t n = bt_ovf_pages(bt, vlen), len = n * bt->psiz;
+    if (pgno < 2 || pgno + n > bt->npages) {
+        bt_count_error(bt, KURA_ECORRUPT, pgno, "an overflow run past the file's pages");
+        return KURA_ECORRUPT;
+    }
+    if (bt->vcap < len) {
+        unsigned char *nb = realloc(bt->vbuf, len);
+        if (!nb)
+            return KURA_ENOMEM;
+        bt->vbuf = nb;
+        bt->vcap = len;
+    }
+    int rc = read_full(bt, bt->vbuf, len, (off_t)(pgno * bt->psiz));
+    if (rc == KURA_OK &&
+        (bt_get32(bt->vbuf) != crc32c_update(0, bt->vbuf + 4, len - 4) ||
+         pg_type(bt->vbuf) != BT_OVERFLOW || bt_get64(bt->vbuf + 8) != pgno ||
+         pg_link(bt->vbuf) != n || bt_get32(bt->vbuf + 32) != vlen))
+        rc = KURA_ECORRUPT;
+    if (rc) {
+        bt_count_error(bt, rc, pgno, "an overflow run");
+        return rc;
+    }
+    *val = bt->vbuf + BT_HDR;
+    return KURA_OK;
+}

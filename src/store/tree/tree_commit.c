@@ -1,0 +1,470 @@
+/*
+ * tree_commit.c - checkpoints: the B+ tree's pages and a meta page made
+ * durable, in that order; and reading the meta pages at open.
+ *
+ * A checkpoint (under bt->mu, so it sees the tree exactly as of one log
+ * position P):
+ *   0. syncs the log up to P (without it, after a power loss under -sync
+ *      none or interval the log could end before P, and records appended
+ *      after the next open would sit behind the position replay starts at);
+ *   1. writes the free list: every page free now or freed since the last
+ *      checkpoint, into pages taken from the free ones (never from those
+ *      freed since the last checkpoint: the durable meta page still reaches
+ *      them);
+ *   2. writes every dirty page at its own number (pages made since the
+ *      last checkpoint, at numbers no durable root reaches);
+ *   3. fdatasync;
+ *   4. writes the meta page (root, height, page count, free list, P, the
+ *      engine's state) into the slot the previous meta page is not in;
+ *   5. fdatasync.
+ * A crash before 5 completes leaves the previous meta page, and every page
+ * it reaches, intact: open takes the newest meta page whose checksum holds
+ * and replays the log from its P.  Only after 5 do the pages freed since
+ * the previous checkpoint become reusable, and the log before P go.
+ * A failed write leaves everything as it was (the pages stay dirty, the
+ * next checkpoint tries again); a failed sync is sticky (sl_fail), as it
+ * is for the log: the kernel may have dropped the pages it could not write.
+ *
+ * The two meta pages are at offsets 0 and 4096 (so that finding them needs
+ * no page size); pages 0 and 1 are reserved for them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kura/crc32c.h"
+#include "tree_int.h"
+
+#define META_LEN 512
+
+typedef struct bt_meta {
+    uint32_t psiz;
+    uint64_t txn, root, npages, fl_head, nfree;
+    uint32_t wal_seg, height;
+    uint64_t wal_off;
+    kura_store_state state;
+    uint64_t items, bytes, max_cas_seen;
+} bt_meta;
+
+static void meta_encode(unsigned char *b, const bt_meta *m)
+{
+    memset(b, 0, META_LEN);
+    b[4] = BT_META;
+    memcpy(b + 8, BT_META_MAGIC, 8);
+    bt_put32(b + 16, BT_VERSION);
+    bt_put32(b + 20, m->psiz);
+    bt_put64(b + 24, m->txn);
+    bt_put64(b + 32, m->root);
+    bt_put64(b + 40, m->npages);
+    bt_put64(b + 48, m->fl_head);
+    bt_put64(b + 56, m->nfree);
+    bt_put32(b + 64, m->wal_seg);
+    bt_put32(b + 68, m->height);
+    bt_put64(b + 72, m->wal_off);
+    bt_put64(b + 80, m->state.max_cas);
+    bt_put64(b + 88, m->state.oldest_cas);
+    bt_put64(b + 96, (uint64_t)m->state.flush_at);
+    bt_put64(b + 104, m->items);
+    bt_put64(b + 112, m->bytes);
+    bt_put64(b + 120, m->max_cas_seen);
+    bt_put64(b + 128, m->state.ulog_ts);
+    bt_put32(b, crc32c_update(0, b + 4, META_LEN - 4));
+}
+
+/* 0, or KURA_ECORRUPT (why in *why) */
+static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
+{
+    if (bt_get32(b) != crc32c_update(0, b + 4, META_LEN - 4) || b[4] != BT_META ||
+        memcmp(b + 8, BT_META_MAGIC, 8) != 0) {
+        *why = "bad checksum or magic";
+        return KURA_ECORRUPT;
+    }
+    if (bt_get32(b + 16) != BT_VERSION) {
+        *why = "unknown format version";
+        return KURA_ECORRUPT;
+    }
+    m->psiz = bt_get32(b + 20);
+    m->txn = bt_get64(b + 24);
+    m->root = bt_get64(b + 32);
+    m->npages = bt_get64(b + 40);
+    m->fl_head = bt_get64(b + 48);
+    m->nfree = bt_get64(b + 56);
+    m->wal_seg = bt_get32(b + 64);
+    m->height = bt_get32(b + 68);
+    m->wal_off = bt_get64(b + 72);
+    m->state.max_cas = bt_get64(b + 80);
+    m->state.oldest_cas = bt_get64(b + 88);
+    m->state.flush_at = (int64_t)bt_get64(b + 96);
+    m->items = bt_get64(b + 104);
+    m->bytes = bt_get64(b + 112);
+    m->max_cas_seen = bt_get64(b + 120);
+    m->state.ulog_ts = bt_get64(b + 128);
+    if (m->psiz < 4096 || m->psiz > 32768 || (m->psiz & (m->psiz - 1)) ||
+        m->root < 2 || m->root >= m->npages || m->height < 1 || m->height > BT_MAX_DEPTH ||
+        (m->fl_head && (m->fl_head < 2 || m->fl_head >= m->npages))) {
+        *why = "fields out of range";
+        return KURA_ECORRUPT;
+    }
+    return KURA_OK;
+}
+
+static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree,
+                      const kura_store_state *state, uint32_t wal_seg, uint64_t wal_off)
+{
+    memset(m, 0, sizeof(*m));
+    m->psiz = (uint32_t)bt->psiz;
+    m->txn = bt->txn;
+    m->root = bt->root;
+    m->npages = bt->npages;
+    m->fl_head = fl_head;
+    m->nfree = nfree;
+    m->wal_seg = wal_seg;
+    m->height = bt->height;
+    m->wal_off = wal_off;
+    m->state = *state;
+    m->items = bt->items;
+    m->bytes = bt->bytes;
+    m->max_cas_seen = bt->max_cas_seen;
+}
+
+static int cmp_page(const void *a, const void *b)
+{
+    uint64_t x = (*(bt_page *const *)a)->pgno, y = (*(bt_page *const *)b)->pgno;
+    return x < y ? -1 : x > y;
+}
+
+/* Writes the pages (sorted by number), runs of neighbours in one pwritev. */
+static int write_pages(btree *bt, bt_page **pages, size_t n)
+{
+    struct iovec iov[64];
+    size_t i = 0;
+    while (i < n) {
+        int k = 0;
+        uint64_t first = pages[i]->pgno;
+        while (i < n && k < 64 && pages[i]->pgno == first + (uint64_t)k) {
+            pg_seal(pages[i]->data, bt->psiz);
+            iov[k++] = (struct iovec){ pages[i]->data, bt->psiz };
+            i++;
+        }
+        if (bt_pwritev_all(bt, iov, k, (off_t)(first * bt->psiz)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct tail_arg {
+    sl_tail t;
+} tail_arg;
+
+static void get_tail(void *arg, const sl_tail *t)
+{
+    ((tail_arg *)arg)->t = *t;
+}
+
+/* Appends v's entries to *to (a failed push leaks the page: never unsafe). */
+static void vec_append(bt_vec *to, const bt_vec *v)
+{
+    for (size_t j = 0; j < v->n; j++)
+        (void)bt_vec_push(to, v->v[j]);
+}
+
+int do_checkpoint(btree *bt)
+{
+    int rc;
+    /* one at a time: another may be in its syncs, with mu let go */
+    while (bt->ckpt_busy)
+        pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
+    if ((rc = sl_failed(&bt->log)))
+        return rc;
+    tail_arg ta;
+    kura_store_state state;
+    pthread_mutex_lock(&bt->state_mu);     /* P and the state together */
+    if (bt->replaying) {
+        memset(&ta, 0, sizeof(ta));
+        ta.t.seg = bt->wal_at_seg;
+        ta.t.off = bt->wal_at_off;
+    } else {
+        sl_locked(&bt->log, get_tail, &ta);
+    }
+    state = bt->state;
+    pthread_mutex_unlock(&bt->state_mu);
+    if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off)
+        return KURA_OK;
+
+    /* 1. the free list: what is free now and what becomes free with this
+     * meta page (freed since the last one, and the old list's pages) */
+    size_t per = (bt->psiz - BT_HDR) / 8;
+    bt_vec chain = { 0 }, all = { 0 }, pend = { 0 };
+    bt_page **pages = NULL;
+    unsigned char *fl = NULL;
+    size_t m = bt->freev.n + bt->pend.n + bt->flpages.n;
+    size_t k = (m + per - 1) / per;
+    rc = KURA_ENOMEM;
+    for (size_t j = 0; j < k; j++)
+        if (bt_vec_push(&chain, do_alloc_run(bt, 1)))
+            goto undo;
+    for (size_t j = 0; j < bt->freev.n; j++)
+        if (bt_vec_push(&all, bt->freev.v[j]))
+            goto undo;
+    for (size_t j = 0; j < bt->pend.n; j++)
+        if (bt_vec_push(&all, bt->pend.v[j]))
+            goto undo;
+    for (size_t j = 0; j < bt->flpages.n; j++)
+        if (bt_vec_push(&all, bt->flpages.v[j]))
+            goto undo;
+    if (!(pages = malloc((bt->ndirty + 1) * sizeof(*pages))) ||
+        !(fl = calloc(1, bt->psiz)))
+        goto undo;
+
+    /* 2. the dirty pages, in file order, and the list's pages */
+    size_t nd = 0;
+    for (bt_page *p = bt->dirty.next; p != &bt->dirty; p = p->next)
+        pages[nd++] = p;
+    qsort(pages, nd, sizeof(*pages), cmp_page);
+    if (write_pages(bt, pages, nd) != 0)
+        goto ioerr;
+    for (size_t j = 0; j < k; j++) {
+        size_t from = j * per, cnt = all.n > from ? all.n - from : 0;
+        if (cnt > per)
+            cnt = per;
+        pg_init(fl, bt->psiz, BT_FREELIST, chain.v[j], bt->txn);
+        memset(fl + BT_HDR, 0, bt->psiz - BT_HDR);
+        bt_put16(fl + 6, (uint16_t)cnt);
+        pg_set_link(fl, j + 1 < k ? chain.v[j + 1] : 0);
+        for (size_t e = 0; e < cnt; e++)
+            bt_put64(fl + BT_HDR + 8 * e, all.v[from + e]);
+        pg_seal(fl, bt->psiz);
+        if (kio_pwrite_all(bt->io, bt->fd, fl, bt->psiz, (off_t)(chain.v[j] * bt->psiz)) != 0)
+            goto ioerr;
+    }
+
+    /* The tree as of P is in the file.  Freeze it: its pages become clean
+     * (what is in memory is what is in the file) and belong to a finished
+     * checkpoint, so a change from now on copies them to new numbers
+     * instead of writing them in place; the pages freed up to now wait in
+     * a list of their own for this meta page.  Then the syncs run with mu
+     * let go, so operations go on meanwhile (a sync can take a while). */
+    bt_meta mt;
+    fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n, &state, ta.t.seg, ta.t.off);
+    for (size_t j = 0; j < nd; j++) {
+        bt_page *p = pages[j];
+        p->prev->next = p->next;
+        p->next->prev = p->prev;
+        p->dirty = false;
+        p->next = bt->lru.next;
+        p->prev = &bt->lru;
+        bt->lru.next->prev = p;
+        bt->lru.next = p;
+    }
+    bt->ndirty = 0;
+    bt->txn++;
+    pend = bt->pend;
+    memset(&bt->pend, 0, sizeof(bt->pend));
+    bt->ckpt_busy = true;
+    pthread_mutex_unlock(&bt->mu);
+
+    /* 0. the log up to P durable: the meta page says "replay from P", so a
+     * log cut short of P by a power loss (-sync none, interval) would
+     * leave the records appended after the next open behind P;
+     * 3. the pages durable before the meta page names them */
+    bool stopped = false;
+    if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn))) {
+        stopped = true;
+    } else if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
+        sl_fail(&bt->log, "the tree file's checkpoint sync", errno);
+        rc = KURA_EFAILED;
+        stopped = true;
+    }
+    /* 4, 5. the meta page, into the other slot */
+    int slot = bt->meta_slot ^ 1;
+    unsigned char mb[META_LEN];
+    meta_encode(mb, &mt);
+    if (!rc && kio_pwrite_all(bt->io, bt->fd, mb, META_LEN, (off_t)slot * 4096) != 0) {
+        rc = sl_errno_status(errno);
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: meta page not written: %s", bt->dir,
+               strerror(errno));
+        atomic_fetch_add_explicit(&bt->ckpt_errors, 1, memory_order_relaxed);
+    } else if (!rc && bt->io->fdatasync(bt->io, bt->fd) != 0) {
+        /* the meta page may be on the disk or not: nothing is written
+         * after a failed sync, so the pages it names stay as they are */
+        sl_fail(&bt->log, "the tree file's meta page sync", errno);
+        rc = KURA_EFAILED;
+        stopped = true;
+    }
+    pthread_mutex_lock(&bt->mu);
+    bt->ckpt_busy = false;
+    pthread_cond_broadcast(&bt->ckpt_cv);
+    if (rc) {
+        /* the previous meta page is the durable one: the pages freed wait
+         * for the next, and so do the list's pages (a meta page that may
+         * name them could be on the disk).  The frozen pages stay as they
+         * are in the file (synced, unless writes stopped for good). */
+        vec_append(&bt->pend, &pend);
+        if (!stopped)
+            vec_append(&bt->pend, &chain);
+        free(pend.v);
+        free(chain.v);
+        free(all.v);
+        free(pages);
+        free(fl);
+        return rc;
+    }
+
+    /* the new meta page is durable: the old root's pages may go */
+    bt->meta_slot = slot;
+    vec_append(&bt->freev, &pend);
+    vec_append(&bt->freev, &bt->flpages);
+    bt->free_sorted = false;
+    free(bt->flpages.v);
+    bt->flpages = chain;
+    bt->ckpt_seg = ta.t.seg;
+    bt->ckpt_off = ta.t.off;
+    bt->ckpt_lsn = ta.t.lsn;
+    atomic_fetch_add_explicit(&bt->checkpoints, 1, memory_order_relaxed);
+    free(pend.v);
+    free(all.v);
+    free(pages);
+    free(fl);
+    do_evict(bt);
+    do_wal_trim(bt);
+    return KURA_OK;
+
+ioerr:
+    rc = sl_errno_status(errno);
+    bt_log(bt, KURA_LOG_ERROR, "%s/tree: checkpoint not written: %s", bt->dir, strerror(errno));
+    atomic_fetch_add_explicit(&bt->ckpt_errors, 1, memory_order_relaxed);
+undo:
+    /* the list's pages go back; nothing else changed */
+    for (size_t j = 0; j < chain.n; j++)
+        do_free_pgno(bt, chain.v[j], 1, true);
+    free(chain.v);
+    free(all.v);
+    free(pages);
+    free(fl);
+    return rc;
+}
+
+/* Loads the free list the meta page names. */
+static int load_freelist(btree *bt, uint64_t head, uint64_t nfree, char *err, size_t errlen)
+{
+    unsigned char *b = malloc(bt->psiz);
+    uint64_t seen = 0, pg = head, hops = 0;
+    int rc = KURA_OK;
+    if (!b)
+        return KURA_ENOMEM;
+    while (pg) {
+        ssize_t r = bt->io->pread(bt->io, bt->fd, b, bt->psiz, (off_t)(pg * bt->psiz));
+        if (r != (ssize_t)bt->psiz || pg_verify(b, bt->psiz, pg, BT_FREELIST) ||
+            pg_n(b) > (bt->psiz - BT_HDR) / 8 || ++hops > bt->npages) {
+            snprintf(err, errlen, "%s/tree: the free list's page %llu (offset %llu) fails its "
+                     "checks", bt->dir, (unsigned long long)pg,
+                     (unsigned long long)(pg * bt->psiz));
+            rc = KURA_ECORRUPT;
+            break;
+        }
+        if ((rc = bt_vec_push(&bt->flpages, pg)))
+            break;
+        for (unsigned e = 0; e < pg_n(b); e++) {
+            uint64_t x = bt_get64(b + BT_HDR + 8 * e);
+            if (x < 2 || x >= bt->npages) {
+                snprintf(err, errlen, "%s/tree: the free list names page %llu, outside the "
+                         "file", bt->dir, (unsigned long long)x);
+                rc = KURA_ECORRUPT;
+                goto out;
+            }
+            if ((rc = bt_vec_push(&bt->freev, x)))
+                goto out;
+            seen++;
+        }
+        pg = pg_link(b);
+    }
+    if (!rc && seen != nfree) {
+        snprintf(err, errlen, "%s/tree: the free list holds %llu pages, the meta page says "
+                 "%llu", bt->dir, (unsigned long long)seen, (unsigned long long)nfree);
+        rc = KURA_ECORRUPT;
+    }
+out:
+    free(b);
+    return rc;
+}
+
+int bt_meta_read(btree *bt, char *err, size_t errlen)
+{
+    unsigned char b[2][META_LEN];
+    bt_meta m[2];
+    const char *why[2] = { "cannot be read", "cannot be read" };
+    int ok[2];
+    for (int s = 0; s < 2; s++) {
+        ssize_t r = bt->io->pread(bt->io, bt->fd, b[s], META_LEN, (off_t)s * 4096);
+        ok[s] = r == META_LEN && meta_decode(b[s], &m[s], &why[s]) == KURA_OK;
+    }
+    if (!ok[0] && !ok[1]) {
+        snprintf(err, errlen, "%s/tree: no valid meta page (page 0: %s; page 1: %s)",
+                 bt->dir, why[0], why[1]);
+        return KURA_ECORRUPT;
+    }
+    int s = ok[0] && ok[1] ? (m[1].txn > m[0].txn) : ok[1];
+    bool blank = true;          /* a slot never written (a new file) is no news */
+    for (size_t i = 0; i < META_LEN && blank; i++)
+        blank = b[s ^ 1][i] == 0;
+    if (!ok[s ^ 1] && !blank)
+        bt_log(bt, KURA_LOG_INFO, "%s/tree: meta page %d %s (the other one is used)", bt->dir,
+               s ^ 1, why[s ^ 1]);
+    const bt_meta *mt = &m[s];
+    if (bt->psiz_given && bt->psiz != mt->psiz)
+        bt_log(bt, KURA_LOG_INFO, "%s: page size %u from the file (psiz=%zu ignored)",
+               bt->dir, mt->psiz, bt->psiz);
+    bt->psiz = mt->psiz;
+    bt->meta_slot = s;
+    bt->txn = mt->txn + 1;
+    bt->root = mt->root;
+    bt->height = mt->height;
+    bt->npages = mt->npages;
+    bt->ckpt_seg = mt->wal_seg;
+    bt->ckpt_off = mt->wal_off;
+    bt->state = mt->state;
+    bt->items = mt->items;
+    bt->bytes = mt->bytes;
+    bt->max_cas_seen = mt->max_cas_seen;
+    return load_freelist(bt, mt->fl_head, mt->nfree, err, errlen);
+}
+
+int bt_create_file(btree *bt, char *err, size_t errlen)
+{
+    unsigned char *pg = calloc(1, bt->psiz);
+    unsigned char mb[META_LEN];
+    int fd = -1, rc = KURA_ENOMEM;
+    const kura_io *io = bt->io;
+    if (!pg)
+        goto out;
+    (void)io->unlinkat(io, bt->dirfd, "tree.tmp", 0);
+    fd = io->open(io, bt->dirfd, "tree.tmp", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        goto syserr;
+    pg_init(pg, bt->psiz, BT_LEAF, 2, 1);
+    pg_seal(pg, bt->psiz);
+    bt_meta m = { .psiz = (uint32_t)bt->psiz, .txn = 1, .root = 2, .npages = 3, .height = 1,
+                  .wal_seg = 1, .wal_off = SL_SEG_HDR };
+    meta_encode(mb, &m);
+    if (kio_pwrite_all(io, fd, mb, META_LEN, 0) != 0 ||
+        kio_pwrite_all(io, fd, pg, bt->psiz, (off_t)(2 * bt->psiz)) != 0 ||
+        io->fdatasync(io, fd) != 0)
+        goto syserr;
+    io->close(io, fd);
+    fd = -1;
+    if (io->renameat(io, bt->dirfd, "tree.tmp", bt->dirfd, "tree") != 0 ||
+        io->fsync(io, bt->dirfd) != 0)
+        goto syserr;
+    rc = KURA_OK;
+    goto out;
+syserr:
+    snprintf(err, errlen, "%s: cannot create the tree file: %s", bt->dir, strerror(errno));
+    rc = sl_errno_status(errno);
+out:
+    if (fd >= 0)
+        io->close(io, fd);
+    free(pg);
+    return rc;
+}

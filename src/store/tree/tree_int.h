@@ -1,0 +1,324 @@
+/*
+ * tree_int.h - private to the B+ tree backend (src/store/tree/tree*.c).
+ *
+ * The tree (docs/formats.md, "The B+ tree") is a database directory
+ * "x.kb" holding:
+ *   - `tree`: fixed-size pages.  Pages 0 and 1 are the two meta pages,
+ *     written alternately, each naming a root, the free-page list and the
+ *     log position the tree is complete up to; every other page is a branch,
+ *     a leaf, the first page of an overflow run (a large value) or a page of
+ *     the free list.  Pages are copy-on-write: a page reachable from a meta
+ *     page on disk is never written again until a later meta page has been
+ *     made durable without it.
+ *   - a write-ahead log of records (src/log/ seglog, the same module the
+ *     hash file appends to): every change is appended there before it is
+ *     applied to the tree in memory, so group commit, -sync always and
+ *     kill -9 are served by the log; the tree's pages reach the file only
+ *     at a checkpoint (tree_commit.c), which then lets the log before it go.
+ *   - LOCK: flock'ed while open.
+ *
+ * Files, one job each: tree_page.c the page format (cells, slots, build),
+ * tree_cache.c the page cache (bounded by pccap) and page allocation,
+ * tree_search.c descent and the cursor, tree_insert.c insert with splits,
+ * tree_delete.c delete with merges and redistribution, tree_commit.c
+ * checkpoints and meta pages, tree_wal.c the log's records and replay,
+ * tree.c the store operations, threads and open/close.
+ *
+ * Concurrency (correct first): one mutex, bt->mu, serializes every
+ * operation on the tree and its cache, readers included; the log's group
+ * commit waits happen outside it, and so do a checkpoint's syncs (it lets
+ * mu go for them: whoever calls do_checkpoint, or do_write_begin, must
+ * hold no path across the call).  Functions named do_* run with bt->mu
+ * held.
+ */
+#ifndef KURA_TREE_INT_H
+#define KURA_TREE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "kura/seglog.h"
+#include "kura/store.h"
+
+#define BT_HDR          40              /* bytes of a page header */
+#define BT_META_MAGIC   "KURATREE"
+#define BT_WAL_MAGIC    "KURATWAL"
+#define BT_VERSION      1               /* of the tree file */
+#define BT_WAL_VERSION  1               /* of the log's records */
+#define BT_MAX_DEPTH    40
+#define BT_REC_HDR      32              /* bytes of a log record's head */
+#define BT_REC_MAGIC    0x744b          /* "Kt" little-endian */
+#define BT_LEAF_MIN     7               /* leaf cell head: klen, hlen, kind, four varints */
+#define BT_LEAF_HDR_MAX 33              /* ... at most (3 + 5 + 5 + 10 + 10) */
+#define BT_BRANCH_FIXED 9               /* branch cell bytes before the key */
+#define BT_CELL_MAX     (BT_LEAF_HDR_MAX + 250 + 2048)  /* a cell buffer's size */
+
+enum bt_type { BT_META = 1, BT_BRANCH = 2, BT_LEAF = 3, BT_OVERFLOW = 4, BT_FREELIST = 5 };
+enum bt_rec_type { BT_REC_PUT = 1, BT_REC_DEL = 2, BT_REC_STATE = 3 };
+
+/* A page in the cache.  Header fields of the page live in data (see
+ * tree_page.c); pgno and txn are copies kept for the cache's use. */
+typedef struct bt_page {
+    uint64_t pgno;
+    uint64_t txn;               /* the checkpoint it belongs to: == bt->txn
+                                   means it was made since the last one and
+                                   may be changed in place */
+    struct bt_page *hnext;      /* hash chain */
+    struct bt_page *prev, *next;/* the LRU list (clean) or the dirty list */
+    unsigned pins;
+    bool dirty;
+    bool ref;                   /* used since eviction last passed it */
+    unsigned char data[];       /* psiz bytes */
+} bt_page;
+
+/* A growable array of page numbers. */
+typedef struct bt_vec {
+    uint64_t *v;
+    size_t n, cap;
+} bt_vec;
+
+/* The way from the root to a leaf. */
+typedef struct bt_path {
+    int depth;
+    bt_page *pg[BT_MAX_DEPTH];
+    int idx[BT_MAX_DEPTH];      /* branch: child taken; leaf: lower bound */
+    bool found;                 /* the leaf's cell idx holds the key */
+} bt_path;
+
+/* A decoded leaf cell. */
+typedef struct bt_cell {
+    const char *key;
+    size_t klen;
+    uint32_t flags;
+    int64_t exptime;
+    uint64_t cas;
+    uint32_t vlen;
+    bool ovf;                   /* the value is in an overflow run */
+    uint64_t ovf_pgno;
+    const unsigned char *val;   /* inline value */
+} bt_cell;
+
+/* A decoded log record. */
+typedef struct bt_rec {
+    uint8_t type;
+    uint8_t klen;
+    uint32_t vlen;
+    uint32_t flags;
+    int64_t exptime;
+    uint64_t cas;
+    const char *key;
+    const unsigned char *val;
+} bt_rec;
+
+typedef struct btree {
+    kura_store base;
+    kura_store_config cfg;
+    const kura_io *io;
+    char *dir;
+    int dirfd, lockfd, fd;
+    size_t psiz;
+    bool psiz_given;            /* psiz= named (a file keeps its own) */
+    size_t cell_max;            /* largest leaf cell kept inline */
+
+    pthread_mutex_t mu;         /* the tree lock: everything below */
+
+    /* the cache (tree_cache.c) */
+    bt_page **htab;
+    size_t hmask;
+    size_t ncached, cap;        /* pages held; the bound from pccap */
+    bt_page lru;                /* sentinel: clean pages, most recent first */
+    bt_page dirty;              /* sentinel: dirty pages */
+    size_t ndirty;
+    bt_page *spare;             /* page objects kept for reuse (via next) */
+    size_t nspare;
+
+    /* the tree */
+    uint64_t root;
+    unsigned height;            /* levels: 1 = the root is a leaf */
+    uint64_t txn;               /* the checkpoint being built */
+    uint64_t npages;            /* pages in the file's used part */
+    uint64_t items, bytes;      /* usage, as memcached counts bytes */
+    int meta_slot;              /* the slot of the newest meta page */
+
+    /* free space */
+    bt_vec freev;               /* free pages that may be reused now */
+    bool free_sorted;
+    bt_vec pend;                /* freed since the last checkpoint: reusable
+                                   once the next meta page is durable */
+    bt_vec flpages;             /* pages of the free list the meta names */
+
+    /* the engine's state, under state_mu (not mu: the engine saves it from
+     * its change feed, which a put calls with mu held); lock order mu ->
+     * state_mu -> the log's locks.  The highest cas stored: written under
+     * mu, read relaxed by load_state. */
+    pthread_mutex_t state_mu;
+    kura_store_state state;
+    uint64_t max_cas_seen;
+
+    /* the log */
+    sl_log log;
+    uint32_t ckpt_seg;          /* where the meta page's tree is complete up to */
+    uint64_t ckpt_off;
+    uint64_t ckpt_lsn;          /* sl_lsn at the last checkpoint */
+    bool ckpt_busy;             /* a checkpoint is in its syncs, mu let go */
+    pthread_cond_t ckpt_cv;     /* with mu: ckpt_busy went false */
+    bool wal_started;           /* sl_start done: appends and trims allowed */
+    bool replaying;             /* open: a checkpoint is as of wal_at */
+    uint32_t wal_at_seg;
+    uint64_t wal_at_off;
+
+    /* scratch, under mu */
+    unsigned char *scr[2];      /* two pages */
+    const unsigned char **cptr; /* cells gathered for a split or a merge */
+    uint16_t *clen;
+    size_t ccap;
+    unsigned char *vbuf;        /* an overflow value read */
+    size_t vcap;
+    unsigned char sweep_key[256];
+    size_t sweep_klen;
+
+    /* parameters */
+    uint64_t ckpt_bytes;
+    double inline_retry_at;     /* a writer's checkpoint failed: not before */
+    uint64_t reclaimed;         /* dead items removed (usage) */
+
+    /* background */
+    pthread_t bg, syncer;
+    bool bg_running, syncer_running, stopping;
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_cv;
+
+    /* statistics (written under mu, read relaxed) */
+    _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
+                     cache_misses, corrupt_reads, read_errors, skipped_rebalances,
+                     recovered_records, ckpt_errors;
+    uint64_t wal_cut;
+} btree;
+
+/* ---- tree_page.c ------------------------------------------------------- */
+
+static inline uint16_t bt_get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline void bt_put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+uint32_t bt_get32(const unsigned char *p);
+void bt_put32(unsigned char *p, uint32_t v);
+uint64_t bt_get64(const unsigned char *p);
+void bt_put64(unsigned char *p, uint64_t v);
+
+static inline int pg_type(const unsigned char *d) { return d[4]; }
+static inline unsigned pg_n(const unsigned char *d) { return bt_get16(d + 6); }
+static inline uint64_t pg_link(const unsigned char *d) { return bt_get64(d + 24); }
+static inline void pg_set_link(unsigned char *d, uint64_t v) { bt_put64(d + 24, v); }
+static inline unsigned char *pg_cell(unsigned char *d, unsigned i)
+{
+    return d + bt_get16(d + BT_HDR + 2 * i);
+}
+static inline const unsigned char *pg_ccell(const unsigned char *d, unsigned i)
+{
+    return d + bt_get16(d + BT_HDR + 2 * i);
+}
+void pg_init(unsigned char *d, size_t psiz, int type, uint64_t pgno, uint64_t txn);
+size_t pg_cell_len(int type, const unsigned char *c);
+size_t pg_free(const unsigned char *d, size_t psiz);
+size_t pg_used(const unsigned char *d, size_t psiz);
+void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *klen);
+int bt_keycmp(const char *a, size_t al, const char *b, size_t bl);
+/* lower bound of key in the page's cells; *found if equal */
+unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *found);
+uint64_t pg_child(const unsigned char *d, unsigned i);     /* branch: child i (0..n) */
+void pg_set_child(unsigned char *d, unsigned i, uint64_t pgno);
+bool pg_insert(unsigned char *d, size_t psiz, unsigned i, const void *cell, size_t len,
+               unsigned char *scratch);
+void pg_remove(unsigned char *d, size_t psiz, unsigned i);
+void pg_build(unsigned char *d, size_t psiz, uint64_t link, const unsigned char *const *cells,
+              const uint16_t *lens, unsigned n);
+void pg_leaf_decode(const unsigned char *c, bt_cell *out);
+size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t flags,
+                      int64_t exptime, uint64_t cas, uint32_t vlen, const void *v0, size_t l0,
+                      const void *v1, size_t l1, uint64_t ovf_pgno);
+size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t child);
+/* checks a page read from pgno: checksum, type (0: any), number, and that
+ * its slots and cells lie inside it.  KURA_OK or KURA_ECORRUPT. */
+int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type);
+void pg_seal(unsigned char *d, size_t psiz);   /* computes the checksum */
+
+/* ---- tree_cache.c -------------------------------------------------------- */
+
+int bc_init(btree *bt, uint64_t cap_bytes);
+void bc_free(btree *bt);
+/* the page pgno, pinned, read and checked if not cached (type 0: any) */
+int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out);
+void do_page_unpin(btree *bt, bt_page *p);
+/* a new page of type, pinned and dirty, its number allocated */
+bt_page *do_page_new(btree *bt, int type);
+/* makes p changeable in this checkpoint: a copy at a new number if it is
+ * an older one's (the old number freed); returns its (maybe new) number */
+uint64_t do_page_touch(btree *bt, bt_page *p);
+/* frees the page: out of the cache, its number freed */
+void do_page_free(btree *bt, bt_page *p);
+void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now);
+uint64_t do_alloc_run(btree *bt, uint64_t n);
+/* page objects reserved so that a change can complete without malloc */
+int do_reserve(btree *bt, size_t n);
+void do_evict(btree *bt);
+int bt_vec_push(bt_vec *v, uint64_t x);
+/* overflow runs (values larger than a cell): written at once, read whole */
+size_t bt_ovf_pages(btree *bt, size_t vlen);
+int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1,
+                 uint64_t *pgno);
+int do_ovf_read(btree *bt, uint64_t pgno, size_t vlen, const unsigned char **val);
+void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what);
+/* pwritev of every byte to the tree file (short writes continued);
+ * 0 or -1 with errno */
+int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off);
+
+/* ---- tree_search.c ------------------------------------------------------- */
+
+int do_descend(btree *bt, const char *key, size_t klen, bt_path *path);
+void do_path_release(btree *bt, bt_path *path);
+/* moves path to the next leaf's first cell: 0, 1 at the end, or an error */
+int do_next_leaf(btree *bt, bt_path *path);
+int do_touch_path(btree *bt, bt_path *path);
+
+/* ---- tree_insert.c / tree_delete.c --------------------------------------- */
+
+/* Puts the leaf cell at the path's place (replacing the cell there if
+ * path->found).  The path is touched; page objects reserved. */
+void do_leaf_put(btree *bt, bt_path *path, const unsigned char *cell, size_t len);
+/* Inserts a branch cell into level lvl at index i, splitting upward. */
+void do_branch_insert(btree *bt, bt_path *path, int lvl, unsigned i, const unsigned char *cell,
+                      size_t len);
+void do_leaf_remove(btree *bt, bt_path *path);
+/* gathers cells for a split; splits cells into page p (kept) and a new one */
+unsigned bt_split_point(const uint16_t *lens, unsigned n, size_t room, bool branch);
+
+/* ---- tree_commit.c ------------------------------------------------------- */
+
+int do_checkpoint(btree *bt);
+int bt_meta_read(btree *bt, char *err, size_t errlen);
+int bt_create_file(btree *bt, char *err, size_t errlen);
+
+/* ---- tree_wal.c ---------------------------------------------------------- */
+
+int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0, size_t l0,
+                  const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
+                  uint64_t *lsn);
+int bt_wal_open(btree *bt, char *err, size_t errlen);
+int bt_wal_replay(btree *bt, char *err, size_t errlen);
+void do_wal_trim(btree *bt);
+long long bt_wal_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
+                       size_t *need);
+
+/* ---- tree.c: applying changes (used by replay too) ----------------------- */
+
+/* Stores the item (no log record): 0 or KURA_E*. */
+int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
+                 int64_t exptime, uint64_t cas, const void *v0, size_t l0, const void *v1,
+                 size_t l1, uint64_t ovf);
+void bt_log(btree *bt, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+uint64_t bt_item_bytes(size_t klen, size_t vlen, uint32_t flags);
+
+#endif

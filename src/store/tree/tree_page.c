@@ -1,0 +1,347 @@
+/*
+ * tree_page.c - the B+ tree's page format: a slotted page of cells.
+ *
+ * Every page is psiz bytes with a 40-byte header (docs/formats.md):
+ *   0 crc32c of bytes 4..psiz | 4 type | 6 n | 8 pgno | 16 txn | 24 link |
+ *   32 upper (where the cell area starts) | 36 used (bytes of live cells)
+ * then n 2-byte slots, in key order, each the offset of its cell; cells are
+ * packed from the page's end downwards.  A removed cell leaves a hole that
+ * the next insert that needs it compacts away.  The in-memory page is the
+ * on-disk page: nothing is decoded or encoded on the way in or out, only
+ * the checksum is computed when a page is written (pg_seal).
+ *
+ * A leaf cell is klen(1) hlen(1) kind(1: 0 inline, 1 overflow), then four
+ * unsigned LEB128 varints: vlen, flags, exptime (zigzag), cas; then the key
+ * (at hlen) and the value or the first page of its overflow run (8).  An
+ * item of an 8-byte key and value takes 24 bytes instead of the 42 of fixed
+ * fields: 70% more cells to a page, a smaller tree, more of it cached.  A
+ * branch cell is klen(1) child(8) key: the child holds keys >= key; the
+ * header's link is the child left of the first key.
+ *
+ * Bytes read from the file are hostile: pg_verify checks the checksum, the
+ * type, the page's own number and that every slot and cell lies inside the
+ * page before anything else looks at it.
+ */
+#include <string.h>
+
+#include "kura/crc32c.h"
+#include "tree_int.h"
+
+uint32_t bt_get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void bt_put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t bt_get64(const unsigned char *p)
+{
+    return (uint64_t)bt_get32(p) | (uint64_t)bt_get32(p + 4) << 32;
+}
+
+void bt_put64(unsigned char *p, uint64_t v)
+{
+    bt_put32(p, (uint32_t)v);
+    bt_put32(p + 4, (uint32_t)(v >> 32));
+}
+
+void pg_init(unsigned char *d, size_t psiz, int type, uint64_t pgno, uint64_t txn)
+{
+    memset(d, 0, BT_HDR);
+    d[4] = (unsigned char)type;
+    bt_put64(d + 8, pgno);
+    bt_put64(d + 16, txn);
+    bt_put32(d + 32, (uint32_t)psiz);
+}
+
+static size_t put_var(unsigned char *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (unsigned char)v;
+    return n;
+}
+
+/* Decodes a varint of at most max bytes; the bytes used, or 0 if bad. */
+static size_t get_var(const unsigned char *p, size_t max, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (size_t i = 0; i < max && i < 10; i++) {
+        x |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (!(p[i] & 0x80)) {
+            *v = x;
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* a leaf cell's value length: the first varint (checked by pg_verify) */
+static uint64_t leaf_vlen(const unsigned char *c)
+{
+    uint64_t v = 0;
+    (void)get_var(c + 3, 5, &v);
+    return v;
+}
+
+size_t pg_cell_len(int type, const unsigned char *c)
+{
+    if (type == BT_BRANCH)
+        return BT_BRANCH_FIXED + c[0];
+    return (size_t)c[1] + c[0] + (c[2] ? 8 : leaf_vlen(c));
+}
+
+size_t pg_used(const unsigned char *d, size_t psiz)
+{
+    (void)psiz;
+    return BT_HDR + 2 * (size_t)pg_n(d) + bt_get32(d + 36);
+}
+
+size_t pg_free(const unsigned char *d, size_t psiz)
+{
+    return psiz - pg_used(d, psiz);
+}
+
+void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *klen)
+{
+    *klen = c[0];
+    *key = (const char *)c + (type == BT_BRANCH ? BT_BRANCH_FIXED : c[1]);
+}
+
+/* memcmp's order, 8 bytes at a time (as big-endian words) without a call:
+ * the binary search of a page spends its time here */
+int bt_keycmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    size_t n = al < bl ? al : bl;
+    for (; n >= 8; n -= 8, x += 8, y += 8) {
+        uint64_t u, v;
+        memcpy(&u, x, 8);
+        memcpy(&v, y, 8);
+        if (u != v) {
+            u = __builtin_bswap64(u);
+            v = __builtin_bswap64(v);
+            return u < v ? -1 : 1;
+        }
+    }
+    for (; n; n--, x++, y++)
+        if (*x != *y)
+            return *x < *y ? -1 : 1;
+    return al < bl ? -1 : al > bl;
+}
+
+unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *found)
+{
+    int type = pg_type(d);
+    unsigned lo = 0, hi = pg_n(d);
+    *found = false;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        const char *k;
+        size_t kl;
+        pg_cell_key(pg_ccell(d, mid), type, &k, &kl);
+        int c = bt_keycmp(k, kl, key, klen);
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            if (c == 0)
+                *found = true;
+            hi = mid;
+        }
+    }
+    if (*found && lo < pg_n(d)) {
+        const char *k;
+        size_t kl;
+        pg_cell_key(pg_ccell(d, lo), type, &k, &kl);
+        *found = bt_keycmp(k, kl, key, klen) == 0;
+    }
+    return lo;
+}
+
+uint64_t pg_child(const unsigned char *d, unsigned i)
+{
+    return i == 0 ? pg_link(d) : bt_get64(pg_ccell(d, i - 1) + 1);
+}
+
+void pg_set_child(unsigned char *d, unsigned i, uint64_t pgno)
+{
+    if (i == 0)
+        pg_set_link(d, pgno);
+    else
+        bt_put64(pg_cell(d, i - 1) + 1, pgno);
+}
+
+void pg_build(unsigned char *d, size_t psiz, uint64_t link, const unsigned char *const *cells,
+              const uint16_t *lens, unsigned n)
+{
+    size_t off = psiz, used = 0;
+    for (unsigned i = 0; i < n; i++) {
+        off -= lens[i];
+        memcpy(d + off, cells[i], lens[i]);
+        bt_put16(d + BT_HDR + 2 * i, (uint16_t)off);
+        used += lens[i];
+    }
+    bt_put16(d + 6, (uint16_t)n);
+    pg_set_link(d, link);
+    bt_put32(d + 32, (uint32_t)off);
+    bt_put32(d + 36, (uint32_t)used);
+}
+
+/* Rewrites the page without holes (scratch: psiz bytes). */
+static void pg_compact(unsigned char *d, size_t psiz, unsigned char *scratch)
+{
+    const unsigned char *cells[psiz / 8];   /* a cell takes at least 10 bytes + its slot */
+    uint16_t lens[psiz / 8];
+    unsigned n = pg_n(d);
+    int type = pg_type(d);
+    memcpy(scratch, d, psiz);
+    for (unsigned i = 0; i < n; i++) {
+        cells[i] = pg_ccell(scratch, i);
+        lens[i] = (uint16_t)pg_cell_len(type, cells[i]);
+    }
+    pg_build(d, psiz, pg_link(d), cells, lens, n);
+}
+
+bool pg_insert(unsigned char *d, size_t psiz, unsigned i, const void *cell, size_t len,
+               unsigned char *scratch)
+{
+    unsigned n = pg_n(d);
+    if (pg_free(d, psiz) < len + 2)
+        return false;
+    size_t upper = bt_get32(d + 32);
+    if (upper < BT_HDR + 2 * (size_t)(n + 1) + len) {
+        pg_compact(d, psiz, scratch);
+        upper = bt_get32(d + 32);
+    }
+    upper -= len;
+    memcpy(d + upper, cell, len);
+    memmove(d + BT_HDR + 2 * (i + 1), d + BT_HDR + 2 * i, 2 * (size_t)(n - i));
+    bt_put16(d + BT_HDR + 2 * i, (uint16_t)upper);
+    bt_put16(d + 6, (uint16_t)(n + 1));
+    bt_put32(d + 32, (uint32_t)upper);
+    bt_put32(d + 36, bt_get32(d + 36) + (uint32_t)len);
+    return true;
+}
+
+void pg_remove(unsigned char *d, size_t psiz, unsigned i)
+{
+    unsigned n = pg_n(d);
+    unsigned char *c = pg_cell(d, i);
+    size_t len = pg_cell_len(pg_type(d), c);
+    if (c - d == (long)bt_get32(d + 32))
+        bt_put32(d + 32, bt_get32(d + 32) + (uint32_t)len);    /* the lowest cell */
+    memmove(d + BT_HDR + 2 * i, d + BT_HDR + 2 * (i + 1), 2 * (size_t)(n - i - 1));
+    bt_put16(d + 6, (uint16_t)(n - 1));
+    bt_put32(d + 36, bt_get32(d + 36) - (uint32_t)len);
+    if (n == 1)
+        bt_put32(d + 32, (uint32_t)psiz);
+}
+
+/* The four varints of a leaf cell's head (hlen bytes): the bytes they
+ * take, or 0 if they do not fit it. */
+static size_t leaf_fields(const unsigned char *c, size_t hlen, uint64_t f[4])
+{
+    size_t at = 3;
+    for (int i = 0; i < 4; i++) {
+        size_t n = at < hlen ? get_var(c + at, hlen - at, &f[i]) : 0;
+        if (!n)
+            return 0;
+        at += n;
+    }
+    return at;
+}
+
+void pg_leaf_decode(const unsigned char *c, bt_cell *out)
+{
+    uint64_t f[4] = { 0, 0, 0, 0 };
+    (void)leaf_fields(c, c[1], f);      /* pg_verify checked them */
+    out->klen = c[0];
+    out->ovf = c[2] != 0;
+    out->vlen = (uint32_t)f[0];
+    out->flags = (uint32_t)f[1];
+    out->exptime = (int64_t)((f[2] >> 1) ^ (0 - (f[2] & 1)));
+    out->cas = f[3];
+    out->key = (const char *)c + c[1];
+    out->val = c + c[1] + out->klen;
+    out->ovf_pgno = out->ovf ? bt_get64(out->val) : 0;
+}
+
+size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t flags,
+                      int64_t exptime, uint64_t cas, uint32_t vlen, const void *v0, size_t l0,
+                      const void *v1, size_t l1, uint64_t ovf_pgno)
+{
+    size_t h = 3;
+    c[0] = (unsigned char)klen;
+    c[2] = ovf_pgno != 0;
+    h += put_var(c + h, vlen);
+    h += put_var(c + h, flags);
+    h += put_var(c + h, ((uint64_t)exptime << 1) ^ (uint64_t)(exptime >> 63));
+    h += put_var(c + h, cas);
+    c[1] = (unsigned char)h;
+    memcpy(c + h, key, klen);
+    unsigned char *v = c + h + klen;
+    if (ovf_pgno) {
+        bt_put64(v, ovf_pgno);
+        return h + klen + 8;
+    }
+    if (l0)
+        memcpy(v, v0, l0);
+    if (l1)
+        memcpy(v + l0, v1, l1);
+    return h + klen + l0 + l1;
+}
+
+size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t child)
+{
+    c[0] = (unsigned char)klen;
+    bt_put64(c + 1, child);
+    memcpy(c + BT_BRANCH_FIXED, key, klen);
+    return BT_BRANCH_FIXED + klen;
+}
+
+void pg_seal(unsigned char *d, size_t psiz)
+{
+    bt_put32(d, crc32c_update(0, d + 4, psiz - 4));
+}
+
+int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
+{
+    if (bt_get32(d) != crc32c_update(0, d + 4, psiz - 4))
+        return KURA_ECORRUPT;
+    if ((type && pg_type(d) != type) || bt_get64(d + 8) != pgno)
+        return KURA_ECORRUPT;
+    int t = pg_type(d);
+    if (t != BT_BRANCH && t != BT_LEAF)
+        return KURA_OK;
+    size_t n = pg_n(d), upper = bt_get32(d + 32), used = 0;
+    if (BT_HDR + 2 * n > upper || upper > psiz)
+        return KURA_ECORRUPT;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = bt_get16(d + BT_HDR + 2 * i);
+        size_t fixed = t == BT_BRANCH ? BT_BRANCH_FIXED : BT_LEAF_MIN;
+        if (off < upper || off + fixed > psiz)
+            return KURA_ECORRUPT;
+        const unsigned char *c = d + off;
+        if (c[0] < 1)
+            return KURA_ECORRUPT;
+        if (t == BT_LEAF) {
+            uint64_t f[4];
+            if (c[2] > 1 || c[1] < BT_LEAF_MIN || c[1] > BT_LEAF_HDR_MAX ||
+                off + c[1] > psiz || leaf_fields(c, c[1], f) != c[1] ||
+                f[0] > UINT32_MAX || f[1] > UINT32_MAX)
+                return KURA_ECORRUPT;
+        }
+        size_t len = pg_cell_len(t, c);
+        if (off + len > psiz)
+            return KURA_ECORRUPT;
+        used += len;
+    }
+    return used == bt_get32(d + 36) ? KURA_OK : KURA_ECORRUPT;
+}
