@@ -352,7 +352,9 @@ class Replication(ServerTestCase):
     DB = "hash"
 
     def db(self, d):
-        return d + ".kh" if self.DB == "hash" else "*"
+        return d + self.EXT[self.DB] if self.DB in self.EXT else "*"
+
+    EXT = {"hash": ".kh", "tree": ".kb"}
 
     def master(self, name="m", args=(), port=None, ulog=True, start=True):
         d = os.path.join(self.dir, name)
@@ -542,8 +544,9 @@ class Replication(ServerTestCase):
         with m.conn() as c:
             c.request(b"set kept 0 0 1\r\n1\r\n")
         m.stop()
-        path = os.path.join(self.dir, "m.kh")
-        old, copy = os.path.join(self.dir, ".old.m.kh"), os.path.join(self.dir, ".copy.m.kh")
+        name = "m" + self.EXT[self.DB]
+        path = os.path.join(self.dir, name)
+        old, copy = os.path.join(self.dir, ".old." + name), os.path.join(self.dir, ".copy." + name)
         os.rename(path, old)
         os.mkdir(copy)
         open(os.path.join(copy, "junk"), "w").close()
@@ -950,7 +953,7 @@ class Replication(ServerTestCase):
         r.stop()
         with m.conn() as c:
             c.request(b"set d7 0 0 1\r\nx\r\ndelete d8\r\nset new 0 0 1\r\nn\r\ntouch d9 100\r\n")
-        alone = Server(db=os.path.join(self.dir, "r.kh"))     # the replica's data, not following
+        alone = Server(db=self.db(os.path.join(self.dir, "r")))    # the replica's data, alone
         self.addCleanup(alone.stop)
         self.assertEqual(digest_diff(m, alone), {b"d7", b"d8", b"new", b"d9"})
 
@@ -964,6 +967,12 @@ class Replication(ServerTestCase):
             self.assertEqual(c.request(b"repl x 2\r\n"), b"CLIENT_ERROR bad command line format\r\n")
             self.assertEqual(c.request(b"repl 1\r\n"), b"ERROR\r\n")
             self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
+
+
+@kura_only
+class ReplicationTree(Replication):
+    """The same on the B+ tree."""
+    DB = "tree"
 
 
 @kura_only
