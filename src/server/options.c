@@ -122,7 +122,8 @@ static void usage(FILE *f)
                "usage: kurad [options] [DATABASE]\n\n"
                "DATABASE names the store (default: the in-memory cache):\n"
                "  *  or  :#capsiz=SIZE       in-memory cache with LRU eviction\n"
-               "  PATH.kh#bnum=N#...         hash file (.tch and .kch accepted)\n\n"
+               "  PATH.kh#bnum=N#...         hash file (.tch and .kch accepted)\n"
+               "  PATH.kb#pccap=SIZE#...     B+ tree, keys in order (.tcb and .kct accepted)\n\n"
                "options:\n", KURA_VERSION);
     for (size_t i = 0; i < NOPTIONS; i++) {
         char names[64] = "";
