@@ -18,7 +18,9 @@
  * walks its items.  It walks every live item once, on the connection's
  * worker thread: other connections of that worker wait meanwhile (about a
  * second per million items), so it is a tool for an operator, not a probe.
- * Pick N so that a bucket's keys are few enough to list (N = items / 1000).
+ * Pick N so that a bucket's keys are few enough to list (N = items / 1000):
+ * a list past 1 MiB is answered "SERVER_ERROR bucket too large: ask for
+ * more buckets" instead, so the reply stays bounded.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -63,11 +65,17 @@ static uint64_t item_hash(const kura_item *it)
     return mix(fnv(h, f, sizeof(f)));
 }
 
+/* A bucket's key list stops here: the answer is then an error asking for
+ * more buckets, so no request makes the reply grow without bound. */
+#define DIGEST_LIST_MAX KURA_OUT_HIGH_WATER
+#define DIGEST_TOO_BIG 1                /* digest_item's stop: the list passed it */
+
 typedef struct digest_walk {
     uint32_t n;
     int64_t only;                       /* a bucket whose keys to list, or -1 */
     uint64_t *sum, *count;
     kura_buf *out;
+    size_t mark;                        /* out's length before the reply */
 } digest_walk;
 
 static int digest_item(void *arg, const kura_item *it)
@@ -82,6 +90,8 @@ static int digest_item(void *arg, const kura_item *it)
             if (!KURA_BUF_LIT(w->out, "KEY ") || !kura_buf_append(w->out, it->key, it->klen) ||
                 !kura_buf_append(w->out, tail, (size_t)t))
                 return KURA_ENOMEM;
+            if (w->out->len - w->mark > DIGEST_LIST_MAX)
+                return DIGEST_TOO_BIG;
         }
         return 0;
     }
@@ -112,6 +122,7 @@ void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out
         w.only = (int64_t)b;
     }
     size_t mark = out->len;
+    w.mark = mark;
     if (w.only < 0) {
         w.sum = calloc(w.n, sizeof(uint64_t));
         w.count = calloc(w.n, sizeof(uint64_t));
@@ -128,6 +139,11 @@ void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out
     }
     free(w.sum);
     free(w.count);
+    if (rc == DIGEST_TOO_BIG) {
+        out->len = mark;
+        KURA_BUF_LIT(out, "SERVER_ERROR bucket too large: ask for more buckets\r\n");
+        return;
+    }
     if (rc != KURA_OK) {
         out->len = mark;                /* no half answer */
         char line[96];
