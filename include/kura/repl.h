@@ -49,6 +49,7 @@ typedef struct repl_config {
     uint64_t ulmax;                     /* master: the update log's cap (-ulmax), 0: none */
     const char *tmpdir;                 /* master: where a copy is spooled (the ulog's dir) */
     int sync_mode;                      /* replica: -sync (always: acks wait for a sync) */
+    size_t row_max;                     /* replica: the largest row it buffers (0: any) */
     bool rw;                            /* replica: takes writes (-rw): a full copy
                                            keeps the keys it lacks (local changes) */
     /* replica, read-only: a full copy goes into open_shadow()'s new empty

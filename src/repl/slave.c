@@ -428,8 +428,16 @@ static void session_run(repl_slave *s, int fd)
         for (;;) {
             ul_row row;
             long long r = ul_decode(ss.buf + off, ss.len - off, &row, &need);
-            if (r == SL_NEED_MORE)
+            if (r == SL_NEED_MORE) {
+                if (s->cfg.row_max && need > s->cfg.row_max) {
+                    /* a row larger than any item here: a master with a
+                     * larger -I, or not a row at all; not buffered */
+                    logf_(s, KURA_LOG_ERROR, "replica: a row of %zu bytes from %s:%d is larger "
+                          "than this server takes (-I); reconnecting", need, s->host, s->port);
+                    goto out;
+                }
                 break;
+            }
             if (r <= 0) {
                 logf_(s, KURA_LOG_ERROR, "replica: the stream from %s:%d does not decode "
                       "(not a row); reconnecting", s->host, s->port);

@@ -187,6 +187,7 @@ static int start_repl(kura_server *srv)
     repl_config rc = {
         .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
         .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
+        .row_max = UL_ROW_HEAD_MAX + st->item_size_max,
         .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
     };

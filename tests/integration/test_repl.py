@@ -675,7 +675,10 @@ class Replication(ServerTestCase):
             m2.stop()
 
     def test_garbage_from_master(self):
-        for answer in (b"REPL 0 5\r\n" + bytes(range(256)) * 4, b"HELLO\r\n"):
+        # a row that says it is 1 GB long: refused before it is buffered
+        huge = struct.pack("<I", 0) + _put_var(1 << 30) + b"x" * 100
+        for answer in (b"REPL 0 5\r\n" + bytes(range(256)) * 4, b"HELLO\r\n",
+                       b"REPL 0 5\r\n" + huge):
             fake = FakeMaster(lambda n, line: answer)
             self.addCleanup(fake.close)
             r = self.replica(fake.port, name="g%d" % len(answer))
@@ -684,7 +687,9 @@ class Replication(ServerTestCase):
                 self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
                 self.assertEqual(stats(c)["repl_rows_applied"], "0")
             text = r.stderr()
-            self.assertIn("does not decode" if len(answer) > 20 else "refused: HELLO", text)
+            self.assertIn("refused: HELLO" if len(answer) < 20 else
+                          "larger than this server takes" if answer.endswith(b"x" * 100) else
+                          "does not decode", text)
             r.stop()
             fake.close()
 
