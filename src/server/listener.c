@@ -78,10 +78,12 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         if (atomic_load(&srv->info.curr_connections) >= (uint64_t)srv->settings->maxconns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
+            /* Count before the client can see the close: one that then asks
+             * for stats must find itself counted. */
+            atomic_fetch_add(&srv->info.rejected_connections, 1);
             ssize_t w = write(fd, msg, sizeof(msg) - 1);
             (void)w;
             close(fd);
-            atomic_fetch_add(&srv->info.rejected_connections, 1);
             continue;
         }
         int one = 1;
