@@ -1,0 +1,113 @@
+/*
+ * snapshot.h - snapshot files: every live item of a store at one moment,
+ * compressed, checked end to end (src/snap/).  kurad writes them in the
+ * background (-bgs), loads the newest good one into a missing or empty
+ * database, and kuractl dumps, loads, verifies and restores with them: it
+ * is also the portable dump format.  docs/formats.md has the layout.
+ *
+ * A file is a header (uncompressed, with its own CRC), a compressed stream
+ * of item records, and a trailer (item count, the update-log timestamp at
+ * which the copy ended, the raw stream's length, CRC-32C of every byte of
+ * the file before it).  A writer writes beside the final name, fsyncs,
+ * renames into place and fsyncs the directory, so a reader sees a whole
+ * file or none.  A reader checks the header and the trailer's CRC over
+ * the whole file before it hands out the first item, so a truncated,
+ * bit-flipped or unknown-version file is refused before anything is
+ * loaded from it.
+ *
+ * A snapshot taken by a running server is fuzzy: a change made while it
+ * was taken may or may not be in it.  Its start_ts says every update-log
+ * row up to that timestamp is in it; replaying the rows after start_ts in
+ * order over it gives the server's state (rows are results, not commands,
+ * so replaying one whose effect is already in it does no harm).  Replaying
+ * up to a time T >= end_ts gives the state at T exactly.
+ */
+#ifndef KURA_SNAPSHOT_H
+#define KURA_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kura/codec.h"
+#include "kura/item.h"
+
+#define SNAP_MAGIC      "KURASNAP"
+#define SNAP_VERSION    1
+#define SNAP_SUFFIX     ".ksnap"
+
+typedef struct snap_info {
+    uint32_t version;
+    kura_codec codec;
+    char backend[16];           /* "cache", "hash", "tree": where it was taken */
+    uint32_t sid;               /* the server id (0: none) */
+    uint64_t start_ts;          /* every update-log row up to this is in it (0: no log) */
+    int64_t created;            /* Unix time the copy began */
+    /* from the trailer (snap_open fills them; a writer's are ignored) */
+    uint64_t end_ts;            /* the log's last row when the copy ended */
+    uint64_t items;
+    uint64_t raw_bytes;         /* the uncompressed stream's length */
+    uint64_t file_bytes;
+} snap_info;
+
+/* ---- writing ----------------------------------------------------------- */
+
+typedef struct snap_writer snap_writer;
+
+/* Starts `final_path`: writes to a temporary file beside it (same
+ * directory, a name starting with "." and ending ".tmp").  info gives the
+ * header's fields (version is set here).  0, or KURA_E* with err set. */
+int snap_writer_open(const char *final_path, const snap_info *info, int level,
+                     snap_writer **out, char *err, size_t errlen);
+/* Adds one item (a key of 1..250 bytes, any value up to 1 GiB). */
+int snap_writer_add(snap_writer *w, const kura_item *it);
+/* Ends the stream, writes the trailer, fsyncs, renames into place and
+ * fsyncs the directory; frees w.  On failure the temporary file is removed
+ * and the final name untouched.  *info (if not NULL) gets what was written. */
+int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *err,
+                       size_t errlen);
+/* Gives up: removes the temporary file, frees w. */
+void snap_writer_abort(snap_writer *w);
+uint64_t snap_writer_items(const snap_writer *w);
+uint64_t snap_writer_bytes(const snap_writer *w);   /* compressed bytes so far */
+
+/* ---- reading ----------------------------------------------------------- */
+
+typedef struct snap_reader snap_reader;
+
+/* Opens and checks a file: header, version, trailer, CRC of the whole
+ * file (one read through it).  0, or KURA_ECORRUPT (damaged, truncated,
+ * not a snapshot), KURA_EINVAL (a version this build does not know),
+ * KURA_ESYS (cannot read); err says which. */
+int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, size_t errlen);
+/* The next item (valid until the next call): 0; SNAP_DONE after the last
+ * one (the item count and the stream's length checked); KURA_ECORRUPT. */
+#define SNAP_DONE 1
+int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen);
+/* Raw bytes of the stream consumed so far (for progress against raw_bytes). */
+uint64_t snap_reader_progress(const snap_reader *r);
+void snap_close(snap_reader *r);
+
+/* Opens, reads every item, checks the count: 0 or as snap_open/snap_next. */
+int snap_verify(const char *path, snap_info *info, char *err, size_t errlen);
+
+/* ---- a directory of snapshots ----------------------------------------- */
+
+/* The name of a snapshot taken at start_ts: "snap-<16 hex digits>.ksnap",
+ * so that names sort by time.  buf needs 32 bytes. */
+void snap_name(char *buf, size_t len, uint64_t start_ts);
+
+typedef struct snap_entry {
+    char path[4096];
+    uint64_t start_ts;          /* from the name */
+} snap_entry;
+
+/* The snapshots in dir (by their names), newest first; *out is malloc'd.
+ * 0 (n may be 0; a missing dir is empty), or KURA_ESYS. */
+int snap_list(const char *dir, snap_entry **out, size_t *n);
+/* Removes temporary files a crash left in dir; returns how many. */
+int snap_tidy(const char *dir);
+/* Keeps the newest `keep` snapshots, removes the others. */
+int snap_prune(const char *dir, unsigned keep);
+
+#endif
