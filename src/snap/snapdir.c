@@ -20,34 +20,41 @@
 
 #define NAME_PREFIX "snap-"
 
-void snap_name(char *buf, size_t len, uint64_t start_ts)
+void snap_name(char *buf, size_t len, uint64_t start_ts, uint64_t stamp_us)
 {
-    snprintf(buf, len, NAME_PREFIX "%016" PRIx64 SNAP_SUFFIX, start_ts);
+    snprintf(buf, len, NAME_PREFIX "%016" PRIx64 "-%016" PRIx64 SNAP_SUFFIX, start_ts,
+             stamp_us);
 }
 
-/* start_ts of a snapshot's file name; false for any other name */
-static bool parse_name(const char *name, uint64_t *ts)
+static bool parse_hex16(const char *p, uint64_t *out)
 {
-    size_t pl = strlen(NAME_PREFIX), sl = strlen(SNAP_SUFFIX);
-    if (strlen(name) != pl + 16 + sl || strncmp(name, NAME_PREFIX, pl) ||
-        strcmp(name + pl + 16, SNAP_SUFFIX))
-        return false;
     uint64_t v = 0;
-    for (size_t i = pl; i < pl + 16; i++) {
-        char c = name[i];
+    for (int i = 0; i < 16; i++) {
+        char c = p[i];
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (d < 0)
             return false;
         v = v << 4 | (uint64_t)d;
     }
-    *ts = v;
+    *out = v;
     return true;
+}
+
+/* The two numbers of a snapshot's file name; false for any other name. */
+static bool parse_name(const char *name, snap_entry *e)
+{
+    size_t pl = strlen(NAME_PREFIX), sl = strlen(SNAP_SUFFIX);
+    return strlen(name) == pl + 33 + sl && strncmp(name, NAME_PREFIX, pl) == 0 &&
+           name[pl + 16] == '-' && strcmp(name + pl + 33, SNAP_SUFFIX) == 0 &&
+           parse_hex16(name + pl, &e->start_ts) && parse_hex16(name + pl + 17, &e->stamp_us);
 }
 
 static int newest_first(const void *a, const void *b)
 {
-    uint64_t x = ((const snap_entry *)a)->start_ts, y = ((const snap_entry *)b)->start_ts;
-    return x < y ? 1 : x > y ? -1 : 0;
+    const snap_entry *x = a, *y = b;
+    if (x->start_ts != y->start_ts)
+        return x->start_ts < y->start_ts ? 1 : -1;
+    return x->stamp_us < y->stamp_us ? 1 : x->stamp_us > y->stamp_us ? -1 : 0;
 }
 
 int snap_list(const char *dir, snap_entry **out, size_t *n)
@@ -61,8 +68,8 @@ int snap_list(const char *dir, snap_entry **out, size_t *n)
     size_t cnt = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        uint64_t ts;
-        if (!parse_name(de->d_name, &ts))
+        snap_entry e;
+        if (!parse_name(de->d_name, &e))
             continue;
         if (cnt == cap) {
             cap = cap ? cap * 2 : 8;
@@ -74,8 +81,8 @@ int snap_list(const char *dir, snap_entry **out, size_t *n)
             }
             v = nv;
         }
-        snprintf(v[cnt].path, sizeof(v[cnt].path), "%s/%s", dir, de->d_name);
-        v[cnt++].start_ts = ts;
+        snprintf(e.path, sizeof(e.path), "%s/%s", dir, de->d_name);
+        v[cnt++] = e;
     }
     closedir(d);
     qsort(v, cnt, sizeof(*v), newest_first);

@@ -239,12 +239,12 @@ static void test_directory(void)
     uint64_t ts[] = { 5, 0x1234567890, 77 };
     for (int i = 0; i < 3; i++) {
         char name[64], path[400];
-        snap_name(name, sizeof(name), ts[i]);
+        snap_name(name, sizeof(name), ts[i], 1000 + (uint64_t)i);
         snprintf(path, sizeof(path), "%s/%s", sub, name);
         REQUIRE(write_file(path, KURA_CODEC_LZO, 3) == 0);
     }
     char junk[400];
-    snprintf(junk, sizeof(junk), "%s/.snap-0000000000000009.ksnap.1.tmp", sub);
+    snprintf(junk, sizeof(junk), "%s/.snap-0000000000000009-0000000000000001.ksnap.1.tmp", sub);
     spit(junk, (const unsigned char *)"x", 1);
     snprintf(junk, sizeof(junk), "%s/notes.txt", sub);
     spit(junk, (const unsigned char *)"x", 1);
@@ -254,7 +254,7 @@ static void test_directory(void)
     CHECK_EQ_INT(n, 3);
     if (n == 3) {
         CHECK(v[0].start_ts == 0x1234567890 && v[1].start_ts == 77 && v[2].start_ts == 5);
-        CHECK(strstr(v[0].path, "snap-0000001234567890.ksnap") != NULL);
+        CHECK(strstr(v[0].path, "snap-0000001234567890-00000000000003e9.ksnap") != NULL);
     }
     free(v);
     CHECK_EQ_INT(snap_tidy(sub), 1);
