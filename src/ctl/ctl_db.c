@@ -143,8 +143,8 @@ int cmd_db_stats(const char *db)
 
 void ctl_ts_date(uint64_t ts, char *buf, size_t len)
 {
-    if (!ts) {
-        snprintf(buf, len, "-");
+    if (!ts || ts == UINT64_MAX) {
+        snprintf(buf, len, "%s", ts ? "(changed without the update log)" : "-");
         return;
     }
     uint64_t us = hlc_us(ts);

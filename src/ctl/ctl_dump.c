@@ -14,7 +14,9 @@
  *
  * load detects the format by the first bytes (the snapshot's magic).
  * Items already expired are skipped.  The database's stored max cas is
- * raised past every cas loaded, so the server never hands one out again.
+ * raised past every cas loaded, so the server never hands one out again,
+ * and its update-log watermark says "changed without the log" (what a
+ * kurad run without -ulog leaves): no log is replayed over loaded items.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -301,11 +303,14 @@ int ctl_load_file(kura_store *s, const char *path, uint64_t *items)
     }
     if (rc)
         return rc;
-    if (l.max_cas > st.max_cas) {
+    if (l.max_cas > st.max_cas)
         st.max_cas = l.max_cas;
-        if ((rc = s->ops->save_state(s, &st)))
-            return ctl_err(CTL_FAIL, "saving the database's state: %s", kura_strerror(rc));
-    }
+    /* the store changed without its update log, as under a kurad run
+     * without -ulog (feed.c): a log met later is not replayed over it and
+     * its replicas get a full copy */
+    st.ulog_ts = UINT64_MAX;
+    if ((rc = s->ops->save_state(s, &st)))
+        return ctl_err(CTL_FAIL, "saving the database's state: %s", kura_strerror(rc));
     if ((rc = s->ops->sync(s)))
         return ctl_err(CTL_FAIL, "syncing the database: %s", kura_strerror(rc));
     if (l.expired && !g_ctl.quiet)

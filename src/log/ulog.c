@@ -717,15 +717,16 @@ int ul_prune_before(ul_log *log, uint64_t ts, ul_prune_result *res)
         sl_seg *sg = sl_seg_get(&log->sl, id);
         if (!sg)
             continue;
-        /* a segment's last row is the next one's header's prev_ts (as in
-         * ul_prune); an empty next one says nothing: stop there */
+        /* a segment's last row is the next one's header's prev_ts; an
+         * empty next one (the active, or a torn tail cut) leaves the
+         * log's last (as in ul_prune) */
         ul_row h;
         int hr = do_seg_header(log, id + 1, &h);
         if (hr < 0) {
             rc = hr;
             break;
         }
-        if (hr != KURA_OK || h.prev_ts > ts)
+        if ((hr == KURA_OK ? h.prev_ts : log->last_ts) > ts)
             break;
         uint64_t size = sg->size;
         sl_seg_drop(&log->sl, sg);
