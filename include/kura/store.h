@@ -195,6 +195,15 @@ typedef struct kura_store_ops {
      * prefix and range listing (issue 12). */
     int (*iterate_from)(kura_store *s, const char *from, size_t flen, const kura_clock *clk,
                         kura_item_fn fn, void *arg);
+    /* Optional, where the keys fall into fixed parts each walked under one
+     * lock (the stripes of the cache and the hash file): parts() says how
+     * many, iterate_part() is iterate over part i alone.  A caller that
+     * must not hold a lock while it works on the items (a snapshot, a
+     * replica's copy: engine_walk) copies one part out at a time.  Stores
+     * with neither this nor iterate_from are walked by iterate. */
+    unsigned (*parts)(kura_store *s);
+    int (*iterate_part)(kura_store *s, unsigned part, const kura_clock *clk, kura_item_fn fn,
+                        void *arg);
 } kura_store_ops;
 
 struct kura_store {

@@ -170,6 +170,29 @@ class Server_(Base):
         self.assertIn(path, out)
         out, _ = self.ok("snapshot", "verify", path)
         self.assertIn("1 items", out)
+        s.request(b"set b 9 0 2\r\nbb\r\n")
+        cas_b = s.request(b"gets b\r\n").split(b"\r\n")[0].split()[4]
+        newest = self.ok("-s", addr(s), "snapshot", "now")[0].strip()
+        self.assertNotEqual(newest, path)
+        listed = [l.split()[0] for l in self.ok("snapshot", "list", d)[0].splitlines()]
+        self.assertEqual(listed[:2], [newest, path])       # newest first
+        self.ok("snapshot", "verify", d)
+        # restore: into a new database, every field back
+        db = os.path.join(self.dir, "restored.kb")
+        out, _ = self.ok("snapshot", "restore", newest, db)
+        self.assertIn("restored 2 items", out)
+        self.ok("snapshot", "restore", newest, db, code=4)     # not empty: refused
+        t = self.server(db=db)
+        self.assertEqual(t.request(b"gets b\r\n"), b"VALUE b 9 2 %s\r\nbb\r\nEND\r\n" % cas_b)
+        # a truncated copy: verify says so (exit 1), restore loads nothing
+        cut = os.path.join(self.dir, "cut.ksnap")
+        with open(newest, "rb") as f, open(cut, "wb") as g:
+            g.write(f.read()[:-9])
+        out, _ = self.ok("snapshot", "verify", cut, code=1)
+        self.assertIn("damaged", out)
+        db2 = os.path.join(self.dir, "never.kh")
+        self.ok("snapshot", "restore", cut, db2, code=1)
+        self.assertFalse(os.path.exists(db2))
 
 
 class Errors(Base):

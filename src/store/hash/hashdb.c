@@ -426,34 +426,61 @@ out:
     return src ? src : rc;
 }
 
+/* Walks one stripe under its read lock: fn's non-zero value is returned
+ * at once; a record that fails its checksum is skipped and noted in *bad,
+ * so that one damaged record does not hide the others. */
+static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_item_fn fn,
+                       void *arg, int *bad)
+{
+    hd_stripe *st = &db->stripes[part];
+    int rc = 0;
+    pthread_rwlock_rdlock(&st->lock);
+    for (size_t j = 0; j < st->nslot && rc == 0; j++) {
+        hd_ent *e = hdx_at(st, j);
+        if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+            continue;
+        const unsigned char *rec;
+        hd_rec r;
+        kura_item it;
+        int rrc = hd_read_record(db, e, &rec, &r);
+        if (rrc) {
+            *bad = rrc;
+            continue;
+        }
+        fill_item(&it, e, rec, &r);
+        rc = fn(arg, &it);
+    }
+    pthread_rwlock_unlock(&st->lock);
+    return rc;
+}
+
+static unsigned hashdb_parts(kura_store *s)
+{
+    (void)s;
+    return HD_STRIPES;
+}
+
+static int hashdb_iterate_part(kura_store *s, unsigned part, const kura_clock *clk,
+                               kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    int bad = 0;
+    if (part >= HD_STRIPES)
+        return KURA_EINVAL;
+    note_clock(db, clk);
+    int rc = walk_stripe(db, part, clk, fn, arg, &bad);
+    return rc ? rc : bad;
+}
+
 static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
 {
     hashdb *db = H(s);
     int bad = 0;
     note_clock(db, clk);
-    for (int i = 0; i < HD_STRIPES; i++) {
-        hd_stripe *st = &db->stripes[i];
-        pthread_rwlock_rdlock(&st->lock);
-        for (size_t j = 0; j < st->nslot; j++) {
-            hd_ent *e = hdx_at(st, j);
-            if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
-                continue;
-            const unsigned char *rec;
-            hd_rec r;
-            kura_item it;
-            int rc = hd_read_record(db, e, &rec, &r);
-            if (rc) {
-                bad = rc;
-                continue;
-            }
-            fill_item(&it, e, rec, &r);
-            rc = fn(arg, &it);
-            if (rc) {
-                pthread_rwlock_unlock(&st->lock);
-                return rc;
-            }
-        }
-        pthread_rwlock_unlock(&st->lock);
+    for (unsigned i = 0; i < HD_STRIPES; i++) {
+        int rc = walk_stripe(db, i, clk, fn, arg, &bad);
+        if (rc)
+            return rc;
     }
     return bad;
 }
@@ -811,6 +838,8 @@ static const kura_store_ops hashdb_ops = {
     .del = hashdb_del,
     .update = hashdb_update,
     .iterate = hashdb_iterate,
+    .parts = hashdb_parts,
+    .iterate_part = hashdb_iterate_part,
     .sweep = hashdb_sweep,
     .sync = hashdb_sync,
     .usage = hashdb_usage,
