@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kura/snapshot.h"
 #include "kura/store.h"
 
 enum ctl_exit {
@@ -159,8 +160,21 @@ int snap_cmd_restore(int argc, char **argv);
  * from a file in either format, detected by its first bytes. */
 int ctl_load_file(kura_store *s, const char *path, uint64_t *items);
 
-/* Whether the snapshot module is linked (src/snap/; ctl_snapfmt.c). */
+/* Whether the snapshot module is linked (src/snap/; ctl_snap.c). */
 bool ctl_have_snap(void);
+
+/* Loading a snapshot into an open store (ctl_snap.c): its items stored
+ * with every field, those already expired skipped; counts in *r. */
+typedef struct ctl_restore {
+    kura_store *s;
+    kura_clock clk;
+    uint64_t items, expired, max_cas;
+} ctl_restore;
+int ctl_snap_into(ctl_restore *r, const char *file);
+/* A snapshot's header and trailer, the whole file checked: 0 or as snap_open. */
+int ctl_snap_info(const char *file, snap_info *info, char *err, size_t errlen);
+/* kuractl restore --until (ctl_pitr.c) */
+int cmd_restore(int argc, char **argv);
 
 /* Formats a hybrid-clock timestamp as "2026-12-01 01:02:03.123456Z". */
 void ctl_ts_date(uint64_t ts, char *buf, size_t len);

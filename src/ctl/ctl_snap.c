@@ -226,15 +226,9 @@ int snap_cmd_verify(int argc, char **argv)
     return rc;
 }
 
-typedef struct restore {
-    kura_store *s;
-    kura_clock clk;
-    uint64_t items, expired, max_cas;
-} restore;
-
 static int restore_put(void *arg, kura_item *it)
 {
-    restore *r = arg;
+    ctl_restore *r = arg;
     if (it->exptime != 0 && it->exptime <= r->clk.now) {
         r->expired++;
         return CTL_OK;
@@ -246,6 +240,23 @@ static int restore_put(void *arg, kura_item *it)
         r->max_cas = it->cas;
     r->items++;
     return CTL_OK;
+}
+
+int ctl_snap_into(ctl_restore *r, const char *file)
+{
+    ctl_progress prog;
+    r->clk = ctl_db_clock(r->s);
+    return ctl_load_kura(file, restore_put, r, &prog);
+}
+
+/* A snapshot's header and trailer, the whole file checked (snap_open). */
+int ctl_snap_info(const char *file, snap_info *info, char *err, size_t errlen)
+{
+    snap_reader *r;
+    int rc = snap_open(file, &r, info, err, errlen);
+    if (rc == KURA_OK)
+        snap_close(r);
+    return rc;
 }
 
 int snap_cmd_restore(int argc, char **argv)
@@ -260,14 +271,12 @@ int snap_cmd_restore(int argc, char **argv)
         return no_snap();
     const char *file = a.pos[0], *db = a.pos[1];
     char err[1024] = "";
-    snap_reader *r;
     snap_info info;
     /* the whole file checked before the database is touched */
-    rc = snap_open(file, &r, &info, err, sizeof(err));
+    rc = ctl_snap_info(file, &info, err, sizeof(err));
     if (rc)
         return ctl_err(rc == KURA_ESYS ? CTL_UNREACHABLE : CTL_DIFF, "%s: %s (nothing restored)",
                        file, err);
-    snap_close(r);
     kura_store *s;
     if ((rc = ctl_db_open(db, false, false, &s)))
         return rc;
@@ -278,9 +287,8 @@ int snap_cmd_restore(int argc, char **argv)
         return ctl_err(CTL_FAIL, "%s holds %" PRIu64 " items: a snapshot is restored only into "
                        "a missing or empty database", db, u.curr_items);
     }
-    restore rs = { .s = s, .clk = ctl_db_clock(s) };
-    ctl_progress prog;
-    rc = ctl_load_kura(file, restore_put, &rs, &prog);
+    ctl_restore rs = { .s = s };
+    rc = ctl_snap_into(&rs, file);
     kura_store_state st = { 0 };
     s->ops->load_state(s, &st);
     if (rs.max_cas > st.max_cas)

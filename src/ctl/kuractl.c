@@ -49,6 +49,9 @@ static const cmd_help helps[] = {
                   "                       checks each snapshot whole; exit 1 if one is damaged\n"
                   "snapshot restore FILE DB\n"
                   "                       loads a snapshot into a missing or empty database" },
+    { "restore", "restore --until TS --bgs DIR --ulog DIR NEWDB\n"
+                 "                       a new database as it was at TS (a timestamp or a UTC\n"
+                 "                       date): a snapshot, then the update log's rows up to TS" },
     { "check", "check DB [--repair]    verifies every record and structure; exit 1 on damage;\n"
                "                       --repair rebuilds it from its intact records" },
     { "dump", "dump DB [-o FILE] [--format kura|memcached] [--codec C]\n"
@@ -92,7 +95,8 @@ static void usage_all(FILE *f)
                                           NULL };
     print_cmds(f, server);
     fprintf(f, "  snapshot now [--wait SECONDS]\n\nOn files (server stopped):\n");
-    static const char *const files[] = { "check", "dump", "load", "snapshot", "ulog", NULL };
+    static const char *const files[] = { "check", "dump", "load", "snapshot", "restore", "ulog",
+                                         NULL };
     print_cmds(f, files);
     fprintf(f, "\nExit codes: 0 ok, 1 a difference or damage found (or no such key), 2 usage,\n"
                "3 cannot reach the server or open the file, 4 other failure.  man kuractl.\n");
@@ -293,7 +297,7 @@ int main(int argc, char **argv)
         { "stats", cmd_stats }, { "repl", cmd_repl }, { "get", cmd_get }, { "set", cmd_set },
         { "delete", cmd_delete }, { "digest", cmd_digest }, { "snapshot", cmd_snapshot },
         { "check", cmd_check }, { "dump", cmd_dump }, { "load", cmd_load },
-        { "ulog", cmd_ulog },
+        { "ulog", cmd_ulog }, { "restore", cmd_restore },
     };
     for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++)
         if (strcmp(cmds[c].name, cmd) == 0)
