@@ -188,19 +188,28 @@ int cmd_repl(int argc, char **argv)
 
 /* ---- get, set, delete -------------------------------------------------- */
 
+/* get and delete: the command line (one KEY) parsed and checked, and
+ * the connection made. */
+static int key_command(ctl_args *a, const char *cmd, int argc, char **argv,
+                       const ctl_optdef *defs, ctl_conn **c)
+{
+    int rc = ctl_parse(a, cmd, argc, argv, defs);
+    if (rc)
+        return rc;
+    if (a->npos != 1)
+        return ctl_usage(a, "expected one KEY");
+    if ((rc = check_key(a, a->pos[0])))
+        return rc;
+    return ctl_connect(g_ctl.server, c);
+}
+
 int cmd_get(int argc, char **argv)
 {
     ctl_args a;
     static const ctl_optdef defs[] = { { "--meta", false }, { NULL, false } };
-    int rc = ctl_parse(&a, "get", argc, argv, defs);
-    if (rc)
-        return rc;
-    if (a.npos != 1)
-        return ctl_usage(&a, "expected one KEY");
-    if ((rc = check_key(&a, a.pos[0])))
-        return rc;
     ctl_conn *c;
-    if ((rc = ctl_connect(g_ctl.server, &c)))
+    int rc = key_command(&a, "get", argc, argv, defs, &c);
+    if (rc)
         return rc;
     ctl_value v;
     rc = ctl_gets(c, a.pos[0], &v);
@@ -300,15 +309,9 @@ int cmd_set(int argc, char **argv)
 int cmd_delete(int argc, char **argv)
 {
     ctl_args a;
-    int rc = ctl_parse(&a, "delete", argc, argv, NULL);
-    if (rc)
-        return rc;
-    if (a.npos != 1)
-        return ctl_usage(&a, "expected one KEY");
-    if ((rc = check_key(&a, a.pos[0])))
-        return rc;
     ctl_conn *c;
-    if ((rc = ctl_connect(g_ctl.server, &c)))
+    int rc = key_command(&a, "delete", argc, argv, NULL, &c);
+    if (rc)
         return rc;
     char req[300];
     int n = snprintf(req, sizeof(req), "delete %s\r\n", a.pos[0]);

@@ -660,6 +660,29 @@ void ul_get_extent(ul_log *log, ul_extent *ex)
 
 /* ---- retention ----------------------------------------------------------- */
 
+/* The timestamp of segment id's last row: the next segment's header holds
+ * it; an empty next one (the active, or one whose rows a torn tail cut)
+ * leaves the log's last.  log->mu held.  0 or KURA_E*. */
+static int do_seg_last(ul_log *log, uint32_t id, uint64_t *last)
+{
+    ul_row h;
+    int hr = do_seg_header(log, id + 1, &h);
+    if (hr < 0)
+        return hr;
+    *last = hr == KURA_OK ? h.prev_ts : log->last_ts;
+    return KURA_OK;
+}
+
+/* Removes sg, the oldest segment, counting it in res; log->mu held. */
+static void do_drop_oldest(ul_log *log, sl_seg *sg, uint32_t active, ul_prune_result *res)
+{
+    uint64_t size = sg->size;
+    sl_seg_drop(&log->sl, sg);
+    sl_first_advance(&log->sl, active);
+    res->segs++;
+    res->bytes += size;
+}
+
 int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_result *res)
 {
     ul_extent ex;
@@ -672,23 +695,13 @@ int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_r
     uint64_t total = ex.bytes;
     for (uint32_t id = ex.first_seg; max_total && total > max_total && id < ex.last_seg; id++) {
         sl_seg *sg = sl_seg_get(&log->sl, id);
+        uint64_t seg_last;
         if (!sg)
             continue;
-        /* the next segment's header holds this one's last timestamp; an
-         * empty next one (a torn tail cut its rows) leaves the log's last */
-        ul_row h;
-        int hr = do_seg_header(log, id + 1, &h);
-        if (hr < 0) {
-            rc = hr;
+        if ((rc = do_seg_last(log, id, &seg_last)))
             break;
-        }
-        uint64_t seg_last = hr == KURA_OK ? h.prev_ts : log->last_ts;
-        uint64_t size = sg->size;
-        sl_seg_drop(&log->sl, sg);
-        sl_first_advance(&log->sl, ex.last_seg);
-        total -= size;
-        res->segs++;
-        res->bytes += size;
+        total -= sg->size;
+        do_drop_oldest(log, sg, ex.last_seg, res);
         if (seg_last > keep_after_ts)
             res->forced++;
     }
@@ -715,24 +728,12 @@ int ul_prune_before(ul_log *log, uint64_t ts, ul_prune_result *res)
     do_extent(log, &ex);
     for (uint32_t id = ex.first_seg; id < ex.last_seg; id++) {
         sl_seg *sg = sl_seg_get(&log->sl, id);
+        uint64_t seg_last;
         if (!sg)
             continue;
-        /* a segment's last row is the next one's header's prev_ts; an
-         * empty next one (the active, or a torn tail cut) leaves the
-         * log's last (as in ul_prune) */
-        ul_row h;
-        int hr = do_seg_header(log, id + 1, &h);
-        if (hr < 0) {
-            rc = hr;
+        if ((rc = do_seg_last(log, id, &seg_last)) || seg_last > ts)
             break;
-        }
-        if ((hr == KURA_OK ? h.prev_ts : log->last_ts) > ts)
-            break;
-        uint64_t size = sg->size;
-        sl_seg_drop(&log->sl, sg);
-        sl_first_advance(&log->sl, ex.last_seg);
-        res->segs++;
-        res->bytes += size;
+        do_drop_oldest(log, sg, ex.last_seg, res);
     }
     res->from_ts = do_from_ts(log);
     pthread_mutex_unlock(&log->mu);
