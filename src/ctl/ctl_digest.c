@@ -182,8 +182,10 @@ int cmd_digest(int argc, char **argv)
         snprintf(req, sizeof(req), "digest %" PRIu64 " %" PRIu64 "\r\n", n, b);
         if ((rc = digest_req(m, req, on_key, &km)) || (rc = digest_req(s, req, on_key, &ks)))
             goto out;
-        qsort(km.v, km.n, sizeof(*km.v), cmp_key);
-        qsort(ks.v, ks.n, sizeof(*ks.v), cmp_key);
+        if (km.n)           /* qsort of NULL is undefined even for 0 items */
+            qsort(km.v, km.n, sizeof(*km.v), cmp_key);
+        if (ks.n)
+            qsort(ks.v, ks.n, sizeof(*ks.v), cmp_key);
         size_t i = 0, j = 0;
         while (i < km.n || j < ks.n) {
             int c = i == km.n ? 1 : j == ks.n ? -1 : strcmp(km.v[i].key, ks.v[j].key);
