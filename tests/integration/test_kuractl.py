@@ -101,6 +101,13 @@ class Server_(Base):
         self.ok("-s", a, "delete", "k1", code=1)
         self.ok("-s", a, "get", "k1", code=1)
 
+    def test_unix_socket(self):
+        sock = os.path.join(self.dir, "k.sock")
+        s = self.server(args=["-s", sock])
+        self.ok("-s", sock, "set", "u", "via unix")
+        self.assertEqual(self.ok("-s", sock, "get", "u")[0], "via unix")
+        self.assertEqual(s.request(b"get u\r\n"), b"VALUE u 0 8\r\nvia unix\r\nEND\r\n")
+
     def test_stats(self):
         s = self.server()
         out, _ = self.ok("-s", addr(s), "stats")
