@@ -150,4 +150,36 @@ int snap_load(struct kura_store *s, const char *path, int64_t now, snap_info *in
               uint64_t *max_cas, void (*progress)(void *arg, uint64_t items, uint64_t bytes),
               void *progress_arg, char *err, size_t errlen);
 
+/* ---- restoring a database (src/snap/restore.c) ---------------------- */
+
+typedef struct snap_restore_cfg {
+    const char *dbname;         /* the database to build: missing or empty */
+    const struct kura_store_config *store_cfg;
+    const char *snapshot;       /* this file; or NULL: the newest usable in bgs_dir */
+    const char *bgs_dir;
+    const char *ulog_dir;       /* the update log to replay after it; NULL: none */
+    uint64_t until_ts;          /* apply rows up to this (UINT64_MAX: all); with
+                                   bgs_dir, the snapshot must have ended by then */
+    void (*progress)(void *arg, const char *phase, uint64_t done, uint64_t total);
+    void *progress_arg;
+} snap_restore_cfg;
+
+typedef struct snap_restore_result {
+    char snapshot[4096];        /* the file used ("" if none) */
+    snap_info info;
+    uint64_t items;             /* items loaded */
+    uint64_t rows;              /* update-log rows applied */
+    uint64_t last_ts;           /* the last row applied (0: none) */
+} snap_restore_result;
+
+/* Builds cfg->dbname from a snapshot, then the update log's rows after
+ * the snapshot's start up to until_ts (a log that ends earlier is applied
+ * whole; res->last_ts says where it stopped).  Refuses a database that
+ * has data (KURA_EXISTS) and a log whose oldest row is after the
+ * snapshot's start (a gap: KURA_ECORRUPT).  With bgs_dir, a snapshot that
+ * fails to verify is skipped for the one before it.  0 or KURA_E*, err
+ * set. */
+int snap_restore(const snap_restore_cfg *cfg, snap_restore_result *res, char *err,
+                 size_t errlen);
+
 #endif

@@ -30,7 +30,7 @@ Every wait polls with a deadline.  Standard library only.
 import glob, os, random, shutil, struct, sys, tempfile, threading, time, unittest, zlib
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import Server, stats, poll_until, SCALE
+from kuratest import Server, stats, poll_until, gets_all, SCALE
 
 CODECS = ["none", "zlib", "bz2", "lzo"]
 CODEC_ID = {"none": 0, "zlib": 1, "bz2": 2, "lzo": 3}
@@ -44,20 +44,6 @@ def db_name(d):
 def remove_db(d):
     for name in ("data.kh", "data.kb"):
         shutil.rmtree(os.path.join(d, name), ignore_errors=True)
-
-
-def gets_all(server, keys):
-    """{key: (flags, value, cas)} of the keys present."""
-    out = {}
-    with server.conn(timeout=20) as c:
-        for k in keys:
-            r = c.request(b"gets " + k + b"\r\n")
-            if r == b"END\r\n":
-                continue
-            head, rest = r.split(b"\r\n", 1)
-            p = head.split()
-            out[k] = (int(p[2]), rest[:int(p[3])], int(p[4]))
-    return out
 
 
 def snap_stats(server):
