@@ -109,6 +109,8 @@ int ctl_gets(ctl_conn *c, const char *key, ctl_value *v);
  * else CTL_FAIL; the reason printed.  recover: the backend salvages what
  * is intact (kura_store_config.recover). */
 int ctl_db_open(const char *name, bool read_only, bool recover, kura_store **out);
+/* Called with each ERROR line a backend logs (NULL: none). */
+extern void (*ctl_store_error_hook)(const char *line);
 /* The clock that judges liveness now, for a store's stored state. */
 kura_clock ctl_db_clock(kura_store *s);
 /* Whether name's path exists (a database directory). */

@@ -21,9 +21,15 @@
 #include "kura/hlc.h"
 #include "ctl.h"
 
+void (*ctl_store_error_hook)(const char *line);
+
+/* The backend's lines: to stderr, and its ERROR lines also to the hook
+ * (check counts what a backend found wrong while opening as damage). */
 static void store_log(int level, const char *line)
 {
     fprintf(stderr, "kuractl: %s%s\n", level == KURA_LOG_ERROR ? "" : "note: ", line);
+    if (level == KURA_LOG_ERROR && ctl_store_error_hook)
+        ctl_store_error_hook(line);
 }
 
 /* The path part of a database name ("x.kh#bnum=1" -> "x.kh"). */

@@ -459,6 +459,28 @@ class Files(Base):
     def DATA_FILES(self, db):
         return sorted(f for f in os.listdir(db) if f.endswith(".seg"))
 
+    def test_damaged_checkpoint_and_crash_tail(self):
+        """What the backend finds while opening counts: a damaged checkpoint
+        is damage (exit 1); the unsynced tail a crash leaves is not."""
+        db = self.db("ck")
+        s = self.server(db=db)
+        self.fill(s)
+        s.stop()
+        with open(os.path.join(db, "00000001.seg"), "ab") as f:
+            f.write(b"torn!")       # past the last record, as a crash leaves
+        out, _ = self.ok("check", db)
+        self.assertIn("crash tail (not damage)", out)
+        ck = os.path.join(db, "checkpoint")
+        self.assertTrue(os.path.exists(ck), os.listdir(db))
+        with open(ck, "r+b") as f:
+            f.seek(40)
+            b = f.read(1)
+            f.seek(40)
+            f.write(bytes([b[0] ^ 1]))
+        out, _ = self.ok("check", db, code=1)
+        self.assertIn("damage: hash file", out)
+        self.assertIn("checkpoint damaged", out)
+
     def assert_named(self, out):
         self.assertIn("key 'damaged_key'", out)
 
@@ -503,6 +525,9 @@ class Files(Base):
 
 class FilesTree(Files):
     EXT = ".kb"
+
+    def test_damaged_checkpoint_and_crash_tail(self):
+        self.skipTest(kuratest.not_applicable("the B+ tree keeps no checkpoint file"))
 
     def DATA_FILES(self, db):
         return ["tree"]
