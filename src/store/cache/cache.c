@@ -757,6 +757,34 @@ static int cache_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, 
     return rc;
 }
 
+/* The listing commands' walk (store.h: nparts, iterate_part): a stripe is
+ * a part.  O(items of the stripe), under its lock. */
+static uint32_t cache_nparts(kura_store *s)
+{
+    (void)s;
+    return CACHE_STRIPES;
+}
+
+static int cache_iterate_part(kura_store *s, uint32_t part, const kura_clock *clk,
+                              kura_item_fn fn, void *arg)
+{
+    cache *c = (cache *)s;
+    int rc = 0;
+    if (part >= CACHE_STRIPES)
+        return KURA_EINVAL;
+    cache_stripe *st = &c->cc_stripes[part];
+    pthread_mutex_lock(&st->cs_lock);
+    for (cache_item *it = st->cs_head; it && rc == 0; it = it->ci_next) {
+        if (cache_liveness(it, clk) == KURA_LIVE) {
+            kura_item v;
+            cache_view(it, &v);
+            rc = fn(arg, &v);
+        }
+    }
+    pthread_mutex_unlock(&st->cs_lock);
+    return rc;
+}
+
 /* sweep: resumes a walk over every stripe's buckets where the last call
  * stopped; a bucket visited or an item examined is one unit of budget.
  * Holds one stripe lock at a time, for at most `budget` units. */
@@ -907,6 +935,8 @@ static const kura_store_ops cache_ops = {
     .del = cache_del,
     .update = cache_update,
     .iterate = cache_iterate,
+    .nparts = cache_nparts,
+    .iterate_part = cache_iterate_part,
     .sweep = cache_sweep,
     .sync = cache_sync,
     .usage = cache_usage,

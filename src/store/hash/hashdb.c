@@ -458,6 +458,42 @@ static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn,
     return bad;
 }
 
+/* The listing commands' walk (store.h: nparts, iterate_part): a stripe is
+ * a part.  Keys and metadata come from the index alone, no record is read
+ * (val NULL; flags only as "not 0", which the index keeps for memcached's
+ * size count), so a listing costs memory reads, not disk reads. */
+static uint32_t hashdb_nparts(kura_store *s)
+{
+    (void)s;
+    return HD_STRIPES;
+}
+
+static int hashdb_iterate_part(kura_store *s, uint32_t part, const kura_clock *clk,
+                               kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    if (part >= HD_STRIPES)
+        return KURA_EINVAL;
+    note_clock(db, clk);
+    hd_stripe *st = &db->stripes[part];
+    int rc = 0;
+    pthread_rwlock_rdlock(&st->lock);
+    for (size_t j = 0; j < st->nslot && rc == 0; j++) {
+        hd_ent *e = hdx_at(st, j);
+        if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+            continue;
+        /* marks: readers set HD_FETCHED under the read lock (hd_ent) */
+        bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
+        kura_item it = {
+            .key = e->key, .klen = e->klen, .val = NULL, .vlen = e->vlen,
+            .flags = flagged ? 1 : 0, .exptime = e->exptime, .cas = e->cas,
+        };
+        rc = fn(arg, &it);
+    }
+    pthread_rwlock_unlock(&st->lock);
+    return rc;
+}
+
 static long hashdb_sweep(kura_store *s, const kura_clock *clk, size_t budget)
 {
     hashdb *db = H(s);
@@ -811,6 +847,8 @@ static const kura_store_ops hashdb_ops = {
     .del = hashdb_del,
     .update = hashdb_update,
     .iterate = hashdb_iterate,
+    .nparts = hashdb_nparts,
+    .iterate_part = hashdb_iterate_part,
     .sweep = hashdb_sweep,
     .sync = hashdb_sync,
     .usage = hashdb_usage,
