@@ -27,6 +27,7 @@
 #include "unit.h"
 #include "hashdb_testlib.h"
 #include "kio_sim.h"
+#include "kura/crc32c.h"
 
 int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen);
 int btree_debug_checkpoint(kura_store *s);
@@ -861,7 +862,7 @@ static void test_parameters(void)
     char err[600], name[600];
     kura_store *s;
     kura_store_config c = cfg_of(KURA_SYNC_NONE);
-    const char *bad[] = { "#lmemb=128", "#nosuch=1", "#psiz=5000", "#psiz=1024", "#zcomp=zlib",
+    const char *bad[] = { "#lmemb=128", "#nosuch=1", "#psiz=5000", "#psiz=1024", "#zcomp=lzma",
                           "#bnum=100" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         CHECK(t_open(tpath("params"), bad[i], &c, &s, err, sizeof(err)) == KURA_EINVAL);
@@ -878,6 +879,239 @@ static void test_parameters(void)
             kura_store_close(s);
         }
     }
+}
+
+/* ---- #zcomp: compressed overflow runs ----------------------------------- */
+
+/* A value that compresses (text repeated with its key and size in it, so
+ * a value from elsewhere is caught) or not (random bytes). */
+static void zval(unsigned char *p, size_t n, int i, bool compressible)
+{
+    if (!compressible) {
+        fill(p, n, (uint64_t)i + 77);
+        return;
+    }
+    char h[64];
+    int hl = snprintf(h, sizeof(h), "value %d of %zu bytes; ", i, n);
+    for (size_t j = 0; j < n; j++)
+        p[j] = (unsigned char)h[j % (size_t)hl];
+}
+
+#define ZN 300
+
+static size_t zlen(int i)
+{
+    static const size_t sizes[] = { 1500, 3000, 9000, 40000, 200000, 1 << 20 };
+    return i == ZN - 1 ? (1 << 20) : sizes[i % 5] + (size_t)i;
+}
+
+static int zcheck_all(kura_store *s, int n, int *bad)
+{
+    static unsigned char want[1 << 20];
+    *bad = 0;
+    for (int i = 0; i < n; i++) {
+        char k[32];
+        got g = { 0 };
+        int kl = snprintf(k, sizeof(k), "z%04d", i);
+        size_t len = zlen(i);
+        zval(want, len, i, i % 3 != 0);
+        int rc = s->ops->get(s, k, (size_t)kl, &CLK, got_cb, &g);
+        if (rc != KURA_OK || g.len != len || memcmp(g.buf, want, len) != 0 ||
+            g.flags != (uint32_t)i)
+            (*bad)++;
+        free(g.buf);
+    }
+    return *bad;
+}
+
+static off_t file_size(const char *db)
+{
+    char f[600];
+    struct stat st;
+    snprintf(f, sizeof(f), "%s/tree", db);
+    return stat(f, &st) == 0 ? st.st_size : -1;
+}
+
+static void test_zcomp_round_trip_restart(void)
+{
+    static unsigned char v[1 << 20];
+    const char *codecs[] = { "", "#zcomp=lzo", "#zcomp=zlib", "#zcomp=bz2" };
+    off_t size[4];
+    for (int ci = 0; ci < 4; ci++) {
+        char name[32], params[64];
+        snprintf(name, sizeof(name), "zrt%d", ci);
+        snprintf(params, sizeof(params), "#psiz=4096%s", codecs[ci]);
+        const char *p = tpath(name);
+        kura_store *s = open_tree(p, params, KURA_SYNC_NONE, NULL);
+        REQUIRE(s);
+        for (int i = 0; i < ZN; i++) {
+            char k[32];
+            int kl = snprintf(k, sizeof(k), "z%04d", i);
+            size_t len = zlen(i);
+            zval(v, len, i, i % 3 != 0);        /* a third does not compress */
+            REQUIRE(put_kv(s, k, (size_t)kl, v, len, (uint32_t)i, 0, (uint64_t)i + 1) == KURA_OK);
+        }
+        /* replaced and deleted runs are freed (the check counts leaks) */
+        for (int i = 0; i < ZN; i += 10) {
+            char k[32];
+            int kl = snprintf(k, sizeof(k), "z%04d", i);
+            size_t len = zlen(i);
+            zval(v, len, i, i % 3 != 0);
+            REQUIRE(put_kv(s, k, (size_t)kl, v, len, (uint32_t)i, 0, (uint64_t)i + 1) == KURA_OK);
+        }
+        REQUIRE(put_kv(s, "gone", 4, v, 50000, 0, 0, 1) == KURA_OK);
+        REQUIRE(s->ops->del(s, "gone", 4, 0, &CLK) == KURA_OK);
+        int bad;
+        CHECK_EQ_INT(zcheck_all(s, ZN, &bad), 0);
+        CHECK_EQ_INT(check_tree(s), 0);
+        kura_store_close(s);
+        size[ci] = file_size(p);
+        /* reopened without the parameter: runs say their own codec */
+        s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
+        REQUIRE(s);
+        CHECK_EQ_INT(zcheck_all(s, ZN, &bad), 0);
+        CHECK_EQ_INT(check_tree(s), 0);
+        kura_store_close(s);
+        printf("# %s: tree file %lld bytes\n", ci ? codecs[ci] + 1 : "no zcomp",
+               (long long)size[ci]);
+    }
+    for (int ci = 1; ci < 4; ci++)
+        CHECK(size[ci] < size[0] / 2);
+}
+
+static void test_zcomp_kill9_every_sync_mode(void)
+{
+    int modes[3] = { KURA_SYNC_NONE, KURA_SYNC_INTERVAL, KURA_SYNC_ALWAYS };
+    for (int mi = 0; mi < 3; mi++) {
+        char name[32];
+        snprintf(name, sizeof(name), "zkill%d", mi);
+        const char *p = tpath(name);
+        fflush(stdout);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            kura_store *s = open_tree(p, "#psiz=4096#pccap=1m#ckpt=64k#zcomp=lzo", modes[mi],
+                                      NULL);
+            if (!s)
+                _exit(3);
+            static unsigned char v[1 << 20];
+            for (int i = 0; i < ZN; i++) {
+                char k[32];
+                int kl = snprintf(k, sizeof(k), "z%04d", i);
+                zval(v, zlen(i), i, i % 3 != 0);
+                if (put_kv(s, k, (size_t)kl, v, zlen(i), (uint32_t)i, 0, (uint64_t)i + 1))
+                    _exit(4);
+            }
+            _exit(0);          /* no close: as a kill -9 leaves it */
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        kura_store *s = open_tree(p, "#zcomp=lzo", KURA_SYNC_NONE, NULL);
+        REQUIRE(s);
+        int bad;
+        zcheck_all(s, ZN, &bad);
+        printf("# zcomp, sync mode %d: %d keys wrong after kill -9\n", modes[mi], bad);
+        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(check_tree(s), 0);
+        kura_store_close(s);
+    }
+}
+
+/* A byte of a compressed run flipped: the read fails (its checksum), the
+ * other keys read. */
+static void test_zcomp_corruption_detected(void)
+{
+    const char *p = tpath("zcorrupt");
+    char file[600];
+    snprintf(file, sizeof(file), "%s/tree", p);
+    static unsigned char v[40000];
+    kura_store *s = open_tree(p, "#psiz=4096#zcomp=zlib", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    for (int i = 0; i < 20; i++) {
+        char k[32];
+        int kl = snprintf(k, sizeof(k), "z%04d", i);
+        zval(v, sizeof(v), i, true);
+        REQUIRE(put_kv(s, k, (size_t)kl, v, sizeof(v), 0, 0, 1) == KURA_OK);
+    }
+    kura_store_close(s);
+    /* the first page of a compressed run: type 4 (overflow), codec byte set */
+    int fd = open(file, O_RDONLY);
+    REQUIRE(fd >= 0);
+    off_t at = -1;
+    unsigned char hdr[8];
+    for (off_t pg = 2; pread(fd, hdr, 8, pg * 4096) == 8; pg++)
+        if (hdr[4] == 4 && hdr[5] != 0) {
+            at = pg * 4096;
+            break;
+        }
+    close(fd);
+    REQUIRE(at > 0);
+    flip(file, at + 100);
+    s = open_tree(p, NULL, KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    int corrupt = 0, ok = 0;
+    for (int i = 0; i < 20; i++) {
+        char k[32];
+        got g = { 0 };
+        int kl = snprintf(k, sizeof(k), "z%04d", i);
+        zval(v, sizeof(v), i, true);
+        int rc = s->ops->get(s, k, (size_t)kl, &CLK, got_cb, &g);
+        if (rc == KURA_ECORRUPT)
+            corrupt++;
+        else if (rc == KURA_OK && g.len == sizeof(v) && memcmp(g.buf, v, sizeof(v)) == 0)
+            ok++;
+        free(g.buf);
+    }
+    printf("# a flipped byte in a compressed run: %d keys report damage, %d read\n", corrupt,
+           ok);
+    CHECK_EQ_INT(corrupt, 1);
+    CHECK_EQ_INT(ok, 19);
+    kura_store_close(s);
+}
+
+/* A file of format version 1 (before zcomp) opens, and is written as 2. */
+static void test_version1_file_opens(void)
+{
+    const char *p = tpath("v1");
+    char file[600];
+    snprintf(file, sizeof(file), "%s/tree", p);
+    kura_store *s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    static unsigned char v[9000];
+    zval(v, sizeof(v), 1, true);
+    REQUIRE(put_kv(s, "old", 3, v, sizeof(v), 0, 0, 1) == KURA_OK);
+    kura_store_close(s);
+    /* both meta slots rewritten as version 1, checksums fixed */
+    int fd = open(file, O_RDWR);
+    REQUIRE(fd >= 0);
+    for (int slot = 0; slot < 2; slot++) {
+        unsigned char m[512];
+        REQUIRE(pread(fd, m, 512, slot * 4096) == 512);
+        if (m[4] != 1)
+            continue;
+        m[16] = 1;
+        m[17] = m[18] = m[19] = 0;
+        uint32_t crc = crc32c_update(0, m + 4, 508);
+        memcpy(m, &crc, 4);
+        REQUIRE(pwrite(fd, m, 512, slot * 4096) == 512);
+    }
+    close(fd);
+    s = open_tree(p, "#zcomp=lzo", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    got g = { 0 };
+    CHECK_EQ_INT(s->ops->get(s, "old", 3, &CLK, got_cb, &g), KURA_OK);
+    CHECK(g.len == sizeof(v) && memcmp(g.buf, v, sizeof(v)) == 0);
+    REQUIRE(put_kv(s, "new", 3, v, sizeof(v), 0, 0, 2) == KURA_OK);
+    CHECK_EQ_INT(btree_debug_checkpoint(s), KURA_OK);
+    kura_store_close(s);
+    s = open_tree(p, NULL, KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    CHECK_EQ_INT(s->ops->get(s, "new", 3, &CLK, got_cb, &g), KURA_OK);
+    CHECK(g.len == sizeof(v) && memcmp(g.buf, v, sizeof(v)) == 0);
+    CHECK_EQ_INT(check_tree(s), 0);
+    free(g.buf);
+    kura_store_close(s);
 }
 
 int bt_keycmp_test(const char *a, size_t al, const char *b, size_t bl)
@@ -900,6 +1134,10 @@ int main(void)
     RUN(test_threads_across_checkpoints);
     RUN(test_iterate_from_in_key_order);
     RUN(test_parameters);
+    RUN(test_zcomp_round_trip_restart);
+    RUN(test_zcomp_kill9_every_sync_mode);
+    RUN(test_zcomp_corruption_detected);
+    RUN(test_version1_file_opens);
     t_teardown();
     UNIT_DONE();
 }

@@ -81,7 +81,7 @@ static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
         *why = "bad checksum or magic";
         return KURA_ECORRUPT;
     }
-    if (bt_get32(b + 16) != BT_VERSION) {
+    if (bt_get32(b + 16) < BT_VERSION_MIN || bt_get32(b + 16) > BT_VERSION) {
         *why = "unknown format version";
         return KURA_ECORRUPT;
     }
