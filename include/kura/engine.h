@@ -241,6 +241,15 @@ uint64_t engine_applied_ts(kura_engine *e);
 /* Calls fn for every live item (the store's iterate, fuzzy: each stripe
  * is seen at its own moment). */
 int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
+/* Every live item, in batches copied out of the store, fn called with no
+ * store lock held (src/engine/walk.c): for work that writes or sends what
+ * it is given.  Fuzzy as engine_iterate is; in key order on an ordered
+ * store.  fn's non-zero value stops the walk and is returned. */
+typedef int (*engine_walk_fn)(void *arg, const kura_item *items, size_t n);
+int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg);
+/* No cas at or below this is handed out from now on (items loaded into
+ * the store behind the engine's back: a snapshot into the cache). */
+void engine_observe_cas(kura_engine *e, uint64_t cas);
 /* Dual master (after engine_attach_ulog, before serving): cas values are
  * read from the update log's clock, so the cas of an item orders it among
  * the changes of both masters, and rows applied with engine_apply_row()

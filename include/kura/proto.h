@@ -88,6 +88,12 @@ typedef struct kura_server_info {
     bool repl_master;
     void (*repl_stats)(void *ctx, bool all, kura_stat_fn emit, void *arg);
     void *repl_ctx;
+
+    /* snapshots (-bgs): "snapshot" asks for one when snapshot_request is
+     * set; snapshot_stats writes "stats snapshot" */
+    int (*snapshot_request)(void *ctx);
+    void (*snapshot_stats)(void *ctx, kura_stat_fn emit, void *arg);
+    void *snapshot_ctx;
 } kura_server_info;
 
 struct kura_proto;

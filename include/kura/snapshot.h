@@ -93,13 +93,17 @@ int snap_verify(const char *path, snap_info *info, char *err, size_t errlen);
 
 /* ---- a directory of snapshots ----------------------------------------- */
 
-/* The name of a snapshot taken at start_ts: "snap-<16 hex digits>.ksnap",
- * so that names sort by time.  buf needs 32 bytes. */
-void snap_name(char *buf, size_t len, uint64_t start_ts);
+/* The name of a snapshot that starts at update-log timestamp start_ts,
+ * taken at stamp_us (Unix time in microseconds):
+ * "snap-<start_ts: 16 hex digits>-<stamp_us: 16 hex digits>.ksnap", so
+ * that names sort by position in the log, then by time (a server without
+ * an update log gives every snapshot start_ts 0).  buf needs 48 bytes. */
+void snap_name(char *buf, size_t len, uint64_t start_ts, uint64_t stamp_us);
 
 typedef struct snap_entry {
     char path[4096];
     uint64_t start_ts;          /* from the name */
+    uint64_t stamp_us;
 } snap_entry;
 
 /* The snapshots in dir (by their names), newest first; *out is malloc'd.
@@ -109,5 +113,73 @@ int snap_list(const char *dir, snap_entry **out, size_t *n);
 int snap_tidy(const char *dir);
 /* Keeps the newest `keep` snapshots, removes the others. */
 int snap_prune(const char *dir, unsigned keep);
+
+/* ---- taking and loading (src/snap/snaptake.c, snapload.c) -------------- */
+
+struct kura_engine;
+struct kura_store;
+struct ul_log;
+
+typedef struct snap_take_cfg {
+    const char *dir;            /* where snapshots live (must exist) */
+    kura_codec codec;
+    int level;                  /* 0: the codec's default */
+    unsigned keep;              /* then keep the newest this many (0: all) */
+    uint32_t sid;
+    struct ul_log *ulog;        /* the engine's update log, or NULL */
+    /* called now and then with items written so far (NULL: none) */
+    void (*progress)(void *arg, uint64_t items, uint64_t bytes);
+    void *progress_arg;
+} snap_take_cfg;
+
+/* Writes every live item of e to a new snapshot in cfg->dir, from the
+ * caller's thread, with no store lock held while it compresses or writes
+ * (engine_walk).  start_ts is the engine's update-log watermark when the
+ * copy begins (0 without a log), end_ts the log's last row when it ends.
+ * *out gets what was written (its path in path).  0 or KURA_E*, err set. */
+int snap_take(struct kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *path,
+              size_t plen, char *err, size_t errlen);
+
+/* Loads every item of the snapshot at path that is live at `now` into s
+ * with its cas, flags and exptime, through the store's put (the store has
+ * no feed yet: nothing is logged, no cas is handed out).  *max_cas gets
+ * the largest cas loaded.  Stops at the first error, with s partly
+ * loaded: the caller loads into a store it can throw away.  progress as
+ * above (items, raw bytes read). */
+int snap_load(struct kura_store *s, const char *path, int64_t now, snap_info *info,
+              uint64_t *max_cas, void (*progress)(void *arg, uint64_t items, uint64_t bytes),
+              void *progress_arg, char *err, size_t errlen);
+
+/* ---- restoring a database (src/snap/restore.c) ---------------------- */
+
+typedef struct snap_restore_cfg {
+    const char *dbname;         /* the database to build: missing or empty */
+    const struct kura_store_config *store_cfg;
+    const char *snapshot;       /* this file; or NULL: the newest usable in bgs_dir */
+    const char *bgs_dir;
+    const char *ulog_dir;       /* the update log to replay after it; NULL: none */
+    uint64_t until_ts;          /* apply rows up to this (UINT64_MAX: all); with
+                                   bgs_dir, the snapshot must have ended by then */
+    void (*progress)(void *arg, const char *phase, uint64_t done, uint64_t total);
+    void *progress_arg;
+} snap_restore_cfg;
+
+typedef struct snap_restore_result {
+    char snapshot[4096];        /* the file used ("" if none) */
+    snap_info info;
+    uint64_t items;             /* items loaded */
+    uint64_t rows;              /* update-log rows applied */
+    uint64_t last_ts;           /* the last row applied (0: none) */
+} snap_restore_result;
+
+/* Builds cfg->dbname from a snapshot, then the update log's rows after
+ * the snapshot's start up to until_ts (a log that ends earlier is applied
+ * whole; res->last_ts says where it stopped).  Refuses a database that
+ * has data (KURA_EXISTS) and a log whose oldest row is after the
+ * snapshot's start (a gap: KURA_ECORRUPT).  With bgs_dir, a snapshot that
+ * fails to verify is skipped for the one before it.  0 or KURA_E*, err
+ * set. */
+int snap_restore(const snap_restore_cfg *cfg, snap_restore_result *res, char *err,
+                 size_t errlen);
 
 #endif

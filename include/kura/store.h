@@ -195,19 +195,22 @@ typedef struct kura_store_ops {
      * prefix and range listing (issue 12). */
     int (*iterate_from)(kura_store *s, const char *from, size_t flen, const kura_clock *clk,
                         kura_item_fn fn, void *arg);
-    /* Optional, for stores without key order (the cache, the hash file):
-     * the listing commands walk such a store a part (a stripe) at a time,
-     * so that a walk can stop and resume with no lock held (list.c).
-     * nparts() says how many parts there are (fixed while open);
-     * iterate_part() calls fn for every live item of one part, under that
-     * part's lock, until fn returns non-zero, which is returned.  In the
-     * items it shows, val may be NULL (the value is not at hand: the hash
-     * file reads no record); then vlen is right and flags only says
-     * whether they are 0 (0) or not (1).  NULL: the listing walks the whole
-     * store with iterate() as one part. */
-    uint32_t (*nparts)(kura_store *s);
-    int (*iterate_part)(kura_store *s, uint32_t part, const kura_clock *clk, kura_item_fn fn,
+    /* Optional, where the keys fall into fixed parts each walked under one
+     * lock (the stripes of the cache and the hash file): parts() says how
+     * many, iterate_part() is iterate over part i alone.  A caller that
+     * must not hold a lock while it works on the items (a snapshot, a
+     * replica's copy: engine_walk) copies one part out at a time.  Stores
+     * with neither this nor iterate_from are walked by iterate. */
+    unsigned (*parts)(kura_store *s);
+    int (*iterate_part)(kura_store *s, unsigned part, const kura_clock *clk, kura_item_fn fn,
                         void *arg);
+    /* Optional: iterate_part for a listing, which needs keys and metadata
+     * only (list.c).  In the items it shows val is NULL (the value is not
+     * at hand: the hash file reads no record, only its index), vlen is
+     * right and flags only says whether they are 0 (0) or not (1).  NULL:
+     * the listing uses iterate_part. */
+    int (*iterate_part_keys)(kura_store *s, unsigned part, const kura_clock *clk,
+                             kura_item_fn fn, void *arg);
 } kura_store_ops;
 
 struct kura_store {

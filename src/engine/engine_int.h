@@ -65,7 +65,6 @@ int engine_save_state_locked(kura_engine *e);   /* state_lock held */
 void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
 void engine_gate_out(kura_engine *e);
 uint64_t engine_next_cas(kura_engine *e);
-void engine_observe_cas(kura_engine *e, uint64_t cas);
 
 /* feed.c */
 void feed_init(kura_engine *e);

@@ -170,14 +170,17 @@ static int slot_cmp(const void *a, const void *b)
 
 static uint32_t store_parts(kura_store *st)
 {
-    return st->ops->nparts && st->ops->iterate_part ? st->ops->nparts(st) : 1;
+    return st->ops->parts && st->ops->iterate_part ? st->ops->parts(st) : 1;
 }
 
-/* One part of a store without order (iterate as a single part when the
- * store has no parts). */
+/* One part of a store without order: its keys alone where the store can
+ * (the hash file reads no record then), else its items; iterate as a
+ * single part when the store has no parts. */
 static int walk_part(kura_store *st, uint32_t p, const kura_clock *clk, collect *col)
 {
-    if (st->ops->nparts && st->ops->iterate_part)
+    if (st->ops->parts && st->ops->iterate_part_keys)
+        return st->ops->iterate_part_keys(st, p, clk, heap_cb, col);
+    if (st->ops->parts && st->ops->iterate_part)
         return st->ops->iterate_part(st, p, clk, heap_cb, col);
     return st->ops->iterate(st, clk, heap_cb, col);
 }

@@ -274,6 +274,9 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
         stat_str(out, "sizes_status", "disabled");
     } else if (sub_is(&tok[1], "conns")) {
         /* Per-connection detail is not kept; the list is empty. */
+    } else if (sub_is(&tok[1], "snapshot")) {
+        if (s->server->snapshot_stats)
+            s->server->snapshot_stats(s->server->snapshot_ctx, emit_backend_stat, out);
     } else if (sub_is(&tok[1], "repl")) {
         /* the update log and replication, strings included (docs/replication.md) */
         if (s->server->repl_stats)

@@ -612,6 +612,23 @@ static void cmd_repl(text_session *s, text_token *tok, int ntok, kura_buf *out)
     s->close = true;
 }
 
+/* "snapshot": starts a background snapshot (one already running counts);
+ * "stats snapshot" says when it is done (docs/protocol.md). */
+static void cmd_snapshot(text_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    (void)tok;
+    (void)ntok;
+    if (!s->server->snapshot_request) {
+        reply(s, out, "SERVER_ERROR snapshots are not enabled (start kurad with -bgs DIR)");
+        return;
+    }
+    if (s->server->snapshot_request(s->server->snapshot_ctx) < 0) {
+        reply(s, out, "SERVER_ERROR cannot start a snapshot");
+        return;
+    }
+    reply(s, out, "OK");
+}
+
 static void cmd_digest(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
     text_digest(s, tok, ntok, out);
@@ -677,6 +694,7 @@ static const struct text_command {
     { "me",        meta_debug,    0, -1, -1, false },
     { "repl",      cmd_repl,      0, 4, 4, false },
     { "digest",    cmd_digest,    0, 2, 4, false },
+    { "snapshot",  cmd_snapshot,  0, 2, 2, false },
     /* the listings (listing.c) */
     { "lru_crawler", cmd_lru_crawler, 0, -1, -1, false },
     { "keys",      cmd_keys,      0, 2, -1, false },

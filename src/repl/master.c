@@ -13,9 +13,10 @@
  * A replica whose position the log no longer holds, or a new one (position
  * 0), gets a full copy first (BOOT).  The copy starts at the engine's
  * watermark W (every row up to W is in the store): the store's items are
- * spooled to an unlinked file beside the update log (the store's iterate
- * holds each stripe's lock while it walks it, so it must not wait for a
- * network peer), the file is sent, then COPY_DONE, then every row after W.
+ * spooled to an unlinked file beside the update log (engine_walk: batches
+ * copied out of the store, written with no lock held; a network peer is
+ * never waited for while the copy is taken), the file is sent, then
+ * COPY_DONE, then every row after W.
  * Changes made while the copy was taken are in the copy or not, and are in
  * the rows after W either way: applying them in order over the copy gives
  * the master's state.
@@ -151,20 +152,23 @@ typedef struct spool {
     size_t len, cap;
 } spool;
 
-static int spool_item(void *arg, const kura_item *it)
+static int spool_batch(void *arg, const kura_item *items, size_t n)
 {
     spool *sp = arg;
-    ul_row r = {
-        .type = UL_PUT, .ts = sp->ts, .origin_ts = sp->ts, .sid = sp->sid,
-        .key = it->key, .klen = it->klen, .val = it->val, .vlen = it->vlen,
-        .flags = it->flags, .exptime = it->exptime, .cas = it->cas,
-    };
-    sp->len = 0;
-    if (repl_buf_row(&sp->buf, &sp->len, &sp->cap, &r) != KURA_OK)
-        return KURA_ENOMEM;
-    if (fwrite(sp->buf, 1, sp->len, sp->f) != sp->len)
-        return KURA_EIO;
-    sp->items++;
+    for (size_t i = 0; i < n; i++) {
+        const kura_item *it = &items[i];
+        ul_row r = {
+            .type = UL_PUT, .ts = sp->ts, .origin_ts = sp->ts, .sid = sp->sid,
+            .key = it->key, .klen = it->klen, .val = it->val, .vlen = it->vlen,
+            .flags = it->flags, .exptime = it->exptime, .cas = it->cas,
+        };
+        sp->len = 0;
+        if (repl_buf_row(&sp->buf, &sp->len, &sp->cap, &r) != KURA_OK)
+            return KURA_ENOMEM;
+        if (fwrite(sp->buf, 1, sp->len, sp->f) != sp->len)
+            return KURA_EIO;
+        sp->items++;
+    }
     return 0;
 }
 
@@ -197,7 +201,7 @@ static int send_copy(peer *p, uint64_t start, unsigned char **out, size_t *olen,
               p->name, m->cfg.tmpdir, strerror(errno));
         return -1;
     }
-    int rc = engine_iterate(m->cfg.engine, spool_item, &sp);
+    int rc = engine_walk(m->cfg.engine, spool_batch, &sp);
     free(sp.buf);
     if (rc || fflush(sp.f) != 0 || fseek(sp.f, 0, SEEK_SET) != 0) {
         logf_(m, KURA_LOG_ERROR, "replica %s: cannot spool the copy: %s", p->name,

@@ -90,7 +90,7 @@ int daemon_drop_privileges(const kura_settings *s)
 /* ---- -dmn ---------------------------------------------------------- */
 
 /* Absolute copies of relative paths, kept reachable for leak checkers. */
-static char *abs_paths[4];
+static char *abs_paths[7];
 
 static const char *absolute(const char *path, int slot)
 {
@@ -117,9 +117,15 @@ void daemon_absolute_paths(kura_settings *s)
     /* "*" and ":" (with their #parameters) are the cache, not a path. */
     if (s->dbname && s->dbname[0] && s->dbname[0] != '*' && s->dbname[0] != ':')
         s->dbname = absolute(s->dbname, 3);
+    s->ulog_dir = absolute(s->ulog_dir, 4);
+    s->rts_path = absolute(s->rts_path, 5);
+    s->bgs_dir = absolute(s->bgs_dir, 6);
     relative_left = (s->pid_path && s->pid_path[0] != '/') ||
                     (s->log_path && s->log_path[0] != '/') ||
-                    (s->unix_path && s->unix_path[0] != '/');
+                    (s->unix_path && s->unix_path[0] != '/') ||
+                    (s->ulog_dir && s->ulog_dir[0] != '/') ||
+                    (s->rts_path && s->rts_path[0] != '/') ||
+                    (s->bgs_dir && s->bgs_dir[0] != '/');
 }
 
 static int ready_fd = -1;                       /* the daemon's end of the pipe */

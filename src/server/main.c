@@ -76,8 +76,8 @@ static void ulog_log(void *arg, int level, const char *line)
     store_log(level, line);
 }
 
-/* mkdir -p */
-static int mkdir_parents(const char *dir)
+/* mkdir -p (server.h) */
+int mkdir_parents(const char *dir)
 {
     char p[4096];
     snprintf(p, sizeof(p), "%s", dir);
@@ -268,6 +268,14 @@ static int open_engine(kura_server *srv)
         log_msg(LOG_ERR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
         return -1;
     }
+    /* a missing or empty database starts from the newest good snapshot;
+     * the update log's rows after it are applied next (open_ulog) */
+    uint64_t loaded_cas = 0;
+    if (snapd_restore(srv, &store, &loaded_cas) < 0) {
+        if (store)
+            kura_store_close(store);
+        return -1;
+    }
     kura_engine_config ecfg = { .item_size_max = st->item_size_max };
     rc = engine_open(&srv->engine, store, &ecfg);
     if (rc) {
@@ -275,6 +283,8 @@ static int open_engine(kura_server *srv)
         kura_store_close(store);
         return -1;
     }
+    if (loaded_cas)
+        engine_observe_cas(srv->engine, loaded_cas);
     if (st->ulog_dir && open_ulog(srv) < 0)
         return -1;
     kura_store_usage u = {0};
@@ -405,6 +415,8 @@ int main(int argc, char **argv)
         log_msg(LOG_ERR, "cannot start the commit thread");
         goto fail;
     }
+    if (snapd_start(&srv) < 0)
+        goto fail;
     if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;
 
@@ -430,6 +442,7 @@ int main(int argc, char **argv)
     workers_stop(&srv);
     commit_free();
     stop_repl(&srv);
+    snapd_stop(&srv, true);
     event_free(sigterm);
     event_free(sigint);
     event_free(sighup);
@@ -456,6 +469,7 @@ fail:
         workers_stop(&srv);
     commit_free();
     stop_repl(&srv);
+    snapd_stop(&srv, false);
     if (listening)
         listener_close(&srv);
     if (sigterm)

@@ -13,11 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/codec.h"
 #include "server.h"
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
-                OPT_CONF, OPT_SYNCREPL_FAIL };
+                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -84,6 +85,14 @@ static const opt options[] = {
       "how long a reply waits for the replicas of -syncrepl (default 1000)" },
     { { "-syncrepl-fail" }, OPT_SYNCREPL_FAIL, F(syncrepl_ack), 0, 0, "close|ack",
       "past the timeout: close the connection unanswered (default) or acknowledge anyway" },
+    { { "-bgs" }, OPT_STR, F(bgs_dir), 0, 0, "DIR",
+      "keep snapshots in DIR; a missing or empty database starts from the newest" },
+    { { "-bgsi" }, OPT_INT, F(bgsi), 0, INT_MAX, "SEC",
+      "take a snapshot every SEC seconds (default 3600; 0 = only when asked)" },
+    { { "-bgsc" }, OPT_CODEC, F(bgsc), 0, 0, "CODEC",
+      "compress snapshots with lzo (default), zlib, bz2 or none" },
+    { { "-bgsn" }, OPT_INT, F(bgsn), 1, 10000, "NUM", "keep the newest NUM snapshots (default 2)" },
+    { { "-bgsstop" }, OPT_FLAG, F(bgs_stop), 0, 0, NULL, "take a snapshot at a clean stop too" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -109,6 +118,9 @@ void options_defaults(kura_settings *s)
     s->sid = 1;
     s->mport = 11211;
     s->syncrepl_timeout = 1000;
+    s->bgsi = 3600;
+    s->bgsc = KURA_CODEC_LZO;
+    s->bgsn = 2;
 }
 
 const char *options_sync_name(int mode)
@@ -213,6 +225,13 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         if (o->offset == F(maxconns))
             s->maxconns_given = true;   /* fdlimit.c: refuse rather than lower it */
         break;
+    case OPT_CODEC: {
+        kura_codec c;
+        if (codec_by_name(val, &c) != KURA_OK)
+            return opt_error(where, arg, "'%s' is not one of lzo, zlib, bz2, none", val);
+        *(int *)field = (int)c;
+        break;
+    }
     case OPT_SYNCREPL_FAIL:
         if (strcmp(val, "close") && strcmp(val, "ack"))
             return opt_error(where, arg, "'%s' is neither close nor ack", val);

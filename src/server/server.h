@@ -20,6 +20,8 @@
 #include "kura/proto.h"
 #include "kura/repl.h"
 
+typedef struct kura_server kura_server;
+
 typedef struct kura_settings {
     const char *host;           /* -host / -l; NULL = default 127.0.0.1 */
     int port;                   /* -port / -p; 0 = no TCP */
@@ -52,12 +54,31 @@ typedef struct kura_settings {
     int syncrepl;               /* -syncrepl: replies wait for this many replicas */
     int syncrepl_timeout;       /* -syncrepl-timeout, milliseconds */
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
+    /* snapshots (docs/operations.md) */
+    const char *bgs_dir;        /* -bgs; NULL = none */
+    int bgsi;                   /* -bgsi: seconds between them; 0 = on demand only */
+    int bgsc;                   /* -bgsc: enum kura_codec */
+    int bgsn;                   /* -bgsn: how many are kept */
+    bool bgs_stop;              /* -bgsstop: one more at a clean stop */
 } kura_settings;
 
 /* swap.c: a replica's full copy in a store of its own, swapped in whole */
 int swap_tidy(const char *dbname);              /* at start: what a crash left */
 kura_store *swap_open_shadow(void *srv);
 int swap_in(void *srv, kura_store *shadow);
+/* Renames NAME to .old.NAME (if there) and .copy.NAME to NAME, syncs the
+ * directory; with then_remove_old, removes .old.NAME.  0 or KURA_ESYS
+ * (NAME put back).  The stores of both must be closed. */
+int swap_files(const char *dbname, bool then_remove_old);
+void swap_remove_old(const char *dbname);
+
+/* snapd.c: snapshots.  restore: at start, before the engine, loads the
+ * newest good snapshot into a blank store (*store may be replaced); for
+ * the cache, whose state is not kept, *max_cas is the largest cas loaded
+ * (engine_observe_cas it); 0 or -1 (logged). */
+int snapd_restore(struct kura_server *srv, kura_store **store, uint64_t *max_cas);
+int snapd_start(struct kura_server *srv);
+void snapd_stop(struct kura_server *srv, bool clean);
 
 /* options.c: fills s from argv (and the -conf file first); on a bad option
  * prints the reason and returns 2 (the exit status); -h and -version print
@@ -97,6 +118,9 @@ void pidfile_remove(void);
 int daemon_drop_privileges(const kura_settings *s);
 void daemon_stop_watchdog(int seconds);
 
+/* main.c: mkdir -p; 0 or -1 with errno */
+int mkdir_parents(const char *dir);
+
 /* notify.c: systemd's sd_notify protocol, without libsystemd. */
 void notify_ready(const char *status);
 void notify_stopping(void);
@@ -104,7 +128,7 @@ void notify_watchdog(void);
 
 typedef struct kura_worker kura_worker;
 
-typedef struct kura_server {
+struct kura_server {
     kura_settings *settings;
     kura_engine *engine;
     ul_log *ulog;                       /* NULL without -ulog */
@@ -117,7 +141,7 @@ typedef struct kura_server {
     int nworkers;
     unsigned next_worker;
     bool stopping;
-} kura_server;
+};
 
 /* worker.c */
 int workers_start(kura_server *srv);

@@ -14,6 +14,9 @@
  * beside NAME is removed (it had), and a ".copy.NAME" is an unfinished
  * copy, removed.  The in-memory cache's shadow is a second cache: the
  * swap closes the old one.
+ *
+ * A snapshot restored at start (snapd.c) goes the same way: loaded into
+ * ".copy.NAME", which replaces the empty NAME only once it is whole.
  */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -145,6 +148,35 @@ kura_store *swap_open_shadow(void *arg)
     return s;
 }
 
+int swap_files(const char *dbname, bool then_remove_old)
+{
+    char path[4096], oldp[4096], copy[4096];
+    struct stat sb;
+    db_path(dbname, path, sizeof(path));
+    sibling(dbname, ".old.", oldp, sizeof(oldp), NULL, 0);
+    sibling(dbname, ".copy.", copy, sizeof(copy), NULL, 0);
+    int rc = KURA_OK;
+    bool had = lstat(path, &sb) == 0;
+    if ((had && rename(path, oldp) < 0) || rename(copy, path) < 0) {
+        log_msg(LOG_ERR, "cannot put the copy in place of %s: %s", path, strerror(errno));
+        rc = KURA_ESYS;
+        if (access(oldp, F_OK) == 0 && access(path, F_OK) != 0)
+            (void)rename(oldp, path);
+    }
+    sync_parent(path);
+    if (rc == KURA_OK && then_remove_old)
+        swap_remove_old(dbname);
+    return rc;
+}
+
+void swap_remove_old(const char *dbname)
+{
+    char oldp[4096];
+    sibling(dbname, ".old.", oldp, sizeof(oldp), NULL, 0);
+    if (remove_tree(oldp) < 0)
+        log_msg(LOG_ERR, "cannot remove %s: %s", oldp, strerror(errno));
+}
+
 typedef struct swap_arg {
     kura_server *srv;
     kura_store *shadow;
@@ -162,19 +194,8 @@ static int swap_now(void *arg, kura_store *old, kura_store **now)
         *now = shadow;
         return KURA_OK;
     }
-    char path[4096], oldp[4096], copy[4096];
-    db_path(dbname, path, sizeof(path));
-    sibling(dbname, ".old.", oldp, sizeof(oldp), NULL, 0);
-    sibling(dbname, ".copy.", copy, sizeof(copy), NULL, 0);
     kura_store_close(shadow);
-    int rc = KURA_OK;
-    if (rename(path, oldp) < 0 || rename(copy, path) < 0) {
-        log_msg(LOG_ERR, "cannot put the copy in place of %s: %s", path, strerror(errno));
-        rc = KURA_ESYS;
-        if (access(oldp, F_OK) == 0 && access(path, F_OK) != 0)
-            (void)rename(oldp, path);
-    }
-    sync_parent(path);
+    int rc = swap_files(dbname, false);
     char err[512] = "";
     int orc = kura_store_open(dbname, &srv->store_cfg, now, err, sizeof(err));
     if (orc) {
@@ -183,8 +204,8 @@ static int swap_now(void *arg, kura_store *old, kura_store **now)
         *now = NULL;
         return orc;
     }
-    if (rc == KURA_OK && remove_tree(oldp) < 0)
-        log_msg(LOG_ERR, "cannot remove %s: %s", oldp, strerror(errno));
+    if (rc == KURA_OK)
+        swap_remove_old(dbname);
     return rc;
 }
 

@@ -33,7 +33,7 @@ processes on hash files (docs/replication.md).
 import os, random, shutil, socket, struct, sys, tempfile, threading, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import ServerTestCase, Server, poll_until, kura_only, stats
+from kuratest import ServerTestCase, Server, poll_until, kura_only, stats, gets_all
 
 READ_ONLY = b"SERVER_ERROR this server is a read-only replica (write to its master)\r\n"
 
@@ -174,20 +174,6 @@ def wait_caught_up(master, replica, timeout=15):
             st = stats(c)
         return st.get("repl_connected") == "1" and int(st["repl_position"]) >= last_ts(master)
     poll_until(done, timeout=timeout, what="the replica to catch up")
-
-
-def gets_all(server, keys):
-    """{key: (flags, value, cas)} of the keys present."""
-    out = {}
-    with server.conn() as c:
-        for k in keys:
-            r = c.request(b"gets " + k + b"\r\n")
-            if r == b"END\r\n":
-                continue
-            head, rest = r.split(b"\r\n", 1)
-            p = head.split()
-            out[k] = (int(p[2]), rest[:int(p[3])], int(p[4]))
-    return out
 
 
 def digest(server, n=64, bucket=None):

@@ -560,6 +560,20 @@ def stats(conn, sub=b""):
     return d
 
 
+def gets_all(server, keys, timeout=20):
+    """{key: (flags, value, cas)} of the keys present, by one gets each."""
+    out = {}
+    with server.conn(timeout=timeout) as c:
+        for k in keys:
+            r = c.request(b"gets " + k + b"\r\n")
+            if r == b"END\r\n":
+                continue
+            head, rest = r.split(b"\r\n", 1)
+            p = head.split()
+            out[k] = (int(p[2]), rest[:int(p[3])], int(p[4]))
+    return out
+
+
 def poll_until(fn, timeout=5.0, interval=0.02, what="condition"):
     """Call fn() until it returns a true value; AssertionError at the deadline."""
     end = deadline(timeout)

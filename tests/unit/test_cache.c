@@ -535,7 +535,7 @@ static void test_eviction_lru(void)
     }
     kura_store_usage u = usage_of(s);
     CHECK(u.evictions > 1000);
-    CHECK_EQ_INT(u.evicted_unfetched, u.evictions);
+    CHECK(u.evicted_unfetched * 100 >= u.evictions * 99);
     CHECK_EQ_INT(u.reclaimed, 0);
     CHECK(stat_u64(s, "cache_mem_used") <= (4u << 20));
     CHECK(u.bytes < (4u << 20));
@@ -546,9 +546,15 @@ static void test_eviction_lru(void)
         if (rc != KURA_OK)
             (*(i < 10000 ? &lost_read : i < 20000 ? &lost_unread : &lost_new))++;
     }
-    CHECK_EQ_INT(lost_read, 0);         /* recently read items survive */
+    /* Recently read items survive.  The LRU is per stripe and stripes are
+     * chosen by a hash keyed per process, so a stripe that happens to get
+     * many new items and few unread ones may reach a read one: rare, and
+     * allowed up to 1% of the evictions.  Items 0..9999 are the oldest
+     * stored, so without the LRU's move to the front they would be the
+     * first evicted: all 3000-odd evictions would fall on them. */
+    CHECK(lost_read * 100 <= (long long)u.evictions);
     CHECK_EQ_INT(lost_new, 0);
-    CHECK_EQ_INT(lost_unread, (long long)u.evictions);
+    CHECK_EQ_INT(lost_unread + lost_read, (long long)u.evictions);
     CHECK_EQ_INT(u.curr_items, 26000 - u.evictions);
     kura_store_close(s);
 }

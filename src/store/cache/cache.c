@@ -735,37 +735,9 @@ static int cache_update(kura_store *s, const char *key, size_t klen, const kura_
     return rc;
 }
 
-/* iterate: walks each stripe's LRU list under its lock, live items only.
- * O(items). */
-static int cache_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
-{
-    cache *c = (cache *)s;
-    int rc = 0;
-
-    for (unsigned i = 0; i < CACHE_STRIPES && rc == 0; i++) {
-        cache_stripe *st = &c->cc_stripes[i];
-        pthread_mutex_lock(&st->cs_lock);
-        for (cache_item *it = st->cs_head; it && rc == 0; it = it->ci_next) {
-            if (cache_liveness(it, clk) == KURA_LIVE) {
-                kura_item v;
-                cache_view(it, &v);
-                rc = fn(arg, &v);
-            }
-        }
-        pthread_mutex_unlock(&st->cs_lock);
-    }
-    return rc;
-}
-
-/* The listing commands' walk (store.h: nparts, iterate_part): a stripe is
- * a part.  O(items of the stripe), under its lock. */
-static uint32_t cache_nparts(kura_store *s)
-{
-    (void)s;
-    return CACHE_STRIPES;
-}
-
-static int cache_iterate_part(kura_store *s, uint32_t part, const kura_clock *clk,
+/* iterate_part: walks one stripe's LRU list under its lock, live items
+ * only.  O(items in it). */
+static int cache_iterate_part(kura_store *s, unsigned part, const kura_clock *clk,
                               kura_item_fn fn, void *arg)
 {
     cache *c = (cache *)s;
@@ -782,6 +754,21 @@ static int cache_iterate_part(kura_store *s, uint32_t part, const kura_clock *cl
         }
     }
     pthread_mutex_unlock(&st->cs_lock);
+    return rc;
+}
+
+static unsigned cache_parts(kura_store *s)
+{
+    (void)s;
+    return CACHE_STRIPES;
+}
+
+/* iterate: every stripe in turn, one lock at a time. */
+static int cache_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    int rc = 0;
+    for (unsigned i = 0; i < CACHE_STRIPES && rc == 0; i++)
+        rc = cache_iterate_part(s, i, clk, fn, arg);
     return rc;
 }
 
@@ -935,7 +922,7 @@ static const kura_store_ops cache_ops = {
     .del = cache_del,
     .update = cache_update,
     .iterate = cache_iterate,
-    .nparts = cache_nparts,
+    .parts = cache_parts,
     .iterate_part = cache_iterate_part,
     .sweep = cache_sweep,
     .sync = cache_sync,

@@ -426,50 +426,71 @@ out:
     return src ? src : rc;
 }
 
-static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
+/* Walks one stripe under its read lock: fn's non-zero value is returned
+ * at once; a record that fails its checksum is skipped and noted in *bad,
+ * so that one damaged record does not hide the others. */
+static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_item_fn fn,
+                       void *arg, int *bad)
 {
-    hashdb *db = H(s);
-    int bad = 0;
-    note_clock(db, clk);
-    for (int i = 0; i < HD_STRIPES; i++) {
-        hd_stripe *st = &db->stripes[i];
-        pthread_rwlock_rdlock(&st->lock);
-        for (size_t j = 0; j < st->nslot; j++) {
-            hd_ent *e = hdx_at(st, j);
-            if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
-                continue;
-            const unsigned char *rec;
-            hd_rec r;
-            kura_item it;
-            int rc = hd_read_record(db, e, &rec, &r);
-            if (rc) {
-                bad = rc;
-                continue;
-            }
-            fill_item(&it, e, rec, &r);
-            rc = fn(arg, &it);
-            if (rc) {
-                pthread_rwlock_unlock(&st->lock);
-                return rc;
-            }
+    hd_stripe *st = &db->stripes[part];
+    int rc = 0;
+    pthread_rwlock_rdlock(&st->lock);
+    for (size_t j = 0; j < st->nslot && rc == 0; j++) {
+        hd_ent *e = hdx_at(st, j);
+        if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+            continue;
+        const unsigned char *rec;
+        hd_rec r;
+        kura_item it;
+        int rrc = hd_read_record(db, e, &rec, &r);
+        if (rrc) {
+            *bad = rrc;
+            continue;
         }
-        pthread_rwlock_unlock(&st->lock);
+        fill_item(&it, e, rec, &r);
+        rc = fn(arg, &it);
     }
-    return bad;
+    pthread_rwlock_unlock(&st->lock);
+    return rc;
 }
 
-/* The listing commands' walk (store.h: nparts, iterate_part): a stripe is
- * a part.  Keys and metadata come from the index alone, no record is read
- * (val NULL; flags only as "not 0", which the index keeps for memcached's
- * size count), so a listing costs memory reads, not disk reads. */
-static uint32_t hashdb_nparts(kura_store *s)
+static unsigned hashdb_parts(kura_store *s)
 {
     (void)s;
     return HD_STRIPES;
 }
 
-static int hashdb_iterate_part(kura_store *s, uint32_t part, const kura_clock *clk,
+static int hashdb_iterate_part(kura_store *s, unsigned part, const kura_clock *clk,
                                kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    int bad = 0;
+    if (part >= HD_STRIPES)
+        return KURA_EINVAL;
+    note_clock(db, clk);
+    int rc = walk_stripe(db, part, clk, fn, arg, &bad);
+    return rc ? rc : bad;
+}
+
+static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    int bad = 0;
+    note_clock(db, clk);
+    for (unsigned i = 0; i < HD_STRIPES; i++) {
+        int rc = walk_stripe(db, i, clk, fn, arg, &bad);
+        if (rc)
+            return rc;
+    }
+    return bad;
+}
+
+/* The listing commands' walk of a part (store.h: iterate_part_keys).
+ * Keys and metadata come from the index alone, no record is read (val
+ * NULL; flags only as "not 0", which the index keeps for memcached's size
+ * count), so a listing costs memory reads, not disk reads. */
+static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clock *clk,
+                                    kura_item_fn fn, void *arg)
 {
     hashdb *db = H(s);
     if (part >= HD_STRIPES)
@@ -847,8 +868,9 @@ static const kura_store_ops hashdb_ops = {
     .del = hashdb_del,
     .update = hashdb_update,
     .iterate = hashdb_iterate,
-    .nparts = hashdb_nparts,
+    .parts = hashdb_parts,
     .iterate_part = hashdb_iterate_part,
+    .iterate_part_keys = hashdb_iterate_part_keys,
     .sweep = hashdb_sweep,
     .sync = hashdb_sync,
     .usage = hashdb_usage,

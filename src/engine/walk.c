@@ -1,0 +1,149 @@
+/*
+ * walk.c - engine_walk: every live item, handed out in batches copied out
+ * of the store, so that the caller compresses, writes or sends them with
+ * no store lock held (snapshots, a replica's full copy).
+ *
+ * A store's iterate holds a stripe's lock while it calls back; a callback
+ * that did I/O there would stall every request for that stripe as long as
+ * the disk or the network takes.  Here the callback only copies: a part
+ * (a stripe of the cache or the hash file) at a time, or, on an ordered
+ * store, up to WALK_BATCH_BYTES of keys at a time resumed from the last
+ * key.  The walk is fuzzy in the same way iterate is: each part is seen
+ * at its own moment.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_int.h"
+
+#define WALK_BATCH_BYTES (4u << 20)     /* an ordered store's batch */
+#define WALK_PAUSE 1000                 /* the copier's "batch full" (not a status) */
+
+typedef struct walk_batch {
+    kura_item *items;
+    size_t n, cap;
+    unsigned char *mem;                 /* keys and values, back to back */
+    size_t used, size;
+    /* ordered stores: where the next batch starts, and the key to skip */
+    char last[KURA_KEY_MAX];
+    size_t llen;
+    bool have_last, skip_last;
+    bool limit;                         /* stop at WALK_BATCH_BYTES */
+} walk_batch;
+
+static int batch_copy(void *arg, const kura_item *it)
+{
+    walk_batch *b = arg;
+    if (b->skip_last) {
+        b->skip_last = false;           /* only the first key can be it */
+        if (it->klen == b->llen && memcmp(it->key, b->last, b->llen) == 0)
+            return 0;                   /* the previous batch's last key */
+    }
+    if (b->limit && b->n && b->used + it->klen + it->vlen > WALK_BATCH_BYTES)
+        return WALK_PAUSE;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        kura_item *v = realloc(b->items, cap * sizeof(*v));
+        if (!v)
+            return KURA_ENOMEM;
+        b->items = v;
+        b->cap = cap;
+    }
+    size_t need = it->klen + it->vlen;
+    if (b->size - b->used < need) {
+        size_t size = b->size ? b->size : 1u << 20;
+        while (size - b->used < need)
+            size *= 2;
+        unsigned char *m = realloc(b->mem, size);
+        if (!m)
+            return KURA_ENOMEM;
+        b->mem = m;
+        b->size = size;
+    }
+    /* offsets now, pointers once the batch is complete (mem may move) */
+    kura_item *c = &b->items[b->n++];
+    *c = *it;
+    c->key = (const char *)(uintptr_t)b->used;
+    memcpy(b->mem + b->used, it->key, it->klen);
+    b->used += it->klen;
+    c->val = (const void *)(uintptr_t)b->used;
+    if (it->vlen)
+        memcpy(b->mem + b->used, it->val, it->vlen);
+    b->used += it->vlen;
+    memcpy(b->last, it->key, it->klen);
+    b->llen = it->klen;
+    b->have_last = true;
+    return 0;
+}
+
+static int batch_deliver(walk_batch *b, engine_walk_fn fn, void *arg)
+{
+    if (b->n == 0)
+        return 0;
+    for (size_t i = 0; i < b->n; i++) {
+        b->items[i].key = (const char *)b->mem + (uintptr_t)b->items[i].key;
+        b->items[i].val = b->mem + (uintptr_t)b->items[i].val;
+    }
+    int rc = fn(arg, b->items, b->n);
+    b->n = 0;
+    b->used = 0;
+    return rc;
+}
+
+int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg)
+{
+    const kura_store_ops *ops;
+    walk_batch b = { 0 };
+    int rc = 0;
+
+    engine_gate_in(e);
+    ops = e->store->ops;
+    engine_gate_out(e);
+    if (ops->iterate_part && ops->parts) {
+        engine_gate_in(e);
+        unsigned parts = ops->parts(e->store);
+        engine_gate_out(e);
+        for (unsigned i = 0; i < parts && rc == 0; i++) {
+            kura_clock clk = engine_clock(e);
+            engine_gate_in(e);
+            rc = e->store->ops->iterate_part(e->store, i, &clk, batch_copy, &b);
+            engine_gate_out(e);
+            if (rc == 0)
+                rc = batch_deliver(&b, fn, arg);
+        }
+    } else if (ops->iterate_from) {
+        b.limit = true;
+        for (;;) {
+            /* the last key copied is where the next batch starts (and is
+             * skipped: it was delivered); b.last changes as this batch is
+             * copied, so the store is given a copy of it */
+            char from[KURA_KEY_MAX];
+            size_t flen = b.llen;
+            memcpy(from, b.last, flen);
+            kura_clock clk = engine_clock(e);
+            b.skip_last = b.have_last;
+            engine_gate_in(e);
+            rc = e->store->ops->iterate_from(e->store, b.have_last ? from : NULL, flen, &clk,
+                                             batch_copy, &b);
+            engine_gate_out(e);
+            bool more = rc == WALK_PAUSE;
+            if (more)
+                rc = 0;
+            if (rc == 0)
+                rc = batch_deliver(&b, fn, arg);
+            if (rc || !more)
+                break;
+        }
+    } else {
+        /* a store without either: one batch of everything */
+        kura_clock clk = engine_clock(e);
+        engine_gate_in(e);
+        rc = e->store->ops->iterate(e->store, &clk, batch_copy, &b);
+        engine_gate_out(e);
+        if (rc == 0)
+            rc = batch_deliver(&b, fn, arg);
+    }
+    free(b.items);
+    free(b.mem);
+    return rc;
+}

@@ -1,0 +1,331 @@
+/*
+ * snapd.c - kurad's snapshots (-bgs DIR -bgsi SEC -bgsc CODEC -bgsn N
+ * -bgsstop; docs/operations.md): a thread that takes one every -bgsi
+ * seconds, on the "snapshot" command and at a clean stop when asked; and
+ * the restore at start of a missing or empty database from the newest
+ * snapshot that verifies.
+ *
+ * The thread runs at a lower CPU priority than the workers (compression
+ * is the snapshot's cost, and requests come first) and holds no store lock
+ * while it compresses or writes (snap_take).  One snapshot at a time:
+ * a request while one runs is answered by that one.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kura/snapshot.h"
+#include "server.h"
+
+static struct {
+    kura_server *srv;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, requested;
+    /* "stats snapshot", under mu */
+    bool running;
+    uint64_t count, failures, last_items, last_bytes, last_start_ts, last_ms;
+    int64_t last_at;
+    char last_path[4200], last_error[300];
+} sd = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+/* ---- taking ------------------------------------------------------------ */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int take_one(kura_server *srv, const char *why)
+{
+    kura_settings *st = srv->settings;
+    snap_take_cfg cfg = {
+        .dir = st->bgs_dir, .codec = (kura_codec)st->bgsc, .keep = (unsigned)st->bgsn,
+        .sid = (uint32_t)st->sid, .ulog = srv->ulog,
+    };
+    snap_info info;
+    char path[4200] = "", err[300] = "";
+    int64_t t0 = mono_ms();
+    pthread_mutex_lock(&sd.mu);
+    sd.running = true;
+    pthread_mutex_unlock(&sd.mu);
+    log_msg(LOG_INFO, "snapshot (%s): starting, %s", why, codec_name(cfg.codec));
+    int rc = snap_take(srv->engine, &cfg, &info, path, sizeof(path), err, sizeof(err));
+    int64_t ms = mono_ms() - t0;
+    pthread_mutex_lock(&sd.mu);
+    sd.running = false;
+    if (rc) {
+        sd.failures++;
+        snprintf(sd.last_error, sizeof(sd.last_error), "%s", err[0] ? err : kura_strerror(rc));
+    } else {
+        sd.count++;
+        sd.last_items = info.items;
+        sd.last_bytes = info.file_bytes;
+        sd.last_start_ts = info.start_ts;
+        sd.last_ms = (uint64_t)ms;
+        sd.last_at = time(NULL);
+        snprintf(sd.last_path, sizeof(sd.last_path), "%s", path);
+        sd.last_error[0] = '\0';
+    }
+    pthread_cond_broadcast(&sd.cv);
+    pthread_mutex_unlock(&sd.mu);
+    if (rc)
+        log_msg(LOG_ERR, "snapshot failed: %s", err[0] ? err : kura_strerror(rc));
+    else
+        log_msg(LOG_INFO, "snapshot %s: %" PRIu64 " items, %" PRIu64 " bytes (%" PRIu64
+                " raw), update log from %" PRIu64 ", %" PRId64 " ms", path, info.items,
+                info.file_bytes, info.raw_bytes, info.start_ts, ms);
+    return rc;
+}
+
+static void *snapd_main(void *arg)
+{
+    kura_server *srv = arg;
+    /* below the workers: a snapshot's compression waits for requests */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    int interval = srv->settings->bgsi;
+    int64_t next = interval ? mono_ms() + (int64_t)interval * 1000 : INT64_MAX;
+    pthread_mutex_lock(&sd.mu);
+    while (!sd.stop) {
+        if (!sd.requested && mono_ms() < next) {
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            int64_t wait = next == INT64_MAX ? 3600000 : next - mono_ms();
+            if (wait > 3600000)
+                wait = 3600000;
+            dl.tv_sec += wait / 1000;
+            dl.tv_nsec += (wait % 1000) * 1000000;
+            if (dl.tv_nsec >= 1000000000) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&sd.cv, &sd.mu, &dl);
+            continue;
+        }
+        bool asked = sd.requested;
+        sd.requested = false;
+        pthread_mutex_unlock(&sd.mu);
+        take_one(srv, asked ? "asked for" : "periodic");
+        if (interval)
+            next = mono_ms() + (int64_t)interval * 1000;
+        pthread_mutex_lock(&sd.mu);
+    }
+    pthread_mutex_unlock(&sd.mu);
+    return NULL;
+}
+
+static int request(void *ctx)
+{
+    (void)ctx;
+    pthread_mutex_lock(&sd.mu);
+    sd.requested = true;
+    pthread_cond_broadcast(&sd.cv);
+    pthread_mutex_unlock(&sd.mu);
+    return 0;
+}
+
+static void stat_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%" PRIu64, v);
+    emit(arg, name, b);
+}
+
+static void stats(void *ctx, kura_stat_fn emit, void *arg)
+{
+    kura_server *srv = ctx;
+    pthread_mutex_lock(&sd.mu);
+    emit(arg, "snapshot_dir", srv->settings->bgs_dir);
+    emit(arg, "snapshot_codec", codec_name((kura_codec)srv->settings->bgsc));
+    stat_u64(emit, arg, "snapshot_interval", (uint64_t)srv->settings->bgsi);
+    stat_u64(emit, arg, "snapshot_running", sd.running || sd.requested);
+    stat_u64(emit, arg, "snapshot_count", sd.count);
+    stat_u64(emit, arg, "snapshot_failures", sd.failures);
+    emit(arg, "snapshot_last_path", sd.last_path[0] ? sd.last_path : "-");
+    stat_u64(emit, arg, "snapshot_last_time", (uint64_t)sd.last_at);
+    stat_u64(emit, arg, "snapshot_last_items", sd.last_items);
+    stat_u64(emit, arg, "snapshot_last_bytes", sd.last_bytes);
+    stat_u64(emit, arg, "snapshot_last_ulog_ts", sd.last_start_ts);
+    stat_u64(emit, arg, "snapshot_last_ms", sd.last_ms);
+    emit(arg, "snapshot_last_error", sd.last_error[0] ? sd.last_error : "-");
+    pthread_mutex_unlock(&sd.mu);
+}
+
+int snapd_start(kura_server *srv)
+{
+    kura_settings *st = srv->settings;
+    if (!st->bgs_dir)
+        return 0;
+    sd.srv = srv;
+    srv->info.snapshot_request = request;
+    srv->info.snapshot_stats = stats;
+    srv->info.snapshot_ctx = srv;
+    if (pthread_create(&sd.thread, NULL, snapd_main, srv) != 0) {
+        log_msg(LOG_ERR, "cannot start the snapshot thread");
+        return -1;
+    }
+    sd.started = true;
+    return 0;
+}
+
+void snapd_stop(kura_server *srv, bool clean)
+{
+    if (!sd.started)
+        return;
+    pthread_mutex_lock(&sd.mu);
+    sd.stop = true;
+    pthread_cond_broadcast(&sd.cv);
+    pthread_mutex_unlock(&sd.mu);
+    pthread_join(sd.thread, NULL);
+    sd.started = false;
+    /* the workers have stopped: this one is the state the server stops in */
+    if (clean && srv->settings->bgs_stop)
+        take_one(srv, "at stop");
+}
+
+/* ---- restoring at start ------------------------------------------------ */
+
+static bool in_memory(const char *dbname)
+{
+    return !dbname || !*dbname || dbname[0] == '*' || dbname[0] == ':';
+}
+
+/* Never written: no items, and a state that nothing has set (a database
+ * whose items were all deleted has a watermark or a cas, and is kept). */
+static bool blank(kura_store *s)
+{
+    kura_store_usage u = { 0 };
+    s->ops->usage(s, &u);
+    if (u.curr_items)
+        return false;
+    kura_store_state st = { 0 };
+    if (s->ops->load_state && s->ops->load_state(s, &st) < 0)
+        return false;
+    return st.max_cas == 0 && st.ulog_ts == 0 && st.oldest_cas == 0 && st.flush_at == 0;
+}
+
+static void load_progress(void *arg, uint64_t items, uint64_t bytes)
+{
+    (void)arg;
+    if (items && items % 1000000 == 0)
+        log_msg(LOG_INFO, "restoring: %" PRIu64 " items, %" PRIu64 " bytes read", items, bytes);
+}
+
+/* Loads one snapshot into a fresh store (the shadow .copy.NAME on disk,
+ * or *store itself for the cache).  0, or an error with *store unusable
+ * for the cache (the caller opens a new one). */
+static int load_into(kura_server *srv, const char *path, kura_store **store, snap_info *info,
+                     uint64_t *max_cas, char *err, size_t errlen)
+{
+    const char *dbname = srv->settings->dbname;
+    if (in_memory(dbname))
+        return snap_load(*store, path, time(NULL), info, max_cas, load_progress, NULL, err,
+                         errlen);
+    kura_store *shadow = swap_open_shadow(srv);
+    if (!shadow) {
+        snprintf(err, errlen, "cannot create the store to load it into");
+        return KURA_ESYS;
+    }
+    int rc = snap_load(shadow, path, time(NULL), info, max_cas, load_progress, NULL, err,
+                       errlen);
+    if (rc == KURA_OK) {
+        /* the rows of the update log after the snapshot's start are applied
+         * next (engine_attach_ulog); no cas at or below the loaded ones is
+         * handed out again */
+        kura_store_state st = { .max_cas = *max_cas, .ulog_ts = info->start_ts };
+        if (shadow->ops->save_state && (rc = shadow->ops->save_state(shadow, &st)) < 0)
+            snprintf(err, errlen, "cannot write the loaded store's state: %s",
+                     kura_strerror(rc));
+        if (rc == KURA_OK && shadow->ops->sync && (rc = shadow->ops->sync(shadow)) < 0)
+            snprintf(err, errlen, "cannot sync the loaded store: %s", kura_strerror(rc));
+    }
+    kura_store_close(shadow);
+    if (rc)
+        return rc;
+    kura_store_close(*store);
+    *store = NULL;
+    rc = swap_files(dbname, true);
+    char oerr[512] = "";
+    int orc = kura_store_open(dbname, &srv->store_cfg, store, oerr, sizeof(oerr));
+    if (orc) {
+        snprintf(err, errlen, "cannot open %s after loading: %s", dbname,
+                 oerr[0] ? oerr : kura_strerror(orc));
+        *store = NULL;
+        return orc;
+    }
+    if (rc)
+        snprintf(err, errlen, "cannot put the loaded copy in place");
+    return rc;
+}
+
+int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
+{
+    kura_settings *st = srv->settings;
+    *max_cas = 0;
+    if (!st->bgs_dir)
+        return 0;
+    if (mkdir_parents(st->bgs_dir) < 0) {
+        log_msg(LOG_ERR, "cannot create the snapshot directory %s: %s", st->bgs_dir,
+                strerror(errno));
+        return -1;
+    }
+    int tidied = snap_tidy(st->bgs_dir);
+    if (tidied)
+        log_msg(LOG_INFO, "snapshots: removed %d unfinished file(s) in %s", tidied, st->bgs_dir);
+    if (!blank(*store))
+        return 0;                       /* recovered as it is, never overwritten */
+    snap_entry *v;
+    size_t n;
+    if (snap_list(st->bgs_dir, &v, &n) != KURA_OK) {
+        log_msg(LOG_ERR, "snapshots: cannot read %s: %s", st->bgs_dir, strerror(errno));
+        return -1;
+    }
+    if (n == 0)
+        log_msg(LOG_INFO, "snapshots: none in %s; starting empty", st->bgs_dir);
+    int ret = 0;
+    for (size_t i = 0; i < n; i++) {
+        snap_info info;
+        char err[600] = "";
+        int64_t t0 = mono_ms();
+        int rc = load_into(srv, v[i].path, store, &info, max_cas, err, sizeof(err));
+        if (rc == KURA_OK) {
+            log_msg(LOG_INFO, "restored %" PRIu64 " items from snapshot %s (%s, taken by "
+                    "server %u, update log from %" PRIu64 ") in %" PRId64 " ms", info.items,
+                    v[i].path, info.backend, info.sid, info.start_ts, mono_ms() - t0);
+            /* a file's state holds the cas; the cache has none to hold it */
+            if (!in_memory(st->dbname))
+                *max_cas = 0;
+            break;
+        }
+        log_msg(LOG_ERR, "snapshot %s not used: %s%s", v[i].path, err[0] ? err : kura_strerror(rc),
+                i + 1 < n ? "; trying the one before it" : "; starting empty");
+        *max_cas = 0;
+        /* a partly loaded cache is thrown away; a file's copy never replaced it */
+        if (!*store || in_memory(st->dbname)) {
+            if (*store)
+                kura_store_close(*store);
+            char oerr[512] = "";
+            if (kura_store_open(st->dbname, &srv->store_cfg, store, oerr, sizeof(oerr))) {
+                log_msg(LOG_ERR, "cannot open database: %s", oerr);
+                *store = NULL;
+                ret = -1;
+                break;
+            }
+        }
+    }
+    free(v);
+    return ret;
+}

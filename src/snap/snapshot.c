@@ -1,0 +1,514 @@
+/*
+ * snapshot.c - writing and reading snapshot files (include/kura/snapshot.h;
+ * the layout is in docs/formats.md, "Snapshots").
+ *
+ * All numbers are little-endian.  The header is 64 bytes with a CRC of its
+ * own, so that a reader can say "not a snapshot", "damaged header" and
+ * "written by version N" apart; the trailer is 48 bytes at the very end,
+ * so the compressed stream's extent needs no scan, and its CRC covers
+ * every byte before it, so any damage anywhere is found before a single
+ * item is handed out.  Records inside the stream are
+ *     klen u8, flags u32, exptime i64, cas u64, vlen u32, key, value
+ * and the stream's raw length and the item count are checked at its end.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kura/bytes.h"
+#include "kura/crc32c.h"
+#include "kura/snapshot.h"
+#include "kura/store.h"
+
+#define HDR_SIZE        64
+#define TRL_SIZE        48
+#define TRL_MAGIC       "SNAPEND"       /* with its NUL: 8 bytes */
+#define REC_HEAD        25
+#define RAW_CHUNK       (256 * 1024)    /* records are gathered this much at a time */
+#define IO_CHUNK        (256 * 1024)
+#define VAL_MAX         (1u << 30)
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, const char *a, const char *b)
+{
+    if (err && errlen)
+        snprintf(err, errlen, fmt, a, b);
+    return rc;
+}
+
+static void encode_header(unsigned char *h, const snap_info *in)
+{
+    memset(h, 0, HDR_SIZE);
+    memcpy(h, SNAP_MAGIC, 8);
+    put32(h + 8, SNAP_VERSION);
+    h[12] = (unsigned char)in->codec;
+    memcpy(h + 16, in->backend, strnlen(in->backend, 15));
+    put32(h + 32, in->sid);
+    put64(h + 40, in->start_ts);
+    put64(h + 48, (uint64_t)in->created);
+    put32(h + 60, crc32c_update(0, h, 60));
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+struct snap_writer {
+    int fd;
+    char *final_path, *tmp_path, *dir;
+    codec_stream *enc;
+    uint32_t crc;               /* of every byte written so far */
+    uint64_t off;               /* file bytes written */
+    uint64_t items, raw_bytes;
+    snap_info info;
+    unsigned char *raw;         /* records not yet compressed */
+    size_t rlen;
+    unsigned char *out;         /* compressed bytes not yet written */
+    int err;                    /* sticky: the first failure */
+    char errmsg[200];
+};
+
+static int w_write(snap_writer *w, const void *p, size_t n)
+{
+    if (kio_pwrite_all(kio_default(), w->fd, p, n, (off_t)w->off) < 0) {
+        snprintf(w->errmsg, sizeof(w->errmsg), "write %s: %s", w->tmp_path, strerror(errno));
+        return w->err = errno == ENOSPC ? KURA_ENOSPC : KURA_EIO;
+    }
+    w->crc = crc32c_update(w->crc, p, n);
+    w->off += n;
+    return KURA_OK;
+}
+
+/* Compresses what is gathered in raw (all of it when finish). */
+static int w_pump(snap_writer *w, bool finish)
+{
+    size_t pos = 0;
+    for (;;) {
+        size_t used, made;
+        int rc = codec_run(w->enc, w->raw + pos, w->rlen - pos, &used, w->out, IO_CHUNK, &made,
+                           finish);
+        pos += used;
+        if (rc < 0) {
+            snprintf(w->errmsg, sizeof(w->errmsg), "compress: %s", codec_error(w->enc));
+            return w->err = rc;
+        }
+        if (made && w_write(w, w->out, made))
+            return w->err;
+        if (rc == CODEC_END || (!finish && pos == w->rlen && made < IO_CHUNK))
+            break;
+    }
+    w->rlen = 0;
+    return KURA_OK;
+}
+
+static int w_raw(snap_writer *w, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    while (n) {
+        size_t k = RAW_CHUNK - w->rlen < n ? RAW_CHUNK - w->rlen : n;
+        memcpy(w->raw + w->rlen, s, k);
+        w->rlen += k;
+        s += k;
+        n -= k;
+        w->raw_bytes += k;
+        if (w->rlen == RAW_CHUNK && w_pump(w, false))
+            return w->err;
+    }
+    return KURA_OK;
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return strdup(".");
+    if (slash == path)
+        return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+static void w_free(snap_writer *w)
+{
+    codec_free(w->enc);
+    free(w->raw);
+    free(w->out);
+    free(w->final_path);
+    free(w->tmp_path);
+    free(w->dir);
+    free(w);
+}
+
+int snap_writer_open(const char *final_path, const snap_info *info, int level,
+                     snap_writer **out, char *err, size_t errlen)
+{
+    if (!codec_name(info->codec))
+        return fail(err, errlen, KURA_EINVAL, "unknown codec%s%s", "", "");
+    snap_writer *w = calloc(1, sizeof(*w));
+    if (!w)
+        return KURA_ENOMEM;
+    w->fd = -1;
+    w->info = *info;
+    w->final_path = strdup(final_path);
+    w->dir = dir_of(final_path);
+    const char *base = strrchr(final_path, '/');
+    base = base ? base + 1 : final_path;
+    size_t tl = strlen(w->dir ? w->dir : "") + strlen(base) + 32;
+    w->tmp_path = malloc(tl);
+    w->raw = malloc(RAW_CHUNK);
+    w->out = malloc(IO_CHUNK);
+    if (!w->final_path || !w->dir || !w->tmp_path || !w->raw || !w->out) {
+        w_free(w);
+        return KURA_ENOMEM;
+    }
+    snprintf(w->tmp_path, tl, "%s/.%s.%d.tmp", w->dir, base, (int)getpid());
+    int rc = codec_encoder(info->codec, level, &w->enc);
+    if (rc) {
+        w_free(w);
+        return fail(err, errlen, rc, "cannot start the %s encoder%s", codec_name(info->codec), "");
+    }
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        rc = errno == ENOSPC ? KURA_ENOSPC : KURA_ESYS;
+        fail(err, errlen, rc, "cannot create %s: %s", w->tmp_path, strerror(errno));
+        w_free(w);
+        return rc;
+    }
+    unsigned char h[HDR_SIZE];
+    encode_header(h, info);
+    if (w_write(w, h, sizeof(h))) {
+        rc = w->err;
+        fail(err, errlen, rc, "%s%s", w->errmsg, "");
+        snap_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return KURA_OK;
+}
+
+int snap_writer_add(snap_writer *w, const kura_item *it)
+{
+    if (w->err)
+        return w->err;
+    if (it->klen < 1 || it->klen > KURA_KEY_MAX || it->vlen > VAL_MAX)
+        return KURA_EINVAL;
+    unsigned char h[REC_HEAD];
+    h[0] = (unsigned char)it->klen;
+    put32(h + 1, it->flags);
+    put64(h + 5, (uint64_t)it->exptime);
+    put64(h + 13, it->cas);
+    put32(h + 21, (uint32_t)it->vlen);
+    if (w_raw(w, h, sizeof(h)) || w_raw(w, it->key, it->klen) || w_raw(w, it->val, it->vlen))
+        return w->err;
+    w->items++;
+    return KURA_OK;
+}
+
+uint64_t snap_writer_items(const snap_writer *w) { return w->items; }
+uint64_t snap_writer_bytes(const snap_writer *w) { return w->off; }
+
+void snap_writer_abort(snap_writer *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0) {
+        close(w->fd);
+        unlink(w->tmp_path);
+    }
+    w_free(w);
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *err,
+                       size_t errlen)
+{
+    int rc = w->err ? w->err : w_pump(w, true);
+    if (!rc) {
+        unsigned char t[TRL_SIZE];
+        memset(t, 0, sizeof(t));
+        memcpy(t, TRL_MAGIC, 8);
+        put64(t + 8, w->items);
+        put64(t + 16, end_ts);
+        put64(t + 24, w->raw_bytes);
+        put64(t + 32, w->off - HDR_SIZE);
+        put32(t + 44, crc32c_update(w->crc, t, 44));
+        rc = w_write(w, t, sizeof(t));
+    }
+    /* fsync before the rename: otherwise a power cut could leave the new
+     * name on a file whose bytes never reached the disk */
+    if (!rc && fsync(w->fd) < 0) {
+        snprintf(w->errmsg, sizeof(w->errmsg), "fsync %s: %s", w->tmp_path, strerror(errno));
+        rc = KURA_EIO;
+    }
+    if (!rc && rename(w->tmp_path, w->final_path) < 0) {
+        snprintf(w->errmsg, sizeof(w->errmsg), "rename to %s: %s", w->final_path,
+                 strerror(errno));
+        rc = KURA_ESYS;
+    }
+    if (rc) {
+        fail(err, errlen, rc, "%s%s", w->errmsg[0] ? w->errmsg : kura_strerror(rc), "");
+        snap_writer_abort(w);
+        return rc;
+    }
+    close(w->fd);
+    w->fd = -1;
+    if (fsync_dir(w->dir) < 0) {
+        /* the file is whole under its name; only its name may not survive
+         * a power cut, which is a failure to report, not to undo */
+        rc = fail(err, errlen, KURA_EIO, "fsync of the directory %s: %s", w->dir,
+                  strerror(errno));
+    }
+    if (info) {
+        *info = w->info;
+        info->version = SNAP_VERSION;
+        info->end_ts = end_ts;
+        info->items = w->items;
+        info->raw_bytes = w->raw_bytes;
+        info->file_bytes = w->off;
+    }
+    w_free(w);
+    return rc;
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+struct snap_reader {
+    int fd;
+    snap_info info;
+    codec_stream *dec;
+    uint64_t body_end;          /* file offset where the compressed stream stops */
+    uint64_t in_off;            /* next file offset to read */
+    unsigned char *in;          /* compressed bytes read, not yet decoded */
+    size_t in_pos, in_len;
+    bool dec_end;
+    unsigned char *raw;         /* decoded bytes */
+    size_t r_pos, r_len, r_cap;
+    uint64_t consumed;          /* raw bytes handed out as records */
+    uint64_t items;
+};
+
+int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, errlen, errno == ENOENT ? KURA_NOTFOUND : KURA_ESYS, "%s: %s", path,
+                    strerror(errno));
+    struct stat stb;
+    unsigned char h[HDR_SIZE], t[TRL_SIZE];
+    int rc = KURA_ECORRUPT;
+    const char *why = NULL;
+    snap_reader *r = NULL;
+    unsigned char *buf = NULL;
+    if (fstat(fd, &stb) < 0) {
+        rc = fail(err, errlen, KURA_ESYS, "%s: %s", path, strerror(errno));
+        goto bad;
+    }
+    uint64_t size = (uint64_t)stb.st_size;
+    if (size < HDR_SIZE || pread(fd, h, HDR_SIZE, 0) != HDR_SIZE || memcmp(h, SNAP_MAGIC, 8)) {
+        why = "not a snapshot (no header)";
+        goto corrupt;
+    }
+    if (get32(h + 60) != crc32c_update(0, h, 60)) {
+        why = "its header fails its checksum";
+        goto corrupt;
+    }
+    if (get32(h + 8) != SNAP_VERSION) {
+        char v[16];
+        snprintf(v, sizeof(v), "%u", get32(h + 8));
+        rc = fail(err, errlen, KURA_EINVAL, "%s: written by an unknown version (%s)", path, v);
+        goto bad;
+    }
+    if (!codec_name((kura_codec)h[12])) {
+        why = "its header names an unknown codec";
+        goto corrupt;
+    }
+    if (size < HDR_SIZE + TRL_SIZE || pread(fd, t, TRL_SIZE, (off_t)(size - TRL_SIZE)) != TRL_SIZE ||
+        memcmp(t, TRL_MAGIC, 8) || get64(t + 32) != size - HDR_SIZE - TRL_SIZE) {
+        why = "it is truncated (no trailer at its end)";
+        goto corrupt;
+    }
+    /* one pass over the whole file for its checksum, before any item */
+    buf = malloc(IO_CHUNK);
+    if (!buf) {
+        rc = KURA_ENOMEM;
+        goto bad;
+    }
+    uint32_t crc = 0;
+    for (uint64_t off = 0; off < size - 4;) {
+        size_t n = size - 4 - off < IO_CHUNK ? (size_t)(size - 4 - off) : IO_CHUNK;
+        ssize_t got = pread(fd, buf, n, (off_t)off);
+        if (got <= 0) {
+            rc = fail(err, errlen, KURA_ESYS, "%s: read: %s", path,
+                      got < 0 ? strerror(errno) : "the file shrank");
+            goto bad;
+        }
+        crc = crc32c_update(crc, buf, (size_t)got);
+        off += (uint64_t)got;
+    }
+    if (crc != get32(t + 44)) {
+        why = "it fails its checksum (damaged)";
+        goto corrupt;
+    }
+    r = calloc(1, sizeof(*r));
+    if (!r) {
+        rc = KURA_ENOMEM;
+        goto bad;
+    }
+    r->fd = fd;
+    r->in = buf;
+    r->info.version = SNAP_VERSION;
+    r->info.codec = (kura_codec)h[12];
+    memcpy(r->info.backend, h + 16, 15);
+    r->info.sid = get32(h + 32);
+    r->info.start_ts = get64(h + 40);
+    r->info.created = (int64_t)get64(h + 48);
+    r->info.items = get64(t + 8);
+    r->info.end_ts = get64(t + 16);
+    r->info.raw_bytes = get64(t + 24);
+    r->info.file_bytes = size;
+    r->body_end = size - TRL_SIZE;
+    r->in_off = HDR_SIZE;
+    rc = codec_decoder(r->info.codec, &r->dec);
+    if (rc) {
+        free(r);
+        goto bad;
+    }
+    if (info)
+        *info = r->info;
+    *out = r;
+    return KURA_OK;
+corrupt:
+    rc = fail(err, errlen, KURA_ECORRUPT, "%s: %s", path, why);
+bad:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Decodes more into raw, so that at least `want` bytes are there from
+ * r_pos; 0, or KURA_ECORRUPT when the stream ends first. */
+static int r_fill(snap_reader *r, size_t want, char *err, size_t errlen)
+{
+    if (r->r_pos) {     /* move the unread part to the front */
+        memmove(r->raw, r->raw + r->r_pos, r->r_len - r->r_pos);
+        r->r_len -= r->r_pos;
+        r->r_pos = 0;
+    }
+    if (want > r->r_cap || r->r_cap - r->r_len < IO_CHUNK / 4) {
+        size_t cap = r->r_cap ? r->r_cap : RAW_CHUNK;
+        while (cap < want || cap - r->r_len < IO_CHUNK / 4)
+            cap *= 2;
+        unsigned char *n = realloc(r->raw, cap);
+        if (!n)
+            return KURA_ENOMEM;
+        r->raw = n;
+        r->r_cap = cap;
+    }
+    while (r->r_len < want) {
+        if (r->dec_end)
+            return fail(err, errlen, KURA_ECORRUPT, "the stream ends inside a record%s%s", "", "");
+        if (r->in_pos == r->in_len && r->in_off < r->body_end) {
+            size_t n = r->body_end - r->in_off < IO_CHUNK ? (size_t)(r->body_end - r->in_off)
+                                                          : IO_CHUNK;
+            ssize_t got = pread(r->fd, r->in, n, (off_t)r->in_off);
+            if (got <= 0)
+                return fail(err, errlen, KURA_ESYS, "read: %s%s",
+                            got < 0 ? strerror(errno) : "the file shrank", "");
+            r->in_off += (uint64_t)got;
+            r->in_pos = 0;
+            r->in_len = (size_t)got;
+        }
+        bool last = r->in_off == r->body_end;
+        size_t used, made;
+        int rc = codec_run(r->dec, r->in + r->in_pos, r->in_len - r->in_pos, &used,
+                           r->raw + r->r_len, r->r_cap - r->r_len, &made, last);
+        r->in_pos += used;
+        r->r_len += made;
+        if (rc < 0)
+            return fail(err, errlen, rc, "decompress: %s%s", codec_error(r->dec), "");
+        if (rc == CODEC_END) {
+            r->dec_end = true;
+            if (r->in_pos != r->in_len || r->in_off != r->body_end)
+                return fail(err, errlen, KURA_ECORRUPT,
+                            "bytes follow the end of the compressed stream%s%s", "", "");
+        }
+    }
+    return KURA_OK;
+}
+
+int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
+{
+    if (r->r_len - r->r_pos < REC_HEAD) {
+        int rc = r_fill(r, REC_HEAD, err, errlen);
+        if (rc == KURA_ECORRUPT && r->r_len == r->r_pos && r->dec_end) {
+            /* a clean end: the count and the length must agree */
+            if (r->items != r->info.items || r->consumed != r->info.raw_bytes)
+                return fail(err, errlen, KURA_ECORRUPT,
+                            "the stream ends before the item count its trailer gives%s%s", "",
+                            "");
+            return SNAP_DONE;
+        }
+        if (rc)
+            return rc;
+    }
+    const unsigned char *h = r->raw + r->r_pos;
+    size_t klen = h[0];
+    uint32_t vlen = get32(h + 21);
+    if (klen < 1 || klen > KURA_KEY_MAX || vlen > VAL_MAX)
+        return fail(err, errlen, KURA_ECORRUPT, "a record has an impossible length%s%s", "", "");
+    size_t need = REC_HEAD + klen + vlen;
+    if (r->r_len - r->r_pos < need) {
+        int rc = r_fill(r, need, err, errlen);
+        if (rc)
+            return rc;
+        h = r->raw + r->r_pos;
+    }
+    it->klen = klen;
+    it->flags = get32(h + 1);
+    it->exptime = (int64_t)get64(h + 5);
+    it->cas = get64(h + 13);
+    it->vlen = vlen;
+    it->key = (const char *)h + REC_HEAD;
+    it->val = h + REC_HEAD + klen;
+    r->r_pos += need;
+    r->consumed += need;
+    if (++r->items > r->info.items)
+        return fail(err, errlen, KURA_ECORRUPT, "more items than its trailer gives%s%s", "", "");
+    return KURA_OK;
+}
+
+uint64_t snap_reader_progress(const snap_reader *r) { return r->consumed; }
+
+void snap_close(snap_reader *r)
+{
+    if (!r)
+        return;
+    close(r->fd);
+    codec_free(r->dec);
+    free(r->in);
+    free(r->raw);
+    free(r);
+}
+
+int snap_verify(const char *path, snap_info *info, char *err, size_t errlen)
+{
+    snap_reader *r;
+    int rc = snap_open(path, &r, info, err, errlen);
+    if (rc)
+        return rc;
+    kura_item it;
+    while ((rc = snap_next(r, &it, err, errlen)) == KURA_OK)
+        ;
+    snap_close(r);
+    return rc == SNAP_DONE ? KURA_OK : rc;
+}
