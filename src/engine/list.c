@@ -229,7 +229,9 @@ int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_curso
     if (ordered) {
         size_t flen;
         const char *from = ordered_from(spec, c, &flen);
-        rc = st->ops->iterate_from(st, from, flen, &clk, ordered_cb, &col);
+        rc = st->ops->iterate_from_keys
+                 ? st->ops->iterate_from_keys(st, from, flen, &clk, ordered_cb, &col)
+                 : st->ops->iterate_from(st, from, flen, &clk, ordered_cb, &col);
         walk_end = rc != COLLECT_FULL;
         if (rc > 0)
             rc = KURA_OK;

@@ -1070,6 +1070,37 @@ static void test_zcomp_corruption_detected(void)
     kura_store_close(s);
 }
 
+/* The listing's walk: keys in order from a key, no value read (val NULL),
+ * the value's length and flags as stored, compressed runs included. */
+typedef struct kwalk {
+    int n, bad;
+    char last[32];
+} kwalk;
+
+static int kwalk_cb(void *arg, const kura_item *it)
+{
+    kwalk *w = arg;
+    char k[32];
+    int kl = snprintf(k, sizeof(k), "z%04d", w->n + 10);
+    if (it->val != NULL || it->klen != (size_t)kl || memcmp(it->key, k, (size_t)kl) != 0 ||
+        it->vlen != zlen(w->n + 10) || it->flags != (uint32_t)(w->n + 10))
+        w->bad++;
+    w->n++;
+    return 0;
+}
+
+static void test_iterate_from_keys(void)
+{
+    kura_store *s = open_tree(tpath("zrt2"), NULL, KURA_SYNC_NONE, NULL);  /* zlib's, above */
+    REQUIRE(s);
+    REQUIRE(s->ops->iterate_from_keys);
+    kwalk w = { 0 };
+    CHECK_EQ_INT(s->ops->iterate_from_keys(s, "z0010", 5, &CLK, kwalk_cb, &w), KURA_OK);
+    CHECK_EQ_INT(w.n, ZN - 10);
+    CHECK_EQ_INT(w.bad, 0);
+    kura_store_close(s);
+}
+
 /* A file of format version 1 (before zcomp) opens, and is written as 2. */
 static void test_version1_file_opens(void)
 {
@@ -1138,6 +1169,7 @@ int main(void)
     RUN(test_zcomp_kill9_every_sync_mode);
     RUN(test_zcomp_corruption_detected);
     RUN(test_version1_file_opens);
+    RUN(test_iterate_from_keys);
     t_teardown();
     UNIT_DONE();
 }

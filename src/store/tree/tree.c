@@ -477,9 +477,10 @@ out:
 
 /* Calls fn for every live item from key (inclusive; NULL: the first) in
  * key order, a leaf at a time: the lock is let go between leaves, so
- * writers go on; the walk resumes after the last key it saw. */
+ * writers go on; the walk resumes after the last key it saw.  keys_only:
+ * no value is read (val NULL), for listings. */
 static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *clk,
-                   kura_item_fn fn, void *arg)
+                   bool keys_only, kura_item_fn fn, void *arg)
 {
     char last[KURA_KEY_MAX];
     size_t llen = 0;
@@ -523,7 +524,9 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
             if (clk && kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE)
                 continue;
             path.idx[path.depth - 1] = (int)i;
-            int r = do_read_cell(bt, &path, &c, &val);
+            int r = keys_only ? KURA_OK : do_read_cell(bt, &path, &c, &val);
+            if (keys_only)
+                val = NULL;
             if (r) {
                 bad = r;
                 continue;
@@ -542,7 +545,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
 
 static int bt_iterate_op(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
 {
-    return bt_walk(B(s), NULL, 0, clk, fn, arg);
+    return bt_walk(B(s), NULL, 0, clk, false, fn, arg);
 }
 
 static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
@@ -550,7 +553,15 @@ static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
 {
     if (from && (flen < 1 || flen > KURA_KEY_MAX))
         return KURA_EINVAL;
-    return bt_walk(B(s), from, flen, clk, fn, arg);
+    return bt_walk(B(s), from, flen, clk, false, fn, arg);
+}
+
+static int bt_iterate_from_keys_op(kura_store *s, const char *from, size_t flen,
+                                   const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    if (from && (flen < 1 || flen > KURA_KEY_MAX))
+        return KURA_EINVAL;
+    return bt_walk(B(s), from, flen, clk, true, fn, arg);
 }
 
 /* The sweep: looks at up to `budget` cells from where it stopped, and
@@ -876,6 +887,7 @@ static const kura_store_ops btree_ops = {
     .write_seq = bt_write_seq_op,
     .commit = bt_commit_op,
     .iterate_from = bt_iterate_from_op,
+    .iterate_from_keys = bt_iterate_from_keys_op,
 };
 
 /* Tokyo and Kyoto parameters that have no meaning here: an error that
