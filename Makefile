@@ -11,6 +11,7 @@
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
 #                   bench-repl
 #   make bench-repl the update log's cost, a replica's lag, a full copy
+#   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #
 # Sources are found by wildcard: every src/*/*.c and src/*/*/*.c (a backend
 # has a folder of its own: src/store/hash/, src/store/cache/) except src/server goes into
@@ -48,7 +49,7 @@ UNIT_SUPPORT_OBJ = $(UNIT_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 KURAD      = $(BUILD)/kurad
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all run test test-asan test-tsan check install clean bench bench-repl
+.PHONY: all run test test-asan test-tsan check install clean bench bench-repl bench-snapshot
 all: $(KURAD) $(BENCH) $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
 
 # An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
@@ -86,6 +87,11 @@ bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
 # The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
 bench-repl: $(KURAD) $(BUILD)/kura-bench
 	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
+
+# Snapshots on Kyoto Tycoon's workload: 10M items, each codec, restores,
+# latency during one (bench/snapshot.py --help; about 10 minutes, 4 GB of disk).
+bench-snapshot: $(KURAD) $(BUILD)/kura-bench
+	/usr/bin/python3 bench/snapshot.py --build $(BUILD) $(SNAPSHOT_BENCH_ARGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)

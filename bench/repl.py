@@ -63,7 +63,7 @@ class Kurad:
         self.args = args
         self.proc = None
 
-    def start(self, port=None):
+    def start(self, port=None, timeout=120):
         self.port = port or R.free_port()
         user = ["-u", "root"] if os.geteuid() == 0 else []
         cmd = [self.a.kurad, "-port", str(self.port), "-th", "4"] + user + \
@@ -74,7 +74,7 @@ class Kurad:
                                      stderr=subprocess.STDOUT, cwd=self.datadir,
                                      start_new_session=True)
         logf.close()
-        if not R.wait_listening(self.port, self.proc, 120):
+        if not R.wait_listening(self.port, self.proc, timeout):
             raise SystemExit("repl.py: %s did not start: %s" % (self.name, self.cmdline))
         return self
 

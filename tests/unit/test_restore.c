@@ -66,6 +66,8 @@ typedef struct writer {
     ul_log *log;
     kura_thread_stats ts;
     _Atomic int step;
+    _Atomic bool go;            /* the snapshot is starting: write on */
+    _Atomic bool taken;         /* it is done: write the last quarter */
 } writer;
 
 static void key_of(int k, char *buf) { snprintf(buf, 16, "key%03d", k); }
@@ -105,6 +107,14 @@ static void *write_all(void *arg)
     state st;
     memset(&st, 0, sizeof(st));
     for (int i = 0; i < NSTEPS; i++) {
+        /* a quarter in, wait for the snapshot to start, so that it starts
+         * there however the threads are scheduled and the rest is written
+         * while it is taken */
+        while (i == NSTEPS / 4 && !atomic_load(&w->go))
+            usleep(50);
+        /* and the last quarter after it: moments after its end exist */
+        while (i == 3 * NSTEPS / 4 && !atomic_load(&w->taken))
+            usleep(50);
         do_step(w, i, &st);
         history[i] = st;
         step_ts[i] = ul_last_ts(w->log);
@@ -180,7 +190,7 @@ static void run(const char *suffix)
     REQUIRE(kura_store_open(db, &scfg, &s, err, sizeof(err)) == 0);
     kura_engine_config ec = { .item_size_max = 1 << 20 };
     REQUIRE(engine_open(&w.e, s, &ec) == 0);
-    ul_config uc = { .dir = uldir, .sid = 3, .ulim = 1 << 16, .log = quiet };
+    ul_config uc = { .dir = uldir, .sid = 3, .ulim = 1 << 14, .log = quiet };
     uint64_t cut, redone;
     REQUIRE(ul_open(&uc, &w.log, &cut, err, sizeof(err)) == 0);
     REQUIRE(engine_attach_ulog(w.e, w.log, KURA_SYNC_NONE, elog, &redone) == 0);
@@ -189,23 +199,29 @@ static void run(const char *suffix)
     pthread_create(&th, NULL, write_all, &w);
     while (atomic_load(&w.step) < NSTEPS / 4)
         usleep(100);
+    atomic_store(&w.go, true);
     snap_take_cfg tc = { .dir = bgsdir, .codec = KURA_CODEC_LZO, .sid = 3, .ulog = w.log };
     snap_info info;
     char path[4200];
     int before = atomic_load(&w.step);
     CHECK_EQ_INT(snap_take(w.e, &tc, &info, path, sizeof(path), err, sizeof(err)), 0);
     int after = atomic_load(&w.step);
+    atomic_store(&w.taken, true);
     pthread_join(th, NULL);
     printf("# snapshot of %" PRIu64 " items taken during steps %d..%d\n", info.items, before,
            after);
     engine_close(w.e);
     ul_close(w.log);
 
-    /* moments: before the snapshot ended (no snapshot qualifies), just after
-     * its end, the flush, the end */
-    int moments[] = { after, after + 1, NSTEPS / 2, NSTEPS / 2 + 1, NSTEPS - 1 };
+    /* moments from the snapshot's end to the last step, the flush among
+     * them when the snapshot ended before it */
+    int moments[10], nm = 0;
+    for (int j = 0; j < 8; j++)
+        moments[nm++] = after + (NSTEPS - 1 - after) * j / 7;
+    moments[nm++] = NSTEPS / 2;
+    moments[nm++] = NSTEPS / 2 + 1;
     int restored = 0;
-    for (size_t m = 0; m < sizeof(moments) / sizeof(moments[0]); m++) {
+    for (int m = 0; m < nm; m++) {
         int i = moments[m];
         if (i >= NSTEPS || step_ts[i] < info.end_ts)
             continue;
@@ -219,7 +235,7 @@ static void run(const char *suffix)
         CHECK(db_is(out, &history[i]));
         restored++;
     }
-    CHECK(restored >= 4);
+    CHECK(restored >= 7);
     /* a moment before the snapshot ended: none qualifies */
     {
         char out[300];
