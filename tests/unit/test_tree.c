@@ -1070,6 +1070,52 @@ static void test_zcomp_corruption_detected(void)
     kura_store_close(s);
 }
 
+/* A touch keeps a compressed run as it is (its cell keeps kind, length
+ * and codec); an append (a value in two parts) is compressed whole. */
+static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    (void)arg;
+    if (!cur)
+        return KURA_NOTFOUND;
+    out->action = KURA_UPDATE_TOUCH;
+    out->exptime = 5000000;
+    return KURA_OK;
+}
+
+static void test_zcomp_update_paths(void)
+{
+    const char *p = tpath("zupd");
+    static unsigned char v[20100];
+    kura_store *s = open_tree(p, "#psiz=4096#zcomp=zlib", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    zval(v, 20000, 7, true);
+    REQUIRE(put_kv(s, "a", 1, v, 20000, 3, 0, 1) == KURA_OK);
+    off_t before = file_size(p);
+    CHECK_EQ_INT(s->ops->update(s, "a", 1, &CLK, touch_cb, NULL), KURA_OK);
+    got g = { 0 };
+    CHECK_EQ_INT(s->ops->get(s, "a", 1, &CLK, got_cb, &g), KURA_OK);
+    CHECK(g.len == 20000 && memcmp(g.buf, v, 20000) == 0);
+    CHECK_EQ_INT(g.exptime, 5000000);
+    CHECK_EQ_INT(check_tree(s), 0);
+    upd_arg ua = { .cas = 9, .add = (const unsigned char *)"0123456789", .alen = 10 };
+    for (int i = 0; i < 10; i++)
+        memcpy(v + 20000 + 10 * i, "0123456789", 10);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ_INT(s->ops->update(s, "a", 1, &CLK, upd_cb, &ua), KURA_OK);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+    s = open_tree(p, NULL, KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    CHECK_EQ_INT(s->ops->get(s, "a", 1, &CLK, got_cb, &g), KURA_OK);
+    CHECK(g.len == 20100 && memcmp(g.buf, v, 20100) == 0);
+    CHECK_EQ_INT(g.flags, 3);
+    CHECK_EQ_INT(check_tree(s), 0);
+    free(g.buf);
+    kura_store_close(s);
+    printf("# a 20 KB value compressed: file %lld bytes before the updates\n",
+           (long long)before);
+}
+
 /* The listing's walk: keys in order from a key, no value read (val NULL),
  * the value's length and flags as stored, compressed runs included. */
 typedef struct kwalk {
@@ -1170,6 +1216,7 @@ int main(void)
     RUN(test_zcomp_corruption_detected);
     RUN(test_version1_file_opens);
     RUN(test_iterate_from_keys);
+    RUN(test_zcomp_update_paths);
     t_teardown();
     UNIT_DONE();
 }
