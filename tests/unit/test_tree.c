@@ -1116,6 +1116,194 @@ static void test_zcomp_update_paths(void)
            (long long)before);
 }
 
+/* A replay that fills half of a small cache writes a checkpoint midway
+ * (the cache's bound during recovery).  Such a checkpoint failed with
+ * "out of memory" before: step 1's error code was left standing when no
+ * log sync ran; found by the salvage test. */
+static void test_replay_checkpoints_midway(void)
+{
+    const char *p = tpath("midway");
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        kura_store *s = open_tree(p, "#psiz=4096#pccap=32m#ckpt=1g", KURA_SYNC_NONE, NULL);
+        if (!s)
+            _exit(3);
+        static unsigned char v[200];
+        for (int i = 0; i < 20000; i++) {
+            char k[32];
+            int kl = snprintf(k, sizeof(k), "m%07d", (i * 7919) % 20000);
+            fill(v, sizeof(v), (uint64_t)i);
+            if (put_kv(s, k, (size_t)kl, v, sizeof(v), 0, 0, (uint64_t)i + 1))
+                _exit(4);
+        }
+        _exit(0);                       /* no close: all of it in the log */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    kura_store *s = open_tree(p, "#pccap=1m", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    printf("# replayed %llu records with %llu checkpoints\n",
+           (unsigned long long)t_stat(s, "tree_recovered_records"),
+           (unsigned long long)t_stat(s, "tree_checkpoints"));
+    CHECK(t_stat(s, "tree_checkpoints") >= 2);
+    got g = { 0 };
+    CHECK_EQ_INT(s->ops->get(s, "m0000000", 8, &CLK, got_cb, &g), KURA_OK);
+    CHECK_EQ_INT(s->ops->get(s, "m0019999", 8, &CLK, got_cb, &g), KURA_OK);
+    free(g.buf);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+}
+
+/* ---- -recover: salvage --------------------------------------------------- */
+
+static kura_store *open_recover(const char *path, const char *params)
+{
+    char err[600];
+    kura_store *s = NULL;
+    kura_store_config c = cfg_of(KURA_SYNC_NONE);
+    c.recover = true;
+    if (t_open(path, params, &c, &s, err, sizeof(err)) != KURA_OK) {
+        printf("# recover %s: %s\n", path, err);
+        return NULL;
+    }
+    return s;
+}
+
+#define SN 3000
+
+static size_t slen_of(int i)
+{
+    return i % 50 == 0 ? 6000 + (size_t)i : 40;        /* some in overflow runs */
+}
+
+/* Keys that read back right, keys that read wrong (never allowed), and
+ * keys that are missing or report damage. */
+static void salvage_count(kura_store *s, int *ok, int *wrong, int *missing)
+{
+    static unsigned char v[10000];
+    *ok = *wrong = *missing = 0;
+    for (int i = 0; i < SN; i++) {
+        char k[32];
+        got g = { 0 };
+        int kl = snprintf(k, sizeof(k), "s%05d", i);
+        zval(v, slen_of(i), i, true);
+        int rc = s->ops->get(s, k, (size_t)kl, &CLK, got_cb, &g);
+        if (rc == KURA_OK && g.len == slen_of(i) && memcmp(g.buf, v, g.len) == 0)
+            (*ok)++;
+        else if (rc == KURA_OK)
+            (*wrong)++;
+        else
+            (*missing)++;
+        free(g.buf);
+    }
+}
+
+static void test_recover_salvages(void)
+{
+    const char *p = tpath("salvage");
+    char file[600], damaged[600], salvaged[600];
+    snprintf(file, sizeof(file), "%s/tree", p);
+    snprintf(damaged, sizeof(damaged), "%s/tree.damaged", p);
+    snprintf(salvaged, sizeof(salvaged), "%s/tree.salvaged", p);
+    static unsigned char v[10000];
+    kura_store *s = open_tree(p, "#psiz=4096#zcomp=lzo", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    for (int i = 0; i < SN; i++) {
+        char k[32];
+        int kl = snprintf(k, sizeof(k), "s%05d", i);
+        zval(v, slen_of(i), i, true);
+        REQUIRE(put_kv(s, k, (size_t)kl, v, slen_of(i), 0, 0, (uint64_t)i + 1) == KURA_OK);
+    }
+    kura_store_close(s);
+
+    /* 1. a leaf damaged: a plain open reports it for its keys; -recover
+     * rebuilds, every other key reads right, none wrong */
+    struct stat st;
+    REQUIRE(stat(file, &st) == 0);
+    off_t at = -1;
+    int fd = open(file, O_RDONLY);
+    unsigned char hdr[8];
+    for (off_t pg = st.st_size / 4096 / 2; pread(fd, hdr, 8, pg * 4096) == 8; pg++)
+        if (hdr[4] == 3) {              /* a leaf */
+            at = pg * 4096;
+            break;
+        }
+    close(fd);
+    REQUIRE(at > 0);
+    flip(file, at + 2000);
+    int ok, wrong, missing;
+    s = open_recover(p, NULL);
+    REQUIRE(s);
+    salvage_count(s, &ok, &wrong, &missing);
+    printf("# a damaged leaf, salvaged: %d keys read, %d lost, %d wrong\n", ok, missing, wrong);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK(ok >= SN - 100 && missing <= 100);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+    CHECK(stat(salvaged, &st) == 0);
+    CHECK(stat(damaged, &st) != 0);
+    s = open_tree(p, NULL, KURA_SYNC_NONE, NULL);       /* and plainly again */
+    REQUIRE(s);
+    int ok2, wrong2, missing2;
+    salvage_count(s, &ok2, &wrong2, &missing2);
+    CHECK_EQ_INT(ok2, ok);
+    CHECK_EQ_INT(wrong2, 0);
+    kura_store_close(s);
+
+    /* 2. both meta pages damaged: a plain open refuses, -recover gives
+     * every key; a record logged after the last checkpoint (a kill -9)
+     * is replayed over the salvage */
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        kura_store *c = open_tree(p, "#ckpt=1g", KURA_SYNC_NONE, NULL);
+        if (!c || btree_debug_checkpoint(c) != KURA_OK)
+            _exit(3);
+        zval(v, 40, 1, true);
+        if (put_kv(c, "late", 4, v, 40, 0, 0, 100000) || c->ops->del(c, "s00002", 6, 0, &CLK))
+            _exit(4);
+        _exit(0);                       /* no close: the log holds both */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    flip(file, 40);
+    flip(file, 4096 + 40);
+    char err[600];
+    kura_store_config c = cfg_of(KURA_SYNC_NONE);
+    CHECK(t_open(p, NULL, &c, &s, err, sizeof(err)) == KURA_ECORRUPT);
+    s = open_recover(p, NULL);
+    REQUIRE(s);
+    salvage_count(s, &ok, &wrong, &missing);
+    printf("# both meta pages damaged, salvaged: %d keys read, %d lost, %d wrong\n", ok,
+           missing, wrong);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(ok, ok2 - 1);          /* s00002 deleted by the log */
+    got g = { 0 };
+    CHECK_EQ_INT(s->ops->get(s, "late", 4, &CLK, got_cb, &g), KURA_OK);
+    CHECK_EQ_INT(s->ops->get(s, "s00002", 6, &CLK, got_cb, &g), KURA_NOTFOUND);
+    free(g.buf);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+
+    /* 3. a salvage cut short (tree.damaged still there): a plain open
+     * refuses, saying so; -recover starts over */
+    REQUIRE(rename(salvaged, damaged) == 0);
+    CHECK(t_open(p, NULL, &c, &s, err, sizeof(err)) == KURA_ECORRUPT);
+    printf("# %s\n", err);
+    CHECK(strstr(err, "-recover") != NULL);
+    s = open_recover(p, NULL);
+    REQUIRE(s);
+    salvage_count(s, &ok, &wrong, &missing);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK(ok >= SN - 200);
+    kura_store_close(s);
+}
+
 /* The listing's walk: keys in order from a key, no value read (val NULL),
  * the value's length and flags as stored, compressed runs included. */
 typedef struct kwalk {
@@ -1217,6 +1405,8 @@ int main(void)
     RUN(test_version1_file_opens);
     RUN(test_iterate_from_keys);
     RUN(test_zcomp_update_paths);
+    RUN(test_replay_checkpoints_midway);
+    RUN(test_recover_salvages);
     t_teardown();
     UNIT_DONE();
 }

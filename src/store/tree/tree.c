@@ -990,6 +990,9 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    bool salvage = false;
+    if ((rc = bt_salvage_begin(bt, &salvage, err, errlen)))
+        goto fail;
     int oflags = (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     bt->fd = bt->io->open(bt->io, bt->dirfd, "tree", oflags, 0);
     if (bt->fd < 0 && errno == ENOENT && !cfg->read_only) {
@@ -1016,7 +1019,9 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         goto fail;
     }
     pthread_mutex_lock(&bt->mu);
-    rc = bt_wal_open(bt, err, errlen);
+    rc = salvage ? do_salvage_load(bt, err, errlen) : KURA_OK;
+    if (rc == KURA_OK)
+        rc = bt_wal_open(bt, err, errlen);
     uint64_t replayed = atomic_load(&bt->recovered_records);
     if (rc == KURA_OK && (replayed || bt->pend.n) && !cfg->read_only) {
         rc = do_checkpoint(bt);
@@ -1025,6 +1030,8 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
                      kura_strerror(rc));
     }
     pthread_mutex_unlock(&bt->mu);
+    if (rc == KURA_OK && salvage && (rc = bt_salvage_end(bt)))
+        snprintf(err, errlen, "%s: cannot finish the salvage: %s", path, kura_strerror(rc));
     if (rc)
         goto fail;
     if (replayed || bt->wal_cut)

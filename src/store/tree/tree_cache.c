@@ -206,12 +206,11 @@ void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what)
 }
 
 /* Reads n bytes at off: 0, KURA_ECORRUPT if the file ends before, KURA_EIO. */
-static int read_full(btree *bt, void *buf, size_t n, off_t off)
+static int read_full_fd(btree *bt, int fd, void *buf, size_t n, off_t off)
 {
     size_t got = 0;
     while (got < n) {
-        ssize_t r = bt->io->pread(bt->io, bt->fd, (char *)buf + got, n - got,
-                                  off + (off_t)got);
+        ssize_t r = bt->io->pread(bt->io, fd, (char *)buf + got, n - got, off + (off_t)got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -221,6 +220,11 @@ static int read_full(btree *bt, void *buf, size_t n, off_t off)
         got += (size_t)r;
     }
     return KURA_OK;
+}
+
+static int read_full(btree *bt, void *buf, size_t n, off_t off)
+{
+    return read_full_fd(bt, bt->fd, buf, n, off);
 }
 
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
@@ -470,10 +474,16 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
 
 int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val)
 {
+    return do_ovf_read_fd(bt, bt->fd, bt->npages, c, val);
+}
+
+int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                   const unsigned char **val)
+{
     uint64_t pgno = c->ovf_pgno;
     size_t vlen = c->ovf_bytes;
     size_t n = bt_ovf_pages(bt, vlen), len = n * bt->psiz;
-    if (pgno < 2 || pgno + n > bt->npages) {
+    if (pgno < 2 || pgno + n > npages) {
         bt_count_error(bt, KURA_ECORRUPT, pgno, "an overflow run past the file's pages");
         return KURA_ECORRUPT;
     }
@@ -484,7 +494,7 @@ int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val)
         bt->vbuf = nb;
         bt->vcap = len;
     }
-    int rc = read_full(bt, bt->vbuf, len, (off_t)(pgno * bt->psiz));
+    int rc = read_full_fd(bt, fd, bt->vbuf, len, (off_t)(pgno * bt->psiz));
     if (rc == KURA_OK &&
         (bt_get32(bt->vbuf) != crc32c_update(0, bt->vbuf + 4, len - 4) ||
          pg_type(bt->vbuf) != BT_OVERFLOW || bt_get64(bt->vbuf + 8) != pgno ||

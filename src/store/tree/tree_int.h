@@ -289,6 +289,9 @@ size_t bt_ovf_pages(btree *bt, size_t vlen);
 int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, bt_ovf *out);
 /* the value of a cell whose value is in a run (decompressed) */
 int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val);
+/* the same from another file of npages pages (a salvage's damaged one) */
+int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                   const unsigned char **val);
 void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what);
 /* pwritev of every byte to the tree file (short writes continued);
  * 0 or -1 with errno */
@@ -305,6 +308,19 @@ int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l
  * KURA_ECORRUPT. */
 int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen, size_t rawlen,
                     const unsigned char **val);
+
+/* ---- tree_salvage.c: -recover ------------------------------------------- */
+
+/* Before the tree file is opened.  With cfg.recover: sets `tree` aside as
+ * `tree.damaged` (or drops the partial tree of a salvage cut short), sets
+ * bt->psiz to the damaged file's, and *salvage.  Without: refuses while a
+ * salvage is unfinished. */
+int bt_salvage_begin(btree *bt, bool *salvage, char *err, size_t errlen);
+/* mu held, the fresh tree open, before the log's replay: every intact leaf
+ * cell of the damaged file (the larger cas wins), then a checkpoint. */
+int do_salvage_load(btree *bt, char *err, size_t errlen);
+/* once the result is durable: `tree.damaged` becomes `tree.salvaged` */
+int bt_salvage_end(btree *bt);
 
 /* ---- tree_search.c ------------------------------------------------------- */
 
