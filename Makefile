@@ -1,6 +1,6 @@
 # kura - top-level Makefile.  Plain `make` needs no configure step.
 #
-#   make            build kurad, kura-bench and the unit tests (into build/)
+#   make            build kurad, kuractl, kura-bench and the unit tests (into build/)
 #   make run        build, then run kurad in the foreground on 127.0.0.1:11211
 #   make test       build and run every test; ends with "N passed, N failed"
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
@@ -14,8 +14,9 @@
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #
 # Sources are found by wildcard: every src/*/*.c and src/*/*/*.c (a backend
-# has a folder of its own: src/store/hash/, src/store/cache/) except src/server goes into
-# libkura.a; src/server/*.c make kurad; tests/unit/test_*.c are one program each,
+# has a folder of its own: src/store/hash/, src/store/cache/) except src/server
+# and src/ctl goes into libkura.a; src/server/*.c make kurad; src/ctl/*.c make
+# kuractl (the operator's tool, docs/kuractl.1); tests/unit/test_*.c are one program each,
 # and every other tests/unit/*.c (test support, such as kio_sim.c) is linked
 # into each of them.
 
@@ -34,23 +35,26 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread \
 CFLAGS_ALL  = $(CFLAGS_BASE) $(CFLAGS)
 LIBS        = -levent -lz -lbz2 -llzo2 -lm -pthread $(SAN)
 
-LIB_SRC    = $(sort $(filter-out src/server/%,$(wildcard src/*/*.c src/*/*/*.c)))
+LIB_SRC    = $(sort $(filter-out src/server/% src/ctl/%,$(wildcard src/*/*.c src/*/*/*.c)))
 SERVER_SRC = $(sort $(wildcard src/server/*.c))
+CTL_SRC    = $(sort $(wildcard src/ctl/*.c))
 UNIT_SRC   = $(sort $(wildcard tests/unit/test_*.c))
 UNIT_SUPPORT_SRC = $(sort $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c)))
 BENCH_SRC  = $(sort $(wildcard bench/*.c))
 
 LIB_OBJ    = $(LIB_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ = $(SERVER_SRC:%.c=$(BUILD)/%.o)
+CTL_OBJ    = $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_SUPPORT_OBJ = $(UNIT_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 # kept (make would delete them as intermediate and rebuild them every time)
 .SECONDARY: $(UNIT_SUPPORT_OBJ)
 KURAD      = $(BUILD)/kurad
+KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all run test test-asan test-tsan check install clean bench bench-repl bench-snapshot
-all: $(KURAD) $(BENCH) $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
+all: $(KURAD) $(KURACTL) $(BENCH) $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
 
 # An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
 # sync-failure tests (tests/shim/failsync.c).  Built without the sanitizers:
@@ -69,6 +73,9 @@ $(BUILD)/libkura.a: $(LIB_OBJ)
 
 $(KURAD): $(SERVER_OBJ) $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(SERVER_OBJ) $(BUILD)/libkura.a $(LIBS)
+
+$(KURACTL): $(CTL_OBJ) $(BUILD)/libkura.a
+	$(CC) $(CFLAGS_ALL) -o $@ $(CTL_OBJ) $(BUILD)/libkura.a $(LIBS)
 
 $(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
@@ -143,11 +150,11 @@ test-tsan:
 FIXPATHS = sed -e 's\#/usr/local/bin/\#$(PREFIX)/bin/\#g' -e 's\#/etc/kura/\#$(SYSCONFDIR)/kura/\#g'
 SHARE    = $(DESTDIR)$(PREFIX)/share
 
-install: $(KURAD) $(BENCH)
+install: $(KURAD) $(KURACTL) $(BENCH)
 	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE)/man/man1 $(SHARE)/doc/kura \
 	    $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/kura $(DESTDIR)$(SYSCONFDIR)/logrotate.d \
 	    $(SHARE)/kura/daemontools/log $(SHARE)/kura/daemontools/env
-	install -m 755 $(KURAD) $(BENCH) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(KURAD) $(KURACTL) $(BENCH) $(DESTDIR)$(PREFIX)/bin/
 	for m in docs/*.1; do [ -f "$$m" ] && install -m 644 "$$m" $(SHARE)/man/man1/; done; true
 	install -m 644 README.md docs/options.md docs/operations.md docs/protocol.md $(SHARE)/doc/kura/
 	$(FIXPATHS) conf/kurad.service > $(DESTDIR)$(SYSTEMDUNITDIR)/kurad.service

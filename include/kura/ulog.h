@@ -93,6 +93,11 @@ typedef struct ul_config {
     bool mapwrite;              /* seglog's: append through a shared mapping */
     void (*log)(void *arg, int level, const char *line);   /* NULL: stderr */
     void *log_arg;
+    /* Open to read only (kuractl ulog list/show, beside a running server):
+     * nothing in the directory changes (a torn tail is left on disk and
+     * only skipped, no segment is created: a directory without one is
+     * KURA_NOTFOUND); appends, prune and ul_set_complete are refused. */
+    bool read_only;
 } ul_config;
 
 typedef struct ul_log ul_log;
@@ -177,6 +182,28 @@ typedef struct ul_prune_result {
  * counted in res->forced: that slave will find its position no longer held.
  * The active segment is never removed.  0 or KURA_E*. */
 int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_result *res);
+
+/* Removes the oldest segments whose every row is at or before ts (a
+ * backup or every replica has them), never the active one: what
+ * "kuractl ulog prune --keep-after" asks for.  0 or KURA_E*. */
+int ul_prune_before(ul_log *log, uint64_t ts, ul_prune_result *res);
+
+/* ---- segments, for tools ------------------------------------------------ */
+
+typedef struct ul_seg_info {
+    uint32_t id;
+    uint64_t bytes;             /* the file's records (its size on disk may be
+                                   larger: the active segment is preallocated) */
+    uint64_t file_bytes;
+    uint64_t rows;              /* data rows (the header row not counted) */
+    uint32_t sid;               /* from the header row (0: none yet) */
+    uint64_t prev_ts;           /* the header row's: the last row before it */
+    uint64_t first_ts, last_ts; /* of its data rows (0: none) */
+    int damaged;                /* 0, or the status that stopped its scan */
+} ul_seg_info;
+/* Every segment, oldest first, each scanned for its rows (*out malloc'd).
+ * Cost: a read of the whole log.  0 or KURA_E*. */
+int ul_segments(ul_log *log, ul_seg_info **out, size_t *n);
 
 /* ---- the row format (for tests and tools) ------------------------------ */
 

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kura/bytes.h"
@@ -367,8 +368,8 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
     sl_config c = { .dir = cfg->dir, .dirfd = log->dirfd, .io = cfg->io,
                     .version = UL_VERSION, .versions = 1u << UL_VERSION,
                     .segsiz = cfg->ulim ? cfg->ulim : DEFAULT_ULIM,
-                    .mapwrite = cfg->mapwrite, .check = ul_check,
-                    .log = cfg->log, .log_arg = cfg->log_arg };
+                    .mapwrite = cfg->mapwrite && !cfg->read_only, .check = ul_check,
+                    .read_only = cfg->read_only, .log = cfg->log, .log_arg = cfg->log_arg };
     memcpy(c.magic, UL_MAGIC, 8);
     sl_init(&log->sl, &c);
     if ((rc = sl_list(&log->sl, &ids, &n))) {
@@ -390,6 +391,11 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
         }
         if ((rc = sl_seg_open(&log->sl, ids[i], &sg, err, errlen)))
             goto fail;
+    }
+    if (!n && cfg->read_only) {
+        snprintf(err, errlen, "%s: no update log segments", cfg->dir);
+        rc = KURA_NOTFOUND;
+        goto fail;
     }
     if (!n) {
         if ((rc = sl_seg_create(&log->sl, new_id, 0, &sg))) {
@@ -544,6 +550,8 @@ int ul_failed(ul_log *log)
  * renamed, the directory synced. */
 int ul_set_complete(ul_log *log, bool complete)
 {
+    if (log->cfg.read_only)
+        return KURA_EREADONLY;
     if (complete) {
         if (atomic_load(&log->start) == 0)
             return KURA_OK;
@@ -652,33 +660,48 @@ void ul_get_extent(ul_log *log, ul_extent *ex)
 
 /* ---- retention ----------------------------------------------------------- */
 
+/* The timestamp of segment id's last row: the next segment's header holds
+ * it; an empty next one (the active, or one whose rows a torn tail cut)
+ * leaves the log's last.  log->mu held.  0 or KURA_E*. */
+static int do_seg_last(ul_log *log, uint32_t id, uint64_t *last)
+{
+    ul_row h;
+    int hr = do_seg_header(log, id + 1, &h);
+    if (hr < 0)
+        return hr;
+    *last = hr == KURA_OK ? h.prev_ts : log->last_ts;
+    return KURA_OK;
+}
+
+/* Removes sg, the oldest segment, counting it in res; log->mu held. */
+static void do_drop_oldest(ul_log *log, sl_seg *sg, uint32_t active, ul_prune_result *res)
+{
+    uint64_t size = sg->size;
+    sl_seg_drop(&log->sl, sg);
+    sl_first_advance(&log->sl, active);
+    res->segs++;
+    res->bytes += size;
+}
+
 int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_result *res)
 {
     ul_extent ex;
     int rc = KURA_OK;
     memset(res, 0, sizeof(*res));
+    if (log->cfg.read_only)
+        return KURA_EREADONLY;
     pthread_mutex_lock(&log->mu);
     do_extent(log, &ex);
     uint64_t total = ex.bytes;
     for (uint32_t id = ex.first_seg; max_total && total > max_total && id < ex.last_seg; id++) {
         sl_seg *sg = sl_seg_get(&log->sl, id);
+        uint64_t seg_last;
         if (!sg)
             continue;
-        /* the next segment's header holds this one's last timestamp; an
-         * empty next one (a torn tail cut its rows) leaves the log's last */
-        ul_row h;
-        int hr = do_seg_header(log, id + 1, &h);
-        if (hr < 0) {
-            rc = hr;
+        if ((rc = do_seg_last(log, id, &seg_last)))
             break;
-        }
-        uint64_t seg_last = hr == KURA_OK ? h.prev_ts : log->last_ts;
-        uint64_t size = sg->size;
-        sl_seg_drop(&log->sl, sg);
-        sl_first_advance(&log->sl, ex.last_seg);
-        total -= size;
-        res->segs++;
-        res->bytes += size;
+        total -= sg->size;
+        do_drop_oldest(log, sg, ex.last_seg, res);
         if (seg_last > keep_after_ts)
             res->forced++;
     }
@@ -692,6 +715,82 @@ int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_r
         logf_(log, KURA_LOG_ERROR, msg);
     }
     return rc;
+}
+
+int ul_prune_before(ul_log *log, uint64_t ts, ul_prune_result *res)
+{
+    ul_extent ex;
+    int rc = KURA_OK;
+    memset(res, 0, sizeof(*res));
+    if (log->cfg.read_only)
+        return KURA_EREADONLY;
+    pthread_mutex_lock(&log->mu);
+    do_extent(log, &ex);
+    for (uint32_t id = ex.first_seg; id < ex.last_seg; id++) {
+        sl_seg *sg = sl_seg_get(&log->sl, id);
+        uint64_t seg_last;
+        if (!sg)
+            continue;
+        if ((rc = do_seg_last(log, id, &seg_last)) || seg_last > ts)
+            break;
+        do_drop_oldest(log, sg, ex.last_seg, res);
+    }
+    res->from_ts = do_from_ts(log);
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
+/* ---- segments, for tools --------------------------------------------------- */
+
+int ul_segments(ul_log *log, ul_seg_info **out, size_t *n)
+{
+    ul_extent ex;
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&log->mu);
+    do_extent(log, &ex);
+    ul_seg_info *v = calloc(ex.segs ? ex.segs : 1, sizeof(*v));
+    if (!v) {
+        pthread_mutex_unlock(&log->mu);
+        return KURA_ENOMEM;
+    }
+    for (uint32_t id = ex.first_seg; id <= ex.last_seg; id++) {
+        sl_seg *sg = sl_seg_get(&log->sl, id);
+        if (!sg || *n == ex.segs)
+            continue;
+        ul_seg_info *si = &v[(*n)++];
+        struct stat st;
+        si->id = id;
+        si->bytes = sg->size;
+        si->file_bytes = fstat(sg->fd, &st) == 0 ? (uint64_t)st.st_size : sg->size;
+        sl_scan sc;
+        uint64_t off = SL_SEG_HDR;
+        sl_scan_init(&sc, &log->sl, sg, SCAN_FIRST);
+        for (;;) {
+            const unsigned char *p;
+            size_t len;
+            ul_row row;
+            int rc = off < sg->size ? sl_scan_rec(&sc, off, &row, &p, &len) : 1;
+            if (rc) {
+                si->damaged = rc == 1 ? 0 : rc;
+                break;
+            }
+            if (row.type == UL_HDR) {
+                si->sid = row.sid;
+                si->prev_ts = row.prev_ts;
+            } else {
+                if (!si->first_ts)
+                    si->first_ts = row.ts;
+                si->last_ts = row.ts;
+                si->rows++;
+            }
+            off += len;
+        }
+        sl_scan_done(&sc);
+    }
+    pthread_mutex_unlock(&log->mu);
+    *out = v;
+    return KURA_OK;
 }
 
 /* ---- readers ------------------------------------------------------------- */

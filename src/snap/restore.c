@@ -94,7 +94,9 @@ static bool blank(kura_store *s)
 static int replay(const snap_restore_cfg *cfg, kura_engine *e, uint64_t from,
                   snap_restore_result *res, char *err, size_t errlen)
 {
-    ul_config uc = { .dir = cfg->ulog_dir, .sid = res->info.sid ? res->info.sid : 1 };
+    /* read-only: nothing of the log changes, so it may be a running server's */
+    ul_config uc = { .dir = cfg->ulog_dir, .sid = res->info.sid ? res->info.sid : 1,
+                     .read_only = true };
     ul_log *log;
     uint64_t cut = 0;
     int rc = ul_open(&uc, &log, &cut, err, errlen);

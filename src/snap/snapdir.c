@@ -85,7 +85,8 @@ int snap_list(const char *dir, snap_entry **out, size_t *n)
         v[cnt++] = e;
     }
     closedir(d);
-    qsort(v, cnt, sizeof(*v), newest_first);
+    if (cnt > 1)
+        qsort(v, cnt, sizeof(*v), newest_first);
     *out = v;
     *n = cnt;
     return KURA_OK;

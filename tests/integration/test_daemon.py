@@ -577,7 +577,8 @@ def test_make_install(tmp):
     rc, out = run(["make", "-s", "-C", ROOT, "install", "DESTDIR=" + dest, "PREFIX=/usr",
                    "BUILD=" + os.path.relpath(BUILD, ROOT)], tmp, timeout=300, env=env)
     assert rc == 0, out
-    for f in ("usr/bin/kurad", "usr/share/man/man1/kurad.1", "usr/lib/systemd/system/kurad.service",
+    for f in ("usr/bin/kurad", "usr/share/man/man1/kurad.1", "usr/bin/kuractl",
+              "usr/share/man/man1/kuractl.1", "usr/lib/systemd/system/kurad.service",
               "etc/kura/kurad.conf", "etc/logrotate.d/kurad", "usr/share/kura/daemontools/run",
               "usr/share/kura/daemontools/log/run", "usr/share/doc/kura/operations.md"):
         assert os.path.exists(os.path.join(dest, f)), "make install did not install " + f

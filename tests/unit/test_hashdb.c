@@ -468,7 +468,53 @@ static void test_format_v1(void)
         CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
         if (f)
             fclose(f);
-        CHECK_EQ_INT(h[8], 4);      /* the version now in place */
+        CHECK_EQ_INT(h[8], 5);      /* the version now in place */
+    }
+}
+
+/* A database whose checkpoint is version 4 (entries not compressed;
+ * tests/fixtures/hash-v4.kh, written by kurad before version 5: k0..k99
+ * with flags i and value "v<i>", k7 with an exptime, k5 deleted, a clean
+ * stop) opens from that checkpoint whole; its next checkpoint is version 5
+ * (entries in LZO blocks), and the database opens from that whole too. */
+static void test_checkpoint_v4(void)
+{
+    char fixture[512], err[512];
+    snprintf(fixture, sizeof(fixture), "%.*s/../fixtures/hash-v4.kh",
+             (int)(strrchr(__FILE__, '/') - __FILE__), __FILE__);
+    const char *copy = t_path("v4.kh");
+    REQUIRE(t_copy_dir(fixture, copy) == 0);
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_clock clk = { .now = 1700000000 };
+    for (int round = 0; round < 2; round++) {
+        char ck[600];
+        unsigned char h[12] = { 0 };
+        snprintf(ck, sizeof(ck), "%s/checkpoint", copy);
+        FILE *f = fopen(ck, "rb");
+        CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
+        if (f)
+            fclose(f);
+        CHECK_EQ_INT(h[8], round == 0 ? 4 : 5);
+        kura_store *s = NULL;
+        REQUIRE(t_open(copy, "#segsiz=64k", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        CHECK_EQ_INT(t_stat(s, "hash_recovered_records"), 0);  /* from the checkpoint */
+        int bad = 0;
+        for (int i = 0; i < 100; i++) {
+            char k[16], want[16];
+            snprintf(k, sizeof(k), "k%d", i);
+            snprintf(want, sizeof(want), "v%d", i);
+            t_val v;
+            int rc = t_get(s, k, &clk, &v);
+            if (i == 5)
+                bad += rc != KURA_NOTFOUND;
+            else
+                bad += rc != KURA_OK || v.len != strlen(want) || memcmp(v.buf, want, v.len) ||
+                       v.flags != (uint32_t)i || v.exptime != (i == 7 ? 2000000000LL : 0);
+        }
+        CHECK_EQ_INT(bad, 0);
+        if (round == 0)
+            CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+        kura_store_close(s);
     }
 }
 
@@ -923,6 +969,7 @@ int main(void)
     RUN(test_index_growth);
     RUN(test_index_churn);
     RUN(test_format_v1);
+    RUN(test_checkpoint_v4);
     RUN(test_big_value);
     RUN(test_large_copy_lets_readers_in);
     RUN(test_read_only);

@@ -9,7 +9,9 @@
  * after pruning: "not held"); reopening after a close and after a torn
  * tail (rows up to the tear, appends going on with larger timestamps), and
  * through seglog's write mapping (a tail of zeros cut silently);
- * retention under a cap; appends from 4 threads with group commit; a reader
+ * retention under a cap; the read-only open (nothing in the directory
+ * changes; appends and prunes refused), the segment listing and pruning up
+ * to a timestamp (kuractl's); appends from 4 threads with group commit; a reader
  * following two appending threads while a third prunes; and a
  * failed fdatasync (a kura_io wrapper) stopping appends for good.
  */
@@ -649,6 +651,85 @@ static void test_retention_cap(void)
     ul_close(log);
 }
 
+/* Bytes of every file in dir, by name: what a read-only open must not change. */
+static uint64_t dir_sum(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "cat %s/* 2>/dev/null | cksum", dir);
+    FILE *f = popen(cmd, "r");
+    unsigned long long v = 0, n = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &v, &n) != 2)
+            v = 0;
+        pclose(f);
+    }
+    return v ^ n << 32;
+}
+
+/* kuractl's side: a read-only open changes nothing (the active segment's
+ * preallocated tail stays), lists the segments with their rows, reads, and
+ * refuses changes; ul_prune_before removes what is all at or before a
+ * timestamp and never the active segment. */
+static void test_read_only_and_prune_before(void)
+{
+    fresh_dir();
+    hlc_init(&clk, step_clock);
+    ul_config c = config(4096, NULL);
+    ul_log *log = open_log(&c, NULL);
+    REQUIRE(log);
+    uint64_t ts[NROWS];
+    REQUIRE(fill(log, 0, NROWS, ts) == 0);
+    ul_close(log);
+    uint64_t before = dir_sum();
+    ul_config ro = c;
+    ro.read_only = true;
+    log = open_log(&ro, NULL);
+    REQUIRE(log);
+    ul_seg_info *v;
+    size_t n;
+    REQUIRE(ul_segments(log, &v, &n) == KURA_OK);
+    uint64_t rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        rows += v[i].rows;
+        CHECK_EQ_INT(v[i].sid, 7);
+        CHECK_EQ_INT(v[i].damaged, 0);
+        CHECK(i == 0 || v[i].first_ts > v[i - 1].last_ts);
+        CHECK(i == 0 || v[i].prev_ts == v[i - 1].last_ts);
+    }
+    CHECK_EQ_INT(rows, NROWS);
+    CHECK(n > 2);
+    CHECK_EQ_INT(v[0].first_ts, ts[0]);
+    int first;
+    CHECK_EQ_INT(rows_after(log, 0, ts, NROWS, &first), NROWS);
+    ul_row r = { .type = UL_DEL, .key = "k", .klen = 1 };
+    ul_pos pos;
+    ul_prune_result pr;
+    CHECK(ul_append(log, &r, &pos) != KURA_OK);
+    CHECK(ul_prune(log, UINT64_MAX, 1, &pr) == KURA_EREADONLY);
+    CHECK(ul_prune_before(log, UINT64_MAX, &pr) == KURA_EREADONLY);
+    ul_close(log);
+    CHECK(dir_sum() == before);
+    /* prune_before: the segments wholly at or before the last row of the
+     * second segment go; the third stays */
+    log = open_log(&c, NULL);
+    REQUIRE(log);
+    CHECK(ul_prune_before(log, v[1].last_ts, &pr) == KURA_OK);
+    CHECK_EQ_INT(pr.segs, 2);
+    CHECK_EQ_INT(pr.from_ts, v[1].last_ts);
+    CHECK(ul_prune_before(log, UINT64_MAX, &pr) == KURA_OK);
+    ul_extent ex;
+    ul_get_extent(log, &ex);
+    CHECK_EQ_INT(ex.segs, 1);   /* the active one stays */
+    ul_close(log);
+    free(v);
+    /* no segment at all: read-only says so and creates none */
+    fresh_dir();
+    CHECK(ul_open(&ro, &log, NULL, (char[100]){ 0 }, 100) == KURA_NOTFOUND);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/00000001.seg", dir);
+    CHECK(access(p, F_OK) != 0);
+}
+
 /* ---- threads and sync failure ---------------------------------------------- */
 
 typedef struct app_worker {
@@ -860,6 +941,7 @@ int main(void)
     RUN(test_reopen_torn_tail);
     RUN(test_start_marker);
     RUN(test_retention_cap);
+    RUN(test_read_only_and_prune_before);
     RUN(test_threads_group_commit);
     RUN(test_reader_follows_appends_and_prunes);
     RUN(test_failed_sync_sticky);

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "hashdb_int.h"
 
@@ -44,7 +45,8 @@
 #define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen and flagged, six varints,
                                    the key */
 #define CK_TRAILER 24
-#define CK_VERSION 4            /* written; 1 to 3 are still read */
+#define CK_VERSION 5            /* written; 1 to 4 are still read */
+#define CK_BLOCK_MAX (1u << 20) /* version 5: raw bytes of entries a block holds */
 
 
 typedef struct wbuf {
@@ -52,41 +54,56 @@ typedef struct wbuf {
     int fd;
     unsigned char *buf;
     size_t len, cap;
-    size_t summed;              /* bytes of buf already in crc */
+    unsigned char *zbuf;        /* set: each flush is one compressed block */
+    size_t zcap;
     uint64_t off;               /* bytes written to the file so far */
-    uint32_t crc;               /* of everything put, once wb_sum()med */
+    uint32_t crc;               /* of every byte written */
     int err;                    /* errno of the first failed write */
 } wbuf;
 
-/* Folds the buffered bytes into the checksum: one long run per buffer is
- * cheaper than a call per field. */
-static void wb_sum(wbuf *w)
-{
-    w->crc = crc32c_update(w->crc, w->buf + w->summed, w->len - w->summed);
-    w->summed = w->len;
-}
-
-static void wb_flush(wbuf *w)
+static void wb_write(wbuf *w, const unsigned char *p, size_t n)
 {
     size_t done = 0;
     uint64_t at = w->off;
-    wb_sum(w);
-    while (!w->err && done < w->len) {
-        struct iovec v = { w->buf + done, w->len - done };
-        ssize_t n = w->io->pwritev(w->io, w->fd, &v, 1, (off_t)(w->off + done));
-        if (n < 0 && errno == EINTR)
+    while (!w->err && done < n) {
+        struct iovec v = { (void *)(p + done), n - done };
+        ssize_t k = w->io->pwritev(w->io, w->fd, &v, 1, (off_t)(w->off + done));
+        if (k < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            w->err = n < 0 ? errno : ENOSPC;
+        if (k <= 0)
+            w->err = k < 0 ? errno : ENOSPC;
         else
-            done += (size_t)n;
+            done += (size_t)k;
     }
+    /* one long run per buffer is cheaper than a call per field */
+    w->crc = crc32c_update(w->crc, p, done);
     w->off += done;
     /* start writing it back now, so the fdatasync at the end waits for
      * little more than the last buffer (only a hint: errors show there) */
     if (!w->err && done)
         (void)sync_file_range(w->fd, (off_t)at, (off_t)done, SYNC_FILE_RANGE_WRITE);
-    w->len = w->summed = 0;
+}
+
+/* Writes what is buffered: as it is, or (entries, version 5) as a block
+ * "raw length u32, compressed length u32, LZO1X-1 bytes".  Entries never
+ * straddle two blocks (wb_room flushes before an entry that would). */
+static void wb_flush(wbuf *w)
+{
+    if (!w->len || w->err)
+        return;
+    if (w->zbuf) {
+        size_t zl;
+        if (codec_compress(KURA_CODEC_LZO, w->buf, w->len, w->zbuf + 8, w->zcap - 8, &zl)) {
+            w->err = ENOMEM;
+            return;
+        }
+        put32(w->zbuf, (uint32_t)w->len);
+        put32(w->zbuf + 4, (uint32_t)zl);
+        wb_write(w, w->zbuf, 8 + zl);
+    } else {
+        wb_write(w, w->buf, w->len);
+    }
+    w->len = 0;
 }
 
 /* Room for n more bytes (n < cap) at the end of the buffer. */
@@ -203,6 +220,14 @@ int hd_ckpt_write(hashdb *db)
      * start its writeback now, to overlap the dump (hd_sync_now waits) */
     sl_writeback_hint(&db->log);
     wb_put(&w, h, sizeof(h));
+    wb_flush(&w);
+    /* version 5: the entries in compressed blocks (docs/formats.md) */
+    w.zcap = codec_bound(KURA_CODEC_LZO, w.cap) + 8;
+    w.zbuf = malloc(w.zcap);
+    if (!w.zbuf) {
+        rc = KURA_ENOMEM;
+        goto out;
+    }
 
     ck_dump d = { &w, 0 };
     for (int i = 0; i < HD_STRIPES && !w.err; i++) {
@@ -215,10 +240,13 @@ int hd_ckpt_write(hashdb *db)
         pthread_rwlock_unlock(&s->lock);
     }
     count = d.count;
+    wb_flush(&w);
+    free(w.zbuf);
+    w.zbuf = NULL;
     memcpy(t, HD_CKPT_END, 8);
     put64(t + 8, count);
     wb_put(&w, t, 16);
-    wb_sum(&w);
+    wb_flush(&w);
     put32(t + 16, w.crc);
     put32(t + 20, 0);
     wb_put(&w, t + 16, 8);
@@ -259,6 +287,7 @@ out:
     if (w.fd >= 0)
         db->io->close(db->io, w.fd);
     free(w.buf);
+    free(w.zbuf);
     if (rc) {
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
         atomic_store(&db->ckpt_lsn, saved_lsn);     /* counts from the last one again */
@@ -400,6 +429,36 @@ static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned cha
     return p + f->klen;
 }
 
+/* One entry into the index. */
+static int ck_put(hashdb *db, const ck_ent *f)
+{
+    size_t klen = f->klen;
+    const char *key = f->key;
+    uint64_t hv = hd_hash(db, key, klen);
+    hd_stripe *s = hd_stripe_of(db, hv);
+    hd_ent *e = hdx_find(s, hv, key, klen);
+    if (!e) {
+        e = hdx_new(s, key, klen);
+        if (!e)
+            return KURA_ENOMEM;
+        hdx_insert(s, e, hv);
+    }
+    e->seg = f->seg;
+    e->hlen = (uint8_t)f->hlen;
+    e->marks = f->flagged ? HD_FLAGGED : 0;
+    e->off = f->off;
+    e->vlen = f->vlen;
+    e->exptime = f->exptime;
+    e->cas = f->cas;
+    e->seq = f->seq;
+    if (e->seq > db->seq)
+        db->seq = e->seq;
+    return KURA_OK;
+}
+
+static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
+                          const unsigned char *end, char *err, size_t errlen);
+
 /* Loads a checked checkpoint into the (empty) index. */
 /* Entries are inserted in the order of the dump: stripe by stripe, so each
  * stripe's table and slab stay in cache while they fill, provided the hash
@@ -418,6 +477,8 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     db->state.ulog_ts = ck->version >= 4 ? get64(p + 96) : 0;
     p += ck->version >= 4 ? CK_HDR : ck->version == 3 ? CK_HDR_V3 : CK_HDR_V2;
     hdx_reserve(db, ck->count);
+    if (ck->version >= 5)
+        return ck_load_blocks(db, ck, p, end, err, errlen);
     for (uint64_t i = 0; i < ck->count; i++) {
         ck_ent f;
         const unsigned char *next = ck->version == 1 ? ck_ent_v1(p, end, &f)
@@ -427,30 +488,59 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
                      (unsigned long long)i, (size_t)(p - ck->map));
             return KURA_ECORRUPT;
         }
-        size_t klen = f.klen;
-        const char *key = f.key;
-        uint64_t hv = hd_hash(db, key, klen);
-        hd_stripe *s = hd_stripe_of(db, hv);
-        hd_ent *e = hdx_find(s, hv, key, klen);
-        if (!e) {
-            e = hdx_new(s, key, klen);
-            if (!e)
-                return KURA_ENOMEM;
-            hdx_insert(s, e, hv);
-        }
-        e->seg = f.seg;
-        e->hlen = (uint8_t)f.hlen;
-        e->marks = f.flagged ? HD_FLAGGED : 0;
-        e->off = f.off;
-        e->vlen = f.vlen;
-        e->exptime = f.exptime;
-        e->cas = f.cas;
-        e->seq = f.seq;
-        if (e->seq > db->seq)
-            db->seq = e->seq;
+        if (ck_put(db, &f))
+            return KURA_ENOMEM;
         p = next;
     }
     return KURA_OK;
+}
+
+/* Version 5: the entries in LZO blocks, each decompressed into one buffer
+ * and read as version 2 entries; the block's lengths are checked before
+ * anything is read (the file's CRC, checked already, covers the bytes). */
+static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
+                          const unsigned char *end, char *err, size_t errlen)
+{
+    unsigned char *raw = malloc(CK_BLOCK_MAX);
+    uint64_t i = 0;
+    int rc = KURA_OK;
+    if (!raw)
+        return KURA_ENOMEM;
+    while (p < end && rc == KURA_OK) {
+        size_t at = (size_t)(p - ck->map);
+        uint32_t rlen = end - p >= 8 ? get32(p) : 0, zlen = end - p >= 8 ? get32(p + 4) : 0;
+        if (end - p < 8 || rlen == 0 || rlen > CK_BLOCK_MAX || zlen > (size_t)(end - p - 8) ||
+            codec_decompress(KURA_CODEC_LZO, p + 8, zlen, raw, rlen) != KURA_OK) {
+            snprintf(err, errlen, "%s/checkpoint: bad block at offset %zu", db->dir, at);
+            rc = KURA_ECORRUPT;
+            break;
+        }
+        p += 8 + zlen;
+        const unsigned char *q = raw, *qend = raw + rlen;
+        while (q < qend) {
+            ck_ent f;
+            const unsigned char *next = ck_ent_v2(q, qend, &f);
+            if (!next || i == ck->count) {
+                snprintf(err, errlen, "%s/checkpoint: bad entry %llu in the block at offset %zu",
+                         db->dir, (unsigned long long)i, at);
+                rc = KURA_ECORRUPT;
+                break;
+            }
+            if (ck_put(db, &f)) {
+                rc = KURA_ENOMEM;
+                break;
+            }
+            i++;
+            q = next;
+        }
+    }
+    free(raw);
+    if (rc == KURA_OK && i != ck->count) {
+        snprintf(err, errlen, "%s/checkpoint: %llu entries, its trailer says %llu", db->dir,
+                 (unsigned long long)i, (unsigned long long)ck->count);
+        rc = KURA_ECORRUPT;
+    }
+    return rc;
 }
 
 /* ---- recovery ---------------------------------------------------------- */
