@@ -86,9 +86,14 @@ int bt_salvage_begin(btree *bt, bool *salvage, char *err, size_t errlen)
         return KURA_OK;
     }
     if (bt->cfg.read_only) {
-        snprintf(err, errlen, "%s: -recover rebuilds the tree: not with a read-only open",
-                 bt->dir);
-        return KURA_EINVAL;
+        /* a read-only open cannot rebuild: it reads what it can, as a
+         * plain one (kuractl check --repair copies what reads back) */
+        if (interrupted) {
+            snprintf(err, errlen, "%s: a salvage (-recover) was cut short (%s is there): "
+                     "open with -recover, not read-only, to finish it", bt->dir, DAMAGED);
+            return KURA_ECORRUPT;
+        }
+        return KURA_OK;
     }
     const kura_io *io = bt->io;
     if (interrupted) {
