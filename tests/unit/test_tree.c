@@ -964,6 +964,11 @@ static void test_zcomp_round_trip_restart(void)
         int bad;
         CHECK_EQ_INT(zcheck_all(s, ZN, &bad), 0);
         CHECK_EQ_INT(check_tree(s), 0);
+        uint64_t runs = t_stat(s, "tree_zcomp_runs"), saved = t_stat(s, "tree_zcomp_saved_bytes");
+        printf("# %s: %llu compressed runs written, %llu bytes saved\n",
+               ci ? codecs[ci] + 1 : "no zcomp", (unsigned long long)runs,
+               (unsigned long long)saved);
+        CHECK(ci ? runs > 0 && saved > 0 : runs == 0);
         kura_store_close(s);
         size[ci] = file_size(p);
         /* reopened without the parameter: runs say their own codec */

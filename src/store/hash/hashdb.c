@@ -901,6 +901,11 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         (rc = kura_param_size(params, "hash file", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
         (rc = kura_param_size(params, "hash file", "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)))
         return rc;
+    if (kura_param_take(params, "zcomp")) {
+        snprintf(err, errlen, "hash file parameter 'zcomp' is not supported yet: records are "
+                 "stored as they are (the B+ tree, PATH.kb, compresses its large values)");
+        return KURA_EINVAL;
+    }
     rc = kura_params_reject_unused(params, path, err, errlen);
     if (rc)
         return rc;

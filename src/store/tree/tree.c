@@ -684,6 +684,8 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_corrupt_reads", LOAD(corrupt_reads));
     kura_emit_u64(emit, arg, "tree_read_errors", LOAD(read_errors));
     kura_emit_u64(emit, arg, "tree_recovered_records", LOAD(recovered_records));
+    kura_emit_u64(emit, arg, "tree_zcomp_runs", LOAD(zcomp_runs));
+    kura_emit_u64(emit, arg, "tree_zcomp_saved_bytes", LOAD(zcomp_saved));
     sl_stats ls;
     sl_get_stats(&bt->log, &ls);
     kura_emit_u64(emit, arg, "tree_syncs", ls.syncs);

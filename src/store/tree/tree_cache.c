@@ -468,6 +468,10 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
         return sl_errno_status(e);
     }
     free(packed);
+    if (codec) {
+        atomic_fetch_add_explicit(&bt->zcomp_runs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&bt->zcomp_saved, raw - vlen, memory_order_relaxed);
+    }
     *out = (bt_ovf){ .pgno = start, .bytes = (uint32_t)vlen, .codec = (uint8_t)codec };
     return KURA_OK;
 }

@@ -211,7 +211,8 @@ typedef struct btree {
     /* statistics (written under mu, read relaxed) */
     _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
                      cache_misses, corrupt_reads, read_errors, skipped_rebalances,
-                     recovered_records, ckpt_errors;
+                     recovered_records, ckpt_errors,
+                     zcomp_runs, zcomp_saved;   /* compressed runs written, bytes saved */
     uint64_t wal_cut;
 } btree;
 
