@@ -39,6 +39,7 @@
 
 #include "kura/buf.h"
 #include "kura/engine.h"
+#include "kura/list.h"
 
 /* The protocol level we implement; "version" reports it so clients that
  * gate features on the server version see what they can rely on. */
@@ -124,6 +125,7 @@ typedef struct text_session {
                                            the first unconsumed line; 0 = none */
     size_t scan;                        /* private: bytes of the first unconsumed line
                                            already searched for its newline */
+    kura_list_cursor list;              /* private: where a listing paused (listing.c) */
     int conn_id;                        /* for traces: the socket's descriptor */
     const struct kura_proto *proto;     /* chosen at the first byte; NULL before */
     binary_state bin;                   /* private to binary.c */
@@ -163,5 +165,12 @@ typedef struct text_token {
 void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out);
 /* "digest [N [B]]" (src/proto/digest.c). */
 void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out);
+/* The listings (src/proto/listing.c): "lru_crawler metadump ...", "keys ...",
+ * "rget ...".  Each may pause at the high-water mark as a get does
+ * (session->resume set, its line left unconsumed) and go on when called
+ * again with the same line. */
+void text_lru_crawler(text_session *s, const text_token *tok, int ntok, kura_buf *out);
+void text_keys(text_session *s, const text_token *tok, int ntok, kura_buf *out);
+void text_rget(text_session *s, const text_token *tok, int ntok, kura_buf *out);
 
 #endif

@@ -204,6 +204,18 @@ typedef struct kura_store_ops {
     unsigned (*parts)(kura_store *s);
     int (*iterate_part)(kura_store *s, unsigned part, const kura_clock *clk, kura_item_fn fn,
                         void *arg);
+    /* Optional: iterate_part for a listing, which needs keys and metadata
+     * only (list.c).  In the items it shows val is NULL (the value is not
+     * at hand: the hash file reads no record, only its index), vlen is
+     * right and flags only says whether they are 0 (0) or not (1).  NULL:
+     * the listing uses iterate_part. */
+    int (*iterate_part_keys)(kura_store *s, unsigned part, const kura_clock *clk,
+                             kura_item_fn fn, void *arg);
+    /* Optional: iterate_from for a listing, with val NULL (vlen, flags,
+     * exptime and cas as stored): the B+ tree reads no overflow run, so a
+     * listing of large values reads its leaves only.  NULL: iterate_from. */
+    int (*iterate_from_keys)(kura_store *s, const char *from, size_t flen,
+                             const kura_clock *clk, kura_item_fn fn, void *arg);
 } kura_store_ops;
 
 struct kura_store {

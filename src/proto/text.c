@@ -634,6 +634,19 @@ static void cmd_digest(text_session *s, text_token *tok, int ntok, kura_buf *out
     text_digest(s, tok, ntok, out);
 }
 
+static void cmd_lru_crawler(text_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    text_lru_crawler(s, tok, ntok, out);
+}
+static void cmd_keys(text_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    text_keys(s, tok, ntok, out);
+}
+static void cmd_rget(text_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    text_rget(s, tok, ntok, out);
+}
+
 static void cmd_stats(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
     text_stats(s, tok, ntok, out);
@@ -682,6 +695,10 @@ static const struct text_command {
     { "repl",      cmd_repl,      0, 4, 4, false },
     { "digest",    cmd_digest,    0, 2, 4, false },
     { "snapshot",  cmd_snapshot,  0, 2, 2, false },
+    /* the listings (listing.c) */
+    { "lru_crawler", cmd_lru_crawler, 0, -1, -1, false },
+    { "keys",      cmd_keys,      0, 2, -1, false },
+    { "rget",      cmd_rget,      0, 7, 7, false },
 };
 
 static const struct text_command *find_command(const text_token *t)

@@ -50,6 +50,9 @@ static void test_names_and_params(void)
     CHECK(stat(t_path("p1"), &st) != 0);      /* nothing created */
     CHECK(t_open(t_path("p1"), "#bnum=abc", &cfg, &s, err, sizeof(err)) == KURA_EINVAL);
     CHECK(strstr(err, "bnum") != NULL);
+    CHECK(t_open(t_path("p1"), "#zcomp=lzo", &cfg, &s, err, sizeof(err)) == KURA_EINVAL);
+    CHECK(strstr(err, "zcomp") != NULL && strstr(err, "not supported") != NULL);
+    CHECK(stat(t_path("p1"), &st) != 0);      /* nothing created */
     CHECK(t_open(t_path("p1"), "#bnum=1000#msiz=1m#segsiz=64k#ckpt=1m#dfunit=8#frag=30",
                  &cfg, &s, err, sizeof(err)) == KURA_OK);
     REQUIRE(s);

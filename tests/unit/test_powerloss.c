@@ -58,6 +58,7 @@ typedef struct backend {
     const char *fault;          /* for the fault runs, appends through pwritev */
     const char *fault_map;      /* ... through the mapping */
     int (*maintain)(kura_store *s, bool full);
+    bool compressible;          /* values that compress (for #zcomp) */
 } backend;
 
 static int hash_maintain(kura_store *s, bool full)
@@ -73,10 +74,15 @@ static int tree_maintain(kura_store *s, bool full)
 
 static const backend HASH = { "data.kh", "#segsiz=65536#ckpt=16k#bnum=256",
                               "#bnum=256#segsiz=65536", "#segsiz=65536#bnum=256#mapwrite=0",
-                              "#segsiz=65536#bnum=256", hash_maintain };
+                              "#segsiz=65536#bnum=256", hash_maintain, false };
 static const backend TREE = { "data.kb", "#segsiz=65536#ckpt=64k#psiz=4096#pccap=1m",
                               "#segsiz=65536", "#segsiz=65536#psiz=4096#mapwrite=0",
-                              "#segsiz=65536#psiz=4096", tree_maintain };
+                              "#segsiz=65536#psiz=4096", tree_maintain, false };
+/* the tree with compressed overflow runs (#zcomp), and values that compress */
+static const backend TREE_Z = { "data.kb", "#segsiz=65536#ckpt=64k#psiz=4096#pccap=1m#zcomp=lzo",
+                                "#segsiz=65536#zcomp=lzo",
+                                "#segsiz=65536#psiz=4096#mapwrite=0#zcomp=zlib",
+                                "#segsiz=65536#psiz=4096#zcomp=zlib", tree_maintain, true };
 static const backend *be = &HASH;
 
 /* ---- the model ------------------------------------------------------------- */
@@ -156,6 +162,8 @@ static void make_value(int key, size_t id, uint32_t len, unsigned char *out)
     for (uint32_t i = 0; i < len; i++) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
         out[i] = i < (uint32_t)hl ? (unsigned char)h[i] : (unsigned char)(x >> 56);
+        if (be->compressible && i >= (uint32_t)hl)
+            out[i] = (unsigned char)h[i % (uint32_t)hl];   /* the header again and again */
     }
 }
 
@@ -859,6 +867,28 @@ static void test_tree_short_pwritev(void)
     test_short_pwritev();
 }
 
+/* The same on the tree with compressed overflow runs. */
+static void test_tree_zcomp_powerloss_sync_always(void)
+{
+    be = &TREE_Z;
+    run_mode("tree-zcomp-always", KURA_SYNC_ALWAYS, 700, cuts(400), 2);
+}
+
+static void test_tree_zcomp_powerloss_sync_none(void)
+{
+    run_mode("tree-zcomp-none", KURA_SYNC_NONE, 900, cuts(300), 2);
+}
+
+static void test_tree_zcomp_powerloss_during_recovery(void)
+{
+    test_powerloss_during_recovery();
+}
+
+static void test_tree_zcomp_enospc_on_every_pwritev(void)
+{
+    test_enospc_on_every_pwritev();
+}
+
 int main(void)
 {
     snprintf(base, sizeof(base), "%s/kura-powerloss-XXXXXX",
@@ -891,6 +921,10 @@ int main(void)
     RUN(test_tree_enospc_on_every_pwritev);
     RUN(test_tree_enospc_on_every_fallocate);
     RUN(test_tree_short_pwritev);
+    RUN(test_tree_zcomp_powerloss_sync_always);
+    RUN(test_tree_zcomp_powerloss_sync_none);
+    RUN(test_tree_zcomp_powerloss_during_recovery);
+    RUN(test_tree_zcomp_enospc_on_every_pwritev);
     kio_rmrf(base);
     UNIT_DONE();
 }

@@ -485,6 +485,36 @@ static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn,
     return bad;
 }
 
+/* The listing commands' walk of a part (store.h: iterate_part_keys).
+ * Keys and metadata come from the index alone, no record is read (val
+ * NULL; flags only as "not 0", which the index keeps for memcached's size
+ * count), so a listing costs memory reads, not disk reads. */
+static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clock *clk,
+                                    kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    if (part >= HD_STRIPES)
+        return KURA_EINVAL;
+    note_clock(db, clk);
+    hd_stripe *st = &db->stripes[part];
+    int rc = 0;
+    pthread_rwlock_rdlock(&st->lock);
+    for (size_t j = 0; j < st->nslot && rc == 0; j++) {
+        hd_ent *e = hdx_at(st, j);
+        if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+            continue;
+        /* marks: readers set HD_FETCHED under the read lock (hd_ent) */
+        bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
+        kura_item it = {
+            .key = e->key, .klen = e->klen, .val = NULL, .vlen = e->vlen,
+            .flags = flagged ? 1 : 0, .exptime = e->exptime, .cas = e->cas,
+        };
+        rc = fn(arg, &it);
+    }
+    pthread_rwlock_unlock(&st->lock);
+    return rc;
+}
+
 static long hashdb_sweep(kura_store *s, const kura_clock *clk, size_t budget)
 {
     hashdb *db = H(s);
@@ -840,6 +870,7 @@ static const kura_store_ops hashdb_ops = {
     .iterate = hashdb_iterate,
     .parts = hashdb_parts,
     .iterate_part = hashdb_iterate_part,
+    .iterate_part_keys = hashdb_iterate_part_keys,
     .sweep = hashdb_sweep,
     .sync = hashdb_sync,
     .usage = hashdb_usage,
@@ -870,6 +901,11 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         (rc = kura_param_size(params, "hash file", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
         (rc = kura_param_size(params, "hash file", "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)))
         return rc;
+    if (kura_param_take(params, "zcomp")) {
+        snprintf(err, errlen, "hash file parameter 'zcomp' is not supported yet: records are "
+                 "stored as they are (the B+ tree, PATH.kb, compresses its large values)");
+        return KURA_EINVAL;
+    }
     rc = kura_params_reject_unused(params, path, err, errlen);
     if (rc)
         return rc;

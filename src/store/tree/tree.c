@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "kura/dbfile.h"
+#include "kura/codec.h"
 #include "tree_int.h"
 
 static inline btree *B(kura_store *s) { return (btree *)s; }
@@ -89,13 +90,15 @@ static bool inline_value(btree *bt, size_t klen, size_t vlen)
 
 int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
                  int64_t exptime, uint64_t cas, const void *v0, size_t l0, const void *v1,
-                 size_t l1, uint64_t ovf)
+                 size_t l1, const bt_ovf *ovf)
 {
     size_t vlen = l0 + l1;
+    bt_ovf run;
     if (!inline_value(bt, klen, vlen) && !ovf) {
-        int rc = do_ovf_write(bt, v0, l0, v1, l1, &ovf);
+        int rc = do_ovf_write(bt, v0, l0, v1, l1, &run);
         if (rc)
             return rc;
+        ovf = &run;
     }
     /* the cell first: v0 may point into the leaf about to change */
     unsigned char cell[BT_CELL_MAX];
@@ -106,8 +109,8 @@ int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_
     if (path->found) {
         bt_cell old;
         pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), &old);
-        if (old.ovf && old.ovf_pgno != ovf)
-            do_free_pgno(bt, old.ovf_pgno, bt_ovf_pages(bt, old.vlen), false);
+        if (old.ovf && (!ovf || old.ovf_pgno != ovf->pgno))
+            do_free_pgno(bt, old.ovf_pgno, bt_ovf_pages(bt, old.ovf_bytes), false);
         bt->items--;
         bt->bytes -= bt_item_bytes(old.klen, old.vlen, old.flags);
     }
@@ -127,7 +130,7 @@ static void do_apply_del(btree *bt, bt_path *path)
     pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), &c);
     do_touch_path(bt, path);
     if (c.ovf)
-        do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.vlen), false);
+        do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.ovf_bytes), false);
     bt->items--;
     bt->bytes -= bt_item_bytes(c.klen, c.vlen, c.flags);
     do_leaf_remove(bt, path);
@@ -159,20 +162,22 @@ static int do_write_begin(btree *bt)
 /* A put's or update's new version: overflow run, log record, tree. */
 static int do_write_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
                         int64_t exptime, uint64_t cas, const void *v0, size_t l0,
-                        const void *v1, size_t l1, uint64_t keep_ovf, uint64_t *lsn)
+                        const void *v1, size_t l1, const bt_ovf *keep_ovf, uint64_t *lsn)
 {
-    uint64_t ovf = keep_ovf;
+    const bt_ovf *ovf = keep_ovf;
+    bt_ovf run;
     int rc;
     bool fresh = false;
     if (!ovf && !inline_value(bt, klen, l0 + l1)) {
-        if ((rc = do_ovf_write(bt, v0, l0, v1, l1, &ovf)))
+        if ((rc = do_ovf_write(bt, v0, l0, v1, l1, &run)))
             return rc;
+        ovf = &run;
         fresh = true;
     }
     rc = do_wal_append(bt, BT_REC_PUT, key, klen, v0, l0, v1, l1, flags, exptime, cas, lsn);
     if (rc) {
         if (fresh)
-            do_free_pgno(bt, ovf, bt_ovf_pages(bt, l0 + l1), true);
+            do_free_pgno(bt, run.pgno, bt_ovf_pages(bt, run.bytes), true);
         return rc;
     }
     return do_apply_put(bt, path, key, klen, flags, exptime, cas, v0, l0, v1, l1, ovf);
@@ -216,7 +221,7 @@ static int do_read_cell(btree *bt, bt_path *path, bt_cell *c, const unsigned cha
         *val = c->val;
         return KURA_OK;
     }
-    return do_ovf_read(bt, c->ovf_pgno, c->vlen, val);
+    return do_ovf_read(bt, c, val);
 }
 
 /* A value read from an overflow run stays in bt->vbuf until the
@@ -228,6 +233,11 @@ static void do_vbuf_trim(btree *bt)
         free(bt->vbuf);
         bt->vbuf = NULL;
         bt->vcap = 0;
+    }
+    if (bt->zcap > (1u << 20)) {
+        free(bt->zbuf);
+        bt->zbuf = NULL;
+        bt->zcap = 0;
     }
 }
 
@@ -316,7 +326,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
         if (path.found && !live)
             bt->reclaimed++;
         rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, stamped.cas,
-                          it->val, it->vlen, NULL, 0, 0, &lsn);
+                          it->val, it->vlen, NULL, 0, NULL, &lsn);
         wrote = rc == KURA_OK;
     }
     do_path_release(bt, &path);
@@ -408,7 +418,8 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
         const void *v0 = up.part[0].base, *v1 = up.part[1].base;
         size_t l0 = up.part[0].len, l1 = up.part[1].len;
         uint32_t flags = up.flags;
-        uint64_t cas = up.cas, keep = 0;
+        uint64_t cas = up.cas;
+        bt_ovf keep_run, *keep = NULL;
         if (up.action == KURA_UPDATE_TOUCH) {
             if (!val)
                 break;
@@ -418,7 +429,10 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
             l1 = 0;
             flags = cur.flags;
             cas = cur.cas;
-            keep = c.ovf ? c.ovf_pgno : 0;  /* the value's run stays as it is */
+            if (c.ovf) {                /* the value's run stays as it is */
+                keep_run = (bt_ovf){ c.ovf_pgno, c.ovf_bytes, c.ovf_codec };
+                keep = &keep_run;
+            }
         }
         if (l1 > SIZE_MAX - l0 || too_big(bt, klen, l0 + l1)) {
             src = KURA_ETOOBIG;
@@ -463,9 +477,10 @@ out:
 
 /* Calls fn for every live item from key (inclusive; NULL: the first) in
  * key order, a leaf at a time: the lock is let go between leaves, so
- * writers go on; the walk resumes after the last key it saw. */
+ * writers go on; the walk resumes after the last key it saw.  keys_only:
+ * no value is read (val NULL), for listings. */
 static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *clk,
-                   kura_item_fn fn, void *arg)
+                   bool keys_only, kura_item_fn fn, void *arg)
 {
     char last[KURA_KEY_MAX];
     size_t llen = 0;
@@ -509,7 +524,9 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
             if (clk && kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE)
                 continue;
             path.idx[path.depth - 1] = (int)i;
-            int r = do_read_cell(bt, &path, &c, &val);
+            int r = keys_only ? KURA_OK : do_read_cell(bt, &path, &c, &val);
+            if (keys_only)
+                val = NULL;
             if (r) {
                 bad = r;
                 continue;
@@ -528,7 +545,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
 
 static int bt_iterate_op(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
 {
-    return bt_walk(B(s), NULL, 0, clk, fn, arg);
+    return bt_walk(B(s), NULL, 0, clk, false, fn, arg);
 }
 
 static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
@@ -536,7 +553,15 @@ static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
 {
     if (from && (flen < 1 || flen > KURA_KEY_MAX))
         return KURA_EINVAL;
-    return bt_walk(B(s), from, flen, clk, fn, arg);
+    return bt_walk(B(s), from, flen, clk, false, fn, arg);
+}
+
+static int bt_iterate_from_keys_op(kura_store *s, const char *from, size_t flen,
+                                   const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    if (from && (flen < 1 || flen > KURA_KEY_MAX))
+        return KURA_EINVAL;
+    return bt_walk(B(s), from, flen, clk, true, fn, arg);
 }
 
 /* The sweep: looks at up to `budget` cells from where it stopped, and
@@ -659,6 +684,8 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_corrupt_reads", LOAD(corrupt_reads));
     kura_emit_u64(emit, arg, "tree_read_errors", LOAD(read_errors));
     kura_emit_u64(emit, arg, "tree_recovered_records", LOAD(recovered_records));
+    kura_emit_u64(emit, arg, "tree_zcomp_runs", LOAD(zcomp_runs));
+    kura_emit_u64(emit, arg, "tree_zcomp_saved_bytes", LOAD(zcomp_saved));
     sl_stats ls;
     sl_get_stats(&bt->log, &ls);
     kura_emit_u64(emit, arg, "tree_syncs", ls.syncs);
@@ -807,6 +834,7 @@ static void destroy(btree *bt)
     free(bt->cptr);
     free(bt->clen);
     free(bt->vbuf);
+    free(bt->zbuf);
     pthread_mutex_destroy(&bt->mu);
     pthread_mutex_destroy(&bt->state_mu);
     pthread_cond_destroy(&bt->ckpt_cv);
@@ -861,6 +889,7 @@ static const kura_store_ops btree_ops = {
     .write_seq = bt_write_seq_op,
     .commit = bt_commit_op,
     .iterate_from = bt_iterate_from_op,
+    .iterate_from_keys = bt_iterate_from_keys_op,
 };
 
 /* Tokyo and Kyoto parameters that have no meaning here: an error that
@@ -876,7 +905,6 @@ static int reject_foreign(kura_params *params, char *err, size_t errlen)
         { "opts", "large files and checksums are always on" },
         { "msiz", "pages are read into the cache (pccap), not mapped" },
         { "dfunit", "free pages are reused as they are freed; no defragmentation" },
-        { "zcomp", "page compression is not built yet" },
         { "rcomp", "keys are compared as bytes" },
     };
     for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
@@ -898,6 +926,15 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
 
     *out = NULL;
     bool psiz_given = kura_param_take(params, "psiz") != NULL;
+    /* zcomp: the codec of new overflow runs (tree_zcomp.c); a file may
+     * hold runs of any codec, so it can change from one open to the next */
+    const char *zname = kura_param_take(params, "zcomp");
+    kura_codec zcomp = KURA_CODEC_NONE;
+    if (zname && codec_by_name(zname, &zcomp) != KURA_OK) {
+        snprintf(err, errlen, "B+ tree parameter zcomp=%s: expected lzo, zlib, bz2 or none",
+                 zname);
+        return KURA_EINVAL;
+    }
     if ((rc = kura_param_size(params, "B+ tree", "pccap", &pccap, 1 << 20, 1ULL << 44, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "psiz", &psiz, 4096, 32768, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "ckpt", &ckpt, 1 << 16, 1ULL << 40, err, errlen)) ||
@@ -928,6 +965,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     }
     bt->base.ops = &btree_ops;
     bt->cfg = *cfg;
+    bt->zcomp = (int)zcomp;
     bt->io = kio_or_default(cfg->io);
     if (!bt->cfg.item_size_max)
         bt->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
@@ -954,6 +992,9 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    bool salvage = false;
+    if ((rc = bt_salvage_begin(bt, &salvage, err, errlen)))
+        goto fail;
     int oflags = (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     bt->fd = bt->io->open(bt->io, bt->dirfd, "tree", oflags, 0);
     if (bt->fd < 0 && errno == ENOENT && !cfg->read_only) {
@@ -980,7 +1021,9 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         goto fail;
     }
     pthread_mutex_lock(&bt->mu);
-    rc = bt_wal_open(bt, err, errlen);
+    rc = salvage ? do_salvage_load(bt, err, errlen) : KURA_OK;
+    if (rc == KURA_OK)
+        rc = bt_wal_open(bt, err, errlen);
     uint64_t replayed = atomic_load(&bt->recovered_records);
     if (rc == KURA_OK && (replayed || bt->pend.n) && !cfg->read_only) {
         rc = do_checkpoint(bt);
@@ -989,6 +1032,8 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
                      kura_strerror(rc));
     }
     pthread_mutex_unlock(&bt->mu);
+    if (rc == KURA_OK && salvage && (rc = bt_salvage_end(bt)))
+        snprintf(err, errlen, "%s: cannot finish the salvage: %s", path, kura_strerror(rc));
     if (rc)
         goto fail;
     if (replayed || bt->wal_cut)

@@ -206,12 +206,11 @@ void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what)
 }
 
 /* Reads n bytes at off: 0, KURA_ECORRUPT if the file ends before, KURA_EIO. */
-static int read_full(btree *bt, void *buf, size_t n, off_t off)
+static int read_full_fd(btree *bt, int fd, void *buf, size_t n, off_t off)
 {
     size_t got = 0;
     while (got < n) {
-        ssize_t r = bt->io->pread(bt->io, bt->fd, (char *)buf + got, n - got,
-                                  off + (off_t)got);
+        ssize_t r = bt->io->pread(bt->io, fd, (char *)buf + got, n - got, off + (off_t)got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -221,6 +220,11 @@ static int read_full(btree *bt, void *buf, size_t n, off_t off)
         got += (size_t)r;
     }
     return KURA_OK;
+}
+
+static int read_full(btree *bt, void *buf, size_t n, off_t off)
+{
+    return read_full_fd(bt, bt->fd, buf, n, off);
 }
 
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
@@ -418,9 +422,18 @@ int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off)
     return 0;
 }
 
-int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1,
-                 uint64_t *pgno)
+int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, bt_ovf *out)
 {
+    size_t raw = l0 + l1;
+    void *packed = NULL;
+    size_t plen = 0;
+    int codec = bt_zcomp_pack(bt, v0, l0, v1, l1, &packed, &plen);
+    if (codec) {                        /* the run holds the compressed bytes */
+        v0 = packed;
+        l0 = plen;
+        v1 = NULL;
+        l1 = 0;
+    }
     size_t vlen = l0 + l1, n = bt_ovf_pages(bt, vlen);
     size_t pad = n * bt->psiz - BT_HDR - vlen;
     uint64_t start = do_alloc_run(bt, n);
@@ -428,6 +441,10 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
     pg_init(hdr, bt->psiz, BT_OVERFLOW, start, bt->txn);
     pg_set_link(hdr, n);
     bt_put32(hdr + 32, (uint32_t)vlen);
+    if (codec) {
+        hdr[5] = (unsigned char)codec;
+        bt_put32(hdr + 36, (uint32_t)raw);
+    }
     uint32_t crc = crc32c_update(0, hdr + 4, BT_HDR - 4);
     crc = crc32c_update(crc, v0, l0);
     crc = crc32c_update(crc, v1, l1);
@@ -445,18 +462,32 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
     if (bt_pwritev_all(bt, iov, k, (off_t)(start * bt->psiz)) != 0) {
         int e = errno;
         do_free_pgno(bt, start, n, true);
+        free(packed);
         bt_log(bt, KURA_LOG_ERROR, "%s/tree: cannot write a value of %zu bytes: %s", bt->dir,
-               vlen, strerror(e));
+               raw, strerror(e));
         return sl_errno_status(e);
     }
-    *pgno = start;
+    free(packed);
+    if (codec) {
+        atomic_fetch_add_explicit(&bt->zcomp_runs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&bt->zcomp_saved, raw - vlen, memory_order_relaxed);
+    }
+    *out = (bt_ovf){ .pgno = start, .bytes = (uint32_t)vlen, .codec = (uint8_t)codec };
     return KURA_OK;
 }
 
-int do_ovf_read(btree *bt, uint64_t pgno, size_t vlen, const unsigned char **val)
+int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val)
 {
+    return do_ovf_read_fd(bt, bt->fd, bt->npages, c, val);
+}
+
+int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                   const unsigned char **val)
+{
+    uint64_t pgno = c->ovf_pgno;
+    size_t vlen = c->ovf_bytes;
     size_t n = bt_ovf_pages(bt, vlen), len = n * bt->psiz;
-    if (pgno < 2 || pgno + n > bt->npages) {
+    if (pgno < 2 || pgno + n > npages) {
         bt_count_error(bt, KURA_ECORRUPT, pgno, "an overflow run past the file's pages");
         return KURA_ECORRUPT;
     }
@@ -467,16 +498,20 @@ int do_ovf_read(btree *bt, uint64_t pgno, size_t vlen, const unsigned char **val
         bt->vbuf = nb;
         bt->vcap = len;
     }
-    int rc = read_full(bt, bt->vbuf, len, (off_t)(pgno * bt->psiz));
+    int rc = read_full_fd(bt, fd, bt->vbuf, len, (off_t)(pgno * bt->psiz));
     if (rc == KURA_OK &&
         (bt_get32(bt->vbuf) != crc32c_update(0, bt->vbuf + 4, len - 4) ||
          pg_type(bt->vbuf) != BT_OVERFLOW || bt_get64(bt->vbuf + 8) != pgno ||
-         pg_link(bt->vbuf) != n || bt_get32(bt->vbuf + 32) != vlen))
+         pg_link(bt->vbuf) != n || bt_get32(bt->vbuf + 32) != vlen ||
+         bt->vbuf[5] != c->ovf_codec || (c->ovf_codec && bt_get32(bt->vbuf + 36) != c->vlen)))
         rc = KURA_ECORRUPT;
+    if (rc == KURA_OK && c->ovf_codec)
+        rc = bt_zcomp_unpack(bt, c->ovf_codec, bt->vbuf + BT_HDR, vlen, c->vlen, val);
+    else
+        *val = bt->vbuf + BT_HDR;
     if (rc) {
         bt_count_error(bt, rc, pgno, "an overflow run");
         return rc;
     }
-    *val = bt->vbuf + BT_HDR;
     return KURA_OK;
 }

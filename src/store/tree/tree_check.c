@@ -90,7 +90,8 @@ static int visit(chk *c, uint64_t pgno, unsigned lvl, const char *lo, size_t lol
             pg_leaf_decode(pg_ccell(d, i), &cell);
             c->items++;
             if (cell.ovf)
-                rc = mark(c, cell.ovf_pgno, bt_ovf_pages(bt, cell.vlen), 1, "an overflow page");
+                rc = mark(c, cell.ovf_pgno, bt_ovf_pages(bt, cell.ovf_bytes), 1,
+                          "an overflow page");
         }
         prev = k;
         prevl = kl;

@@ -81,7 +81,7 @@ static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
         *why = "bad checksum or magic";
         return KURA_ECORRUPT;
     }
-    if (bt_get32(b + 16) != BT_VERSION) {
+    if (bt_get32(b + 16) < BT_VERSION_MIN || bt_get32(b + 16) > BT_VERSION) {
         *why = "unknown format version";
         return KURA_ECORRUPT;
     }
@@ -270,6 +270,8 @@ int do_checkpoint(btree *bt)
      * leave the records appended after the next open behind P;
      * 3. the pages durable before the meta page names them */
     bool stopped = false;
+    rc = KURA_OK;       /* (it still said KURA_ENOMEM from step 1: a checkpoint
+                           during replay, which syncs no log, failed with it) */
     if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn))) {
         stopped = true;
     } else if (bt->io->fdatasync(bt->io, bt->fd) != 0) {

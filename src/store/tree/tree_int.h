@@ -47,7 +47,11 @@
 #define BT_HDR          40              /* bytes of a page header */
 #define BT_META_MAGIC   "KURATREE"
 #define BT_WAL_MAGIC    "KURATWAL"
-#define BT_VERSION      1               /* of the tree file */
+#define BT_VERSION      2               /* of the tree file: 2 added compressed
+                                           overflow runs (leaf cells of kind 2);
+                                           version 1 files open and are written
+                                           as 2 from their next checkpoint */
+#define BT_VERSION_MIN  1
 #define BT_WAL_VERSION  1               /* of the log's records */
 #define BT_MAX_DEPTH    40
 #define BT_REC_HDR      32              /* bytes of a log record's head */
@@ -99,8 +103,17 @@ typedef struct bt_cell {
     uint32_t vlen;
     bool ovf;                   /* the value is in an overflow run */
     uint64_t ovf_pgno;
+    uint32_t ovf_bytes;         /* the run's stored bytes (vlen if not compressed) */
+    uint8_t ovf_codec;          /* kura_codec: 0 none (kind 1), else kind 2 */
     const unsigned char *val;   /* inline value */
 } bt_cell;
+
+/* Where a value lives that is not inline: its overflow run. */
+typedef struct bt_ovf {
+    uint64_t pgno;
+    uint32_t bytes;             /* stored: compressed, or the value's length */
+    uint8_t codec;              /* kura_codec */
+} bt_ovf;
 
 /* A decoded log record. */
 typedef struct bt_rec {
@@ -178,11 +191,14 @@ typedef struct btree {
     size_t ccap;
     unsigned char *vbuf;        /* an overflow value read */
     size_t vcap;
+    unsigned char *zbuf;        /* ... decompressed */
+    size_t zcap;
     unsigned char sweep_key[256];
     size_t sweep_klen;
 
     /* parameters */
     uint64_t ckpt_bytes;
+    int zcomp;                  /* kura_codec for new overflow runs (#zcomp) */
     double inline_retry_at;     /* a writer's checkpoint failed: not before */
     uint64_t reclaimed;         /* dead items removed (usage) */
 
@@ -195,7 +211,8 @@ typedef struct btree {
     /* statistics (written under mu, read relaxed) */
     _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
                      cache_misses, corrupt_reads, read_errors, skipped_rebalances,
-                     recovered_records, ckpt_errors;
+                     recovered_records, ckpt_errors,
+                     zcomp_runs, zcomp_saved;   /* compressed runs written, bytes saved */
     uint64_t wal_cut;
 } btree;
 
@@ -236,9 +253,10 @@ void pg_remove(unsigned char *d, size_t psiz, unsigned i);
 void pg_build(unsigned char *d, size_t psiz, uint64_t link, const unsigned char *const *cells,
               const uint16_t *lens, unsigned n);
 void pg_leaf_decode(const unsigned char *c, bt_cell *out);
+/* ovf NULL: the value (v0 ++ v1) inline; else a reference to its run */
 size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t flags,
                       int64_t exptime, uint64_t cas, uint32_t vlen, const void *v0, size_t l0,
-                      const void *v1, size_t l1, uint64_t ovf_pgno);
+                      const void *v1, size_t l1, const bt_ovf *ovf);
 size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t child);
 /* checks a page read from pgno: checksum, type (0: any), number, and that
  * its slots and cells lie inside it.  KURA_OK or KURA_ECORRUPT. */
@@ -267,13 +285,43 @@ void do_evict(btree *bt);
 int bt_vec_push(bt_vec *v, uint64_t x);
 /* overflow runs (values larger than a cell): written at once, read whole */
 size_t bt_ovf_pages(btree *bt, size_t vlen);
-int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1,
-                 uint64_t *pgno);
-int do_ovf_read(btree *bt, uint64_t pgno, size_t vlen, const unsigned char **val);
+/* writes v0 ++ v1 as a run, compressed with bt->zcomp when that saves a
+ * page (tree_zcomp.c decides); *out says where and how */
+int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, bt_ovf *out);
+/* the value of a cell whose value is in a run (decompressed) */
+int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val);
+/* the same from another file of npages pages (a salvage's damaged one) */
+int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                   const unsigned char **val);
 void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what);
 /* pwritev of every byte to the tree file (short writes continued);
  * 0 or -1 with errno */
 int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off);
+
+/* ---- tree_zcomp.c: compressed overflow runs (#zcomp) ------------------- */
+
+/* The codec (kura_codec) v0 ++ v1 is to be stored with, and the stored
+ * bytes in *out (malloc'ed, *outlen long; the caller frees), or 0 (store
+ * the value as it is: no zcomp, or compression would not save a page). */
+int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, void **out,
+                  size_t *outlen);
+/* Decompresses a run's bytes into bt->zbuf: exactly rawlen bytes or
+ * KURA_ECORRUPT. */
+int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen, size_t rawlen,
+                    const unsigned char **val);
+
+/* ---- tree_salvage.c: -recover ------------------------------------------- */
+
+/* Before the tree file is opened.  With cfg.recover: sets `tree` aside as
+ * `tree.damaged` (or drops the partial tree of a salvage cut short), sets
+ * bt->psiz to the damaged file's, and *salvage.  Without: refuses while a
+ * salvage is unfinished. */
+int bt_salvage_begin(btree *bt, bool *salvage, char *err, size_t errlen);
+/* mu held, the fresh tree open, before the log's replay: every intact leaf
+ * cell of the damaged file (the larger cas wins), then a checkpoint. */
+int do_salvage_load(btree *bt, char *err, size_t errlen);
+/* once the result is durable: `tree.damaged` becomes `tree.salvaged` */
+int bt_salvage_end(btree *bt);
 
 /* ---- tree_search.c ------------------------------------------------------- */
 
@@ -317,7 +365,7 @@ long long bt_wal_check(void *arg, const unsigned char *p, size_t avail, uint32_t
 /* Stores the item (no log record): 0 or KURA_E*. */
 int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
                  int64_t exptime, uint64_t cas, const void *v0, size_t l0, const void *v1,
-                 size_t l1, uint64_t ovf);
+                 size_t l1, const bt_ovf *ovf);
 void bt_log(btree *bt, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 uint64_t bt_item_bytes(size_t klen, size_t vlen, uint32_t flags);
 

@@ -10,9 +10,12 @@
  * on-disk page: nothing is decoded or encoded on the way in or out, only
  * the checksum is computed when a page is written (pg_seal).
  *
- * A leaf cell is klen(1) hlen(1) kind(1: 0 inline, 1 overflow), then four
- * unsigned LEB128 varints: vlen, flags, exptime (zigzag), cas; then the key
- * (at hlen) and the value or the first page of its overflow run (8).  An
+ * A leaf cell is klen(1) hlen(1) kind(1: 0 inline, 1 overflow, 2 compressed
+ * overflow), then four unsigned LEB128 varints: vlen, flags, exptime
+ * (zigzag), cas; then the key (at hlen) and the value, or the first page of
+ * its overflow run (8), or (kind 2) that page, the run's stored bytes (4)
+ * and its codec (1): the cell says how long the run is, so freeing or
+ * checking it needs no read.  An
  * item of an 8-byte key and value takes 24 bytes instead of the 42 of fixed
  * fields: 70% more cells to a page, a smaller tree, more of it cached.  A
  * branch cell is klen(1) child(8) key: the child holds keys >= key; the
@@ -24,6 +27,7 @@
  */
 #include <string.h>
 
+#include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "tree_int.h"
 
@@ -95,7 +99,7 @@ size_t pg_cell_len(int type, const unsigned char *c)
 {
     if (type == BT_BRANCH)
         return BT_BRANCH_FIXED + c[0];
-    return (size_t)c[1] + c[0] + (c[2] ? 8 : leaf_vlen(c));
+    return (size_t)c[1] + c[0] + (c[2] == 2 ? 13 : c[2] ? 8 : leaf_vlen(c));
 }
 
 size_t pg_used(const unsigned char *d, size_t psiz)
@@ -271,15 +275,17 @@ void pg_leaf_decode(const unsigned char *c, bt_cell *out)
     out->key = (const char *)c + c[1];
     out->val = c + c[1] + out->klen;
     out->ovf_pgno = out->ovf ? bt_get64(out->val) : 0;
+    out->ovf_bytes = c[2] == 2 ? bt_get32(out->val + 8) : out->vlen;
+    out->ovf_codec = c[2] == 2 ? out->val[12] : 0;
 }
 
 size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t flags,
                       int64_t exptime, uint64_t cas, uint32_t vlen, const void *v0, size_t l0,
-                      const void *v1, size_t l1, uint64_t ovf_pgno)
+                      const void *v1, size_t l1, const bt_ovf *ovf)
 {
     size_t h = 3;
     c[0] = (unsigned char)klen;
-    c[2] = ovf_pgno != 0;
+    c[2] = !ovf ? 0 : ovf->codec ? 2 : 1;
     h += put_var(c + h, vlen);
     h += put_var(c + h, flags);
     h += put_var(c + h, ((uint64_t)exptime << 1) ^ (uint64_t)(exptime >> 63));
@@ -287,9 +293,13 @@ size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t f
     c[1] = (unsigned char)h;
     memcpy(c + h, key, klen);
     unsigned char *v = c + h + klen;
-    if (ovf_pgno) {
-        bt_put64(v, ovf_pgno);
-        return h + klen + 8;
+    if (ovf) {
+        bt_put64(v, ovf->pgno);
+        if (!ovf->codec)
+            return h + klen + 8;
+        bt_put32(v + 8, ovf->bytes);
+        v[12] = ovf->codec;
+        return h + klen + 13;
     }
     if (l0)
         memcpy(v, v0, l0);
@@ -333,7 +343,7 @@ int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
             return KURA_ECORRUPT;
         if (t == BT_LEAF) {
             uint64_t f[4];
-            if (c[2] > 1 || c[1] < BT_LEAF_MIN || c[1] > BT_LEAF_HDR_MAX ||
+            if (c[2] > 2 || c[1] < BT_LEAF_MIN || c[1] > BT_LEAF_HDR_MAX ||
                 off + c[1] > psiz || leaf_fields(c, c[1], f) != c[1] ||
                 f[0] > UINT32_MAX || f[1] > UINT32_MAX)
                 return KURA_ECORRUPT;
@@ -341,6 +351,11 @@ int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
         size_t len = pg_cell_len(t, c);
         if (off + len > psiz)
             return KURA_ECORRUPT;
+        if (t == BT_LEAF && c[2] == 2) {
+            const unsigned char *v = c + c[1] + c[0];
+            if (v[12] < 1 || v[12] >= KURA_CODEC_COUNT || bt_get32(v + 8) == 0)
+                return KURA_ECORRUPT;   /* an unknown codec or an empty run */
+        }
         used += len;
     }
     return used == bt_get32(d + 36) ? KURA_OK : KURA_ECORRUPT;

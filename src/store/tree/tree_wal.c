@@ -141,14 +141,14 @@ static int do_replay_one(btree *bt, const bt_rec *r)
         return rc;
     if (r->type == BT_REC_PUT) {
         rc = do_apply_put(bt, &path, r->key, r->klen, r->flags, r->exptime, r->cas, r->val,
-                          r->vlen, NULL, 0, 0);
+                          r->vlen, NULL, 0, NULL);
     } else if (path.found) {
         bt_cell c;
         int lvl = path.depth - 1;
         pg_leaf_decode(pg_ccell(path.pg[lvl]->data, (unsigned)path.idx[lvl]), &c);
         do_touch_path(bt, &path);
         if (c.ovf)
-            do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.vlen), false);
+            do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.ovf_bytes), false);
         bt->items--;
         bt->bytes -= bt_item_bytes(c.klen, c.vlen, c.flags);
         do_leaf_remove(bt, &path);

@@ -1,0 +1,110 @@
+/*
+ * list.h - walking a store's keys in bounded batches, for the listing
+ * commands (`lru_crawler metadump`, `keys`, `rget`: docs/protocol.md).
+ *
+ * A listing may cover millions of keys and be read by a slow client, so
+ * nothing here holds the whole key set or a lock while a reply is written:
+ * engine_list_step() collects one batch (at most LIST_BATCH keys with their
+ * metadata, copied out under the store's lock), lets every lock go, and
+ * hands the batch to the caller's emit callback in order.  The walk's whole
+ * state is a kura_list_cursor, a plain struct the caller keeps (a
+ * connection keeps it in its session between the calls that drain its
+ * output), so a listing that stops half way leaves nothing to free.
+ *
+ * Order, by backend:
+ *  - a store with key order (iterate_from: the B+ tree) is walked in key
+ *    order (bytes as memcmp compares them, a prefix before its
+ *    extensions), one batch per call, resuming after the last key given;
+ *  - a store without (the cache, the hash file) is walked a part (stripe)
+ *    at a time; within a part keys come in order, parts one after the
+ *    other, so the listing as a whole is in no useful order;
+ *  - with spec.sorted, such a store is walked in key order too, at the
+ *    price of a pass over every part per batch (O(items) each): for a
+ *    listing with a limit, whose passes are limit / LIST_SORTED_BATCH.
+ * Every key live for the whole walk is given once; a key stored or
+ * removed meanwhile may or may not be.  Values are not collected (the
+ * hash file reads no record): a caller that wants them gets each one.
+ */
+#ifndef KURA_LIST_H
+#define KURA_LIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kura/engine.h"
+#include "kura/item.h"
+
+#define LIST_BATCH 256                  /* keys per step (part or ordered walk) */
+#define LIST_SORTED_BATCH 4096          /* keys per pass of a sorted walk */
+
+/* Which keys: start..end (either end open or closed; NULL: unbounded) and
+ * starting with prefix (plen 0: any). */
+typedef struct kura_list_spec {
+    const char *start;
+    size_t slen;
+    bool start_open;                    /* keys > start (else >= start) */
+    const char *end;
+    size_t elen;
+    bool end_open;                      /* keys < end (else <= end) */
+    const char *prefix;
+    size_t plen;
+    bool sorted;                        /* a store without order: key order anyway */
+} kura_list_spec;
+
+/* Where a walk is.  Zero it (engine_list_begin) before the first step. */
+typedef struct kura_list_cursor {
+    uint32_t part;                      /* a walk by parts: the part being walked */
+    bool have_last;                     /* the walk resumes after `last` */
+    bool done;
+    uint8_t llen;
+    uint64_t count;                     /* the caller's (the engine leaves it): keys shown */
+    char last[KURA_KEY_MAX];
+} kura_list_cursor;
+
+static inline void engine_list_begin(kura_list_cursor *c)
+{
+    c->part = 0;
+    c->have_last = false;
+    c->done = false;
+    c->llen = 0;
+    c->count = 0;
+}
+
+/* What emit sees of an item: key, vlen, flags (only 0 or not 0 when
+ * flags_exact is false: the hash file's index keeps no more), exptime
+ * (absolute, 0 = never) and cas; no value. */
+typedef struct kura_list_item {
+    const char *key;
+    size_t klen;
+    uint64_t vlen;
+    uint32_t flags;
+    bool flags_exact;
+    int64_t exptime;
+    uint64_t cas;
+} kura_list_item;
+
+/* emit's answer: 0 the item was taken (the cursor moves past it);
+ * LIST_STOP it was not, stop here (the next step gives it again); a
+ * negative KURA_E* stops the walk with that error. */
+#define LIST_STOP 1
+typedef int (*kura_list_fn)(void *arg, const kura_list_item *it);
+
+/* One batch: collects it (no lock held once it returns) and hands it to
+ * emit in order.  Returns 0 (call again), LIST_END (the walk is complete,
+ * c->done set), LIST_STOP (emit stopped) or a negative error.  Costs one
+ * part's walk, or an ordered walk of LIST_BATCH keys, or (sorted) a pass
+ * over the store; memory: one batch (about 300 bytes a key). */
+#define LIST_END 2
+int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_cursor *c,
+                     kura_list_fn emit, void *arg);
+
+/* True if the store walks in key order without spec.sorted. */
+bool engine_list_ordered(kura_engine *e);
+
+/* The access marks of an item (memcached's metadump "fetch" and "la"),
+ * read without changing them. */
+void engine_list_marks(kura_engine *e, const char *key, size_t klen, uint64_t cas,
+                       bool *fetched, int64_t *last_access);
+
+#endif

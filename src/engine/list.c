@@ -1,0 +1,290 @@
+/*
+ * list.c - the listing commands' walk over any store, in bounded batches
+ * (include/kura/list.h says what it promises).
+ *
+ * Why batches copied out: a store calls back with its lock held (a stripe
+ * of the cache or the hash file, the B+ tree's lock), and the connection
+ * that lists may drain slowly.  Formatting a million keys under a lock, or
+ * buffering them all, would stall writers or grow without bound.  So a
+ * step copies at most one batch of keys and metadata (never values) into
+ * memory of its own, lets go, and only then hands them out.  The cursor is
+ * the last key handed out (and the part, on a store without order), so a
+ * walk resumes exactly after it, whatever changed in between, and a
+ * caller may stop after any key.
+ *
+ * On a store without order a part is collected with a bounded max-heap:
+ * the LIST_BATCH smallest keys above the cursor.  A part that holds more
+ * is passed over again for the next batch; with the hash file's 1024
+ * stripes a part holds about a thousandth of the keys, so that is rare
+ * below a few hundred thousand keys a part.  The same heap over every
+ * part gives key order on such a store (spec.sorted), one full pass per
+ * batch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_int.h"
+#include "kura/list.h"
+#include "marks.h"
+
+typedef struct list_slot {
+    kura_list_item it;                  /* it.key points at k */
+    char k[KURA_KEY_MAX];
+} list_slot;
+
+typedef struct collect {
+    const kura_list_spec *spec;
+    const kura_list_cursor *c;
+    list_slot *v;
+    size_t n, cap;
+    bool more;                          /* a matching key was left out: walk on */
+    bool ended;                         /* ordered walk: past the last key that can match */
+} collect;
+
+#define COLLECT_FULL 1                  /* the ordered walk's stops */
+#define COLLECT_DONE 2
+
+/* Keys in the tree's order: memcmp, a prefix before its extensions. */
+static int keycmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    int r = memcmp(a, b, al < bl ? al : bl);
+    if (r)
+        return r;
+    return al < bl ? -1 : al > bl;
+}
+
+static bool after_cursor(const collect *col, const kura_item *it)
+{
+    return !col->c->have_last || keycmp(it->key, it->klen, col->c->last, col->c->llen) > 0;
+}
+
+static bool below_start(const kura_list_spec *sp, const char *k, size_t kl)
+{
+    if (!sp->start)
+        return false;
+    int r = keycmp(k, kl, sp->start, sp->slen);
+    return r < 0 || (r == 0 && sp->start_open);
+}
+
+static bool above_end(const kura_list_spec *sp, const char *k, size_t kl)
+{
+    if (!sp->end)
+        return false;
+    int r = keycmp(k, kl, sp->end, sp->elen);
+    return r > 0 || (r == 0 && sp->end_open);
+}
+
+static bool has_prefix(const kura_list_spec *sp, const char *k, size_t kl)
+{
+    return kl >= sp->plen && memcmp(k, sp->prefix, sp->plen) == 0;
+}
+
+static void fill_slot(list_slot *s, const kura_item *it)
+{
+    memcpy(s->k, it->key, it->klen);
+    s->it = (kura_list_item){
+        .key = s->k, .klen = it->klen, .vlen = it->vlen, .flags = it->flags,
+        .flags_exact = it->val != NULL, .exptime = it->exptime, .cas = it->cas,
+    };
+}
+
+/* iterate_from's callback (store lock held): keys come in order, so the
+ * walk ends at the first key past the range or the prefix. */
+static int ordered_cb(void *arg, const kura_item *it)
+{
+    collect *col = arg;
+    const kura_list_spec *sp = col->spec;
+    if (!after_cursor(col, it) || below_start(sp, it->key, it->klen))
+        return 0;
+    if (above_end(sp, it->key, it->klen)) {
+        col->ended = true;
+        return COLLECT_DONE;
+    }
+    if (sp->plen && !has_prefix(sp, it->key, it->klen)) {
+        if (keycmp(it->key, it->klen, sp->prefix, sp->plen) < 0)
+            return 0;
+        col->ended = true;              /* the keys with the prefix are behind us */
+        return COLLECT_DONE;
+    }
+    fill_slot(&col->v[col->n++], it);
+    return col->n == col->cap ? COLLECT_FULL : 0;
+}
+
+static void swap_slots(list_slot *a, list_slot *b)
+{
+    list_slot t = *a;
+    *a = *b;
+    *b = t;
+    a->it.key = a->k;
+    b->it.key = b->k;
+}
+
+static bool slot_less(const list_slot *a, const list_slot *b)
+{
+    return keycmp(a->it.key, a->it.klen, b->it.key, b->it.klen) < 0;
+}
+
+/* iterate_part's callback (part lock held): keeps the cap smallest
+ * matching keys above the cursor in a max-heap. */
+static int heap_cb(void *arg, const kura_item *it)
+{
+    collect *col = arg;
+    const kura_list_spec *sp = col->spec;
+    if (!after_cursor(col, it) || below_start(sp, it->key, it->klen) ||
+        above_end(sp, it->key, it->klen) || (sp->plen && !has_prefix(sp, it->key, it->klen)))
+        return 0;
+    list_slot *v = col->v;
+    size_t i;
+    if (col->n < col->cap) {
+        i = col->n++;
+        fill_slot(&v[i], it);
+        while (i > 0 && slot_less(&v[(i - 1) / 2], &v[i])) {
+            swap_slots(&v[(i - 1) / 2], &v[i]);
+            i = (i - 1) / 2;
+        }
+        return 0;
+    }
+    col->more = true;
+    if (keycmp(it->key, it->klen, v[0].it.key, v[0].it.klen) >= 0)
+        return 0;
+    fill_slot(&v[0], it);
+    for (i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < col->n && slot_less(&v[m], &v[l]))
+            m = l;
+        if (r < col->n && slot_less(&v[m], &v[r]))
+            m = r;
+        if (m == i)
+            break;
+        swap_slots(&v[i], &v[m]);
+        i = m;
+    }
+    return 0;
+}
+
+static int slot_cmp(const void *a, const void *b)
+{
+    const list_slot *x = a, *y = b;
+    return keycmp(x->it.key, x->it.klen, y->it.key, y->it.klen);
+}
+
+static uint32_t store_parts(kura_store *st)
+{
+    return st->ops->parts && st->ops->iterate_part ? st->ops->parts(st) : 1;
+}
+
+/* One part of a store without order: its keys alone where the store can
+ * (the hash file reads no record then), else its items; iterate as a
+ * single part when the store has no parts. */
+static int walk_part(kura_store *st, uint32_t p, const kura_clock *clk, collect *col)
+{
+    if (st->ops->parts && st->ops->iterate_part_keys)
+        return st->ops->iterate_part_keys(st, p, clk, heap_cb, col);
+    if (st->ops->parts && st->ops->iterate_part)
+        return st->ops->iterate_part(st, p, clk, heap_cb, col);
+    return st->ops->iterate(st, clk, heap_cb, col);
+}
+
+bool engine_list_ordered(kura_engine *e)
+{
+    return e->store->ops->iterate_from != NULL;
+}
+
+/* Where an ordered walk starts: after the cursor, else at the larger of
+ * start and prefix (NULL: the first key). */
+static const char *ordered_from(const kura_list_spec *sp, const kura_list_cursor *c,
+                                size_t *len)
+{
+    if (c->have_last) {
+        *len = c->llen;
+        return c->last;
+    }
+    const char *f = sp->start;
+    *len = sp->slen;
+    if (sp->plen && (!f || keycmp(sp->prefix, sp->plen, f, *len) > 0)) {
+        f = sp->prefix;
+        *len = sp->plen;
+    }
+    return f;
+}
+
+int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_cursor *c,
+                     kura_list_fn emit, void *arg)
+{
+    if (c->done)
+        return LIST_END;
+    bool ordered = engine_list_ordered(e);
+    bool sorted = !ordered && spec->sorted;
+    collect col = { .spec = spec, .c = c, .cap = sorted ? LIST_SORTED_BATCH : LIST_BATCH };
+    col.v = malloc(col.cap * sizeof(*col.v));
+    if (!col.v)
+        return KURA_ENOMEM;
+
+    kura_clock clk = engine_clock(e);
+    bool walk_end = false, part_end = false;
+    int rc = KURA_OK;
+    engine_gate_in(e);
+    kura_store *st = e->store;
+    uint32_t np = store_parts(st);
+    if (ordered) {
+        size_t flen;
+        const char *from = ordered_from(spec, c, &flen);
+        rc = st->ops->iterate_from_keys
+                 ? st->ops->iterate_from_keys(st, from, flen, &clk, ordered_cb, &col)
+                 : st->ops->iterate_from(st, from, flen, &clk, ordered_cb, &col);
+        walk_end = rc != COLLECT_FULL;
+        if (rc > 0)
+            rc = KURA_OK;
+    } else if (sorted) {
+        for (uint32_t p = 0; p < np && rc == KURA_OK; p++)
+            rc = walk_part(st, p, &clk, &col);
+        walk_end = !col.more;
+    } else if (c->part < np) {
+        rc = walk_part(st, c->part, &clk, &col);
+        part_end = !col.more;
+    } else {
+        walk_end = true;
+    }
+    engine_gate_out(e);
+    if (rc < 0) {
+        free(col.v);
+        return rc;
+    }
+
+    if (!ordered) {
+        qsort(col.v, col.n, sizeof(*col.v), slot_cmp);
+        for (size_t i = 0; i < col.n; i++)
+            col.v[i].it.key = col.v[i].k;       /* qsort moved the slots */
+    }
+    for (size_t i = 0; i < col.n; i++) {
+        int r = emit(arg, &col.v[i].it);
+        if (r) {
+            free(col.v);
+            return r;
+        }
+        memcpy(c->last, col.v[i].k, col.v[i].it.klen);
+        c->llen = (uint8_t)col.v[i].it.klen;
+        c->have_last = true;
+    }
+    free(col.v);
+    if (part_end) {
+        c->part++;
+        c->have_last = false;
+        walk_end = c->part >= np;
+    }
+    if (walk_end) {
+        c->done = true;
+        return LIST_END;
+    }
+    return KURA_OK;
+}
+
+void engine_list_marks(kura_engine *e, const char *key, size_t klen, uint64_t cas,
+                       bool *fetched, int64_t *last_access)
+{
+    marks_op op = { 0 };                /* sets nothing: records nothing */
+    marks_prev prev;
+    marks_access(e->marks, key, klen, cas, engine_now(e), &op, &prev);
+    *fetched = prev.bits & MARK_FETCHED;
+    *last_access = prev.atime;
+}

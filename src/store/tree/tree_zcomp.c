@@ -1,0 +1,70 @@
+/*
+ * tree_zcomp.c - compressed overflow runs: the B+ tree's #zcomp=lzo|zlib|bz2
+ * (docs/formats.md, "Compression").
+ *
+ * What is compressed: a value too large to sit in its leaf (an overflow
+ * run), through the project's one codec interface (include/kura/codec.h,
+ * block form).  Leaf and branch pages are not: they are fixed-size slots
+ * addressed by number, so a smaller page would free nothing without
+ * variable-size slots and a page table (formats.md says more).  A run is
+ * stored compressed only when that saves at least one page; otherwise, and
+ * for data that does not compress, as it is, so zcomp never costs space.
+ * The leaf cell records the codec and the stored length, so a run is freed
+ * and checked without being read; a compressed run's checksum is the run's
+ * own (lzo blocks carry none), and its header repeats the codec and the
+ * value's length, so a run that does not match its cell is refused.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kura/codec.h"
+#include "tree_int.h"
+
+int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, void **out,
+                  size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!bt->zcomp)
+        return 0;
+    size_t raw = l0 + l1;
+    const void *in = v0;
+    unsigned char *joined = NULL;
+    if (l1) {                           /* append/prepend: the value in two parts */
+        if (!(joined = malloc(raw)))
+            return 0;
+        memcpy(joined, v0, l0);
+        memcpy(joined + l0, v1, l1);
+        in = joined;
+    }
+    size_t cap = codec_bound((kura_codec)bt->zcomp, raw), z = 0;
+    unsigned char *buf = malloc(cap);
+    int rc = buf ? codec_compress((kura_codec)bt->zcomp, in, raw, buf, cap, &z) : KURA_ENOMEM;
+    free(joined);
+    if (rc != KURA_OK || bt_ovf_pages(bt, z) >= bt_ovf_pages(bt, raw)) {
+        free(buf);                      /* no page saved: store it as it is */
+        return 0;
+    }
+    *out = buf;
+    *outlen = z;
+    return bt->zcomp;
+}
+
+int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen, size_t rawlen,
+                    const unsigned char **val)
+{
+    if (bt->zcap < rawlen || !bt->zbuf) {
+        unsigned char *nb = realloc(bt->zbuf, rawlen ? rawlen : 1);
+        if (!nb)
+            return KURA_ENOMEM;
+        bt->zbuf = nb;
+        bt->zcap = rawlen ? rawlen : 1;
+    }
+    int rc = codec_decompress((kura_codec)codec, in, inlen, bt->zbuf, rawlen);
+    if (rc == KURA_ENOMEM)
+        return rc;
+    if (rc)
+        return KURA_ECORRUPT;
+    *val = bt->zbuf;
+    return KURA_OK;
+}
