@@ -64,19 +64,28 @@ class Kurad:
         self.proc = None
 
     def start(self, port=None, timeout=120):
-        self.port = port or R.free_port()
-        user = ["-u", "root"] if os.geteuid() == 0 else []
-        cmd = [self.a.kurad, "-port", str(self.port), "-th", "4"] + user + \
-            [x.replace("DIR", self.datadir) for x in self.args]
-        self.cmdline = R.shown(cmd, self.datadir)
-        logf = open(os.path.join(self.datadir, "server.log"), "ab")
-        self.proc = subprocess.Popen(R.taskset(self.a.server_cpus) + cmd, stdout=logf,
-                                     stderr=subprocess.STDOUT, cwd=self.datadir,
-                                     start_new_session=True)
-        logf.close()
-        if not R.wait_listening(self.port, self.proc, timeout):
-            raise SystemExit("repl.py: %s did not start: %s" % (self.name, self.cmdline))
-        return self
+        # a free port can be taken between the check and the bind (a server
+        # of an earlier part still closing): a new one is tried then
+        for attempt in range(5):
+            self.port = port or R.free_port()
+            user = ["-u", "root"] if os.geteuid() == 0 else []
+            cmd = [self.a.kurad, "-port", str(self.port), "-th", "4"] + user + \
+                [x.replace("DIR", self.datadir) for x in self.args]
+            self.cmdline = R.shown(cmd, self.datadir)
+            logp = os.path.join(self.datadir, "server.log")
+            logf = open(logp, "ab")
+            self.proc = subprocess.Popen(R.taskset(self.a.server_cpus) + cmd, stdout=logf,
+                                         stderr=subprocess.STDOUT, cwd=self.datadir,
+                                         start_new_session=True)
+            logf.close()
+            if R.wait_listening(self.port, self.proc, timeout):
+                return self
+            R.stop(self.proc, timeout=10)
+            with open(logp, errors="replace") as f:
+                log = f.read()[-2000:]
+            if port or "in use" not in log:
+                break
+        raise SystemExit("repl.py: %s did not start: %s\n%s" % (self.name, self.cmdline, log))
 
     def stop(self):
         R.stop(self.proc, timeout=60)
@@ -269,6 +278,7 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.duration, a.reps, a.items = 1.0, 1, 100000
+    a.build = os.path.abspath(a.build)     # servers run in their own directories
     a.kurad = os.path.join(a.build, "kurad")
     a.bench = os.path.join(a.build, "kura-bench")
     for f in (a.kurad, a.bench):

@@ -89,6 +89,7 @@ def main():
     ap.add_argument("--tmp", default=None, help="where the data goes (default: the system's)")
     ap.add_argument("--no-docs", action="store_true")
     a = ap.parse_args()
+    a.build = os.path.abspath(a.build)     # servers run in their own directories
     a.kurad = os.path.join(a.build, "kurad")
     a.bench = os.path.join(a.build, "kura-bench")
     for f in (a.kurad, a.bench):

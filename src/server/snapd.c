@@ -5,10 +5,13 @@
  * the restore at start of a missing or empty database from the newest
  * snapshot that verifies.
  *
- * The thread runs at a lower CPU priority than the workers (compression
- * is the snapshot's cost, and requests come first) and holds no store lock
- * while it compresses or writes (snap_take).  One snapshot at a time:
- * a request while one runs is answered by that one.
+ * The thread holds no store lock while it compresses or writes
+ * (snap_take), and it runs at the workers' priority: niced, it was
+ * preempted while it held a stripe's lock for its copy, and that stripe's
+ * writers waited for it (measured: the largest reply time during a
+ * snapshot 29 ms niced, 17 ms not, for 20% fewer requests served while it
+ * runs).  One snapshot at a time: a request while one runs is answered by
+ * that one.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,9 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,8 +95,6 @@ static int take_one(kura_server *srv, const char *why)
 static void *snapd_main(void *arg)
 {
     kura_server *srv = arg;
-    /* below the workers: a snapshot's compression waits for requests */
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     int interval = srv->settings->bgsi;
     int64_t next = interval ? mono_ms() + (int64_t)interval * 1000 : INT64_MAX;
     pthread_mutex_lock(&sd.mu);
