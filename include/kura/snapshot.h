@@ -80,6 +80,10 @@ typedef struct snap_reader snap_reader;
  * not a snapshot), KURA_EINVAL (a version this build does not know),
  * KURA_ESYS (cannot read); err says which. */
 int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, size_t errlen);
+/* Reads only the two ends of a file (header, version, trailer in place)
+ * into *info, without the whole file's checksum: for listing.  The same
+ * errors as snap_open for what it checks. */
+int snap_peek(const char *path, snap_info *info, char *err, size_t errlen);
 /* The next item (valid until the next call): 0; SNAP_DONE after the last
  * one (the item count and the stream's length checked); KURA_ECORRUPT. */
 #define SNAP_DONE 1

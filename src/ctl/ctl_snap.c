@@ -144,12 +144,18 @@ int snap_cmd_list(int argc, char **argv)
     size_t n;
     if (snap_list(a.pos[0], &e, &n) != 0)
         return ctl_err(CTL_UNREACHABLE, "%s: cannot list: %s", a.pos[0], strerror(errno));
+    /* header and trailer only (snap_peek): "snapshot verify" reads them through */
     for (size_t i = 0; i < n; i++) {
-        char date[64];
-        struct stat fs;
+        char date[64], err[600];
+        snap_info info;
         ctl_ts_date(e[i].start_ts, date, sizeof(date));
-        printf("%s  %" PRIu64 " bytes  start_ts %" PRIu64 " (%s)\n", e[i].path,
-               stat(e[i].path, &fs) == 0 ? (uint64_t)fs.st_size : 0, e[i].start_ts, date);
+        if (snap_peek(e[i].path, &info, err, sizeof(err)) != KURA_OK) {
+            printf("%s  unreadable: %s\n", e[i].path, err);
+            continue;
+        }
+        printf("%s  %" PRIu64 " bytes  %" PRIu64 " items  %s  from %s  start_ts %" PRIu64
+               " (%s)  end_ts %" PRIu64 "\n", e[i].path, info.file_bytes, info.items,
+               codec_name(info.codec), info.backend, e[i].start_ts, date, info.end_ts);
     }
     if (n == 0)
         printf("no snapshots in %s\n", a.pos[0]);

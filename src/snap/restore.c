@@ -62,10 +62,8 @@ static int choose(const snap_restore_cfg *cfg, char *path, size_t plen, snap_inf
              cfg->until_ts != UINT64_MAX ? " ended by that time" : "");
     for (size_t i = 0; i < n; i++) {
         /* a cheap look at the header and trailer first: most are too new */
-        snap_reader *r;
-        if (snap_open(v[i].path, &r, info, why, sizeof(why)) != KURA_OK)
+        if (snap_peek(v[i].path, info, why, sizeof(why)) != KURA_OK)
             continue;
-        snap_close(r);
         /* taken without an update log: its moment is unknown, so it serves
          * only a restore of everything */
         if (cfg->until_ts != UINT64_MAX && (info->end_ts == 0 || info->end_ts > cfg->until_ts))

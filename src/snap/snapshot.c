@@ -297,46 +297,75 @@ struct snap_reader {
     uint64_t items;
 };
 
+/* Checks a snapshot's two ends (header, version, codec, trailer in place)
+ * and fills *info from them: what can be known without reading the file
+ * through.  0, or KURA_ECORRUPT / KURA_EINVAL / KURA_ESYS with err set. */
+static int check_ends(int fd, const char *path, snap_info *info, uint32_t *crc_want, char *err,
+                      size_t errlen)
+{
+    struct stat stb;
+    unsigned char h[HDR_SIZE], t[TRL_SIZE];
+    const char *why;
+    if (fstat(fd, &stb) < 0)
+        return fail(err, errlen, KURA_ESYS, "%s: %s", path, strerror(errno));
+    uint64_t size = (uint64_t)stb.st_size;
+    if (size < HDR_SIZE || pread(fd, h, HDR_SIZE, 0) != HDR_SIZE || memcmp(h, SNAP_MAGIC, 8)) {
+        why = "not a snapshot (no header)";
+    } else if (get32(h + 60) != crc32c_update(0, h, 60)) {
+        why = "its header fails its checksum";
+    } else if (get32(h + 8) != SNAP_VERSION) {
+        char v[16];
+        snprintf(v, sizeof(v), "%u", get32(h + 8));
+        return fail(err, errlen, KURA_EINVAL, "%s: written by an unknown version (%s)", path, v);
+    } else if (!codec_name((kura_codec)h[12])) {
+        why = "its header names an unknown codec";
+    } else if (size < HDR_SIZE + TRL_SIZE ||
+               pread(fd, t, TRL_SIZE, (off_t)(size - TRL_SIZE)) != TRL_SIZE ||
+               memcmp(t, TRL_MAGIC, 8) || get64(t + 32) != size - HDR_SIZE - TRL_SIZE) {
+        why = "it is truncated (no trailer at its end)";
+    } else {
+        memset(info, 0, sizeof(*info));
+        info->version = SNAP_VERSION;
+        info->codec = (kura_codec)h[12];
+        memcpy(info->backend, h + 16, 15);
+        info->sid = get32(h + 32);
+        info->start_ts = get64(h + 40);
+        info->created = (int64_t)get64(h + 48);
+        info->items = get64(t + 8);
+        info->end_ts = get64(t + 16);
+        info->raw_bytes = get64(t + 24);
+        info->file_bytes = size;
+        *crc_want = get32(t + 44);
+        return KURA_OK;
+    }
+    return fail(err, errlen, KURA_ECORRUPT, "%s: %s", path, why);
+}
+
+int snap_peek(const char *path, snap_info *info, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, errlen, errno == ENOENT ? KURA_NOTFOUND : KURA_ESYS, "%s: %s", path,
+                    strerror(errno));
+    uint32_t crc;
+    int rc = check_ends(fd, path, info, &crc, err, errlen);
+    close(fd);
+    return rc;
+}
+
 int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return fail(err, errlen, errno == ENOENT ? KURA_NOTFOUND : KURA_ESYS, "%s: %s", path,
                     strerror(errno));
-    struct stat stb;
-    unsigned char h[HDR_SIZE], t[TRL_SIZE];
-    int rc = KURA_ECORRUPT;
-    const char *why = NULL;
+    snap_info in;
+    uint32_t crc_want;
     snap_reader *r = NULL;
     unsigned char *buf = NULL;
-    if (fstat(fd, &stb) < 0) {
-        rc = fail(err, errlen, KURA_ESYS, "%s: %s", path, strerror(errno));
+    int rc = check_ends(fd, path, &in, &crc_want, err, errlen);
+    if (rc)
         goto bad;
-    }
-    uint64_t size = (uint64_t)stb.st_size;
-    if (size < HDR_SIZE || pread(fd, h, HDR_SIZE, 0) != HDR_SIZE || memcmp(h, SNAP_MAGIC, 8)) {
-        why = "not a snapshot (no header)";
-        goto corrupt;
-    }
-    if (get32(h + 60) != crc32c_update(0, h, 60)) {
-        why = "its header fails its checksum";
-        goto corrupt;
-    }
-    if (get32(h + 8) != SNAP_VERSION) {
-        char v[16];
-        snprintf(v, sizeof(v), "%u", get32(h + 8));
-        rc = fail(err, errlen, KURA_EINVAL, "%s: written by an unknown version (%s)", path, v);
-        goto bad;
-    }
-    if (!codec_name((kura_codec)h[12])) {
-        why = "its header names an unknown codec";
-        goto corrupt;
-    }
-    if (size < HDR_SIZE + TRL_SIZE || pread(fd, t, TRL_SIZE, (off_t)(size - TRL_SIZE)) != TRL_SIZE ||
-        memcmp(t, TRL_MAGIC, 8) || get64(t + 32) != size - HDR_SIZE - TRL_SIZE) {
-        why = "it is truncated (no trailer at its end)";
-        goto corrupt;
-    }
     /* one pass over the whole file for its checksum, before any item */
     buf = malloc(IO_CHUNK);
     if (!buf) {
@@ -344,6 +373,7 @@ int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, s
         goto bad;
     }
     uint32_t crc = 0;
+    uint64_t size = in.file_bytes;
     for (uint64_t off = 0; off < size - 4;) {
         size_t n = size - 4 - off < IO_CHUNK ? (size_t)(size - 4 - off) : IO_CHUNK;
         ssize_t got = pread(fd, buf, n, (off_t)off);
@@ -355,9 +385,9 @@ int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, s
         crc = crc32c_update(crc, buf, (size_t)got);
         off += (uint64_t)got;
     }
-    if (crc != get32(t + 44)) {
-        why = "it fails its checksum (damaged)";
-        goto corrupt;
+    if (crc != crc_want) {
+        rc = fail(err, errlen, KURA_ECORRUPT, "%s: %s", path, "it fails its checksum (damaged)");
+        goto bad;
     }
     r = calloc(1, sizeof(*r));
     if (!r) {
@@ -366,16 +396,7 @@ int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, s
     }
     r->fd = fd;
     r->in = buf;
-    r->info.version = SNAP_VERSION;
-    r->info.codec = (kura_codec)h[12];
-    memcpy(r->info.backend, h + 16, 15);
-    r->info.sid = get32(h + 32);
-    r->info.start_ts = get64(h + 40);
-    r->info.created = (int64_t)get64(h + 48);
-    r->info.items = get64(t + 8);
-    r->info.end_ts = get64(t + 16);
-    r->info.raw_bytes = get64(t + 24);
-    r->info.file_bytes = size;
+    r->info = in;
     r->body_end = size - TRL_SIZE;
     r->in_off = HDR_SIZE;
     rc = codec_decoder(r->info.codec, &r->dec);
@@ -387,8 +408,6 @@ int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, s
         *info = r->info;
     *out = r;
     return KURA_OK;
-corrupt:
-    rc = fail(err, errlen, KURA_ECORRUPT, "%s: %s", path, why);
 bad:
     free(buf);
     close(fd);

@@ -178,6 +178,7 @@ class Server_(Base):
         self.assertTrue(os.path.isfile(path), path)
         out, _ = self.ok("snapshot", "list", d)
         self.assertIn(path, out)
+        self.assertIn(" 1 items  lzo  from hash ", out)
         out, _ = self.ok("snapshot", "verify", path)
         self.assertIn("1 items", out)
         s.request(b"set b 9 0 2\r\nbb\r\n")

@@ -118,6 +118,11 @@ static void test_round_trip_every_codec(void)
         char err[256];
         CHECK_EQ_INT(snap_verify(path, &info, err, sizeof(err)), 0);
         CHECK_EQ_INT(info.codec, all[c]);
+        /* the ends alone say as much */
+        snap_info peek;
+        CHECK_EQ_INT(snap_peek(path, &peek, err, sizeof(err)), 0);
+        CHECK(peek.items == NITEMS && peek.start_ts == 12345 && peek.end_ts == 67890 &&
+              peek.codec == all[c] && peek.file_bytes == info.file_bytes);
         /* an empty snapshot is a snapshot */
         snprintf(path, sizeof(path), "%s/empty-%s.ksnap", dir, codec_name(all[c]));
         CHECK_EQ_INT(write_file(path, all[c], 0), 0);
@@ -168,8 +173,9 @@ static void test_damage_is_refused(void)
         /* cut short at many lengths, the empty file included */
         for (size_t cut = 0; cut < len; cut += len / 37 + 1) {
             spit(bad, b, cut);
-            tried++;
+            tried += 2;
             refused += snap_verify(bad, &info, err, sizeof(err)) == KURA_ECORRUPT;
+            refused += snap_peek(bad, &info, err, sizeof(err)) == KURA_ECORRUPT;
         }
         /* one bit flipped, across the whole file */
         for (size_t at = 0; at < len; at += len / 53 + 1) {
