@@ -35,8 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def shown(cmd, datadir):
     """A command line as the results show it: no path of this machine (the
     checkout's own becomes relative, the data dir DIR)."""
-    return " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT + "/") else a
-                    for a in cmd).replace(datadir + "/", "DIR/")
+    # the data dir first: it may lie inside the checkout (bench/results/tmp)
+    cmd = [a.replace(datadir + "/", "DIR/") for a in cmd]
+    return " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT + "/") else a for a in cmd)
 RESULTS = os.path.join(ROOT, "bench", "results")
 
 # ----------------------------------------------------------------- the plan
