@@ -150,6 +150,11 @@ int snap_take(struct kura_engine *e, const snap_take_cfg *cfg, snap_info *out, c
  * the largest cas loaded.  Stops at the first error, with s partly
  * loaded: the caller loads into a store it can throw away.  progress as
  * above (items, raw bytes read). */
+/* True for a store never written: no items, and a state nothing has set
+ * (a database whose items were all deleted has a watermark or a cas).
+ * Only such a store is loaded from a snapshot. */
+bool snap_store_blank(struct kura_store *s);
+
 int snap_load(struct kura_store *s, const char *path, int64_t now, snap_info *info,
               uint64_t *max_cas, void (*progress)(void *arg, uint64_t items, uint64_t bytes),
               void *progress_arg, char *err, size_t errlen);

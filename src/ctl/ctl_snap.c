@@ -286,12 +286,10 @@ int snap_cmd_restore(int argc, char **argv)
     kura_store *s;
     if ((rc = ctl_db_open(db, false, false, &s)))
         return rc;
-    kura_store_usage u;
-    s->ops->usage(s, &u);
-    if (u.curr_items) {
+    if (!snap_store_blank(s)) {     /* the rule kurad's restore at start keeps */
         kura_store_close(s);
-        return ctl_err(CTL_FAIL, "%s holds %" PRIu64 " items: a snapshot is restored only into "
-                       "a missing or empty database", db, u.curr_items);
+        return ctl_err(CTL_FAIL, "%s has been written: a snapshot is restored only into "
+                       "a missing or empty database", db);
     }
     ctl_restore rs = { .s = s };
     rc = ctl_snap_into(&rs, file);

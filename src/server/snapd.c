@@ -33,7 +33,6 @@
 #include "server.h"
 
 static struct {
-    kura_server *srv;
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;
@@ -175,7 +174,6 @@ int snapd_start(kura_server *srv)
     kura_settings *st = srv->settings;
     if (!st->bgs_dir)
         return 0;
-    sd.srv = srv;
     srv->info.snapshot_request = request;
     srv->info.snapshot_stats = stats;
     srv->info.snapshot_ctx = srv;
@@ -207,20 +205,6 @@ void snapd_stop(kura_server *srv, bool clean)
 static bool in_memory(const char *dbname)
 {
     return !dbname || !*dbname || dbname[0] == '*' || dbname[0] == ':';
-}
-
-/* Never written: no items, and a state that nothing has set (a database
- * whose items were all deleted has a watermark or a cas, and is kept). */
-static bool blank(kura_store *s)
-{
-    kura_store_usage u = { 0 };
-    s->ops->usage(s, &u);
-    if (u.curr_items)
-        return false;
-    kura_store_state st = { 0 };
-    if (s->ops->load_state && s->ops->load_state(s, &st) < 0)
-        return false;
-    return st.max_cas == 0 && st.ulog_ts == 0 && st.oldest_cas == 0 && st.flush_at == 0;
 }
 
 static void load_progress(void *arg, uint64_t items, uint64_t bytes)
@@ -291,7 +275,7 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
     int tidied = snap_tidy(st->bgs_dir);
     if (tidied)
         log_msg(LOG_INFO, "snapshots: removed %d unfinished file(s) in %s", tidied, st->bgs_dir);
-    if (!blank(*store))
+    if (!snap_store_blank(*store))
         return 0;                       /* recovered as it is, never overwritten */
     snap_entry *v;
     size_t n;

@@ -79,16 +79,6 @@ static int choose(const snap_restore_cfg *cfg, char *path, size_t plen, snap_inf
     return rc;
 }
 
-static bool blank(kura_store *s)
-{
-    kura_store_usage u = { 0 };
-    s->ops->usage(s, &u);
-    kura_store_state st = { 0 };
-    if (s->ops->load_state && s->ops->load_state(s, &st) < 0)
-        return false;
-    return u.curr_items == 0 && st.max_cas == 0 && st.ulog_ts == 0 && st.oldest_cas == 0;
-}
-
 static int replay(const snap_restore_cfg *cfg, kura_engine *e, uint64_t from,
                   snap_restore_result *res, char *err, size_t errlen)
 {
@@ -160,7 +150,7 @@ int snap_restore(const snap_restore_cfg *cfg, snap_restore_result *res, char *er
     rc = kura_store_open(cfg->dbname, &scfg, &s, err, errlen);
     if (rc)
         return rc;
-    if (!blank(s)) {
+    if (!snap_store_blank(s)) {
         snprintf(err, errlen, "%s holds data: a restore builds a new database", cfg->dbname);
         kura_store_close(s);
         return KURA_EXISTS;

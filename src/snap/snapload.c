@@ -12,6 +12,18 @@
 #include "kura/snapshot.h"
 #include "kura/store.h"
 
+bool snap_store_blank(kura_store *s)
+{
+    kura_store_usage u = { 0 };
+    s->ops->usage(s, &u);
+    if (u.curr_items)
+        return false;
+    kura_store_state st = { 0 };
+    if (s->ops->load_state && s->ops->load_state(s, &st) < 0)
+        return false;
+    return st.max_cas == 0 && st.ulog_ts == 0 && st.oldest_cas == 0 && st.flush_at == 0;
+}
+
 int snap_load(kura_store *s, const char *path, int64_t now, snap_info *info, uint64_t *max_cas,
               void (*progress)(void *arg, uint64_t items, uint64_t bytes), void *progress_arg,
               char *err, size_t errlen)
