@@ -225,6 +225,13 @@ static void run(const char *suffix)
         int i = moments[m];
         if (i >= NSTEPS || step_ts[i] < info.end_ts)
             continue;
+        /* the flush's moments may coincide with a spread one, depending on
+         * where the snapshot ended: each moment is restored once */
+        bool again = false;
+        for (int n = 0; n < m; n++)
+            again |= moments[n] == i;
+        if (again)
+            continue;
         char out[300];
         snprintf(out, sizeof(out), "%s/at%d%s", dir, i, suffix);
         snap_restore_result res;
