@@ -2,8 +2,8 @@
  * kio.h - the stores' file I/O, as one table that tests can replace.
  *
  * Every call a store makes that changes a file or makes it durable goes
- * through a kura_io: open, write, sync, preallocate, truncate, rename,
- * unlink, directory sync, and the shared mappings.  The default table calls
+ * through a kura_io: open, write, sync, preallocate, punch a hole,
+ * truncate, rename, unlink, directory sync, and the shared mappings.  The default table calls
  * the system; tests put in their own (SQLite's VFS is the model) to fail the
  * Nth call of a kind with EIO or ENOSPC or a short write, or to record every
  * write and sync and build the image a power loss would leave behind
@@ -45,6 +45,11 @@ struct kura_io {
     int (*mkdirat)(const kura_io *io, int dirfd, const char *path, mode_t mode);
     void *(*mmap)(const kura_io *io, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(const kura_io *io, void *addr, size_t len);
+    /* fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): the range's
+     * blocks are released and read back as zeros, the size unchanged.
+     * Only ever a saving of space: a file system without it answers -1
+     * with EOPNOTSUPP, and the caller carries on without */
+    int (*punch)(const kura_io *io, int fd, off_t off, off_t len);
     void *ctx;                  /* the replacement's own state */
 };
 

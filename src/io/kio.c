@@ -98,6 +98,18 @@ static int sys_munmap(const kura_io *io, void *addr, size_t len)
     return munmap(addr, len);
 }
 
+static int sys_punch(const kura_io *io, int fd, off_t off, off_t len)
+{
+    (void)io;
+#if defined(FALLOC_FL_PUNCH_HOLE) && defined(FALLOC_FL_KEEP_SIZE)
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+#else
+    (void)fd; (void)off; (void)len;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
 static const kura_io sys_io = {
     .open = sys_open,
     .close = sys_close,
@@ -112,6 +124,7 @@ static const kura_io sys_io = {
     .mkdirat = sys_mkdirat,
     .mmap = sys_mmap,
     .munmap = sys_munmap,
+    .punch = sys_punch,
 };
 
 const kura_io *kio_default(void)

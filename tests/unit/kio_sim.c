@@ -13,8 +13,8 @@
  *
  *  - a file holds what its last completed fsync/fdatasync covered; a sync
  *    covers the changes recorded before the call began (not those that
- *    raced with it).  The changes since (writes, truncates, fallocates)
- *    reach the disk the way the page cache writes back: page by page, in
+ *    raced with it).  The changes since (writes, truncates, fallocates,
+ *    punched holes) reach the disk the way the page cache writes back: page by page, in
  *    any order, each 4 KiB page as it was at some moment since the sync
  *    (so a later write may be there and an earlier one not, and a write
  *    spanning pages may be torn at a page boundary), the size apart from
@@ -236,6 +236,10 @@ static int in_ftruncate(const kura_io *io, int fd, off_t len)
 {
     IN_FD_CALL(ftruncate, KIO_FTRUNCATE, len);
 }
+static int in_punch(const kura_io *io, int fd, off_t off, off_t len)
+{
+    IN_FD_CALL(punch, KIO_PUNCH, off, len);
+}
 
 static int in_renameat(const kura_io *io, int od, const char *op, int nd, const char *np)
 {
@@ -289,7 +293,7 @@ kio_inject *kio_inject_new(const kura_io *below)
         return NULL;
     in->io = (kura_io){ in_open, in_close, in_pread, in_pwritev, in_fsync, in_fdatasync,
                         in_fallocate, in_ftruncate, in_renameat, in_unlinkat, in_mkdirat,
-                        in_mmap, in_munmap, in };
+                        in_mmap, in_munmap, in_punch, in };
     in->below = kio_or_default(below);
     in->kind = -1;
     pthread_mutex_init(&in->mu, NULL);
@@ -366,7 +370,8 @@ uint64_t kio_inject_fired(kio_inject *in)
 
 /* ---- the recorder: the log ------------------------------------------------ */
 
-enum rop_kind { R_WRITE, R_TRUNC, R_ALLOC, R_SYNC, R_CREATE, R_MKDIR, R_RENAME, R_UNLINK };
+enum rop_kind { R_WRITE, R_TRUNC, R_ALLOC, R_SYNC, R_CREATE, R_MKDIR, R_RENAME, R_UNLINK,
+                R_PUNCH };
 
 /* One recorded operation. */
 typedef struct rop {
@@ -374,7 +379,8 @@ typedef struct rop {
     uint32_t obj;               /* the file (data ops, sync) or the directory (dir ops) */
     uint32_t obj2;              /* rename: the new name's directory */
     uint32_t child;             /* create, mkdir, rename: the object named */
-    uint64_t off, len;          /* write: range; trunc: len; alloc: new end; sync: upto */
+    uint64_t off, len;          /* write, punch: range; trunc: len; alloc: new end;
+                                   sync: upto */
     unsigned char *data;        /* write */
     char *name, *name2;         /* dir ops: the name (and the new one) */
 } rop;
@@ -760,6 +766,26 @@ static int rc_mkdirat(const kura_io *io, int dirfd, const char *path, mode_t mod
     return 0;
 }
 
+/* A hole punched: pending like a write (it may or may not have happened
+ * in an image until a sync covers it); once it has, its bytes read as
+ * zeros and the size stays (KEEP_SIZE). */
+static int rc_punch(const kura_io *io, int fd, off_t off, off_t len)
+{
+    kio_rec *r = REC(io);
+    int rc = r->below->punch(r->below, fd, off, len);
+    if (rc != 0)
+        return rc;
+    int saved = errno;
+    pthread_mutex_lock(&r->mu);
+    long obj = fd_obj(r, fd);
+    if (obj >= 0)
+        rec_push(r, (rop){ .kind = R_PUNCH, .obj = (uint32_t)obj, .off = (uint64_t)off,
+                           .len = (uint64_t)len });
+    pthread_mutex_unlock(&r->mu);
+    errno = saved;
+    return 0;
+}
+
 /* Bytes stored through a writable shared mapping would escape the log:
  * refused, so the store appends with pwritev (kio.h). */
 static void *rc_mmap(const kura_io *io, size_t len, int prot, int flags, int fd, off_t off)
@@ -827,7 +853,7 @@ kio_rec *kio_rec_new(const char *root, const kura_io *below)
         return NULL;
     r->io = (kura_io){ rc_open, rc_close, rc_pread, rc_pwritev, rc_fsync, rc_fdatasync,
                        rc_fallocate, rc_ftruncate, rc_renameat, rc_unlinkat, rc_mkdirat,
-                       rc_mmap, rc_munmap, r };
+                       rc_mmap, rc_munmap, rc_punch, r };
     r->below = kio_or_default(below);
     pthread_mutex_init(&r->mu, NULL);
     obj_new(r, st.st_dev, st.st_ino, true, "");     /* object 0: the root */
@@ -887,7 +913,7 @@ uint64_t kio_rec_ops(kio_rec *r)
 void kio_rec_describe(kio_rec *r, uint64_t i, char *buf, size_t len)
 {
     static const char *kinds[] = { "write", "truncate", "fallocate", "sync", "create",
-                                   "mkdir", "rename", "unlink" };
+                                   "mkdir", "rename", "unlink", "punch" };
     pthread_mutex_lock(&r->mu);
     if (i >= r->nops) {
         snprintf(buf, len, "op %llu: (end)", (unsigned long long)i);
@@ -895,9 +921,9 @@ void kio_rec_describe(kio_rec *r, uint64_t i, char *buf, size_t len)
         const rop *o = &r->ops[i];
         const char *on = r->objs[o->obj].name;
         switch (o->kind) {
-        case R_WRITE:
-            snprintf(buf, len, "op %llu: write %s [%llu, +%llu)", (unsigned long long)i, on,
-                     (unsigned long long)o->off, (unsigned long long)o->len);
+        case R_WRITE: case R_PUNCH:
+            snprintf(buf, len, "op %llu: %s %s [%llu, +%llu)", (unsigned long long)i,
+                     kinds[o->kind], on, (unsigned long long)o->off, (unsigned long long)o->len);
             break;
         case R_TRUNC: case R_ALLOC:
             snprintf(buf, len, "op %llu: %s %s to %llu", (unsigned long long)i, kinds[o->kind],
@@ -945,6 +971,11 @@ static void apply_data(sbuf *b, const rop *o)
         if (o->len > b->len)
             sb_set_len(b, o->len);
         break;
+    case R_PUNCH:
+        if (o->off < b->len)
+            memset(b->p + o->off, 0,
+                   (o->off + o->len < b->len ? o->off + o->len : b->len) - o->off);
+        break;
     }
 }
 
@@ -976,7 +1007,7 @@ static void sim_step(kio_rec *r)
     const rop *o = &r->ops[i];
     sstate *s = &r->st[o->obj];
     switch (o->kind) {
-    case R_WRITE: case R_TRUNC: case R_ALLOC:
+    case R_WRITE: case R_TRUNC: case R_ALLOC: case R_PUNCH:
         grow(&s->pend, &s->cappend, s->npend + 1, sizeof(uint64_t));
         s->pend[s->npend++] = i;
         break;
@@ -1041,6 +1072,8 @@ static uint64_t size_after(uint64_t size, const rop *o)
 {
     if (o->kind == R_TRUNC)
         return o->len;
+    if (o->kind == R_PUNCH)
+        return size;            /* KEEP_SIZE */
     uint64_t end = o->kind == R_WRITE ? o->off + o->len : o->len;
     return end > size ? end : size;
 }
@@ -1105,6 +1138,12 @@ static void file_content(img *m, uint32_t obj, sbuf *out)
                     uint64_t b = o->off + o->len < hi ? o->off + o->len : hi;
                     if (a < b)
                         memcpy(out->p + a, o->data + (a - o->off), b - a);
+                } else if (o->kind == R_PUNCH) {
+                    /* the hole: zeros where it meets the page */
+                    uint64_t a = o->off > lo ? o->off : lo;
+                    uint64_t b = o->off + o->len < hi ? o->off + o->len : hi;
+                    if (a < b)
+                        memset(out->p + a, 0, b - a);
                 } else if (o->kind == R_TRUNC && o->len < hi) {
                     /* cut off: what was past it reads as zeros */
                     uint64_t a = o->len > lo ? o->len : lo;

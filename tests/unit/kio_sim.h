@@ -11,8 +11,8 @@
  *    substring; it counts calls per kind, so a test first runs a workload
  *    to count, then runs it again for every N;
  *  - the recorder logs every change a power loss could undo (writes with
- *    their bytes, truncates, fallocates, creations, renames, unlinks,
- *    mkdirs) and every fsync/fdatasync, and builds the crash image at any
+ *    their bytes, truncates, fallocates, punched holes, creations,
+ *    renames, unlinks, mkdirs) and every fsync/fdatasync, and builds the crash image at any
  *    cut point k (what the disk may hold after the first k recorded
  *    operations): each file as of its last sync plus a seeded choice of the
  *    writes made after it (dropped, applied, torn at a 512-byte sector, or
@@ -36,7 +36,7 @@
 
 enum kio_kind {
     KIO_OPEN = 0, KIO_PWRITEV, KIO_FSYNC, KIO_FDATASYNC, KIO_FALLOCATE, KIO_FTRUNCATE,
-    KIO_RENAMEAT, KIO_UNLINKAT, KIO_MKDIRAT, KIO_MMAP,
+    KIO_RENAMEAT, KIO_UNLINKAT, KIO_MKDIRAT, KIO_MMAP, KIO_PUNCH,
     KIO_NKINDS
 };
 

@@ -29,6 +29,10 @@
  *    KURA_ENOSPC and change nothing, and resume once space returns (not
  *    sticky).  A short pwritev is retried and succeeds.
  *
+ * The tree runs three ways: plain, with compressed overflow runs (#zcomp
+ * at 4 KiB pages), and with compressed leaf and branch pages too (8 KiB
+ * pages, holes punched: the recorder keeps a punch pending like a write).
+ *
  * A failure prints the workload seed, the cut point, the image seed and
  * the recorded operations around the cut; KURA_POWERLOSS_SEED=n repeats a
  * workload (the store's background thread may still move its own
@@ -83,6 +87,11 @@ static const backend TREE_Z = { "data.kb", "#segsiz=65536#ckpt=64k#psiz=4096#pcc
                                 "#segsiz=65536#zcomp=lzo",
                                 "#segsiz=65536#psiz=4096#mapwrite=0#zcomp=zlib",
                                 "#segsiz=65536#psiz=4096#zcomp=zlib", tree_maintain, true };
+/* ... and compressed leaf and branch pages: 8 KiB pages, two blocks */
+static const backend TREE_PZ = { "data.kb", "#segsiz=65536#ckpt=64k#psiz=8192#pccap=1m#zcomp=lzo",
+                                 "#segsiz=65536#zcomp=zlib",
+                                 "#segsiz=65536#psiz=8192#mapwrite=0#zcomp=zlib",
+                                 "#segsiz=65536#psiz=8192#zcomp=zlib", tree_maintain, true };
 static const backend *be = &HASH;
 
 /* ---- the model ------------------------------------------------------------- */
@@ -432,6 +441,14 @@ static kio_rec *record_run(const char *tag, const char *root, int mode, bool lie
             kio_rec_free(rec);
             return NULL;
         }
+    }
+    if (be == &TREE_PZ) {
+        /* the images below are of no use unless pages were compressed */
+        uint64_t zp = t_stat(s, "tree_zcomp_pages");
+        printf("# %s: %llu pages written compressed, %llu bytes punched out\n", tag,
+               (unsigned long long)zp,
+               (unsigned long long)t_stat(s, "tree_zcomp_page_saved_bytes"));
+        CHECK(zp > 0);
     }
     kura_store_close(s);
     *total = kio_rec_ops(rec);
@@ -889,6 +906,28 @@ static void test_tree_zcomp_enospc_on_every_pwritev(void)
     test_enospc_on_every_pwritev();
 }
 
+/* The same with compressed leaf and branch pages (holes punched). */
+static void test_tree_pzcomp_powerloss_sync_always(void)
+{
+    be = &TREE_PZ;
+    run_mode("tree-pzcomp-always", KURA_SYNC_ALWAYS, 700, cuts(400), 2);
+}
+
+static void test_tree_pzcomp_powerloss_sync_none(void)
+{
+    run_mode("tree-pzcomp-none", KURA_SYNC_NONE, 900, cuts(300), 2);
+}
+
+static void test_tree_pzcomp_powerloss_during_recovery(void)
+{
+    test_powerloss_during_recovery();
+}
+
+static void test_tree_pzcomp_eio_on_every_fdatasync(void)
+{
+    test_eio_on_every_fdatasync();
+}
+
 int main(void)
 {
     snprintf(base, sizeof(base), "%s/kura-powerloss-XXXXXX",
@@ -925,6 +964,10 @@ int main(void)
     RUN(test_tree_zcomp_powerloss_sync_none);
     RUN(test_tree_zcomp_powerloss_during_recovery);
     RUN(test_tree_zcomp_enospc_on_every_pwritev);
+    RUN(test_tree_pzcomp_powerloss_sync_always);
+    RUN(test_tree_pzcomp_powerloss_sync_none);
+    RUN(test_tree_pzcomp_powerloss_during_recovery);
+    RUN(test_tree_pzcomp_eio_on_every_fdatasync);
     kio_rmrf(base);
     UNIT_DONE();
 }

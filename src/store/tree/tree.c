@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include "kura/dbfile.h"
 #include "kura/codec.h"
@@ -686,6 +687,9 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_recovered_records", LOAD(recovered_records));
     kura_emit_u64(emit, arg, "tree_zcomp_runs", LOAD(zcomp_runs));
     kura_emit_u64(emit, arg, "tree_zcomp_saved_bytes", LOAD(zcomp_saved));
+    kura_emit_u64(emit, arg, "tree_zcomp_pages", LOAD(zcomp_pages));
+    kura_emit_u64(emit, arg, "tree_zcomp_page_saved_bytes", LOAD(zcomp_page_saved));
+    kura_emit_u64(emit, arg, "tree_zcomp_punch_errors", LOAD(punch_errors));
     sl_stats ls;
     sl_get_stats(&bt->log, &ls);
     kura_emit_u64(emit, arg, "tree_syncs", ls.syncs);
@@ -835,6 +839,8 @@ static void destroy(btree *bt)
     free(bt->clen);
     free(bt->vbuf);
     free(bt->zbuf);
+    free(bt->pz_in);
+    free(bt->pz_out);
     pthread_mutex_destroy(&bt->mu);
     pthread_mutex_destroy(&bt->state_mu);
     pthread_cond_destroy(&bt->ckpt_cv);
@@ -1013,7 +1019,16 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     if (bt->cell_max > BT_CELL_MAX)
         bt->cell_max = BT_CELL_MAX;
     bt->ccap = 2 * (bt->psiz / 8) + 4;
+    /* a compressed page must free at least one of the file system's
+     * blocks (tree_pzcomp.c); a size that is no power of two is taken as
+     * the usual 4 KiB */
+    struct stat fst;
+    bt->blksize = fstat(bt->fd, &fst) == 0 ? (size_t)fst.st_blksize : 4096;
+    if (bt->blksize < 512 || (bt->blksize & (bt->blksize - 1)))
+        bt->blksize = 4096;
     if (!(bt->scr[0] = malloc(bt->psiz)) || !(bt->scr[1] = malloc(bt->psiz)) ||
+        !(bt->pz_in = malloc(bt->psiz)) ||
+        (bt->zcomp && !(bt->pz_out = malloc(bt_pz_out_size(bt)))) ||
         !(bt->cptr = malloc(bt->ccap * sizeof(*bt->cptr))) ||
         !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, pccap)) {
         snprintf(err, errlen, "out of memory");

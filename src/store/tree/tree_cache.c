@@ -222,11 +222,6 @@ static int read_full_fd(btree *bt, int fd, void *buf, size_t n, off_t off)
     return KURA_OK;
 }
 
-static int read_full(btree *bt, void *buf, size_t n, off_t off)
-{
-    return read_full_fd(bt, bt->fd, buf, n, off);
-}
-
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
 {
     bt_page *p = hash_find(bt, pgno);
@@ -250,9 +245,7 @@ int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
     }
     if (!(p = obj_get(bt)))
         return KURA_ENOMEM;
-    int rc = read_full(bt, p->data, bt->psiz, (off_t)(pgno * bt->psiz));
-    if (rc == KURA_OK)
-        rc = pg_verify(p->data, bt->psiz, pgno, type);
+    int rc = bt_page_load(bt, bt->fd, pgno, type, p->data);
     if (rc) {
         bt_count_error(bt, rc, pgno, "a page");
         obj_put(bt, p);

@@ -40,7 +40,7 @@
 #define META_LEN 512
 
 typedef struct bt_meta {
-    uint32_t psiz;
+    uint32_t version, psiz;
     uint64_t txn, root, npages, fl_head, nfree;
     uint32_t wal_seg, height;
     uint64_t wal_off;
@@ -53,7 +53,7 @@ static void meta_encode(unsigned char *b, const bt_meta *m)
     memset(b, 0, META_LEN);
     b[4] = BT_META;
     memcpy(b + 8, BT_META_MAGIC, 8);
-    bt_put32(b + 16, BT_VERSION);
+    bt_put32(b + 16, m->version);
     bt_put32(b + 20, m->psiz);
     bt_put64(b + 24, m->txn);
     bt_put64(b + 32, m->root);
@@ -85,6 +85,7 @@ static int meta_decode(const unsigned char *b, bt_meta *m, const char **why)
         *why = "unknown format version";
         return KURA_ECORRUPT;
     }
+    m->version = bt_get32(b + 16);
     m->psiz = bt_get32(b + 20);
     m->txn = bt_get64(b + 24);
     m->root = bt_get64(b + 32);
@@ -114,6 +115,7 @@ static void fill_meta(btree *bt, bt_meta *m, uint64_t fl_head, uint64_t nfree,
                       const kura_store_state *state, uint32_t wal_seg, uint64_t wal_off)
 {
     memset(m, 0, sizeof(*m));
+    m->version = bt->version;
     m->psiz = (uint32_t)bt->psiz;
     m->txn = bt->txn;
     m->root = bt->root;
@@ -135,7 +137,10 @@ static int cmp_page(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Writes the pages (sorted by number), runs of neighbours in one pwritev. */
+/* Writes the pages (sorted by number), runs of neighbours in one pwritev.
+ * With zcomp, a leaf or branch page that compresses enough is written
+ * compressed (tree_pzcomp.c) and ends its run: the rest of its slot is
+ * punched out, so the next page's bytes do not follow its own. */
 static int write_pages(btree *bt, bt_page **pages, size_t n)
 {
     struct iovec iov[64];
@@ -143,13 +148,23 @@ static int write_pages(btree *bt, bt_page **pages, size_t n)
     while (i < n) {
         int k = 0;
         uint64_t first = pages[i]->pgno;
-        while (i < n && k < 64 && pages[i]->pgno == first + (uint64_t)k) {
+        size_t zlen = 0;
+        while (!zlen && i < n && k < 64 && pages[i]->pgno == first + (uint64_t)k) {
+            const unsigned char *z = NULL;
+            zlen = bt_pz_pack(bt, pages[i]->data, &z);
             pg_seal(pages[i]->data, bt->psiz);
-            iov[k++] = (struct iovec){ pages[i]->data, bt->psiz };
+            iov[k++] = zlen ? (struct iovec){ (void *)z, zlen }
+                            : (struct iovec){ pages[i]->data, bt->psiz };
             i++;
         }
         if (bt_pwritev_all(bt, iov, k, (off_t)(first * bt->psiz)) != 0)
             return -1;
+        if (zlen) {
+            /* the meta page written after these pages names them: from it
+             * on, an older kurad must refuse the file */
+            bt->version = BT_VERSION;
+            bt_pz_written(bt, pages[i - 1]->pgno, zlen);
+        }
     }
     return 0;
 }
@@ -419,6 +434,9 @@ int bt_meta_read(btree *bt, char *err, size_t errlen)
         bt_log(bt, KURA_LOG_INFO, "%s: page size %u from the file (psiz=%zu ignored)",
                bt->dir, mt->psiz, bt->psiz);
     bt->psiz = mt->psiz;
+    /* a version 1 file is written as 2 (overflow runs may be compressed
+     * from now on); 3 stays 3: compressed pages may remain */
+    bt->version = mt->version < BT_VERSION_RUNS ? BT_VERSION_RUNS : mt->version;
     bt->meta_slot = s;
     bt->txn = mt->txn + 1;
     bt->root = mt->root;
@@ -447,7 +465,7 @@ int bt_create_file(btree *bt, char *err, size_t errlen)
         goto syserr;
     pg_init(pg, bt->psiz, BT_LEAF, 2, 1);
     pg_seal(pg, bt->psiz);
-    bt_meta m = { .psiz = (uint32_t)bt->psiz, .txn = 1, .root = 2, .npages = 3, .height = 1,
+    bt_meta m = { .version = BT_VERSION_RUNS, .psiz = (uint32_t)bt->psiz, .txn = 1, .root = 2, .npages = 3, .height = 1,
                   .wal_seg = 1, .wal_off = SL_SEG_HDR };
     meta_encode(mb, &m);
     if (kio_pwrite_all(io, fd, mb, META_LEN, 0) != 0 ||

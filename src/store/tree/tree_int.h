@@ -22,7 +22,10 @@
  * tree_search.c descent and the cursor, tree_insert.c insert with splits,
  * tree_delete.c delete with merges and redistribution, tree_commit.c
  * checkpoints and meta pages, tree_wal.c the log's records and replay,
- * tree.c the store operations, threads and open/close.
+ * tree_zcomp.c compressed overflow runs, tree_pzcomp.c compressed leaf and
+ * branch pages and reading a page, tree_check.c the structure check,
+ * tree_salvage.c -recover, tree.c the store operations, threads and
+ * open/close.
  *
  * Concurrency (correct first): one mutex, bt->mu, serializes every
  * operation on the tree and its cache, readers included; the log's group
@@ -47,10 +50,13 @@
 #define BT_HDR          40              /* bytes of a page header */
 #define BT_META_MAGIC   "KURATREE"
 #define BT_WAL_MAGIC    "KURATWAL"
-#define BT_VERSION      2               /* of the tree file: 2 added compressed
-                                           overflow runs (leaf cells of kind 2);
+#define BT_VERSION      3               /* of the tree file: 2 added compressed
+                                           overflow runs (leaf cells of kind 2),
+                                           3 compressed leaf and branch pages;
                                            version 1 files open and are written
-                                           as 2 from their next checkpoint */
+                                           as 2 from their next checkpoint, and
+                                           as 3 once a page is compressed */
+#define BT_VERSION_RUNS 2
 #define BT_VERSION_MIN  1
 #define BT_WAL_VERSION  1               /* of the log's records */
 #define BT_MAX_DEPTH    40
@@ -136,6 +142,9 @@ typedef struct btree {
     size_t psiz;
     bool psiz_given;            /* psiz= named (a file keeps its own) */
     size_t cell_max;            /* largest leaf cell kept inline */
+    size_t blksize;             /* the file system's block (st_blksize): a
+                                   compressed page must free at least one */
+    uint32_t version;           /* the format version the next meta page says */
 
     pthread_mutex_t mu;         /* the tree lock: everything below */
 
@@ -193,12 +202,15 @@ typedef struct btree {
     size_t vcap;
     unsigned char *zbuf;        /* ... decompressed */
     size_t zcap;
+    unsigned char *pz_in;       /* a compressed page read (psiz) */
+    unsigned char *pz_out;      /* a page compressed (bt_pz_out_size) */
     unsigned char sweep_key[256];
     size_t sweep_klen;
 
     /* parameters */
     uint64_t ckpt_bytes;
-    int zcomp;                  /* kura_codec for new overflow runs (#zcomp) */
+    int zcomp;                  /* kura_codec for new overflow runs and pages (#zcomp) */
+    bool punch_off;             /* the file system refused to punch a hole */
     double inline_retry_at;     /* a writer's checkpoint failed: not before */
     uint64_t reclaimed;         /* dead items removed (usage) */
 
@@ -212,7 +224,9 @@ typedef struct btree {
     _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
                      cache_misses, corrupt_reads, read_errors, skipped_rebalances,
                      recovered_records, ckpt_errors,
-                     zcomp_runs, zcomp_saved;   /* compressed runs written, bytes saved */
+                     zcomp_runs, zcomp_saved,   /* compressed runs written, bytes saved */
+                     zcomp_pages, zcomp_page_saved, /* ... pages, bytes punched out */
+                     punch_errors;
     uint64_t wal_cut;
 } btree;
 
@@ -309,6 +323,23 @@ int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l
  * KURA_ECORRUPT. */
 int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen, size_t rawlen,
                     const unsigned char **val);
+
+/* ---- tree_pzcomp.c: compressed leaf and branch pages (#zcomp) ---------- */
+
+/* The bytes bt->pz_out needs (0 without zcomp). */
+size_t bt_pz_out_size(btree *bt);
+/* At a checkpoint, before the page is sealed: the page d compressed into
+ * bt->pz_out (*out), header included, and the bytes to write, or 0 (write
+ * it as it is: no zcomp, not a leaf or branch, or no block would be
+ * freed).  Zeroes the unused gap of d (it is sealed after). */
+size_t bt_pz_pack(btree *bt, unsigned char *d, const unsigned char **out);
+/* After pgno was written compressed (written bytes): counts it and punches
+ * the rest of its slot (a failure only costs the space). */
+void bt_pz_written(btree *bt, uint64_t pgno, size_t written);
+/* Page pgno of the file fd into d (psiz bytes), decompressed if it was
+ * stored compressed, and checked (pg_verify, type 0: any): KURA_OK,
+ * KURA_ECORRUPT or KURA_EIO.  mu held (bt->pz_in). */
+int bt_page_load(btree *bt, int fd, uint64_t pgno, int type, unsigned char *d);
 
 /* ---- tree_salvage.c: -recover ------------------------------------------- */
 

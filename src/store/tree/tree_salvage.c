@@ -167,8 +167,9 @@ int do_salvage_load(btree *bt, char *err, size_t errlen)
             io->close(io, fd);
         return sl_errno_status(errno);
     }
-    uint64_t npages = (uint64_t)st.st_size / bt->psiz, leaves = 0, bad = 0, items = 0,
-             lost = 0;
+    /* rounded up: a compressed page at the file's end ends before its slot */
+    uint64_t npages = ((uint64_t)st.st_size + bt->psiz - 1) / bt->psiz, leaves = 0, bad = 0,
+             items = 0, lost = 0;
     unsigned char *pg = malloc(bt->psiz);
     int rc = pg ? KURA_OK : KURA_ENOMEM;
     /* checkpoints say "replay from the log's start": every record then
@@ -177,11 +178,12 @@ int do_salvage_load(btree *bt, char *err, size_t errlen)
     bt->wal_at_seg = bt->ckpt_seg;
     bt->wal_at_off = bt->ckpt_off;
     for (uint64_t pgno = 2; pgno < npages && rc == KURA_OK; pgno++) {
-        if (io->pread(io, fd, pg, bt->psiz, (off_t)(pgno * bt->psiz)) != (ssize_t)bt->psiz) {
+        int lr = bt_page_load(bt, fd, pgno, 0, pg);   /* decompressed if it was */
+        if (lr == KURA_EIO) {
             bad++;
             continue;
         }
-        if (pg_verify(pg, bt->psiz, pgno, 0) != KURA_OK) {
+        if (lr != KURA_OK) {
             /* a page header naming this page, that fails: a damaged page
              * (an overflow run's later pages and unused ones have none) */
             if ((pg_type(pg) == BT_LEAF || pg_type(pg) == BT_BRANCH) && bt_get64(pg + 8) == pgno)
