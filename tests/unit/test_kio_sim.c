@@ -4,7 +4,8 @@
  * survives every image; an unsynced one appears whole, torn (at pages and
  * sectors, with the size before or after it) or not at all;
  * a creation or rename without a directory fsync may be undone, a rename
- * atomically; a truncate is pending like a write; a cut point before a
+ * atomically; a truncate is pending like a write, and so is a punched
+ * hole (zeros once it happened, the size kept); a cut point before a
  * write never shows it; "fsync lies" makes nothing durable; writable
  * shared mappings are refused) and the injector (exactly the Nth call of a
  * kind fails, with the errno asked for or a short write, and only on
@@ -282,6 +283,69 @@ static void test_size_changes_pending(void)
     kio_rec_free(r);
 }
 
+/* A punched hole is pending like a write: before a sync covers it an
+ * image holds the old bytes or zeros there (sector by sector), never anything
+ * else, and the size stays; after the sync, zeros. */
+static void test_punch_pending(void)
+{
+    kio_rmrf(P("r6"));
+    mkdir(P("r6"), 0755);
+    kio_rec *r = kio_rec_new(P("r6"), NULL);
+    REQUIRE(r);
+    const kura_io *io = kio_rec_io(r);
+    int dfd = io->open(io, AT_FDCWD, P("r6"), O_RDONLY | O_DIRECTORY, 0);
+    int fd = io->open(io, dfd, "p", O_RDWR | O_CREAT, 0644);
+    REQUIRE(dfd >= 0 && fd >= 0);
+    wr(io, fd, 'P', 8192, 0);
+    wr(io, fd, 'Q', 8192, 8192);
+    CHECK(io->fsync(io, fd) == 0);
+    CHECK(io->fsync(io, dfd) == 0);
+    int prc = io->punch(io, fd, 4096, 8192);
+    if (prc != 0 && errno == EOPNOTSUPP) {
+        io->close(io, fd);
+        io->close(io, dfd);
+        kio_rec_free(r);
+        SKIP_NA("the file system under the test directory does not punch holes");
+    }
+    REQUIRE(prc == 0);
+    uint64_t punched = kio_rec_ops(r);
+    CHECK(io->fdatasync(io, fd) == 0);
+    uint64_t synced = kio_rec_ops(r);
+    int seen[2] = { 0 };            /* images with the hole, without */
+    unsigned char buf[20000];
+    char err[256], f[600];
+    snprintf(f, sizeof(f), "%s/p", P("img"));
+    for (uint64_t seed = 0; seed < 40; seed++) {
+        REQUIRE(kio_rec_image(r, punched, seed, P("img"), err, sizeof(err)) == 0);
+        long n = slurp(f, buf, sizeof(buf));
+        CHECK_EQ_INT(n, 16384);
+        /* each sector old or zeros (a page may be torn at a sector, as
+         * for a write: stale bytes either way) */
+        for (int sec = 8; sec < 24; sec++) {
+            unsigned char old = sec < 16 ? 'P' : 'Q', b = buf[sec * 512];
+            CHECK(b == 0 || b == old);
+            for (int i = 1; i < 512; i++)
+                if (buf[sec * 512 + i] != b) {
+                    CHECK(buf[sec * 512 + i] == b);
+                    break;
+                }
+            seen[b == 0]++;
+        }
+        CHECK(buf[0] == 'P' && buf[4095] == 'P' && buf[12288] == 'Q' && buf[16383] == 'Q');
+        REQUIRE(kio_rec_image(r, synced, seed, P("img"), err, sizeof(err)) == 0);
+        n = slurp(f, buf, sizeof(buf));
+        CHECK_EQ_INT(n, 16384);
+        CHECK(buf[4096] == 0 && buf[12287] == 0 && buf[4095] == 'P' && buf[12288] == 'Q');
+    }
+    CHECK(seen[0] > 0 && seen[1] > 0);
+    /* the file itself: zeros there, the size kept */
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0 && st.st_size == 16384);
+    io->close(io, fd);
+    io->close(io, dfd);
+    kio_rec_free(r);
+}
+
 /* With "fsync lies", a synced write (and the file's creation) is missing
  * from some images. */
 static void test_lies(void)
@@ -408,6 +472,7 @@ int main(void)
     RUN(test_creation_needs_dir_fsync);
     RUN(test_rename_atomic_and_undoable);
     RUN(test_size_changes_pending);
+    RUN(test_punch_pending);
     RUN(test_lies);
     RUN(test_mmap_refused);
     RUN(test_injector_nth);
