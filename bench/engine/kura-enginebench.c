@@ -3,10 +3,13 @@
  * storage interface (include/kura/store.h), no network: kura's counterpart of
  * `tchtest write` / `tchtest read` and `kchashtest order -set` / `-get`.
  *
- *   kura-enginebench [-rnd] [-th N] [-sync none|interval|always] DBNAME RNUM
+ *   kura-enginebench [-rnd] [-text] [-th N] [-sync none|interval|always] DBNAME RNUM
  *
  * Keys and values are both the 8-byte decimal string "%08d" of 1..RNUM, as in
- * tchtest and kchashtest.  Write phase: open, RNUM puts, close (so a file
+ * tchtest and kchashtest; with -text, a user table's records instead: keys
+ * "user:%08d" and values of about 100 bytes of words (a field list naming
+ * the key, then words drawn from a small vocabulary), the data that page
+ * compression (#zcomp) is for.  Write phase: open, RNUM puts, close (so a file
  * backend's close/sync is paid, as tchtest pays tchdbclose).  Read phase:
  * open again, RNUM gets each checked against what was written, close.  The
  * in-memory cache ("*") cannot be reopened, so both phases share one open and
@@ -34,7 +37,7 @@ static kura_store *store;
 static kura_clock clk;
 static long rnum;
 static int nthreads = 1;
-static bool rnd;
+static bool rnd, text;
 static uint32_t *order;         /* key numbers in visiting order, if -rnd */
 static _Atomic long bad, failed;
 static _Atomic int first_err;
@@ -48,13 +51,31 @@ static double now(void)
 
 static inline long key_at(long i) { return rnd ? (long)order[i] : i + 1; }
 
-typedef struct check { const char *want; bool ok; } check;
+typedef struct check { const char *want; size_t len; bool ok; } check;
 
 static int on_get(void *arg, const kura_item *it)
 {
     check *c = arg;
-    c->ok = it->vlen == 8 && memcmp(it->val, c->want, 8) == 0;
+    c->ok = it->vlen == c->len && memcmp(it->val, c->want, c->len) == 0;
     return 0;
+}
+
+/* -text: key k's record; the lengths of key and value */
+static void text_record(long k, char *key, size_t *klen, char *val, size_t *vlen)
+{
+    static const char *words[] = { "active", "premium", "berlin", "tokyo", "newsletter",
+                                   "verified", "mobile", "desktop", "en-US", "ja-JP",
+                                   "2026-11-30", "free", "trial", "admin", "guest", "none" };
+    *klen = (size_t)snprintf(key, 24, "user:%08ld", k);
+    size_t n = (size_t)snprintf(val, 160, "{\"id\":%ld,\"name\":\"user%ld\",\"tags\":\"", k,
+                                k % 9973);
+    uint64_t x = (uint64_t)k * 0x9E3779B97F4A7C15ULL;
+    while (n < 96) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        n += (size_t)snprintf(val + n, 160 - n, "%s ", words[x >> 60]);
+    }
+    n += (size_t)snprintf(val + n, 160 - n, "\"}");
+    *vlen = n;
 }
 
 typedef struct job { long from, to; bool write; } job;
@@ -62,18 +83,25 @@ typedef struct job { long from, to; bool write; } job;
 static void *run(void *arg)
 {
     job *j = arg;
-    char buf[24];
+    char buf[24], vbuf[200];
     for (long i = j->from; i < j->to; i++) {
         long k = key_at(i);
-        snprintf(buf, sizeof(buf), "%08ld", k);
+        size_t klen = 8, vlen = 8;
+        const char *val = buf;
+        if (text) {
+            text_record(k, buf, &klen, vbuf, &vlen);
+            val = vbuf;
+        } else {
+            snprintf(buf, sizeof(buf), "%08ld", k);
+        }
         int rc;
         if (j->write) {
-            kura_item it = { .key = buf, .klen = 8, .val = buf, .vlen = 8,
+            kura_item it = { .key = buf, .klen = klen, .val = val, .vlen = vlen,
                              .cas = (uint64_t)k };
             rc = store->ops->put(store, &it, KURA_PUT_ANY, 0, &clk);
         } else {
-            check c = { buf, false };
-            rc = store->ops->get(store, buf, 8, &clk, on_get, &c);
+            check c = { val, vlen, false };
+            rc = store->ops->get(store, buf, klen, &clk, on_get, &c);
             if (rc == KURA_OK && !c.ok)
                 atomic_fetch_add(&bad, 1);
             if (rc == KURA_NOTFOUND) {
@@ -133,7 +161,7 @@ static void check_failed(const char *what)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: kura-enginebench [-rnd] [-th N] [-sync none|interval|always] "
+    fprintf(stderr, "usage: kura-enginebench [-rnd] [-text] [-th N] [-sync none|interval|always] "
                     "DBNAME RNUM\n  DBNAME: \"*\" (cache), \"path.kh#bnum=...\" (hash file), ...\n");
     exit(2);
 }
@@ -149,6 +177,8 @@ int main(int argc, char **argv)
     for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
         if (!strcmp(argv[i], "-rnd")) {
             rnd = true;
+        } else if (!strcmp(argv[i], "-text")) {
+            text = true;
         } else if (!strcmp(argv[i], "-th") && i + 1 < argc) {
             nthreads = atoi(argv[++i]);
             if (nthreads < 1 || nthreads > 64) usage();

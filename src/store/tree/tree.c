@@ -950,6 +950,14 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         (rc = kura_param_size(params, "B+ tree", "ncnum", &ncnum, 1, 1ULL << 32, err, errlen)) ||
         (rc = reject_foreign(params, err, errlen)))
         return rc;
+    /* with zcomp, a new file's pages default to 16 KiB: a page must free a
+     * whole 4 KiB block to be stored compressed, and at 8 KiB text that
+     * compresses 4:1 saves no more than text at 2:1 (half); at 16 KiB it
+     * keeps one block of four.  32 KiB would save a little more with lzo
+     * and doubles again what a cache miss reads and decompresses
+     * (formats.md, "Compression", has the figures) */
+    if (!psiz_given && zcomp != KURA_CODEC_NONE)
+        psiz = 16384;
     if (psiz & (psiz - 1)) {
         snprintf(err, errlen, "B+ tree parameter psiz=%llu: expected a power of two",
                  (unsigned long long)psiz);

@@ -3,7 +3,8 @@
  * for an operator who suspects damage.
  *
  * Walks every page reachable from the root and checks: each page's
- * checksum and kind (as it is read), keys in strictly increasing order
+ * checksum and kind (as it is read; a compressed page is checked and
+ * decompressed first, tree_pzcomp.c), keys in strictly increasing order
  * within the bounds its parent's separators set, every leaf at the same
  * depth, the item count, and the space accounting that copy-on-write
  * safety rests on: no page reachable twice, no reachable page (or page of

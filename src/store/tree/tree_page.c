@@ -8,7 +8,9 @@
  * packed from the page's end downwards.  A removed cell leaves a hole that
  * the next insert that needs it compacts away.  The in-memory page is the
  * on-disk page: nothing is decoded or encoded on the way in or out, only
- * the checksum is computed when a page is written (pg_seal).
+ * the checksum is computed when a page is written (pg_seal).  With #zcomp a
+ * page may be stored compressed (tree_pzcomp.c): it is decompressed on
+ * its way into the cache, so everything here sees the plain page.
  *
  * A leaf cell is klen(1) hlen(1) kind(1: 0 inline, 1 overflow, 2 compressed
  * overflow), then four unsigned LEB128 varints: vlen, flags, exptime

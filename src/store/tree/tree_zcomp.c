@@ -4,9 +4,8 @@
  *
  * What is compressed: a value too large to sit in its leaf (an overflow
  * run), through the project's one codec interface (include/kura/codec.h,
- * block form).  Leaf and branch pages are not: they are fixed-size slots
- * addressed by number, so a smaller page would free nothing without
- * variable-size slots and a page table (formats.md says more).  A run is
+ * block form).  Leaf and branch pages are compressed too, in their own
+ * slots with the rest punched out (tree_pzcomp.c).  A run is
  * stored compressed only when that saves at least one page; otherwise, and
  * for data that does not compress, as it is, so zcomp never costs space.
  * The leaf cell records the codec and the stored length, so a run is freed
