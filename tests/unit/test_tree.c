@@ -27,33 +27,12 @@
 #include "unit.h"
 #include "hashdb_testlib.h"
 #include "kio_sim.h"
+#include "tree_testlib.h"
 #include "kura/crc32c.h"
-
-int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen);
-int btree_debug_checkpoint(kura_store *s);
 
 int bt_keycmp_test(const char *a, size_t al, const char *b, size_t bl);
 
 static kura_clock CLK = { .now = 2000000 };
-
-static const char *tpath(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s.kb", t_root, name);
-    return b;
-}
-
-static int n_errors;
-
-static void quiet_log(int level, const char *line)
-{
-    if (level == KURA_LOG_ERROR)
-        n_errors++;
-    if (getenv("KURA_TEST_VERBOSE"))
-        printf("# log: %s\n", line);
-}
 
 static kura_store_config cfg_of(int sync)
 {
@@ -74,19 +53,6 @@ static kura_store *open_tree(const char *path, const char *params, int sync, con
         return NULL;
     }
     return s;
-}
-
-/* the structure check, and no page leaked */
-static int check_tree(kura_store *s)
-{
-    char err[300];
-    uint64_t leaked = 0;
-    int rc = btree_debug_check(s, &leaked, err, sizeof(err));
-    if (rc)
-        printf("# check: %s\n", err);
-    else if (leaked)
-        printf("# check: %llu pages leaked\n", (unsigned long long)leaked);
-    return rc ? rc : leaked ? -100 : 0;
 }
 
 /* ---- values ------------------------------------------------------------ */
@@ -505,18 +471,6 @@ static void test_kill9_every_sync_mode(void)
 }
 
 /* ---- corruption ---------------------------------------------------------- */
-
-static void flip(const char *file, off_t off)
-{
-    int fd = open(file, O_RDWR);
-    unsigned char b;
-    if (fd < 0 || pread(fd, &b, 1, off) != 1)
-        return;
-    b ^= 0x5a;
-    if (pwrite(fd, &b, 1, off) != 1)
-        printf("# flip failed\n");
-    close(fd);
-}
 
 static void test_corruption_reported(void)
 {

@@ -25,31 +25,10 @@
 #include "unit.h"
 #include "hashdb_testlib.h"
 #include "kio_sim.h"
+#include "tree_testlib.h"
 #include "kura/crc32c.h"
 
-int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen);
-int btree_debug_checkpoint(kura_store *s);
-
 static kura_clock CLK = { .now = 2000000 };
-
-static const char *tpath(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s.kb", t_root, name);
-    return b;
-}
-
-static int n_errors;
-
-static void quiet_log(int level, const char *line)
-{
-    if (level == KURA_LOG_ERROR)
-        n_errors++;
-    if (getenv("KURA_TEST_VERBOSE"))
-        printf("# log: %s\n", line);
-}
 
 static kura_store *open_cfg(const char *path, const char *params, bool recover,
                             const kura_io *io)
@@ -70,18 +49,6 @@ static kura_store *open_cfg(const char *path, const char *params, bool recover,
 static kura_store *open_tree(const char *path, const char *params)
 {
     return open_cfg(path, params, false, NULL);
-}
-
-static int check_tree(kura_store *s)
-{
-    char err[300];
-    uint64_t leaked = 0;
-    int rc = btree_debug_check(s, &leaked, err, sizeof(err));
-    if (rc)
-        printf("# check: %s\n", err);
-    else if (leaked)
-        printf("# check: %llu pages leaked\n", (unsigned long long)leaked);
-    return rc ? rc : leaked ? -100 : 0;
 }
 
 typedef struct got {
@@ -323,21 +290,6 @@ static off_t find_compressed(const char *file, size_t psiz, int nth, size_t *sto
     }
     close(fd);
     return -1;
-}
-
-static void flip(const char *file, off_t off)
-{
-    int fd = open(file, O_RDWR);
-    unsigned char b;
-    if (fd < 0 || pread(fd, &b, 1, off) != 1) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    b ^= 0x10;
-    if (pwrite(fd, &b, 1, off) != 1)
-        printf("# flip failed\n");
-    close(fd);
 }
 
 static void test_pz_bitflip_detected(void)
