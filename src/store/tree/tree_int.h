@@ -275,6 +275,9 @@ size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t
 /* checks a page read from pgno: checksum, type (0: any), number, and that
  * its slots and cells lie inside it.  KURA_OK or KURA_ECORRUPT. */
 int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type);
+/* the same without the checksum: for a page decompressed from bytes whose
+ * own checksum held (tree_pzcomp.c) */
+int pg_verify_shape(const unsigned char *d, size_t psiz, uint64_t pgno, int type);
 void pg_seal(unsigned char *d, size_t psiz);   /* computes the checksum */
 
 /* ---- tree_cache.c -------------------------------------------------------- */

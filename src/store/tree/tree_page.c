@@ -327,6 +327,11 @@ int pg_verify(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
 {
     if (bt_get32(d) != crc32c_update(0, d + 4, psiz - 4))
         return KURA_ECORRUPT;
+    return pg_verify_shape(d, psiz, pgno, type);
+}
+
+int pg_verify_shape(const unsigned char *d, size_t psiz, uint64_t pgno, int type)
+{
     if ((type && pg_type(d) != type) || bt_get64(d + 8) != pgno)
         return KURA_ECORRUPT;
     int t = pg_type(d);
