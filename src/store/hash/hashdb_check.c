@@ -232,7 +232,7 @@ static void check_entry(check *c, hd_ent *e)
         why = kura_strerror(rc);
     else if (hd_rec_decode(p, e->hlen, version, &r) != 0 || r.hlen != e->hlen)
         why = "no record header there";
-    else if (r.type != (e->marks & HD_ZCOMP ? HD_REC_ZPUT : HD_REC_PUT) ||
+    else if (r.type != (hd_ent_zcomp(e) ? HD_REC_ZPUT : HD_REC_PUT) ||
              r.klen != e->klen || r.vlen != e->vlen || r.rawlen != hd_ent_rawlen(e))
         why = "the record there is of another type or length";
     else if (memcmp(p + r.hlen, e->key, e->klen) != 0)

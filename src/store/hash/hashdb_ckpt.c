@@ -135,7 +135,7 @@ static void dump_ent(void *arg, hd_ent *e)
     *o++ = e->klen;
     /* marks: an atomic load, readers may be setting HD_FETCHED */
     bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
-    bool zcomp = e->marks & HD_ZCOMP;
+    bool zcomp = hd_ent_zcomp(e);
     *o++ = (unsigned char)(e->hlen | (flagged ? CK_FLAGGED : 0) | (zcomp ? CK_ZCOMP : 0));
     o = put_varint(o, e->seg);
     o = put_varint(o, e->off);

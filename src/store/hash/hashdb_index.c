@@ -397,7 +397,7 @@ static size_t ent_class(size_t klen, bool zcomp)
 }
 static size_t ent_class_of(const hd_ent *e)
 {
-    return ent_class(e->klen, e->marks & HD_ZCOMP);
+    return ent_class(e->klen, hd_ent_zcomp(e));
 }
 
 static hd_ent *free_next(const hd_ent *e)

@@ -125,19 +125,25 @@ typedef struct hd_ent {
                                    holds the value's raw length after the key
                                    (set when the entry is made: it sizes it) */
 
+/* Whether e's record is compressed.  An atomic load: readers holding the
+ * read lock may be setting HD_FETCHED beside it (hd_ent.marks). */
+static inline bool hd_ent_zcomp(const hd_ent *e)
+{
+    return __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_ZCOMP;
+}
 /* The value's length as clients know it (memcached's sizes, listings,
  * "bytes"): the stored length, or for a compressed record its raw length. */
 static inline uint32_t hd_ent_rawlen(const hd_ent *e)
 {
     uint32_t n;
-    if (!(e->marks & HD_ZCOMP))
+    if (!hd_ent_zcomp(e))
         return e->vlen;
     memcpy(&n, e->key + e->klen, 4);
     return n;
 }
 static inline void hd_ent_set_rawlen(hd_ent *e, uint32_t n)
 {
-    if (e->marks & HD_ZCOMP)
+    if (hd_ent_zcomp(e))
         memcpy(e->key + e->klen, &n, 4);
 }
 
@@ -410,7 +416,7 @@ hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen, bool zcomp);
  * must take its place: hdx_replace). */
 static inline bool hdx_fits(const hd_ent *e, bool zcomp)
 {
-    return !(e->marks & HD_ZCOMP) == !zcomp;
+    return !hd_ent_zcomp(e) == !zcomp;
 }
 /* Puts fresh (from hdx_new, same key) in e's slot and frees e; h: the
  * key's hash.  fresh's fields are the caller's to fill. */

@@ -230,7 +230,7 @@ int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_r
     if (rc)
         return rc;
     if (hd_rec_decode(p, e->hlen, version, r) != 0 || r->hlen != e->hlen ||
-        r->type != (e->marks & HD_ZCOMP ? HD_REC_ZPUT : HD_REC_PUT) || r->klen != e->klen ||
+        r->type != (hd_ent_zcomp(e) ? HD_REC_ZPUT : HD_REC_PUT) || r->klen != e->klen ||
         r->vlen != e->vlen || r->rawlen != hd_ent_rawlen(e))
         goto corrupt;
     if (hd_rec_crc(p, r->hlen, crc32c_update(0, p + r->hlen, rlen - r->hlen)) != r->crc)
