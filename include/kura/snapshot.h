@@ -31,6 +31,7 @@
 
 #include "kura/codec.h"
 #include "kura/item.h"
+#include "kura/kio.h"
 
 #define SNAP_MAGIC      "KURASNAP"
 #define SNAP_VERSION    1
@@ -58,7 +59,7 @@ typedef struct snap_writer snap_writer;
  * directory, a name starting with "." and ending ".tmp").  info gives the
  * header's fields (version is set here).  0, or KURA_E* with err set. */
 int snap_writer_open(const char *final_path, const snap_info *info, int level,
-                     snap_writer **out, char *err, size_t errlen);
+                     const kura_io *io, snap_writer **out, char *err, size_t errlen);
 /* Adds one item (a key of 1..250 bytes, any value up to 1 GiB). */
 int snap_writer_add(snap_writer *w, const kura_item *it);
 /* Ends the stream, writes the trailer, fsyncs, renames into place and
@@ -114,9 +115,9 @@ typedef struct snap_entry {
  * 0 (n may be 0; a missing dir is empty), or KURA_ESYS. */
 int snap_list(const char *dir, snap_entry **out, size_t *n);
 /* Removes temporary files a crash left in dir; returns how many. */
-int snap_tidy(const char *dir);
+int snap_tidy(const char *dir, const kura_io *io);
 /* Keeps the newest `keep` snapshots, removes the others. */
-int snap_prune(const char *dir, unsigned keep);
+int snap_prune(const char *dir, unsigned keep, const kura_io *io);
 
 /* ---- taking and loading (src/snap/snaptake.c, snapload.c) -------------- */
 
@@ -131,6 +132,7 @@ typedef struct snap_take_cfg {
     unsigned keep;              /* then keep the newest this many (0: all) */
     uint32_t sid;
     struct ul_log *ulog;        /* the engine's update log, or NULL */
+    const kura_io *io;          /* the file calls (NULL: the system's) */
     /* called now and then with items written so far (NULL: none) */
     void (*progress)(void *arg, uint64_t items, uint64_t bytes);
     void *progress_arg;

@@ -72,7 +72,7 @@ int ctl_dump_kura(kura_store *s, const char *path, const char *codec, uint64_t *
     info.start_ts = st.ulog_ts;
     info.created = time(NULL);
     kdump d = { 0 };
-    int rc = snap_writer_open(path, &info, 0, &d.w, err, sizeof(err));
+    int rc = snap_writer_open(path, &info, 0, NULL, &d.w, err, sizeof(err));
     if (rc)
         return ctl_err(CTL_UNREACHABLE, "%s: %s", path, err);
     kura_clock clk = ctl_db_clock(s);

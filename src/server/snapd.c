@@ -272,7 +272,7 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
                 strerror(errno));
         return -1;
     }
-    int tidied = snap_tidy(st->bgs_dir);
+    int tidied = snap_tidy(st->bgs_dir, NULL);
     if (tidied)
         log_msg(LOG_INFO, "snapshots: removed %d unfinished file(s) in %s", tidied, st->bgs_dir);
     if (!snap_store_blank(*store))

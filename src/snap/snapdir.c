@@ -8,6 +8,7 @@
  * for a snapshot, removed at start.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -92,8 +93,9 @@ int snap_list(const char *dir, snap_entry **out, size_t *n)
     return KURA_OK;
 }
 
-int snap_tidy(const char *dir)
+int snap_tidy(const char *dir, const kura_io *io)
 {
+    io = kio_or_default(io);
     DIR *d = opendir(dir);
     if (!d)
         return 0;
@@ -103,22 +105,23 @@ int snap_tidy(const char *dir)
     while ((de = readdir(d))) {
         size_t l = strlen(de->d_name);
         if (l > pl + sl && strncmp(de->d_name, "." NAME_PREFIX, pl) == 0 &&
-            strcmp(de->d_name + l - sl, ".tmp") == 0 && unlinkat(dirfd(d), de->d_name, 0) == 0)
+            strcmp(de->d_name + l - sl, ".tmp") == 0 && io->unlinkat(io, dirfd(d), de->d_name, 0) == 0)
             removed++;
     }
     closedir(d);
     return removed;
 }
 
-int snap_prune(const char *dir, unsigned keep)
+int snap_prune(const char *dir, unsigned keep, const kura_io *io)
 {
+    io = kio_or_default(io);
     snap_entry *v;
     size_t n;
     int rc = snap_list(dir, &v, &n);
     if (rc)
         return rc;
     for (size_t i = keep; i < n; i++)
-        if (unlink(v[i].path) < 0 && errno != ENOENT)
+        if (io->unlinkat(io, AT_FDCWD, v[i].path, 0) < 0 && errno != ENOENT)
             rc = KURA_ESYS;
     free(v);
     return rc;

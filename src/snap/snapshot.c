@@ -56,6 +56,7 @@ static void encode_header(unsigned char *h, const snap_info *in)
 /* ---- writing ----------------------------------------------------------- */
 
 struct snap_writer {
+    const kura_io *io;          /* every call that changes a file */
     int fd;
     char *final_path, *tmp_path, *dir;
     codec_stream *enc;
@@ -72,7 +73,7 @@ struct snap_writer {
 
 static int w_write(snap_writer *w, const void *p, size_t n)
 {
-    if (kio_pwrite_all(kio_default(), w->fd, p, n, (off_t)w->off) < 0) {
+    if (kio_pwrite_all(w->io, w->fd, p, n, (off_t)w->off) < 0) {
         snprintf(w->errmsg, sizeof(w->errmsg), "write %s: %s", w->tmp_path, strerror(errno));
         return w->err = errno == ENOSPC ? KURA_ENOSPC : KURA_EIO;
     }
@@ -141,7 +142,7 @@ static void w_free(snap_writer *w)
 }
 
 int snap_writer_open(const char *final_path, const snap_info *info, int level,
-                     snap_writer **out, char *err, size_t errlen)
+                     const kura_io *io, snap_writer **out, char *err, size_t errlen)
 {
     if (!codec_name(info->codec))
         return fail(err, errlen, KURA_EINVAL, "unknown codec%s%s", "", "");
@@ -149,6 +150,7 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
     if (!w)
         return KURA_ENOMEM;
     w->fd = -1;
+    w->io = kio_or_default(io);
     w->info = *info;
     w->final_path = strdup(final_path);
     w->dir = dir_of(final_path);
@@ -168,7 +170,8 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
         w_free(w);
         return fail(err, errlen, rc, "cannot start the %s encoder%s", codec_name(info->codec), "");
     }
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = w->io->open(w->io, AT_FDCWD, w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                        0644);
     if (w->fd < 0) {
         rc = errno == ENOSPC ? KURA_ENOSPC : KURA_ESYS;
         fail(err, errlen, rc, "cannot create %s: %s", w->tmp_path, strerror(errno));
@@ -213,19 +216,21 @@ void snap_writer_abort(snap_writer *w)
     if (!w)
         return;
     if (w->fd >= 0) {
-        close(w->fd);
-        unlink(w->tmp_path);
+        w->io->close(w->io, w->fd);
+        w->io->unlinkat(w->io, AT_FDCWD, w->tmp_path, 0);
     }
     w_free(w);
 }
 
-static int fsync_dir(const char *dir)
+static int fsync_dir(const kura_io *io, const char *dir)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = io->open(io, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    int rc = fsync(fd);
-    close(fd);
+    int rc = io->fsync(io, fd);
+    int saved = errno;
+    io->close(io, fd);
+    errno = saved;
     return rc;
 }
 
@@ -246,11 +251,11 @@ int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *e
     }
     /* fsync before the rename: otherwise a power cut could leave the new
      * name on a file whose bytes never reached the disk */
-    if (!rc && fsync(w->fd) < 0) {
+    if (!rc && w->io->fsync(w->io, w->fd) < 0) {
         snprintf(w->errmsg, sizeof(w->errmsg), "fsync %s: %s", w->tmp_path, strerror(errno));
         rc = KURA_EIO;
     }
-    if (!rc && rename(w->tmp_path, w->final_path) < 0) {
+    if (!rc && w->io->renameat(w->io, AT_FDCWD, w->tmp_path, AT_FDCWD, w->final_path) < 0) {
         snprintf(w->errmsg, sizeof(w->errmsg), "rename to %s: %s", w->final_path,
                  strerror(errno));
         rc = KURA_ESYS;
@@ -260,9 +265,9 @@ int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *e
         snap_writer_abort(w);
         return rc;
     }
-    close(w->fd);
+    w->io->close(w->io, w->fd);
     w->fd = -1;
-    if (fsync_dir(w->dir) < 0) {
+    if (fsync_dir(w->io, w->dir) < 0) {
         /* the file is whole under its name; only its name may not survive
          * a power cut, which is a failure to report, not to undo */
         rc = fail(err, errlen, KURA_EIO, "fsync of the directory %s: %s", w->dir,

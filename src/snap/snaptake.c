@@ -54,7 +54,7 @@ int snap_take(kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *pa
               (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000);
     snprintf(path, plen, "%s/%s", cfg->dir, name);
     take t = { .cfg = cfg };
-    int rc = snap_writer_open(path, &in, cfg->level, &t.w, err, errlen);
+    int rc = snap_writer_open(path, &in, cfg->level, cfg->io, &t.w, err, errlen);
     if (rc)
         return rc;
     rc = engine_walk(e, take_batch, &t);
@@ -71,6 +71,6 @@ int snap_take(kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *pa
     if (cfg->progress)
         cfg->progress(cfg->progress_arg, out->items, out->file_bytes);
     if (cfg->keep)
-        snap_prune(cfg->dir, cfg->keep);
+        snap_prune(cfg->dir, cfg->keep, cfg->io);
     return KURA_OK;
 }
