@@ -7,8 +7,12 @@
  * compressed, codecs mixed across opens, the update paths (touch keeps a
  * record as stored, append compresses the whole), damage (a flipped byte
  * under the CRC, and a record whose CRC holds but whose value does not
- * decompress) reported and never served, and the segment files' size.
+ * decompress) reported and never served, the segment files' size, and
+ * threads overwriting keys between compressed and plain values while
+ * others read them (each read whole and as written).
  */
+#include <pthread.h>
+
 #include "unit.h"
 #include "hashdb_testlib.h"
 #include "kura/storecheck.h"
@@ -578,6 +582,101 @@ static void test_segment_version(void)
     kura_store_close(s);
 }
 
+/* ---- threads ----------------------------------------------------------- */
+
+#define TH_KEYS 16
+#define TH_ROUNDS 300
+
+typedef struct th_arg {
+    kura_store *s;
+    int id;
+    int bad, fails;
+} th_arg;
+
+/* A value is zval's text for (key i, round r), compressed when long: the
+ * entry flips between the two kinds as rounds alternate. */
+static size_t th_len(int r)
+{
+    return r % 2 ? 3000 + (size_t)r : 200 + (size_t)r;
+}
+
+static void *th_writer(void *p)
+{
+    th_arg *a = p;
+    unsigned char v[4096];
+    for (int r = 0; r < TH_ROUNDS; r++) {
+        int i = 1 + (r * 7 + a->id) % TH_KEYS * 5 / 4;      /* never a multiple of 5 */
+        if (i % 5 == 0)
+            i++;
+        char k[32];
+        snprintf(k, sizeof(k), "t%d", i);
+        zval(v, th_len(r), i, r);
+        a->fails += put_kv(a->s, k, v, th_len(r), (uint32_t)r) != KURA_OK;
+    }
+    return NULL;
+}
+
+/* Every value read is one that was written whole: its flags name the
+ * round, and the bytes are that round's. */
+static int th_check_cb(void *arg, const kura_item *it)
+{
+    th_arg *a = arg;
+    unsigned char want[4096];
+    int i = atoi(it->key + 1), r = (int)it->flags;
+    if (it->vlen != th_len(r)) {
+        a->bad++;
+        return 0;
+    }
+    zval(want, it->vlen, i, r);
+    a->bad += memcmp(want, it->val, it->vlen) != 0;
+    return 0;
+}
+
+static void *th_reader(void *p)
+{
+    th_arg *a = p;
+    for (int n = 0; n < TH_ROUNDS * 4; n++) {
+        char k[32];
+        int i = 1 + n % 20;
+        snprintf(k, sizeof(k), "t%d", i);
+        int rc = a->s->ops->get(a->s, k, strlen(k), &CLK, th_check_cb, a);
+        a->fails += rc != KURA_OK && rc != KURA_NOTFOUND;
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    const char *p = t_path("threads");
+    kura_store *s = zopen(p, "#zcomp=lzo#zmin=1k#segsiz=256k");
+    REQUIRE(s);
+    pthread_t t[4];
+    th_arg a[4];
+    for (int k = 0; k < 4; k++) {
+        a[k] = (th_arg){ .s = s, .id = k };
+        pthread_create(&t[k], NULL, k < 2 ? th_writer : th_reader, &a[k]);
+    }
+    for (int k = 0; k < 4; k++)
+        pthread_join(t[k], NULL);
+    int bad = 0, fails = 0;
+    for (int k = 0; k < 4; k++) {
+        bad += a[k].bad;
+        fails += a[k].fails;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(fails, 0);
+    CHECK(t_stat(s, "hash_zcomp_records") > 0);
+    /* and after a checkpoint and a compaction of what the rounds left */
+    CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+    CHECK(hashdb_debug_maintain(s, true, true) == KURA_OK);
+    th_arg r = { .s = s };
+    th_reader(&r);
+    CHECK_EQ_INT(r.bad + r.fails, 0);
+    kura_check_report rep;
+    CHECK_EQ_INT(check_db(s, &rep), 0);
+    kura_store_close(s);
+}
+
 int main(void)
 {
     t_setup();
@@ -589,6 +688,7 @@ int main(void)
     RUN(test_update_paths);
     RUN(test_damage_detected);
     RUN(test_segment_version);
+    RUN(test_threads);
     t_teardown();
     UNIT_DONE();
 }
