@@ -325,6 +325,7 @@ class Storage(CompatCase):
         )
 
     def test_flush_all_delayed(self):
+        kuratest.early_in_second()
         self.script(
             b"set a 0 0 1\r\n1\r\nflush_all 2\r\nset b 0 0 1\r\n2\r\nget a b\r\n",
             Until(b"get a b\r\n", [b"END\r\n"]),

@@ -586,6 +586,18 @@ def poll_until(fn, timeout=5.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def early_in_second(room=0.5):
+    """Returns once at least `room` seconds of the current wall-clock second
+    are left (waiting for the next one if need be).  Servers count time in
+    whole seconds: a pipeline that must run within one second ("flush_all
+    2" and a get right after it, which a boundary between them would turn
+    into a flushed get) starts here.  An alignment to the clock, not a
+    synchronisation with anything."""
+    frac = time.time() % 1.0
+    if frac > 1.0 - room:
+        time.sleep(1.0 - frac + 0.001)
+
+
 class ServerTestCase(unittest.TestCase):
     """Each test gets self.server (started with SERVER_OPTS) and self.c, a
     connection to it.  A server that dies or reports sanitizer errors fails
