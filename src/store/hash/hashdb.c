@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "kura/dbfile.h"
 #include "hashdb_int.h"
@@ -74,7 +75,7 @@ void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
         atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
     stripe_add(&st->items, 1);
-    stripe_add(&st->bytes, kura_item_wire_total(e->klen, e->vlen, e->marks & HD_FLAGGED));
+    stripe_add(&st->bytes, kura_item_wire_total(e->klen, hd_ent_rawlen(e), e->marks & HD_FLAGGED));
 }
 
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
@@ -84,7 +85,8 @@ void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
         atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
     stripe_add(&st->items, (uint64_t)-1);
-    stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, e->vlen, e->marks & HD_FLAGGED));
+    stripe_add(&st->bytes, (uint64_t)0 - kura_item_wire_total(e->klen, hd_ent_rawlen(e),
+                                                              e->marks & HD_FLAGGED));
 }
 
 static void note_clock(hashdb *db, const kura_clock *clk)
@@ -109,17 +111,6 @@ static bool too_big(hashdb *db, size_t klen, size_t vlen)
     return vlen > UINT32_MAX - 1024 || kura_item_wire_total(klen, vlen, 0) > db->cfg.item_size_max;
 }
 
-static void fill_item(kura_item *it, const hd_ent *e, const unsigned char *rec, const hd_rec *r)
-{
-    it->key = (const char *)rec + r->hlen;
-    it->klen = e->klen;
-    it->val = rec + r->hlen + e->klen;
-    it->vlen = e->vlen;
-    it->flags = r->flags;
-    it->exptime = e->exptime;
-    it->cas = e->cas;
-}
-
 static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                       kura_item_fn fn, void *arg)
 {
@@ -142,10 +133,9 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
         } else {
             const unsigned char *rec;
             hd_rec r;
-            rc = hd_read_record(db, e, &rec, &r);
+            kura_item it;
+            rc = hd_read_item(db, e, &it, &rec, &r);
             if (rc == KURA_OK) {
-                kura_item it;
-                fill_item(&it, e, rec, &r);
                 uint8_t m = __atomic_load_n(&e->marks, __ATOMIC_RELAXED);
                 if (!(m & HD_FETCHED))
                     __atomic_store_n(&e->marks, m | HD_FETCHED, __ATOMIC_RELAXED);
@@ -172,10 +162,12 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
     return rc;
 }
 
-/* Points e at a freshly appended PUT record.  Stripe write lock held; e is
- * not counted in the totals on entry and is on return. */
+/* Points e at a freshly appended PUT record of vlen stored bytes (z: how
+ * they were compressed, if they were; e is of that kind: hdx_fits).
+ * Stripe write lock held; e is not counted in the totals on entry and is
+ * on return. */
 static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, size_t vlen,
-                      uint32_t flags, int64_t exptime, uint64_t cas)
+                      const hd_zval *z, uint32_t flags, int64_t exptime, uint64_t cas)
 {
     e->seg = loc->seg;
     e->hlen = (uint8_t)loc->hlen;
@@ -185,13 +177,51 @@ static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, s
     e->exptime = exptime;
     e->cas = cas;
     e->dead = 0;
-    e->marks = flags ? HD_FLAGGED : 0;
+    e->marks = (uint8_t)((flags ? HD_FLAGGED : 0) | (z->codec ? HD_ZCOMP : 0));
+    hd_ent_set_rawlen(e, z->rawlen);
     hd_ent_ref_bytes(db, st, e);
+}
+
+/* The entry a PUT of this kind (compressed or not) will point at, made
+ * before the append so that running out of memory changes nothing: NULL
+ * in *fresh when e serves as it is.  KURA_OK or KURA_ENOMEM. */
+static int entry_for(hd_stripe *st, hd_ent *e, const char *key, size_t klen, bool zcomp,
+                     hd_ent **fresh)
+{
+    *fresh = NULL;
+    if (e && hdx_fits(e, zcomp))
+        return KURA_OK;
+    *fresh = hdx_new(st, key, klen, zcomp);
+    return *fresh ? KURA_OK : KURA_ENOMEM;
+}
+
+/* After the append: fresh (if any) takes e's place, or is inserted when
+ * there was no e; returns the entry to fill (set_entry).  e, if still
+ * there, must be uncounted first. */
+static hd_ent *entry_place(hd_stripe *st, hd_ent *e, hd_ent *fresh, uint64_t h)
+{
+    if (!fresh)
+        return e;
+    if (e)
+        hdx_replace(st, e, fresh, h);
+    else
+        hdx_insert(st, fresh, h);
+    return fresh;
+}
+
+/* Counts a compressed record just written. */
+static void count_zcomp(hashdb *db, const hd_zval *z, size_t stored)
+{
+    if (!z->codec)
+        return;
+    atomic_fetch_add_explicit(&db->zcomp_records, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->zcomp_saved, z->rawlen - stored, memory_order_relaxed);
 }
 
 int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const void *v0,
                   size_t l0, const void *v1, size_t l1, uint32_t bcrc, uint32_t flags,
-                  int64_t exptime, uint64_t cas, uint64_t seq, hd_loc *loc)
+                  int64_t exptime, uint64_t cas, uint64_t seq, const hd_zval *z,
+                  hd_loc *loc)
 {
     bool unlocked = hd_copy_unlocked(l0 + l1);
     if (unlocked) {
@@ -200,7 +230,7 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
             db->copy_hook(db->copy_hook_arg);
     }
     int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
-                       seq, loc);
+                       seq, z, loc);
     if (unlocked)
         hd_copy_end(st);
     return rc;
@@ -231,7 +261,13 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     hd_stripe *st = hd_stripe_of(db, h);
     hdx_prefetch(db, h);        /* loads while the checksum is computed */
     note_clock(db, clk);
-    uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), it->val, it->vlen);
+    /* the value as it will be stored, compressed or not, and its checksum:
+     * both before the lock */
+    hd_zval z;
+    const unsigned char *sval = it->val;
+    size_t slen = it->vlen;
+    hd_zcomp_pack(db, it->val, it->vlen, NULL, 0, &sval, &slen, &z);
+    uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), sval, slen);
     hd_loc loc = { 0 };
     bool wrote = false;
     int rc = KURA_OK;
@@ -243,18 +279,16 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     rc = kura_put_cond_check(cond, live, e ? e->cas : 0, cmp_cas);
     if (rc)
         goto out;
-    if (!e && !(fresh = hdx_new(st, it->key, it->klen))) {
-        rc = KURA_ENOMEM;
+    if ((rc = entry_for(st, e, it->key, it->klen, z.codec, &fresh)) != KURA_OK)
         goto out;
-    }
     kura_item stamped = *it;
     if ((rc = kura_feed_put(s, &stamped)) != KURA_OK) {
         if (fresh)
             hdx_release(st, fresh);
         goto out;
     }
-    rc = hd_append_put(db, st, it->key, it->klen, it->val, it->vlen, NULL, 0, bcrc, it->flags,
-                       it->exptime, stamped.cas, 0, &loc);
+    rc = hd_append_put(db, st, it->key, it->klen, sval, slen, NULL, 0, bcrc, it->flags,
+                       it->exptime, stamped.cas, 0, &z, &loc);
     if (rc) {
         if (fresh)
             hdx_release(st, fresh);
@@ -268,11 +302,10 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
                 atomic_fetch_add(&db->expired_unfetched, 1);
         }
         hd_ent_unref_bytes(db, st, e);
-    } else {
-        e = fresh;
-        hdx_insert(st, e, h);
     }
-    set_entry(db, st, e, &loc, it->vlen, it->flags, it->exptime, stamped.cas);
+    e = entry_place(st, e, fresh, h);
+    set_entry(db, st, e, &loc, slen, &z, it->flags, it->exptime, stamped.cas);
+    count_zcomp(db, &z, slen);
 out:
     hd_write_unlock(st);
     return finish_write(db, rc, wrote, loc.lsn);
@@ -305,7 +338,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
         rc = KURA_EXISTS;
     } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
         rc = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0, crc32c_update(0, key, klen),
-                       0, 0, 0, 0, &loc);
+                       0, 0, 0, 0, NULL, &loc);
         if (rc == KURA_OK) {
             wrote = true;
             hd_ent_unref_bytes(db, st, e);
@@ -335,12 +368,11 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
     hd_write_lock(st);
     hd_ent *e = hdx_find(st, h, key, klen);
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
+    hd_rec r;
     if (e && lv == KURA_LIVE) {
-        hd_rec r;
-        src = hd_read_record(db, e, &rec, &r);
+        src = hd_read_item(db, e, &cur, &rec, &r);
         if (src)
             goto out;
-        fill_item(&cur, e, rec, &r);
     }
     memset(&up, 0, sizeof(up));
     rc = fn(arg, rec ? &cur : NULL, &up);
@@ -353,17 +385,20 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         size_t l0 = up.part[0].len, l1 = up.part[1].len;
         uint32_t flags = up.flags;
         uint64_t cas = up.cas;
+        hd_zval z = { 0, 0 };
         if (up.action == KURA_UPDATE_TOUCH) {
             if (!rec)
                 break;
-            v0 = cur.val;
-            l0 = cur.vlen;
+            /* the value as stored: a compressed one stays so, unopened */
+            v0 = rec + r.hlen + klen;
+            l0 = r.vlen;
             v1 = NULL;
             l1 = 0;
+            z = (hd_zval){ r.codec, r.rawlen };
             flags = cur.flags;
             cas = cur.cas;
         }
-        if (l1 > SIZE_MAX - l0 || too_big(db, klen, l0 + l1)) {
+        if (l1 > SIZE_MAX - l0 || too_big(db, klen, z.codec ? z.rawlen : l0 + l1)) {
             src = KURA_ETOOBIG;
             break;
         }
@@ -371,19 +406,27 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
             src = KURA_EREADONLY;
             break;
         }
-        hd_ent *fresh = NULL;
-        if (!e && !(fresh = hdx_new(st, key, klen))) {
-            src = KURA_ENOMEM;
-            break;
+        /* append, prepend, incr: the new value depends on the old, so it
+         * is compressed here, under the lock */
+        const unsigned char *zv;
+        size_t zl;
+        if (!z.codec && hd_zcomp_pack(db, v0, l0, v1, l1, &zv, &zl, &z)) {
+            v0 = zv;
+            l0 = zl;
+            v1 = NULL;
+            l1 = 0;
         }
+        hd_ent *fresh;
+        if ((src = entry_for(st, e, key, klen, z.codec, &fresh)) != KURA_OK)
+            break;
         uint32_t bcrc = crc32c_update(0, key, klen);
         bcrc = crc32c_update(bcrc, v0, l0);
         bcrc = crc32c_update(bcrc, v1, l1);
         src = hd_append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, flags, up.exptime, cas, 0,
-                            &loc);
+                            &z, &loc);
         if (src) {
             if (fresh)
-            hdx_release(st, fresh);
+                hdx_release(st, fresh);
             break;
         }
         wrote = true;
@@ -391,11 +434,11 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
             if (lv != KURA_LIVE)
                 atomic_fetch_add(&db->reclaimed, 1);
             hd_ent_unref_bytes(db, st, e);
-        } else {
-            e = fresh;
-            hdx_insert(st, e, h);
         }
-        set_entry(db, st, e, &loc, l0 + l1, flags, up.exptime, cas);
+        e = entry_place(st, e, fresh, h);
+        set_entry(db, st, e, &loc, l0 + l1, &z, flags, up.exptime, cas);
+        if (up.action != KURA_UPDATE_TOUCH)
+            count_zcomp(db, &z, l0 + l1);
         break;
     }
     case KURA_UPDATE_REMOVE:
@@ -410,7 +453,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
             break;
         }
         src = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0,
-                        crc32c_update(0, key, klen), 0, 0, 0, 0, &loc);
+                        crc32c_update(0, key, klen), 0, 0, 0, 0, NULL, &loc);
         if (src == KURA_OK) {
             wrote = true;
             hd_ent_unref_bytes(db, st, e);
@@ -442,12 +485,11 @@ static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_it
         const unsigned char *rec;
         hd_rec r;
         kura_item it;
-        int rrc = hd_read_record(db, e, &rec, &r);
+        int rrc = hd_read_item(db, e, &it, &rec, &r);
         if (rrc) {
             *bad = rrc;
             continue;
         }
-        fill_item(&it, e, rec, &r);
         rc = fn(arg, &it);
     }
     pthread_rwlock_unlock(&st->lock);
@@ -506,7 +548,7 @@ static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clo
         /* marks: readers set HD_FETCHED under the read lock (hd_ent) */
         bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
         kura_item it = {
-            .key = e->key, .klen = e->klen, .val = NULL, .vlen = e->vlen,
+            .key = e->key, .klen = e->klen, .val = NULL, .vlen = hd_ent_rawlen(e),
             .flags = flagged ? 1 : 0, .exptime = e->exptime, .cas = e->cas,
         };
         rc = fn(arg, &it);
@@ -581,6 +623,10 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "hash_checkpoints", atomic_load(&db->checkpoints));
     kura_emit_u64(emit, arg, "hash_compactions", atomic_load(&db->compactions));
     kura_emit_u64(emit, arg, "hash_compacted_bytes", atomic_load(&db->compacted_bytes));
+    /* compressed records written since the start, and the bytes they
+     * saved (as the tree's tree_zcomp_*) */
+    kura_emit_u64(emit, arg, "hash_zcomp_records", atomic_load(&db->zcomp_records));
+    kura_emit_u64(emit, arg, "hash_zcomp_saved_bytes", atomic_load(&db->zcomp_saved));
     sl_stats ls;
     sl_get_stats(&db->log, &ls);
     kura_emit_u64(emit, arg, "hash_syncs", ls.syncs);
@@ -646,7 +692,7 @@ static int hashdb_save_state(kura_store *s, const kura_store_state *st)
     put64(v + 16, (uint64_t)st->flush_at);
     put64(v + 24, st->ulog_ts);
     int rc = hd_append(db, HD_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0,
-                       crc32c_update(0, v, sizeof(v)), 0, 0, 0, 0, &loc);
+                       crc32c_update(0, v, sizeof(v)), 0, 0, 0, 0, NULL, &loc);
     if (rc)
         return rc;
     state_op o = { .db = db, .in = st, .seq = loc.seq };
@@ -901,9 +947,14 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         (rc = kura_param_size(params, "hash file", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
         (rc = kura_param_size(params, "hash file", "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)))
         return rc;
-    if (kura_param_take(params, "zcomp")) {
-        snprintf(err, errlen, "hash file parameter 'zcomp' is not supported yet: records are "
-                 "stored as they are (the B+ tree, PATH.kb, compresses its large values)");
+    uint64_t zmin = 1024;
+    kura_codec zcomp = KURA_CODEC_NONE;
+    if ((rc = kura_param_size(params, "hash file", "zmin", &zmin, 1, UINT32_MAX, err, errlen)))
+        return rc;
+    const char *zname = kura_param_take(params, "zcomp");
+    if (zname && codec_by_name(zname, &zcomp) != KURA_OK) {
+        snprintf(err, errlen, "hash file parameter zcomp=%s: expected lzo, zlib, bz2 or none",
+                 zname);
         return KURA_EINVAL;
     }
     rc = kura_params_reject_unused(params, path, err, errlen);
@@ -926,6 +977,8 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     db->ckpt_bytes = ckpt;
     db->dfunit = (unsigned)dfunit;
     db->frag_pct = (unsigned)frag;
+    db->zcomp = (int)zcomp;
+    db->zmin = zmin;
     pthread_mutex_init(&db->ckpt_mu, NULL);
     pthread_mutex_init(&db->bg_mu, NULL);
     pthread_cond_init(&db->bg_cv, NULL);
@@ -936,7 +989,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     /* the log's record framing is this file's: the hash file's format
      * (docs/formats.md) stays as it was (hashdb_rec.c) */
     sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
-                     .version = HD_VERSION, .versions = 1u << 1 | 1u << HD_VERSION,
+                     .version = HD_VERSION, .versions = 1u << 1 | 1u << 2 | 1u << HD_VERSION,
                      .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
                      .check = hd_rec_check, .log = log_line, .log_arg = db };

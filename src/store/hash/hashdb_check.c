@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "kura/storecheck.h"
 #include "hashdb_int.h"
@@ -119,6 +120,25 @@ static void damaged_key(hd_seg *sg, uint64_t off, char *out, size_t cap)
              r.type == HD_REC_DEL ? "deletion" : "record", k, r.vlen);
 }
 
+/* A compressed record whose checksum holds must still decompress to
+ * exactly its raw length (an encoder's fault, or a codec of another
+ * build): else it is damage, as a failed checksum is. */
+static void check_unpacks(check *c, hd_seg *sg, uint64_t off, const hd_rec *r,
+                          const unsigned char *p)
+{
+    const unsigned char *val;
+    int rc = hd_zcomp_unpack(r, p, &val);
+    if (rc == KURA_OK)
+        return;
+    char k[KURA_KEY_MAX * 4 + 1];
+    show_key(k, sizeof(k), (const char *)p + r->hlen, r->klen);
+    say(c, "%s/%08x.seg offset %" PRIu64 ": key '%s': its %s value does not decompress to "
+        "its %" PRIu32 " bytes: %s", c->db->dir, sg->id, off, k,
+        codec_name((kura_codec)r->codec), r->rawlen, kura_strerror(rc));
+    c->rep->damaged++;
+    c->rep->damaged_bytes += hd_rec_size(r->hlen, r->klen, r->vlen);
+}
+
 /* A record of an indexed key newer than the version the index names? */
 static void check_against_index(check *c, hd_seg *sg, uint64_t off, const hd_rec *r,
                                 const unsigned char *p)
@@ -157,12 +177,14 @@ static int scan_segment(check *c, hd_seg *sg)
         if (s == KURA_OK) {
             uint64_t len = hd_rec_size(r.hlen, r.klen, r.vlen);
             c->rep->records++;
-            if (r.type == HD_REC_PUT)
+            if (hd_rec_is_put(r.type))
                 c->rep->puts++;
             else if (r.type == HD_REC_DEL)
                 c->rep->dels++;
             if (r.klen)
                 check_against_index(c, sg, off, &r, p);
+            if (r.type == HD_REC_ZPUT)
+                check_unpacks(c, sg, off, &r, p);
             off += len;
             c->rep->bytes += len;
             if (c->cb && c->cb->progress)
@@ -195,7 +217,7 @@ static void check_entry(check *c, hd_ent *e)
 {
     hashdb *db = c->db;
     uint64_t rlen = hd_rec_size(e->hlen, e->klen, e->vlen);
-    const unsigned char *p;
+    const unsigned char *p, *val;
     uint32_t version;
     hd_rec r;
     const char *why = NULL;
@@ -210,7 +232,8 @@ static void check_entry(check *c, hd_ent *e)
         why = kura_strerror(rc);
     else if (hd_rec_decode(p, e->hlen, version, &r) != 0 || r.hlen != e->hlen)
         why = "no record header there";
-    else if (r.type != HD_REC_PUT || r.klen != e->klen || r.vlen != e->vlen)
+    else if (r.type != (hd_ent_zcomp(e) ? HD_REC_ZPUT : HD_REC_PUT) ||
+             r.klen != e->klen || r.vlen != e->vlen || r.rawlen != hd_ent_rawlen(e))
         why = "the record there is of another type or length";
     else if (memcmp(p + r.hlen, e->key, e->klen) != 0)
         why = "the record there is of another key";
@@ -218,6 +241,8 @@ static void check_entry(check *c, hd_ent *e)
         why = "the record fails its checksum";
     else if (r.cas != e->cas || r.exptime != e->exptime)
         why = "the record's cas or expiry time differs from the index's";
+    else if (r.type == HD_REC_ZPUT && hd_zcomp_unpack(&r, p, &val) != KURA_OK)
+        why = "the record's value does not decompress to its length";
     if (!why)
         return;
     show_key(k, sizeof(k), e->key, e->klen);

@@ -42,10 +42,13 @@
 #define CK_HDR_V3 96           /* version 3: the hash key after the rest */
 #define CK_HDR 104             /* version 4: the update log's timestamp after that */
 #define CK_ENT_V1 48            /* version 1: fixed fields, then the key */
-#define CK_ENT_MAX (2 + 6 * 10) /* version 2: klen, hlen and flagged, six varints,
-                                   the key */
+#define CK_ENT_MAX (2 + 7 * 10) /* version 2: klen, hlen and flagged, six varints
+                                   (seven for a compressed record's), the key */
 #define CK_TRAILER 24
-#define CK_VERSION 5            /* written; 1 to 4 are still read */
+#define CK_VERSION 6            /* written; 1 to 5 are still read */
+#define CK_FLAGGED 0x80         /* in the hlen byte: client flags not 0 */
+#define CK_ZCOMP 0x40           /* version 6, in the hlen byte: a compressed
+                                   record's, its raw length after seq */
 #define CK_BLOCK_MAX (1u << 20) /* version 5: raw bytes of entries a block holds */
 
 
@@ -132,13 +135,16 @@ static void dump_ent(void *arg, hd_ent *e)
     *o++ = e->klen;
     /* marks: an atomic load, readers may be setting HD_FETCHED */
     bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
-    *o++ = (unsigned char)(e->hlen | (flagged ? 0x80 : 0));
+    bool zcomp = hd_ent_zcomp(e);
+    *o++ = (unsigned char)(e->hlen | (flagged ? CK_FLAGGED : 0) | (zcomp ? CK_ZCOMP : 0));
     o = put_varint(o, e->seg);
     o = put_varint(o, e->off);
     o = put_varint(o, e->vlen);
     o = put_varint(o, zigzag(e->exptime));
     o = put_varint(o, e->cas);
     o = put_varint(o, e->seq);
+    if (zcomp)
+        o = put_varint(o, hd_ent_rawlen(e));
     /* not memcpy: for a key this short the compiler's inline copy
      * (rep movsq) costs more than the rest of the entry */
     const char *k = e->key;
@@ -378,9 +384,9 @@ static void ck_release(ck_file *ck)
 /* One checkpoint entry, decoded. */
 typedef struct ck_ent {
     size_t klen, hlen;
-    bool flagged;
+    bool flagged, zcomp;
     const char *key;
-    uint32_t seg, off, vlen;
+    uint32_t seg, off, vlen, rawlen;
     int64_t exptime;
     uint64_t cas, seq;
 } ck_ent;
@@ -396,31 +402,41 @@ static const unsigned char *ck_ent_v1(const unsigned char *p, const unsigned cha
     f->klen = p[0];
     f->hlen = HD_REC_HDR_V1;    /* it points at version 1 records */
     f->flagged = false;         /* not kept: "bytes" misses 4 until rewritten */
+    f->zcomp = false;
     f->key = (const char *)p + CK_ENT_V1;
     f->seg = get32(p + 4);
     f->off = (uint32_t)get64(p + 8);
-    f->vlen = get32(p + 16);
+    f->vlen = f->rawlen = get32(p + 16);
     f->exptime = (int64_t)get64(p + 24);
     f->cas = get64(p + 32);
     f->seq = get64(p + 40);
     return p + CK_ENT_V1 + f->klen;
 }
 
+/* Versions 2 to 6 (6 may set CK_ZCOMP: a raw length follows seq). */
 static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned char *end,
-                                      ck_ent *f)
+                                      uint32_t version, ck_ent *f)
 {
-    uint64_t seg, off, vlen, exp;
-    if (end - p < 2 || p[0] == 0 || (p[1] & 0x7f) < 8 || (p[1] & 0x7f) > HD_REC_HDR_MAX)
+    uint64_t seg, off, vlen, exp, raw;
+    unsigned zmask = version >= 6 ? CK_ZCOMP : 0;
+    if (end - p < 2 || p[0] == 0 || (p[1] & ~(CK_FLAGGED | zmask)) < 8 ||
+        (p[1] & ~(CK_FLAGGED | zmask)) > HD_REC_HDR_MAX)
         return NULL;
     f->klen = *p++;
-    f->hlen = *p & 0x7f;
-    f->flagged = *p++ >> 7;
+    f->hlen = *p & ~(CK_FLAGGED | zmask);
+    f->zcomp = *p & zmask;
+    f->flagged = *p++ & CK_FLAGGED;
     if (!(p = get_varint(p, end, &seg)) || !(p = get_varint(p, end, &off)) ||
         !(p = get_varint(p, end, &vlen)) || !(p = get_varint(p, end, &exp)) ||
         !(p = get_varint(p, end, &f->cas)) || !(p = get_varint(p, end, &f->seq)) ||
-        seg > UINT32_MAX || off > UINT32_MAX || vlen > UINT32_MAX ||
-        f->klen > (size_t)(end - p))
+        seg > UINT32_MAX || off > UINT32_MAX || vlen > UINT32_MAX)
         return NULL;
+    raw = vlen;
+    if (f->zcomp && (!(p = get_varint(p, end, &raw)) || raw > UINT32_MAX))
+        return NULL;
+    if (f->klen > (size_t)(end - p))
+        return NULL;
+    f->rawlen = (uint32_t)raw;
     f->key = (const char *)p;
     f->seg = (uint32_t)seg;
     f->off = (uint32_t)off;
@@ -438,16 +454,19 @@ static int ck_put(hashdb *db, const ck_ent *f)
     hd_stripe *s = hd_stripe_of(db, hv);
     hd_ent *e = hdx_find(s, hv, key, klen);
     if (!e) {
-        e = hdx_new(s, key, klen);
+        e = hdx_new(s, key, klen, f->zcomp);
         if (!e)
             return KURA_ENOMEM;
         hdx_insert(s, e, hv);
+    } else if (!(e = hdx_reshape(s, e, hv, f->zcomp))) {
+        return KURA_ENOMEM;
     }
     e->seg = f->seg;
     e->hlen = (uint8_t)f->hlen;
-    e->marks = f->flagged ? HD_FLAGGED : 0;
+    e->marks = (uint8_t)((f->flagged ? HD_FLAGGED : 0) | (f->zcomp ? HD_ZCOMP : 0));
     e->off = f->off;
     e->vlen = f->vlen;
+    hd_ent_set_rawlen(e, f->rawlen);
     e->exptime = f->exptime;
     e->cas = f->cas;
     e->seq = f->seq;
@@ -482,7 +501,7 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     for (uint64_t i = 0; i < ck->count; i++) {
         ck_ent f;
         const unsigned char *next = ck->version == 1 ? ck_ent_v1(p, end, &f)
-                                                     : ck_ent_v2(p, end, &f);
+                                                     : ck_ent_v2(p, end, ck->version, &f);
         if (!next) {
             snprintf(err, errlen, "%s/checkpoint: bad entry %llu at offset %zu", db->dir,
                      (unsigned long long)i, (size_t)(p - ck->map));
@@ -519,7 +538,7 @@ static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
         const unsigned char *q = raw, *qend = raw + rlen;
         while (q < qend) {
             ck_ent f;
-            const unsigned char *next = ck_ent_v2(q, qend, &f);
+            const unsigned char *next = ck_ent_v2(q, qend, ck->version, &f);
             if (!next || i == ck->count) {
                 snprintf(err, errlen, "%s/checkpoint: bad entry %llu in the block at offset %zu",
                          db->dir, (unsigned long long)i, at);
@@ -565,15 +584,18 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     const char *key = (const char *)p + r->hlen;
     uint64_t hv = hd_hash(db, key, r->klen);
     hd_stripe *s = hd_stripe_of(db, hv);
+    bool zcomp = r->type == HD_REC_ZPUT;
     hd_ent *e = hdx_find(s, hv, key, r->klen);
     if (!e) {
-        e = hdx_new(s, key, r->klen);
+        e = hdx_new(s, key, r->klen, zcomp);
         if (!e)
             return KURA_ENOMEM;
         e->seq = 0;
         hdx_insert(s, e, hv);
-    } else if (r->type == HD_REC_PUT ? r->seq < e->seq : r->seq <= e->seq) {
+    } else if (hd_rec_is_put(r->type) ? r->seq < e->seq : r->seq <= e->seq) {
         return KURA_OK;     /* an older version, or a copy of one */
+    } else if (r->type != HD_REC_DEL && !(e = hdx_reshape(s, e, hv, zcomp))) {
+        return KURA_ENOMEM;
     }
     e->seq = r->seq;
     if (r->type == HD_REC_DEL) {
@@ -583,11 +605,12 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     if (r->cas > db->max_cas_seen)
         db->max_cas_seen = r->cas;
     e->dead = 0;
-    e->marks = r->flags ? HD_FLAGGED : 0;
+    e->marks = (uint8_t)((r->flags ? HD_FLAGGED : 0) | (zcomp ? HD_ZCOMP : 0));
     e->seg = seg;
     e->hlen = r->hlen;
     e->off = (uint32_t)off;
     e->vlen = r->vlen;
+    hd_ent_set_rawlen(e, r->rawlen);
     e->exptime = r->exptime;
     e->cas = r->cas;
     return KURA_OK;
@@ -739,7 +762,8 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                 if (!drop && db->cfg.recover) {
                     const unsigned char *p;
                     hd_rec r;
-                    if (hd_read_record(db, e, &p, &r) != KURA_OK) {
+                    kura_item it;
+                    if (hd_read_item(db, e, &it, &p, &r) != KURA_OK) {
                         db->recovery_lost++;
                         drop = true;
                     }
@@ -758,7 +782,8 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                     }
                     live += hd_rec_size(e->hlen, e->klen, e->vlen);
                     items++;
-                    bytes += kura_item_wire_total(e->klen, e->vlen, e->marks & HD_FLAGGED);
+                    bytes += kura_item_wire_total(e->klen, hd_ent_rawlen(e),
+                                                  e->marks & HD_FLAGGED);
                 }
             }
         }

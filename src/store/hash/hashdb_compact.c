@@ -96,7 +96,7 @@ int hd_compact_one(hashdb *db, bool force)
             break;
         }
         uint64_t rlen = hd_rec_size(r.hlen, r.klen, r.vlen);
-        if (r.type == HD_REC_PUT) {
+        if (hd_rec_is_put(r.type)) {
             const char *key = (const char *)p + r.hlen;
             uint64_t h = hd_hash(db, key, r.klen);
             hd_stripe *st = hd_stripe_of(db, h);
@@ -108,9 +108,12 @@ int hd_compact_one(hashdb *db, bool force)
                     rc = hd_drop_dead(db, st, e, lv);
                 } else {
                     hd_loc loc;
+                    /* copied as it is: a compressed value stays so */
                     uint32_t bcrc = crc32c_update(0, p + r.hlen, rlen - r.hlen);
+                    hd_zval z = { r.codec, r.rawlen };
                     rc = hd_append_put(db, st, key, r.klen, p + r.hlen + r.klen, r.vlen,
-                                       NULL, 0, bcrc, r.flags, r.exptime, r.cas, r.seq, &loc);
+                                       NULL, 0, bcrc, r.flags, r.exptime, r.cas, r.seq, &z,
+                                       &loc);
                     if (rc == KURA_OK) {
                         hd_ent_unref_bytes(db, st, e);
                         e->seg = loc.seg;
@@ -164,7 +167,7 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
 {
     hd_loc loc;
     int rc = hd_append(db, HD_REC_DEL, e->key, e->klen, NULL, 0, NULL, 0,
-                       crc32c_update(0, e->key, e->klen), 0, 0, 0, 0, &loc);
+                       crc32c_update(0, e->key, e->klen), 0, 0, 0, 0, NULL, &loc);
     if (rc)
         return rc;
     atomic_fetch_add(&db->reclaimed, 1);

@@ -389,10 +389,15 @@ void hdx_remove(hd_stripe *s, hd_ent *e)
  * cas field: klen and dead stay readable for hdx_walk). */
 #define SLAB (64 * 1024)
 
-/* An entry's size in 8-byte units. */
-static size_t ent_class(size_t klen)
+/* An entry's size in 8-byte units: with room for a raw length after the
+ * key for a compressed record's (hd_ent_rawlen). */
+static size_t ent_class(size_t klen, bool zcomp)
 {
-    return (offsetof(hd_ent, key) + klen + 7) / 8;
+    return (offsetof(hd_ent, key) + klen + (zcomp ? 4 : 0) + 7) / 8;
+}
+static size_t ent_class_of(const hd_ent *e)
+{
+    return ent_class(e->klen, hd_ent_zcomp(e));
 }
 
 static hd_ent *free_next(const hd_ent *e)
@@ -408,11 +413,11 @@ typedef struct hd_slab {
     char pad[48];
 } hd_slab;
 
-hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen)
+hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen, bool zcomp)
 {
     if (!make_room(s))
         return NULL;
-    size_t cls = ent_class(klen), sz = cls * 8;
+    size_t cls = ent_class(klen, zcomp), sz = cls * 8;
     hd_ent *e = s->free_mask & ((uint64_t)1 << cls) ? s->free_ents[cls] : NULL;
     if (e) {
         s->free_ents[cls] = free_next(e);
@@ -443,13 +448,41 @@ hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen)
     }
     memset(e, 0, sizeof(*e));
     e->klen = (uint8_t)klen;
+    e->marks = zcomp ? HD_ZCOMP : 0;
     memcpy(e->key, key, klen);
     return e;
 }
 
+void hdx_replace(hd_stripe *s, hd_ent *e, hd_ent *fresh, uint64_t h)
+{
+    size_t mask = s->nslot - 1, i = hd_slot_home(h, s->nslot);
+    uint64_t v = slot_of(e, h);
+    for (; s->slot[i]; i = (i + 1) & mask) {
+        if (s->slot[i] == v) {
+            s->slot[i] = slot_of(fresh, h);
+            hdx_release(s, e);
+            return;
+        }
+    }
+}
+
+hd_ent *hdx_reshape(hd_stripe *s, hd_ent *e, uint64_t h, bool zcomp)
+{
+    if (hdx_fits(e, zcomp))
+        return e;
+    hd_ent *n = hdx_new(s, e->key, e->klen, zcomp);
+    if (!n)
+        return NULL;
+    uint8_t marks = n->marks;
+    memcpy(n, e, offsetof(hd_ent, key));
+    n->marks = (uint8_t)((e->marks & ~HD_ZCOMP) | (marks & HD_ZCOMP));
+    hdx_replace(s, e, n, h);
+    return n;
+}
+
 void hdx_release(hd_stripe *s, hd_ent *e)
 {
-    size_t cls = ent_class(e->klen);
+    size_t cls = ent_class_of(e);
     e->dead = 2;
     e->cas = (uint64_t)(uintptr_t)s->free_ents[cls];
     s->free_ents[cls] = e;
@@ -462,7 +495,7 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
         unsigned char *p = (unsigned char *)(sl + 1), *end = p + sl->used;
         while (p < end) {
             hd_ent *e = (hd_ent *)p;
-            p += ent_class(e->klen) * 8;
+            p += ent_class_of(e) * 8;
             if (e->dead != 2)
                 fn(arg, e);
         }

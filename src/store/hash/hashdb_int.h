@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "kura/seglog.h"
@@ -45,15 +46,25 @@
 #define HD_SEG_SLOTS    SL_SEG_SLOTS    /* live segment ids must span fewer */
 #define HD_SEG_HDR      SL_SEG_HDR      /* bytes of a segment file header */
 #define HD_REC_HDR_V1   40              /* bytes of a version 1 record header */
-#define HD_REC_HDR_MAX  48              /* of a version 2 header: 8 + five varints */
+#define HD_REC_HDR_MAX  54              /* of a version 2 or 3 header: 8 + five varints,
+                                           and for a compressed PUT a codec byte
+                                           and a varint (48 without them) */
 #define HD_REC_MAGIC_V1 0x684b          /* "Kh" little-endian, bytes 4..5 */
 #define HD_REC_MAGIC    0x724b          /* "Kr": a version 2 record */
 #define HD_SEG_MAGIC    "KURAHSEG"
 #define HD_CKPT_MAGIC   "KURAHCKP"
 #define HD_CKPT_END     "KURAHEND"
-#define HD_VERSION      2               /* of new segments (records); 1 is read */
+#define HD_VERSION      3               /* of new segments (records); 1 and 2 are
+                                           read.  3 may hold HD_REC_ZPUT, so an
+                                           older kurad refuses it (formats.md) */
 
-enum hd_rec_type { HD_REC_PUT = 1, HD_REC_DEL = 2, HD_REC_STATE = 3 };
+/* HD_REC_ZPUT: a PUT whose value is stored compressed (hashdb_zcomp.c);
+ * only in segments of version 3 and later. */
+enum hd_rec_type { HD_REC_PUT = 1, HD_REC_DEL = 2, HD_REC_STATE = 3, HD_REC_ZPUT = 4 };
+static inline bool hd_rec_is_put(int type)
+{
+    return type == HD_REC_PUT || type == HD_REC_ZPUT;
+}
 
 /* A decoded record header. */
 typedef struct hd_rec {
@@ -62,7 +73,9 @@ typedef struct hd_rec {
                                    13 to 48 in version 2 */
     uint8_t type;
     uint8_t klen;
-    uint32_t vlen;
+    uint8_t codec;              /* HD_REC_ZPUT: its kura_codec (else 0) */
+    uint32_t vlen;              /* of the value as stored: the record's extent */
+    uint32_t rawlen;            /* HD_REC_ZPUT: the value's own length (else vlen) */
     uint32_t flags;
     int64_t exptime;
     uint64_t cas;
@@ -74,10 +87,15 @@ static inline uint64_t hd_rec_size(size_t hlen, size_t klen, size_t vlen)
     return (uint64_t)hlen + klen + vlen;
 }
 
-/* One key in the index.  Guarded by its stripe's lock.  39 bytes + key,
- * carved in 8-byte steps: 48 bytes for a key of up to 9 bytes.  The key's
+/* One key in the index.  Guarded by its stripe's lock.  40 bytes + key,
+ * carved in 8-byte steps: 48 bytes for a key of up to 8 bytes.  The key's
  * hash is not kept: whoever needs it has it at hand (a lookup) or computes
- * it again (rare: a table rebuild, a removal). */
+ * it again (rare: a table rebuild, a removal).
+ *
+ * An entry of a compressed record (HD_ZCOMP) carries the value's own
+ * length, 4 bytes after the key (hd_ent_rawlen): only those entries pay
+ * for it, as most are not compressed; vlen stays the stored length, the
+ * record's extent. */
 typedef struct hd_ent {
     uint64_t cas;
     int64_t exptime;
@@ -85,7 +103,8 @@ typedef struct hd_ent {
     uint32_t off;               /* record offset in its segment (< 2^32:
                                    a record starts below segsiz <= 2 GiB) */
     uint32_t seg;               /* segment id */
-    uint32_t vlen;
+    uint32_t vlen;              /* of the value as stored (the record's extent;
+                                   hd_ent_rawlen is the client's length) */
     uint8_t hlen;               /* the record's header length */
     uint8_t klen;
     uint8_t dead;               /* 1: a tombstone seen in replay (recovery only);
@@ -102,6 +121,31 @@ typedef struct hd_ent {
 #define HD_FETCHED      1       /* read at least once (stats only) */
 #define HD_FLAGGED      2       /* its client flags are not 0: memcached counts
                                    4 more bytes for such an item */
+#define HD_ZCOMP        4       /* its record is an HD_REC_ZPUT, and the entry
+                                   holds the value's raw length after the key
+                                   (set when the entry is made: it sizes it) */
+
+/* Whether e's record is compressed.  An atomic load: readers holding the
+ * read lock may be setting HD_FETCHED beside it (hd_ent.marks). */
+static inline bool hd_ent_zcomp(const hd_ent *e)
+{
+    return __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_ZCOMP;
+}
+/* The value's length as clients know it (memcached's sizes, listings,
+ * "bytes"): the stored length, or for a compressed record its raw length. */
+static inline uint32_t hd_ent_rawlen(const hd_ent *e)
+{
+    uint32_t n;
+    if (!hd_ent_zcomp(e))
+        return e->vlen;
+    memcpy(&n, e->key + e->klen, 4);
+    return n;
+}
+static inline void hd_ent_set_rawlen(hd_ent *e, uint32_t n)
+{
+    if (hd_ent_zcomp(e))
+        memcpy(e->key + e->klen, &n, 4);
+}
 
 #define HD_ENT_CLASSES 38          /* entry sizes in 8-byte steps: up to
                                       (39 + 250 + 7) / 8 = 37 */
@@ -265,6 +309,8 @@ typedef struct hashdb {
     /* parameters (the log's own are in log.cfg) */
     uint64_t bnum, ckpt_bytes;
     unsigned dfunit, frag_pct;
+    int zcomp;                  /* kura_codec of new large values: 0 = none */
+    uint64_t zmin;              /* values of at least this many bytes */
 
     hd_stripe *stripes;         /* HD_STRIPES of them */
     hd_bdir *bdir;              /* HD_STRIPES of them */
@@ -314,6 +360,7 @@ typedef struct hashdb {
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
+    _Atomic uint64_t zcomp_records, zcomp_saved;    /* written since open */
     hd_sweeper sweep;
     uint64_t recovered_records, recovery_lost, truncated_bytes;
 } hashdb;
@@ -362,8 +409,22 @@ int hdx_init(hashdb *db, uint64_t bnum);
 void hdx_free(hashdb *db);
 hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
 /* A new entry for key, not yet in the table, and room in the table for it
- * (hdx_insert then puts it there); NULL when memory is out. */
-hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen);
+ * (hdx_insert then puts it there); NULL when memory is out.  zcomp: for a
+ * compressed record (HD_ZCOMP set, room for the raw length). */
+hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen, bool zcomp);
+/* Whether e can point at a record of that kind as it is (else a new entry
+ * must take its place: hdx_replace). */
+static inline bool hdx_fits(const hd_ent *e, bool zcomp)
+{
+    return !hd_ent_zcomp(e) == !zcomp;
+}
+/* Puts fresh (from hdx_new, same key) in e's slot and frees e; h: the
+ * key's hash.  fresh's fields are the caller's to fill. */
+void hdx_replace(hd_stripe *s, hd_ent *e, hd_ent *fresh, uint64_t h);
+/* e, or an entry of the other kind in its place with its fields copied
+ * (the raw length is left for the caller); NULL when memory is out.  For
+ * open's replay and checkpoint load. */
+hd_ent *hdx_reshape(hd_stripe *s, hd_ent *e, uint64_t h, bool zcomp);
 void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
 /* Calls fn for every entry of the stripe in memory order (faster than the
  * slot order, which visits entries at random); lock held by the caller. */
@@ -398,13 +459,21 @@ uint32_t hd_rec_crc(const unsigned char *hdr, size_t hlen, uint32_t body_crc);
  * receives the decoded header. */
 long long hd_rec_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
                        size_t *need);
+/* A value as stored: compressed (codec not 0: v0/l0 hold the compressed
+ * bytes, rawlen the value's length), or as it is (codec 0). */
+typedef struct hd_zval {
+    uint8_t codec;
+    uint32_t rawlen;
+} hd_zval;
+
 /* Appends one record; seq 0 takes a new sequence number.  The value is
  * v0 ++ v1; body_crc is crc32c over key ++ value (computed by the caller,
- * outside the locks). */
+ * outside the locks).  z: NULL, or a PUT's value compressed (the record is
+ * then an HD_REC_ZPUT). */
 int hd_append(hashdb *db, int type, const char *key, size_t klen,
               const void *v0, size_t l0, const void *v1, size_t l1,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
-              uint64_t seq, hd_loc *out);
+              uint64_t seq, const hd_zval *z, hd_loc *out);
 static inline int hd_commit(hashdb *db, uint64_t lsn)  /* durable up to lsn */
 {
     return sl_commit(&db->log, lsn);
@@ -417,9 +486,28 @@ static inline int hd_sync_now(hashdb *db)             /* durable up to the end *
 {
     return sl_sync_now(&db->log);
 }
-/* Reads and checks the PUT record e points at; *rec is valid while e's
- * stripe lock is held. */
+/* Reads and checks the PUT record e points at (plain or compressed, as e
+ * says); *rec is valid while e's stripe lock is held.  The value is as
+ * stored: hd_read_item decompresses. */
 int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **rec, hd_rec *r);
+
+/* hashdb_zcomp.c - compressed records (#zcomp, #zmin) */
+/* The item e names, its value decompressed if it is stored so (into a
+ * buffer of this thread's, valid until its next read): KURA_OK, or
+ * KURA_ECORRUPT (logged and counted) for a record that fails any check,
+ * decompression included.  *rec and *r: the record as stored.  Stripe
+ * lock held. */
+int hd_read_item(hashdb *db, const hd_ent *e, kura_item *it, const unsigned char **rec,
+                 hd_rec *r);
+/* Decompresses a ZPUT record's value (at rec + hlen + klen) into this
+ * thread's buffer: KURA_OK and *val, KURA_ECORRUPT, KURA_ENOMEM. */
+int hd_zcomp_unpack(const hd_rec *r, const unsigned char *rec, const unsigned char **val);
+/* Compresses a value of n bytes for a PUT, if the database compresses and
+ * it saves at least 1/8: true, and the bytes in this thread's buffer
+ * (*out, valid until its next call) with *z saying how; false to store it
+ * as it is.  Called outside the locks. */
+bool hd_zcomp_pack(hashdb *db, const void *v0, size_t l0, const void *v1, size_t l1,
+                   const unsigned char **out, size_t *outlen, hd_zval *z);
 static inline int hd_errno_status(int e)
 {
     return sl_errno_status(e);
@@ -474,7 +562,8 @@ void hd_log(hashdb *db, int level, const char *fmt, ...) __attribute__((format(p
  * large value is copied with the readers let back in (hd_write_lock). */
 int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const void *v0,
                   size_t l0, const void *v1, size_t l1, uint32_t bcrc, uint32_t flags,
-                  int64_t exptime, uint64_t cas, uint64_t seq, hd_loc *loc);
+                  int64_t exptime, uint64_t cas, uint64_t seq, const hd_zval *z,
+                  hd_loc *loc);
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 

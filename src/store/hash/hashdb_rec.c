@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "hashdb_int.h"
 
@@ -36,6 +37,10 @@ size_t hd_rec_encode(unsigned char *h, const hd_rec *r)
     p = put_varint(p, zigzag(r->exptime));
     p = put_varint(p, r->cas);
     p = put_varint(p, r->seq);
+    if (r->type == HD_REC_ZPUT) {       /* version 3: how to read the value */
+        *p++ = r->codec;
+        p = put_varint(p, r->rawlen);
+    }
     return (size_t)(p - h);
 }
 
@@ -52,7 +57,8 @@ static int decode_v1(const unsigned char *h, size_t avail, hd_rec *r)
         h[5] != (HD_REC_MAGIC_V1 >> 8))
         return -1;
     r->hlen = HD_REC_HDR_V1;
-    r->vlen = get32(h + 8);
+    r->codec = 0;
+    r->vlen = r->rawlen = get32(h + 8);
     r->flags = get32(h + 12);
     r->exptime = (int64_t)get64(h + 16);
     r->cas = get64(h + 24);
@@ -60,17 +66,30 @@ static int decode_v1(const unsigned char *h, size_t avail, hd_rec *r)
     return 0;
 }
 
-static int decode_v2(const unsigned char *h, size_t avail, hd_rec *r)
+/* Versions 2 and 3 (3 adds HD_REC_ZPUT, whose header ends with the codec
+ * and the raw length: a known codec and a length the stored bytes could
+ * come from, else it is no record). */
+static int decode_v2(const unsigned char *h, size_t avail, uint32_t version, hd_rec *r)
 {
     const unsigned char *end = h + (avail < HD_REC_HDR_MAX ? avail : HD_REC_HDR_MAX), *p;
-    uint64_t vlen, flags, exp;
+    uint64_t vlen, flags, exp, raw;
     if (avail < 13 || h[4] != (HD_REC_MAGIC & 0xff) || h[5] != (HD_REC_MAGIC >> 8) ||
         !(p = get_varint(h + 8, end, &vlen)) || !(p = get_varint(p, end, &flags)) ||
         !(p = get_varint(p, end, &exp)) || !(p = get_varint(p, end, &r->cas)) ||
         !(p = get_varint(p, end, &r->seq)) || vlen > UINT32_MAX || flags > UINT32_MAX)
         return -1;
+    r->codec = 0;
+    raw = vlen;
+    if (r->type == HD_REC_ZPUT) {
+        if (version < 3 || p >= end || *p == KURA_CODEC_NONE || *p >= KURA_CODEC_COUNT)
+            return -1;
+        r->codec = *p++;
+        if (!(p = get_varint(p, end, &raw)) || raw > UINT32_MAX || raw <= vlen)
+            return -1;
+    }
     r->hlen = (uint8_t)(p - h);
     r->vlen = (uint32_t)vlen;
+    r->rawlen = (uint32_t)raw;
     r->flags = (uint32_t)flags;
     r->exptime = unzigzag(exp);
     return 0;
@@ -83,10 +102,11 @@ int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec
     r->crc = get32(h);
     r->type = h[6];
     r->klen = h[7];
-    if ((version == 1 ? decode_v1 : decode_v2)(h, avail, r) != 0)
+    if (version == 1 ? decode_v1(h, avail, r) : decode_v2(h, avail, version, r))
         return -1;
     switch (r->type) {
-    case HD_REC_PUT: return r->klen ? 0 : -1;
+    case HD_REC_PUT:
+    case HD_REC_ZPUT: return r->klen ? 0 : -1;
     case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
     case HD_REC_STATE: return r->klen == 0 && (r->vlen == 24 || r->vlen == 32) ? 0 : -1;
     }
@@ -112,7 +132,7 @@ static size_t frame_head(void *arg, unsigned char *h, uint64_t recno)
     f->r.seq = f->seq ? f->seq : recno;
     size_t hlen = hd_rec_encode(h, &f->r);
     put32(h, hd_rec_crc(h, hlen, f->body_crc));
-    if (f->r.type == HD_REC_PUT && f->r.cas > f->db->max_cas_seen)
+    if (hd_rec_is_put(f->r.type) && f->r.cas > f->db->max_cas_seen)
         f->db->max_cas_seen = f->r.cas;
     return hlen;
 }
@@ -120,15 +140,20 @@ static size_t frame_head(void *arg, unsigned char *h, uint64_t recno)
 int hd_append(hashdb *db, int type, const char *key, size_t klen,
               const void *v0, size_t l0, const void *v1, size_t l1,
               uint32_t body_crc, uint32_t flags, int64_t exptime, uint64_t cas,
-              uint64_t seq, hd_loc *out)
+              uint64_t seq, const hd_zval *z, hd_loc *out)
 {
     unsigned char h[HD_REC_HDR_MAX];
     struct iovec iov[4];
     int n = 0;
     hd_frame f = { .db = db, .body_crc = body_crc, .seq = seq,
                    .r = { .type = (uint8_t)type, .klen = (uint8_t)klen,
-                          .vlen = (uint32_t)(l0 + l1), .flags = flags, .exptime = exptime,
-                          .cas = cas } };
+                          .vlen = (uint32_t)(l0 + l1), .rawlen = (uint32_t)(l0 + l1),
+                          .flags = flags, .exptime = exptime, .cas = cas } };
+    if (z && z->codec) {
+        f.r.type = HD_REC_ZPUT;
+        f.r.codec = z->codec;
+        f.r.rawlen = z->rawlen;
+    }
     sl_loc loc;
 
     iov[n++] = (struct iovec){ h, 0 };      /* its length once encoded */
@@ -205,7 +230,8 @@ int hd_read_record(hashdb *db, const hd_ent *e, const unsigned char **recp, hd_r
     if (rc)
         return rc;
     if (hd_rec_decode(p, e->hlen, version, r) != 0 || r->hlen != e->hlen ||
-        r->type != HD_REC_PUT || r->klen != e->klen || r->vlen != e->vlen)
+        r->type != (hd_ent_zcomp(e) ? HD_REC_ZPUT : HD_REC_PUT) || r->klen != e->klen ||
+        r->vlen != e->vlen || r->rawlen != hd_ent_rawlen(e))
         goto corrupt;
     if (hd_rec_crc(p, r->hlen, crc32c_update(0, p + r->hlen, rlen - r->hlen)) != r->crc)
         goto corrupt;
