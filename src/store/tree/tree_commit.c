@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kura/crc32c.h"
 #include "tree_int.h"
@@ -157,13 +158,17 @@ static int write_pages(btree *bt, bt_page **pages, size_t n)
                             : (struct iovec){ pages[i]->data, bt->psiz };
             i++;
         }
+        /* where the file ended before: a compressed page's slot at or past
+         * it was never written, and the rest of it is a hole already */
+        struct stat st;
+        off_t end = zlen && fstat(bt->fd, &st) == 0 ? st.st_size : -1;
         if (bt_pwritev_all(bt, iov, k, (off_t)(first * bt->psiz)) != 0)
             return -1;
         if (zlen) {
             /* the meta page written after these pages names them: from it
              * on, an older kurad must refuse the file */
             bt->version = BT_VERSION;
-            bt_pz_written(bt, pages[i - 1]->pgno, zlen);
+            bt_pz_written(bt, pages[i - 1]->pgno, zlen, end);
         }
     }
     return 0;

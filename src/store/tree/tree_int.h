@@ -337,8 +337,9 @@ size_t bt_pz_out_size(btree *bt);
  * freed).  Zeroes the unused gap of d (it is sealed after). */
 size_t bt_pz_pack(btree *bt, unsigned char *d, const unsigned char **out);
 /* After pgno was written compressed (written bytes): counts it and punches
- * the rest of its slot (a failure only costs the space). */
-void bt_pz_written(btree *bt, uint64_t pgno, size_t written);
+ * the rest of its slot (a failure only costs the space), unless the slot
+ * lay past file_end, where the file ended before the write (-1: unknown). */
+void bt_pz_written(btree *bt, uint64_t pgno, size_t written, off_t file_end);
 /* Page pgno of the file fd into d (psiz bytes), decompressed if it was
  * stored compressed, and checked (pg_verify, type 0: any): KURA_OK,
  * KURA_ECORRUPT or KURA_EIO.  mu held (bt->pz_in). */

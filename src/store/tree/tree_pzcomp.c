@@ -84,13 +84,20 @@ size_t bt_pz_pack(btree *bt, unsigned char *d, const unsigned char **out)
     return BT_HDR + z;
 }
 
-void bt_pz_written(btree *bt, uint64_t pgno, size_t written)
+void bt_pz_written(btree *bt, uint64_t pgno, size_t written, off_t file_end)
 {
     size_t kept = round_up(written, bt->blksize);
     atomic_fetch_add_explicit(&bt->zcomp_pages, 1, memory_order_relaxed);
     if (bt->punch_off || kept >= bt->psiz)
         return;
     off_t off = (off_t)(pgno * bt->psiz + kept), len = (off_t)(bt->psiz - kept);
+    if (file_end >= 0 && (off_t)(pgno * bt->psiz) >= file_end) {
+        /* a slot past the file's old end: nothing was ever written after
+         * the stored bytes, so no punch (which, on a file system mounted
+         * with discard, waits for the device) */
+        atomic_fetch_add_explicit(&bt->zcomp_page_saved, (uint64_t)len, memory_order_relaxed);
+        return;
+    }
     if (bt->io->punch(bt->io, bt->fd, off, len) == 0) {
         atomic_fetch_add_explicit(&bt->zcomp_page_saved, (uint64_t)len, memory_order_relaxed);
     } else if (errno == EOPNOTSUPP || errno == ENOSYS) {
