@@ -54,7 +54,8 @@ KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all run test test-asan test-tsan check install clean bench bench-repl bench-snapshot
-all: $(KURAD) $(KURACTL) $(BENCH) $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
+# kura-enginebench too: a measurement with a stale one would time old code
+all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
 
 # An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
 # sync-failure tests (tests/shim/failsync.c).  Built without the sanitizers:
