@@ -145,9 +145,9 @@ class Commands(ServerTestCase):
     def test_flush_all_delayed(self):
         # with a delay, items (also those set after the command) stay visible
         # until the delay has passed, then all vanish
-        kuratest.early_in_second()
-        self.assertEqual(self.t(b"set a 0 0 1\r\n1\r\nflush_all 2\r\nset b 0 0 1\r\n2\r\nget a b\r\n"),
-                         b"STORED\r\nOK\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nEND\r\n")
+        r = kuratest.within_one_second(
+            lambda: self.t(b"set a 0 0 1\r\n1\r\nflush_all 2\r\nset b 0 0 1\r\n2\r\nget a b\r\n"))
+        self.assertEqual(r, b"STORED\r\nOK\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nEND\r\n")
         poll_until(lambda: self.c.request(b"get a b\r\n") == b"END\r\n", 6, what="delayed flush")
         # memcached works in whole seconds: an item stored within the second the
         # flush takes effect may be flushed too; soon after, new items stay
@@ -155,9 +155,8 @@ class Commands(ServerTestCase):
                    4, what="items kept after the delayed flush")
 
     def test_flush_all_delayed_noreply(self):
-        kuratest.early_in_second()
-        self.assertEqual(self.t(b"set a 0 0 1\r\n1\r\nflush_all 2 noreply\r\nget a\r\n"),
-                         b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n")
+        r = kuratest.within_one_second(lambda: self.t(b"set a 0 0 1\r\n1\r\nflush_all 2 noreply\r\nget a\r\n"))
+        self.assertEqual(r, b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n")
         poll_until(lambda: self.c.request(b"get a\r\n") == b"END\r\n", 6, what="delayed flush")
 
     def test_exptime_rules(self):
@@ -177,12 +176,11 @@ class Commands(ServerTestCase):
 
     def test_exptime_expires(self):
         # an item of exptime 1 set just before a second ends is gone just
-        # after it (whole seconds, as memcached counts): 2 seconds, started
-        # early in a second, so that the get right after the set sees it
-        kuratest.early_in_second()
-        now = int(time.time())
-        self.assertEqual(self.t(b"set r 0 2 1\r\n1\r\nset a 0 %d 1\r\n2\r\nset keep 0 0 1\r\n3\r\nget r a keep\r\n" % (now + 3)),
-                         b"STORED\r\nSTORED\r\nSTORED\r\nVALUE r 0 1\r\n1\r\nVALUE a 0 1\r\n2\r\nVALUE keep 0 1\r\n3\r\nEND\r\n")
+        # after it (whole seconds, as memcached counts): 2 seconds, and the
+        # sets and the get within one second, so that the get sees them
+        r = kuratest.within_one_second(lambda: self.t(
+            b"set r 0 2 1\r\n1\r\nset a 0 %d 1\r\n2\r\nset keep 0 0 1\r\n3\r\nget r a keep\r\n" % (int(time.time()) + 3)))
+        self.assertEqual(r, b"STORED\r\nSTORED\r\nSTORED\r\nVALUE r 0 1\r\n1\r\nVALUE a 0 1\r\n2\r\nVALUE keep 0 1\r\n3\r\nEND\r\n")
         poll_until(lambda: self.c.request(b"get r a\r\n") == b"END\r\n", 6, what="expiry")
         self.assertEqual(self.t(b"get keep\r\ntouch r 10\r\nincr r 1\r\n"),
                          b"VALUE keep 0 1\r\n3\r\nEND\r\nNOT_FOUND\r\nNOT_FOUND\r\n")

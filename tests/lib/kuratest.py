@@ -598,6 +598,38 @@ def early_in_second(room=0.5):
         time.sleep(1.0 - frac + 0.001)
 
 
+def within_one_second(attempt, tries=10):
+    """Runs attempt() until one run starts and ends within one wall-clock
+    second, and returns that run's result.  kurad reads the wall clock while
+    it answers, so a run that did fit saw one second throughout.  A starting
+    margin (early_in_second) is not enough on its own: a loaded machine, a
+    sanitizer build or a parallel suite can stretch a run past any margin.
+    attempt must be safe to repeat.  A server whose clock ticks on a timer
+    of its own (memcached) is not covered: see repeat_until_alike."""
+    for _ in range(tries):
+        early_in_second()
+        start = time.time()
+        result = attempt()
+        if int(time.time()) == int(start):
+            return result
+    raise AssertionError("none of %d runs fitted within one second" % tries)
+
+
+def repeat_until_alike(attempt, tries=5):
+    """Runs attempt(), which returns a pair of replies (memcached's and
+    kurad's to one step), until they are equal or tries runs have been made;
+    returns the last pair.  memcached moves its clock on a timer of its own,
+    not at the wall clock's seconds, so whether a run straddled one of its
+    seconds cannot be measured from outside: a step whose replies depend on
+    the second is repeated instead.  attempt must be safe to repeat."""
+    for _ in range(tries):
+        early_in_second()
+        a, b = attempt()
+        if a == b:
+            break
+    return a, b
+
+
 class ServerTestCase(unittest.TestCase):
     """Each test gets self.server (started with SERVER_OPTS) and self.c, a
     connection to it.  A server that dies or reports sanitizer errors fails
