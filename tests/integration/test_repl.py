@@ -136,6 +136,10 @@ def encode_put(ts, sid, key, value, flags=0, cas=1):
     return struct.pack("<I", crc32c(body)) + body
 
 
+# -syncrepl-timeout for a replica that is expected to confirm in time
+SYNCREPL_TIMEOUT_MS = int(min(1500 * kuratest.SCALE, 6000))
+
+
 def read_log(port, after=1, sid=999, timeout=15):
     """Every row of the server's update log after `after` (1: from the
     start, while the first file is held), until its first heartbeat."""
@@ -693,7 +697,12 @@ class Replication(ServerTestCase):
         self.assertEqual(fake.asked[1].split()[:2], [b"repl", b"%d" % (1000 << 12)])
         got = gets_all(r, [b"first", b"second"])
         self.assertEqual((got[b"first"][1], got[b"second"][1]), (b"1", b"2" * 100))
+        # the replica's thread counts a row just after applying it: the
+        # count may trail the item by a moment (polled), and is then exactly
+        # the two whole rows (the fake master sends nothing more)
         with r.conn() as c:
+            poll_until(lambda: int(stats(c)["repl_rows_applied"]) >= 2, timeout=10,
+                       what="the second row counted")
             self.assertEqual(stats(c)["repl_rows_applied"], "2")
 
     def test_master_not_kurad(self):
@@ -885,7 +894,11 @@ class Replication(ServerTestCase):
         """-syncrepl 1: a reply comes once the replica has the row (so a read
         there right after sees it); a replica that holds back: the connection
         closes unanswered, and later changes go on."""
-        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", "300"])
+        # the timeout must outlast a replica's ack through the Python proxy
+        # on a loaded machine under a sanitizer (each of the 20 sets below
+        # waits for one), but stay below the replica's 10 s silence limit,
+        # which the paused link would otherwise reach while "held" waits
+        m = self.master(args=["-syncrepl", "1", "-syncrepl-timeout", str(SYNCREPL_TIMEOUT_MS)])
         px = Proxy(m.port)
         self.addCleanup(px.close)
         r = self.replica(px.port)
