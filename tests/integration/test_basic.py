@@ -507,10 +507,18 @@ class IdleTimeout(ServerTestCase):
 
     @kura_only
     def test_busy_connection_kept(self):
-        end = time.monotonic() + 2.5
-        while time.monotonic() < end:
-            self.assertEqual(self.c.request(b"get a\r\n"), b"END\r\n")
-            time.sleep(0.2)      # pacing the client, not synchronisation
+        # -tout 2 here, not 1: a request every 0.1 s keeps the connection
+        # busy, but a server thread or this client stalled for a second on a
+        # loaded machine (a sanitizer build, the suite in parallel) would
+        # look idle to a 1 s timeout; the connection must outlive the
+        # timeout more than twice over
+        tout = 2
+        s = self.start_server(idle_timeout=tout)
+        with s.conn() as c:
+            end = time.monotonic() + 2.5 * tout
+            while time.monotonic() < end:
+                self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")
+                time.sleep(0.1)      # pacing the client, not synchronisation
 
 
 if __name__ == "__main__":
