@@ -282,13 +282,12 @@ class ConcurrentListing(ServerTestCase):
     def churn(self, stop):
         with self.server.conn(timeout=30) as w:
             i = 0
-            self.churned = 0
             while not stop.is_set():
                 k = self.key(b"w", i % 5000)
                 w.send(b"set %s 0 0 1 noreply\r\nx\r\ndelete %s noreply\r\n"
                        b"set %s 0 0 2 noreply\r\nxy\r\n" % (k, self.key(b"w", (i * 7) % 5000), k))
                 i += 1
-                if i % 200 == 0:
+                if i % 50 == 0:
                     w.request(b"version\r\n")
                     self.churned = i
 
@@ -315,14 +314,21 @@ class ConcurrentListing(ServerTestCase):
 
     def run_with_churn(self, fn):
         stop = threading.Event()
+        self.churned = before = 0
         t = threading.Thread(target=self.churn, args=(stop,))
         t.start()
         try:
+            # the writes under way before the listing starts (a thread start
+            # and a connection can take longer than the listing on a loaded
+            # machine), and still going during it
+            kuratest.poll_until(lambda: self.churned > 0 or not t.is_alive(), timeout=30,
+                                what="the writes to start")
+            before = self.churned
             return fn()
         finally:
             stop.set()
             t.join()
-            self.assertGreater(self.churned, 0)     # the writes did run meanwhile
+            self.assertGreater(self.churned, before)    # the writes did run meanwhile
 
     @kura_only
     def test_keys_under_writes(self):
