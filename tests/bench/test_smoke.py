@@ -13,7 +13,7 @@ Prints TAP lines; exits non-zero on any failure.
 import os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from kuratest import free_port  # noqa: E402
+from kuratest import free_port, SCALE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD", os.path.join(ROOT, "build"))
@@ -38,7 +38,7 @@ def tap(ok, name, diag=""):
 
 
 def wait_port(port, proc, deadline_s=10.0):
-    end = time.monotonic() + deadline_s
+    end = time.monotonic() + deadline_s * SCALE     # stretched for sanitizer builds
     while time.monotonic() < end:
         if proc.poll() is not None:
             return False
@@ -86,7 +86,7 @@ def stop(proc):
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(5)
+            proc.wait(5 * SCALE)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -94,7 +94,7 @@ def stop(proc):
 
 def run_bench(args, timeout=60):
     p = subprocess.run([BENCH, "--quiet"] + args, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=timeout)
+                       stderr=subprocess.PIPE, timeout=timeout * SCALE)
     out = p.stdout.decode("utf-8", "replace")
     err = p.stderr.decode("utf-8", "replace")
     res = {}

@@ -135,6 +135,10 @@ class SyncFailure(ServerTestCase):
                        what="writes stopped after the interval sync failed")
             self.assertEqual(self.set(c, b"y"), STOPPED)
             self.assertEqual(c.request(b"get k3\r\n", replies=1), b"VALUE k3 0 1\r\nv\r\nEND\r\n")
+        # the store's line comes just after it stops taking writes (which
+        # the stats show): polled, not assumed to be there already
+        poll_until(lambda: "the store takes no more writes" in s.stderr(), timeout=10,
+                   what="the store's log line")
         n0 = self.failed_calls(count)
         time.sleep(1.5)
         # the syncer keeps its one-second pace but finds the store stopped:
