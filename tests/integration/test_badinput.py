@@ -346,7 +346,7 @@ class ManyConnections(Helpers):
         conns = []
         try:
             for i in range(1000):
-                s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+                s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10 * kuratest.SCALE)
                 if i % 4 == 1:
                     s.sendall(b"get x\r\n")
                 elif i % 4 == 2:
@@ -372,7 +372,7 @@ class ManyConnections(Helpers):
 
     def test_thousand_sequential_connections(self):
         for i in range(1000):
-            s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10 * kuratest.SCALE)
             if i % 2:
                 s.sendall(b"version\r\n")
             s.close()
@@ -380,7 +380,7 @@ class ManyConnections(Helpers):
 
 
 def _recv_exact(s, n, timeout=10):
-    s.settimeout(timeout)
+    s.settimeout(timeout * kuratest.SCALE)
     buf = b""
     while len(buf) < n:
         d = s.recv(n - len(buf))
