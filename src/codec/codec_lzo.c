@@ -17,6 +17,7 @@
 #include "codec_int.h"
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/tlbuf.h"
 
 #define LZO_BLOCK (256 * 1024)
 #define LZO_HDR 12
@@ -200,12 +201,11 @@ static int l_compress(const void *in, size_t inlen, void *out, size_t outcap, si
         return KURA_EINVAL;
     if (outcap < LZO_WORST(inlen))
         return KURA_ENOMEM;
-    unsigned char *wrk = malloc(LZO1X_1_MEM_COMPRESS);
+    unsigned char *wrk = tlbuf(TLB_LZO_WORK, LZO1X_1_MEM_COMPRESS);
     if (!wrk)
         return KURA_ENOMEM;
     lzo_uint ol = 0;
     int rc = lzo1x_1_compress(in, inlen, out, &ol, wrk);
-    free(wrk);
     if (rc != LZO_E_OK)
         return KURA_EINVAL;
     *outlen = ol;

@@ -40,6 +40,7 @@
 #include "kura/store.h"
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/tlbuf.h"
 
 static void sl_logf(sl_log *log, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -889,49 +890,6 @@ int sl_sync_now(sl_log *log)
 
 /* ---- reading ------------------------------------------------------------- */
 
-/* Per-thread buffer for records read with pread. */
-typedef struct tl_buf {
-    unsigned char *p;
-    size_t cap;
-} tl_buf;
-
-static pthread_key_t tl_key;
-static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
-
-static void tl_free(void *p)
-{
-    tl_buf *b = p;
-    free(b->p);
-    free(b);
-}
-
-static void tl_init(void)
-{
-    pthread_key_create(&tl_key, tl_free);
-}
-
-static unsigned char *tl_get(size_t n)
-{
-    pthread_once(&tl_once, tl_init);
-    tl_buf *b = pthread_getspecific(tl_key);
-    if (!b) {
-        b = calloc(1, sizeof(*b));
-        if (!b)
-            return NULL;
-        pthread_setspecific(tl_key, b);
-    }
-    if (b->cap < n || (b->cap > (4u << 20) && n < (64u << 10))) {
-        size_t cap = n < 4096 ? 4096 : n;
-        unsigned char *p = malloc(cap);
-        if (!p)
-            return NULL;
-        free(b->p);
-        b->p = p;
-        b->cap = cap;
-    }
-    return b->p;
-}
-
 int sl_read(sl_log *log, uint32_t segid, uint64_t off, size_t len, const unsigned char **pp,
             uint32_t *version)
 {
@@ -944,7 +902,7 @@ int sl_read(sl_log *log, uint32_t segid, uint64_t off, size_t len, const unsigne
         *pp = map + off;
         return KURA_OK;
     }
-    unsigned char *b = tl_get(len);
+    unsigned char *b = tlbuf(TLB_LOG_READ, len);
     if (!b)
         return KURA_ENOMEM;
     uint64_t got = 0;

@@ -16,63 +16,12 @@
  * another, so a read hands out a pointer that stays valid until the
  * thread's next read, as the log's pread buffer does.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kura/codec.h"
+#include "kura/tlbuf.h"
 #include "hashdb_int.h"
-
-/* This thread's buffers: one for a value being written (compressed, or
- * joined from two parts before it), one for a value read (decompressed). */
-typedef struct zbufs {
-    unsigned char *out, *in, *raw;
-    size_t outcap, incap, rawcap;
-} zbufs;
-
-static pthread_key_t zb_key;
-static pthread_once_t zb_once = PTHREAD_ONCE_INIT;
-
-static void zb_free(void *p)
-{
-    zbufs *b = p;
-    free(b->out);
-    free(b->in);
-    free(b->raw);
-    free(b);
-}
-
-static void zb_init(void)
-{
-    pthread_key_create(&zb_key, zb_free);
-}
-
-static zbufs *zb_get(void)
-{
-    pthread_once(&zb_once, zb_init);
-    zbufs *b = pthread_getspecific(zb_key);
-    if (!b && (b = calloc(1, sizeof(*b))) && pthread_setspecific(zb_key, b) != 0) {
-        free(b);
-        b = NULL;
-    }
-    return b;
-}
-
-/* *buf with room for n bytes (a buffer grown past 4 MiB for one large
- * value is given back when a small one comes, as the log's is). */
-static unsigned char *zb_room(unsigned char **buf, size_t *cap, size_t n)
-{
-    if (*cap < n || (*cap > (4u << 20) && n < (64u << 10))) {
-        size_t c = n < 4096 ? 4096 : n;
-        unsigned char *p = malloc(c);
-        if (!p)
-            return NULL;
-        free(*buf);
-        *buf = p;
-        *cap = c;
-    }
-    return *buf;
-}
 
 bool hd_zcomp_pack(hashdb *db, const void *v0, size_t l0, const void *v1, size_t l1,
                    const unsigned char **out, size_t *outlen, hd_zval *z)
@@ -82,23 +31,22 @@ bool hd_zcomp_pack(hashdb *db, const void *v0, size_t l0, const void *v1, size_t
     z->rawlen = 0;
     if (!db->zcomp || raw < db->zmin || raw == 0)
         return false;
-    zbufs *b = zb_get();
-    if (!b)
-        return false;
     const void *in = v0;
     if (l1) {                           /* append/prepend: the value in two parts */
-        if (!zb_room(&b->in, &b->incap, raw))
+        unsigned char *joined = tlbuf(TLB_ZCOMP_JOIN, raw);
+        if (!joined)
             return false;
-        memcpy(b->in, v0, l0);
-        memcpy(b->in + l0, v1, l1);
-        in = b->in;
+        memcpy(joined, v0, l0);
+        memcpy(joined + l0, v1, l1);
+        in = joined;
     }
     size_t cap = codec_bound((kura_codec)db->zcomp, raw), n = 0;
-    if (!zb_room(&b->out, &b->outcap, cap) ||
-        codec_compress((kura_codec)db->zcomp, in, raw, b->out, cap, &n) != KURA_OK ||
+    unsigned char *packed = tlbuf(TLB_ZCOMP_OUT, cap);
+    if (!packed ||
+        codec_compress((kura_codec)db->zcomp, in, raw, packed, cap, &n) != KURA_OK ||
         n > raw - raw / 8)
         return false;                   /* saves less than 1/8: as it is */
-    *out = b->out;
+    *out = packed;
     *outlen = n;
     z->codec = (uint8_t)db->zcomp;
     z->rawlen = (uint32_t)raw;
@@ -107,16 +55,16 @@ bool hd_zcomp_pack(hashdb *db, const void *v0, size_t l0, const void *v1, size_t
 
 int hd_zcomp_unpack(const hd_rec *r, const unsigned char *rec, const unsigned char **val)
 {
-    zbufs *b = zb_get();
-    if (!b || !zb_room(&b->raw, &b->rawcap, r->rawlen))
+    unsigned char *raw = tlbuf(TLB_ZCOMP_RAW, r->rawlen);
+    if (!raw)
         return KURA_ENOMEM;
-    int rc = codec_decompress((kura_codec)r->codec, rec + r->hlen + r->klen, r->vlen, b->raw,
+    int rc = codec_decompress((kura_codec)r->codec, rec + r->hlen + r->klen, r->vlen, raw,
                               r->rawlen);
     if (rc == KURA_ENOMEM)
         return rc;
     if (rc)
         return KURA_ECORRUPT;
-    *val = b->raw;
+    *val = raw;
     return KURA_OK;
 }
 
