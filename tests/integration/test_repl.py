@@ -143,7 +143,7 @@ SYNCREPL_TIMEOUT_MS = int(min(1500 * kuratest.SCALE, 6000))
 def read_log(port, after=1, sid=999, timeout=15):
     """Every row of the server's update log after `after` (1: from the
     start, while the first file is held), until its first heartbeat."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout * kuratest.SCALE)
     try:
         s.sendall(b"repl %d %d\r\n" % (after, sid))
         buf = b""
