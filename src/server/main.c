@@ -61,7 +61,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     /* No sync here for -sync interval: a sync can take long on a busy disk,
      * and new connections would wait behind it on this thread.  A store
      * that has anything to sync does it on its own thread about once a
-     * second in that mode (the hash file's background thread, bg_main). */
+     * second in that mode (the file backends' sync thread, kura_bg in dbfile.h). */
 }
 
 /* The store's reports (recovery, damage, disk errors) go to our log. */

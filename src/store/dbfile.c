@@ -1,9 +1,10 @@
 /*
  * dbfile.c - helpers the file backends share (include/kura/dbfile.h):
  * the database directory and its LOCK, size parameters, the put
- * condition, stats lines, deadlines.
+ * condition, stats lines, clocks, deadlines, the background threads.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -125,4 +126,103 @@ struct timespec kura_deadline_in(long ms)
         ts.tv_nsec -= 1000000000L;
     }
     return ts;
+}
+
+double kura_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+double kura_backoff_next(double backoff)
+{
+    return backoff <= 0 ? 1 : backoff * 2 > 30 ? 30 : backoff * 2;
+}
+
+/* ---- background threads ----------------------------------------------- */
+
+void kura_bg_init(kura_bg *b)
+{
+    memset(b, 0, sizeof(*b));
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+}
+
+/* Calls fn every period_ms until the stop. */
+static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *))
+{
+    pthread_mutex_lock(&b->mu);
+    while (!b->stopping) {
+        struct timespec ts = kura_deadline_in(period_ms);
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        if (b->stopping)
+            break;
+        pthread_mutex_unlock(&b->mu);
+        fn(b->arg);
+        pthread_mutex_lock(&b->mu);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void *work_main(void *arg)
+{
+    kura_bg *b = arg;
+    bg_loop(b, 100, b->work);
+    return NULL;
+}
+
+static void *sync_main(void *arg)
+{
+    kura_bg *b = arg;
+    bg_loop(b, 1000, b->sync);
+    return NULL;
+}
+
+int kura_bg_start(kura_bg *b, void (*work)(void *), void (*sync)(void *), void *arg,
+                  const char *what, char *err, size_t errlen)
+{
+    b->work = work;
+    b->sync = sync;
+    b->arg = arg;
+    if (pthread_create(&b->work_thread, NULL, work_main, b) != 0) {
+        snprintf(err, errlen, "cannot start the %s's background thread", what);
+        return KURA_ESYS;
+    }
+    b->work_running = true;
+    if (sync) {
+        if (pthread_create(&b->sync_thread, NULL, sync_main, b) != 0) {
+            snprintf(err, errlen, "cannot start the %s's sync thread", what);
+            return KURA_ESYS;
+        }
+        b->sync_running = true;
+    }
+    return KURA_OK;
+}
+
+bool kura_bg_stopping(kura_bg *b)
+{
+    return atomic_load(&b->stopping);
+}
+
+void kura_bg_stop(kura_bg *b)
+{
+    if (!b->work_running && !b->sync_running)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stopping = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    if (b->work_running)
+        pthread_join(b->work_thread, NULL);
+    if (b->sync_running)
+        pthread_join(b->sync_thread, NULL);
+    b->work_running = b->sync_running = false;
+}
+
+void kura_bg_destroy(kura_bg *b)
+{
+    kura_bg_stop(b);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
 }

@@ -702,13 +702,6 @@ static int hashdb_save_state(kura_store *s, const kura_store_state *st)
 
 /* ---- background work: interval sync, checkpoints, compaction ---------- */
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* About how many bytes a checkpoint of the index takes now. */
 static uint64_t ckpt_estimate(hashdb *db)
 {
@@ -728,80 +721,53 @@ static bool want_checkpoint(hashdb *db, double since)
     return (a >= db->ckpt_bytes && a >= est) || (sealed && since >= 2.0 && a >= est / 8);
 }
 
-/* -sync interval: syncs the log once a second, in a thread of its own so
- * that the promise ("at most about the last second is lost") holds however
- * long a round of checkpoint and compaction in bg_main takes.  After a
- * failed sync hd_sync_now returns at once (the failure is sticky) and this
- * thread just goes on waiting its second. */
-static void *syncer_main(void *arg)
+/* -sync interval, once a second (kura_bg): after a failed sync hd_sync_now
+ * returns at once (the failure is sticky) and the thread just goes on
+ * waiting its second. */
+static void bg_sync(void *arg)
 {
-    hashdb *db = arg;
-    pthread_mutex_lock(&db->bg_mu);
-    while (!db->stopping) {
-        struct timespec ts = kura_deadline_in(1000);
-        pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
-        if (db->stopping)
-            break;
-        pthread_mutex_unlock(&db->bg_mu);
-        hd_sync_now(db);
-        pthread_mutex_lock(&db->bg_mu);
-    }
-    pthread_mutex_unlock(&db->bg_mu);
-    return NULL;
+    hd_sync_now(arg);
 }
 
-static void *bg_main(void *arg)
+/* Every 100 ms (kura_bg): checkpoints and compaction, in rounds while there
+ * is work, since a checkpoint lets older segments be compacted and a busy
+ * store needs both often.  One that failed (a full disk, say) is tried
+ * again only after kura_backoff_next's pause. */
+static void bg_work(void *arg)
 {
     hashdb *db = arg;
-    double last_ckpt = mono();
-    /* A checkpoint or compaction that failed (a full disk, say) is tried
-     * again only after a pause that doubles up to 30 s: no error path
-     * retries without waiting, and the log is not flooded. */
-    double retry_at = 0, backoff = 0;
-    pthread_mutex_lock(&db->bg_mu);
-    while (!db->stopping) {
-        struct timespec ts = kura_deadline_in(100);
-        pthread_cond_timedwait(&db->bg_cv, &db->bg_mu, &ts);
-        if (db->stopping)
-            break;
-        pthread_mutex_unlock(&db->bg_mu);
-        double now = mono();
-        /* keep going while there is work: a checkpoint lets older
-         * segments be compacted, so a busy store needs both often */
-        hdx_advise_huge(db);
-        for (int round = 0; round < 64 && !db->stopping && now >= retry_at; round++) {
-            bool did = false;
-            int rc = KURA_OK, n;
-            hd_writebehind(db);
-            if (hd_failed(db))
-                break;          /* writes stopped: nothing to maintain */
-            if (want_checkpoint(db, mono() - last_ckpt)) {
-                rc = hd_ckpt_write(db);
-                did = rc == KURA_OK;
-                last_ckpt = mono();
-            }
-            while (!rc && !db->stopping && (n = hd_compact_one(db, false)) != 0) {
-                if (n < 0)
-                    rc = n;
-                else
-                    did = true;
-            }
-            if (rc == KURA_ECORRUPT || rc == KURA_EINVAL)
-                rc = KURA_OK;   /* a segment set aside as damaged, or the stop:
-                                   nothing that waiting would mend */
-            if (rc) {
-                backoff = backoff ? (backoff * 2 > 30 ? 30 : backoff * 2) : 1;
-                retry_at = mono() + backoff;
-                break;
-            }
-            backoff = 0;
-            if (!did)
-                break;
+    double now = kura_mono();
+    hdx_advise_huge(db);
+    for (int round = 0; round < 64 && !kura_bg_stopping(&db->bg) && now >= db->bg_retry_at;
+         round++) {
+        bool did = false;
+        int rc = KURA_OK, n;
+        hd_writebehind(db);
+        if (hd_failed(db))
+            break;          /* writes stopped: nothing to maintain */
+        if (want_checkpoint(db, kura_mono() - db->bg_last_ckpt)) {
+            rc = hd_ckpt_write(db);
+            did = rc == KURA_OK;
+            db->bg_last_ckpt = kura_mono();
         }
-        pthread_mutex_lock(&db->bg_mu);
+        while (!rc && !kura_bg_stopping(&db->bg) && (n = hd_compact_one(db, false)) != 0) {
+            if (n < 0)
+                rc = n;
+            else
+                did = true;
+        }
+        if (rc == KURA_ECORRUPT || rc == KURA_EINVAL)
+            rc = KURA_OK;   /* a segment set aside as damaged, or the stop:
+                               nothing that waiting would mend */
+        if (rc) {
+            db->bg_backoff = kura_backoff_next(db->bg_backoff);
+            db->bg_retry_at = kura_mono() + db->bg_backoff;
+            break;
+        }
+        db->bg_backoff = 0;
+        if (!did)
+            break;
     }
-    pthread_mutex_unlock(&db->bg_mu);
-    return NULL;
 }
 
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
@@ -828,25 +794,9 @@ void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg)
 
 /* ---- open and close ------------------------------------------------- */
 
-/* Stops the background thread and the interval syncer, if running. */
-static void stop_threads(hashdb *db)
-{
-    if (!db->bg_running && !db->syncer_running)
-        return;
-    pthread_mutex_lock(&db->bg_mu);
-    db->stopping = true;
-    pthread_cond_broadcast(&db->bg_cv);
-    pthread_mutex_unlock(&db->bg_mu);
-    if (db->bg_running)
-        pthread_join(db->bg, NULL);
-    if (db->syncer_running)
-        pthread_join(db->syncer, NULL);
-    db->bg_running = db->syncer_running = false;
-}
-
 static void destroy(hashdb *db)
 {
-    stop_threads(db);
+    kura_bg_stop(&db->bg);
     sl_destroy(&db->log);
     hdx_free(db);
     if (db->lockfd >= 0)
@@ -854,8 +804,7 @@ static void destroy(hashdb *db)
     if (db->dirfd >= 0)
         db->io->close(db->io, db->dirfd);
     pthread_mutex_destroy(&db->ckpt_mu);
-    pthread_mutex_destroy(&db->bg_mu);
-    pthread_cond_destroy(&db->bg_cv);
+    kura_bg_destroy(&db->bg);
     free(db->dir);
     free(db);
 }
@@ -863,7 +812,7 @@ static void destroy(hashdb *db)
 static void hashdb_close(kura_store *s)
 {
     hashdb *db = H(s);
-    stop_threads(db);
+    kura_bg_stop(&db->bg);
     if (!db->cfg.read_only) {
         /* a checkpoint when replaying the log written since the last one
          * would take longer than writing one (replay inserts in random
@@ -980,8 +929,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     db->zcomp = (int)zcomp;
     db->zmin = zmin;
     pthread_mutex_init(&db->ckpt_mu, NULL);
-    pthread_mutex_init(&db->bg_mu, NULL);
-    pthread_cond_init(&db->bg_cv, NULL);
+    kura_bg_init(&db->bg);
 
     if ((rc = kura_db_dir_open(db->io, path, cfg->read_only, "hash", &db->dirfd, &db->lockfd,
                                err, errlen)))
@@ -1027,20 +975,10 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                (unsigned long long)db->recovered_records,
                (unsigned long long)db->truncated_bytes, (unsigned long long)db->recovery_lost);
     if (!cfg->read_only) {
-        if (pthread_create(&db->bg, NULL, bg_main, db) != 0) {
-            snprintf(err, errlen, "cannot start the hash file's background thread");
-            rc = KURA_ESYS;
+        db->bg_last_ckpt = kura_mono();
+        if ((rc = kura_bg_start(&db->bg, bg_work, cfg->sync_mode == KURA_SYNC_INTERVAL ? bg_sync : NULL,
+                                db, "hash file", err, errlen)))
             goto fail;
-        }
-        db->bg_running = true;
-        if (cfg->sync_mode == KURA_SYNC_INTERVAL) {
-            if (pthread_create(&db->syncer, NULL, syncer_main, db) != 0) {
-                snprintf(err, errlen, "cannot start the hash file's sync thread");
-                rc = KURA_ESYS;
-                goto fail;
-            }
-            db->syncer_running = true;
-        }
     }
     *out = &db->base;
     return KURA_OK;

@@ -129,7 +129,7 @@ int hd_compact_one(hashdb *db, bool force)
         }
         off += rlen;
         if (++n % db->dfunit == 0) {
-            if (db->stopping) {
+            if (kura_bg_stopping(&db->bg)) {
                 rc = KURA_EINVAL;
                 break;
             }

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "kura/dbfile.h"
 #include "kura/seglog.h"
 #include "kura/bytes.h"
 #include "kura/siphash.h"
@@ -339,14 +340,8 @@ typedef struct hashdb {
     bool need_ckpt;             /* open wants a checkpoint written at once */
 
     /* background thread; and the interval syncer (-sync interval only) */
-    pthread_t bg, syncer;
-    bool bg_running, syncer_running;
-    pthread_mutex_t bg_mu;
-    pthread_cond_t bg_cv;
-    /* set under bg_mu (so the thread's condition wait cannot miss it), read
-     * without it between pieces of work (bg_main's rounds, compaction's
-     * scan), hence atomic */
-    _Atomic bool stopping;
+    kura_bg bg;
+    double bg_last_ckpt, bg_retry_at, bg_backoff;  /* the background thread's own */
 
     /* last clock an operation passed in (compaction judges liveness by it) */
     _Atomic int64_t clk_now;

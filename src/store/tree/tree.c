@@ -75,13 +75,6 @@ static bool too_big(btree *bt, size_t klen, size_t vlen)
            kura_item_wire_total(klen, vlen, 0) > bt->cfg.item_size_max;
 }
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* ---- applying changes ------------------------------------------------- */
 
 static bool inline_value(btree *bt, size_t klen, size_t vlen)
@@ -149,7 +142,7 @@ static int do_write_begin(btree *bt)
     if (rc)
         return rc;
     if (bt->ndirty >= bt->cap * 3 / 4) {
-        double now = mono();
+        double now = kura_mono();
         if (now >= bt->inline_retry_at || bt->ndirty >= bt->cap) {
             rc = do_checkpoint(bt);
             bt->inline_retry_at = rc ? now + 1.0 : 0;
@@ -736,61 +729,37 @@ static int bt_save_state_op(kura_store *s, const kura_store_state *st)
 
 /* ---- background: checkpoints, the interval sync ----------------------- */
 
-/* -sync interval: the log synced once a second, on a thread of its own so
- * that a long checkpoint does not stretch the promise. */
-static void *syncer_main(void *arg)
+/* -sync interval, once a second (kura_bg). */
+static void bg_sync(void *arg)
 {
     btree *bt = arg;
-    pthread_mutex_lock(&bt->bg_mu);
-    while (!bt->stopping) {
-        struct timespec ts = kura_deadline_in(1000);
-        pthread_cond_timedwait(&bt->bg_cv, &bt->bg_mu, &ts);
-        if (bt->stopping)
-            break;
-        pthread_mutex_unlock(&bt->bg_mu);
-        sl_sync_now(&bt->log);
-        pthread_mutex_lock(&bt->bg_mu);
-    }
-    pthread_mutex_unlock(&bt->bg_mu);
-    return NULL;
+    sl_sync_now(&bt->log);
 }
 
-/* Checkpoints: when dirty pages pass half the cache, when the log
- * since the last one passes `ckpt` bytes (replay at open stays bounded),
- * or every 5 s while anything changed.  A failure waits before the next
- * try, doubling up to 30 s. */
-static void *bg_main(void *arg)
+/* Every 100 ms (kura_bg), a checkpoint when dirty pages pass half the
+ * cache, when the log since the last one passes `ckpt` bytes (replay at
+ * open stays bounded), or every 5 s while anything changed.  One that
+ * failed is tried again only after kura_backoff_next's pause. */
+static void bg_work(void *arg)
 {
     btree *bt = arg;
-    double last = mono(), retry_at = 0, backoff = 0;
-    pthread_mutex_lock(&bt->bg_mu);
-    while (!bt->stopping) {
-        struct timespec ts = kura_deadline_in(100);
-        pthread_cond_timedwait(&bt->bg_cv, &bt->bg_mu, &ts);
-        if (bt->stopping)
-            break;
-        pthread_mutex_unlock(&bt->bg_mu);
-        double now = mono();
-        if (now >= retry_at && !sl_failed(&bt->log)) {
-            pthread_mutex_lock(&bt->mu);
-            uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
-            bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
-                        (now - last >= 5.0 && (bt->ndirty || since || bt->pend.n));
-            int rc = want ? do_checkpoint(bt) : KURA_OK;
-            pthread_mutex_unlock(&bt->mu);
-            if (want)
-                last = now;
-            if (rc) {
-                backoff = backoff ? (backoff * 2 > 30 ? 30 : backoff * 2) : 1;
-                retry_at = mono() + backoff;
-            } else {
-                backoff = 0;
-            }
-        }
-        pthread_mutex_lock(&bt->bg_mu);
+    double now = kura_mono();
+    if (now < bt->bg_retry_at || sl_failed(&bt->log))
+        return;
+    pthread_mutex_lock(&bt->mu);
+    uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
+    bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
+                (now - bt->bg_last_ckpt >= 5.0 && (bt->ndirty || since || bt->pend.n));
+    int rc = want ? do_checkpoint(bt) : KURA_OK;
+    pthread_mutex_unlock(&bt->mu);
+    if (want)
+        bt->bg_last_ckpt = now;
+    if (rc) {
+        bt->bg_backoff = kura_backoff_next(bt->bg_backoff);
+        bt->bg_retry_at = kura_mono() + bt->bg_backoff;
+    } else {
+        bt->bg_backoff = 0;
     }
-    pthread_mutex_unlock(&bt->bg_mu);
-    return NULL;
 }
 
 int btree_debug_checkpoint(kura_store *s)
@@ -804,24 +773,9 @@ int btree_debug_checkpoint(kura_store *s)
 
 /* ---- open and close --------------------------------------------------- */
 
-static void stop_threads(btree *bt)
-{
-    if (!bt->bg_running && !bt->syncer_running)
-        return;
-    pthread_mutex_lock(&bt->bg_mu);
-    bt->stopping = true;
-    pthread_cond_broadcast(&bt->bg_cv);
-    pthread_mutex_unlock(&bt->bg_mu);
-    if (bt->bg_running)
-        pthread_join(bt->bg, NULL);
-    if (bt->syncer_running)
-        pthread_join(bt->syncer, NULL);
-    bt->bg_running = bt->syncer_running = false;
-}
-
 static void destroy(btree *bt)
 {
-    stop_threads(bt);
+    kura_bg_stop(&bt->bg);
     sl_destroy(&bt->log);
     bc_free(bt);
     if (bt->fd >= 0)
@@ -844,8 +798,7 @@ static void destroy(btree *bt)
     pthread_mutex_destroy(&bt->mu);
     pthread_mutex_destroy(&bt->state_mu);
     pthread_cond_destroy(&bt->ckpt_cv);
-    pthread_mutex_destroy(&bt->bg_mu);
-    pthread_cond_destroy(&bt->bg_cv);
+    kura_bg_destroy(&bt->bg);
     free(bt->dir);
     free(bt);
 }
@@ -853,7 +806,7 @@ static void destroy(btree *bt)
 static void bt_close_op(kura_store *s)
 {
     btree *bt = B(s);
-    stop_threads(bt);
+    kura_bg_stop(&bt->bg);
     if (!bt->cfg.read_only) {
         pthread_mutex_lock(&bt->mu);
         int rc = do_checkpoint(bt);
@@ -990,8 +943,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     pthread_mutex_init(&bt->mu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);
     pthread_cond_init(&bt->ckpt_cv, NULL);
-    pthread_mutex_init(&bt->bg_mu, NULL);
-    pthread_cond_init(&bt->bg_cv, NULL);
+    kura_bg_init(&bt->bg);
 
     if ((rc = kura_db_dir_open(bt->io, path, cfg->read_only, "B+ tree", &bt->dirfd,
                                &bt->lockfd, err, errlen)))
@@ -1064,20 +1016,10 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
                "torn bytes", (unsigned long long)bt->items, (unsigned long long)replayed,
                (unsigned long long)bt->wal_cut);
     if (!cfg->read_only) {
-        if (pthread_create(&bt->bg, NULL, bg_main, bt) != 0) {
-            snprintf(err, errlen, "cannot start the B+ tree's background thread");
-            rc = KURA_ESYS;
+        bt->bg_last_ckpt = kura_mono();
+        if ((rc = kura_bg_start(&bt->bg, bg_work, cfg->sync_mode == KURA_SYNC_INTERVAL ? bg_sync : NULL,
+                                bt, "B+ tree", err, errlen)))
             goto fail;
-        }
-        bt->bg_running = true;
-        if (cfg->sync_mode == KURA_SYNC_INTERVAL) {
-            if (pthread_create(&bt->syncer, NULL, syncer_main, bt) != 0) {
-                snprintf(err, errlen, "cannot start the B+ tree's sync thread");
-                rc = KURA_ESYS;
-                goto fail;
-            }
-            bt->syncer_running = true;
-        }
     }
     *out = &bt->base;
     return KURA_OK;

@@ -44,6 +44,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "kura/dbfile.h"
 #include "kura/seglog.h"
 #include "kura/store.h"
 
@@ -214,11 +215,9 @@ typedef struct btree {
     double inline_retry_at;     /* a writer's checkpoint failed: not before */
     uint64_t reclaimed;         /* dead items removed (usage) */
 
-    /* background */
-    pthread_t bg, syncer;
-    bool bg_running, syncer_running, stopping;
-    pthread_mutex_t bg_mu;
-    pthread_cond_t bg_cv;
+    /* background thread; and the interval syncer (-sync interval only) */
+    kura_bg bg;
+    double bg_last_ckpt, bg_retry_at, bg_backoff;  /* the background thread's own */
 
     /* statistics (written under mu, read relaxed) */
     _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
