@@ -285,28 +285,32 @@ bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t
 
 /* ---- get / gat ---------------------------------------------------------- */
 
-typedef struct touch_get {
+/* touch and gat: the item's new exptime, logged, and (gat) the item shown
+ * to fn as it is now */
+typedef struct touch_arg {
     kura_engine *e;
     int64_t exptime;
-    kura_item_fn fn;
+    kura_item_fn fn;            /* NULL: touch */
     void *arg;
-} touch_get;
+} touch_arg;
 
-static int touch_get_cb(void *arg, const kura_item *cur, kura_update *out)
+static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
 {
-    touch_get *tg = arg;
+    touch_arg *ta = arg;
     if (!cur)
         return KURA_NOTFOUND;
     out->action = KURA_UPDATE_TOUCH;
-    out->exptime = tg->exptime;
-    int rc = feed_update(tg->e, cur, out);
+    out->exptime = ta->exptime;
+    int rc = feed_update(ta->e, cur, out);
     if (rc) {
         out->action = KURA_UPDATE_KEEP;
         return rc;
     }
-    kura_item shown = *cur;
-    shown.exptime = tg->exptime;
-    tg->fn(tg->arg, &shown);
+    if (ta->fn) {
+        kura_item shown = *cur;
+        shown.exptime = ta->exptime;
+        ta->fn(ta->arg, &shown);
+    }
     return KURA_OK;
 }
 
@@ -317,11 +321,11 @@ static int get_gated(kura_engine *e, kura_thread_stats *ts, const char *key, siz
     int rc;
 
     if (touch) {
-        touch_get tg = { e, engine_abs_exptime(e, exptime), fn, arg };
+        touch_arg ta = { e, engine_abs_exptime(e, exptime), fn, arg };
         if ((rc = local_change(e)) != KURA_OK)
             return rc;
         int slot = feed_begin(e);
-        rc = e->store->ops->update(e->store, key, klen, &clk, touch_get_cb, &tg);
+        rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &ta);
         feed_end(e, slot, rc);
         KURA_STAT_INC(ts, cmd_touch);
         if (rc == KURA_OK)
@@ -595,29 +599,11 @@ static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, s
 
 /* ---- touch / flush_all ---------------------------------------------------- */
 
-typedef struct touch_arg {
-    kura_engine *e;
-    int64_t exptime;
-} touch_arg;
-
-static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    touch_arg *ta = arg;
-    if (!cur)
-        return KURA_NOTFOUND;
-    out->action = KURA_UPDATE_TOUCH;
-    out->exptime = ta->exptime;
-    int rc = feed_update(ta->e, cur, out);
-    if (rc)
-        out->action = KURA_UPDATE_KEEP;
-    return rc;
-}
-
 static int touch_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                        int64_t exptime)
 {
     kura_clock clk = engine_clock(e);
-    touch_arg ta = { e, engine_abs_exptime(e, exptime) };
+    touch_arg ta = { e, engine_abs_exptime(e, exptime), NULL, NULL };
     int rc = local_change(e);
     if (rc != KURA_OK)
         return rc;

@@ -66,29 +66,16 @@ struct ul_reader {
 
 static size_t put_var(unsigned char *p, uint64_t v)
 {
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (unsigned char)v;
-    return n;
+    return (size_t)(put_varint(p, v) - p);
 }
 
 /* Bytes taken (1..10), 0 if p..end ends first, -1 if longer than 10. */
 static int get_var(const unsigned char *p, const unsigned char *end, uint64_t *v)
 {
-    uint64_t r = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p + i >= end)
-            return 0;
-        r |= (uint64_t)(p[i] & 0x7f) << (7 * i);
-        if (!(p[i] & 0x80)) {
-            *v = r;
-            return i + 1;
-        }
-    }
-    return -1;
+    const unsigned char *q = get_varint(p, end, v);
+    if (q)
+        return (int)(q - p);
+    return end - p >= 10 ? -1 : 0;
 }
 
 /* Writes a row's bytes up to (not including) the value at b, with the

@@ -29,6 +29,7 @@
  */
 #include <string.h>
 
+#include "kura/bytes.h"
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "tree_int.h"
@@ -66,27 +67,14 @@ void pg_init(unsigned char *d, size_t psiz, int type, uint64_t pgno, uint64_t tx
 
 static size_t put_var(unsigned char *p, uint64_t v)
 {
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (unsigned char)v;
-    return n;
+    return (size_t)(put_varint(p, v) - p);
 }
 
 /* Decodes a varint of at most max bytes; the bytes used, or 0 if bad. */
 static size_t get_var(const unsigned char *p, size_t max, uint64_t *v)
 {
-    uint64_t x = 0;
-    for (size_t i = 0; i < max && i < 10; i++) {
-        x |= (uint64_t)(p[i] & 0x7f) << (7 * i);
-        if (!(p[i] & 0x80)) {
-            *v = x;
-            return i + 1;
-        }
-    }
-    return 0;
+    const unsigned char *q = get_varint(p, p + max, v);
+    return q ? (size_t)(q - p) : 0;
 }
 
 /* a leaf cell's value length: the first varint (checked by pg_verify) */
@@ -272,7 +260,7 @@ void pg_leaf_decode(const unsigned char *c, bt_cell *out)
     out->ovf = c[2] != 0;
     out->vlen = (uint32_t)f[0];
     out->flags = (uint32_t)f[1];
-    out->exptime = (int64_t)((f[2] >> 1) ^ (0 - (f[2] & 1)));
+    out->exptime = unzigzag(f[2]);
     out->cas = f[3];
     out->key = (const char *)c + c[1];
     out->val = c + c[1] + out->klen;
@@ -290,7 +278,7 @@ size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t f
     c[2] = !ovf ? 0 : ovf->codec ? 2 : 1;
     h += put_var(c + h, vlen);
     h += put_var(c + h, flags);
-    h += put_var(c + h, ((uint64_t)exptime << 1) ^ (uint64_t)(exptime >> 63));
+    h += put_var(c + h, zigzag(exptime));
     h += put_var(c + h, cas);
     c[1] = (unsigned char)h;
     memcpy(c + h, key, klen);
