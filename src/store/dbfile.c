@@ -149,8 +149,10 @@ void kura_bg_init(kura_bg *b)
     pthread_cond_init(&b->cv, NULL);
 }
 
-/* Calls fn every period_ms until the stop. */
-static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *))
+_Atomic bool kura_bg_debug_hold;
+
+/* Calls fn every period_ms until the stop (unless held, for tests). */
+static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *), bool holdable)
 {
     pthread_mutex_lock(&b->mu);
     while (!b->stopping) {
@@ -159,7 +161,8 @@ static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *))
         if (b->stopping)
             break;
         pthread_mutex_unlock(&b->mu);
-        fn(b->arg);
+        if (!holdable || !atomic_load(&kura_bg_debug_hold))
+            fn(b->arg);
         pthread_mutex_lock(&b->mu);
     }
     pthread_mutex_unlock(&b->mu);
@@ -168,14 +171,14 @@ static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *))
 static void *work_main(void *arg)
 {
     kura_bg *b = arg;
-    bg_loop(b, 100, b->work);
+    bg_loop(b, 100, b->work, true);
     return NULL;
 }
 
 static void *sync_main(void *arg)
 {
     kura_bg *b = arg;
-    bg_loop(b, 1000, b->sync);
+    bg_loop(b, 1000, b->sync, false);
     return NULL;
 }
 
