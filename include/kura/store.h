@@ -26,28 +26,8 @@
 
 #include "kura/item.h"
 #include "kura/kio.h"
+#include "kura/status.h"
 
-/* Outcomes (>= 0) and errors (< 0) shared by stores and the engine. */
-enum kura_status {
-    KURA_OK = 0,
-    KURA_NOTFOUND = 1,          /* no live item under this key */
-    KURA_EXISTS = 2,            /* a live item is there, or its cas differs */
-    KURA_EXPIRED = 3,           /* get only: an item was there but had expired */
-    KURA_FLUSHED = 4,           /* get only: an item was there but was flushed */
-
-    KURA_ENOMEM = -1,           /* no room, even after eviction */
-    KURA_ETOOBIG = -2,          /* larger than the item size limit */
-    KURA_EIO = -3,              /* the device failed a read or write */
-    KURA_ENOSPC = -4,           /* the file system is full */
-    KURA_ECORRUPT = -5,         /* stored bytes fail their checksum */
-    KURA_EINVAL = -6,           /* bad argument or bad database name */
-    KURA_EREADONLY = -7,        /* the store is read-only (damaged, or opened so) */
-    KURA_ESYS = -8,             /* another system error; errno-like detail is logged */
-    KURA_EFAILED = -9,          /* writes stopped for good: a sync failed (restart) */
-    KURA_EREPLICA = -10,        /* this server is a read-only replica */
-};
-
-const char *kura_strerror(int rc);
 
 /* How a put is conditioned on what is there now. */
 enum kura_put_cond {
@@ -249,10 +229,6 @@ typedef struct kura_store_config {
     const kura_io *io;
 } kura_store_config;
 
-enum kura_log_level {
-    KURA_LOG_ERROR = 0,         /* damage, failed I/O: someone should look */
-    KURA_LOG_INFO,              /* what open and recovery did */
-};
 
 enum kura_sync_mode {
     KURA_SYNC_NONE = 0,         /* the OS decides when data reaches the disk */

@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "kura/codec.h"
-#include "kura/store.h"
+#include "kura/status.h"
 
 struct lzo_state;
 

@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "kura/seglog.h"
-#include "kura/store.h"
+#include "kura/status.h"
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
 #include "kura/tlbuf.h"

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "kura/seglog.h"
-#include "kura/store.h"
+#include "kura/status.h"
 
 #define WINDOW (1u << 20)
 

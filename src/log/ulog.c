@@ -32,7 +32,7 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
-#include "kura/store.h"
+#include "kura/status.h"
 #include "kura/ulog.h"
 
 #define DEFAULT_ULIM    (64ull << 20)

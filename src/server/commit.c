@@ -136,7 +136,7 @@ static void *committer_main(void *arg)
                 atomic_store_explicit(&abandoned_seq, target, memory_order_release);
         } else if (rc < 0) {
             atomic_store_explicit(&failed, true, memory_order_release);
-            log_msg(LOG_ERR, "sync failed (%s): changes after this are not durable; closing "
+            log_msg(KURA_LOG_ERROR, "sync failed (%s): changes after this are not durable; closing "
                     "every connection waiting for them, and not syncing again",
                     kura_strerror(rc));
         } else if (target > commit_durable()) {

@@ -53,7 +53,7 @@ static void on_event(evutil_socket_t fd, short what, void *arg);
 /* Why a connection is closed with its replies unsent (COMMIT_CLOSE). */
 static void log_close_unconfirmed(void)
 {
-    log_msg(LOG_ERR, commit_failed() ? "closing connections whose changes cannot be synced"
+    log_msg(KURA_LOG_ERROR, commit_failed() ? "closing connections whose changes cannot be synced"
                                      : "closing connections whose changes the replicas did "
                                        "not confirm in time (-syncrepl)");
 }
@@ -99,7 +99,7 @@ static void conn_handoff(kura_conn *c)
     uint32_t sid = c->ts.handoff_sid;
     int fd = conn_release(c);
     if (repl_master_serve(srv->repl_master, fd, after, sid) != KURA_OK)
-        log_msg(LOG_ERR, "cannot start a replication stream for replica %u", sid);
+        log_msg(KURA_LOG_ERROR, "cannot start a replication stream for replica %u", sid);
 }
 
 /* (Re)registers the connection's event for reading or for writing. */
@@ -260,7 +260,7 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
     kura_conn *c = arg;
     (void)fd;
     if (what & EV_TIMEOUT) {
-        log_msg(LOG_VERBOSE, "closing connection %d: idle", c->fd);
+        log_msg(KURA_LOG_VERBOSE, "closing connection %d: idle", c->fd);
         conn_close(c);
         return;
     }
@@ -319,7 +319,7 @@ struct kura_conn *conn_new(kura_worker *w, int fd)
         w->conns->prev = c;
     w->conns = c;
     atomic_fetch_add(&w->srv->info.conn_structures, 1);
-    log_msg(LOG_VERBOSE, "new connection %d on worker %d", fd, w->index);
+    log_msg(KURA_LOG_VERBOSE, "new connection %d on worker %d", fd, w->index);
     return c;
 }
 

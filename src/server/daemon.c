@@ -60,30 +60,30 @@ int daemon_drop_privileges(const kura_settings *s)
         return 0;
     struct passwd *pw = getpwnam(s->user);
     if (!pw) {
-        log_msg(LOG_ERR, "can't find the user %s to switch to", s->user);
+        log_msg(KURA_LOG_ERROR, "can't find the user %s to switch to", s->user);
         return -1;
     }
     if (geteuid() != 0) {
         if (pw->pw_uid != geteuid())
-            log_msg(LOG_INFO, "not started as root: -u %s ignored", s->user);
+            log_msg(KURA_LOG_INFO, "not started as root: -u %s ignored", s->user);
         return 0;
     }
     if (pw->pw_uid == 0) {
-        log_msg(LOG_INFO, "-u %s: staying root", s->user);
+        log_msg(KURA_LOG_INFO, "-u %s: staying root", s->user);
         return 0;
     }
     /* The user will reopen the log on SIGHUP: the file must be theirs. */
     log_chown(pw->pw_uid, pw->pw_gid);
     if (initgroups(pw->pw_name, pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 ||
         setuid(pw->pw_uid) < 0) {
-        log_msg(LOG_ERR, "cannot become user %s: %s", s->user, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot become user %s: %s", s->user, strerror(errno));
         return -1;
     }
     if (setuid(0) == 0) {                       /* must be impossible now */
-        log_msg(LOG_ERR, "still able to become root after switching to %s", s->user);
+        log_msg(KURA_LOG_ERROR, "still able to become root after switching to %s", s->user);
         return -1;
     }
-    log_msg(LOG_INFO, "running as user %s (uid %d)", s->user, (int)pw->pw_uid);
+    log_msg(KURA_LOG_INFO, "running as user %s (uid %d)", s->user, (int)pw->pw_uid);
     return 0;
 }
 
@@ -264,30 +264,30 @@ int pidfile_lock(const char *path)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
     if (fd < 0) {
-        log_msg(LOG_ERR, "cannot open the pid file %s: %s", path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot open the pid file %s: %s", path, strerror(errno));
         return -1;
     }
     pid_t other = read_pid(fd);
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         if (errno == EWOULDBLOCK)
-            log_msg(LOG_ERR, "kurad is already running as pid %d (pid file %s)", (int)other,
+            log_msg(KURA_LOG_ERROR, "kurad is already running as pid %d (pid file %s)", (int)other,
                     path);
         else
-            log_msg(LOG_ERR, "cannot lock the pid file %s: %s", path, strerror(errno));
+            log_msg(KURA_LOG_ERROR, "cannot lock the pid file %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     /* Unlocked, yet naming a live kurad: one that does not lock (started
      * another way, or the file was replaced under it).  Refuse all the same. */
     if (is_kurad(other)) {
-        log_msg(LOG_ERR, "kurad is already running as pid %d (pid file %s)", (int)other, path);
+        log_msg(KURA_LOG_ERROR, "kurad is already running as pid %d (pid file %s)", (int)other, path);
         close(fd);
         return -1;
     }
     if (other)
-        log_msg(LOG_INFO, "replacing the stale pid file %s (pid %d is gone)", path, (int)other);
+        log_msg(KURA_LOG_INFO, "replacing the stale pid file %s (pid %d is gone)", path, (int)other);
     if (ftruncate(fd, 0) < 0) {
-        log_msg(LOG_ERR, "cannot write the pid file %s: %s", path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot write the pid file %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
@@ -303,7 +303,7 @@ int pidfile_write(void)
     char buf[32];
     int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
     if (pwrite(pid_fd, buf, (size_t)n, 0) != n) {
-        log_msg(LOG_ERR, "cannot write the pid file %s: %s", pid_path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot write the pid file %s: %s", pid_path, strerror(errno));
         return -1;
     }
     return 0;
@@ -323,9 +323,9 @@ void pidfile_remove(void)
         a.st_ino == b.st_ino && unlink(pid_path) < 0) {
         /* After -u the directory may not be ours to change: at least stop
          * the file from naming this process. */
-        log_msg(LOG_ERR, "cannot remove the pid file %s: %s", pid_path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot remove the pid file %s: %s", pid_path, strerror(errno));
         if (ftruncate(pid_fd, 0) < 0)
-            log_msg(LOG_ERR, "cannot empty the pid file %s: %s", pid_path, strerror(errno));
+            log_msg(KURA_LOG_ERROR, "cannot empty the pid file %s: %s", pid_path, strerror(errno));
     }
     close(pid_fd);
     pid_fd = -1;
@@ -340,7 +340,7 @@ static void *watchdog_main(void *arg)
     struct timespec ts = { seconds, 0 };
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
-    log_msg(LOG_ERR, "stop: still not done after %d s; exiting without a clean close", seconds);
+    log_msg(KURA_LOG_ERROR, "stop: still not done after %d s; exiting without a clean close", seconds);
     pidfile_remove();
     _exit(1);
     return NULL;
@@ -353,6 +353,6 @@ void daemon_stop_watchdog(int seconds)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&t, &attr, watchdog_main, (void *)(intptr_t)seconds) != 0)
-        log_msg(LOG_ERR, "stop: cannot start the watchdog thread; stopping without it");
+        log_msg(KURA_LOG_ERROR, "stop: cannot start the watchdog thread; stopping without it");
     pthread_attr_destroy(&attr);
 }

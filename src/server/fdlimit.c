@@ -58,7 +58,7 @@ int fdlimit_setup(kura_settings *s)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
-        log_msg(LOG_ERR, "cannot read the file descriptor limit: %s", strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot read the file descriptor limit: %s", strerror(errno));
         return -1;
     }
     long fixed = fds_open() + FD_RESERVE + FD_PER_WORKER * s->threads;
@@ -74,7 +74,7 @@ int fdlimit_setup(kura_settings *s)
         if (want.rlim_max != RLIM_INFINITY && want.rlim_max < need)
             want.rlim_max = need;       /* works as root with CAP_SYS_RESOURCE */
         if (setrlimit(RLIMIT_NOFILE, &want) == 0) {
-            log_msg(LOG_INFO, "file descriptor limit raised from %llu to %llu for -c %d",
+            log_msg(KURA_LOG_INFO, "file descriptor limit raised from %llu to %llu for -c %d",
                     (unsigned long long)rl.rlim_cur, (unsigned long long)need, s->maxconns);
         } else if (!s->maxconns_given && rl.rlim_max != RLIM_INFINITY &&
                    rl.rlim_max > (rlim_t)fixed) {
@@ -85,7 +85,7 @@ int fdlimit_setup(kura_settings *s)
             long fit = (long)want.rlim_cur - fixed;
             if (fit < 1)
                 goto refuse;
-            log_msg(LOG_INFO, "maximum connections lowered from %d to %ld to fit the file "
+            log_msg(KURA_LOG_INFO, "maximum connections lowered from %d to %ld to fit the file "
                     "descriptor limit of %llu (give -c to insist)", s->maxconns, fit,
                     (unsigned long long)want.rlim_cur);
             s->maxconns = (int)fit;
@@ -96,7 +96,7 @@ int fdlimit_setup(kura_settings *s)
     return 0;
 
 refuse:
-    log_msg(LOG_ERR, "-c %d%s needs %llu file descriptors (%d connections, %ld open, %d "
+    log_msg(KURA_LOG_ERROR, "-c %d%s needs %llu file descriptors (%d connections, %ld open, %d "
             "reserved for the store and the workers) but the limit is %llu and cannot be "
             "raised (hard limit %llu): raise it (ulimit -n, systemd LimitNOFILE=) or lower -c",
             s->maxconns, s->maxconns_given ? "" : " (the default)", (unsigned long long)need,

@@ -59,7 +59,7 @@ static void pause_accepting(kura_server *srv, int err)
     struct timeval tv = { 0, ACCEPT_BACKOFF_MS * 1000 };
     evtimer_add(backoff_timer, &tv);
     atomic_fetch_add(&srv->info.listen_disabled_num, 1);
-    log_msg(LOG_ERR, "accept: %s: not accepting new connections for %d ms", strerror(err),
+    log_msg(KURA_LOG_ERROR, "accept: %s: not accepting new connections for %d ms", strerror(err),
             ACCEPT_BACKOFF_MS);
 }
 
@@ -123,7 +123,7 @@ static int open_tcp(kura_server *srv)
         host = NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
     if (rc) {
-        log_msg(LOG_ERR, "cannot resolve listen address '%s': %s",
+        log_msg(KURA_LOG_ERROR, "cannot resolve listen address '%s': %s",
                 host ? host : "*", gai_strerror(rc));
         return -1;
     }
@@ -136,7 +136,7 @@ static int open_tcp(kura_server *srv)
         if (ai->ai_family == AF_INET6)
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-            log_msg(LOG_ERR, "cannot listen on %s port %d: %s", host ? host : "*",
+            log_msg(KURA_LOG_ERROR, "cannot listen on %s port %d: %s", host ? host : "*",
                     srv->settings->port, strerror(errno));
             close(fd);
             freeaddrinfo(res);
@@ -154,7 +154,7 @@ static int open_unix(kura_server *srv)
     const char *path = srv->settings->unix_path;
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof(sa.sun_path)) {
-        log_msg(LOG_ERR, "unix socket path too long: %s", path);
+        log_msg(KURA_LOG_ERROR, "unix socket path too long: %s", path);
         return -1;
     }
     strcpy(sa.sun_path, path);
@@ -163,7 +163,7 @@ static int open_unix(kura_server *srv)
         unlink(path);                   /* a stale socket from an earlier run */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        log_msg(LOG_ERR, "cannot listen on unix socket %s: %s", path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot listen on unix socket %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
@@ -193,7 +193,7 @@ int listener_listen(kura_server *srv)
 {
     for (int i = 0; i < nlisten; i++) {
         if (listen(listen_fds[i], 1024) < 0) {
-            log_msg(LOG_ERR, "cannot listen (port %d): %s", srv->settings->port, strerror(errno));
+            log_msg(KURA_LOG_ERROR, "cannot listen (port %d): %s", srv->settings->port, strerror(errno));
             return -1;
         }
     }

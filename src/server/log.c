@@ -37,7 +37,7 @@
 
 #include "server.h"
 
-static int log_level = LOG_INFO;
+static int log_level = KURA_LOG_INFO;
 static int log_fd = STDERR_FILENO;      /* where lines go */
 static const char *log_path;            /* -log, or NULL for stderr */
 static _Atomic bool log_starting = true;    /* copy errors to stderr too (read by any thread) */
@@ -46,7 +46,7 @@ static bool stderr_follows;             /* a daemon's stderr is the log file too
 void log_init(int base, int verbosity)
 {
     int level = base + verbosity;
-    log_level = level > LOG_DEBUG ? LOG_DEBUG : level;
+    log_level = level > KURA_LOG_DEBUG ? KURA_LOG_DEBUG : level;
 }
 
 static int open_file(const char *path)
@@ -69,28 +69,28 @@ int log_open(const char *path)
 void log_reopen(void)
 {
     if (!log_path) {
-        log_msg(LOG_INFO, "SIGHUP: logging to stderr, no log file to reopen");
+        log_msg(KURA_LOG_INFO, "SIGHUP: logging to stderr, no log file to reopen");
         return;
     }
     int fd = open_file(log_path);
     if (fd < 0) {
-        log_msg(LOG_ERR, "SIGHUP: cannot reopen the log file %s: %s; still writing to the old one",
+        log_msg(KURA_LOG_ERROR, "SIGHUP: cannot reopen the log file %s: %s; still writing to the old one",
                 log_path, strerror(errno));
         return;
     }
     /* Same descriptor number, new file: no writer ever sees a closed fd. */
     if (dup2(fd, log_fd) < 0)
-        log_msg(LOG_ERR, "SIGHUP: cannot reopen the log file %s: %s", log_path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "SIGHUP: cannot reopen the log file %s: %s", log_path, strerror(errno));
     close(fd);
     if (stderr_follows)
         dup2(log_fd, STDERR_FILENO);
-    log_msg(LOG_INFO, "SIGHUP: reopened the log file %s", log_path);
+    log_msg(KURA_LOG_INFO, "SIGHUP: reopened the log file %s", log_path);
 }
 
 void log_chown(uid_t uid, gid_t gid)
 {
     if (log_path && fchown(log_fd, uid, gid) < 0)
-        log_msg(LOG_ERR, "cannot give the log file %s to uid %d: %s", log_path, (int)uid,
+        log_msg(KURA_LOG_ERROR, "cannot give the log file %s to uid %d: %s", log_path, (int)uid,
                 strerror(errno));
 }
 
@@ -110,9 +110,9 @@ int log_stderr_to_file(void)
 static const char *level_name(int level)
 {
     switch (level) {
-    case LOG_ERR:     return "ERROR";
-    case LOG_INFO:    return "INFO";
-    case LOG_VERBOSE: return "VERBOSE";
+    case KURA_LOG_ERROR:     return "ERROR";
+    case KURA_LOG_INFO:    return "INFO";
+    case KURA_LOG_VERBOSE: return "VERBOSE";
     default:          return "DEBUG";
     }
 }
@@ -160,7 +160,7 @@ static void emit(int level, const char *text, size_t len)
     n += len;
     line[n++] = '\n';
     ssize_t w = write(log_fd, line, n);
-    if (level == LOG_ERR && log_starting && log_fd != STDERR_FILENO)
+    if (level == KURA_LOG_ERROR && log_starting && log_fd != STDERR_FILENO)
         w = write(STDERR_FILENO, line, n);
     (void)w;
 }
@@ -252,7 +252,7 @@ void log_msg(int level, const char *fmt, ...)
     if (m < 0)
         m = 0;
     size_t len = (size_t)m < sizeof(text) ? (size_t)m : sizeof(text) - 1;
-    if (level == LOG_ERR && is_repeat(level, text, len))
+    if (level == KURA_LOG_ERROR && is_repeat(level, text, len))
         return;
     emit(level, text, len);
 }
@@ -266,5 +266,5 @@ void log_request(int conn_id, const char *line, size_t len)
     for (size_t i = 0; i < n; i++)
         safe[i] = line[i] >= 32 && line[i] < 127 ? line[i] : '?';
     safe[n] = '\0';
-    log_msg(LOG_VERBOSE, "<%d %s%s", conn_id, safe, len > n ? "..." : "");
+    log_msg(KURA_LOG_VERBOSE, "<%d %s%s", conn_id, safe, len > n ? "..." : "");
 }

@@ -43,7 +43,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     kura_server *srv = arg;
     (void)what;
-    log_msg(LOG_INFO, "signal %d: stopping", (int)sig);
+    log_msg(KURA_LOG_INFO, "signal %d: stopping", (int)sig);
     srv->stopping = true;
     event_base_loopbreak(srv->base);
 }
@@ -67,7 +67,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 /* The store's reports (recovery, damage, disk errors) go to our log. */
 static void store_log(int level, const char *line)
 {
-    log_msg(level == KURA_LOG_ERROR ? LOG_ERR : LOG_INFO, "%s", line);
+    log_msg(level == KURA_LOG_ERROR ? KURA_LOG_ERROR : KURA_LOG_INFO, "%s", line);
 }
 
 static void ulog_log(void *arg, int level, const char *line)
@@ -97,7 +97,7 @@ static int open_ulog(kura_server *srv)
 {
     kura_settings *st = srv->settings;
     if (mkdir_parents(st->ulog_dir) < 0) {
-        log_msg(LOG_ERR, "cannot create the update-log directory %s: %s", st->ulog_dir,
+        log_msg(KURA_LOG_ERROR, "cannot create the update-log directory %s: %s", st->ulog_dir,
                 strerror(errno));
         return -1;
     }
@@ -111,13 +111,13 @@ static int open_ulog(kura_server *srv)
     uint64_t cut = 0, redone = 0;
     int rc = ul_open(&uc, &srv->ulog, &cut, err, sizeof(err));
     if (rc) {
-        log_msg(LOG_ERR, "cannot open the update log %s: %s", st->ulog_dir,
+        log_msg(KURA_LOG_ERROR, "cannot open the update log %s: %s", st->ulog_dir,
                 err[0] ? err : kura_strerror(rc));
         return -1;
     }
     rc = engine_attach_ulog(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
     if (rc) {
-        log_msg(LOG_ERR, "cannot apply the update log %s to the store: %s", st->ulog_dir,
+        log_msg(KURA_LOG_ERROR, "cannot apply the update log %s to the store: %s", st->ulog_dir,
                 kura_strerror(rc));
         engine_close(srv->engine);
         srv->engine = NULL;
@@ -127,7 +127,7 @@ static int open_ulog(kura_server *srv)
     }
     ul_extent ex;
     ul_get_extent(srv->ulog, &ex);
-    log_msg(LOG_INFO, "update log %s: server id %d, %u files, %llu bytes, last row %llu; "
+    log_msg(KURA_LOG_INFO, "update log %s: server id %d, %u files, %llu bytes, last row %llu; "
             "%llu rows applied again to the store", st->ulog_dir, st->sid, ex.segs,
             (unsigned long long)ex.bytes, (unsigned long long)ul_last_ts(srv->ulog),
             (unsigned long long)redone);
@@ -173,7 +173,7 @@ static int wait_replicas(void *arg, uint64_t ts)
     kura_settings *st = srv->settings;
     if (repl_master_wait(srv->repl_master, ts, st->syncrepl, st->syncrepl_timeout) == 0)
         return 0;
-    log_msg(LOG_ERR, "fewer than %d replicas confirmed a change within %d ms: %s",
+    log_msg(KURA_LOG_ERROR, "fewer than %d replicas confirmed a change within %d ms: %s",
             st->syncrepl, st->syncrepl_timeout,
             st->syncrepl_ack ? "acknowledged anyway (-syncrepl-fail ack)"
                              : "closing the connections waiting for it, unanswered");
@@ -192,12 +192,12 @@ static int start_repl(kura_server *srv)
         .log = store_log,
     };
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
-        log_msg(LOG_ERR, "cannot start replication");
+        log_msg(KURA_LOG_ERROR, "cannot start replication");
         return -1;
     }
     if (st->syncrepl) {
         if (!srv->repl_master) {
-            log_msg(LOG_ERR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
+            log_msg(KURA_LOG_ERROR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
             return -1;
         }
         engine_set_commit_wait(srv->engine, wait_replicas, srv);
@@ -209,7 +209,7 @@ static int start_repl(kura_server *srv)
         else if (st->ulog_dir)
             snprintf(rts, sizeof(rts), "%s/rts", st->ulog_dir);
         else {
-            log_msg(LOG_ERR, "-mhost needs -rts FILE (or -ulog DIR, for DIR/rts)");
+            log_msg(KURA_LOG_ERROR, "-mhost needs -rts FILE (or -ulog DIR, for DIR/rts)");
             return -1;
         }
         engine_set_replica(srv->engine, !st->rw);
@@ -217,20 +217,20 @@ static int start_repl(kura_server *srv)
         if (st->rw) {
             /* dual master: changes of both ordered by time */
             if (!srv->ulog) {
-                log_msg(LOG_ERR, "-rw with -mhost (a replica that takes writes: dual master) "
+                log_msg(KURA_LOG_ERROR, "-rw with -mhost (a replica that takes writes: dual master) "
                         "needs -ulog DIR");
                 return -1;
             }
             if (engine_set_dual(srv->engine, (uint32_t)st->sid) != KURA_OK) {
-                log_msg(LOG_ERR, "cannot start dual-master mode");
+                log_msg(KURA_LOG_ERROR, "cannot start dual-master mode");
                 return -1;
             }
         }
         if (repl_slave_start(&rc, st->mhost, st->mport, rts, &srv->repl_slave) != KURA_OK) {
-            log_msg(LOG_ERR, "cannot start the replica thread");
+            log_msg(KURA_LOG_ERROR, "cannot start the replica thread");
             return -1;
         }
-        log_msg(LOG_INFO, "replica of %s:%d (position in %s)%s", st->mhost, st->mport, rts,
+        log_msg(KURA_LOG_INFO, "replica of %s:%d (position in %s)%s", st->mhost, st->mport, rts,
                 st->rw ? ", taking writes too (-rw)" : ", read-only");
     }
     return 0;
@@ -265,7 +265,7 @@ static int open_engine(kura_server *srv)
         return -1;
     int rc = kura_store_open(st->dbname, &cfg, &store, err, sizeof(err));
     if (rc) {
-        log_msg(LOG_ERR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
+        log_msg(KURA_LOG_ERROR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
         return -1;
     }
     /* a missing or empty database starts from the newest good snapshot;
@@ -279,7 +279,7 @@ static int open_engine(kura_server *srv)
     kura_engine_config ecfg = { .item_size_max = st->item_size_max };
     rc = engine_open(&srv->engine, store, &ecfg);
     if (rc) {
-        log_msg(LOG_ERR, "cannot start the engine: %s", kura_strerror(rc));
+        log_msg(KURA_LOG_ERROR, "cannot start the engine: %s", kura_strerror(rc));
         kura_store_close(store);
         return -1;
     }
@@ -289,7 +289,7 @@ static int open_engine(kura_server *srv)
         return -1;
     kura_store_usage u = {0};
     store->ops->usage(store, &u);
-    log_msg(LOG_INFO, "database %s: backend %s, %llu items", st->dbname ? st->dbname : "*",
+    log_msg(KURA_LOG_INFO, "database %s: backend %s, %llu items", st->dbname ? st->dbname : "*",
             store->ops->name, (unsigned long long)u.curr_items);
     return 0;
 }
@@ -350,7 +350,7 @@ int main(int argc, char **argv)
      * the store reports as a full disk, not kill the server. */
     signal(SIGXFSZ, SIG_IGN);
     if (settings.conf_path)
-        log_msg(LOG_INFO, "options read from %s", settings.conf_path);
+        log_msg(KURA_LOG_INFO, "options read from %s", settings.conf_path);
 
     memset(&srv, 0, sizeof(srv));
     srv.settings = &settings;
@@ -361,7 +361,7 @@ int main(int argc, char **argv)
      * once the loop runs, not a kill. */
     srv.base = event_base_new();
     if (!srv.base) {
-        log_msg(LOG_ERR, "cannot create the event base");
+        log_msg(KURA_LOG_ERROR, "cannot create the event base");
         goto fail;
     }
     sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
@@ -372,7 +372,7 @@ int main(int argc, char **argv)
     if (!sigterm || !sigint || !sighup || !tick || event_add(sigterm, NULL) < 0 ||
         event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0 ||
         event_add(tick, &one_second) < 0) {
-        log_msg(LOG_ERR, "cannot set up signal handling");
+        log_msg(KURA_LOG_ERROR, "cannot set up signal handling");
         goto fail;
     }
     if (listener_open(&srv) < 0) {
@@ -407,12 +407,12 @@ int main(int argc, char **argv)
     if (strcmp(engine_backend(srv.engine), "cache") == 0)
         mallopt(M_ARENA_MAX, 1);
     if (workers_start(&srv) < 0) {
-        log_msg(LOG_ERR, "cannot start worker threads");
+        log_msg(KURA_LOG_ERROR, "cannot start worker threads");
         goto fail;
     }
     workers = true;
     if (commit_start(&srv) < 0) {
-        log_msg(LOG_ERR, "cannot start the commit thread");
+        log_msg(KURA_LOG_ERROR, "cannot start the commit thread");
         goto fail;
     }
     if (snapd_start(&srv) < 0)
@@ -425,7 +425,7 @@ int main(int argc, char **argv)
              settings.host, settings.port,
              settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
              settings.threads, options_sync_name(settings.sync_mode));
-    log_msg(LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,
+    log_msg(KURA_LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,
             settings.daemonize ? ", as a daemon" : "");
     daemon_ready();
     notify_ready(status);
@@ -452,13 +452,13 @@ int main(int argc, char **argv)
      * says why): a later sync that "succeeds" proves nothing. */
     rc = commit_failed() ? 0 : engine_sync(srv.engine);
     if (rc < 0)
-        log_msg(LOG_ERR, "final sync failed: %s", kura_strerror(rc));
+        log_msg(KURA_LOG_ERROR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
     if (srv.ulog)
         ul_close(srv.ulog);
     free(srv.info.thread_stats);
     pidfile_remove();
-    log_msg(LOG_INFO, "stopped");
+    log_msg(KURA_LOG_INFO, "stopped");
     return 0;
 
 fail:

@@ -32,7 +32,7 @@ static int notify_send(const char *msg)
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     size_t len = strlen(path);
     if ((path[0] != '/' && path[0] != '@') || len >= sizeof(sa.sun_path)) {
-        log_msg(LOG_ERR, "NOTIFY_SOCKET=%s: not a unix socket path", path);
+        log_msg(KURA_LOG_ERROR, "NOTIFY_SOCKET=%s: not a unix socket path", path);
         return -1;
     }
     memcpy(sa.sun_path, path, len);
@@ -41,7 +41,7 @@ static int notify_send(const char *msg)
     socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        log_msg(LOG_ERR, "sd_notify: socket: %s", strerror(errno));
+        log_msg(KURA_LOG_ERROR, "sd_notify: socket: %s", strerror(errno));
         return -1;
     }
     ssize_t n = sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
@@ -50,7 +50,7 @@ static int notify_send(const char *msg)
     if (n < 0) {
         static int reported;
         if (!reported++)
-            log_msg(LOG_ERR, "sd_notify to %s: %s", path, strerror(err));
+            log_msg(KURA_LOG_ERROR, "sd_notify to %s: %s", path, strerror(err));
         return -1;
     }
     return 0;

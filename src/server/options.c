@@ -60,8 +60,8 @@ static const opt options[] = {
       "run as USER once the sockets are bound (required when started as root; -u root stays root)" },
     { { "-log" }, OPT_STR, F(log_path), 0, 0, "FILE",
       "log to FILE instead of stderr (reopened on SIGHUP)" },
-    { { "-ld" }, OPT_LOGLEVEL, F(log_base), LOG_DEBUG, 0, NULL, "log debug information too" },
-    { { "-le" }, OPT_LOGLEVEL, F(log_base), LOG_ERR, 0, NULL, "log errors only" },
+    { { "-ld" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_DEBUG, 0, NULL, "log debug information too" },
+    { { "-le" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_ERROR, 0, NULL, "log errors only" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
     { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },
     { { "-ulog" }, OPT_STR, F(ulog_dir), 0, 0, "DIR",
@@ -112,7 +112,7 @@ void options_defaults(kura_settings *s)
     s->mem_limit = 64ULL << 20;
     s->item_size_max = 1 << 20;
     s->sync_mode = KURA_SYNC_INTERVAL;
-    s->log_base = LOG_INFO;
+    s->log_base = KURA_LOG_INFO;
     s->ulim = 256ULL << 20;
     s->ulmax = 4ULL << 30;
     s->sid = 1;

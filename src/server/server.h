@@ -40,7 +40,7 @@ typedef struct kura_settings {
     const char *pid_path;       /* -pid / -P */
     const char *user;           /* -u */
     const char *log_path;       /* -log; NULL = stderr */
-    int log_base;               /* LOG_INFO, or -ld LOG_DEBUG, -le LOG_ERR */
+    int log_base;               /* KURA_LOG_INFO, or -ld KURA_LOG_DEBUG, -le KURA_LOG_ERROR */
     const char *conf_path;      /* -conf */
     /* the update log and replication (docs/replication.md) */
     const char *ulog_dir;       /* -ulog; NULL = no update log */
@@ -94,7 +94,6 @@ int options_set(kura_settings *s, const char *name, const char *val, const char 
 int conf_load(kura_settings *s, const char *path);
 
 /* log.c */
-enum { LOG_ERR = 0, LOG_INFO = 1, LOG_VERBOSE = 2, LOG_DEBUG = 3 };
 void log_init(int base, int verbosity);
 int log_open(const char *path);         /* 0, or -1 with the reason on stderr */
 void log_reopen(void);                  /* SIGHUP */

@@ -67,7 +67,7 @@ static int take_one(kura_server *srv, const char *why)
     pthread_mutex_lock(&sd.mu);
     sd.running = true;
     pthread_mutex_unlock(&sd.mu);
-    log_msg(LOG_INFO, "snapshot (%s): starting, %s", why, codec_name(cfg.codec));
+    log_msg(KURA_LOG_INFO, "snapshot (%s): starting, %s", why, codec_name(cfg.codec));
     int rc = snap_take(srv->engine, &cfg, &info, path, sizeof(path), err, sizeof(err));
     int64_t ms = mono_ms() - t0;
     pthread_mutex_lock(&sd.mu);
@@ -88,9 +88,9 @@ static int take_one(kura_server *srv, const char *why)
     pthread_cond_broadcast(&sd.cv);
     pthread_mutex_unlock(&sd.mu);
     if (rc)
-        log_msg(LOG_ERR, "snapshot failed: %s", err[0] ? err : kura_strerror(rc));
+        log_msg(KURA_LOG_ERROR, "snapshot failed: %s", err[0] ? err : kura_strerror(rc));
     else
-        log_msg(LOG_INFO, "snapshot %s: %" PRIu64 " items, %" PRIu64 " bytes (%" PRIu64
+        log_msg(KURA_LOG_INFO, "snapshot %s: %" PRIu64 " items, %" PRIu64 " bytes (%" PRIu64
                 " raw), update log from %" PRIu64 ", %" PRId64 " ms", path, info.items,
                 info.file_bytes, info.raw_bytes, info.start_ts, ms);
     return rc;
@@ -178,7 +178,7 @@ int snapd_start(kura_server *srv)
     srv->info.snapshot_stats = stats;
     srv->info.snapshot_ctx = srv;
     if (pthread_create(&sd.thread, NULL, snapd_main, srv) != 0) {
-        log_msg(LOG_ERR, "cannot start the snapshot thread");
+        log_msg(KURA_LOG_ERROR, "cannot start the snapshot thread");
         return -1;
     }
     sd.started = true;
@@ -211,7 +211,7 @@ static void load_progress(void *arg, uint64_t items, uint64_t bytes)
 {
     (void)arg;
     if (items && items % 1000000 == 0)
-        log_msg(LOG_INFO, "restoring: %" PRIu64 " items, %" PRIu64 " bytes read", items, bytes);
+        log_msg(KURA_LOG_INFO, "restoring: %" PRIu64 " items, %" PRIu64 " bytes read", items, bytes);
 }
 
 /* Loads one snapshot into a fresh store (the shadow .copy.NAME on disk,
@@ -268,23 +268,23 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
     if (!st->bgs_dir)
         return 0;
     if (mkdir_parents(st->bgs_dir) < 0) {
-        log_msg(LOG_ERR, "cannot create the snapshot directory %s: %s", st->bgs_dir,
+        log_msg(KURA_LOG_ERROR, "cannot create the snapshot directory %s: %s", st->bgs_dir,
                 strerror(errno));
         return -1;
     }
     int tidied = snap_tidy(st->bgs_dir, NULL);
     if (tidied)
-        log_msg(LOG_INFO, "snapshots: removed %d unfinished file(s) in %s", tidied, st->bgs_dir);
+        log_msg(KURA_LOG_INFO, "snapshots: removed %d unfinished file(s) in %s", tidied, st->bgs_dir);
     if (!snap_store_blank(*store))
         return 0;                       /* recovered as it is, never overwritten */
     snap_entry *v;
     size_t n;
     if (snap_list(st->bgs_dir, &v, &n) != KURA_OK) {
-        log_msg(LOG_ERR, "snapshots: cannot read %s: %s", st->bgs_dir, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "snapshots: cannot read %s: %s", st->bgs_dir, strerror(errno));
         return -1;
     }
     if (n == 0)
-        log_msg(LOG_INFO, "snapshots: none in %s; starting empty", st->bgs_dir);
+        log_msg(KURA_LOG_INFO, "snapshots: none in %s; starting empty", st->bgs_dir);
     int ret = 0;
     for (size_t i = 0; i < n; i++) {
         snap_info info;
@@ -292,7 +292,7 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
         int64_t t0 = mono_ms();
         int rc = load_into(srv, v[i].path, store, &info, max_cas, err, sizeof(err));
         if (rc == KURA_OK) {
-            log_msg(LOG_INFO, "restored %" PRIu64 " items from snapshot %s (%s, taken by "
+            log_msg(KURA_LOG_INFO, "restored %" PRIu64 " items from snapshot %s (%s, taken by "
                     "server %u, update log from %" PRIu64 ") in %" PRId64 " ms", info.items,
                     v[i].path, info.backend, info.sid, info.start_ts, mono_ms() - t0);
             /* a file's state holds the cas; the cache has none to hold it */
@@ -300,7 +300,7 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
                 *max_cas = 0;
             break;
         }
-        log_msg(LOG_ERR, "snapshot %s not used: %s%s", v[i].path, err[0] ? err : kura_strerror(rc),
+        log_msg(KURA_LOG_ERROR, "snapshot %s not used: %s%s", v[i].path, err[0] ? err : kura_strerror(rc),
                 i + 1 < n ? "; trying the one before it" : "; starting empty");
         *max_cas = 0;
         /* a partly loaded cache is thrown away; a file's copy never replaced it */
@@ -309,7 +309,7 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
                 kura_store_close(*store);
             char oerr[512] = "";
             if (kura_store_open(st->dbname, &srv->store_cfg, store, oerr, sizeof(oerr))) {
-                log_msg(LOG_ERR, "cannot open database: %s", oerr);
+                log_msg(KURA_LOG_ERROR, "cannot open database: %s", oerr);
                 *store = NULL;
                 ret = -1;
                 break;

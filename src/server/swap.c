@@ -94,22 +94,22 @@ int swap_tidy(const char *dbname)
     sibling(dbname, ".copy.", copy, sizeof(copy), NULL, 0);
     if (lstat(old, &sb) == 0) {
         if (lstat(path, &sb) == 0) {
-            log_msg(LOG_INFO, "removing %s, left by a replica's swap that completed", old);
+            log_msg(KURA_LOG_INFO, "removing %s, left by a replica's swap that completed", old);
             if (remove_tree(old) < 0)
-                log_msg(LOG_ERR, "cannot remove %s: %s", old, strerror(errno));
+                log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", old, strerror(errno));
         } else {
-            log_msg(LOG_ERR, "a replica's swap was cut short: putting %s back as %s", old, path);
+            log_msg(KURA_LOG_ERROR, "a replica's swap was cut short: putting %s back as %s", old, path);
             if (rename(old, path) < 0) {
-                log_msg(LOG_ERR, "cannot rename %s to %s: %s", old, path, strerror(errno));
+                log_msg(KURA_LOG_ERROR, "cannot rename %s to %s: %s", old, path, strerror(errno));
                 return -1;
             }
         }
         sync_parent(path);
     }
     if (lstat(copy, &sb) == 0) {
-        log_msg(LOG_INFO, "removing %s, an unfinished copy from a master", copy);
+        log_msg(KURA_LOG_INFO, "removing %s, an unfinished copy from a master", copy);
         if (remove_tree(copy) < 0)
-            log_msg(LOG_ERR, "cannot remove %s: %s", copy, strerror(errno));
+            log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", copy, strerror(errno));
     }
     return 0;
 }
@@ -122,7 +122,7 @@ kura_store *swap_open_shadow(void *arg)
     if (!in_memory(dbname)) {
         sibling(dbname, ".copy.", path, sizeof(path), name, sizeof(name));
         if (remove_tree(path) < 0) {
-            log_msg(LOG_ERR, "cannot remove %s: %s", path, strerror(errno));
+            log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", path, strerror(errno));
             return NULL;
         }
     } else if (dbname) {
@@ -134,14 +134,14 @@ kura_store *swap_open_shadow(void *arg)
     cfg.deferred_commit = false;        /* nothing waits for the shadow's commits */
     int rc = kura_store_open(name, &cfg, &s, err, sizeof(err));
     if (rc) {
-        log_msg(LOG_ERR, "cannot create the copy's store %s: %s", name,
+        log_msg(KURA_LOG_ERROR, "cannot create the copy's store %s: %s", name,
                 err[0] ? err : kura_strerror(rc));
         return NULL;
     }
     /* if it is ever served, the update log's rows so far are older than it */
     kura_store_state st = { .ulog_ts = UINT64_MAX };
     if (s->ops->save_state && (rc = s->ops->save_state(s, &st)) < 0) {
-        log_msg(LOG_ERR, "cannot write the copy's state: %s", kura_strerror(rc));
+        log_msg(KURA_LOG_ERROR, "cannot write the copy's state: %s", kura_strerror(rc));
         kura_store_close(s);
         return NULL;
     }
@@ -158,7 +158,7 @@ int swap_files(const char *dbname, bool then_remove_old)
     int rc = KURA_OK;
     bool had = lstat(path, &sb) == 0;
     if ((had && rename(path, oldp) < 0) || rename(copy, path) < 0) {
-        log_msg(LOG_ERR, "cannot put the copy in place of %s: %s", path, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot put the copy in place of %s: %s", path, strerror(errno));
         rc = KURA_ESYS;
         if (access(oldp, F_OK) == 0 && access(path, F_OK) != 0)
             (void)rename(oldp, path);
@@ -174,7 +174,7 @@ void swap_remove_old(const char *dbname)
     char oldp[4096];
     sibling(dbname, ".old.", oldp, sizeof(oldp), NULL, 0);
     if (remove_tree(oldp) < 0)
-        log_msg(LOG_ERR, "cannot remove %s: %s", oldp, strerror(errno));
+        log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", oldp, strerror(errno));
 }
 
 typedef struct swap_arg {
@@ -199,7 +199,7 @@ static int swap_now(void *arg, kura_store *old, kura_store **now)
     char err[512] = "";
     int orc = kura_store_open(dbname, &srv->store_cfg, now, err, sizeof(err));
     if (orc) {
-        log_msg(LOG_ERR, "cannot open %s after the swap: %s", dbname,
+        log_msg(KURA_LOG_ERROR, "cannot open %s after the swap: %s", dbname,
                 err[0] ? err : kura_strerror(orc));
         *now = NULL;
         return orc;
@@ -216,7 +216,7 @@ int swap_in(void *arg, kura_store *shadow)
     int rc = engine_swap_store(srv->engine, swap_now, &sa);
     if (rc && !engine_store_of(srv->engine)) {
         /* neither the copy nor the old store can be opened: nothing to serve */
-        log_msg(LOG_ERR, "no database to serve after a failed swap: exiting");
+        log_msg(KURA_LOG_ERROR, "no database to serve after a failed swap: exiting");
         _exit(1);
     }
     return rc;

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "kura/siphash.h"
-#include "kura/store.h"
+#include "kura/status.h"
 
 uint64_t siphash_cd(const siphash_key *key, const void *in, size_t len, int c, int d)
 {

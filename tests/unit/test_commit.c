@@ -30,7 +30,7 @@ void worker_wake(kura_worker *w)
 void log_msg(int level, const char *fmt, ...)
 {
     (void)fmt;
-    if (level == LOG_ERR)
+    if (level == KURA_LOG_ERROR)
         atomic_fetch_add(&error_lines, 1);
 }
 

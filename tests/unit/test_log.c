@@ -33,9 +33,9 @@ static int count_lines(const char *needle)
 static void test_repeats_folded(void)
 {
     for (int i = 0; i < 1000; i++)
-        log_msg(LOG_ERR, "accept: %s", "Too many open files");
+        log_msg(KURA_LOG_ERROR, "accept: %s", "Too many open files");
     CHECK_EQ_INT(count_lines("accept: Too many open files"), 1);
-    log_msg(LOG_ERR, "sync failed: %d", 5);
+    log_msg(KURA_LOG_ERROR, "sync failed: %d", 5);
     CHECK_EQ_INT(count_lines("sync failed: 5"), 1);
     log_tick();                                 /* window not over: nothing */
     CHECK_EQ_INT(count_lines("repeated"), 0);
@@ -44,12 +44,12 @@ static void test_repeats_folded(void)
     CHECK_EQ_INT(count_lines("accept: Too many open files (repeated 999 more times in 10 s)"), 1);
     CHECK_EQ_INT(count_lines("sync failed: 5 (repeated"), 0);   /* it came once */
     /* After its window the text is new again. */
-    log_msg(LOG_ERR, "accept: %s", "Too many open files");
+    log_msg(KURA_LOG_ERROR, "accept: %s", "Too many open files");
     CHECK_EQ_INT(count_lines("accept: Too many open files"), 3);
     /* The next occurrence after the window writes the summary too. */
-    log_msg(LOG_ERR, "accept: %s", "Too many open files");
+    log_msg(KURA_LOG_ERROR, "accept: %s", "Too many open files");
     clock_skew += REPEAT_WINDOW + 1;
-    log_msg(LOG_ERR, "accept: %s", "Too many open files");
+    log_msg(KURA_LOG_ERROR, "accept: %s", "Too many open files");
     CHECK_EQ_INT(count_lines("(repeated 1 more times in 10 s)"), 1);
     CHECK_EQ_INT(count_lines("accept: Too many open files"), 5);
 }
@@ -57,14 +57,14 @@ static void test_repeats_folded(void)
 static void test_info_not_folded(void)
 {
     for (int i = 0; i < 3; i++)
-        log_msg(LOG_INFO, "SIGHUP: reopened the log file %s", "x");
+        log_msg(KURA_LOG_INFO, "SIGHUP: reopened the log file %s", "x");
     CHECK_EQ_INT(count_lines("SIGHUP: reopened"), 3);
 }
 
 static void test_many_texts(void)
 {
     for (int i = 0; i < 3 * REPEAT_SLOTS; i++)
-        log_msg(LOG_ERR, "distinct %d", i);
+        log_msg(KURA_LOG_ERROR, "distinct %d", i);
     CHECK_EQ_INT(count_lines("distinct "), 3 * REPEAT_SLOTS);
 }
 
@@ -74,7 +74,7 @@ int main(void)
     if (fd < 0)
         return 1;
     close(fd);
-    log_init(LOG_INFO, 0);
+    log_init(KURA_LOG_INFO, 0);
     if (log_open(path) < 0)
         return 1;
     log_startup_done();
