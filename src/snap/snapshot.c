@@ -12,6 +12,7 @@
  * and the stream's raw length and the item count are checked at its end.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -33,10 +34,19 @@
 #define IO_CHUNK        (256 * 1024)
 #define VAL_MAX         (1u << 30)
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, const char *a, const char *b)
+/* Writes the reason into err (if given) and returns rc: every error path
+ * of this file ends in one call. */
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
-    if (err && errlen)
-        snprintf(err, errlen, fmt, a, b);
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
     return rc;
 }
 
@@ -145,7 +155,7 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
                      const kura_io *io, snap_writer **out, char *err, size_t errlen)
 {
     if (!codec_name(info->codec))
-        return fail(err, errlen, KURA_EINVAL, "unknown codec%s%s", "", "");
+        return fail(err, errlen, KURA_EINVAL, "unknown codec");
     snap_writer *w = calloc(1, sizeof(*w));
     if (!w)
         return KURA_ENOMEM;
@@ -168,7 +178,7 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
     int rc = codec_encoder(info->codec, level, &w->enc);
     if (rc) {
         w_free(w);
-        return fail(err, errlen, rc, "cannot start the %s encoder%s", codec_name(info->codec), "");
+        return fail(err, errlen, rc, "cannot start the %s encoder", codec_name(info->codec));
     }
     w->fd = w->io->open(w->io, AT_FDCWD, w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                         0644);
@@ -182,7 +192,7 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
     encode_header(h, info);
     if (w_write(w, h, sizeof(h))) {
         rc = w->err;
-        fail(err, errlen, rc, "%s%s", w->errmsg, "");
+        fail(err, errlen, rc, "%s", w->errmsg);
         snap_writer_abort(w);
         return rc;
     }
@@ -261,7 +271,7 @@ int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *e
         rc = KURA_ESYS;
     }
     if (rc) {
-        fail(err, errlen, rc, "%s%s", w->errmsg[0] ? w->errmsg : kura_strerror(rc), "");
+        fail(err, errlen, rc, "%s", w->errmsg[0] ? w->errmsg : kura_strerror(rc));
         snap_writer_abort(w);
         return rc;
     }
@@ -440,14 +450,14 @@ static int r_fill(snap_reader *r, size_t want, char *err, size_t errlen)
     }
     while (r->r_len < want) {
         if (r->dec_end)
-            return fail(err, errlen, KURA_ECORRUPT, "the stream ends inside a record%s%s", "", "");
+            return fail(err, errlen, KURA_ECORRUPT, "the stream ends inside a record");
         if (r->in_pos == r->in_len && r->in_off < r->body_end) {
             size_t n = r->body_end - r->in_off < IO_CHUNK ? (size_t)(r->body_end - r->in_off)
                                                           : IO_CHUNK;
             ssize_t got = pread(r->fd, r->in, n, (off_t)r->in_off);
             if (got <= 0)
-                return fail(err, errlen, KURA_ESYS, "read: %s%s",
-                            got < 0 ? strerror(errno) : "the file shrank", "");
+                return fail(err, errlen, KURA_ESYS, "read: %s",
+                            got < 0 ? strerror(errno) : "the file shrank");
             r->in_off += (uint64_t)got;
             r->in_pos = 0;
             r->in_len = (size_t)got;
@@ -459,12 +469,12 @@ static int r_fill(snap_reader *r, size_t want, char *err, size_t errlen)
         r->in_pos += used;
         r->r_len += made;
         if (rc < 0)
-            return fail(err, errlen, rc, "decompress: %s%s", codec_error(r->dec), "");
+            return fail(err, errlen, rc, "decompress: %s", codec_error(r->dec));
         if (rc == CODEC_END) {
             r->dec_end = true;
             if (r->in_pos != r->in_len || r->in_off != r->body_end)
                 return fail(err, errlen, KURA_ECORRUPT,
-                            "bytes follow the end of the compressed stream%s%s", "", "");
+                            "bytes follow the end of the compressed stream");
         }
     }
     return KURA_OK;
@@ -478,8 +488,7 @@ int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
             /* a clean end: the count and the length must agree */
             if (r->items != r->info.items || r->consumed != r->info.raw_bytes)
                 return fail(err, errlen, KURA_ECORRUPT,
-                            "the stream ends before the item count its trailer gives%s%s", "",
-                            "");
+                            "the stream ends before the item count its trailer gives");
             return SNAP_DONE;
         }
         if (rc)
@@ -489,7 +498,7 @@ int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
     size_t klen = h[0];
     uint32_t vlen = get32(h + 21);
     if (klen < 1 || klen > KURA_KEY_MAX || vlen > VAL_MAX)
-        return fail(err, errlen, KURA_ECORRUPT, "a record has an impossible length%s%s", "", "");
+        return fail(err, errlen, KURA_ECORRUPT, "a record has an impossible length");
     size_t need = REC_HEAD + klen + vlen;
     if (r->r_len - r->r_pos < need) {
         int rc = r_fill(r, need, err, errlen);
@@ -507,7 +516,7 @@ int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
     r->r_pos += need;
     r->consumed += need;
     if (++r->items > r->info.items)
-        return fail(err, errlen, KURA_ECORRUPT, "more items than its trailer gives%s%s", "", "");
+        return fail(err, errlen, KURA_ECORRUPT, "more items than its trailer gives");
     return KURA_OK;
 }
 
