@@ -4,8 +4,8 @@
  *
  * Every use of the snapshot module (src/snap/) is in this file.
  *
- * A restore goes only into a missing or empty database (issue 11: a
- * database that survived is never overwritten by an older copy), verifies
+ * A restore goes only into a missing or empty database (a database that
+ * survived is never overwritten by an older copy), verifies
  * the whole file before it writes anything (snap_open checks the CRC of
  * the whole file), and leaves the database's update-log watermark at the
  * snapshot's start_ts, so that kurad, started on it with its update log,

@@ -152,7 +152,7 @@ static int seg_prealloc(sl_log *log, sl_seg *sg, uint64_t cap)
     if (r != 0) {
         /* a write fault like a failed append: count it, or a full disk met
          * here (the usual place with mapwrite=1) never shows in
-         * hash_write_errors (found by tests/integration/test_persist.py) */
+         * hash_write_errors */
         atomic_fetch_add(&log->write_errors, 1);
         sl_logf(log, KURA_LOG_ERROR, "cannot reserve %llu bytes for segment %08x: %s",
                 (unsigned long long)cap, sg->id, strerror(r));

@@ -7,13 +7,11 @@
  *
  * The thread holds no store lock while it compresses or writes
  * (snap_take), and runs at a lower CPU priority than the workers (nice
- * 10): compression is the snapshot's cost, and requests come first.
- * Measured with the server on one CPU (bench/snapshot.py, 10M items): the
- * p99 of a get/set load during an lzo snapshot was 1.8 times that without
- * one niced, 4.4 times not niced.  The price: when it is preempted while it
- * copies a part under that part's lock, the part's writers wait for it to
- * run again (the largest reply time rose from 17 ms to 29 ms in a 3M-item
- * run).  One snapshot at a time: a request while one runs is answered by
+ * 10): compression is the snapshot's cost, and requests come first
+ * (docs/benchmarks.md has the latencies with and without, from
+ * bench/snapshot.py).  The price: when it is preempted while it copies a
+ * part under that part's lock, the part's writers wait for it to run
+ * again.  One snapshot at a time: a request while one runs is answered by
  * that one.
  */
 #include <errno.h>

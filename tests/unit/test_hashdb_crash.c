@@ -602,8 +602,8 @@ static void test_flipped_bytes(void)
     kura_store_close(s);
 }
 
-/* Segments whose header is missing or wrong (issue: "a segment whose header
- * did not reach the disk makes every later open demand -recover, forever").
+/* Segments whose header is missing or wrong: a segment whose header did
+ * not reach the disk must not make every later open demand -recover.
  *  (a) The newest segment with a header of zeros (its name reached the disk,
  *      its first page did not; preallocated to its full size, as with the
  *      mapping): a creation or first sync that did not complete.  A plain

@@ -1076,9 +1076,9 @@ static void test_zcomp_update_paths(void)
 }
 
 /* A replay that fills half of a small cache writes a checkpoint midway
- * (the cache's bound during recovery).  Such a checkpoint failed with
- * "out of memory" before: step 1's error code was left standing when no
- * log sync ran; found by the salvage test. */
+ * (the cache's bound during recovery).  It must not fail with "out of
+ * memory" when no log sync runs between its steps (an error code of an
+ * earlier step must not be left standing). */
 static void test_replay_checkpoints_midway(void)
 {
     const char *p = tpath("midway");

@@ -40,12 +40,10 @@
  *     main(), or MALLOC_ARENA_MAX=1) removes that at a cost of a few per
  *     cent on sets; it is a process-wide choice, so this file leaves it to
  *     the server.
- * Measured (64 MiB limit, Debian 12 glibc 2.36, RSS growth over the empty
- * process): 100-byte values, 1 or 4 writer threads: limit + 0.3 to 4 MiB;
- * values of 10-1510 bytes from 4 threads: limit + 2.3 MiB with one arena,
- * limit + 37% with glibc's default arenas.  So the documented fixed
- * overhead is 4 MiB with one malloc arena (tests/unit/test_cache.c,
- * test_rss_bound, checks limit + 2 MiB for one thread and 32 MiB).
+ * With one malloc arena the fixed overhead above the limit is a few MiB
+ * (docs/options.md gives the figures; tests/unit/test_cache.c's
+ * test_rss_bound checks it); with glibc's default arenas it grows with the
+ * number of writer threads and the spread of value sizes.
  *
  * LRU.  Each stripe keeps its own list and a put evicts from its own
  * stripe's tail first, so eviction order is an approximation of a global
