@@ -15,6 +15,8 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,38 @@ static char *strip(char *line)
     while (n > 0 && isspace((unsigned char)line[n - 1]))
         line[--n] = '\0';
     return line;
+}
+
+static bool is_control(char ch)
+{
+    unsigned char c = (unsigned char)ch;
+    return (c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f;
+}
+
+/* A conf file is text: a NUL would cut its line short (the rest silently
+ * dropped) and other control bytes are a binary or damaged file.  Tab,
+ * carriage return and newline are white space; bytes from 0x80 up are
+ * taken as they are (UTF-8 paths).  Returns 0, or 2 with the line shown,
+ * each control byte escaped as \xNN. */
+static int refuse_control_bytes(const char *line, size_t n, const char *where)
+{
+    size_t i = 0;
+    while (i < n && !is_control(line[i]))
+        i++;
+    if (i == n)
+        return 0;
+    fprintf(stderr, "kurad: %s: a control byte in the line: '", where);
+    for (size_t j = 0; j < n && j < 200; j++) {
+        unsigned char c = (unsigned char)line[j];
+        if (c == '\n' || c == '\r')
+            continue;
+        if (is_control(line[j]))
+            fprintf(stderr, "\\x%02x", c);
+        else
+            fputc(c, stderr);
+    }
+    fprintf(stderr, "'%s\n", n > 200 ? "..." : "");
+    return 2;
 }
 
 /* Applies one non-empty line.  Returns 0 or 2. */
@@ -111,21 +145,26 @@ int conf_load(kura_settings *s, const char *path)
         fprintf(stderr, "kurad: cannot read the conf file %s: %s\n", path, strerror(errno));
         return 2;
     }
-    char line[CONF_MAX_LINE], where[CONF_MAX_LINE + 32];
+    char *line = NULL, where[PATH_MAX + 32];
+    size_t cap = 0;
+    ssize_t got;
     int lineno = 0, rc = 0;
-    while (rc == 0 && fgets(line, sizeof(line), f)) {
+    while (rc == 0 && (got = getline(&line, &cap, f)) >= 0) {
         lineno++;
         snprintf(where, sizeof(where), "%s:%d", path, lineno);
-        size_t n = strlen(line);
-        if (n == sizeof(line) - 1 && line[n - 1] != '\n' && !feof(f)) {
+        size_t n = (size_t)got;
+        if (n > CONF_MAX_LINE - 2) {
             fprintf(stderr, "kurad: %s: line longer than %d bytes\n", where, CONF_MAX_LINE - 2);
             rc = 2;
             break;
         }
+        if ((rc = refuse_control_bytes(line, n, where)) != 0)
+            break;
         char *content = strip(line);
         if (*content)
             rc = apply_line(s, content, where);
     }
+    free(line);
     if (rc == 0 && ferror(f)) {
         fprintf(stderr, "kurad: cannot read the conf file %s: %s\n", path, strerror(errno));
         rc = 2;

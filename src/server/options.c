@@ -101,6 +101,19 @@ static const opt options[] = {
 };
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
+_Static_assert(NOPTIONS <= 64, "kura_settings.given has a bit per option");
+
+/* Options that mean nothing without another: given alone they are a
+ * mistake (a snapshot interval with no snapshot directory takes no
+ * snapshot), so kurad refuses them rather than ignore them. */
+static const struct {
+    const char *option, *needs;
+} needs[] = {
+    { "-bgsi", "-bgs" }, { "-bgsc", "-bgs" }, { "-bgsn", "-bgs" }, { "-bgsstop", "-bgs" },
+    { "-ulim", "-ulog" }, { "-ulmax", "-ulog" },
+    { "-mport", "-mhost" }, { "-rts", "-mhost" }, { "-rw", "-mhost" },
+    { "-syncrepl-timeout", "-syncrepl" }, { "-syncrepl-fail", "-syncrepl" },
+};
 
 void options_defaults(kura_settings *s)
 {
@@ -182,6 +195,15 @@ static const opt *find_option(const char *arg, const char **attached)
     return NULL;
 }
 
+/* True when the option named so (any of its aliases) was given, on the
+ * command line or in the conf file. */
+static bool option_given(const kura_settings *s, const char *name)
+{
+    const char *attached;
+    const opt *o = find_option(name, &attached);
+    return o && (s->given >> (o - options) & 1);
+}
+
 static int parse_long(const char *v, long *out)
 {
     char *end;
@@ -216,6 +238,7 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
     char *field = (char *)s + o->offset;
     long n;
     uint64_t sz;
+    s->given |= 1ULL << (o - options);
     switch (o->kind) {
     case OPT_INT:
         if (parse_long(val, &n) || n < o->min || n > o->max)
@@ -245,11 +268,19 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         *(uint64_t *)field = sz;
         break;
     case OPT_MBYTES:
-        /* memcached's -m is megabytes; a unit suffix is taken literally. */
-        if (parse_long(val, &n) == 0 && n >= 0)
+        /* memcached's -m is megabytes; a unit suffix is taken literally.
+         * 0 is refused as memcached refuses it, and a number of megabytes
+         * whose bytes do not fit in 64 bits is not taken modulo 2^64. */
+        if (parse_long(val, &n) == 0 && n >= 0) {
+            if ((uint64_t)n > UINT64_MAX >> 20)
+                return opt_error(where, arg, "'%s' megabytes is more than 64 bits of bytes",
+                                 val);
             sz = (uint64_t)n << 20;
-        else if (kura_parse_size(val, &sz) != KURA_OK)
+        } else if (kura_parse_size(val, &sz) != KURA_OK) {
             return opt_error(where, arg, "'%s' is not a size", val);
+        }
+        if (sz == 0)
+            return opt_error(where, arg, "the memory limit cannot be 0");
         *(uint64_t *)field = sz;
         break;
     case OPT_SIZE:
@@ -361,6 +392,11 @@ int options_parse(kura_settings *s, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
         if (arg[0] != '-' || arg[1] == '\0') {
+            if (arg[0] == '\0') {
+                fprintf(stderr, "kurad: the database name is empty (\"*\" names the "
+                                "in-memory cache)\n");
+                return 2;
+            }
             if (s->dbname && !db_from_conf) {
                 fprintf(stderr, "kurad: more than one database named ('%s' and '%s')\n",
                         s->dbname, arg);
@@ -398,5 +434,11 @@ int options_parse(kura_settings *s, int argc, char **argv)
         fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");
         return 2;
     }
+    for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++)
+        if (option_given(s, needs[i].option) && !option_given(s, needs[i].needs)) {
+            fprintf(stderr, "kurad: option '%s' needs '%s'\n", needs[i].option,
+                    needs[i].needs);
+            return 2;
+        }
     return 0;
 }

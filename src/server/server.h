@@ -60,6 +60,7 @@ typedef struct kura_settings {
     int bgsc;                   /* -bgsc: enum kura_codec */
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
+    uint64_t given;             /* options.c: bit i set when options[i] was given */
 } kura_settings;
 
 /* swap.c: a replica's full copy in a store of its own, swapped in whole */

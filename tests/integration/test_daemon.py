@@ -287,6 +287,33 @@ def test_failed_starts(tmp):
         taken.close()
 
 
+def test_settings_refused(tmp):
+    """Settings that cannot be meant stop kurad with exit status 2 and one
+    line naming the problem, before anything is opened; each is shown to
+    start once the missing part is there (so the refusal is the reason)."""
+    snaps, ulog = os.path.join(tmp, "snaps"), os.path.join(tmp, "ul")
+    cases = [
+        (["-m", "0"], r"option '-m': the memory limit cannot be 0", None),
+        (["-m", "100000000000000"], r"more than 64 bits", ["-m", "1000"]),
+        ([""], r"the database name is empty", ["*"]),
+        (["-bgsi", "5"], r"option '-bgsi' needs '-bgs'", ["-bgs", snaps]),
+        (["-bgsc", "zlib"], r"option '-bgsc' needs '-bgs'", ["-bgs", snaps]),
+        (["-ulim", "1m"], r"option '-ulim' needs '-ulog'", ["-ulog", ulog]),
+        (["-mport", "1"], r"option '-mport' needs '-mhost'", None),
+        (["-rw"], r"option '-rw' needs '-mhost'", None),
+        (["-syncrepl-timeout", "5"], r"option '-syncrepl-timeout' needs '-syncrepl'", None),
+    ]
+    for args, reason, fix in cases:
+        rc, err = run([KURAD, "-port", str(free_port())] + USER + args, tmp)
+        assert rc == 2 and re.search(reason, err), (args, rc, err)
+        assert len(err.strip().splitlines()) == 1, (args, err)
+        if fix:
+            p, port = start_foreground(tmp, [a for a in args if a] + fix +
+                                       ([] if "*" in fix or "" in args else ["*"]))
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(30 * SCALE) == 0, (args, fix)
+
+
 def test_root_and_user(tmp):
     if not IS_ROOT:
         raise Skip(not_applicable("not root"))
@@ -456,7 +483,10 @@ def test_conf_file(tmp):
     for text, reason in (("port 1\nbogus 2\n", r"k2.conf:2: unknown option '-bogus'"),
                          ("th many\n", r"k2.conf:1: option '-th': 'many' is not a number"),
                          ("dmn maybe\n", r"k2.conf:1: option '-dmn' takes no value"),
-                         ("conf x\n", r"not allowed in a conf file")):
+                         ("conf x\n", r"not allowed in a conf file"),
+                         # a NUL would cut the line ("port 1"), garbage is not text
+                         ("port 1\0 2\n", r"k2.conf:1: a control byte in the line: 'port 1\\x00 2'"),
+                         ("th 2\nport 1\x1b[31m\n", r"k2.conf:2: a control byte.*\\x1b\[31m")):
         write(os.path.join(tmp, "k2.conf"), text)
         rc, err = run([KURAD, "-conf", "k2.conf"] + USER, tmp)
         assert rc == 2 and re.search(reason, err), (text, rc, err)
