@@ -115,6 +115,8 @@ extern void (*ctl_store_error_hook)(const char *line);
 kura_clock ctl_db_clock(kura_store *s);
 /* Whether name's path exists (a database directory). */
 bool ctl_db_exists(const char *name);
+/* Removes the database's files (its path, without #params): 0 or -1. */
+int ctl_db_remove(const char *name);
 /* True if the database name is of a file backend (not "*"). */
 bool ctl_db_is_file(const char *name);
 

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "kura/fsutil.h"
 #include "kura/hlc.h"
 #include "ctl.h"
 
@@ -44,6 +45,13 @@ bool ctl_db_exists(const char *name)
     struct stat st;
     db_path(name, path, sizeof(path));
     return stat(path, &st) == 0;
+}
+
+int ctl_db_remove(const char *name)
+{
+    char path[4096];
+    db_path(name, path, sizeof(path));
+    return kura_remove_tree(path);
 }
 
 bool ctl_db_is_file(const char *name)

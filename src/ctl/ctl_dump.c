@@ -19,6 +19,8 @@
  * kurad run without -ulog leaves): no log is replayed over loaded items.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +171,38 @@ static int64_t abs_exptime(int64_t e, int64_t now)
     return e > 0 && e <= 60 * 60 * 24 * 30 ? now + e : e < 0 ? now : e;
 }
 
+/* The largest value a dump may hold: the item size limit kuractl opens
+ * databases with (ctl_db.c). */
+#define LOAD_VALUE_MAX (1 << 30)
+
+/* A decimal of digits only, no sign (sscanf's %llu takes "-1" as 2^64-1),
+ * that fits in 64 bits. */
+static bool digits_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* An exptime: digits with an optional leading minus (memcached's
+ * "already expired"), within 64 bits. */
+static bool parse_exptime(const char *s, long long *out)
+{
+    uint64_t v;
+    bool neg = *s == '-';
+    if (!digits_u64(s + neg, &v) || v > (uint64_t)LLONG_MAX)
+        return false;
+    *out = neg ? -(long long)v : (long long)v;
+    return true;
+}
+
 static int load_memcached(loader *l, FILE *f, const char *name)
 {
     char *line = NULL, *val = NULL;
@@ -182,21 +216,27 @@ static int load_memcached(loader *l, FILE *f, const char *name)
             line[--n] = '\0';
         if (n == 0)
             continue;
-        char cmd[16], key[KURA_KEY_MAX + 2];
-        unsigned long long flags, bytes;
+        char cmd[16], key[KURA_KEY_MAX + 2], fl[24], ex[24], by[24];
+        uint64_t flags, bytes;
         long long exptime;
         int end = 0;
-        if (sscanf(line, "%15s %251s %llu %lld %llu%n", cmd, key, &flags, &exptime, &bytes,
-                   &end) != 5 || strcmp(cmd, "set") != 0 || strlen(key) > KURA_KEY_MAX ||
-            flags > UINT32_MAX || (line[end] && strcmp(line + end, " noreply") != 0)) {
+        if (sscanf(line, "%15s %251s %23s %23s %23s%n", cmd, key, fl, ex, by, &end) != 5 ||
+            strcmp(cmd, "set") != 0 || strlen(key) > KURA_KEY_MAX ||
+            !digits_u64(fl, &flags) || flags > UINT32_MAX || !parse_exptime(ex, &exptime) ||
+            !digits_u64(by, &bytes) || (line[end] && strcmp(line + end, " noreply") != 0)) {
             rc = ctl_err(CTL_FAIL, "%s line %" PRIu64 ": not 'set KEY FLAGS EXPTIME BYTES': %.80s",
                          name, lineno, line);
+            break;
+        }
+        if (bytes > LOAD_VALUE_MAX) {
+            rc = ctl_err(CTL_FAIL, "%s line %" PRIu64 ": a value of %" PRIu64 " bytes is past "
+                         "the largest item (%d bytes)", name, lineno, bytes, LOAD_VALUE_MAX);
             break;
         }
         if (bytes + 2 > vcap) {
             char *nv = realloc(val, bytes + 2);
             if (!nv) {
-                rc = ctl_err(CTL_FAIL, "out of memory for a value of %llu bytes", bytes);
+                rc = ctl_err(CTL_FAIL, "out of memory for a value of %" PRIu64 " bytes", bytes);
                 break;
             }
             val = nv;
@@ -208,6 +248,7 @@ static int load_memcached(loader *l, FILE *f, const char *name)
                          "ended by CRLF", name, lineno, key);
             break;
         }
+        lineno++;                       /* the value's line: messages name the file's lines */
         kura_item it = { .key = key, .klen = strlen(key), .val = val, .vlen = bytes,
                          .flags = (uint32_t)flags,
                          .exptime = abs_exptime(exptime, l->clk.now) };
@@ -332,12 +373,24 @@ int cmd_load(int argc, char **argv)
         if (stat(a.pos[1], &st) != 0)
             return ctl_err(CTL_UNREACHABLE, "%s: %s", a.pos[1], strerror(errno));
     }
+    /* A load into a new database that fails leaves nothing: a half-made
+     * database would start a server on part of the data.  Into an existing
+     * one, the items before the failure stay (as a memcached fed the same
+     * lines keeps them), and the message says where it stopped. */
+    bool existed = ctl_db_exists(a.pos[0]);
     kura_store *s;
     if ((rc = ctl_db_open(a.pos[0], false, false, &s)))
         return rc;
     uint64_t items = 0;
     rc = ctl_load_file(s, a.pos[1], &items);
     kura_store_close(s);
+    if (rc != CTL_OK && !existed) {
+        if (ctl_db_remove(a.pos[0]) == 0)
+            fprintf(stderr, "kuractl: %s removed: the load into it failed\n", a.pos[0]);
+        else
+            fprintf(stderr, "kuractl: %s is partly loaded and could not be removed: %s\n",
+                    a.pos[0], strerror(errno));
+    }
     if (rc == CTL_OK && !g_ctl.quiet)
         fprintf(stderr, "kuractl: loaded %" PRIu64 " items into %s\n", items, a.pos[0]);
     return rc;

@@ -5,8 +5,9 @@
  * list and show open the log read-only (ul_config.read_only): nothing in
  * the directory changes, so they are safe beside a running kurad (a row
  * being written as they read is not yet whole and is left out).  prune
- * changes the directory and must run with the server stopped: a running
- * kurad prunes its own log (-ulmax).  Timestamps are the hybrid clock's
+ * changes the directory and must run with the server stopped: it opens
+ * the log as a writer, whose lock a running kurad holds, so it is refused
+ * (exit 3) beside one; a running kurad prunes its own log (-ulmax).  Timestamps are the hybrid clock's
  * (hlc.h): shown as the number (what "--from" and the replication stats
  * use) and as the UTC date of its microseconds.
  */
@@ -41,6 +42,9 @@ static int open_log(const char *dir, bool read_only, ul_log **out)
         return ctl_err(CTL_UNREACHABLE, "%s", err);
     if (rc == KURA_ECORRUPT)
         return ctl_err(CTL_DIFF, "%s", err);
+    if (rc && strstr(err, "in use"))
+        return ctl_err(CTL_UNREACHABLE, "%s (a running kurad holds it: stop it first; a "
+                       "running kurad prunes its own log, -ulmax)", err);
     if (rc)
         return ctl_err(CTL_UNREACHABLE, "%s", err);
     return CTL_OK;

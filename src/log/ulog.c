@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@ struct ul_log {
     sl_log sl;
     ul_config cfg;
     int dirfd;
+    int lockfd;                 /* ULOG_LOCK, held exclusively by a writer; -1 read-only */
     hlc own;
     hlc *clock;
     pthread_mutex_t mu;         /* appends, prune, readers' table lookups */
@@ -331,6 +333,30 @@ static int scan_seg(ul_log *log, sl_seg *sg, bool cut, uint64_t *last_ts, uint64
 
 static int load_start(ul_log *log, char *err, size_t errlen);
 
+/* A writer holds the directory's lock file exclusively for as long as the
+ * log is open, so a second writer (a kuractl prune beside a running
+ * kurad, or a second kurad on the same -ulog) is refused instead of
+ * deleting or appending under the first.  Readers take no lock: they
+ * change nothing, and are safe beside the writer.  The file has a name of
+ * its own, so a log kept in the database's directory does not contend
+ * with the database's LOCK. */
+#define ULOG_LOCK "ulog.lock"
+
+static int lock_dir(ul_log *log, char *err, size_t errlen)
+{
+    log->lockfd = openat(log->dirfd, ULOG_LOCK, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (log->lockfd < 0) {
+        snprintf(err, errlen, "%s/" ULOG_LOCK ": %s", log->cfg.dir, strerror(errno));
+        return sl_errno_status(errno);
+    }
+    if (flock(log->lockfd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "%s: in use by another process (%s)", log->cfg.dir,
+                 errno == EWOULDBLOCK ? "locked" : strerror(errno));
+        return KURA_EINVAL;
+    }
+    return KURA_OK;
+}
+
 int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t errlen)
 {
     uint64_t cutb = 0, max_ts = 0;
@@ -346,12 +372,15 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
     hlc_init(&log->own, NULL);
     log->clock = cfg->clock ? cfg->clock : &log->own;
     pthread_mutex_init(&log->mu, NULL);
+    log->lockfd = -1;
     log->dirfd = open(cfg->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (log->dirfd < 0) {
         snprintf(err, errlen, "%s: %s", cfg->dir, strerror(errno));
         rc = sl_errno_status(errno);
         goto fail;
     }
+    if (!cfg->read_only && (rc = lock_dir(log, err, errlen)))
+        goto fail;
     sl_config c = { .dir = cfg->dir, .dirfd = log->dirfd, .io = cfg->io,
                     .version = UL_VERSION, .versions = 1u << UL_VERSION,
                     .segsiz = cfg->ulim ? cfg->ulim : DEFAULT_ULIM,
@@ -419,6 +448,8 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
     return KURA_OK;
 fail:
     free(ids);
+    if (log->lockfd >= 0)
+        close(log->lockfd);
     if (log->dirfd >= 0) {
         sl_destroy(&log->sl);
         close(log->dirfd);
@@ -434,6 +465,8 @@ void ul_close(ul_log *log)
         return;
     sl_unmap_active(&log->sl);
     sl_destroy(&log->sl);
+    if (log->lockfd >= 0)
+        close(log->lockfd);                 /* releases the flock */
     close(log->dirfd);
     pthread_mutex_destroy(&log->mu);
     free(log);

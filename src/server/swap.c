@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kura/fsutil.h"
 #include "server.h"
 
 static bool in_memory(const char *dbname)
@@ -58,20 +59,6 @@ static void db_path(const char *dbname, char *path, size_t plen)
     snprintf(path, plen, "%.*s", (int)(hash ? (size_t)(hash - dbname) : strlen(dbname)), dbname);
 }
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)sb; (void)flag; (void)f;
-    return remove(p) == 0 || errno == ENOENT ? 0 : -1;
-}
-
-static int remove_tree(const char *path)
-{
-    struct stat sb;
-    if (lstat(path, &sb) < 0)
-        return errno == ENOENT ? 0 : -1;
-    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static void sync_parent(const char *path)
 {
     char d[4096];
@@ -95,7 +82,7 @@ int swap_tidy(const char *dbname)
     if (lstat(old, &sb) == 0) {
         if (lstat(path, &sb) == 0) {
             log_msg(KURA_LOG_INFO, "removing %s, left by a replica's swap that completed", old);
-            if (remove_tree(old) < 0)
+            if (kura_remove_tree(old) < 0)
                 log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", old, strerror(errno));
         } else {
             log_msg(KURA_LOG_ERROR, "a replica's swap was cut short: putting %s back as %s", old, path);
@@ -108,7 +95,7 @@ int swap_tidy(const char *dbname)
     }
     if (lstat(copy, &sb) == 0) {
         log_msg(KURA_LOG_INFO, "removing %s, an unfinished copy from a master", copy);
-        if (remove_tree(copy) < 0)
+        if (kura_remove_tree(copy) < 0)
             log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", copy, strerror(errno));
     }
     return 0;
@@ -121,7 +108,7 @@ kura_store *swap_open_shadow(void *arg)
     char name[4200] = "*", path[4096] = "";
     if (!in_memory(dbname)) {
         sibling(dbname, ".copy.", path, sizeof(path), name, sizeof(name));
-        if (remove_tree(path) < 0) {
+        if (kura_remove_tree(path) < 0) {
             log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", path, strerror(errno));
             return NULL;
         }
@@ -173,7 +160,7 @@ void swap_remove_old(const char *dbname)
 {
     char oldp[4096];
     sibling(dbname, ".old.", oldp, sizeof(oldp), NULL, 0);
-    if (remove_tree(oldp) < 0)
+    if (kura_remove_tree(oldp) < 0)
         log_msg(KURA_LOG_ERROR, "cannot remove %s: %s", oldp, strerror(errno));
 }
 

@@ -331,7 +331,8 @@ class Errors(Base):
         db = os.path.join(self.dir, "busy.kh")
         s = self.server(db=db)
         s.request(b"set a 0 0 1\r\n1\r\n")
-        for args in (["check", db], ["dump", db], ["load", db, __file__], ["stats", db]):
+        for args in (["check", db], ["check", db, "--repair"], ["dump", db],
+                     ["load", db, __file__], ["stats", db]):
             rc, out, err = run(*args)
             self.assertEqual(rc, 3, "%r: %d %s" % (args, rc, err))
             self.assertIn("in use", err)
@@ -416,6 +417,33 @@ class Files(Base):
         self.ok("load", dst, "-", stdin=b"set extra 5 0 3\r\nabc\r\n")
         out, _ = self.ok("stats", dst)
         self.assertIn("curr_items 53\n", out)
+
+    def test_load_refuses_bad_lengths(self):
+        """A memcached-format dump whose numbers are negative, signed or past
+        64 bits is refused at its line (sscanf's %llu would take -1 as
+        2^64-1); a new database the load failed on is removed, an existing
+        one keeps what came before the bad line."""
+        good = b"set a 1 0 2\r\nhi\r\n"
+        bad_lines = [b"set b 0 0 -1\r\n", b"set b 0 0 18446744073709551617\r\nx\r\n",
+                     b"set b -1 0 1\r\nx\r\n", b"set b 4294967296 0 1\r\nx\r\n",
+                     b"set b +1 0 1\r\nx\r\n", b"set b 0 0 2000000000\r\nx\r\n",
+                     b"set b 0 x 1\r\nx\r\n"]
+        for i, bad in enumerate(bad_lines):
+            dst = self.db("new%d" % i)
+            _, err = self.ok("load", dst, "-", stdin=good + bad, code=4)
+            self.assertIn("line 3", err, (bad, err))
+            self.assertFalse(os.path.exists(dst), (bad, os.listdir(self.dir)))
+        # an existing database keeps what the load stored before the bad line
+        dst = self.db("old")
+        self.ok("load", dst, "-", stdin=b"set z 0 0 1\r\nz\r\n")
+        self.ok("load", dst, "-", stdin=good + bad_lines[0], code=4)
+        self.assertTrue(os.path.exists(dst))
+        out, _ = self.ok("stats", dst)
+        self.assertIn("curr_items 2\n", out)
+        # a negative exptime is memcached's "already expired": taken, skipped
+        dst = self.db("neg")
+        _, err = self.ok("load", dst, "-", stdin=b"set e 0 -1 1\r\nx\r\n" + good)
+        self.assertIn("loaded 1 items", err)
 
     def test_dump_load_kura(self):
         if not have_snap():
@@ -589,6 +617,12 @@ class Ulog(Base):
         out, _ = self.ok("ulog", "show", ul, "--from", date[:10])
         self.assertEqual(len(out.splitlines()), 202)
         self.assertEqual(sorted(os.listdir(ul)), before)
+        # prune changes the directory: refused beside the running server
+        # (exit 3), which holds the log's lock, and nothing is removed
+        for how in (["--max", "4096"], ["--keep-after", ts]):
+            _, err = self.ok("ulog", "prune", ul, *how, code=3)
+            self.assertIn("in use", err)
+            self.assertEqual(sorted(os.listdir(ul)), before)
         s.stop()
         seg_line = re.compile(r"^[0-9a-f]{8} ")
         segs = [l for l in self.ok("ulog", "list", ul)[0].splitlines() if seg_line.match(l)]

@@ -267,7 +267,7 @@ static void run(const char *suffix)
     /* a log that no longer reaches back to the snapshot: every file but
      * the newest gone (the snapshot started in the first quarter) */
     {
-        snprintf(cmd, sizeof(cmd), "cd %s && ls | grep -v start | sort | head -n -1 | xargs rm -f",
+        snprintf(cmd, sizeof(cmd), "cd %s && ls | grep '[.]seg$' | sort | head -n -1 | xargs rm -f",
                  uldir);
         CHECK_EQ_INT(system(cmd), 0);
         char out[300];
