@@ -2,8 +2,12 @@
  * crc32c.c - CRC-32C with a hardware path (SSE 4.2) and a table fallback.
  *
  * The choice is made once, on first use, with __builtin_cpu_supports; the
- * two paths give identical results (tested in test_hashdb_crc).
+ * two paths give identical results (tested in test_hashdb_crc).  The
+ * table and the choice are set up under pthread_once, so a thread that
+ * uses them sees them whole: a plain "built yet?" flag, read without
+ * ordering, could let a thread see the choice before the table behind it.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -62,33 +66,34 @@ static uint32_t crc_hw(uint32_t crc, const unsigned char *p, size_t n)
 }
 #endif
 
-/* 0 unknown, 1 software, 2 hardware; benign race: every thread computes the same. */
+/* 1 software, 2 hardware; set once by crc_setup, under setup_once. */
 static int crc_mode;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+
+static void crc_setup(void)
+{
+    table_init();
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    crc_mode = __builtin_cpu_supports("sse4.2") ? 2 : 1;
+#else
+    crc_mode = 1;
+#endif
+}
 
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
 
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len)
 {
-    if (!__atomic_load_n(&crc_table[1], __ATOMIC_ACQUIRE))
-        table_init();
+    pthread_once(&setup_once, crc_setup);
     return ~crc_sw(~crc, buf, len);
 }
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len)
 {
-    int mode = __atomic_load_n(&crc_mode, __ATOMIC_RELAXED);
-    if (mode == 0) {
-        table_init();
+    pthread_once(&setup_once, crc_setup);
 #if defined(__x86_64__)
-        __builtin_cpu_init();
-        mode = __builtin_cpu_supports("sse4.2") ? 2 : 1;
-#else
-        mode = 1;
-#endif
-        __atomic_store_n(&crc_mode, mode, __ATOMIC_RELEASE);
-    }
-#if defined(__x86_64__)
-    if (mode == 2)
+    if (crc_mode == 2)
         return ~crc_hw(~crc, buf, len);
 #endif
     return ~crc_sw(~crc, buf, len);
