@@ -422,7 +422,10 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
     socklen_t sl = sizeof(ss);
     char host[48] = "?";
     int port = 0;
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET) {
+    /* a peer already gone fails getpeername: the name stays "?:0" */
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
+        ss.ss_family = AF_UNSPEC;
+    if (ss.ss_family == AF_INET) {
         struct sockaddr_in *a = (struct sockaddr_in *)&ss;
         inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
         port = ntohs(a->sin_port);
