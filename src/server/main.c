@@ -43,9 +43,49 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     kura_server *srv = arg;
     (void)what;
-    log_msg(KURA_LOG_INFO, "signal %d: stopping", (int)sig);
+    log_msg(KURA_LOG_INFO, "signal %d (%s): stopping", (int)sig, strsignal((int)sig));
     srv->stopping = true;
     event_base_loopbreak(srv->base);
+}
+
+/* A signal whose default action would kill the server without a sync
+ * (SIGUSR2, SIGALRM): caught, logged and otherwise ignored. */
+static void on_ignored(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what; (void)arg;
+    log_msg(KURA_LOG_INFO, "signal %d (%s) ignored", (int)sig, strsignal((int)sig));
+}
+
+/* What each signal does (docs/options.md, "Signals").  SIGUSR1 stops as
+ * SIGTERM does, as memcached's does.  SIGPIPE is ignored outright (not
+ * here): a peer that closes makes a write fail with EPIPE, which the
+ * connection handles; a log line for each would be noise. */
+static const struct {
+    int sig;
+    event_callback_fn fn;
+} signal_actions[] = {
+    { SIGTERM, on_signal }, { SIGINT, on_signal }, { SIGUSR1, on_signal },
+    { SIGHUP, on_hup }, { SIGUSR2, on_ignored }, { SIGALRM, on_ignored },
+};
+#define NSIGNALS (sizeof(signal_actions) / sizeof(signal_actions[0]))
+
+/* Catches every signal of signal_actions on the main loop: 0, or -1
+ * (what was made is in evs for signals_free). */
+static int signals_setup(kura_server *srv, struct event *evs[NSIGNALS])
+{
+    for (size_t i = 0; i < NSIGNALS; i++) {
+        evs[i] = evsignal_new(srv->base, signal_actions[i].sig, signal_actions[i].fn, srv);
+        if (!evs[i] || event_add(evs[i], NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void signals_free(struct event *evs[NSIGNALS])
+{
+    for (size_t i = 0; i < NSIGNALS; i++)
+        if (evs[i])
+            event_free(evs[i]);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -325,7 +365,7 @@ int main(int argc, char **argv)
 {
     kura_settings settings;
     kura_server srv;
-    struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL, *tick = NULL;
+    struct event *sigevs[NSIGNALS] = { NULL }, *tick = NULL;
     bool listening = false, workers = false;
     int rc;
 
@@ -364,14 +404,9 @@ int main(int argc, char **argv)
         log_msg(KURA_LOG_ERROR, "cannot create the event base");
         goto fail;
     }
-    sigterm = evsignal_new(srv.base, SIGTERM, on_signal, &srv);
-    sigint = evsignal_new(srv.base, SIGINT, on_signal, &srv);
-    sighup = evsignal_new(srv.base, SIGHUP, on_hup, &srv);
     tick = event_new(srv.base, -1, EV_PERSIST, on_tick, &srv);
     struct timeval one_second = { 1, 0 };
-    if (!sigterm || !sigint || !sighup || !tick || event_add(sigterm, NULL) < 0 ||
-        event_add(sigint, NULL) < 0 || event_add(sighup, NULL) < 0 ||
-        event_add(tick, &one_second) < 0) {
+    if (signals_setup(&srv, sigevs) < 0 || !tick || event_add(tick, &one_second) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot set up signal handling");
         goto fail;
     }
@@ -443,14 +478,15 @@ int main(int argc, char **argv)
     commit_free();
     stop_repl(&srv);
     snapd_stop(&srv, true);
-    event_free(sigterm);
-    event_free(sigint);
-    event_free(sighup);
+    signals_free(sigevs);
     event_free(tick);
     event_base_free(srv.base);
     /* After a failed group-commit sync nothing is synced again (commit.c
-     * says why): a later sync that "succeeds" proves nothing. */
-    rc = commit_failed() ? 0 : engine_sync(srv.engine);
+     * says why): a later sync that "succeeds" proves nothing.  A stop
+     * without a good final sync is not clean, and the exit status says so
+     * (a service manager shows the failure; the next start recovers from
+     * what is on the disk). */
+    rc = commit_failed() ? KURA_EFAILED : engine_sync(srv.engine);
     if (rc < 0)
         log_msg(KURA_LOG_ERROR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
@@ -458,8 +494,8 @@ int main(int argc, char **argv)
         ul_close(srv.ulog);
     free(srv.info.thread_stats);
     pidfile_remove();
-    log_msg(KURA_LOG_INFO, "stopped");
-    return 0;
+    log_msg(KURA_LOG_INFO, rc < 0 ? "stopped without a final sync (exit status 1)" : "stopped");
+    return rc < 0 ? 1 : 0;
 
 fail:
     /* Start-up failed: the reason is logged (and on stderr).  Undo what was
@@ -472,12 +508,7 @@ fail:
     snapd_stop(&srv, false);
     if (listening)
         listener_close(&srv);
-    if (sigterm)
-        event_free(sigterm);
-    if (sigint)
-        event_free(sigint);
-    if (sighup)
-        event_free(sighup);
+    signals_free(sigevs);
     if (tick)
         event_free(tick);
     if (srv.base)

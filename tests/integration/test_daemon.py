@@ -289,29 +289,28 @@ def test_failed_starts(tmp):
 
 def test_settings_refused(tmp):
     """Settings that cannot be meant stop kurad with exit status 2 and one
-    line naming the problem, before anything is opened; each is shown to
-    start once the missing part is there (so the refusal is the reason)."""
+    line naming the problem, before anything is opened; where a corrected
+    line exists it is shown to start (so the refusal is the reason)."""
     snaps, ulog = os.path.join(tmp, "snaps"), os.path.join(tmp, "ul")
-    cases = [
-        (["-m", "0"], r"option '-m': the memory limit cannot be 0", None),
+    cases = [  # refused, the reason, a corrected line that starts (or None)
+        (["-m", "0"], r"option '-m': the memory limit cannot be 0", ["-m", "1"]),
         (["-m", "100000000000000"], r"more than 64 bits", ["-m", "1000"]),
         ([""], r"the database name is empty", ["*"]),
-        (["-bgsi", "5"], r"option '-bgsi' needs '-bgs'", ["-bgs", snaps]),
-        (["-bgsc", "zlib"], r"option '-bgsc' needs '-bgs'", ["-bgs", snaps]),
-        (["-ulim", "1m"], r"option '-ulim' needs '-ulog'", ["-ulog", ulog]),
+        (["-bgsi", "5"], r"option '-bgsi' needs '-bgs'", ["-bgsi", "5", "-bgs", snaps]),
+        (["-bgsc", "zlib"], r"option '-bgsc' needs '-bgs'", ["-bgsc", "zlib", "-bgs", snaps]),
+        (["-ulim", "1m"], r"option '-ulim' needs '-ulog'", ["-ulim", "1m", "-ulog", ulog]),
         (["-mport", "1"], r"option '-mport' needs '-mhost'", None),
         (["-rw"], r"option '-rw' needs '-mhost'", None),
         (["-syncrepl-timeout", "5"], r"option '-syncrepl-timeout' needs '-syncrepl'", None),
     ]
-    for args, reason, fix in cases:
+    for args, reason, fixed in cases:
         rc, err = run([KURAD, "-port", str(free_port())] + USER + args, tmp)
         assert rc == 2 and re.search(reason, err), (args, rc, err)
         assert len(err.strip().splitlines()) == 1, (args, err)
-        if fix:
-            p, port = start_foreground(tmp, [a for a in args if a] + fix +
-                                       ([] if "*" in fix or "" in args else ["*"]))
+        if fixed:
+            p, port = start_foreground(tmp, fixed + ([] if "*" in fixed else ["*"]))
             p.send_signal(signal.SIGTERM)
-            assert p.wait(30 * SCALE) == 0, (args, fix)
+            assert p.wait(30 * SCALE) == 0, fixed
 
 
 def test_root_and_user(tmp):
@@ -370,6 +369,39 @@ def test_sighup_reopens_log(tmp):
     finally:
         assert stop_daemon(pid) in (0, None)
     check_log_clean(os.path.join(tmp, "k.log"))
+
+
+def test_signals(tmp):
+    """SIGUSR2 and SIGALRM, whose default action kills, are logged and
+    ignored; SIGUSR1 stops cleanly as SIGTERM does (memcached's graceful
+    stop): exit 0, the pid file removed, a change made before it kept."""
+    db = db_name(tmp)
+    p, port = start_foreground(tmp, ["-pid", "k.pid", "-log", "k.log", db])
+    c = Client(port)
+    c.s.sendall(b"set kept 0 0 2\r\nok\r\n")
+    assert c.line() == b"STORED"
+    for sig, name in ((signal.SIGUSR2, "User defined signal 2"), (signal.SIGALRM, "Alarm clock")):
+        os.kill(p.pid, sig)
+        wait_until(lambda: "(%s) ignored" % name in read(os.path.join(tmp, "k.log")), 10,
+                   "%s logged" % name)
+        c.s.sendall(b"get kept\r\n")
+        assert c.line() == b"VALUE kept 0 2" and c.line() == b"ok" and c.line() == b"END"
+    c.close()
+    assert p.poll() is None, "kurad died of an ignored signal"
+    os.kill(p.pid, signal.SIGUSR1)
+    assert p.wait(30 * SCALE) == 0
+    assert not os.path.exists(os.path.join(tmp, "k.pid")), "pid file left behind"
+    log = read(os.path.join(tmp, "k.log"))
+    assert "stopping" in log and "stopped" in log, log
+    if db == "*":
+        return                                  # the cache keeps nothing across a stop
+    p, port = start_foreground(tmp, [db])
+    c = Client(port)
+    c.s.sendall(b"get kept\r\n")
+    assert c.line() == b"VALUE kept 0 2"
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30 * SCALE) == 0
 
 
 def start_foreground(tmp, extra, env=None):
@@ -619,7 +651,8 @@ def test_make_install(tmp):
 
 
 TESTS = [test_dmn_pidfile, test_stale_pidfile, test_failed_starts, test_root_and_user,
-         test_sighup_reopens_log, test_sigterm_under_load, test_conf_file, test_sd_notify,
+         test_settings_refused, test_sighup_reopens_log, test_signals,
+         test_sigterm_under_load, test_conf_file, test_sd_notify,
          test_systemd_unit, test_daemontools, test_man_page, test_make_install]
 
 

@@ -300,9 +300,10 @@ class Server:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, check=True, timeout=10):
+    def stop(self, check=True, timeout=10, status=0):
         """SIGTERM, wait with a deadline, SIGKILL.  With check, raise
-        ServerError on an unclean exit or sanitizer output in stderr.
+        ServerError on an exit status other than `status` (kurad exits 1
+        when it could not sync at the stop) or sanitizer output in stderr.
 
         memcached (the reference) acts on signals only from its once-a-second
         clock tick, so waiting for it would cost ~1 s per test: its stop is
@@ -318,9 +319,9 @@ class Server:
             t.start()
             _reapers.append((self, t))
             return
-        self._finish_stop(check, timeout)
+        self._finish_stop(check, timeout, status)
 
-    def _finish_stop(self, check, timeout):
+    def _finish_stop(self, check, timeout, status=0):
         problems = []
         try:
             self.proc.wait(timeout * SCALE)
@@ -328,9 +329,9 @@ class Server:
             problems.append("server ignored SIGTERM for %ss; killed" % timeout)
             _kill(self.proc)
         else:
-            if self.proc.returncode != 0:
-                problems.append("server exit status %s (after SIGTERM, or died during the test)"
-                                % self.proc.returncode)
+            if self.proc.returncode != status:
+                problems.append("server exit status %s, wanted %s (after SIGTERM, or died "
+                                "during the test)" % (self.proc.returncode, status))
         err = self.stderr()
         if SANITIZER_RE.search(err):
             problems.append("sanitizer output in stderr")
