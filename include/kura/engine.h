@@ -100,46 +100,17 @@ int64_t engine_abs_exptime(kura_engine *e, int64_t exptime);
 bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t flags);
 size_t engine_item_size_max(const kura_engine *e);
 
-/* get/gets (touch=false) and gat/gats (touch=true, exptime a client exptime).
- * Calls fn with the live item; returns KURA_OK or KURA_NOTFOUND (or error). */
-int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-               bool touch, int64_t exptime, kura_item_fn fn, void *arg);
-
-/* set/add/replace/append/prepend/cas.  it->exptime is a client exptime.
- * Returns enum kura_store_result or a negative store error (KURA_ENOMEM,
- * KURA_ENOSPC, KURA_EIO, ...).  The caller checks engine_item_fits() first. */
-int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *it,
-                 uint64_t cas_in);
-
-/* delete: KURA_OK (deleted), KURA_NOTFOUND, or an error. */
-int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen);
-/* Removes a key without counting it (a refused set must not leave the old value). */
-int engine_unlink(kura_engine *e, const char *key, size_t klen);
-
-/* incr/decr: on KURA_OK writes the new value as decimal into out. */
-int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN]);
-
-/* touch: KURA_OK (touched) or KURA_NOTFOUND. */
-int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 int64_t exptime);
-
-/* flush_all [delay]: delay <= 0 flushes now. */
-int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay);
-
-/* Reclaims dead items, a bounded amount at a time. */
-long engine_sweep(kura_engine *e, size_t budget);
-
-/* Makes every change so far durable. */
-int engine_sync(kura_engine *e);
-
-/* ---- extended calls: what the meta and binary protocols need ------------- *
+/* ---- the rules: one call per operation, for every protocol ----------------- *
  *
- * Each returns what the classic call returns, plus what a meta or binary
- * reply reports: the item's new cas after a change, its exptime, whether it
- * had been read (h), its last access (l), the invalidation and recache
- * token state (X, W, Z).  Those marks are kept by the engine in memory
- * (src/engine/marks.c), the same for every backend. */
+ * Each takes options (NULL: the text protocol's command, as memcached
+ * defines it) for what the meta and binary protocols add: a cas to match
+ * on any change, creating the item on a miss (vivify), the invalidation of
+ * md/ms I, the recache token.  An info out-parameter (may be NULL) reports
+ * what a meta or binary reply shows: the item's new cas after a change,
+ * its exptime, whether it had been read (h), its last access (l), the
+ * invalidation and recache token state (X, W, Z).  Those marks are kept by
+ * the engine in memory (src/engine/marks.c), the same for every backend.
+ * A change on a replica is refused with KURA_EREPLICA. */
 
 /* The access state of an item as a request found it. */
 typedef struct engine_item_info {
@@ -165,10 +136,18 @@ typedef struct engine_get_opts {
     bool no_bump;               /* mg u: the read is not an access (h, l unchanged) */
 } engine_get_opts;
 
-/* get with options.  info (may be NULL) is filled before fn is called, so fn
- * can report it.  KURA_OK (hit, or created), KURA_NOTFOUND, or an error. */
-int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                  const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info);
+/* get/gets, gat/gats (touch), mg, the binary gets.  Calls fn (may be NULL)
+ * with the live item as the request leaves it; info is filled before fn is
+ * called, so fn can report it.  Counted as a get, or with touch as a
+ * touch.  KURA_OK (hit, or created), KURA_NOTFOUND, or an error. */
+int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+               const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info);
+
+/* The text protocol's touch: a gat that shows nothing, leaves the access
+ * marks as they were, and counts a store error as neither a miss nor a
+ * store error.  KURA_OK (touched), KURA_NOTFOUND, or an error. */
+int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 int64_t exptime);
 
 typedef struct engine_store_opts {
     uint64_t cas_in;            /* compare: 0 = none.  set/replace/cas: a cas; add:
@@ -176,15 +155,25 @@ typedef struct engine_store_opts {
     bool invalidate;            /* ms I: a cas_in below the item's stores, marked stale */
 } engine_store_opts;
 
-/* engine_store with options; *cas_out (may be NULL) gets the new cas. */
-int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *it,
-                    const engine_store_opts *o, uint64_t *cas_out);
+/* set/add/replace/append/prepend/cas.  it->exptime is a client exptime.
+ * Returns enum kura_store_result or a negative store error (KURA_ENOMEM,
+ * KURA_ENOSPC, KURA_EIO, ...); *cas_out (may be NULL) gets the new cas.
+ * The caller checks engine_item_fits() first. */
+int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *it,
+                 const engine_store_opts *o, uint64_t *cas_out);
 
-/* delete with a cas to match (0 = any; KURA_EXISTS if it differs).
- * invalidate (md I): keep the item, marked stale, with a new cas (and the
- * exptime set when touch).  KURA_OK, KURA_NOTFOUND, KURA_EXISTS or an error. */
-int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                     uint64_t cas_in, bool invalidate, bool touch, int64_t exptime);
+typedef struct engine_delete_opts {
+    uint64_t cas_in;            /* 0 = any; KURA_EXISTS if it differs */
+    bool invalidate;            /* md I: keep the item, marked stale, with a new cas */
+    bool touch;                 /* ... and this exptime (client form) */
+    int64_t exptime;
+    bool unlink;                /* a refused set clearing the key: not a client's
+                                   delete, not counted, a miss is KURA_OK */
+} engine_delete_opts;
+
+/* delete: KURA_OK (deleted), KURA_NOTFOUND, KURA_EXISTS, or an error. */
+int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                  const engine_delete_opts *o);
 
 typedef struct engine_arith_opts {
     uint64_t cas_in;            /* 0 = any; KURA_EXISTS if it differs */
@@ -195,12 +184,22 @@ typedef struct engine_arith_opts {
     int64_t exptime;            /* (client form) */
 } engine_arith_opts;
 
-/* incr/decr with options: on KURA_OK writes the new value into out; info
- * (may be NULL) gets the new cas, the exptimes before and after, and whether
- * the item was created (the access marks are not reported). */
-int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                    bool incr, uint64_t delta, const engine_arith_opts *o,
-                    char out[KURA_INCR_MAX_LEN], engine_item_info *info);
+/* incr/decr: on KURA_OK writes the new value as decimal into out; info
+ * gets the new cas, the exptimes before and after, and whether the item
+ * was created (the access marks are not reported).  KURA_OK,
+ * KURA_NOTFOUND, KURA_EXISTS, KURA_NON_NUMERIC, or an error. */
+int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 bool incr, uint64_t delta, const engine_arith_opts *o,
+                 char out[KURA_INCR_MAX_LEN], engine_item_info *info);
+
+/* flush_all [delay]: delay <= 0 flushes now. */
+int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay);
+
+/* Reclaims dead items, a bounded amount at a time. */
+long engine_sweep(kura_engine *e, size_t budget);
+
+/* Makes every change so far durable. */
+int engine_sync(kura_engine *e);
 
 /* The store's counters, "stats" lines and backend name ("hash", "cache"). */
 void engine_usage(kura_engine *e, kura_store_usage *u);

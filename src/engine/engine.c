@@ -283,172 +283,290 @@ bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t
     return kura_item_wire_total(klen, vlen, flags) <= e->item_size_max;
 }
 
-/* ---- get / gat ---------------------------------------------------------- */
+/* ---- the rules --------------------------------------------------------------
+ *
+ * One implementation of each operation, for every protocol: the options
+ * (engine.h) add what meta and binary ask for (a cas on any change, vivify
+ * on a miss, the invalidation of md/ms I, the recache token), and info
+ * reports what their replies show (new cas, exptimes, access marks); no
+ * options is the text protocol's command.  Each public call is its
+ * *_gated body inside the store-swap gate.
+ *
+ * Every change goes through the change feed: local_change first, then
+ * feed_begin/feed_end around the store call, and feed_update in the update
+ * callback, which hands out the cas under the key's lock.  The marks are
+ * read and changed under that lock too, inside the callbacks, so that two
+ * readers racing for a recache token cannot both win it. */
 
-/* touch and gat: the item's new exptime, logged, and (gat) the item shown
- * to fn as it is now */
-typedef struct touch_arg {
-    kura_engine *e;
-    int64_t exptime;
-    kura_item_fn fn;            /* NULL: touch */
-    void *arg;
-} touch_arg;
-
-static int touch_cb(void *arg, const kura_item *cur, kura_update *out)
+/* A change decided by an update callback, inside feed_begin/feed_end (the
+ * callback calls feed_update). */
+static int fed_update(kura_engine *e, const char *key, size_t klen, const kura_clock *clk,
+                      kura_update_fn fn, void *arg)
 {
-    touch_arg *ta = arg;
-    if (!cur)
-        return KURA_NOTFOUND;
-    out->action = KURA_UPDATE_TOUCH;
-    out->exptime = ta->exptime;
-    int rc = feed_update(ta->e, cur, out);
-    if (rc) {
+    int slot = feed_begin(e);
+    int rc = e->store->ops->update(e->store, key, klen, clk, fn, arg);
+    feed_end(e, slot, rc);
+    return rc;
+}
+
+/* In an update callback, rc is what feed_update said of the change decided
+ * in out: a change the feed refuses is not made. */
+static int fed(int rc, kura_update *out)
+{
+    if (rc != KURA_OK)
         out->action = KURA_UPDATE_KEEP;
-        return rc;
+    return rc;
+}
+
+/* ---- get / gat / touch ---------------------------------------------------- */
+
+typedef struct get_arg {
+    kura_engine *e;
+    const engine_get_opts *o;
+    engine_item_info *info;
+    kura_item_fn fn;            /* may be NULL */
+    void *arg;
+    const char *key;
+    size_t klen;
+    bool touch_cmd;             /* the touch command: leaves the access marks
+                                   alone, and a store error is not a miss */
+    int64_t now, touch_abs, vivify_abs, recache_abs;
+} get_arg;
+
+/* Reads and updates the marks of a live item (key lock held), fills info. */
+static void get_marks(get_arg *g, const kura_item *cur, int64_t exptime_now)
+{
+    const engine_get_opts *o = g->o;
+    int64_t exp_r = o->recache_after_touch ? exptime_now : cur->exptime;
+    marks_op op = {
+        .bump = !o->no_bump,
+        .take_token = o->recache && exp_r != 0 && exp_r < g->recache_abs,
+        .take_if_stale = true,
+    };
+    marks_prev prev;
+    bool won = marks_access(g->e->marks, cur->key, cur->klen, cur->cas, g->now, &op, &prev);
+    engine_item_info *in = g->info;
+    in->fetched = prev.bits & MARK_FETCHED;
+    in->last_access = prev.atime;
+    in->stale = prev.bits & MARK_STALE;
+    in->token_sent = prev.bits & MARK_TOKEN;
+    in->won = won;
+    in->created = false;
+    in->old_exptime = cur->exptime;
+    in->exptime = exptime_now;
+    in->cas = cur->cas;
+}
+
+static int get_read_cb(void *arg, const kura_item *cur)
+{
+    get_arg *g = arg;
+    get_marks(g, cur, cur->exptime);
+    return g->fn ? g->fn(g->arg, cur) : 0;
+}
+
+/* gat, touch, mg N: the item's new exptime (or the created item), logged,
+ * and the item shown to fn as it is now. */
+static int get_update_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    get_arg *g = arg;
+    kura_item shown;
+    int rc;
+
+    if (!cur) {
+        if (!g->o->vivify)
+            return KURA_NOTFOUND;
+        out->action = KURA_UPDATE_REPLACE;
+        out->flags = 0;
+        out->exptime = g->vivify_abs;
+        if ((rc = fed(feed_update_key(g->e, g->key, g->klen, NULL, out), out)) != KURA_OK)
+            return rc;
+        shown = (kura_item){ .key = g->key, .klen = g->klen, .val = "", .vlen = 0,
+                             .flags = 0, .exptime = g->vivify_abs, .cas = out->cas };
+        marks_set(g->e->marks, g->key, g->klen, out->cas, g->now,
+                  MARK_TOKEN | (g->o->no_bump ? 0 : MARK_FETCHED));
+        *g->info = (engine_item_info){ .won = true, .created = true, .last_access = g->now,
+                                       .exptime = g->vivify_abs, .cas = out->cas };
+    } else {
+        shown = *cur;
+        if (g->o->touch) {
+            shown.exptime = g->touch_abs;
+            out->action = KURA_UPDATE_TOUCH;
+            out->exptime = g->touch_abs;
+            if ((rc = fed(feed_update(g->e, cur, out), out)) != KURA_OK)
+                return rc;
+        }
+        if (!g->touch_cmd)
+            get_marks(g, cur, shown.exptime);
     }
-    if (ta->fn) {
-        kura_item shown = *cur;
-        shown.exptime = ta->exptime;
-        ta->fn(ta->arg, &shown);
-    }
+    if (g->fn)
+        g->fn(g->arg, &shown);
     return KURA_OK;
 }
 
-static int get_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                     bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+static int get_gated(kura_engine *e, kura_thread_stats *ts, get_arg *g)
 {
+    const engine_get_opts *o = g->o;
     kura_clock clk = engine_clock(e);
     int rc;
 
-    if (touch) {
-        touch_arg ta = { e, engine_abs_exptime(e, exptime), fn, arg };
+    g->now = clk.now;
+    if (o->recache)
+        g->recache_abs = engine_abs_exptime(e, o->recache_exptime);
+    if (o->touch || o->vivify) {
         if ((rc = local_change(e)) != KURA_OK)
             return rc;
-        int slot = feed_begin(e);
-        rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &ta);
-        feed_end(e, slot, rc);
+        if (o->touch)
+            g->touch_abs = engine_abs_exptime(e, o->exptime);
+        if (o->vivify)
+            g->vivify_abs = engine_abs_exptime(e, o->vivify_exptime);
+        rc = fed_update(e, g->key, g->klen, &clk, get_update_cb, g);
+    } else {
+        rc = e->store->ops->get(e->store, g->key, g->klen, &clk, get_read_cb, g);
+    }
+    if (o->touch) {
         KURA_STAT_INC(ts, cmd_touch);
         if (rc == KURA_OK)
             KURA_STAT_INC(ts, touch_hits);
-        else
+        else if (rc == KURA_NOTFOUND || !g->touch_cmd)
             KURA_STAT_INC(ts, touch_misses);
-        if (rc < 0)
-            KURA_STAT_INC(ts, store_errors);
-        return rc == KURA_OK ? KURA_OK : rc < 0 ? rc : KURA_NOTFOUND;
-    }
-
-    rc = e->store->ops->get(e->store, key, klen, &clk, fn, arg);
-    KURA_STAT_INC(ts, cmd_get);
-    switch (rc) {
-    case KURA_OK:
-        KURA_STAT_INC(ts, get_hits);
-        return KURA_OK;
-    case KURA_EXPIRED:
-        KURA_STAT_INC(ts, get_expired);
-        break;
-    case KURA_FLUSHED:
-        KURA_STAT_INC(ts, get_flushed);
-        break;
-    default:
-        if (rc < 0) {
+    } else {
+        KURA_STAT_INC(ts, cmd_get);
+        if (rc == KURA_OK)
+            KURA_STAT_INC(ts, get_hits);
+        else
             KURA_STAT_INC(ts, get_misses);
-            KURA_STAT_INC(ts, store_errors);
-            return rc;
-        }
-        break;
+        if (rc == KURA_EXPIRED)
+            KURA_STAT_INC(ts, get_expired);
+        else if (rc == KURA_FLUSHED)
+            KURA_STAT_INC(ts, get_flushed);
     }
-    KURA_STAT_INC(ts, get_misses);
-    return KURA_NOTFOUND;
+    if (rc < 0) {
+        if (!g->touch_cmd)
+            KURA_STAT_INC(ts, store_errors);
+        return rc;
+    }
+    return rc == KURA_OK ? KURA_OK : KURA_NOTFOUND;
 }
 
 /* ---- storage commands ---------------------------------------------------- */
 
-typedef struct concat_arg {
+typedef struct store_arg {
     kura_engine *e;
     const kura_item *in;
     bool append;
-} concat_arg;
+    int64_t exptime;            /* absolute */
+    uint64_t cas_in, new_cas;
+    int64_t now;
+} store_arg;
 
 /* append/prepend: the old item keeps its flags and exptime; memcached
- * refuses (NOT_STORED) when the result would be too large. */
+ * refuses (NOT_STORED) when the result would be too large.  A cas, when
+ * given, must match (memcached's "simplified" check). */
 static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
 {
-    concat_arg *ca = arg;
+    store_arg *a = arg;
     if (!cur)
         return KURA_NOT_STORED;
-    if (kura_item_wire_total(cur->klen, (uint64_t)cur->vlen + ca->in->vlen, cur->flags)
-            > ca->e->item_size_max)
+    if (a->cas_in && cur->cas != a->cas_in)
+        return KURA_STORE_EXISTS;
+    if (kura_item_wire_total(cur->klen, (uint64_t)cur->vlen + a->in->vlen, cur->flags)
+            > a->e->item_size_max)
         return KURA_NOT_STORED;
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = cur->exptime;
-    if (ca->append) {
+    if (a->append) {
         out->part[0].base = cur->val;  out->part[0].len = cur->vlen;
-        out->part[1].base = ca->in->val; out->part[1].len = ca->in->vlen;
+        out->part[1].base = a->in->val; out->part[1].len = a->in->vlen;
     } else {
-        out->part[0].base = ca->in->val; out->part[0].len = ca->in->vlen;
+        out->part[0].base = a->in->val; out->part[0].len = a->in->vlen;
         out->part[1].base = cur->val;  out->part[1].len = cur->vlen;
     }
-    int rc = feed_update(ca->e, cur, out);
-    if (rc) {
-        out->action = KURA_UPDATE_KEEP;
+    int rc = fed(feed_update(a->e, cur, out), out);
+    if (rc != KURA_OK)
         return rc;
+    a->new_cas = out->cas;
+    return KURA_STORED;
+}
+
+/* ms I with a cas: a matching cas stores as cas does; an older one stores
+ * too, keeping the exptime, marked stale, the token state carried over. */
+static int store_stale_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    store_arg *a = arg;
+    if (!cur)
+        return KURA_STORE_NOT_FOUND;
+    if (cur->cas != a->cas_in && a->cas_in > cur->cas)
+        return KURA_STORE_EXISTS;
+    bool stale = cur->cas != a->cas_in;
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = a->in->flags;
+    out->exptime = stale ? cur->exptime : a->exptime;
+    out->part[0].base = a->in->val;
+    out->part[0].len = a->in->vlen;
+    int rc = fed(feed_update(a->e, cur, out), out);
+    if (rc != KURA_OK)
+        return rc;
+    a->new_cas = out->cas;
+    if (stale) {
+        marks_prev prev;
+        static const marks_op look;
+        marks_access(a->e->marks, cur->key, cur->klen, cur->cas, a->now, &look, &prev);
+        marks_set(a->e->marks, cur->key, cur->klen, out->cas, a->now,
+                  MARK_STALE | (prev.bits & MARK_TOKEN));
     }
     return KURA_STORED;
 }
 
 static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                       uint64_t cas_in)
+                       const engine_store_opts *o, uint64_t *cas_out)
 {
+    uint64_t cas_in = o ? o->cas_in : 0;
     kura_clock clk = engine_clock(e);
-    int rc, slot;
+    store_arg a = { e, in, cmd == KURA_CMD_APPEND, 0, 0, 0, clk.now };
+    int rc;
 
     if ((rc = local_change(e)) != KURA_OK)
         goto done;
-    slot = feed_begin(e);
-    if (cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND) {
-        concat_arg ca = { e, in, cmd == KURA_CMD_APPEND };
-        rc = e->store->ops->update(e->store, in->key, in->klen, &clk, concat_cb, &ca);
+    if (cmd == KURA_CMD_ADD)
+        cas_in = 0;                     /* add with a cas is an add */
+    if (cas_in && (cmd == KURA_CMD_SET || cmd == KURA_CMD_REPLACE))
+        cmd = KURA_CMD_CAS;
+    bool concat = cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND;
+    a.cas_in = cas_in;
+    a.exptime = engine_abs_exptime(e, in->exptime);
+    if (concat || (cmd == KURA_CMD_CAS && o && o->invalidate)) {
+        rc = fed_update(e, in->key, in->klen, &clk, concat ? concat_cb : store_stale_cb, &a);
+        if (rc == KURA_NOTFOUND)
+            rc = concat ? KURA_NOT_STORED : KURA_STORE_NOT_FOUND;
+    } else {
+        kura_item it = *in;
+        it.exptime = a.exptime;
+        it.cas = 0;                     /* the feed hands it out, under the key's lock */
+        static const int cond_of[] = {
+            [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
+            [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
+        };
+        int slot = feed_begin(e);
+        rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
         feed_end(e, slot, rc);
-        if (rc == KURA_STORED)
-            KURA_STAT_INC(ts, total_items);
-        else if (rc == KURA_NOTFOUND)
-            rc = KURA_NOT_STORED;
-        goto done;
+        if (rc == KURA_OK)
+            a.new_cas = feed_last_cas();
+        /* add over a live item, replace of a missing one: NOT_STORED */
+        rc = rc == KURA_OK ? KURA_STORED
+           : rc == KURA_EXISTS ? (cmd == KURA_CMD_CAS ? KURA_STORE_EXISTS : KURA_NOT_STORED)
+           : rc == KURA_NOTFOUND ? (cmd == KURA_CMD_CAS ? KURA_STORE_NOT_FOUND : KURA_NOT_STORED)
+           : rc;
     }
-
-    kura_item it = *in;
-    it.exptime = engine_abs_exptime(e, in->exptime);
-    it.cas = 0;                         /* the feed hands it out, under the key's lock */
-    static const int cond_of[] = {
-        [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
-        [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
-    };
-    rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
-    feed_end(e, slot, rc);
-    switch (rc) {
-    case KURA_OK:
+    if (rc == KURA_STORED) {
         KURA_STAT_INC(ts, total_items);
-        if (cmd == KURA_CMD_CAS)
-            KURA_STAT_INC(ts, cas_hits);
-        rc = KURA_STORED;
-        break;
-    case KURA_EXISTS:
-        if (cmd == KURA_CMD_CAS) {
-            KURA_STAT_INC(ts, cas_badval);
-            rc = KURA_STORE_EXISTS;
-        } else {
-            rc = KURA_NOT_STORED;           /* add over a live item */
-        }
-        break;
-    case KURA_NOTFOUND:
-        if (cmd == KURA_CMD_CAS) {
-            KURA_STAT_INC(ts, cas_misses);
-            rc = KURA_STORE_NOT_FOUND;
-        } else {
-            rc = KURA_NOT_STORED;           /* replace of a missing item */
-        }
-        break;
+        if (cas_out)
+            *cas_out = a.new_cas;
+    }
+    if (cmd == KURA_CMD_CAS) {
+        if (rc == KURA_STORED) KURA_STAT_INC(ts, cas_hits);
+        else if (rc == KURA_STORE_EXISTS) KURA_STAT_INC(ts, cas_badval);
+        else if (rc == KURA_STORE_NOT_FOUND) KURA_STAT_INC(ts, cas_misses);
     }
 done:
     if (rc == KURA_ENOMEM)
@@ -458,35 +576,58 @@ done:
     return rc;
 }
 
-/* A local delete: refused on a replica, fed and logged. */
-static int delete_key(kura_engine *e, const char *key, size_t klen)
+/* ---- delete -------------------------------------------------------------- */
+
+typedef struct delete_arg {
+    kura_engine *e;
+    const engine_delete_opts *o;
+    int64_t exptime, now;
+} delete_arg;
+
+/* md I: the item stays, marked stale with a new cas; its token is free again. */
+static int invalidate_cb(void *arg, const kura_item *cur, kura_update *out)
 {
+    delete_arg *d = arg;
+    if (!cur)
+        return KURA_NOTFOUND;
+    if (d->o->cas_in && cur->cas != d->o->cas_in)
+        return KURA_EXISTS;
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = cur->flags;
+    out->exptime = d->o->touch ? d->exptime : cur->exptime;
+    out->part[0].base = cur->val;
+    out->part[0].len = cur->vlen;
+    int rc = fed(feed_update(d->e, cur, out), out);
+    if (rc != KURA_OK)
+        return rc;
+    marks_set(d->e->marks, cur->key, cur->klen, out->cas, d->now, MARK_STALE);
+    return KURA_OK;
+}
+
+static int delete_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                        const engine_delete_opts *o)
+{
+    static const engine_delete_opts none;
     kura_clock clk = engine_clock(e);
     int rc = local_change(e);
     if (rc != KURA_OK)
         return rc;
-    gate_in(e);
-    int slot = feed_begin(e);
-    rc = e->store->ops->del(e->store, key, klen, 0, &clk);
-    feed_end(e, slot, rc);
-    gate_out(e);
-    return rc;
-}
-
-int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen)
-{
-    int rc = delete_key(e, key, klen);
-    if (rc == KURA_OK)
+    o = o ? o : &none;
+    if (o->invalidate) {
+        delete_arg d = { e, o, o->touch ? engine_abs_exptime(e, o->exptime) : 0, clk.now };
+        rc = fed_update(e, key, klen, &clk, invalidate_cb, &d);
+    } else {
+        int slot = feed_begin(e);
+        rc = e->store->ops->del(e->store, key, klen, o->cas_in, &clk);
+        feed_end(e, slot, rc);
+    }
+    if (o->unlink)
+        return rc == KURA_NOTFOUND ? KURA_OK : rc;
+    if (rc == KURA_OK && !o->invalidate)
         KURA_STAT_INC(ts, delete_hits);
-    else if (rc == KURA_NOTFOUND)
+    else if (rc == KURA_NOTFOUND || rc == KURA_EXISTS)
         KURA_STAT_INC(ts, delete_misses);
     return rc;
-}
-
-int engine_unlink(kura_engine *e, const char *key, size_t klen)
-{
-    int rc = delete_key(e, key, klen);
-    return rc == KURA_NOTFOUND ? KURA_OK : rc;
 }
 
 /* ---- incr / decr --------------------------------------------------------- */
@@ -527,34 +668,54 @@ static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
 
 typedef struct arith_arg {
     kura_engine *e;
+    const engine_arith_opts *o;
+    engine_item_info *info;
     bool incr;
     uint64_t delta;
     char *result;                       /* KURA_INCR_MAX_LEN bytes */
     char *pad;                          /* heap spaces when the padding is long */
+    const char *key;
+    size_t klen;
+    int64_t touch_abs, vivify_abs;
 } arith_arg;
 
 static const char spaces[256] = { [0 ... 255] = ' ' };
 
-static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
+/* A miss with vivify: the item is created with the initial value. */
+static int arith_create(arith_arg *x, kura_update *out)
 {
-    arith_arg *aa = arg;
+    size_t n = kura_fmt_u64(x->result, x->o->initial);
+    x->result[n] = '\0';
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = 0;
+    out->exptime = x->vivify_abs;
+    out->part[0].base = x->result;
+    out->part[0].len = n;
+    int rc = fed(feed_update_key(x->e, x->key, x->klen, NULL, out), out);
+    if (rc != KURA_OK)
+        return rc;
+    *x->info = (engine_item_info){ .created = true, .exptime = x->vivify_abs, .cas = out->cas };
+    return KURA_OK;
+}
+
+/* incr/decr of a live item: a 64-bit decimal, its exptime kept (or set). */
+static int arith_apply(arith_arg *x, const kura_item *cur, kura_update *out)
+{
     uint64_t v;
 
-    if (!cur)
-        return KURA_NOTFOUND;
     if (cur->vlen == 0 || !parse_stored_u64(cur->val, cur->vlen, &v))
         return KURA_NON_NUMERIC;
-    if (aa->incr)
-        v += aa->delta;                     /* wraps at 2^64, as memcached */
+    if (x->incr)
+        v += x->delta;                      /* wraps at 2^64, as memcached */
     else
-        v = aa->delta > v ? 0 : v - aa->delta;
-    size_t n = kura_fmt_u64(aa->result, v);
-    aa->result[n] = '\0';
+        v = x->delta > v ? 0 : v - x->delta;
+    size_t n = kura_fmt_u64(x->result, v);
+    x->result[n] = '\0';
 
     out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
-    out->exptime = cur->exptime;
-    out->part[0].base = aa->result;
+    out->exptime = x->o->touch ? x->touch_abs : cur->exptime;
+    out->part[0].base = x->result;
     out->part[0].len = n;
     /* memcached rewrites a shorter number in place, padded with spaces to
      * the old length; clients see that padding, so we keep it. */
@@ -563,32 +724,48 @@ static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
         if (padlen <= sizeof(spaces)) {
             out->part[1].base = spaces;
         } else {
-            aa->pad = malloc(padlen);
-            if (!aa->pad)
+            x->pad = malloc(padlen);
+            if (!x->pad)
                 return KURA_ENOMEM;
-            memset(aa->pad, ' ', padlen);
-            out->part[1].base = aa->pad;
+            memset(x->pad, ' ', padlen);
+            out->part[1].base = x->pad;
         }
         out->part[1].len = padlen;
     }
-    int rc = feed_update(aa->e, cur, out);
-    if (rc)
-        out->action = KURA_UPDATE_KEEP;
+    return fed(feed_update(x->e, cur, out), out);
+}
+
+static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    arith_arg *x = arg;
+    if (!cur)
+        return x->o->vivify ? arith_create(x, out) : KURA_NOTFOUND;
+    if (x->o->cas_in && cur->cas != x->o->cas_in)
+        return KURA_EXISTS;
+    int rc = arith_apply(x, cur, out);
+    *x->info = (engine_item_info){ .old_exptime = cur->exptime, .exptime = out->exptime,
+                                   .cas = out->cas };
     return rc;
 }
 
 static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                       bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
+                       bool incr, uint64_t delta, const engine_arith_opts *o,
+                       char out[KURA_INCR_MAX_LEN], engine_item_info *info)
 {
+    static const engine_arith_opts none;
+    engine_item_info scratch;
     kura_clock clk = engine_clock(e);
-    arith_arg aa = { e, incr, delta, out, NULL };
+    arith_arg x = { e, o ? o : &none, info ? info : &scratch, incr, delta, out, NULL, key, klen,
+                    0, 0 };
     int rc = local_change(e);
     if (rc != KURA_OK)
         return rc;
-    int slot = feed_begin(e);
-    rc = e->store->ops->update(e->store, key, klen, &clk, arith_cb, &aa);
-    feed_end(e, slot, rc);
-    free(aa.pad);
+    if (x.o->touch)
+        x.touch_abs = engine_abs_exptime(e, x.o->exptime);
+    if (x.o->vivify)
+        x.vivify_abs = engine_abs_exptime(e, x.o->vivify_exptime);
+    rc = fed_update(e, key, klen, &clk, arith_cb, &x);
+    free(x.pad);
     if (rc == KURA_OK) {
         if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
     } else if (rc == KURA_NOTFOUND) {
@@ -597,26 +774,7 @@ static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, s
     return rc;
 }
 
-/* ---- touch / flush_all ---------------------------------------------------- */
-
-static int touch_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                       int64_t exptime)
-{
-    kura_clock clk = engine_clock(e);
-    touch_arg ta = { e, engine_abs_exptime(e, exptime), NULL, NULL };
-    int rc = local_change(e);
-    if (rc != KURA_OK)
-        return rc;
-    int slot = feed_begin(e);
-    rc = e->store->ops->update(e->store, key, klen, &clk, touch_cb, &ta);
-    feed_end(e, slot, rc);
-    KURA_STAT_INC(ts, cmd_touch);
-    if (rc == KURA_OK)
-        KURA_STAT_INC(ts, touch_hits);
-    else if (rc == KURA_NOTFOUND)
-        KURA_STAT_INC(ts, touch_misses);
-    return rc;
-}
+/* ---- flush_all ------------------------------------------------------------ */
 
 /*
  * memcached: oldest_live = (delay > 0 ? realtime(delay) : now) - 1; when that
@@ -707,28 +865,14 @@ void engine_gate_out(kura_engine *e) { gate_out(e); }
 /* ---- the entry points a store swap waits for (engine_swap_store) ------------ */
 
 int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-               bool touch, int64_t exptime, kura_item_fn fn, void *arg)
+               const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
 {
+    static const engine_get_opts none;
+    engine_item_info scratch;
+    get_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, false,
+                  0, 0, 0, 0 };
     gate_in(e);
-    int rc = get_gated(e, ts, key, klen, touch, exptime, fn, arg);
-    gate_out(e);
-    return rc;
-}
-
-int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                 uint64_t cas_in)
-{
-    gate_in(e);
-    int rc = store_gated(e, ts, cmd, in, cas_in);
-    gate_out(e);
-    return rc;
-}
-
-int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                 bool incr, uint64_t delta, char out[KURA_INCR_MAX_LEN])
-{
-    gate_in(e);
-    int rc = arith_gated(e, ts, key, klen, incr, delta, out);
+    int rc = get_gated(e, ts, &g);
     gate_out(e);
     return rc;
 }
@@ -736,8 +880,39 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
 int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                  int64_t exptime)
 {
+    engine_get_opts o = { .touch = true, .exptime = exptime };
+    engine_item_info scratch;
+    get_arg g = { e, &o, &scratch, NULL, NULL, key, klen, true, 0, 0, 0, 0 };
     gate_in(e);
-    int rc = touch_gated(e, ts, key, klen, exptime);
+    int rc = get_gated(e, ts, &g);
+    gate_out(e);
+    return rc;
+}
+
+int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
+                 const engine_store_opts *o, uint64_t *cas_out)
+{
+    gate_in(e);
+    int rc = store_gated(e, ts, cmd, in, o, cas_out);
+    gate_out(e);
+    return rc;
+}
+
+int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                  const engine_delete_opts *o)
+{
+    gate_in(e);
+    int rc = delete_gated(e, ts, key, klen, o);
+    gate_out(e);
+    return rc;
+}
+
+int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
+                 bool incr, uint64_t delta, const engine_arith_opts *o,
+                 char out[KURA_INCR_MAX_LEN], engine_item_info *info)
+{
+    gate_in(e);
+    int rc = arith_gated(e, ts, key, klen, incr, delta, o, out, info);
     gate_out(e);
     return rc;
 }
@@ -789,422 +964,4 @@ int engine_swap_store(kura_engine *e,
 void engine_enable_swap(kura_engine *e)
 {
     e->gated = true;
-}
-
-/* ---- extended calls for the meta and binary protocols ---------------------
- *
- * Each public call is its *_gated body inside the store-swap gate, as the
- * classic calls are.
- *
- * The same rules as the classic calls above, reusing their callbacks, plus
- * what meta and binary replies report (new cas, exptimes, access marks) and
- * the conditions they add (a cas on any change, vivify on a miss, the
- * invalidation of md/ms I).  Every change goes through the change feed as
- * the classic calls' do (local_change, feed_begin/feed_end around the store
- * call, feed_update in the callback, which hands out the cas).  The marks
- * are read and changed under the store's key lock, inside the callbacks, so
- * that two readers racing for a recache token cannot both win it. */
-
-typedef struct get_ex_arg {
-    kura_engine *e;
-    const engine_get_opts *o;
-    engine_item_info *info;
-    kura_item_fn fn;
-    void *arg;
-    const char *key;
-    size_t klen;
-    int64_t now, touch_abs, vivify_abs, recache_abs;
-} get_ex_arg;
-
-/* Reads and updates the marks of a live item (key lock held), fills info. */
-static void get_ex_marks(get_ex_arg *g, const kura_item *cur, int64_t exptime_now)
-{
-    const engine_get_opts *o = g->o;
-    int64_t exp_r = o->recache_after_touch ? exptime_now : cur->exptime;
-    marks_op op = {
-        .bump = !o->no_bump,
-        .take_token = o->recache && exp_r != 0 && exp_r < g->recache_abs,
-        .take_if_stale = true,
-    };
-    marks_prev prev;
-    bool won = marks_access(g->e->marks, cur->key, cur->klen, cur->cas, g->now, &op, &prev);
-    engine_item_info *in = g->info;
-    in->fetched = prev.bits & MARK_FETCHED;
-    in->last_access = prev.atime;
-    in->stale = prev.bits & MARK_STALE;
-    in->token_sent = prev.bits & MARK_TOKEN;
-    in->won = won;
-    in->created = false;
-    in->old_exptime = cur->exptime;
-    in->exptime = exptime_now;
-    in->cas = cur->cas;
-}
-
-static int get_ex_read_cb(void *arg, const kura_item *cur)
-{
-    get_ex_arg *g = arg;
-    get_ex_marks(g, cur, cur->exptime);
-    return g->fn ? g->fn(g->arg, cur) : 0;
-}
-
-static int get_ex_update_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    get_ex_arg *g = arg;
-    kura_item shown;
-    int rc;
-
-    if (!cur) {
-        if (!g->o->vivify)
-            return KURA_NOTFOUND;
-        out->action = KURA_UPDATE_REPLACE;
-        out->flags = 0;
-        out->exptime = g->vivify_abs;
-        if ((rc = feed_update_key(g->e, g->key, g->klen, NULL, out)) != KURA_OK) {
-            out->action = KURA_UPDATE_KEEP;
-            return rc;
-        }
-        shown = (kura_item){ .key = g->key, .klen = g->klen, .val = "", .vlen = 0,
-                             .flags = 0, .exptime = g->vivify_abs, .cas = out->cas };
-        marks_set(g->e->marks, g->key, g->klen, out->cas, g->now,
-                  MARK_TOKEN | (g->o->no_bump ? 0 : MARK_FETCHED));
-        *g->info = (engine_item_info){ .won = true, .created = true, .last_access = g->now,
-                                       .exptime = g->vivify_abs, .cas = out->cas };
-    } else {
-        shown = *cur;
-        if (g->o->touch) {
-            shown.exptime = g->touch_abs;
-            out->action = KURA_UPDATE_TOUCH;
-            out->exptime = g->touch_abs;
-            if ((rc = feed_update(g->e, cur, out)) != KURA_OK) {
-                out->action = KURA_UPDATE_KEEP;
-                return rc;
-            }
-        }
-        get_ex_marks(g, cur, shown.exptime);
-    }
-    if (g->fn)
-        g->fn(g->arg, &shown);
-    return KURA_OK;
-}
-
-static int get_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                        const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
-{
-    static const engine_get_opts none;
-    engine_item_info scratch;
-    kura_clock clk = engine_clock(e);
-    get_ex_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, clk.now,
-                     0, 0, 0 };
-    int rc;
-
-    o = g.o;
-    if (o->recache)
-        g.recache_abs = engine_abs_exptime(e, o->recache_exptime);
-    if (o->touch || o->vivify) {
-        if ((rc = local_change(e)) != KURA_OK)
-            return rc;
-        if (o->touch)
-            g.touch_abs = engine_abs_exptime(e, o->exptime);
-        if (o->vivify)
-            g.vivify_abs = engine_abs_exptime(e, o->vivify_exptime);
-        int slot = feed_begin(e);
-        rc = e->store->ops->update(e->store, key, klen, &clk, get_ex_update_cb, &g);
-        feed_end(e, slot, rc);
-    } else {
-        rc = e->store->ops->get(e->store, key, klen, &clk, get_ex_read_cb, &g);
-    }
-    if (o->touch) {
-        KURA_STAT_INC(ts, cmd_touch);
-        if (rc == KURA_OK) KURA_STAT_INC(ts, touch_hits); else KURA_STAT_INC(ts, touch_misses);
-    } else {
-        KURA_STAT_INC(ts, cmd_get);
-        if (rc == KURA_OK)
-            KURA_STAT_INC(ts, get_hits);
-        else
-            KURA_STAT_INC(ts, get_misses);
-        if (rc == KURA_EXPIRED)
-            KURA_STAT_INC(ts, get_expired);
-        else if (rc == KURA_FLUSHED)
-            KURA_STAT_INC(ts, get_flushed);
-    }
-    if (rc < 0) {
-        KURA_STAT_INC(ts, store_errors);
-        return rc;
-    }
-    return rc == KURA_OK ? KURA_OK : KURA_NOTFOUND;
-}
-
-typedef struct store_ex_arg {
-    kura_engine *e;
-    const kura_item *in;
-    int64_t exptime;            /* absolute */
-    uint64_t cas_in, new_cas;
-    int64_t now;
-    bool check_cas;
-    concat_arg ca;
-} store_ex_arg;
-
-/* append/prepend, with a cas to match when check_cas (memcached's
- * "simplified" check); notes the new cas. */
-static int concat_ex_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    store_ex_arg *a = arg;
-    if (a->check_cas && cur && cur->cas != a->cas_in)
-        return KURA_STORE_EXISTS;
-    int rc = concat_cb(&a->ca, cur, out);
-    if (rc == KURA_STORED)
-        a->new_cas = out->cas;
-    return rc;
-}
-
-/* ms I with a cas: a matching cas stores as cas does; an older one stores
- * too, keeping the exptime, marked stale, the token state carried over. */
-static int store_stale_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    store_ex_arg *a = arg;
-    if (!cur)
-        return KURA_STORE_NOT_FOUND;
-    if (cur->cas != a->cas_in && a->cas_in > cur->cas)
-        return KURA_STORE_EXISTS;
-    bool stale = cur->cas != a->cas_in;
-    out->action = KURA_UPDATE_REPLACE;
-    out->flags = a->in->flags;
-    out->exptime = stale ? cur->exptime : a->exptime;
-    out->part[0].base = a->in->val;
-    out->part[0].len = a->in->vlen;
-    int rc = feed_update(a->e, cur, out);
-    if (rc != KURA_OK) {
-        out->action = KURA_UPDATE_KEEP;
-        return rc;
-    }
-    a->new_cas = out->cas;
-    if (stale) {
-        marks_prev prev;
-        static const marks_op look;
-        marks_access(a->e->marks, cur->key, cur->klen, cur->cas, a->now, &look, &prev);
-        marks_set(a->e->marks, cur->key, cur->klen, out->cas, a->now,
-                  MARK_STALE | (prev.bits & MARK_TOKEN));
-    }
-    return KURA_STORED;
-}
-
-static int store_ex_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                          const engine_store_opts *o, uint64_t *cas_out)
-{
-    uint64_t cas_in = o ? o->cas_in : 0;
-    kura_clock clk = engine_clock(e);
-    store_ex_arg a = { e, in, 0, cas_in, 0, clk.now, false,
-                       { e, in, cmd == KURA_CMD_APPEND } };
-    int rc, slot;
-
-    if ((rc = local_change(e)) != KURA_OK)
-        goto done;
-    if (cmd == KURA_CMD_ADD)
-        cas_in = 0;                     /* add with a cas is an add */
-    if (cas_in && (cmd == KURA_CMD_SET || cmd == KURA_CMD_REPLACE))
-        cmd = KURA_CMD_CAS;
-    bool concat = cmd == KURA_CMD_APPEND || cmd == KURA_CMD_PREPEND;
-    slot = feed_begin(e);
-    if (concat || (cmd == KURA_CMD_CAS && o && o->invalidate)) {
-        a.check_cas = cas_in != 0;
-        a.exptime = engine_abs_exptime(e, in->exptime);
-        rc = e->store->ops->update(e->store, in->key, in->klen, &clk,
-                                   concat ? concat_ex_cb : store_stale_cb, &a);
-        feed_end(e, slot, rc);
-        if (rc == KURA_NOTFOUND)
-            rc = concat ? KURA_NOT_STORED : KURA_STORE_NOT_FOUND;
-    } else {
-        kura_item it = *in;
-        it.exptime = engine_abs_exptime(e, in->exptime);
-        it.cas = 0;                     /* the feed hands it out, under the key's lock */
-        static const int cond_of[] = {
-            [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
-            [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
-        };
-        rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
-        feed_end(e, slot, rc);
-        if (rc == KURA_OK)
-            a.new_cas = feed_last_cas();
-        rc = rc == KURA_OK ? KURA_STORED
-           : rc == KURA_EXISTS ? (cmd == KURA_CMD_CAS ? KURA_STORE_EXISTS : KURA_NOT_STORED)
-           : rc == KURA_NOTFOUND ? (cmd == KURA_CMD_CAS ? KURA_STORE_NOT_FOUND : KURA_NOT_STORED)
-           : rc;
-    }
-    if (rc == KURA_STORED) {
-        KURA_STAT_INC(ts, total_items);
-        if (cas_out)
-            *cas_out = a.new_cas;
-    }
-    if (cmd == KURA_CMD_CAS) {
-        if (rc == KURA_STORED) KURA_STAT_INC(ts, cas_hits);
-        else if (rc == KURA_STORE_EXISTS) KURA_STAT_INC(ts, cas_badval);
-        else if (rc == KURA_STORE_NOT_FOUND) KURA_STAT_INC(ts, cas_misses);
-    }
-done:
-    if (rc == KURA_ENOMEM)
-        KURA_STAT_INC(ts, store_no_memory);
-    else if (rc < 0)
-        KURA_STAT_INC(ts, store_errors);
-    return rc;
-}
-
-typedef struct delete_ex_arg {
-    kura_engine *e;
-    uint64_t cas_in;
-    bool touch;
-    int64_t exptime, now;
-} delete_ex_arg;
-
-/* md I: the item stays, marked stale with a new cas; its token is free again. */
-static int invalidate_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    delete_ex_arg *d = arg;
-    if (!cur)
-        return KURA_NOTFOUND;
-    if (d->cas_in && cur->cas != d->cas_in)
-        return KURA_EXISTS;
-    out->action = KURA_UPDATE_REPLACE;
-    out->flags = cur->flags;
-    out->exptime = d->touch ? d->exptime : cur->exptime;
-    out->part[0].base = cur->val;
-    out->part[0].len = cur->vlen;
-    int rc = feed_update(d->e, cur, out);
-    if (rc != KURA_OK) {
-        out->action = KURA_UPDATE_KEEP;
-        return rc;
-    }
-    marks_set(d->e->marks, cur->key, cur->klen, out->cas, d->now, MARK_STALE);
-    return KURA_OK;
-}
-
-static int delete_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                           uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
-{
-    kura_clock clk = engine_clock(e);
-    int rc = local_change(e);
-    if (rc != KURA_OK)
-        return rc;
-    int slot = feed_begin(e);
-    if (invalidate) {
-        delete_ex_arg d = { e, cas_in, touch, touch ? engine_abs_exptime(e, exptime) : 0,
-                            clk.now };
-        rc = e->store->ops->update(e->store, key, klen, &clk, invalidate_cb, &d);
-    } else {
-        rc = e->store->ops->del(e->store, key, klen, cas_in, &clk);
-    }
-    feed_end(e, slot, rc);
-    if (rc == KURA_OK && !invalidate)
-        KURA_STAT_INC(ts, delete_hits);
-    else if (rc == KURA_NOTFOUND || rc == KURA_EXISTS)
-        KURA_STAT_INC(ts, delete_misses);
-    return rc;
-}
-
-typedef struct arith_ex_arg {
-    arith_arg aa;
-    const engine_arith_opts *o;
-    const char *key;
-    size_t klen;
-    int64_t touch_abs, vivify_abs;
-    engine_item_info *info;
-} arith_ex_arg;
-
-static int arith_ex_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    arith_ex_arg *x = arg;
-    engine_item_info *in = x->info;
-    int rc;
-    if (!cur) {
-        if (!x->o->vivify)
-            return KURA_NOTFOUND;
-        size_t n = kura_fmt_u64(x->aa.result, x->o->initial);
-        x->aa.result[n] = '\0';
-        out->action = KURA_UPDATE_REPLACE;
-        out->flags = 0;
-        out->exptime = x->vivify_abs;
-        out->part[0].base = x->aa.result;
-        out->part[0].len = n;
-        if ((rc = feed_update_key(x->aa.e, x->key, x->klen, NULL, out)) != KURA_OK) {
-            out->action = KURA_UPDATE_KEEP;
-            return rc;
-        }
-        *in = (engine_item_info){ .created = true, .exptime = x->vivify_abs, .cas = out->cas };
-        return KURA_OK;
-    }
-    if (x->o->cas_in && cur->cas != x->o->cas_in)
-        return KURA_EXISTS;
-    /* arith_cb keeps the item's exptime and feeds the change: a new TTL
-     * must be in the item it is shown */
-    kura_item shown = *cur;
-    if (x->o->touch)
-        shown.exptime = x->touch_abs;
-    rc = arith_cb(&x->aa, &shown, out);
-    *in = (engine_item_info){ .old_exptime = cur->exptime, .exptime = out->exptime,
-                              .cas = out->cas };
-    return rc;
-}
-
-static int arith_ex_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                          bool incr, uint64_t delta, const engine_arith_opts *o,
-                          char out[KURA_INCR_MAX_LEN], engine_item_info *info)
-{
-    static const engine_arith_opts none;
-    engine_item_info scratch;
-    kura_clock clk = engine_clock(e);
-    arith_ex_arg x = { { e, incr, delta, out, NULL }, o ? o : &none, key, klen, 0, 0,
-                       info ? info : &scratch };
-    int rc = local_change(e);
-    if (rc != KURA_OK)
-        return rc;
-    if (x.o->touch)
-        x.touch_abs = engine_abs_exptime(e, x.o->exptime);
-    if (x.o->vivify)
-        x.vivify_abs = engine_abs_exptime(e, x.o->vivify_exptime);
-    int slot = feed_begin(e);
-    rc = e->store->ops->update(e->store, key, klen, &clk, arith_ex_cb, &x);
-    feed_end(e, slot, rc);
-    free(x.aa.pad);
-    if (rc == KURA_OK) {
-        if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
-    } else if (rc == KURA_NOTFOUND) {
-        if (incr) KURA_STAT_INC(ts, incr_misses); else KURA_STAT_INC(ts, decr_misses);
-    }
-    return rc;
-}
-
-int engine_get_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                  const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
-{
-    gate_in(e);
-    int rc = get_ex_gated(e, ts, key, klen, o, fn, arg, info);
-    gate_out(e);
-    return rc;
-}
-
-int engine_store_ex(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
-                    const engine_store_opts *o, uint64_t *cas_out)
-{
-    gate_in(e);
-    int rc = store_ex_gated(e, ts, cmd, in, o, cas_out);
-    gate_out(e);
-    return rc;
-}
-
-int engine_delete_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                     uint64_t cas_in, bool invalidate, bool touch, int64_t exptime)
-{
-    gate_in(e);
-    int rc = delete_ex_gated(e, ts, key, klen, cas_in, invalidate, touch, exptime);
-    gate_out(e);
-    return rc;
-}
-
-int engine_arith_ex(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
-                    bool incr, uint64_t delta, const engine_arith_opts *o,
-                    char out[KURA_INCR_MAX_LEN], engine_item_info *info)
-{
-    gate_in(e);
-    int rc = arith_ex_gated(e, ts, key, klen, incr, delta, o, out, info);
-    gate_out(e);
-    return rc;
 }

@@ -82,7 +82,7 @@ int feed_update(kura_engine *e, const kura_item *cur, kura_update *up);
 int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_item *cur,
                     kura_update *up);
 /* The cas the feed gave the calling thread's last put (a store's put does
- * not return it; engine_store_ex reports it). */
+ * not return it; engine_store reports it). */
 uint64_t feed_last_cas(void);
 int feed_dual(kura_engine *e);          /* the recent deletes' table */
 /* flush_all: logs it (state_lock held). */

@@ -189,7 +189,7 @@ static void bin_get(kura_session *s, const bin_req *r, kura_buf *out)
         s->dirty = true;
     }
     size_t mark = out->len;
-    int rc = engine_get_ex(s->engine, s->stats, r->key, r->keylen, &o, bin_emit, &g, NULL);
+    int rc = engine_get(s->engine, s->stats, r->key, r->keylen, &o, bin_emit, &g, NULL);
     if (rc == KURA_OK)
         return;
     out->len = mark;
@@ -229,7 +229,7 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
     uint64_t cas = 0;
     KURA_STAT_INC(s->stats, cmd_set);
     s->dirty = true;
-    int rc = engine_store_ex(s->engine, s->stats, cmd, &it, &o, &cas);
+    int rc = engine_store(s->engine, s->stats, cmd, &it, &o, &cas);
     switch (rc) {
     case KURA_STORED:          bin_ok(s, out, r, cas, NULL, 0); break;
     case KURA_STORE_EXISTS:    bin_error(s, out, r, ST_KEY_EEXISTS); break;
@@ -245,7 +245,8 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
 static void bin_delete(kura_session *s, const bin_req *r, kura_buf *out)
 {
     s->dirty = true;
-    int rc = engine_delete_ex(s->engine, s->stats, r->key, r->keylen, r->cas, false, false, 0);
+    int rc = engine_delete(s->engine, s->stats, r->key, r->keylen,
+                           &(engine_delete_opts){ .cas_in = r->cas });
     switch (rc) {
     case KURA_OK:       bin_ok(s, out, r, 0, NULL, 0); break;
     case KURA_EXISTS:   bin_error(s, out, r, ST_KEY_EEXISTS); break;
@@ -266,8 +267,8 @@ static void bin_arith(kura_session *s, const bin_req *r, kura_buf *out)
     };
     engine_item_info info = { 0 };
     s->dirty = true;
-    int rc = engine_arith_ex(s->engine, s->stats, r->key, r->keylen, r->cmd == OP_INCREMENT,
-                             be64(r->ext), &o, result, &info);
+    int rc = engine_arith(s->engine, s->stats, r->key, r->keylen, r->cmd == OP_INCREMENT,
+                          be64(r->ext), &o, result, &info);
     switch (rc) {
     case KURA_OK: {
         unsigned char v[8];
@@ -487,7 +488,8 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
                 bin_error(s, out, &r, ST_E2BIG);
                 if (r.cmd == OP_SET) {
                     s->dirty = true;    /* a refused set must not leave the old value */
-                    engine_unlink(s->engine, r.key, r.keylen);
+                    engine_delete(s->engine, s->stats, r.key, r.keylen,
+                                  &(engine_delete_opts){ .unlink = true });
                 }
                 pos += head;
                 s->bin.swallow = r.vlen;

@@ -162,8 +162,8 @@ static int format_value(void *arg, const kura_item *it)
 static int emit_value(list_run *r, const kura_list_item *it)
 {
     engine_get_opts go = { .no_bump = true };
-    int rc = engine_get_ex(r->s->engine, r->s->stats, it->key, it->klen, &go, format_value, r,
-                           NULL);
+    int rc = engine_get(r->s->engine, r->s->stats, it->key, it->klen, &go, format_value, r,
+                        NULL);
     if (rc == KURA_OK)
         return 0;
     if (rc > 0)

@@ -18,7 +18,7 @@
  * tokens the same way rather than assume an order.
  *
  * What an item is beyond its value (fetched, last access, stale, token) is
- * the engine's (engine_get_ex and friends, src/engine/marks.c).
+ * the engine's (engine_get and friends, src/engine/marks.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -396,7 +396,7 @@ void meta_get(text_session *s, text_token *tok, int ntok, kura_buf *out)
     if (of.new_ttl || of.vivify)
         s->dirty = true;
     size_t mark = out->len;
-    int rc = engine_get_ex(s->engine, s->stats, of.key, of.klen, &o, mg_emit, &g, &g.info);
+    int rc = engine_get(s->engine, s->stats, of.key, of.klen, &o, mg_emit, &g, &g.info);
     if (opaque_too_long(tok)) {
         out->len = mark;
         meta_error(s, out, "CLIENT_ERROR opaque token too long");
@@ -483,7 +483,8 @@ int meta_set_parse(text_session *s, text_token *tok, int ntok, kura_buf *out, me
         errstr = "SERVER_ERROR object too large for cache";
         /* A refused set must not leave the old value readable. */
         s->dirty = true;
-        engine_unlink(s->engine, req->key, req->klen);
+        engine_delete(s->engine, s->stats, req->key, req->klen,
+                      &(engine_delete_opts){ .unlink = true });
         s->noreply = false;
         text_reply(s, out, errstr);
         s->swallow = req->vlen + 2;
@@ -511,7 +512,7 @@ void meta_set_complete(text_session *s, meta_set_req *req, const char *data, kur
     engine_store_opts o = { .cas_in = req->cas, .invalidate = req->invalidate };
     uint64_t cas = 0;
     s->dirty = true;
-    int rc = engine_store_ex(s->engine, s->stats, req->cmd, &it, &o, &cas);
+    int rc = engine_store(s->engine, s->stats, req->cmd, &it, &o, &cas);
     meta_line l = { .len = 0 };
     switch (rc) {
     case KURA_STORED:
@@ -557,8 +558,9 @@ void meta_delete(text_session *s, text_token *tok, int ntok, kura_buf *out)
         return;
     }
     s->dirty = true;
-    int rc = engine_delete_ex(s->engine, s->stats, of.key, of.klen,
-                              of.has_cas ? of.req_cas : 0, of.set_stale, of.new_ttl, of.exptime);
+    engine_delete_opts o = { .cas_in = of.has_cas ? of.req_cas : 0, .invalidate = of.set_stale,
+                             .touch = of.new_ttl, .exptime = of.exptime };
+    int rc = engine_delete(s->engine, s->stats, of.key, of.klen, &o);
     meta_line l = { .len = 0 };
     switch (rc) {
     case KURA_OK:
@@ -608,8 +610,8 @@ void meta_arith(text_session *s, text_token *tok, int ntok, kura_buf *out)
     int64_t t_abs = of.new_ttl ? engine_abs_exptime(s->engine, of.exptime) : 0;
     int64_t n_abs = of.vivify ? engine_abs_exptime(s->engine, of.vivify_exptime) : 0;
     s->dirty = true;
-    int rc = engine_arith_ex(s->engine, s->stats, of.key, of.klen, incr, of.delta, &o,
-                             result, &info);
+    int rc = engine_arith(s->engine, s->stats, of.key, of.klen, incr, of.delta, &o,
+                          result, &info);
     meta_line l = { .len = 0 };
     if (opaque_too_long(tok) && (rc == KURA_OK || rc == KURA_NOTFOUND || rc == KURA_EXISTS)) {
         /* memcached finds it while writing the reply: the change is made */
@@ -744,7 +746,7 @@ void meta_debug(text_session *s, text_token *tok, int ntok, kura_buf *out)
     }
     engine_get_opts o = { .no_bump = true };
     me_ctx m = { s, &of, { 0 }, out, engine_now(s->engine) };
-    int rc = engine_get_ex(s->engine, s->stats, of.key, of.klen, &o, me_emit, &m, &m.info);
+    int rc = engine_get(s->engine, s->stats, of.key, of.klen, &o, me_emit, &m, &m.info);
     if (rc == KURA_OK)
         return;
     if (rc < 0)

@@ -321,8 +321,8 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                 return;
             }
             engine_get_opts go = { .touch = touch, .exptime = exptime };
-            int rc = engine_get_ex(s->engine, s->stats, kt->value, kt->length, &go,
-                                   emit_value, &g, NULL);
+            int rc = engine_get(s->engine, s->stats, kt->value, kt->length, &go,
+                                emit_value, &g, NULL);
             answered = true;
             if (g.oom || rc < 0) {
                 /* A store error (a record failing its checksum, an I/O
@@ -425,7 +425,8 @@ static int parse_update(text_session *s, text_token *tok, int ntok, kura_buf *ou
         /* A refused set must not leave the old value readable. */
         if (cmd == KURA_CMD_SET) {
             s->dirty = true;
-            engine_unlink(s->engine, req->key, req->klen);
+            engine_delete(s->engine, s->stats, req->key, req->klen,
+                          &(engine_delete_opts){ .unlink = true });
         }
         return 0;
     }
@@ -446,7 +447,8 @@ static void complete_update(text_session *s, const update_req *req, const char *
         .flags = req->flags, .exptime = req->exptime,
     };
     s->dirty = true;
-    int rc = engine_store(s->engine, s->stats, req->cmd, &it, req->cas);
+    int rc = engine_store(s->engine, s->stats, req->cmd, &it,
+                          &(engine_store_opts){ .cas_in = req->cas }, NULL);
     switch (rc) {
     case KURA_STORED:          reply(s, out, "STORED"); break;
     case KURA_NOT_STORED:      reply(s, out, "NOT_STORED"); break;
@@ -476,7 +478,7 @@ static void cmd_delete(text_session *s, text_token *tok, int ntok, kura_buf *out
         return;
     }
     s->dirty = true;
-    int rc = engine_delete(s->engine, s->stats, tok[1].value, tok[1].length);
+    int rc = engine_delete(s->engine, s->stats, tok[1].value, tok[1].length, NULL);
     if (rc == KURA_OK)
         reply(s, out, "DELETED");
     else if (rc == KURA_NOTFOUND)
@@ -500,7 +502,8 @@ static void cmd_arith(text_session *s, text_token *tok, int ntok, kura_buf *out,
         return;
     }
     s->dirty = true;
-    int rc = engine_arith(s->engine, s->stats, tok[1].value, tok[1].length, incr, delta, result);
+    int rc = engine_arith(s->engine, s->stats, tok[1].value, tok[1].length, incr, delta, NULL,
+                          result, NULL);
     switch (rc) {
     case KURA_OK:          reply(s, out, result); break;
     case KURA_NOTFOUND:    reply(s, out, "NOT_FOUND"); break;

@@ -114,13 +114,13 @@ static int got_fn(void *arg, const kura_item *it)
 static int get(rig *r, const char *k, got *g)
 {
     memset(g, 0, sizeof(*g));
-    return engine_get(r->e, &r->ts, k, strlen(k), false, 0, got_fn, g);
+    return engine_get(r->e, &r->ts, k, strlen(k), NULL, got_fn, g, NULL);
 }
 
 static int set(rig *r, int cmd, const char *k, const char *v, uint64_t cas)
 {
     kura_item it = { .key = k, .klen = strlen(k), .val = v, .vlen = strlen(v), .flags = 3 };
-    return engine_store(r->e, &r->ts, cmd, &it, cas);
+    return engine_store(r->e, &r->ts, cmd, &it, &(engine_store_opts){ .cas_in = cas }, NULL);
 }
 
 /* Every row after `after`, in order (at most max). */
@@ -158,13 +158,16 @@ static void test_every_change_logged(void)
     CHECK_EQ_INT(set(&r, KURA_CMD_CAS, "a", "12", g.cas), KURA_STORED);      /* 2 PUT */
     CHECK_EQ_INT(set(&r, KURA_CMD_APPEND, "a", "3", 0), KURA_STORED);        /* 3 PUT 123 */
     CHECK_EQ_INT(set(&r, KURA_CMD_PREPEND, "a", "0", 0), KURA_STORED);       /* 4 PUT 0123 */
-    CHECK_EQ_INT(engine_arith(r.e, &r.ts, "a", 1, true, 7, out), KURA_OK);    /* 5 PUT 130 */
-    CHECK_EQ_INT(engine_arith(r.e, &r.ts, "a", 1, false, 100, out), KURA_OK); /* 6 PUT "30  " */
-    CHECK_EQ_INT(engine_arith(r.e, &r.ts, "zz", 2, true, 1, out), KURA_NOTFOUND);
+    CHECK_EQ_INT(engine_arith(r.e, &r.ts, "a", 1, true, 7, NULL, out, NULL),
+                 KURA_OK);                                                  /* 5 PUT 130 */
+    CHECK_EQ_INT(engine_arith(r.e, &r.ts, "a", 1, false, 100, NULL, out, NULL),
+                 KURA_OK);                                                  /* 6 PUT "30  " */
+    CHECK_EQ_INT(engine_arith(r.e, &r.ts, "zz", 2, true, 1, NULL, out, NULL), KURA_NOTFOUND);
     CHECK_EQ_INT(engine_touch(r.e, &r.ts, "a", 1, 1000), KURA_OK);           /* 7 PUT */
-    CHECK_EQ_INT(engine_get(r.e, &r.ts, "a", 1, true, 2000, got_fn, &g), KURA_OK); /* 8 */
-    CHECK_EQ_INT(engine_delete(r.e, &r.ts, "a", 1), KURA_OK);                /* 9 DEL */
-    CHECK_EQ_INT(engine_delete(r.e, &r.ts, "a", 1), KURA_NOTFOUND);          /* none */
+    engine_get_opts gat = { .touch = true, .exptime = 2000 };
+    CHECK_EQ_INT(engine_get(r.e, &r.ts, "a", 1, &gat, got_fn, &g, NULL), KURA_OK); /* 8 */
+    CHECK_EQ_INT(engine_delete(r.e, &r.ts, "a", 1, NULL), KURA_OK);          /* 9 DEL */
+    CHECK_EQ_INT(engine_delete(r.e, &r.ts, "a", 1, NULL), KURA_NOTFOUND);    /* none */
     CHECK_EQ_INT(engine_flush_all(r.e, &r.ts, 0), KURA_OK);                  /* 10 FLUSH */
     CHECK_EQ_INT(set(&r, KURA_CMD_SET, "b", "v", 0), KURA_STORED);           /* 11 PUT */
     CHECK_EQ_INT(get(&r, "b", &g), KURA_OK);
@@ -213,7 +216,8 @@ static void *race_main(void *arg)
         snprintf(k, sizeof(k), "k%d", i % 5);
         snprintf(v, sizeof(v), "%d-%d", rc->id, i);
         kura_item it = { .key = k, .klen = strlen(k), .val = v, .vlen = strlen(v) };
-        (void)engine_store(rc->r->e, &ts, (i % 3) ? KURA_CMD_SET : KURA_CMD_APPEND, &it, 0);
+        (void)engine_store(rc->r->e, &ts, (i % 3) ? KURA_CMD_SET : KURA_CMD_APPEND, &it, NULL,
+                           NULL);
     }
     return NULL;
 }
@@ -356,7 +360,7 @@ static void test_replica_rows(void)
     REQUIRE(rig_open(&r, db, 2) == KURA_OK);
     engine_set_replica(r.e, true);
     CHECK_EQ_INT(set(&r, KURA_CMD_SET, "x", "1", 0), KURA_EREPLICA);
-    CHECK_EQ_INT(engine_delete(r.e, &r.ts, "x", 1), KURA_EREPLICA);
+    CHECK_EQ_INT(engine_delete(r.e, &r.ts, "x", 1, NULL), KURA_EREPLICA);
     CHECK_EQ_INT(engine_flush_all(r.e, &r.ts, 0), KURA_EREPLICA);
     ul_row in = { .type = UL_PUT, .key = "m", .klen = 1, .val = "abc", .vlen = 3, .flags = 8,
                   .cas = 4242, .sid = 1, .origin_ts = 1000 };

@@ -87,16 +87,16 @@ static void do_step(writer *w, int i, state *st)
         char v[VMAX];
         snprintf(v, sizeof(v), "v%d", i);
         kura_item it = { .key = key, .klen = strlen(key), .val = v, .vlen = strlen(v) };
-        if (engine_store(w->e, &w->ts, KURA_CMD_SET, &it, 0) == KURA_OK) {
+        if (engine_store(w->e, &w->ts, KURA_CMD_SET, &it, NULL, NULL) == KURA_OK) {
             snprintf(st->val[k], VMAX, "%s", v);
             st->present[k] = true;
         }
     } else if (op < 8) {
-        if (engine_delete(w->e, &w->ts, key, strlen(key)) == KURA_OK)
+        if (engine_delete(w->e, &w->ts, key, strlen(key), NULL) == KURA_OK)
             st->present[k] = false;
     } else {
         char nv[KURA_INCR_MAX_LEN];
-        if (engine_arith(w->e, &w->ts, key, strlen(key), true, 1, nv) == KURA_OK)
+        if (engine_arith(w->e, &w->ts, key, strlen(key), true, 1, NULL, nv, NULL) == KURA_OK)
             snprintf(st->val[k], VMAX, "%s", nv);
     }
 }
