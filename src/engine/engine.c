@@ -633,8 +633,9 @@ static int delete_gated(kura_engine *e, kura_thread_stats *ts, const char *key, 
 /* ---- incr / decr --------------------------------------------------------- */
 
 /* Parses a stored value as memcached's safe_strtoull does: leading white
- * space, an optional sign, decimal digits, then the end of the value or
- * white space; a value that would be negative is not a number. */
+ * space, an optional sign, decimal digits, then the end of the value, white
+ * space or a NUL (memcached reads the value as a C string, so "12\0x" is
+ * 12); a value that would be negative is not a number. */
 static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
 {
     size_t i = 0;
@@ -655,7 +656,7 @@ static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
     }
     if (i == digits)
         return false;
-    if (i < len && !(s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+    if (i < len && !(s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r') || s[i] == '\0'))
         return false;
     if (neg) {
         v = (uint64_t)0 - v;

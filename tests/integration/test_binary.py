@@ -188,6 +188,9 @@ class BinaryCompat(unittest.TestCase):
              arith(INCR, b"m", 2), req(GET, b"m"), store(SET, b"p", b"100"), arith(DECR, b"p", 1),
              req(GET, b"p")],
             [arith(INCR, b"big", 1, 18446744073709551615, 0), req(GET, b"big")],
+            # a NUL ends the stored number, as in memcached's C-string read
+            [store(SET, b"z", b"12\0x"), arith(INCR, b"z", 1), req(GET, b"z"),
+             store(SET, b"y", b"\x0012"), arith(INCR, b"y", 1)],
         )
 
     def test_append_prepend(self):

@@ -325,6 +325,9 @@ class Storage(CompatCase):
             b"decr n 18446744073709551615\r\nget n\r\n",
             b"incr " + K251 + b" 1\r\ndecr " + K251 + b" 1\r\n",
             b"set big 0 0 20\r\n18446744073709551614\r\nincr big 1\r\nincr big 1\r\ndecr big 18446744073709551615\r\n",
+            # memcached reads the value as a C string: a NUL ends the number
+            NN % (4, b"12\0x"), NN % (3, b"12\0"), NN % (3, b"\x0012"), NN % (6, b"12\0 34"),
+            b"set n 0 0 4\r\n99\0x\r\nincr n 1\r\nget n\r\n",
         )
 
     def test_flush_all(self):
@@ -654,6 +657,7 @@ class Meta(CompatCase):
             b"ma\r\nma " + K251 + b"\r\nma a Mx\r\nma a M\r\nma a MII\r\nma a D\r\nma a Dx\r\nma a J-1\r\nma a D-1\r\n",
             b"ma a x\r\nma a v v\r\nma a N\r\nma a Cx\r\nma a O" + b"x" * 40 + b"\r\n",
             b"ma a c k\r\n", b"ma a C1 v\r\nma a C{CAS:a} v\r\nma nope C1\r\n",
+            b"ms z 4\r\n12\0x\r\nma z v\r\nmg z v\r\nms z 3\r\n\x0012\r\nma z v\r\n",
         )
 
     def test_base64_keys(self):
