@@ -726,8 +726,10 @@ static int arith_apply(arith_arg *x, const kura_item *cur, kura_update *out)
             out->part[1].base = spaces;
         } else {
             x->pad = malloc(padlen);
-            if (!x->pad)
+            if (!x->pad) {
+                out->action = KURA_UPDATE_KEEP;     /* nothing fed: nothing written */
                 return KURA_ENOMEM;
+            }
             memset(x->pad, ' ', padlen);
             out->part[1].base = x->pad;
         }
