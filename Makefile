@@ -1,17 +1,24 @@
 # kura - top-level Makefile.  Plain `make` needs no configure step.
 #
 #   make            build kurad, kuractl, kura-bench and the unit tests (into build/)
+#   make programs   only kurad and kuractl
 #   make run        build, then run kurad in the foreground on 127.0.0.1:11211
 #   make test       build and run every test; ends with "N passed, N failed"
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make test-tsan  the same suite under ThreadSanitizer (build-tsan/); any
 #                   report fails
-#   make install    binaries, man pages, conf/ files; PREFIX=/usr/local DESTDIR=
-#                   SYSCONFDIR=/etc SYSTEMDUNITDIR=PREFIX/lib/systemd/system honoured
+#   make install    kurad into sbindir, kuractl into bindir, man pages, docs,
+#                   conf/ files, the systemd unit; make uninstall removes them.
+#                   GNU directory variables and DESTDIR honoured (see below)
+#   make install-bench  kura-bench and kura-enginebench into bindir
+#   make deb        the Debian package (debian/), built from a copy of the tree
+#                   in build-deb/, where the .deb files land
+#   make test-deb   make deb, then check the package (tests/integration/test_package.py)
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
 #                   bench-repl
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
+#   make distclean  clean, and what ./configure wrote
 #
 # Sources are found by wildcard: every src/*/*.c and src/*/*/*.c (a backend
 # has a folder of its own: src/store/hash/, src/store/cache/) except src/server
@@ -19,21 +26,54 @@
 # kuractl (the operator's tool, docs/kuractl.1); tests/unit/test_*.c are one program each,
 # and every other tests/unit/*.c (test support, such as kio_sim.c) is linked
 # into each of them.
+#
+# Flags: CFLAGS, CPPFLAGS and LDFLAGS (from the environment, the command line
+# or config.mk) are added to the project's own, after them, so a
+# distribution's hardening flags and -O level apply.  Without config.mk the
+# build uses -Werror (developers and CI keep the tree warning-free); a
+# configured build has it only with ./configure --enable-werror (WERROR=).
 
 -include config.mk
-PREFIX  ?= /usr/local
-DESTDIR ?=
-SYSCONFDIR     ?= /etc
-SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 BUILD   ?= build
 CC      ?= cc
 OPT     ?= -O2
 SAN     ?=
+WERROR  ?= -Werror
 
-CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Werror -pthread \
+# Installation directories: GNU's names (./configure writes them to
+# config.mk); PREFIX, SYSCONFDIR and SYSTEMDUNITDIR, the older names, still
+# work when nothing set the lowercase ones.  Without configure the state
+# lives under /var (systemd's StateDirectory= is /var/lib whatever the
+# prefix), the configuration under /etc.
+PREFIX         ?= /usr/local
+SYSCONFDIR     ?= /etc
+prefix         ?= $(PREFIX)
+exec_prefix    ?= $(prefix)
+bindir         ?= $(exec_prefix)/bin
+sbindir        ?= $(exec_prefix)/sbin
+datarootdir    ?= $(prefix)/share
+datadir        ?= $(datarootdir)
+sysconfdir     ?= $(SYSCONFDIR)
+localstatedir  ?= /var
+mandir         ?= $(datarootdir)/man
+man1dir        ?= $(mandir)/man1
+docdir         ?= $(datarootdir)/doc/kura
+SYSTEMDUNITDIR ?= $(prefix)/lib/systemd/system
+systemdunitdir ?= $(SYSTEMDUNITDIR)
+DESTDIR        ?=
+
+# Libraries: configure finds them with pkg-config or AC_CHECK_LIB; these are
+# Debian's names, for a build without configure.
+LIBEVENT_LIBS ?= -levent
+ZLIB_LIBS     ?= -lz
+BZIP2_LIBS    ?= -lbz2
+LZO2_LIBS     ?= -llzo2
+DEP_CFLAGS  = $(LIBEVENT_CFLAGS) $(ZLIB_CFLAGS) $(BZIP2_CFLAGS) $(LZO2_CFLAGS)
+
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra $(WERROR) -pthread \
               -Iinclude -fno-strict-aliasing $(SAN)
-CFLAGS_ALL  = $(CFLAGS_BASE) $(CFLAGS)
-LIBS        = -levent -lz -lbz2 -llzo2 -lm -pthread $(SAN)
+CFLAGS_ALL  = $(CFLAGS_BASE) $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+LIBS        = $(LDFLAGS) $(LIBEVENT_LIBS) $(ZLIB_LIBS) $(BZIP2_LIBS) $(LZO2_LIBS) -lm -pthread $(SAN)
 
 LIB_SRC    = $(sort $(filter-out src/server/% src/ctl/%,$(wildcard src/*/*.c src/*/*/*.c)))
 SERVER_SRC = $(sort $(wildcard src/server/*.c))
@@ -53,16 +93,19 @@ KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all run test test-asan test-tsan check install clean bench bench-repl bench-snapshot
+.PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
+        distclean deb test-deb bench bench-repl bench-snapshot
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
+
+programs: $(KURAD) $(KURACTL)
 
 # An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
 # sync-failure tests (tests/shim/failsync.c).  Built without the sanitizers:
 # it is loaded into a process whose runtime is already set up.
 $(BUILD)/tests/libfailsync.so: tests/shim/failsync.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+	$(CC) -std=c11 -O2 -Wall -Wextra $(WERROR) -fPIC -shared -o $@ $< -ldl
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -145,31 +188,97 @@ test-tsan:
 	TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" KURA_TEST_DEADLINE_SCALE=5 \
 	    $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer" test
 
-# Paths inside the service files are written for PREFIX=/usr/local and
-# SYSCONFDIR=/etc; install rewrites them for the ones given.  An existing
-# kurad.conf is never overwritten.  sd_notify needs no library (notify.c).
-FIXPATHS = sed -e 's\#/usr/local/bin/\#$(PREFIX)/bin/\#g' -e 's\#/etc/kura/\#$(SYSCONFDIR)/kura/\#g'
-SHARE    = $(DESTDIR)$(PREFIX)/share
+# Paths inside conf/ are written for prefix=/usr/local, sysconfdir=/etc and
+# localstatedir=/var; install rewrites them for the ones given (the unit's
+# StateDirectory= is /var/lib/kura whatever localstatedir says, so the unit's
+# /var paths stay).  SERVICE_NAME names the unit file; SERVICE_USER, if set,
+# replaces the unit's DynamicUser=yes by that user and group (the Debian
+# package's kura, which it creates).  An existing kurad.conf is never
+# overwritten, and uninstall removes it only if it is still the one
+# installed.  sd_notify needs no library (notify.c).
+SERVICE_NAME ?= kurad
+SERVICE_USER ?=
+FIXPATHS = sed -e 's\#/usr/local/sbin/\#$(sbindir)/\#g' -e 's\#/usr/local/bin/\#$(bindir)/\#g' \
+               -e 's\#/etc/kura/\#$(sysconfdir)/kura/\#g'
+FIXVAR   = sed -e 's\#/var/lib/kura\#$(localstatedir)/lib/kura\#g' \
+           -e 's\#/var/log/kura/\#$(localstatedir)/log/kura/\#g'
+FIXUSER  = $(if $(SERVICE_USER),-e 's/^DynamicUser=yes$$/User=$(SERVICE_USER)\nGroup=$(SERVICE_USER)/') \
+           -e 's/systemctl \(enable --now\|edit\) kurad\b/systemctl \1 $(SERVICE_NAME)/'
+MAN1     = docs/kurad.1 docs/kuractl.1
+DOCS     = README.md $(filter-out docs/HACKING.md,$(sort $(wildcard docs/*.md)))
+SHAREDIR = $(datadir)/kura
+D        = $(DESTDIR)
 
-install: $(KURAD) $(KURACTL) $(BENCH)
-	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE)/man/man1 $(SHARE)/doc/kura \
-	    $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/kura $(DESTDIR)$(SYSCONFDIR)/logrotate.d \
-	    $(SHARE)/kura/daemontools/log $(SHARE)/kura/daemontools/env
-	install -m 755 $(KURAD) $(KURACTL) $(BENCH) $(DESTDIR)$(PREFIX)/bin/
-	for m in docs/*.1; do [ -f "$$m" ] && install -m 644 "$$m" $(SHARE)/man/man1/; done; true
-	install -m 644 README.md docs/options.md docs/operations.md docs/protocol.md $(SHARE)/doc/kura/
-	$(FIXPATHS) conf/kurad.service > $(DESTDIR)$(SYSTEMDUNITDIR)/kurad.service
-	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/kurad.service
-	install -m 644 conf/kurad.conf $(SHARE)/doc/kura/kurad.conf.example
-	[ -e $(DESTDIR)$(SYSCONFDIR)/kura/kurad.conf ] || \
-	    install -m 644 conf/kurad.conf $(DESTDIR)$(SYSCONFDIR)/kura/kurad.conf
-	install -m 644 conf/logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/kurad
-	install -m 755 conf/daemontools/run $(SHARE)/kura/daemontools/run
-	install -m 755 conf/daemontools/log/run $(SHARE)/kura/daemontools/log/run
+install: $(KURAD) $(KURACTL)
+	install -d $(D)$(sbindir) $(D)$(bindir) $(D)$(man1dir) $(D)$(docdir) \
+	    $(D)$(systemdunitdir) $(D)$(sysconfdir)/kura $(D)$(sysconfdir)/logrotate.d \
+	    $(D)$(SHAREDIR)/daemontools/log $(D)$(SHAREDIR)/daemontools/env
+	install -m 755 $(KURAD) $(D)$(sbindir)/kurad
+	install -m 755 $(KURACTL) $(D)$(bindir)/kuractl
+	install -m 644 $(MAN1) $(D)$(man1dir)/
+	install -m 644 $(DOCS) $(D)$(docdir)/
+	install -m 644 conf/kurad.conf $(D)$(docdir)/kurad.conf.example
+	$(FIXPATHS) $(FIXUSER) conf/kurad.service > $(D)$(systemdunitdir)/$(SERVICE_NAME).service
+	chmod 644 $(D)$(systemdunitdir)/$(SERVICE_NAME).service
+	$(FIXPATHS) conf/kurad.conf | $(FIXVAR) > $(BUILD)/kurad.conf.installed
+	[ -e $(D)$(sysconfdir)/kura/kurad.conf ] || \
+	    install -m 644 $(BUILD)/kurad.conf.installed $(D)$(sysconfdir)/kura/kurad.conf
+	$(FIXVAR) conf/logrotate > $(D)$(sysconfdir)/logrotate.d/kurad
+	chmod 644 $(D)$(sysconfdir)/logrotate.d/kurad
+	install -m 755 conf/daemontools/run $(D)$(SHAREDIR)/daemontools/run
+	install -m 755 conf/daemontools/log/run $(D)$(SHAREDIR)/daemontools/log/run
 	for f in conf/daemontools/env/*; do \
-	    $(FIXPATHS) "$$f" > $(SHARE)/kura/daemontools/env/$$(basename "$$f"); done
+	    $(FIXPATHS) "$$f" > $(D)$(SHAREDIR)/daemontools/env/$${f##*/} || exit 1; done
+
+# The load generator and the engine benchmark, for measuring an installed
+# machine (docs/benchmarks.md); not part of a server's install.
+install-bench: $(BENCH) $(BUILD)/kura-enginebench
+	install -d $(D)$(bindir)
+	install -m 755 $(BENCH) $(BUILD)/kura-enginebench $(D)$(bindir)/
+
+# Removes what install and install-bench put in place, and the directories
+# that are kura's own once empty; the shared ones (bin, man1, ...) stay.
+uninstall:
+	rm -f $(D)$(sbindir)/kurad $(D)$(bindir)/kuractl $(D)$(bindir)/kura-bench \
+	    $(D)$(bindir)/kura-enginebench $(addprefix $(D)$(man1dir)/,$(notdir $(MAN1))) \
+	    $(addprefix $(D)$(docdir)/,$(notdir $(DOCS)) kurad.conf.example) \
+	    $(D)$(systemdunitdir)/$(SERVICE_NAME).service $(D)$(sysconfdir)/logrotate.d/kurad \
+	    $(addprefix $(D)$(SHAREDIR)/daemontools/,run log/run \
+	        $(patsubst conf/daemontools/%,%,$(wildcard conf/daemontools/env/*)))
+	$(FIXPATHS) conf/kurad.conf | $(FIXVAR) | cmp -s - $(D)$(sysconfdir)/kura/kurad.conf && \
+	    rm -f $(D)$(sysconfdir)/kura/kurad.conf || true
+	@[ ! -e $(D)$(sysconfdir)/kura/kurad.conf ] || \
+	    echo "uninstall: $(D)$(sysconfdir)/kura/kurad.conf was changed since install: kept"
+	-rmdir $(addprefix $(D)$(SHAREDIR)/,daemontools/env daemontools/log daemontools) \
+	    $(D)$(SHAREDIR) $(D)$(docdir) $(D)$(sysconfdir)/kura 2>/dev/null
+
+# The Debian package, built by dpkg-buildpackage from a copy of the tree
+# (what git would not ignore) in build-deb/src: the build runs `make
+# distclean` and writes its results into the parent directory, neither of
+# which should touch this tree.  The .deb files land in build-deb/.
+# Needs the Build-Depends of debian/control and dpkg-dev (devscripts for
+# debuild, lintian to check: docs/operations.md).
+DEB_DIR   ?= build-deb
+DEB_FLAGS ?= -us -uc -b -Jauto
+deb:
+	rm -rf $(DEB_DIR) && mkdir -p $(DEB_DIR)/src
+	tar -cf - --exclude=./.git --exclude=./build --exclude='./build-*' --exclude=./var \
+	    --exclude=./config.mk --exclude=./config.log --exclude=./config.status \
+	    --exclude=./configure --exclude=./aclocal.m4 --exclude=./autom4te.cache \
+	    --exclude=./bench/results --exclude=__pycache__ . | tar -xf - -C $(DEB_DIR)/src
+	cd $(DEB_DIR)/src && dpkg-buildpackage $(DEB_FLAGS)
+	@ls -l $(DEB_DIR)/*.deb
+
+# make deb, then the package's checks in tests/integration/test_package.py
+# (file list, control data, maintainer scripts, hardening-check, lintian,
+# the packaged kurad serving), which plain `make test` skips.
+test-deb: deb programs
+	KURA_DEB_DIR=$(CURDIR)/$(DEB_DIR) KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_package
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-deb
+
+distclean: clean
+	rm -rf config.mk config.log config.status autom4te.cache
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -11,8 +11,8 @@ bounded time (with every acknowledged write back after a restart, for a
 persistent database); -conf with the command line overriding it, and the
 shipped conf/kurad.conf; the sd_notify messages; `systemd-analyze verify`
 of conf/kurad.service; kurad under daemontools' supervise (killed,
-restarted, stopped with svc -d); the man page; `make install` into a
-DESTDIR.
+restarted, stopped with svc -d); the man page.  `make install` is
+test_package.py's.
 
 Environment: KURA_BUILD (the build dir holding kurad; tests/run sets it),
 KURA_DB (as in tests/lib/kuratest.py: "cache", the default, "hash" for a
@@ -25,11 +25,10 @@ KURA_TEST_DEADLINE_SCALE multiplies every deadline (sanitizer builds).
 Standard library only; TAP lines on stdout; exit status 1 if a test failed.
 No fixed sleeps: everything is polled against a deadline.
 """
-import ctypes, os, pwd, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
-import traceback
+import ctypes, os, pwd, re, shutil, signal, socket, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from kuratest import free_port, missing, not_applicable, skip_line  # noqa: E402
+from kuratest import Skip, free_port, missing, not_applicable, run_functions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
@@ -53,11 +52,6 @@ try:
     SUBREAPER = True
 except Exception:
     SUBREAPER = False
-
-
-class Skip(Exception):
-    """Raised with a reason made by kuratest.missing() or
-    kuratest.not_applicable(): the kind decides whether CI fails on it."""
 
 
 def deadline(seconds):
@@ -554,8 +548,8 @@ def test_systemd_unit(tmp):
         raise Skip(missing("systemd-analyze (apt-get install systemd)"))
     # verify wants the ExecStart binary to exist and the man page it names.
     unit = read(os.path.join(ROOT, "conf", "kurad.service"))
-    assert "ExecStart=/usr/local/bin/kurad " in unit
-    write(os.path.join(tmp, "kurad.service"), unit.replace("/usr/local/bin/kurad", KURAD))
+    assert "ExecStart=/usr/local/sbin/kurad " in unit
+    write(os.path.join(tmp, "kurad.service"), unit.replace("/usr/local/sbin/kurad", KURAD))
     os.makedirs(os.path.join(tmp, "man", "man1"))
     shutil.copy(os.path.join(ROOT, "docs", "kurad.1"), os.path.join(tmp, "man", "man1"))
     env = dict(os.environ, MANPATH=os.path.join(tmp, "man"))
@@ -631,61 +625,17 @@ def test_man_page(tmp):
     assert rc == 0 and not out.strip(), out
 
 
-def test_make_install(tmp):
-    if not shutil.which("make"):
-        raise Skip(missing("make (apt-get install build-essential)"))
-    dest = os.path.join(tmp, "dest")
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    rc, out = run(["make", "-s", "-C", ROOT, "install", "DESTDIR=" + dest, "PREFIX=/usr",
-                   "BUILD=" + os.path.relpath(BUILD, ROOT)], tmp, timeout=300, env=env)
-    assert rc == 0, out
-    for f in ("usr/bin/kurad", "usr/share/man/man1/kurad.1", "usr/bin/kuractl",
-              "usr/share/man/man1/kuractl.1", "usr/lib/systemd/system/kurad.service",
-              "etc/kura/kurad.conf", "etc/logrotate.d/kurad", "usr/share/kura/daemontools/run",
-              "usr/share/kura/daemontools/log/run", "usr/share/doc/kura/operations.md"):
-        assert os.path.exists(os.path.join(dest, f)), "make install did not install " + f
-    unit = read(os.path.join(dest, "usr/lib/systemd/system/kurad.service"))
-    assert "ExecStart=/usr/bin/kurad -conf /etc/kura/kurad.conf" in unit
-    assert read(os.path.join(dest, "usr/share/kura/daemontools/env/KURAD")).strip() == "/usr/bin/kurad"
-    assert os.access(os.path.join(dest, "usr/share/kura/daemontools/run"), os.X_OK)
-
-
 TESTS = [test_dmn_pidfile, test_stale_pidfile, test_failed_starts, test_root_and_user,
          test_settings_refused, test_sighup_reopens_log, test_signals,
          test_sigterm_under_load, test_conf_file, test_sd_notify,
-         test_systemd_unit, test_daemontools, test_man_page, test_make_install]
+         test_systemd_unit, test_daemontools, test_man_page]
 
 
 def main():
     if not os.access(KURAD, os.X_OK):
         print("not ok 1 - kurad is built (no %s)" % KURAD)
         return 1
-    only = sys.argv[1:]
-    failed = 0
-    n = 0
-    for t in TESTS:
-        name = t.__name__[5:]
-        if only and not any(o in name for o in only):
-            continue
-        n += 1
-        tmp = tempfile.mkdtemp(prefix="kura-daemon-")
-        try:
-            t(tmp)
-            print("ok %d - %s" % (n, name), flush=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-        except Skip as e:
-            line, bad = skip_line(n, name, str(e))
-            failed += bad
-            print(line, flush=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-        except Exception:
-            failed += 1
-            print("not ok %d - %s" % (n, name))
-            for l in traceback.format_exc().splitlines():
-                print("# " + l)
-            print("# files kept in " + tmp, flush=True)
-    print("1..%d" % n)
-    return 1 if failed else 0
+    return run_functions(TESTS, "kura-daemon-")
 
 
 if __name__ == "__main__":

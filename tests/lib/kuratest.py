@@ -735,6 +735,45 @@ class TapResult(unittest.TestResult):
         self._out("not ok %d - %s # unexpected success" % (self.n, self._name(test)))
 
 
+class Skip(Exception):
+    """Raised by a test function of run_functions() with a reason made by
+    missing() or not_applicable(): the kind decides whether CI fails on it."""
+
+
+def run_functions(tests, prefix):
+    """TAP for plain test functions (test_daemon.py, test_package.py): each
+    test_NAME(tmp) runs with a fresh temp dir (named PREFIX..., kept and
+    named on a failure) and passes unless it raises; Skip skips.  Only those
+    whose NAME contains an argument run.  Returns the exit status: 1 if a
+    test failed."""
+    only = sys.argv[1:]
+    failed = 0
+    n = 0
+    for t in tests:
+        name = t.__name__[5:]
+        if only and not any(o in name for o in only):
+            continue
+        n += 1
+        tmp = tempfile.mkdtemp(prefix=prefix)
+        try:
+            t(tmp)
+            print("ok %d - %s" % (n, name), flush=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        except Skip as e:
+            line, bad = skip_line(n, name, str(e))
+            failed += bad
+            print(line, flush=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        except Exception:
+            failed += 1
+            print("not ok %d - %s" % (n, name))
+            for l in traceback.format_exc().splitlines():
+                print("# " + l)
+            print("# files kept in " + tmp, flush=True)
+    print("1..%d" % n)
+    return 1 if failed else 0
+
+
 def main(module="__main__"):
     """Run every TestCase of the module (or those whose name contains an
     argument) and print TAP.  Exit status 1 on any failure."""
