@@ -164,10 +164,15 @@ test: all
 
 check: test
 
+# The sanitized builds also check the cross-module lock order
+# (include/kura/lockorder.h): a thread taking a lock out of rank aborts.
+LOCK_ORDER_CHECK = -DKURA_LOCK_ORDER_CHECK
+
 # Sanitized code runs several times slower: the tests' deadlines stretch.
 test-asan:
 	KURA_TEST_DEADLINE_SCALE=3 $(MAKE) BUILD=build-asan OPT=-O1 \
-	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" test
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+	    $(LOCK_ORDER_CHECK)" test
 
 # ThreadSanitizer: every report is a failure.  halt_on_error stops the
 # program at the first report and exitcode=66 makes its exit status say so,
@@ -186,7 +191,8 @@ TSAN_OPTIONS_RUN = halt_on_error=1 exitcode=66 second_deadlock_stack=1 die_after
 # takes about 5 minutes on 2 cores (ASan about as long), within CI's budget.
 test-tsan:
 	TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" KURA_TEST_DEADLINE_SCALE=5 \
-	    $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer" test
+	    $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer \
+	    $(LOCK_ORDER_CHECK)" test
 
 # Paths inside conf/ are written for prefix=/usr/local, sysconfdir=/etc and
 # localstatedir=/var; install rewrites them for the ones given (the unit's

@@ -220,23 +220,11 @@ void engine_enable_swap(kura_engine *e);
 int engine_swap_store(kura_engine *e,
                       int (*swap)(void *arg, kura_store *old, kura_store **now), void *arg);
 
-/* ---- the update log and replicas (src/engine/feed.c) ---------------------- */
+/* ---- the update log and replicas ------------------------------------------ */
 
-/* From here on every change is also a row of log (which must stay open
- * until engine_close).  First applies again the rows after the store's
- * watermark (those a crash may have kept from the store), counted in
- * *redone.  sync_mode: the server's -sync (interval: the log is synced
- * once a second by a thread of the engine's).  logfn as the store's. */
-int engine_attach_ulog(kura_engine *e, ul_log *log, int sync_mode,
-                       void (*logfn)(int level, const char *line), uint64_t *redone);
-/* Applies a row received from a master (PUT, DEL, FLUSH; others ignored):
- * the item with its cas, logged here with its origin's sid and origin_ts.
- * Allowed on a replica. */
-int engine_apply_row(kura_engine *e, const ul_row *row);
-/* Every row of the update log up to this timestamp is in the store (the
- * watermark, feed.c): a copy of the store taken from now on, followed by
- * the rows after it, is the store as of any later moment. */
-uint64_t engine_applied_ts(kura_engine *e);
+/* Attaching the update log, applying a master's rows and the watermark:
+ * journal.h. */
+
 /* Calls fn for every live item (the store's iterate, fuzzy: each stripe
  * is seen at its own moment). */
 int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
@@ -249,9 +237,9 @@ int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg);
 /* No cas at or below this is handed out from now on (items loaded into
  * the store behind the engine's back: a snapshot into the cache). */
 void engine_observe_cas(kura_engine *e, uint64_t cas);
-/* Dual master (after engine_attach_ulog, before serving): cas values are
+/* Dual master (after journal_attach, before serving): cas values are
  * read from the update log's clock, so the cas of an item orders it among
- * the changes of both masters, and rows applied with engine_apply_row()
+ * the changes of both masters, and rows applied with journal_apply_row()
  * win only when they are newer than what is there (the latest timestamp
  * wins, then the higher server id: the low 4 bits of each cas are sid's;
  * a delete is remembered for a while so an older set arriving later does
@@ -259,17 +247,5 @@ void engine_observe_cas(kura_engine *e, uint64_t cas);
 int engine_set_dual(kura_engine *e, uint32_t sid);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
-/* What the server's group commit syncs and waits for: the update log when
- * there is one (its rows make the store's changes durable), else the
- * store.  Only write_seq, commit and thread_seq are filled in. */
-kura_store *engine_commit_source(kura_engine *e);
-/* Semi-synchronous replication: the group commit also waits for
- * wait(arg, ts), which returns once replicas hold every row up to ts: 0,
- * KURA_COMMIT_ABANDONED (they did not in time: the replies waiting are not
- * sent, later changes go on), or a negative error (final, as a failed
- * sync).  The commit sequence becomes the rows' timestamps.  Set before
- * engine_commit_source() is asked. */
-#define KURA_COMMIT_ABANDONED 1
-void engine_set_commit_wait(kura_engine *e, int (*wait)(void *arg, uint64_t ts), void *arg);
 
 #endif

@@ -116,6 +116,7 @@ typedef struct sl_config {
     /* messages (ERROR lines on cuts and failures); NULL: stderr */
     void (*log)(void *arg, int level, const char *line);
     void *log_arg;
+    int lock_rank;              /* the append lock's rank (lockorder.h); 0: unchecked */
 } sl_config;
 
 /* The log.  Its fields are the module's; users embed it and call the

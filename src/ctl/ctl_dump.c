@@ -347,7 +347,7 @@ int ctl_load_file(kura_store *s, const char *path, uint64_t *items)
     if (l.max_cas > st.max_cas)
         st.max_cas = l.max_cas;
     /* the store changed without its update log, as under a kurad run
-     * without -ulog (feed.c): a log met later is not replayed over it and
+     * without -ulog (src/journal/attach.c): a log met later is not replayed over it and
      * its replicas get a full copy */
     st.ulog_ts = UINT64_MAX;
     if ((rc = s->ops->save_state(s, &st)))

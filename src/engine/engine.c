@@ -11,7 +11,7 @@
  * The cas counter is handed out from an atomic; a high-water mark a block
  * ahead is persisted through the store before any cas beyond it is used, so
  * cas uniques keep growing across restarts and crashes.  A cas is handed
- * out under the key's lock, by the change feed (feed.c), so a key's cas
+ * out under the key's lock, by the change feed (src/journal/feed.c), so a key's cas
  * values increase in the order its changes are applied.
  */
 #include <pthread.h>
@@ -91,12 +91,12 @@ static uint64_t do_next_cas(kura_engine *e)
 static void reserve_through(kura_engine *e, uint64_t cas)
 {
     if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
-        pthread_mutex_lock(&e->state_lock);
+        engine_state_lock(e);
         if (cas >= atomic_load(&e->cas_reserved)) {
             atomic_store(&e->cas_reserved, cas + e->cas_block);
             do_save_state(e);
         }
-        pthread_mutex_unlock(&e->state_lock);
+        engine_state_unlock(e);
     }
 }
 
@@ -125,9 +125,9 @@ void engine_observe_cas(kura_engine *e, uint64_t cas)
 int engine_set_dual(kura_engine *e, uint32_t sid)
 {
     e->cas_tag = sid & ((1u << DUAL_TAG_BITS) - 1);
-    if (!e->ulog)
+    if (!feed_log(e))
         return KURA_EINVAL;
-    hlc *c = ul_clock(e->ulog);
+    hlc *c = ul_clock(feed_log(e));
     /* past every cas handed out before, whichever way */
     hlc_observe(c, atomic_load(&e->next_cas));
     hlc_observe(c, atomic_load(&e->cas_reserved));
@@ -178,7 +178,9 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     pthread_mutex_init(&e->state_lock, NULL);
     pthread_rwlock_init(&e->gate, NULL);
     e->marks = marks_new();
-    if (!e->marks) {
+    if (!e->marks || feed_init(e) != KURA_OK) {
+        feed_destroy(e);
+        marks_free(e->marks);
         pthread_rwlock_destroy(&e->gate);
         pthread_mutex_destroy(&e->state_lock);
         free(e);
@@ -189,6 +191,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     if (store->ops->load_state) {
         int rc = store->ops->load_state(store, &st);
         if (rc < 0) {
+            feed_destroy(e);
             marks_free(e->marks);
             pthread_mutex_destroy(&e->state_lock);
             pthread_rwlock_destroy(&e->gate);
@@ -202,7 +205,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->flush_at, st.flush_at);
     e->saved_ulog_ts = st.ulog_ts;
     e->cas_block = CAS_RESERVE_BLOCK;
-    feed_init(e);
+    feed_hook(e, store);
     *out = e;
     return KURA_OK;
 }
@@ -212,13 +215,13 @@ void engine_close(kura_engine *e)
     if (!e)
         return;
     feed_stop(e);
-    pthread_mutex_lock(&e->state_lock);
+    engine_state_lock(e);
     /* Nothing above next_cas was handed out: a clean stop saves exactly that. */
     uint64_t used = e->cas_clock ? hlc_last(e->cas_clock) : atomic_load(&e->next_cas) - 1;
     if (used < atomic_load(&e->cas_reserved))
         atomic_store(&e->cas_reserved, used > 0 ? used : 0);
     do_save_state(e);
-    pthread_mutex_unlock(&e->state_lock);
+    engine_state_unlock(e);
     kura_store_close(e->store);
     feed_destroy(e);
     marks_free(e->marks);
@@ -242,13 +245,13 @@ kura_clock engine_clock(kura_engine *e)
     if (c.flush_at != 0 && c.now > c.flush_at) {
         /* The delayed flush's second has passed: everything stored up to
          * now is flushed, which the watermark expresses from here on. */
-        pthread_mutex_lock(&e->state_lock);
+        engine_state_lock(e);
         if (atomic_load(&e->flush_at) == c.flush_at) {
             atomic_store(&e->oldest_cas, do_next_cas(e));
             atomic_store(&e->flush_at, 0);
             do_save_state(e);
         }
-        pthread_mutex_unlock(&e->state_lock);
+        engine_state_unlock(e);
         c.oldest_cas = atomic_load(&e->oldest_cas);
         c.flush_at = atomic_load(&e->flush_at);
     }
@@ -794,7 +797,7 @@ static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     KURA_STAT_INC(ts, cmd_flush);
     if ((rc = local_change(e)) != KURA_OK)
         return rc;
-    pthread_mutex_lock(&e->state_lock);
+    engine_state_lock(e);
     uint64_t oldest = oldest_live <= now ? do_next_cas(e) : 0;
     int64_t at = oldest_live >= now ? oldest_live : 0;
     /* logged first: a flush the log refuses is not made */
@@ -804,7 +807,7 @@ static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
         atomic_store(&e->flush_at, at);
         rc = do_save_state(e);
     }
-    pthread_mutex_unlock(&e->state_lock);
+    engine_state_unlock(e);
     return rc;
 }
 
@@ -828,8 +831,8 @@ long engine_sweep(kura_engine *e, size_t budget)
 
 int engine_sync(kura_engine *e)
 {
-    if (e->ulog) {
-        int rc = ul_sync_now(e->ulog);
+    if (feed_log(e)) {
+        int rc = ul_sync_now(feed_log(e));
         if (rc)
             return rc;
     }
@@ -934,12 +937,14 @@ int engine_swap_store(kura_engine *e,
     if (!e->gated)
         return KURA_EINVAL;
     pthread_rwlock_wrlock(&e->gate);
+    /* unranked (lockorder.h): no change is in flight under the gate, and
+     * the swap closes and opens stores, taking their locks under this one */
     pthread_mutex_lock(&e->state_lock);
     kura_store *ns = NULL;
     int rc = swap(arg, e->store, &ns);
     e->store = ns;
     if (ns)
-        ns->feed = &e->feed;
+        feed_hook(e, ns);
     if (rc == KURA_OK) {
         kura_store_state st = { 0 };
         rc = ns->ops->load_state ? ns->ops->load_state(ns, &st) : KURA_OK;
@@ -955,7 +960,7 @@ int engine_swap_store(kura_engine *e,
             atomic_store(&e->oldest_cas, 0);
             atomic_store(&e->flush_at, 0);
             e->saved_ulog_ts = 0;
-            atomic_store(&e->pinned, 0);
+            feed_unpin(e);
             rc = do_save_state(e);
         }
     }

@@ -1,7 +1,8 @@
 /*
  * engine_int.h - the engine's private state, shared by engine.c (memcached's
- * semantics) and feed.c (the change feed: cas under the key's lock, the
- * update log, its recovery and the rows a replica applies).
+ * semantics and cas assignment) and the journal (src/journal/: the change
+ * feed, the update log, its recovery and the rows a replica applies), which
+ * the engine calls through the feed_* functions below.
  */
 #ifndef KURA_ENGINE_INT_H
 #define KURA_ENGINE_INT_H
@@ -10,22 +11,13 @@
 #include <stdatomic.h>
 
 #include "kura/engine.h"
+#include "kura/lockorder.h"
 #include "kura/ulog.h"
-
-/* Threads that may be inside a change at once, each with a slot of its own
- * (feed.c); a thread beyond them waits for the one overflow slot. */
-#define ENGINE_SLOTS 256
-
-typedef struct engine_slot {
-    _Atomic uint64_t ts;                /* 0, or a bound below the row in flight */
-    char pad[56];
-} engine_slot;
 
 struct kura_engine {
     kura_store *store;
     size_t item_size_max;
     int64_t started;
-    kura_feed feed;                     /* store->feed points here */
 
     _Atomic uint64_t next_cas;          /* the next cas to hand out */
     _Atomic uint64_t cas_reserved;      /* persisted: no cas above this was handed out */
@@ -35,30 +27,25 @@ struct kura_engine {
     hlc *cas_clock;                     /* dual master: cas values from the clock; else NULL */
     uint32_t cas_tag;                   /* ... ending in these bits of the server id */
     uint64_t cas_block;                 /* cas values reserved per state save */
-    struct tombs *tombs;                /* dual master: recent deletes (feed.c) */
-
     pthread_mutex_t state_lock;         /* serializes changes to the persisted state */
     struct kura_marks *marks;           /* access marks for the meta protocol (marks.h) */
     bool gated;                         /* store swaps possible: calls take gate */
     pthread_rwlock_t gate;              /* read: a call uses the store; write: a swap */
 
-    /* the update log (feed.c); NULL: none */
-    ul_log *ulog;
-    int ulog_sync;                      /* enum kura_sync_mode */
-    void (*log)(int level, const char *line);
     uint64_t saved_ulog_ts;             /* state_lock: the watermark last saved */
-    _Atomic uint64_t pinned;            /* a row the store failed to apply: the
-                                           watermark stays below it (0: none) */
-    engine_slot slots[ENGINE_SLOTS + 1];
-    pthread_mutex_t overflow_lock;      /* held across a change in the last slot */
-    kura_store commit_source;           /* the update log as a group-commit store */
-    int (*commit_wait)(void *arg, uint64_t ts);     /* -syncrepl: replicas have ts */
-    void *commit_wait_arg;
-    pthread_t feed_thread;              /* saves the watermark, syncs (interval) */
-    pthread_mutex_t feed_lock;
-    pthread_cond_t feed_wake;
-    bool feed_stop, feed_running;
+    struct kura_journal *journal;       /* the update log's side (src/journal/) */
 };
+
+/* state_lock, with its rank (lockorder.h): taken under a stripe or the
+ * tree lock, and the store's and the update log's locks under it. */
+static inline void engine_state_lock(kura_engine *e)
+{
+    lockorder_lock(&e->state_lock, LOCK_RANK_ENGINE_STATE);
+}
+static inline void engine_state_unlock(kura_engine *e)
+{
+    lockorder_unlock(&e->state_lock, LOCK_RANK_ENGINE_STATE);
+}
 
 /* engine.c */
 int engine_save_state_locked(kura_engine *e);   /* state_lock held */
@@ -66,10 +53,18 @@ void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
 void engine_gate_out(kura_engine *e);
 uint64_t engine_next_cas(kura_engine *e);
 
-/* feed.c */
-void feed_init(kura_engine *e);
+/* src/journal/ */
+/* KURA_OK or KURA_ENOMEM; feed_destroy either way.  The store's changes
+ * reach the feed once feed_hook() is called. */
+int feed_init(kura_engine *e);
 void feed_stop(kura_engine *e);         /* the thread; before the last state save */
 void feed_destroy(kura_engine *e);
+/* The update log attached (journal_attach), NULL if none. */
+ul_log *feed_log(kura_engine *e);
+/* A store swapped in: its changes go through the feed, and a row the old
+ * store failed to apply no longer holds the watermark down. */
+void feed_hook(kura_engine *e, kura_store *s);
+void feed_unpin(kura_engine *e);
 /* Around every store call that may change something: begin before it,
  * end after with the store's result. */
 int feed_begin(kura_engine *e);

@@ -40,6 +40,7 @@
 #include "kura/status.h"
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/lockorder.h"
 #include "kura/tlbuf.h"
 
 static void sl_logf(sl_log *log, int level, const char *fmt, ...)
@@ -344,20 +345,20 @@ void sl_seg_close(sl_log *log, sl_seg *sg)
 
 static void seg_unpin(sl_log *log, sl_seg *sg)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     if (--sg->pins == 0)
         pthread_cond_broadcast(&log->pin_cv);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
 }
 
 void sl_seg_drop(sl_log *log, sl_seg *sg)
 {
     char path[4200];
     sl_seg_path(log, sg->id, path, sizeof(path));
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     while (sg->pins)
         pthread_cond_wait(&log->pin_cv, &log->mu);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
     sl_seg_close(log, sg);
     if (log->cfg.io->unlinkat(log->cfg.io, AT_FDCWD, path, 0) != 0)
         sl_logf(log, KURA_LOG_ERROR, "cannot remove %s: %s", path, strerror(errno));
@@ -382,15 +383,15 @@ void sl_first_advance(sl_log *log, uint32_t limit)
 
 uint32_t sl_active_id(sl_log *log)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     uint32_t id = log->active->id;
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
     return id;
 }
 
 void sl_seg_each(sl_log *log, void (*fn)(void *arg, sl_seg *sg), void *arg)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     uint32_t hi = log->active->id;
     pthread_mutex_lock(&log->seg_mu);
     for (uint32_t id = sl_first(log); id <= hi; id++) {
@@ -399,7 +400,7 @@ void sl_seg_each(sl_log *log, void (*fn)(void *arg, sl_seg *sg), void *arg)
             fn(arg, sg);
     }
     pthread_mutex_unlock(&log->seg_mu);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
 }
 
 void sl_start(sl_log *log, sl_seg *last, uint32_t first)
@@ -667,11 +668,11 @@ static void populate_ahead(sl_seg *a, uint64_t off, uint64_t end)
  * faults in pages of whatever is mapped there now: both harmless. */
 static void fault_in_outside(sl_log *log, uint64_t rlen)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     sl_seg *a = log->active;
     unsigned char *base = a->wmap;
     uint64_t from = a->size & ~(uint64_t)4095, cap = a->wmaplen, end = a->size + rlen;
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
 #ifdef MADV_POPULATE_WRITE
     if (base && end <= cap)
         (void)madvise(base + from, end - from, MADV_POPULATE_WRITE);
@@ -691,7 +692,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
         return rc;
     if (log->cfg.mapwrite && body_len >= FAULT_OUTSIDE_MIN)
         fault_in_outside(log, head_max + body_len);
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     uint64_t recno = log->recno + 1;
     size_t hlen = frame(arg, iov[0].iov_base, recno);
     iov[0].iov_len = hlen;
@@ -773,26 +774,26 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
     out->lsn = atomic_load_explicit(&log->lsn, memory_order_relaxed) + rlen;
     atomic_store_explicit(&log->lsn, out->lsn, memory_order_release);
 out:
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
     return rc;
 }
 
 void sl_locked(sl_log *log, void (*fn)(void *arg, const sl_tail *t), void *arg)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     sl_tail t = { .seg = log->active ? log->active->id : 0,
                   .off = log->active ? log->active->size : 0,
                   .lsn = atomic_load(&log->lsn), .recno = log->recno,
                   .rolls = atomic_load(&log->rolls) };
     fn(arg, &t);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
 }
 
 void sl_set_recno(sl_log *log, uint64_t recno)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     log->recno = recno;
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
 }
 
 /* ---- durability ---------------------------------------------------------- */
@@ -808,7 +809,7 @@ void sl_writebehind(sl_log *log)
 {
     if (!log->cfg.wbehind || log->cfg.read_only)
         return;
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     sl_seg *a = log->active;
     uint64_t from = a->wb_from, to = a->size & ~(uint64_t)4095;
     bool go = to > from && to - from >= log->cfg.wbehind;
@@ -816,7 +817,7 @@ void sl_writebehind(sl_log *log)
         a->wb_from = to;
         a->pins++;              /* the segment may be sealed and dropped meanwhile */
     }
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
     if (go) {
         /* a hint to the kernel, not a write: it bypasses cfg.io (errors
          * show at the next sync, which goes through it) */
@@ -830,10 +831,10 @@ void sl_writebehind(sl_log *log)
  * dump. */
 void sl_writeback_hint(sl_log *log)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
     sl_seg *a = log->active;
     a->pins++;
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
     (void)sync_file_range(a->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     seg_unpin(log, a);
 }
@@ -857,11 +858,11 @@ int sl_commit(sl_log *log, uint64_t lsn)
         log->syncing = true;
         pthread_mutex_unlock(&log->cmu);
 
-        pthread_mutex_lock(&log->mu);
+        lockorder_lock(&log->mu, log->cfg.lock_rank);
         uint64_t target = atomic_load(&log->lsn);
         sl_seg *a = log->active;
         a->pins++;              /* kept open through the sync (sl_seg_drop waits) */
-        pthread_mutex_unlock(&log->mu);
+        lockorder_unlock(&log->mu, log->cfg.lock_rank);
         int e = 0;
         atomic_fetch_add(&log->syncs, 1);
         if (log->cfg.io->fdatasync(log->cfg.io, a->fd) != 0)

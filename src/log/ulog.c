@@ -33,6 +33,7 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/lockorder.h"
 #include "kura/status.h"
 #include "kura/ulog.h"
 
@@ -385,7 +386,8 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
                     .version = UL_VERSION, .versions = 1u << UL_VERSION,
                     .segsiz = cfg->ulim ? cfg->ulim : DEFAULT_ULIM,
                     .mapwrite = cfg->mapwrite && !cfg->read_only, .check = ul_check,
-                    .read_only = cfg->read_only, .log = cfg->log, .log_arg = cfg->log_arg };
+                    .read_only = cfg->read_only, .log = cfg->log, .log_arg = cfg->log_arg,
+                    .lock_rank = LOCK_RANK_ULOG_SEG };
     memcpy(c.magic, UL_MAGIC, 8);
     sl_init(&log->sl, &c);
     if ((rc = sl_list(&log->sl, &ids, &n))) {
@@ -496,7 +498,7 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
     unsigned char head[HDR_ROW_MAX + UL_ROW_HEAD_MAX];
     if (!row_ok(row))
         return KURA_EINVAL;
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     int rc = sl_failed(&log->sl);
     if (rc)
         goto out;
@@ -545,7 +547,7 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
     pos->seg = loc.seg;
     pos->off = loc.off + hlen;
 out:
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
     return rc;
 }
 
@@ -631,10 +633,10 @@ static int load_start(ul_log *log, char *err, size_t errlen)
 
 void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     log->notify = fn;
     log->notify_arg = arg;
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
 }
 
 uint64_t ul_write_lsn(ul_log *log)
@@ -649,9 +651,9 @@ hlc *ul_clock(ul_log *log)
 
 uint64_t ul_last_ts(ul_log *log)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     uint64_t ts = log->last_ts;
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
     return ts;
 }
 
@@ -673,9 +675,9 @@ static void do_extent(ul_log *log, ul_extent *ex)
 
 void ul_get_extent(ul_log *log, ul_extent *ex)
 {
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     do_extent(log, ex);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
 }
 
 /* ---- retention ----------------------------------------------------------- */
@@ -710,7 +712,7 @@ int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_r
     memset(res, 0, sizeof(*res));
     if (log->cfg.read_only)
         return KURA_EREADONLY;
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     do_extent(log, &ex);
     uint64_t total = ex.bytes;
     for (uint32_t id = ex.first_seg; max_total && total > max_total && id < ex.last_seg; id++) {
@@ -726,7 +728,7 @@ int ul_prune(ul_log *log, uint64_t keep_after_ts, uint64_t max_total, ul_prune_r
             res->forced++;
     }
     res->from_ts = do_from_ts(log);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
     if (res->forced) {
         char msg[200];
         snprintf(msg, sizeof(msg), "the update log passed its cap of %llu bytes: removed %u "
@@ -744,7 +746,7 @@ int ul_prune_before(ul_log *log, uint64_t ts, ul_prune_result *res)
     memset(res, 0, sizeof(*res));
     if (log->cfg.read_only)
         return KURA_EREADONLY;
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     do_extent(log, &ex);
     for (uint32_t id = ex.first_seg; id < ex.last_seg; id++) {
         sl_seg *sg = sl_seg_get(&log->sl, id);
@@ -756,7 +758,7 @@ int ul_prune_before(ul_log *log, uint64_t ts, ul_prune_result *res)
         do_drop_oldest(log, sg, ex.last_seg, res);
     }
     res->from_ts = do_from_ts(log);
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
     return rc;
 }
 
@@ -767,11 +769,11 @@ int ul_segments(ul_log *log, ul_seg_info **out, size_t *n)
     ul_extent ex;
     *out = NULL;
     *n = 0;
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     do_extent(log, &ex);
     ul_seg_info *v = calloc(ex.segs ? ex.segs : 1, sizeof(*v));
     if (!v) {
-        pthread_mutex_unlock(&log->mu);
+        lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
         return KURA_ENOMEM;
     }
     for (uint32_t id = ex.first_seg; id <= ex.last_seg; id++) {
@@ -808,7 +810,7 @@ int ul_segments(ul_log *log, ul_seg_info **out, size_t *n)
         }
         sl_scan_done(&sc);
     }
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
     *out = v;
     return KURA_OK;
 }
@@ -844,7 +846,7 @@ int ul_reader_open(ul_log *log, uint64_t after, ul_reader **out)
     rd->log = log;
     rd->after = after;
     rd->fd = -1;
-    pthread_mutex_lock(&log->mu);
+    lockorder_lock(&log->mu, LOCK_RANK_ULOG);
     int rc = KURA_OK;
     if (after < do_from_ts(log)) {
         rc = KURA_NOTFOUND;
@@ -874,7 +876,7 @@ int ul_reader_open(ul_log *log, uint64_t after, ul_reader **out)
     }
     rc = do_reader_seg(rd, start);
 out:
-    pthread_mutex_unlock(&log->mu);
+    lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
     if (rc) {
         ul_reader_close(rd);
         return rc;
@@ -901,7 +903,7 @@ int ul_reader_next(ul_reader *rd, ul_row *row)
             return rc;
         /* the end of what the reader knew of this segment: it may have
          * grown (the active one), or been sealed, with the next to read */
-        pthread_mutex_lock(&log->mu);
+        lockorder_lock(&log->mu, LOCK_RANK_ULOG);
         sl_seg *sg = sl_seg_get(&log->sl, rd->seg);
         if (!sg) {
             rc = KURA_NOTFOUND;         /* pruned before its end was known */
@@ -918,7 +920,7 @@ int ul_reader_next(ul_reader *rd, ul_row *row)
         } else {
             rc = UL_CAUGHT_UP;
         }
-        pthread_mutex_unlock(&log->mu);
+        lockorder_unlock(&log->mu, LOCK_RANK_ULOG);
         if (rc != -100)
             return rc;
     }

@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/journal.h"
+#include "kura/lockorder.h"
 #include "kura/repl.h"
 
 #define SEND_TIMEOUT_MS 60000           /* a replica reading nothing this long is dropped */
@@ -92,14 +94,14 @@ static void on_append(void *arg)
     atomic_fetch_add_explicit(&m->appended, 1, memory_order_relaxed);
     if (atomic_load_explicit(&m->nwaiting, memory_order_acquire) == 0)
         return;
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     for (peer *p = m->peers; p; p = p->next)
         if (atomic_exchange(&p->waiting, false)) {
             atomic_fetch_sub(&m->nwaiting, 1);
             uint64_t one = 1;
             if (write(p->efd, &one, sizeof(one)) < 0) {}
         }
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
 }
 
 /* ---- acks from the replica ------------------------------------------------ */
@@ -127,10 +129,10 @@ static int read_acks(peer *p, ackbuf *ab)
             if (sscanf(ab->b, "ACK %llu", &ts) != 1)
                 return -1;
             if (ts > atomic_load(&p->acked)) {
-                pthread_mutex_lock(&p->m->lock);
+                lockorder_lock(&p->m->lock, LOCK_RANK_REPL);
                 atomic_store(&p->acked, ts);
                 pthread_cond_broadcast(&p->m->acked);
-                pthread_mutex_unlock(&p->m->lock);
+                lockorder_unlock(&p->m->lock, LOCK_RANK_REPL);
             }
             size_t used = (size_t)(nl + 1 - ab->b);
             memmove(ab->b, nl + 1, ab->n - used);
@@ -262,7 +264,7 @@ static void stream(peer *p)
 
     if (rc == KURA_NOTFOUND) {
         /* a new replica, or one the log has left behind: a copy first */
-        start = engine_applied_ts(m->cfg.engine);
+        start = journal_applied_ts(m->cfg.engine);
         atomic_store(&p->acked, start);         /* retention keeps the rows after it */
         rc = ul_reader_open(log, start, &rd);
         if (rc == KURA_OK) {
@@ -387,7 +389,7 @@ static void *peer_main(void *arg)
     stream(p);
     logf_(m, KURA_LOG_INFO, "replica %s (sid %u): stream closed at %" PRIu64, p->name, p->sid,
           atomic_load(&p->sent));
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     for (peer **pp = &m->peers; *pp; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
@@ -402,7 +404,7 @@ static void *peer_main(void *arg)
     /* the last touch of m: repl_master_free may free it once this is seen */
     m->nthreads--;
     pthread_cond_broadcast(&m->gone);
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
     return NULL;
 }
 
@@ -446,7 +448,7 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     p->next = m->peers;
     m->peers = p;
     m->nthreads++;
@@ -456,7 +458,7 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
         m->peers = p->next;
         m->nthreads--;
     }
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
     pthread_attr_destroy(&at);
     if (err) {
         close(p->efd);
@@ -480,7 +482,7 @@ int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms)
         until.tv_nsec -= 1000000000;
     }
     atomic_fetch_add(&m->waits, 1);
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     int rc = 0;
     for (;;) {
         int have = 0;
@@ -495,7 +497,7 @@ int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms)
             break;
         }
     }
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
     return rc;
 }
 
@@ -503,16 +505,16 @@ int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms)
 
 void repl_master_tick(repl_master *m)
 {
-    uint64_t keep = engine_applied_ts(m->cfg.engine);
+    uint64_t keep = journal_applied_ts(m->cfg.engine);
     time_t now = time(NULL);
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     for (peer *p = m->peers; p; p = p->next)
         if (atomic_load(&p->acked) < keep)
             keep = atomic_load(&p->acked);
     for (int i = 0; i < m->nseen; i++)
         if (now - m->seen[i].last <= SEEN_KEEP && m->seen[i].acked < keep)
             keep = m->seen[i].acked;
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
     if (!m->cfg.ulmax)
         return;
     ul_prune_result res;
@@ -550,7 +552,7 @@ void repl_master_free(repl_master *m)
 {
     if (!m)
         return;
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     for (peer *p = m->peers; p; p = p->next) {
         atomic_store(&p->stop, true);
         shutdown(p->fd, SHUT_RDWR);
@@ -559,7 +561,7 @@ void repl_master_free(repl_master *m)
     }
     while (m->nthreads > 0)
         pthread_cond_wait(&m->gone, &m->lock);
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
     ul_set_notify(m->cfg.ulog, NULL, NULL);
     pthread_mutex_destroy(&m->lock);
     pthread_cond_destroy(&m->gone);
@@ -571,7 +573,7 @@ void repl_master_free(repl_master *m)
 void repl_master_stats(repl_master *m, bool all, kura_stat_fn emit, void *arg)
 {
     uint64_t last = ul_last_ts(m->cfg.ulog);
-    pthread_mutex_lock(&m->lock);
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
     int n = 0;
     for (peer *p = m->peers; p; p = p->next)
         n++;
@@ -591,7 +593,7 @@ void repl_master_stats(repl_master *m, bool all, kura_stat_fn emit, void *arg)
                  lag, rows, atomic_load(&p->copying) ? ",copying" : "");
         emit(arg, name, v);
     }
-    pthread_mutex_unlock(&m->lock);
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
     repl_emit_u64(emit, arg, "repl_copies_sent", atomic_load(&m->boots));
     repl_emit_u64(emit, arg, "repl_rows_sent", atomic_load(&m->rows_sent));
     repl_emit_u64(emit, arg, "repl_syncrepl_waits", atomic_load(&m->waits));

@@ -3,7 +3,7 @@
  * protocol; docs/replication.md the operator's view).
  *
  * One thread: connect, send "repl <position> <sid>", apply every row that
- * comes, in order, through engine_apply_row() (which logs it in this
+ * comes, in order, through journal_apply_row() (which logs it in this
  * server's own update log, when it has one, with its origin's sid and
  * timestamp, so replicas can chain); ack what is applied; keep the position
  * in the rts file.  On a cut connection, a master that restarts or goes
@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/journal.h"
 #include "kura/repl.h"
 #include "keyset.h"
 
@@ -251,7 +252,7 @@ static int del_stale(void *arg, const char *key, size_t klen)
     session *ss = arg;
     ul_row del = { .type = UL_DEL, .key = key, .klen = klen, .sid = ss->s->cfg.sid,
                    .origin_ts = 0 };
-    int rc = engine_apply_row(ss->s->cfg.engine, &del);
+    int rc = journal_apply_row(ss->s->cfg.engine, &del);
     return rc < 0 ? rc : 0;
 }
 
@@ -316,14 +317,14 @@ static int handle(session *ss, const ul_row *row)
         }
         if (ss->stale)
             keyset_remove(ss->stale, row->key, row->klen);
-        return engine_apply_row(s->cfg.engine, row);
+        return journal_apply_row(s->cfg.engine, row);
     }
     if (row->ts <= atomic_load(&s->pos))
         return KURA_OK;                 /* had it (a master's log read from before) */
     int rc = KURA_OK;
     if (row->sid == s->cfg.sid)
         atomic_fetch_add(&s->skipped, 1);   /* our own change, back from a dual master */
-    else if ((rc = engine_apply_row(s->cfg.engine, row)) == KURA_OK)
+    else if ((rc = journal_apply_row(s->cfg.engine, row)) == KURA_OK)
         atomic_fetch_add(&s->applied, 1);
     if (rc < 0)
         return rc;
@@ -338,8 +339,9 @@ static int send_ack(session *ss)
     repl_slave *s = ss->s;
     uint64_t pos = atomic_load(&s->pos);
     if (s->cfg.sync_mode == KURA_SYNC_ALWAYS) {
-        kura_store *src = engine_commit_source(s->cfg.engine);
-        if (src->ops->commit && src->ops->commit(src, src->ops->write_seq(src)) < 0)
+        kura_commit src;
+        if (journal_commit_source(s->cfg.engine, &src) &&
+            src.commit(src.ctx, src.write_seq(src.ctx)) < 0)
             return -1;
     }
     char line[64];

@@ -51,9 +51,10 @@ typedef struct kura_conn {
 static void on_event(evutil_socket_t fd, short what, void *arg);
 
 /* Why a connection is closed with its replies unsent (COMMIT_CLOSE). */
-static void log_close_unconfirmed(void)
+static void log_close_unconfirmed(kura_conn *c)
 {
-    log_msg(KURA_LOG_ERROR, commit_failed() ? "closing connections whose changes cannot be synced"
+    bool failed = committer_failed(c->w->srv->committer);
+    log_msg(KURA_LOG_ERROR, failed ? "closing connections whose changes cannot be synced"
                                      : "closing connections whose changes the replicas did "
                                        "not confirm in time (-syncrepl)");
 }
@@ -129,7 +130,7 @@ static void hold(kura_conn *c, uint64_t target)
     event_del(c->ev);
     c->held_next = c->w->held;
     c->w->held = c;
-    commit_request(target);
+    committer_request(c->w->srv->committer, target);
 }
 
 /* Writes what is queued.  Returns false if the connection was closed or must
@@ -164,27 +165,28 @@ static bool pump(kura_conn *c)
 {
     for (;;) {
         size_t avail = c->rbuf.len - c->rpos, used = 0;
-        uint64_t before = commit_enabled() ? commit_thread_seq() : 0;
+        journal_committer *cm = c->w->srv->committer;
+        uint64_t before = cm ? committer_thread_seq(cm) : 0;
         if (avail > 0 && (c->ts.need == 0 || avail >= c->ts.need)) {
             used = kura_session_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
         }
         if (c->ts.dirty) {
             c->ts.dirty = false;
-            if (commit_enabled()) {
+            if (cm) {
                 /* Replies wait until every change made so far is durable,
                  * not only this batch's own: an answer such as NOT_STORED
                  * may rest on another connection's change.  Once a sync
                  * has failed, a batch that changed nothing itself (writes
                  * refused with SERVER_ERROR) is answered rather than
                  * closed: its replies promise nothing about durability. */
-                uint64_t target = commit_write_seq();
-                int fate = commit_fate(target);
-                if (fate == COMMIT_CLOSE && commit_thread_seq() == before)
+                uint64_t target = committer_write_seq(cm);
+                int fate = commit_fate(cm, target);
+                if (fate == COMMIT_CLOSE && committer_thread_seq(cm) == before)
                     fate = COMMIT_SEND;
                 if (fate == COMMIT_CLOSE) {
                     /* A sync has failed: these changes will never be durable. */
-                    log_close_unconfirmed();
+                    log_close_unconfirmed(c);
                     conn_close(c);
                     return false;
                 }
@@ -278,14 +280,14 @@ void conn_release_durable(kura_worker *w)
     while (list) {
         kura_conn *c = list;
         list = c->held_next;
-        int fate = commit_fate(c->commit_target);
+        int fate = commit_fate(w->srv->committer, c->commit_target);
         if (fate == COMMIT_SEND) {
             c->held = false;
             arm(c, false);
             drive(c);                   /* send the replies, then carry on */
         } else if (fate == COMMIT_CLOSE) {
             c->held = false;
-            log_close_unconfirmed();
+            log_close_unconfirmed(c);
             conn_close(c);
         } else {
             c->held_next = w->held;     /* still waiting */
@@ -330,7 +332,8 @@ void conn_close_all(kura_worker *w)
         kura_conn *c = w->conns;
         /* Replies waiting for a sync that never came are not sent: their
          * changes were not made durable, so they must not be acknowledged. */
-        bool durable = !c->held || commit_fate(c->commit_target) == COMMIT_SEND;
+        bool durable = !c->held ||
+                       commit_fate(w->srv->committer, c->commit_target) == COMMIT_SEND;
         if (durable && c->wpos < c->wbuf.len) {
             ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos,
                              MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -155,7 +155,7 @@ static int open_ulog(kura_server *srv)
                 err[0] ? err : kura_strerror(rc));
         return -1;
     }
-    rc = engine_attach_ulog(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
+    rc = journal_attach(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
     if (rc) {
         log_msg(KURA_LOG_ERROR, "cannot apply the update log %s to the store: %s", st->ulog_dir,
                 kura_strerror(rc));
@@ -192,7 +192,7 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
         emit(arg, "ulog_last_ts", b);
         snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.from_ts);
         emit(arg, "ulog_from_ts", b);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)engine_applied_ts(srv->engine));
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)journal_applied_ts(srv->engine));
         emit(arg, "ulog_applied_ts", b);
         snprintf(b, sizeof(b), "%u", ex.segs);
         emit(arg, "ulog_files", b);
@@ -220,6 +220,24 @@ static int wait_replicas(void *arg, uint64_t ts)
     return st->syncrepl_ack ? 0 : KURA_COMMIT_ABANDONED;
 }
 
+/* Wakes every worker: the committer has made more durable. */
+static void wake_workers(void *arg)
+{
+    kura_server *srv = arg;
+    for (int i = 0; i < srv->nworkers; i++)
+        worker_wake(&srv->workers[i]);
+}
+
+/* -sync always or -syncrepl: replies wait for durability (journal.h). */
+static int start_committer(kura_server *srv)
+{
+    committer_config cc = { .wake = wake_workers, .wake_arg = srv, .log = store_log };
+    if ((srv->settings->sync_mode != KURA_SYNC_ALWAYS && !srv->settings->syncrepl) ||
+        !journal_commit_source(srv->engine, &cc.source))
+        return 0;                       /* nothing to wait for */
+    return committer_start(&cc, &srv->committer) == KURA_OK ? 0 : -1;
+}
+
 /* The replication master (with -ulog) and the replica thread (-mhost). */
 static int start_repl(kura_server *srv)
 {
@@ -240,7 +258,7 @@ static int start_repl(kura_server *srv)
             log_msg(KURA_LOG_ERROR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
             return -1;
         }
-        engine_set_commit_wait(srv->engine, wait_replicas, srv);
+        journal_set_replica_wait(srv->engine, wait_replicas, srv);
     }
     if (st->mhost) {
         char rts[4200];
@@ -293,7 +311,7 @@ static int open_engine(kura_server *srv)
         .item_size_max = st->item_size_max,
         .sync_mode = st->sync_mode,
         .recover = st->recover,
-        /* -sync always: the committer (commit.c) syncs for every connection
+        /* -sync always: the committer (journal.h) syncs for every connection
          * at once, instead of each change waiting in its worker. */
         .deferred_commit = st->sync_mode == KURA_SYNC_ALWAYS,
         .log = store_log,
@@ -446,7 +464,7 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
-    if (commit_start(&srv) < 0) {
+    if (start_committer(&srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot start the commit thread");
         goto fail;
     }
@@ -473,20 +491,22 @@ int main(int argc, char **argv)
     /* The committer's last sync releases the replies it covers, so it stops
      * before the workers; its lock outlives them (they may still ask for a
      * sequence until they stop). */
-    commit_stop();
+    committer_stop(srv.committer);
     workers_stop(&srv);
-    commit_free();
+    bool sync_failed = committer_failed(srv.committer);
+    committer_free(srv.committer);
+    srv.committer = NULL;
     stop_repl(&srv);
     snapd_stop(&srv, true);
     signals_free(sigevs);
     event_free(tick);
     event_base_free(srv.base);
-    /* After a failed group-commit sync nothing is synced again (commit.c
+    /* After a failed group-commit sync nothing is synced again (committer.c
      * says why): a later sync that "succeeds" proves nothing.  A stop
      * without a good final sync is not clean, and the exit status says so
      * (a service manager shows the failure; the next start recovers from
      * what is on the disk). */
-    rc = commit_failed() ? KURA_EFAILED : engine_sync(srv.engine);
+    rc = sync_failed ? KURA_EFAILED : engine_sync(srv.engine);
     if (rc < 0)
         log_msg(KURA_LOG_ERROR, "final sync failed: %s", kura_strerror(rc));
     engine_close(srv.engine);
@@ -500,10 +520,11 @@ int main(int argc, char **argv)
 fail:
     /* Start-up failed: the reason is logged (and on stderr).  Undo what was
      * done, in reverse, so no pid file or socket file is left behind. */
-    commit_stop();
+    committer_stop(srv.committer);
     if (workers)
         workers_stop(&srv);
-    commit_free();
+    committer_free(srv.committer);
+    srv.committer = NULL;
     stop_repl(&srv);
     snapd_stop(&srv, false);
     if (listening)

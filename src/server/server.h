@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "kura/engine.h"
+#include "kura/journal.h"
 #include "kura/proto.h"
 #include "kura/repl.h"
 
@@ -134,6 +135,10 @@ struct kura_server {
     ul_log *ulog;                       /* NULL without -ulog */
     repl_master *repl_master;           /* serves "repl"; NULL without -ulog */
     repl_slave *repl_slave;             /* NULL unless -mhost */
+    /* group commit: replies wait for durability (-sync always, -syncrepl);
+     * NULL otherwise.  Set before the listener listens, freed after the
+     * workers stop. */
+    journal_committer *committer;
     kura_store_config store_cfg;        /* how the store was opened (a replica's copy too) */
     kura_server_info info;
     struct event_base *base;            /* the main thread's */
@@ -153,27 +158,6 @@ void worker_dispatch(kura_server *srv, int fd);
 struct kura_conn;
 struct kura_conn *conn_new(kura_worker *w, int fd);
 void conn_close_all(kura_worker *w);
-
-/* commit.c: group commit for -sync always (see there) */
-int commit_start(kura_server *srv);
-int commit_start_store(kura_server *srv, kura_store *store);  /* commit_start's work */
-void commit_stop(void);                 /* before workers_stop() */
-void commit_free(void);                 /* after workers_stop() */
-bool commit_enabled(void);
-uint64_t commit_write_seq(void);
-/* Covers every change this thread made (the store's thread_seq, or its
- * write_seq where it has none): unchanged across a batch, the batch changed
- * nothing and its replies wait for no sync. */
-uint64_t commit_thread_seq(void);
-uint64_t commit_durable(void);
-bool commit_failed(void);               /* a sync failed: for good */
-void commit_request(uint64_t seq);
-/* What a connection whose replies need sequence `target` durable does. */
-enum { COMMIT_SEND, COMMIT_WAIT, COMMIT_CLOSE };
-int commit_fate(uint64_t target);
-/* The committer's next step, from its state (a pure function). */
-enum { COMMIT_STEP_WAIT, COMMIT_STEP_SYNC, COMMIT_STEP_EXIT };
-int commit_next_step(bool stop, bool has_failed, uint64_t requested, uint64_t durable);
 
 /* worker.c: wakes a worker so it looks at its held connections. */
 void worker_wake(kura_worker *w);

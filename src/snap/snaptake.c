@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "kura/engine.h"
+#include "kura/journal.h"
 #include "kura/snapshot.h"
 #include "kura/ulog.h"
 
@@ -40,7 +41,7 @@ int snap_take(kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *pa
 {
     /* every row up to the watermark is in the store before the walk starts;
      * without a log there is no position to give */
-    uint64_t start = cfg->ulog ? engine_applied_ts(e) : 0;
+    uint64_t start = cfg->ulog ? journal_applied_ts(e) : 0;
     if (start == UINT64_MAX)
         start = 0;
     snap_info in = {

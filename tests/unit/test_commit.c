@@ -1,66 +1,67 @@
 /*
- * test_commit.c - the group committer (src/server/commit.c) over a fake
- * store whose sync can be made to fail.
+ * test_commit.c - the group committer (src/journal/committer.c) over a fake
+ * commit source whose commit can be made to fail.
  *
- * The committer is compiled into this program (the server's objects are not
- * in libkura.a), with the two server functions it calls stubbed: worker_wake
- * counts wake-ups, log_msg counts error lines.  Covers: the decision
- * functions (commit_next_step, commit_fate) for every state; a successful
- * sync publishes the sequence and the stop makes one last sync; a failed
- * sync is final: one error line, no retry however often connections ask
- * (including later asks), no sync at stop, and every sequence past the last
- * durable one is answered "close".
+ * The committer's callbacks count: wake counts wake-ups, log counts error
+ * lines.  Covers: the decision functions (commit_next_step, commit_fate_of)
+ * for every state; a successful sync publishes the sequence and the stop
+ * makes one last sync; a failed sync is final: one error line, no retry
+ * however often waiters ask (including later asks), no sync at stop, and
+ * every sequence past the last durable one is answered "close"; replicas
+ * that did not confirm close the waiters up to that sequence only.
  */
-#include <stdarg.h>
+#include <stdatomic.h>
 #include <time.h>
 
-#include "../../src/server/commit.c"
+#include "kura/journal.h"
 #include "unit.h"
-
-/* ---- stubs for the server functions commit.c calls ---- */
 
 static _Atomic int wakes, error_lines;
 
-void worker_wake(kura_worker *w)
+static void count_wake(void *arg)
 {
-    (void)w;
+    (void)arg;
     atomic_fetch_add(&wakes, 1);
 }
 
-void log_msg(int level, const char *fmt, ...)
+static void count_log(int level, const char *line)
 {
-    (void)fmt;
+    (void)line;
     if (level == KURA_LOG_ERROR)
         atomic_fetch_add(&error_lines, 1);
 }
 
-/* ---- a store whose commits succeed until fail_from ---- */
+/* ---- a source whose commits succeed until fail_from ---- */
 
-typedef struct fake_store {
-    kura_store base;
+typedef struct fake_source {
     _Atomic uint64_t seq;               /* the write sequence */
     _Atomic int commits;                /* calls to commit */
     int fail_from;                      /* this call and later ones fail; 0 = never */
-} fake_store;
+    int result;                         /* what a commit that does not fail returns */
+} fake_source;
 
-static uint64_t fake_write_seq(kura_store *s)
+static uint64_t fake_write_seq(void *ctx)
 {
-    return atomic_load(&((fake_store *)s)->seq);
+    return atomic_load(&((fake_source *)ctx)->seq);
 }
 
-static int fake_commit(kura_store *s, uint64_t seq)
+static int fake_commit(void *ctx, uint64_t seq)
 {
-    fake_store *f = (fake_store *)s;
+    fake_source *f = ctx;
     (void)seq;
     int n = atomic_fetch_add(&f->commits, 1) + 1;
-    return f->fail_from && n >= f->fail_from ? KURA_EIO : KURA_OK;
+    return f->fail_from && n >= f->fail_from ? KURA_EIO : f->result;
 }
 
-static const kura_store_ops fake_ops = { .name = "fake", .write_seq = fake_write_seq,
-                                         .commit = fake_commit };
-
-static kura_worker one_worker;
-static kura_server srv = { .workers = &one_worker, .nworkers = 1 };
+static journal_committer *start(fake_source *f)
+{
+    committer_config cc = {
+        .source = { "fake", fake_write_seq, NULL, fake_commit, f },
+        .wake = count_wake, .log = count_log,
+    };
+    journal_committer *c = NULL;
+    return committer_start(&cc, &c) == KURA_OK ? c : NULL;
+}
 
 /* Polls (1 ms steps, 10 s deadline) until cond holds. */
 #define WAIT_FOR(cond) do { for (int w_ = 0; w_ < 10000 && !(cond); w_++) { \
@@ -77,60 +78,86 @@ static void test_decisions(void)
     CHECK_EQ_INT(commit_next_step(false, true, 9, 5), COMMIT_STEP_WAIT);
     CHECK_EQ_INT(commit_next_step(false, true, 5, 5), COMMIT_STEP_WAIT);
     CHECK_EQ_INT(commit_next_step(true, true, 9, 5), COMMIT_STEP_EXIT);
+    /* a waiter: durable, abandoned by the replicas, failed, or waiting */
+    CHECK_EQ_INT(commit_fate_of(5, 5, 0, false), COMMIT_SEND);
+    CHECK_EQ_INT(commit_fate_of(5, 5, 0, true), COMMIT_SEND);
+    CHECK_EQ_INT(commit_fate_of(6, 5, 7, false), COMMIT_CLOSE);
+    CHECK_EQ_INT(commit_fate_of(8, 5, 7, false), COMMIT_WAIT);
+    CHECK_EQ_INT(commit_fate_of(8, 5, 7, true), COMMIT_CLOSE);
 }
 
 static void test_sync_succeeds(void)
 {
-    fake_store f = { .base = { &fake_ops } };
+    fake_source f = { 0 };
     atomic_store(&f.seq, 10);
     error_lines = 0;
-    REQUIRE(commit_start_store(&srv, &f.base) == 0);
-    CHECK_EQ_INT(commit_durable(), 10);         /* what was there at start */
-    CHECK_EQ_INT(commit_fate(10), COMMIT_SEND);
+    journal_committer *c = start(&f);
+    REQUIRE(c);
+    CHECK_EQ_INT(committer_durable(c), 10);         /* what was there at start */
+    CHECK_EQ_INT(commit_fate(c, 10), COMMIT_SEND);
     atomic_store(&f.seq, 12);
-    CHECK_EQ_INT(commit_fate(12), COMMIT_WAIT);
-    commit_request(12);
-    WAIT_FOR(commit_durable() >= 12);
-    CHECK_EQ_INT(commit_durable(), 12);
-    CHECK_EQ_INT(commit_fate(12), COMMIT_SEND);
-    CHECK(!commit_failed());
+    CHECK_EQ_INT(commit_fate(c, 12), COMMIT_WAIT);
+    committer_request(c, 12);
+    WAIT_FOR(committer_durable(c) >= 12);
+    CHECK_EQ_INT(committer_durable(c), 12);
+    CHECK_EQ_INT(commit_fate(c, 12), COMMIT_SEND);
+    CHECK(!committer_failed(c));
     int before = atomic_load(&f.commits);
-    commit_stop();
+    committer_stop(c);
     CHECK_EQ_INT(atomic_load(&f.commits), before + 1);  /* the last sync at stop */
-    commit_free();
+    committer_free(c);
     CHECK_EQ_INT(error_lines, 0);
 }
 
 static void test_failed_sync_is_final(void)
 {
-    fake_store f = { .base = { &fake_ops }, .fail_from = 2 };
+    fake_source f = { .fail_from = 2 };
     atomic_store(&f.seq, 1);
     error_lines = 0;
-    REQUIRE(commit_start_store(&srv, &f.base) == 0);
+    journal_committer *c = start(&f);
+    REQUIRE(c);
     atomic_store(&f.seq, 5);
-    commit_request(5);                          /* commit #1 succeeds */
-    WAIT_FOR(commit_durable() >= 5);
-    CHECK_EQ_INT(commit_durable(), 5);
+    committer_request(c, 5);                          /* commit #1 succeeds */
+    WAIT_FOR(committer_durable(c) >= 5);
+    CHECK_EQ_INT(committer_durable(c), 5);
 
     atomic_store(&f.seq, 8);
-    commit_request(8);                          /* commit #2 fails */
-    WAIT_FOR(commit_failed());
-    REQUIRE(commit_failed());
-    CHECK_EQ_INT(commit_durable(), 5);          /* never advances past a failure */
-    CHECK_EQ_INT(commit_fate(5), COMMIT_SEND);  /* durable before the failure */
-    CHECK_EQ_INT(commit_fate(8), COMMIT_CLOSE); /* a connection waiting for it */
+    committer_request(c, 8);                          /* commit #2 fails */
+    WAIT_FOR(committer_failed(c));
+    REQUIRE(committer_failed(c));
+    CHECK_EQ_INT(committer_durable(c), 5);          /* never advances past a failure */
+    CHECK_EQ_INT(commit_fate(c, 5), COMMIT_SEND);  /* durable before the failure */
+    CHECK_EQ_INT(commit_fate(c, 8), COMMIT_CLOSE); /* a connection waiting for it */
 
     /* Later asks: answered "close" at once, and no sync is tried again. */
     atomic_store(&f.seq, 20);
     for (uint64_t s = 9; s <= 20; s++) {
-        commit_request(s);
-        CHECK_EQ_INT(commit_fate(s), COMMIT_CLOSE);
+        committer_request(c, s);
+        CHECK_EQ_INT(commit_fate(c, s), COMMIT_CLOSE);
     }
-    commit_stop();                              /* joins: any retry would be counted */
+    committer_stop(c);                              /* joins: any retry would be counted */
     CHECK_EQ_INT(atomic_load(&f.commits), 2);   /* no retry, no sync at stop */
     CHECK_EQ_INT(error_lines, 1);               /* one line, not one per attempt */
-    CHECK_EQ_INT(commit_fate(6), COMMIT_CLOSE);
-    commit_free();
+    CHECK_EQ_INT(commit_fate(c, 6), COMMIT_CLOSE);
+    committer_free(c);
+}
+
+static void test_replicas_abandon(void)
+{
+    fake_source f = { .result = KURA_COMMIT_ABANDONED };
+    atomic_store(&f.seq, 3);
+    error_lines = 0;
+    journal_committer *c = start(&f);
+    REQUIRE(c);
+    atomic_store(&f.seq, 4);
+    committer_request(c, 4);
+    WAIT_FOR(commit_fate(c, 4) == COMMIT_CLOSE);
+    CHECK_EQ_INT(commit_fate(c, 4), COMMIT_CLOSE);  /* not confirmed: closed */
+    CHECK_EQ_INT(commit_fate(c, 3), COMMIT_SEND);   /* durable at start */
+    CHECK_EQ_INT(commit_fate(c, 5), COMMIT_WAIT);   /* later changes go on */
+    CHECK(!committer_failed(c));
+    committer_free(c);                              /* stops it first */
+    CHECK_EQ_INT(error_lines, 0);
 }
 
 int main(void)
@@ -138,5 +165,6 @@ int main(void)
     RUN(test_decisions);
     RUN(test_sync_succeeds);
     RUN(test_failed_sync_is_final);
+    RUN(test_replicas_abandon);
     UNIT_DONE();
 }

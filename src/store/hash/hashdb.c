@@ -940,7 +940,8 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                      .version = HD_VERSION, .versions = 1u << 1 | 1u << 2 | 1u << HD_VERSION,
                      .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
-                     .check = hd_rec_check, .log = log_line, .log_arg = db };
+                     .check = hd_rec_check, .log = log_line, .log_arg = db,
+                     .lock_rank = LOCK_RANK_STORE_LOG };
     memcpy(lc.magic, HD_SEG_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&db->log, &lc))) {
         snprintf(err, errlen, "out of memory");

@@ -38,6 +38,7 @@
 #include <sys/types.h>
 
 #include "kura/dbfile.h"
+#include "kura/lockorder.h"
 #include "kura/seglog.h"
 #include "kura/bytes.h"
 #include "kura/siphash.h"
@@ -253,11 +254,13 @@ static inline void hd_lock_settled(hd_stripe *s, bool write)
 }
 static inline void hd_write_lock(hd_stripe *s)
 {
+    lockorder_acquire(LOCK_RANK_STRIPE);
     hd_lock_settled(s, true);
 }
 static inline void hd_write_unlock(hd_stripe *s)
 {
     pthread_rwlock_unlock(&s->lock);
+    lockorder_release(LOCK_RANK_STRIPE);
 }
 /* Called with `lock` held for writing (hd_write_lock): wlock is free, as
  * `copying` is clear. */

@@ -32,6 +32,7 @@
 #include "kura/dbfile.h"
 #include "kura/codec.h"
 #include "tree_int.h"
+#include "kura/lockorder.h"
 
 static inline btree *B(kura_store *s) { return (btree *)s; }
 
@@ -244,7 +245,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     bt_path path;
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     int rc = do_descend(bt, key, klen, &path);
     if (rc)
         goto out;
@@ -285,7 +286,7 @@ release:
     do_path_release(bt, &path);
     do_vbuf_trim(bt);
 out:
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     return rc;
 }
 
@@ -300,7 +301,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
         return KURA_EINVAL;
     if (too_big(bt, it->klen, it->vlen))
         return KURA_ETOOBIG;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
         rc = do_descend(bt, it->key, it->klen, &path);
@@ -325,7 +326,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
     }
     do_path_release(bt, &path);
 out:
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     return finish_write(bt, rc, wrote, lsn);
 }
 
@@ -338,7 +339,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
     bool wrote = false;
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
         rc = do_descend(bt, key, klen, &path);
@@ -364,7 +365,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
     }
     do_path_release(bt, &path);
 out:
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     return finish_write(bt, rc, wrote, lsn);
 }
 
@@ -378,13 +379,13 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     int rc = KURA_OK, src = KURA_OK;
     if (check_key(key, klen))
         return KURA_EINVAL;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     if (!bt->cfg.read_only)
         src = do_write_begin(bt);
     if (src == KURA_OK)
         src = do_descend(bt, key, klen, &path);
     if (src) {
-        pthread_mutex_unlock(&bt->mu);
+        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
         return src;
     }
     bt_cell c;
@@ -464,7 +465,7 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
 out:
     do_path_release(bt, &path);
     do_vbuf_trim(bt);
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     src = finish_write(bt, src, wrote, lsn);
     return src ? src : rc;
 }
@@ -482,11 +483,11 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
     int rc = KURA_OK, bad = KURA_OK;
     for (;;) {
         bt_path path;
-        pthread_mutex_lock(&bt->mu);
+        lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
         rc = do_descend(bt, have_last ? last : from, have_last ? llen : (from ? flen : 0),
                         &path);
         if (rc) {
-            pthread_mutex_unlock(&bt->mu);
+            lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
             return rc;
         }
         bt_page *leaf = path.pg[path.depth - 1];
@@ -502,7 +503,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
             if (r) {
                 if (r < 0)
                     rc = r;
-                pthread_mutex_unlock(&bt->mu);
+                lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
                 return rc ? rc : bad;
             }
             leaf = path.pg[path.depth - 1];
@@ -531,7 +532,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
         }
         do_path_release(bt, &path);
         do_vbuf_trim(bt);
-        pthread_mutex_unlock(&bt->mu);
+        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
         if (rc)
             return rc;
     }
@@ -579,7 +580,7 @@ static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
     if (!sa)
         return 0;
     long done = 0;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     bt_path path;
     int rc = do_descend(bt, bt->sweep_klen ? (const char *)bt->sweep_key : NULL,
                         bt->sweep_klen, &path);
@@ -628,7 +629,7 @@ static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
         }
         do_path_release(bt, &path);
     }
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     free(sa);
     return done;
 }
@@ -643,11 +644,11 @@ static void bt_usage_op(kura_store *s, kura_store_usage *u)
 {
     btree *bt = B(s);
     memset(u, 0, sizeof(*u));
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     u->curr_items = bt->items;
     u->bytes = bt->bytes;
     u->reclaimed = bt->reclaimed;
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
 }
 
 #define LOAD(x) atomic_load_explicit(&bt->x, memory_order_relaxed)
@@ -655,10 +656,10 @@ static void bt_usage_op(kura_store *s, kura_store_usage *u)
 static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
 {
     btree *bt = B(s);
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     uint64_t pages = bt->npages, nfree = bt->freev.n + bt->pend.n, cached = bt->ncached,
              dirty = bt->ndirty, height = bt->height;
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     kura_emit_u64(emit, arg, "tree_page_size", bt->psiz);
     kura_emit_u64(emit, arg, "tree_file_bytes", pages * bt->psiz);
     kura_emit_u64(emit, arg, "tree_pages", pages);
@@ -694,9 +695,9 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
 static int bt_load_state_op(kura_store *s, kura_store_state *st)
 {
     btree *bt = B(s);
-    pthread_mutex_lock(&bt->state_mu);
+    lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     *st = bt->state;
-    pthread_mutex_unlock(&bt->state_mu);
+    lockorder_unlock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     uint64_t seen = __atomic_load_n(&bt->max_cas_seen, __ATOMIC_RELAXED);
     if (seen > st->max_cas)
         st->max_cas = seen;
@@ -717,11 +718,11 @@ static int bt_save_state_op(kura_store *s, const kura_store_state *st)
     /* state_mu, not mu: the feed calls this from a put that holds mu; the
      * record and the state change together, so a checkpoint (which takes
      * its log position and the state under state_mu) has both or neither */
-    pthread_mutex_lock(&bt->state_mu);
+    lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     int rc = do_wal_append(bt, BT_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0, 0, 0, 0, &lsn);
     if (rc == KURA_OK)
         bt->state = *st;
-    pthread_mutex_unlock(&bt->state_mu);
+    lockorder_unlock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     if (rc)
         return rc;
     return bt->cfg.sync_mode == KURA_SYNC_NONE ? KURA_OK : sl_commit(&bt->log, lsn);
@@ -746,12 +747,12 @@ static void bg_work(void *arg)
     double now = kura_mono();
     if (now < bt->bg_retry_at || sl_failed(&bt->log))
         return;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
     bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
                 (now - bt->bg_last_ckpt >= 5.0 && (bt->ndirty || since || bt->pend.n));
     int rc = want ? do_checkpoint(bt) : KURA_OK;
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     if (want)
         bt->bg_last_ckpt = now;
     if (rc) {
@@ -765,9 +766,9 @@ static void bg_work(void *arg)
 int btree_debug_checkpoint(kura_store *s)
 {
     btree *bt = B(s);
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     int rc = do_checkpoint(bt);
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     return rc;
 }
 
@@ -808,9 +809,9 @@ static void bt_close_op(kura_store *s)
     btree *bt = B(s);
     kura_bg_stop(&bt->bg);
     if (!bt->cfg.read_only) {
-        pthread_mutex_lock(&bt->mu);
+        lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
         int rc = do_checkpoint(bt);
-        pthread_mutex_unlock(&bt->mu);
+        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
         sl_unmap_active(&bt->log);
         if (rc == KURA_OK)
             rc = sl_sync_now(&bt->log);
@@ -952,7 +953,8 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
                      .version = BT_WAL_VERSION, .versions = 1u << BT_WAL_VERSION,
                      .segsiz = segsiz, .msiz = 0, .wbehind = 0,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
-                     .check = bt_wal_check, .log = log_line, .log_arg = bt };
+                     .check = bt_wal_check, .log = log_line, .log_arg = bt,
+                     .lock_rank = LOCK_RANK_STORE_LOG };
     memcpy(lc.magic, BT_WAL_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&bt->log, &lc))) {
         snprintf(err, errlen, "out of memory");
@@ -995,7 +997,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         rc = KURA_ENOMEM;
         goto fail;
     }
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     rc = salvage ? do_salvage_load(bt, err, errlen) : KURA_OK;
     if (rc == KURA_OK)
         rc = bt_wal_open(bt, err, errlen);
@@ -1006,7 +1008,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
             snprintf(err, errlen, "%s: cannot write a checkpoint after replay: %s", path,
                      kura_strerror(rc));
     }
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     if (rc == KURA_OK && salvage && (rc = bt_salvage_end(bt)))
         snprintf(err, errlen, "%s: cannot finish the salvage: %s", path, kura_strerror(rc));
     if (rc)

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "tree_int.h"
+#include "kura/lockorder.h"
 
 typedef struct chk {
     btree *bt;
@@ -117,11 +118,11 @@ int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen)
     btree *bt = (btree *)s;
     chk c = { .bt = bt, .err = err, .errlen = errlen };
     int rc;
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     while (bt->ckpt_busy)       /* its free lists are in its hands until it ends */
         pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
     if (!(c.seen = calloc(bt->npages ? bt->npages : 1, 1))) {
-        pthread_mutex_unlock(&bt->mu);
+        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
         return KURA_ENOMEM;
     }
     snprintf(err, errlen, "ok");
@@ -142,6 +143,6 @@ int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen)
     if (leaked)
         *leaked = leak;
     free(c.seen);
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
     return rc;
 }

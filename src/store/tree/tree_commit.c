@@ -37,6 +37,7 @@
 
 #include "kura/crc32c.h"
 #include "tree_int.h"
+#include "kura/lockorder.h"
 
 #define META_LEN 512
 
@@ -200,7 +201,7 @@ int do_checkpoint(btree *bt)
         return rc;
     tail_arg ta;
     kura_store_state state;
-    pthread_mutex_lock(&bt->state_mu);     /* P and the state together */
+    lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);     /* P and the state together */
     if (bt->replaying) {
         memset(&ta, 0, sizeof(ta));
         ta.t.seg = bt->wal_at_seg;
@@ -209,7 +210,7 @@ int do_checkpoint(btree *bt)
         sl_locked(&bt->log, get_tail, &ta);
     }
     state = bt->state;
-    pthread_mutex_unlock(&bt->state_mu);
+    lockorder_unlock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off)
         return KURA_OK;
 
@@ -283,7 +284,7 @@ int do_checkpoint(btree *bt)
     pend = bt->pend;
     memset(&bt->pend, 0, sizeof(bt->pend));
     bt->ckpt_busy = true;
-    pthread_mutex_unlock(&bt->mu);
+    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
 
     /* 0. the log up to P durable: the meta page says "replay from P", so a
      * log cut short of P by a power loss (-sync none, interval) would
@@ -315,7 +316,7 @@ int do_checkpoint(btree *bt)
         rc = KURA_EFAILED;
         stopped = true;
     }
-    pthread_mutex_lock(&bt->mu);
+    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
     bt->ckpt_busy = false;
     pthread_cond_broadcast(&bt->ckpt_cv);
     if (rc) {

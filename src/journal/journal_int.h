@@ -1,0 +1,86 @@
+/*
+ * journal_int.h - the journal's state under one engine, shared by the files
+ * of src/journal/: the change feed (feed.c), the watermark's slots
+ * (watermark.c), the recent deletes of a dual master (tombs.c), applying
+ * rows (apply.c), attaching the update log and its thread (attach.c) and
+ * the commit sources (commit.c).
+ *
+ * The engine holds a pointer to it (kura_engine.journal) and calls it
+ * through the feed_* functions of engine_int.h; the journal in turn uses
+ * the engine's cas assignment, state lock and store.
+ */
+#ifndef KURA_JOURNAL_INT_H
+#define KURA_JOURNAL_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "kura/journal.h"
+#include "../engine/engine_int.h"
+
+/* Threads that may be inside a change at once, each with a slot of its own
+ * (watermark.c); a thread beyond them waits for the one overflow slot. */
+#define JOURNAL_SLOTS 256
+
+typedef struct journal_slot {
+    _Atomic uint64_t ts;                /* 0, or a bound below the row in flight */
+    char pad[56];
+} journal_slot;
+
+struct kura_journal {
+    kura_feed feed;                     /* the store's feed points here */
+    ul_log *ulog;                       /* NULL: none */
+    int ulog_sync;                      /* enum kura_sync_mode */
+    void (*log)(int level, const char *line);
+    _Atomic uint64_t pinned;            /* a row the store failed to apply: the
+                                           watermark stays below it (0: none) */
+    journal_slot slots[JOURNAL_SLOTS + 1];
+    pthread_mutex_t overflow_lock;      /* held across a change in the last slot */
+    struct tombs *tombs;                /* dual master: recent deletes (tombs.c) */
+    int (*replica_wait)(void *arg, uint64_t ts);    /* -syncrepl: replicas have ts */
+    void *replica_wait_arg;
+    pthread_t thread;                   /* saves the watermark, syncs (interval) */
+    pthread_mutex_t thread_lock;
+    pthread_cond_t thread_wake;
+    bool thread_stop, thread_running;
+};
+
+/* What the change under way on this thread is, when not a local one
+ * (feed.c reads it; apply.c sets it around the store call). */
+enum { CH_LOCAL = 0, CH_REPLICA, CH_REDO };
+typedef struct change_ctx {
+    int kind;
+    const ul_row *row;                  /* CH_REPLICA: the row received */
+    kura_engine *e;
+} change_ctx;
+extern _Thread_local const change_ctx *journal_tl_ctx;
+/* The timestamp of the row this thread's change logged, 0: none (feed.c
+ * sets it, feed_end reads it). */
+extern _Thread_local uint64_t journal_tl_logged_ts;
+
+/* feed.c: the calling thread's last row, if it was appended to e's log
+ * (false: none, or another engine's). */
+bool feed_thread_pos(const kura_engine *e, uint64_t *lsn, uint64_t *ts);
+
+/* tombs.c: the recent deletes of a dual master. */
+struct tombs *tombs_new(void);
+void tombs_free(struct tombs *tb);
+void tombs_put(struct tombs *tb, const void *key, size_t klen, uint64_t ts);
+uint64_t tombs_get(struct tombs *tb, const void *key, size_t klen);
+
+/* watermark.c */
+void watermark_init(struct kura_journal *j);
+void watermark_destroy(struct kura_journal *j);
+
+/* apply.c: the rows after `from` in log, applied again (recovery). */
+int apply_redo(kura_engine *e, ul_log *log, uint64_t from, uint64_t *redone);
+
+/* attach.c: the journal's thread. */
+void attach_init(struct kura_journal *j);
+void attach_destroy(struct kura_journal *j);
+
+/* One line to the engine's log (journal_attach's logfn), or stderr
+ * without one. */
+void journal_log(kura_engine *e, int level, const char *line);
+
+#endif
