@@ -45,11 +45,12 @@ static int64_t wall_now(void)
     return ts.tv_sec;
 }
 
-/* do_: state_lock held.  Persists the engine's state through the store. */
-static int do_save_state(kura_engine *e)
+/* do_: state_lock held.  Persists the engine's state through the store,
+ * with max_cas as the cas reservation. */
+static int do_save_state_max(kura_engine *e, uint64_t max_cas)
 {
     kura_store_state st = {
-        .max_cas = atomic_load(&e->cas_reserved),
+        .max_cas = max_cas,
         .oldest_cas = atomic_load(&e->oldest_cas),
         .flush_at = atomic_load(&e->flush_at),
         .ulog_ts = feed_watermark(e),
@@ -60,6 +61,12 @@ static int do_save_state(kura_engine *e)
     if (rc == KURA_OK)
         e->saved_ulog_ts = st.ulog_ts;
     return rc;
+}
+
+/* do_: state_lock held.  Persists the engine's state as it is. */
+static int do_save_state(kura_engine *e)
+{
+    return do_save_state_max(e, atomic_load(&e->cas_reserved));
 }
 
 int engine_save_state_locked(kura_engine *e)
@@ -75,37 +82,49 @@ static uint64_t take_cas(kura_engine *e)
     return c ? hlc_now_tagged(c, e->cas_tag, DUAL_TAG_BITS) : atomic_fetch_add(&e->next_cas, 1);
 }
 
-/* do_: state_lock held.  Hands out a cas unique. */
-static uint64_t do_next_cas(kura_engine *e)
+/* do_: state_lock held.  Makes a reservation past cas durable before any
+ * cas up to it is used: the new bound is saved first and published only
+ * once saved, since a thread that finds its cas under the published bound
+ * uses it without the lock.  A failed save publishes nothing and is
+ * returned: the change that wanted the cas fails, rather than use one a
+ * restart could hand out again.  A save once per cas_block uniques. */
+static int do_reserve(kura_engine *e, uint64_t cas)
 {
-    uint64_t cas = take_cas(e);
-    if (cas >= atomic_load(&e->cas_reserved)) {
-        atomic_store(&e->cas_reserved, cas + e->cas_block);
-        do_save_state(e);
-    }
-    return cas;
+    if (cas < atomic_load(&e->cas_reserved))
+        return KURA_OK;
+    uint64_t bound = cas + e->cas_block;
+    int rc = do_save_state_max(e, bound);
+    if (rc == KURA_OK)
+        atomic_store_explicit(&e->cas_reserved, bound, memory_order_release);
+    return rc;
 }
 
-/* Persists a reservation past cas before it is used: a state save once
+/* do_: state_lock held.  Hands out a cas unique into *cas: 0 or the
+ * error of saving its reservation. */
+static int do_next_cas(kura_engine *e, uint64_t *cas)
+{
+    *cas = take_cas(e);
+    return do_reserve(e, *cas);
+}
+
+/* do_reserve for a caller without the lock; the common case (cas under
+ * the published bound) takes none. */
+static int reserve_through(kura_engine *e, uint64_t cas)
+{
+    if (cas < atomic_load_explicit(&e->cas_reserved, memory_order_acquire))
+        return KURA_OK;
+    engine_state_lock(e);
+    int rc = do_reserve(e, cas);
+    engine_state_unlock(e);
+    return rc;
+}
+
+/* Hands out a cas unique.  Cost: one atomic add, and a state save once
  * per cas_block uniques. */
-static void reserve_through(kura_engine *e, uint64_t cas)
+int engine_next_cas(kura_engine *e, uint64_t *cas)
 {
-    if (cas >= atomic_load_explicit(&e->cas_reserved, memory_order_acquire)) {
-        engine_state_lock(e);
-        if (cas >= atomic_load(&e->cas_reserved)) {
-            atomic_store(&e->cas_reserved, cas + e->cas_block);
-            do_save_state(e);
-        }
-        engine_state_unlock(e);
-    }
-}
-
-/* Hands out a cas unique.  Cost: one atomic add. */
-uint64_t engine_next_cas(kura_engine *e)
-{
-    uint64_t cas = take_cas(e);
-    reserve_through(e, cas);
-    return cas;
+    *cas = take_cas(e);
+    return reserve_through(e, *cas);
 }
 
 /* A cas from elsewhere (a master's row, a row applied again at open): the
@@ -119,7 +138,9 @@ void engine_observe_cas(kura_engine *e, uint64_t cas)
         while (cas >= cur && !atomic_compare_exchange_weak(&e->next_cas, &cur, cas + 1))
             ;
     }
-    reserve_through(e, cas);
+    /* a failed save is not this caller's to report: the next cas handed
+     * out here is above this one and tries the reservation again */
+    (void)reserve_through(e, cas);
 }
 
 int engine_set_dual(kura_engine *e, uint32_t sid)
@@ -246,8 +267,12 @@ kura_clock engine_clock(kura_engine *e)
         /* The delayed flush's second has passed: everything stored up to
          * now is flushed, which the watermark expresses from here on. */
         engine_state_lock(e);
-        if (atomic_load(&e->flush_at) == c.flush_at) {
-            atomic_store(&e->oldest_cas, do_next_cas(e));
+        uint64_t oldest;
+        /* a reservation that cannot be saved leaves the delayed flush as
+         * it is (its second has passed, so items still read as flushed);
+         * the next call tries again */
+        if (atomic_load(&e->flush_at) == c.flush_at && do_next_cas(e, &oldest) == KURA_OK) {
+            atomic_store(&e->oldest_cas, oldest);
             atomic_store(&e->flush_at, 0);
             do_save_state(e);
         }
@@ -798,10 +823,12 @@ static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     if ((rc = local_change(e)) != KURA_OK)
         return rc;
     engine_state_lock(e);
-    uint64_t oldest = oldest_live <= now ? do_next_cas(e) : 0;
+    uint64_t oldest = 0;
+    if (oldest_live <= now)
+        rc = do_next_cas(e, &oldest);
     int64_t at = oldest_live >= now ? oldest_live : 0;
     /* logged first: a flush the log refuses is not made */
-    if ((rc = feed_flush(e, oldest, at)) == KURA_OK) {
+    if (rc == KURA_OK && (rc = feed_flush(e, oldest, at)) == KURA_OK) {
         if (oldest)
             atomic_store(&e->oldest_cas, oldest);
         atomic_store(&e->flush_at, at);

@@ -51,7 +51,9 @@ static inline void engine_state_unlock(kura_engine *e)
 int engine_save_state_locked(kura_engine *e);   /* state_lock held */
 void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
 void engine_gate_out(kura_engine *e);
-uint64_t engine_next_cas(kura_engine *e);
+/* A cas unique into *cas: 0, or the error of saving its reservation (the
+ * change that asked must fail). */
+int engine_next_cas(kura_engine *e, uint64_t *cas);
 
 /* src/journal/ */
 /* KURA_OK or KURA_ENOMEM; feed_destroy either way.  The store's changes

@@ -63,8 +63,9 @@ static int feed_put(void *arg, kura_item *it)
 {
     kura_engine *e = arg;
     const change_ctx *cx = journal_tl_ctx;
-    if (!cx)
-        it->cas = engine_next_cas(e);
+    int rc;
+    if (!cx && (rc = engine_next_cas(e, &it->cas)) != KURA_OK)
+        return rc;
     tl_last_cas = it->cas;
     if (!e->journal->ulog || (cx && cx->kind == CH_REDO))
         return KURA_OK;
@@ -102,8 +103,11 @@ int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_ite
     ul_row r = { .type = UL_PUT, .key = key, .klen = klen };
     switch (up->action) {
     case KURA_UPDATE_REPLACE:
-        if (!cx)
-            up->cas = engine_next_cas(e);   /* a replica's row keeps its own */
+        if (!cx) {                      /* a replica's row keeps its own */
+            int rc = engine_next_cas(e, &up->cas);
+            if (rc != KURA_OK)
+                return rc;
+        }
         if (!j->ulog)
             return KURA_OK;
         r.flags = up->flags;
