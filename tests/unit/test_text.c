@@ -1,7 +1,8 @@
 /*
  * test_text.c - the text protocol parser and the engine, without a network.
  *
- * Feeds request bytes to text_process() over an in-memory cache and checks
+ * Feeds request bytes to a session (kura_session_process, which picks the
+ * text protocol from the first byte) over an in-memory cache and checks
  * the reply bytes: every command, memcached's error strings and number
  * quirks, noreply, pipelining, values split across reads (down to one byte
  * at a time), swallowing a refused value, and the long-line rule; the bound
@@ -13,13 +14,15 @@
 #include <string.h>
 
 #include "kura/proto.h"
+#include "../../src/proto/proto_int.h"     /* the session's newline scan, checked below */
 #include "unit.h"
 
 typedef struct harness {
     kura_engine *engine;
     kura_server_info info;
     kura_thread_stats stats[2];
-    text_session s;
+    kura_cmdtab *cmds;
+    kura_session *s;
     kura_buf in, out, acc;
 } harness;
 
@@ -37,13 +40,19 @@ static void h_open(harness *h, size_t item_max)
     h->info.nthreads = 1;
     h->info.thread_stats = h->stats;
     pthread_mutex_init(&h->info.reset_lock, NULL);
-    h->s.engine = h->engine;
-    h->s.stats = &h->stats[0];
-    h->s.server = &h->info;
+    h->cmds = kura_cmdtab_new();
+    kura_session_config sc = {
+        .engine = h->engine, .stats = &h->stats[0], .server = &h->info, .cmds = h->cmds,
+    };
+    h->s = kura_session_new(&sc);
+    if (!h->cmds || !h->s)
+        abort();
 }
 
 static void h_close(harness *h)
 {
+    kura_session_free(h->s);
+    kura_cmdtab_free(h->cmds);
     engine_close(h->engine);
     kura_buf_free(&h->in);
     kura_buf_free(&h->out);
@@ -57,14 +66,15 @@ static const char *feed(harness *h, const char *data, size_t len)
     kura_buf_append(&h->in, data, len);
     h->acc.len = 0;
     for (;;) {
-        if (h->in.len == 0 || (h->s.need && h->in.len < h->s.need))
+        size_t need = kura_session_need(h->s);
+        if (h->in.len == 0 || (need && h->in.len < need))
             break;
         h->out.len = 0;
-        size_t used = text_process(&h->s, h->in.data, h->in.len, &h->out);
+        size_t used = kura_session_process(h->s, h->in.data, h->in.len, &h->out);
         kura_buf_append(&h->acc, h->out.data, h->out.len);  /* "sent" */
         memmove(h->in.data, h->in.data + used, h->in.len - used);
         h->in.len -= used;
-        if (h->s.close || (used == 0 && !h->s.out_full))
+        if (kura_session_closing(h->s) || (used == 0 && !kura_session_out_full(h->s)))
             break;
     }
     kura_buf_append(&h->acc, "", 1);
@@ -270,13 +280,13 @@ static void test_long_line(void)
     char junk[3000];
     memset(junk, 'x', sizeof(junk));
     CHECK_EQ_STR(feed(&h, junk, sizeof(junk)), "");
-    CHECK(h.s.close);
+    CHECK(kura_session_closing(h.s));
     h_close(&h);
 
     h_open(&h, 1 << 20);
     memcpy(junk, "get ", 4);
     CHECK_EQ_STR(feed(&h, junk, sizeof(junk)), "");
-    CHECK(!h.s.close);                  /* a long multi-get may continue */
+    CHECK(!kura_session_closing(h.s));                  /* a long multi-get may continue */
     h_close(&h);
 }
 
@@ -317,14 +327,14 @@ static void test_get_pauses_at_high_water(void)
     int calls = 0, paused = 0;
     while (h.in.len > 0 && calls < 1000) {
         h.out.len = 0;
-        size_t used = text_process(&h.s, h.in.data, h.in.len, &h.out);
+        size_t used = kura_session_process(h.s, h.in.data, h.in.len, &h.out);
         CHECK(h.out.len <= KURA_OUT_HIGH_WATER + vlen + 64);
-        paused += h.s.out_full;
+        paused += kura_session_out_full(h.s);
         kura_buf_append(&got, h.out.data, h.out.len);
         memmove(h.in.data, h.in.data + used, h.in.len - used);
         h.in.len -= used;
         calls++;
-        if (used == 0 && !h.s.out_full)
+        if (used == 0 && !kura_session_out_full(h.s))
             break;
     }
     CHECK(paused >= 5);
@@ -343,7 +353,7 @@ static void test_get_pauses_at_high_water(void)
         KURA_BUF_LIT(&line, "k");
     KURA_BUF_LIT(&line, "\r\n");
     CHECK_EQ_STR(feed(&h, line.data, line.len), "CLIENT_ERROR bad command line format\r\n");
-    CHECK(!h.s.close);
+    CHECK(!kura_session_closing(h.s));
     CHECK_EQ_STR(SEND(&h, "get nope\r\n"), "END\r\n");
     kura_buf_free(&line);
     kura_buf_free(&want);
@@ -372,7 +382,7 @@ static void test_long_line_scanned_once(void)
         const char *r = feed(&h, line.data + off, n);
         kura_buf_append(&got, r, strlen(r));
         if (off + n < line.len)
-            CHECK(h.s.scan == h.in.len);
+            CHECK(h.s->scan == h.in.len);
     }
     size_t per = strlen("VALUE a 0 1\r\nx\r\n");
     CHECK_EQ_INT(got.len, nkeys * per + 5);
@@ -391,7 +401,7 @@ static void test_flush_and_quit(void)
                  "OK\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\ny\r\nEND\r\n");
     CHECK_EQ_STR(SEND(&h, "flush_all 100\r\nget a\r\n"), "OK\r\nVALUE a 0 1\r\ny\r\nEND\r\n");
     CHECK_EQ_STR(SEND(&h, "version\r\nquit\r\nget a\r\n"), "VERSION " KURA_MEMCACHED_VERSION "\r\n");
-    CHECK(h.s.close);
+    CHECK(kura_session_closing(h.s));
     h_close(&h);
 }
 
