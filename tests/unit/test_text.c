@@ -8,7 +8,8 @@
  * at a time), swallowing a refused value, and the long-line rule; the bound
  * on output (a multi-get of large values pauses at the high-water mark and
  * resumes byte-exact, a too-long key after the pause point still gives only
- * memcached's CLIENT_ERROR) and a long line scanned once however it arrives.
+ * memcached's CLIENT_ERROR) and a long line scanned once however it arrives;
+ * the command table (registered commands and stats groups, a hand-off).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +427,79 @@ static void test_stats(void)
     h_close(&h);
 }
 
+/* ---- the command table -------------------------------------------------- */
+
+static int hello_calls;
+
+static void cmd_hello(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    uint32_t n = 0;
+    hello_calls++;
+    if (ntok == 3 && !kura_token_u32(&tok[1], &n)) {
+        kura_session_client_error(s, out, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    kura_session_reply(s, out, ctx);
+}
+
+static void take_none(void *ctx, int fd, const uint64_t arg[2])
+{
+    (void)ctx; (void)fd; (void)arg;
+}
+
+static void cmd_leave(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    (void)ctx; (void)tok; (void)ntok;
+    kura_session_reply(s, out, "BYE");
+    kura_handoff h = { take_none, NULL, { 7, 9 } };
+    kura_session_hand_off(s, &h);
+}
+
+static void stats_mine(void *ctx, kura_stat_fn emit, void *arg)
+{
+    emit(arg, "mine", ctx);
+}
+
+/* Registered commands are dispatched with their token bounds, cannot take
+ * a name already there, and a hand-off ends the session's answers; stats
+ * providers answer their group and add to plain "stats". */
+static void test_command_table(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    kura_command hello = { "hello", cmd_hello, "HI", 2, 3 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &hello), KURA_OK);
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &hello), KURA_EXISTS);
+    kura_command clash = { "get", cmd_hello, NULL, -1, -1 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &clash), KURA_EXISTS);
+    kura_command longname = { "a_name_longer_than_thirty_two_bytes", cmd_hello, NULL, -1, -1 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &longname), KURA_EINVAL);
+    kura_command leave = { "leave", cmd_leave, NULL, -1, -1 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &leave), KURA_OK);
+    CHECK_EQ_INT(kura_cmdtab_add_stats(h.cmds, "mygroup", stats_mine, "1"), KURA_OK);
+    CHECK_EQ_INT(kura_cmdtab_add_stats(h.cmds, NULL, stats_mine, "2"), KURA_OK);
+
+    CHECK_EQ_STR(SEND(&h, "hello\r\nhello 5\r\n"), "HI\r\nHI\r\n");
+    CHECK_EQ_STR(SEND(&h, "hello x\r\nhello 1 2\r\nhell\r\n"),
+                 "CLIENT_ERROR bad command line format\r\nERROR\r\nERROR\r\n");
+    CHECK_EQ_INT(hello_calls, 3);
+    CHECK_EQ_STR(SEND(&h, "stats mygroup\r\nstats othergroup\r\n"),
+                 "STAT mine 1\r\nEND\r\nERROR\r\n");
+    const char *r = SEND(&h, "stats\r\n");
+    CHECK(strstr(r, "STAT mine 2\r\nEND\r\n") != NULL);
+    /* built-ins still answer; the server's own commands are not built in */
+    CHECK_EQ_STR(SEND(&h, "repl 0 1\r\nsnapshot\r\nversion\r\n"),
+                 "ERROR\r\nERROR\r\nVERSION " KURA_MEMCACHED_VERSION "\r\n");
+
+    CHECK(kura_session_handoff(h.s) == NULL);
+    CHECK_EQ_STR(SEND(&h, "leave\r\nget a\r\n"), "BYE\r\n");
+    const kura_handoff *ho = kura_session_handoff(h.s);
+    REQUIRE(ho != NULL);
+    CHECK(ho->take == take_none && ho->arg[0] == 7 && ho->arg[1] == 9);
+    CHECK(kura_session_closing(h.s));
+    h_close(&h);
+}
+
 int main(void)
 {
     RUN(test_set_get);
@@ -443,5 +517,6 @@ int main(void)
     RUN(test_long_line_scanned_once);
     RUN(test_flush_and_quit);
     RUN(test_stats);
+    RUN(test_command_table);
     UNIT_DONE();
 }
