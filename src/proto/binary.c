@@ -73,13 +73,27 @@ static uint32_t be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 static uint64_t be64(const unsigned char *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
-static void put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
-static void put32(unsigned char *p, uint32_t v)
+/* The protocol's fields are big-endian (network order); bytes.h's put32
+ * and put64 are the little-endian ones of kura's files. */
+static void put_be16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v;
+}
+static void put_be32(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
     p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
 }
-static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v);
+}
+
+/* The session's state between calls, private to this file (s->state). */
+typedef struct binary_state {
+    uint64_t swallow;                   /* body bytes of a refused request still to discard */
+    bool wrote;                         /* the last request's reply makes memcached write */
+} binary_state;
 
 /* ---- replies ----------------------------------------------------------------- */
 
@@ -95,13 +109,13 @@ static bool bin_header(kura_session *s, kura_buf *out, const bin_req *r, uint16_
     unsigned char *h = (unsigned char *)out->data + out->len;
     h[0] = BIN_RES_MAGIC;
     h[1] = r->opcode;
-    put16(h + 2, keylen);
+    put_be16(h + 2, keylen);
     h[4] = extlen;
     h[5] = 0;                           /* raw bytes */
-    put16(h + 6, status);
-    put32(h + 8, bodylen);
+    put_be16(h + 6, status);
+    put_be32(h + 8, bodylen);
     memcpy(h + 12, &r->opaque, 4);
-    put64(h + 16, cas);
+    put_be64(h + 16, cas);
     out->len += BIN_HDR;
     return true;
 }
@@ -132,7 +146,7 @@ static void bin_error(kura_session *s, kura_buf *out, const bin_req *r, uint16_t
     default:                  msg = "UNHANDLED ERROR"; break;
     }
     uint32_t n = (uint32_t)strlen(msg);
-    s->bin.wrote = true;                /* memcached writes after an error (see below) */
+    ((binary_state *)s->state)->wrote = true;   /* memcached writes after an error (see below) */
     if (status == ST_EINVAL || status == ST_UNKNOWN_COMMAND)
         KURA_STAT_INC(s->stats, client_errors);
     if (bin_header(s, out, r, status, 0, 0, n, 0))
@@ -172,7 +186,7 @@ static int bin_emit(void *arg, const kura_item *it)
     if (!bin_header(g->s, g->out, g->r, ST_OK, 4, klen, 4 + klen + vlen, it->cas))
         return 0;
     unsigned char flags[4];
-    put32(flags, it->flags);
+    put_be32(flags, it->flags);
     kura_buf_append(g->out, flags, 4);
     kura_buf_append(g->out, it->key, klen);
     kura_buf_append(g->out, it->val, vlen);
@@ -275,7 +289,7 @@ static void bin_arith(kura_session *s, const bin_req *r, kura_buf *out)
         uint64_t n = 0;
         for (const char *p = result; *p >= '0' && *p <= '9'; p++)
             n = n * 10 + (uint64_t)(*p - '0');
-        put64(v, n);
+        put_be64(v, n);
         bin_ok(s, out, r, info.cas, v, 8);
         break;
     }
@@ -399,10 +413,13 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
     *flushed = out->len;
 }
 
+const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state) };
+
 size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
     size_t pos = 0;
     size_t flushed = out->len;          /* what memcached would have written already */
+    binary_state *b = s->state;
 
     s->need = 0;
     s->out_full = false;
@@ -411,10 +428,10 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             s->out_full = true;
             break;
         }
-        if (s->bin.swallow) {
-            size_t n = len - pos < s->bin.swallow ? len - pos : (size_t)s->bin.swallow;
+        if (b->swallow) {
+            size_t n = len - pos < b->swallow ? len - pos : (size_t)b->swallow;
             pos += n;
-            s->bin.swallow -= n;
+            b->swallow -= n;
             continue;
         }
         const unsigned char *h = (const unsigned char *)in + pos;
@@ -476,7 +493,7 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
             KURA_STAT_INC(s->stats, unknown_commands);
             pos += head;
-            s->bin.swallow = skip;
+            b->swallow = skip;
             continue;
         }
         if (has_value(r.cmd)) {
@@ -492,7 +509,7 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
                                   &(engine_delete_opts){ .unlink = true });
                 }
                 pos += head;
-                s->bin.swallow = r.vlen;
+                b->swallow = r.vlen;
                 continue;
             }
             if (avail < head + r.vlen) {
@@ -501,14 +518,14 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             }
             r.value = (const char *)h + head;
             pos += head + r.vlen;
-            s->bin.wrote = false;
+            b->wrote = false;
             bin_store(s, &r, out);
-            if (s->bin.wrote)
+            if (b->wrote)
                 flushed = out->len;
             continue;
         }
         pos += head;
-        s->bin.wrote = false;
+        b->wrote = false;
         switch (r.cmd) {
         case OP_GET: case OP_GETK: case OP_TOUCH: case OP_GAT: case OP_GATK:
             bin_get(s, &r, out);
@@ -544,7 +561,7 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             bin_stat(s, &r, out);
             break;
         }
-        if (s->bin.wrote)
+        if (b->wrote)
             flushed = out->len;
     }
     return pos;

@@ -21,13 +21,16 @@
  * Pick N so that a bucket's keys are few enough to list (N = items / 1000):
  * a list past 1 MiB is answered "SERVER_ERROR bucket too large: ask for
  * more buckets" instead, so the reply stays bounded.
+ *
+ * It needs the engine alone, so it lives beside the protocol, but it is
+ * not memcached's: the server registers it (digest_register, proto.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kura/proto.h"
+#include "proto_int.h"
 
 #define DIGEST_DEFAULT 256
 #define DIGEST_MAX 65536
@@ -101,8 +104,10 @@ static int digest_item(void *arg, const kura_item *it)
 }
 
 /* tok[1], tok[2]: optional N and B; ntok counts the terminal token. */
-void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out)
+static void cmd_digest(void *ctx, kura_session *s, text_token *tok, int ntok,
+                       kura_buf *out)
 {
+    (void)ctx;
     digest_walk w = { .n = DIGEST_DEFAULT, .only = -1, .out = out };
     char *end;
     if (ntok > 2) {
@@ -152,4 +157,10 @@ void text_digest(text_session *s, const text_token *tok, int ntok, kura_buf *out
         return;
     }
     KURA_BUF_LIT(out, "END\r\n");
+}
+
+int digest_register(kura_cmdtab *t)
+{
+    const kura_command c = { "digest", cmd_digest, NULL, 2, 4 };
+    return kura_cmdtab_add(t, &c);
 }

@@ -29,6 +29,10 @@
  * listing with a limit (keys limit=, rget) is in key order too (a pass
  * over the store per 4096 keys), one without (metadump, keys with no
  * limit) in no order.
+ *
+ * They need the engine and the text session's pause alone, so they live
+ * beside the protocol; they are kura's (and memcached's admin) commands,
+ * which the server registers (listing_register, proto.h).
  */
 #include <stdio.h>
 #include <string.h>
@@ -258,8 +262,10 @@ static int parse_classes(const text_token *t, uint64_t *classes)
     return *classes ? 0 : 2;
 }
 
-void text_lru_crawler(text_session *s, const text_token *tok, int ntok, kura_buf *out)
+static void cmd_lru_crawler(void *ctx, kura_session *s, text_token *tok, int ntok,
+                            kura_buf *out)
 {
+    (void)ctx;
     if (ntok != 4 || !tok_eq(&tok[1], "metadump")) {
         KURA_STAT_INC(s->stats, unknown_commands);
         text_reply(s, out, "ERROR");
@@ -296,8 +302,10 @@ static bool option(const text_token *t, const char *name, text_token *val)
     return true;
 }
 
-void text_keys(text_session *s, const text_token *tok, int ntok, kura_buf *out)
+static void cmd_keys(void *ctx, kura_session *s, text_token *tok, int ntok,
+                     kura_buf *out)
 {
+    (void)ctx;
     kura_list_spec spec = { 0 };
     list_run r = { .s = s, .out = out, .kind = LIST_KEYS };
     bool seen_prefix = false, seen_limit = false;
@@ -341,8 +349,10 @@ void text_keys(text_session *s, const text_token *tok, int ntok, kura_buf *out)
 
 /* ---- rget ---------------------------------------------------------------- */
 
-void text_rget(text_session *s, const text_token *tok, int ntok, kura_buf *out)
+static void cmd_rget(void *ctx, kura_session *s, text_token *tok, int ntok,
+                     kura_buf *out)
 {
+    (void)ctx;
     (void)ntok;                         /* the table asks for exactly 7 */
     uint64_t max;
     bool lo = tok_eq(&tok[3], "1"), ro = tok_eq(&tok[4], "1");
@@ -359,4 +369,19 @@ void text_rget(text_session *s, const text_token *tok, int ntok, kura_buf *out)
     };
     list_run r = { .s = s, .out = out, .kind = LIST_RGET, .limit = max };
     list_run_walk(s, out, &r, &spec);
+}
+
+int listing_register(kura_cmdtab *t)
+{
+    static const kura_command cmds[] = {
+        { "lru_crawler", cmd_lru_crawler, NULL, -1, -1 },
+        { "keys", cmd_keys, NULL, 2, -1 },
+        { "rget", cmd_rget, NULL, 7, 7 },
+    };
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        int rc = kura_cmdtab_add(t, &cmds[i]);
+        if (rc != KURA_OK)
+            return rc;
+    }
+    return KURA_OK;
 }

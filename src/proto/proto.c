@@ -1,27 +1,76 @@
 /*
- * proto.c - one entry point for the connection, whatever the protocol.
+ * proto.c - a connection's session, whatever the protocol: creation, the
+ * one entry point, and what the connection reads back (proto.h).
  *
  * memcached decides a connection's protocol once, from the first byte it
  * receives: the binary request magic (0x80) means the binary protocol, any
  * other byte the text protocol (whose command table also holds the meta
  * commands).  kura does the same, so a client that speaks binary from its
  * first request is answered in binary, and one that starts in text stays
- * in text (a 0x80 later in a text connection is just a bad command).
+ * in text (a 0x80 later in a text connection is just a bad command).  The
+ * chosen protocol's private state is allocated then, once.
  */
-#include "kura/proto.h"
+#include <stdlib.h>
+
+#include "proto_int.h"
 
 #define BINARY_REQ_MAGIC 0x80
 
-const kura_proto kura_proto_text = { "text", text_process };
-const kura_proto kura_proto_binary = { "binary", binary_process };
+kura_session *kura_session_new(const kura_session_config *cfg)
+{
+    kura_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->engine = cfg->engine;
+    s->stats = cfg->stats;
+    s->server = cfg->server;
+    s->cmds = cfg->cmds;
+    s->conn_id = cfg->conn_id;
+    return s;
+}
+
+void kura_session_free(kura_session *s)
+{
+    if (!s)
+        return;
+    free(s->state);
+    free(s);
+}
 
 size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
     if (!s->proto) {
         if (len == 0)
             return 0;
-        s->proto = (unsigned char)in[0] == BINARY_REQ_MAGIC ? &kura_proto_binary
-                                                            : &kura_proto_text;
+        const kura_proto *p = (unsigned char)in[0] == BINARY_REQ_MAGIC ? &kura_proto_binary
+                                                                       : &kura_proto_text;
+        if (p->state_size && !(s->state = calloc(1, p->state_size))) {
+            s->close = true;            /* as any other allocation failure of a request */
+            return len;
+        }
+        s->proto = p;
     }
     return s->proto->process(s, in, len, out);
+}
+
+size_t kura_session_need(const kura_session *s) { return s->need; }
+bool kura_session_closing(const kura_session *s) { return s->close; }
+bool kura_session_out_full(const kura_session *s) { return s->out_full; }
+
+bool kura_session_take_dirty(kura_session *s)
+{
+    bool d = s->dirty;
+    s->dirty = false;
+    return d;
+}
+
+const kura_handoff *kura_session_handoff(const kura_session *s)
+{
+    return s->handoff.take ? &s->handoff : NULL;
+}
+
+void kura_session_hand_off(kura_session *s, const kura_handoff *h)
+{
+    s->handoff = *h;
+    s->close = true;
 }

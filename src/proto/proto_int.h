@@ -1,15 +1,107 @@
 /*
- * proto_int.h - what the protocol files (text.c, meta.c, binary.c, stats.c)
- * share and nothing outside src/proto/ sees: the text protocol's reply
- * helpers and memcached's number rules, and the meta commands' entry points
- * in the text command table.
+ * proto_int.h - what the protocol files share and nothing outside
+ * src/proto/ sees: the session's layout (the part every protocol uses, the
+ * text protocol's state; the binary protocol keeps its own in binary.c),
+ * the protocols' entry points, the command table's entries (cmdtab.c), the
+ * text protocol's reply helpers and memcached's number rules, and the
+ * commands implemented in other files of the text protocol (meta.c,
+ * stats.c, digest.c, listing.c).
  */
 #ifndef KURA_PROTO_INT_H
 #define KURA_PROTO_INT_H
 
+#include "kura/list.h"
 #include "kura/proto.h"
 
 #define TEXT_MAX_TOKENS 24              /* memcached's MAX_TOKENS, terminal token included */
+
+/* A protocol: process() has kura_session_process()'s contract (proto.h);
+ * state_size bytes of zeroed state are given to it at s->state, allocated
+ * when the protocol is chosen and freed with the session. */
+typedef struct kura_proto {
+    const char *name;
+    size_t (*process)(kura_session *s, char *in, size_t len, kura_buf *out);
+    size_t state_size;
+} kura_proto;
+
+extern const kura_proto kura_proto_text;
+extern const kura_proto kura_proto_binary;
+
+/* A connection's protocol session.  The first part is every protocol's:
+ * set at creation, or read by the connection through proto.h's accessors;
+ * the rest is the text protocol's (text.c, meta.c, listing.c). */
+struct kura_session {
+    kura_engine *engine;
+    kura_thread_stats *stats;
+    kura_server_info *server;
+    const kura_cmdtab *cmds;
+    int conn_id;                        /* for traces: the socket's descriptor */
+    size_t need;                        /* input bytes needed before progress; 0 = any */
+    bool close;                         /* close once the queued replies are sent */
+    bool dirty;                         /* a request since the flag was cleared may have
+                                           changed the store */
+    bool out_full;                      /* stopped at KURA_OUT_HIGH_WATER: send `out`,
+                                           then call again */
+    kura_handoff handoff;               /* take set: the connection goes to a module */
+    const kura_proto *proto;            /* chosen at the first byte; NULL before */
+    void *state;                        /* the protocol's own (proto->state_size) */
+
+    /* the text protocol's */
+    uint64_t swallow;                   /* bytes of a refused value still to discard */
+    bool noreply;                       /* the current request asked for no reply */
+    const char *line_start;             /* the line being handled */
+    const char *line_end;               /* end of the line being handled */
+    size_t resume;                      /* a get paused here, as an offset into the
+                                           first unconsumed line; 0 = none */
+    size_t scan;                        /* bytes of the first unconsumed line already
+                                           searched for its newline */
+    kura_list_cursor list;              /* where a listing paused (listing.c) */
+};
+
+/* The text protocol's name for the session it serves. */
+typedef kura_session text_session;
+
+size_t text_process(text_session *s, char *in, size_t len, kura_buf *out);
+size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out);
+
+/* ---- the command table (cmdtab.c) ----------------------------------------------- */
+
+typedef void (*text_handler)(text_session *, text_token *, int, kura_buf *);
+
+/* One command.  A built-in (text.c) has handler, or neither handler nor fn
+ * (a storage command: update_cmd says which); a registered one has fn and
+ * ctx.  min/max count the terminal token, as memcached's WANT_TOKENS does;
+ * -1 = any. */
+typedef struct text_command {
+    const char *name;
+    text_handler handler;
+    int update_cmd;
+    int min_tokens, max_tokens;
+    bool exact_pair;                    /* tokens must be min or max, nothing between */
+    kura_cmd_fn fn;
+    void *ctx;
+} text_command;
+
+/* The built-in commands (text.c), which kura_cmdtab_new() enters: a
+ * text_command without fn and ctx. */
+typedef struct text_builtin {
+    const char *name;
+    text_handler handler;               /* NULL: a storage command (update_cmd) */
+    int update_cmd;
+    int min_tokens, max_tokens;
+    bool exact_pair;
+} text_builtin;
+
+const text_builtin *text_builtin_commands(size_t *n);
+
+/* The command named [name, name+len), or NULL: one hash and one compare. */
+const text_command *cmdtab_find(const kura_cmdtab *t, const char *name, size_t len);
+
+/* "stats <group>" (group NULL: plain "stats"): calls every registered
+ * provider of the group in order of registration; false if there is none
+ * (for a named group: the group is unknown). */
+bool cmdtab_stats(const kura_cmdtab *t, const char *group, size_t glen, kura_stat_fn emit,
+                  void *arg);
 
 /* Replies "str\r\n" unless the request asked for none (text.c). */
 void text_reply(text_session *s, kura_buf *out, const char *str);
@@ -22,6 +114,9 @@ void text_server_error(text_session *s, kura_buf *out, int rc);
 bool text_safe_u64(const text_token *t, uint64_t *out);
 bool text_safe_u32(const text_token *t, uint32_t *out);
 bool text_safe_i32(const text_token *t, int32_t *out);
+
+/* "stats ..." (stats.c); ntok counts the terminal token. */
+void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out);
 
 /* The meta commands (meta.c), called from the text command table. */
 void meta_get(text_session *s, text_token *tok, int ntok, kura_buf *out);

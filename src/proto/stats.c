@@ -8,13 +8,15 @@
  * figures follow with a kura_ prefix, and the backend adds its own lines;
  * every value in the general list is a number, since some tools parse them
  * all.  Strings (kura's version, the backend) are in "stats settings".
+ * The server's modules add lines to the general list and groups of their
+ * own through the command table (cmdtab.h); this file knows none of them.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#include "kura/proto.h"
+#include "proto_int.h"
 
 static void stat_str(kura_buf *out, const char *name, const char *val)
 {
@@ -129,8 +131,7 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "kura_protocol_closes", t.protocol_closes);
     stat_u64(out, "kura_store_errors", t.store_errors);
     engine_backend_stats(s->engine, emit_backend_stat, out);
-    if (s->server->repl_stats)
-        s->server->repl_stats(s->server->repl_ctx, false, emit_backend_stat, out);
+    cmdtab_stats(s->cmds, NULL, 0, emit_backend_stat, out);   /* the server's modules' */
 }
 
 static void stats_settings(text_session *s, kura_buf *out)
@@ -274,14 +275,8 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
         stat_str(out, "sizes_status", "disabled");
     } else if (sub_is(&tok[1], "conns")) {
         /* Per-connection detail is not kept; the list is empty. */
-    } else if (sub_is(&tok[1], "snapshot")) {
-        if (s->server->snapshot_stats)
-            s->server->snapshot_stats(s->server->snapshot_ctx, emit_backend_stat, out);
-    } else if (sub_is(&tok[1], "repl")) {
-        /* the update log and replication, strings included (docs/replication.md) */
-        if (s->server->repl_stats)
-            s->server->repl_stats(s->server->repl_ctx, true, emit_backend_stat, out);
-    } else {
+    } else if (!cmdtab_stats(s->cmds, tok[1].value, tok[1].length, emit_backend_stat, out)) {
+        /* nor a group the server's modules registered */
         KURA_BUF_LIT(out, "ERROR\r\n");
         return;
     }

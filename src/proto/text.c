@@ -3,12 +3,13 @@
  *
  * A request line is split on single spaces into at most 23 tokens, exactly
  * as memcached's tokenizer does (only "get"-style commands read past that),
- * and dispatched through a table that also checks the token count.  Numbers
- * are parsed with memcached's rules, quirks included (a 32-bit field given
- * a larger number keeps its low 32 bits, as memcached's safe_strtol does),
- * because clients and tests compare replies byte for byte.  Errors use
- * memcached's strings; "noreply" silences every reply of its request,
- * errors too, as in memcached.
+ * and dispatched through the command table (cmdtab.c: the built-ins below,
+ * and the commands the server registers), which also checks the token
+ * count.  Numbers are parsed with memcached's rules, quirks included (a
+ * 32-bit field given a larger number keeps its low 32 bits, as memcached's
+ * safe_strtol does), because clients and tests compare replies byte for
+ * byte.  Errors use memcached's strings; "noreply" silences every reply of
+ * its request, errors too, as in memcached.
  *
  * The line is never modified in place: a storage command whose value is
  * still arriving is re-parsed when the rest comes, and only then applied.
@@ -160,6 +161,15 @@ void text_server_error(text_session *s, kura_buf *out, int rc) { server_error_fo
 bool text_safe_u64(const text_token *t, uint64_t *out) { return safe_u64(t, out); }
 bool text_safe_u32(const text_token *t, uint32_t *out) { return safe_u32(t, out); }
 bool text_safe_i32(const text_token *t, int32_t *out) { return safe_i32(t, out); }
+
+/* cmdtab.h's helpers for registered commands: the same rules */
+void kura_session_reply(kura_session *s, kura_buf *out, const char *str) { reply(s, out, str); }
+void kura_session_client_error(kura_session *s, kura_buf *out, const char *str)
+{
+    client_error(s, out, str);
+}
+bool kura_token_u64(const text_token *t, uint64_t *out) { return safe_u64(t, out); }
+bool kura_token_u32(const text_token *t, uint32_t *out) { return safe_u32(t, out); }
 
 static bool tok_is(const text_token *t, const char *s)
 {
@@ -589,67 +599,6 @@ static void cmd_quit(text_session *s, text_token *tok, int ntok, kura_buf *out)
     s->close = true;
 }
 
-static void cmd_shutdown(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    (void)tok; (void)ntok;
-    reply(s, out, "ERROR: shutdown not enabled");
-}
-
-/* repl <after> <sid>: a replica asks for the update log (repl.h) */
-static void cmd_repl(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    uint64_t after;
-    uint32_t sid;
-    (void)ntok;
-    if (!s->server->repl_master) {
-        reply(s, out, "SERVER_ERROR this server keeps no update log (start it with -ulog DIR)");
-        return;
-    }
-    if (!safe_u64(&tok[1], &after) || !safe_u32(&tok[2], &sid)) {
-        client_error(s, out, "CLIENT_ERROR bad command line format");
-        return;
-    }
-    s->handoff = true;
-    s->handoff_after = after;
-    s->handoff_sid = sid;
-    s->close = true;
-}
-
-/* "snapshot": starts a background snapshot (one already running counts);
- * "stats snapshot" says when it is done (docs/protocol.md). */
-static void cmd_snapshot(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    (void)tok;
-    (void)ntok;
-    if (!s->server->snapshot_request) {
-        reply(s, out, "SERVER_ERROR snapshots are not enabled (start kurad with -bgs DIR)");
-        return;
-    }
-    if (s->server->snapshot_request(s->server->snapshot_ctx) < 0) {
-        reply(s, out, "SERVER_ERROR cannot start a snapshot");
-        return;
-    }
-    reply(s, out, "OK");
-}
-
-static void cmd_digest(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    text_digest(s, tok, ntok, out);
-}
-
-static void cmd_lru_crawler(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    text_lru_crawler(s, tok, ntok, out);
-}
-static void cmd_keys(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    text_keys(s, tok, ntok, out);
-}
-static void cmd_rget(text_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    text_rget(s, tok, ntok, out);
-}
-
 static void cmd_stats(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
     text_stats(s, tok, ntok, out);
@@ -657,16 +606,9 @@ static void cmd_stats(text_session *s, text_token *tok, int ntok, kura_buf *out)
 
 /* ---- dispatch ------------------------------------------------------------------- */
 
-typedef void (*text_handler)(text_session *, text_token *, int, kura_buf *);
-
-/* min/max count the terminal token, as memcached's WANT_TOKENS does; -1 = any. */
-static const struct text_command {
-    const char *name;
-    text_handler handler;           /* NULL: a storage command (update_cmd) */
-    int update_cmd;
-    int min_tokens, max_tokens;
-    bool exact_pair;                /* tokens must be min or max, nothing between */
-} commands[] = {
+/* The built-in commands, entered in every command table (cmdtab.c).
+ * min/max count the terminal token, as memcached's WANT_TOKENS does; -1 = any. */
+static const text_builtin builtin[] = {
     { "get",       cmd_get,       0, 3, -1, false },
     { "gets",      cmd_gets,      0, 3, -1, false },
     { "gat",       cmd_gat,       0, 3, -1, false },
@@ -687,7 +629,6 @@ static const struct text_command {
     { "version",   cmd_version,   0, -1, -1, false },
     { "verbosity", cmd_verbosity, 0, 3, 4, true },
     { "quit",      cmd_quit,      0, -1, -1, false },
-    { "shutdown",  cmd_shutdown,  0, -1, -1, false },
     /* the meta commands (meta.c) check their own token counts */
     { "mg",        meta_get,      0, -1, -1, false },
     { "ms",        NULL, TEXT_CMD_META_SET, -1, -1, false },
@@ -695,24 +636,15 @@ static const struct text_command {
     { "ma",        meta_arith,    0, -1, -1, false },
     { "mn",        meta_noop,     0, -1, -1, false },
     { "me",        meta_debug,    0, -1, -1, false },
-    { "repl",      cmd_repl,      0, 4, 4, false },
-    { "digest",    cmd_digest,    0, 2, 4, false },
-    { "snapshot",  cmd_snapshot,  0, 2, 2, false },
-    /* the listings (listing.c) */
-    { "lru_crawler", cmd_lru_crawler, 0, -1, -1, false },
-    { "keys",      cmd_keys,      0, 2, -1, false },
-    { "rget",      cmd_rget,      0, 7, 7, false },
 };
 
-static const struct text_command *find_command(const text_token *t)
+const text_builtin *text_builtin_commands(size_t *n)
 {
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (tok_is(t, commands[i].name))
-            return &commands[i];
-    return NULL;
+    *n = sizeof(builtin) / sizeof(builtin[0]);
+    return builtin;
 }
 
-static bool tokens_ok(const struct text_command *c, int ntok)
+static bool tokens_ok(const text_command *c, int ntok)
 {
     if (c->exact_pair)
         return ntok == c->min_tokens || ntok == c->max_tokens;
@@ -732,6 +664,8 @@ static bool long_line_allowed(const char *p, size_t len)
     return (len - i >= 4 && memcmp(p + i, "get ", 4) == 0) ||
            (len - i >= 5 && memcmp(p + i, "gets ", 5) == 0);
 }
+
+const kura_proto kura_proto_text = { "text", text_process, 0 };
 
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
 {
@@ -792,17 +726,20 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
             pos += consumed;
             continue;
         }
-        const struct text_command *c = find_command(&tok[0]);
+        const text_command *c = cmdtab_find(s->cmds, tok[0].value, tok[0].length);
         if (!c || !tokens_ok(c, ntok)) {
             KURA_STAT_INC(s->stats, unknown_commands);
             reply(s, out, "ERROR");
             pos += consumed;
             continue;
         }
-        if (c->handler) {
+        if (c->handler || c->fn) {
             s->line_start = line;
             s->line_end = line + llen;
-            c->handler(s, tok, ntok, out);
+            if (c->handler)
+                c->handler(s, tok, ntok, out);
+            else
+                c->fn(c->ctx, s, tok, ntok, out);
             if (s->resume) {
                 /* A get paused at the high-water mark: its line stays, and
                  * its newline need not be searched for again. */

@@ -41,7 +41,7 @@ typedef struct kura_conn {
     size_t rpos;                        /* bytes of rbuf already consumed */
     kura_buf wbuf;
     size_t wpos;                        /* bytes of wbuf already written */
-    text_session ts;
+    kura_session *sess;                 /* the protocol's (proto.h) */
     struct kura_conn *prev, *next;      /* the worker's list */
     bool held;                          /* replies wait for commit_target to be durable */
     uint64_t commit_target;
@@ -78,6 +78,7 @@ static int conn_release(kura_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     event_free(c->ev);
+    kura_session_free(c->sess);
     kura_buf_free(&c->rbuf);
     kura_buf_free(&c->wbuf);
     free(c);
@@ -90,17 +91,15 @@ static void conn_close(kura_conn *c)
     close(conn_release(c));
 }
 
-/* "repl": the socket leaves the worker for a replication stream of its
- * own (src/repl/master.c); what the replica sent after the command is
- * dropped (it waits for the answer first). */
-static void conn_handoff(kura_conn *c)
+/* A command gave the connection to a module ("repl": a replication
+ * stream, cmdtab.h): the socket leaves the worker for the module's taker;
+ * what the client sent after the command is dropped (it waits for the
+ * answer first). */
+static void conn_handoff(kura_conn *c, const kura_handoff *req)
 {
-    kura_server *srv = c->w->srv;
-    uint64_t after = c->ts.handoff_after;
-    uint32_t sid = c->ts.handoff_sid;
+    kura_handoff h = *req;              /* the session goes with the connection */
     int fd = conn_release(c);
-    if (repl_master_serve(srv->repl_master, fd, after, sid) != KURA_OK)
-        log_msg(KURA_LOG_ERROR, "cannot start a replication stream for replica %u", sid);
+    h.take(h.ctx, fd, h.arg);
 }
 
 /* (Re)registers the connection's event for reading or for writing. */
@@ -167,12 +166,12 @@ static bool pump(kura_conn *c)
         size_t avail = c->rbuf.len - c->rpos, used = 0;
         journal_committer *cm = c->w->srv->committer;
         uint64_t before = cm ? committer_thread_seq(cm) : 0;
-        if (avail > 0 && (c->ts.need == 0 || avail >= c->ts.need)) {
-            used = kura_session_process(&c->ts, c->rbuf.data + c->rpos, avail, &c->wbuf);
+        size_t need = kura_session_need(c->sess);
+        if (avail > 0 && (need == 0 || avail >= need)) {
+            used = kura_session_process(c->sess, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
         }
-        if (c->ts.dirty) {
-            c->ts.dirty = false;
+        if (kura_session_take_dirty(c->sess)) {
             if (cm) {
                 /* Replies wait until every change made so far is durable,
                  * not only this batch's own: an answer such as NOT_STORED
@@ -198,15 +197,16 @@ static bool pump(kura_conn *c)
         }
         if (!flush_out(c))
             return false;
-        if (c->ts.handoff) {
-            conn_handoff(c);
+        const kura_handoff *h = kura_session_handoff(c->sess);
+        if (h) {
+            conn_handoff(c, h);
             return false;
         }
-        if (c->ts.close) {
+        if (kura_session_closing(c->sess)) {
             conn_close(c);
             return false;
         }
-        if (c->ts.out_full)
+        if (kura_session_out_full(c->sess))
             continue;                   /* the replies left: answer the rest */
         if (used == 0 || c->rpos == c->rbuf.len)
             break;
@@ -227,9 +227,9 @@ static void drive(kura_conn *c)
     if (!pump(c))
         return;
     for (int i = 0; i < MAX_READS_PER_EVENT; i++) {
-        size_t want = READ_CHUNK;
-        if (c->ts.need > c->rbuf.len && c->ts.need - c->rbuf.len > want)
-            want = c->ts.need - c->rbuf.len;   /* a large value: read it in one go */
+        size_t want = READ_CHUNK, need = kura_session_need(c->sess);
+        if (need > c->rbuf.len && need - c->rbuf.len > want)
+            want = need - c->rbuf.len;  /* a large value: read it in one go */
         if (!kura_buf_reserve(&c->rbuf, want)) {
             conn_close(c);
             return;
@@ -303,16 +303,18 @@ struct kura_conn *conn_new(kura_worker *w, int fd)
         return NULL;
     c->w = w;
     c->fd = fd;
-    c->ts.engine = w->srv->engine;
-    c->ts.stats = w->stats;
-    c->ts.server = &w->srv->info;
-    c->ts.conn_id = fd;
-    c->ev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c);
+    kura_session_config sc = {
+        .engine = w->srv->engine, .stats = w->stats, .server = &w->srv->info,
+        .cmds = w->srv->cmds, .conn_id = fd,
+    };
+    c->sess = kura_session_new(&sc);
+    c->ev = c->sess ? event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c) : NULL;
     int tout = w->srv->settings->idle_timeout;
     struct timeval tv = { tout, 0 };
     if (!c->ev || event_add(c->ev, tout > 0 ? &tv : NULL) < 0) {
         if (c->ev)
             event_free(c->ev);
+        kura_session_free(c->sess);
         free(c);
         return NULL;
     }

@@ -206,6 +206,60 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
         repl_slave_stats(srv->repl_slave, all, emit, arg);
 }
 
+static void repl_stats_general(void *ctx, kura_stat_fn emit, void *arg)
+{
+    repl_stats(ctx, false, emit, arg);
+}
+
+/* "stats repl": the strings too (docs/replication.md) */
+static void repl_stats_all(void *ctx, kura_stat_fn emit, void *arg)
+{
+    repl_stats(ctx, true, emit, arg);
+}
+
+/* The "repl" connection's socket becomes a replication stream of its own
+ * (src/repl/master.c); arg: the replica's position and server id. */
+static void repl_take(void *ctx, int fd, const uint64_t arg[2])
+{
+    kura_server *srv = ctx;
+    uint32_t sid = (uint32_t)arg[1];
+    if (repl_master_serve(srv->repl_master, fd, arg[0], sid) != KURA_OK)
+        log_msg(KURA_LOG_ERROR, "cannot start a replication stream for replica %u", sid);
+}
+
+/* repl <after> <sid>: a replica asks for the update log (repl.h) */
+static void cmd_repl(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    kura_server *srv = ctx;
+    uint64_t after;
+    uint32_t sid;
+    (void)ntok;
+    if (!srv->repl_master) {
+        kura_session_reply(s, out, "SERVER_ERROR this server keeps no update log "
+                                   "(start it with -ulog DIR)");
+        return;
+    }
+    if (!kura_token_u64(&tok[1], &after) || !kura_token_u32(&tok[2], &sid)) {
+        kura_session_client_error(s, out, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    kura_handoff h = { repl_take, srv, { after, sid } };
+    kura_session_hand_off(s, &h);
+}
+
+/* Replication's commands: "repl", and its lines in "stats" and "stats
+ * repl".  Served whether or not this server has an update log (srv->
+ * repl_master, set before the workers start and cleared after they stop). */
+static int repl_register(kura_server *srv)
+{
+    const kura_command c = { "repl", cmd_repl, srv, 4, 4 };
+    if (kura_cmdtab_add(srv->cmds, &c) != KURA_OK ||
+        kura_cmdtab_add_stats(srv->cmds, NULL, repl_stats_general, srv) != KURA_OK ||
+        kura_cmdtab_add_stats(srv->cmds, "repl", repl_stats_all, srv) != KURA_OK)
+        return -1;
+    return 0;
+}
+
 /* -syncrepl: the group commit's wait for replicas */
 static int wait_replicas(void *arg, uint64_t ts)
 {
@@ -374,9 +428,29 @@ static void init_info(kura_server *srv)
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
-    si->repl_master = srv->repl_master != NULL;
-    si->repl_stats = repl_stats;
-    si->repl_ctx = srv;
+}
+
+/* "shutdown": memcached's answer when it was started without -A */
+static void cmd_shutdown(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    (void)ctx; (void)tok; (void)ntok;
+    kura_session_reply(s, out, "ERROR: shutdown not enabled");
+}
+
+/* The text protocol's command table with the server's commands, each
+ * registered by its owner; before the workers start, since sessions read
+ * the table without a lock.  0 or -1 (logged). */
+static int register_commands(kura_server *srv)
+{
+    const kura_command shutdown = { "shutdown", cmd_shutdown, srv, -1, -1 };
+    srv->cmds = kura_cmdtab_new();
+    if (!srv->cmds || kura_cmdtab_add(srv->cmds, &shutdown) != KURA_OK ||
+        digest_register(srv->cmds) != KURA_OK || listing_register(srv->cmds) != KURA_OK ||
+        repl_register(srv) < 0) {
+        log_msg(KURA_LOG_ERROR, "cannot register the server's commands");
+        return -1;
+    }
+    return snapd_register(srv);
 }
 
 int main(int argc, char **argv)
@@ -450,7 +524,7 @@ int main(int argc, char **argv)
     if (start_repl(&srv) < 0)
         goto fail;
     init_info(&srv);
-    if (!srv.info.thread_stats)
+    if (!srv.info.thread_stats || register_commands(&srv) < 0)
         goto fail;
     /* The cache charges items as malloc allocates them; with one arena,
      * memory freed by one worker is reused by the others, so the process
@@ -513,6 +587,7 @@ int main(int argc, char **argv)
     if (srv.ulog)
         ul_close(srv.ulog);
     free(srv.info.thread_stats);
+    kura_cmdtab_free(srv.cmds);
     pidfile_remove();
     log_msg(KURA_LOG_INFO, rc < 0 ? "stopped without a final sync (exit status 1)" : "stopped");
     return rc < 0 ? 1 : 0;
@@ -539,6 +614,7 @@ fail:
     if (srv.ulog)
         ul_close(srv.ulog);
     free(srv.info.thread_stats);
+    kura_cmdtab_free(srv.cmds);
     pidfile_remove();
     return 1;
 }

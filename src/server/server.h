@@ -80,6 +80,10 @@ void swap_remove_old(const char *dbname);
  * (engine_observe_cas it); 0 or -1 (logged). */
 int snapd_restore(struct kura_server *srv, kura_store **store, uint64_t *max_cas);
 int snapd_start(struct kura_server *srv);
+/* Registers "snapshot" and "stats snapshot" (cmdtab.h), before the workers
+ * start; without -bgs they answer that snapshots are not enabled.  0 or -1
+ * (logged). */
+int snapd_register(struct kura_server *srv);
 void snapd_stop(struct kura_server *srv, bool clean);
 
 /* options.c: fills s from argv (and the -conf file first); on a bad option
@@ -141,6 +145,7 @@ struct kura_server {
     journal_committer *committer;
     kura_store_config store_cfg;        /* how the store was opened (a replica's copy too) */
     kura_server_info info;
+    kura_cmdtab *cmds;                  /* the text protocol's commands, ours registered */
     struct event_base *base;            /* the main thread's */
     kura_worker *workers;
     int nworkers;

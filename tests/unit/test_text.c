@@ -1,25 +1,29 @@
 /*
  * test_text.c - the text protocol parser and the engine, without a network.
  *
- * Feeds request bytes to text_process() over an in-memory cache and checks
+ * Feeds request bytes to a session (kura_session_process, which picks the
+ * text protocol from the first byte) over an in-memory cache and checks
  * the reply bytes: every command, memcached's error strings and number
  * quirks, noreply, pipelining, values split across reads (down to one byte
  * at a time), swallowing a refused value, and the long-line rule; the bound
  * on output (a multi-get of large values pauses at the high-water mark and
  * resumes byte-exact, a too-long key after the pause point still gives only
- * memcached's CLIENT_ERROR) and a long line scanned once however it arrives.
+ * memcached's CLIENT_ERROR) and a long line scanned once however it arrives;
+ * the command table (registered commands and stats groups, a hand-off).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kura/proto.h"
+#include "../../src/proto/proto_int.h"     /* the session's newline scan, checked below */
 #include "unit.h"
 
 typedef struct harness {
     kura_engine *engine;
     kura_server_info info;
     kura_thread_stats stats[2];
-    text_session s;
+    kura_cmdtab *cmds;
+    kura_session *s;
     kura_buf in, out, acc;
 } harness;
 
@@ -37,13 +41,19 @@ static void h_open(harness *h, size_t item_max)
     h->info.nthreads = 1;
     h->info.thread_stats = h->stats;
     pthread_mutex_init(&h->info.reset_lock, NULL);
-    h->s.engine = h->engine;
-    h->s.stats = &h->stats[0];
-    h->s.server = &h->info;
+    h->cmds = kura_cmdtab_new();
+    kura_session_config sc = {
+        .engine = h->engine, .stats = &h->stats[0], .server = &h->info, .cmds = h->cmds,
+    };
+    h->s = kura_session_new(&sc);
+    if (!h->cmds || !h->s)
+        abort();
 }
 
 static void h_close(harness *h)
 {
+    kura_session_free(h->s);
+    kura_cmdtab_free(h->cmds);
     engine_close(h->engine);
     kura_buf_free(&h->in);
     kura_buf_free(&h->out);
@@ -57,14 +67,15 @@ static const char *feed(harness *h, const char *data, size_t len)
     kura_buf_append(&h->in, data, len);
     h->acc.len = 0;
     for (;;) {
-        if (h->in.len == 0 || (h->s.need && h->in.len < h->s.need))
+        size_t need = kura_session_need(h->s);
+        if (h->in.len == 0 || (need && h->in.len < need))
             break;
         h->out.len = 0;
-        size_t used = text_process(&h->s, h->in.data, h->in.len, &h->out);
+        size_t used = kura_session_process(h->s, h->in.data, h->in.len, &h->out);
         kura_buf_append(&h->acc, h->out.data, h->out.len);  /* "sent" */
         memmove(h->in.data, h->in.data + used, h->in.len - used);
         h->in.len -= used;
-        if (h->s.close || (used == 0 && !h->s.out_full))
+        if (kura_session_closing(h->s) || (used == 0 && !kura_session_out_full(h->s)))
             break;
     }
     kura_buf_append(&h->acc, "", 1);
@@ -270,13 +281,13 @@ static void test_long_line(void)
     char junk[3000];
     memset(junk, 'x', sizeof(junk));
     CHECK_EQ_STR(feed(&h, junk, sizeof(junk)), "");
-    CHECK(h.s.close);
+    CHECK(kura_session_closing(h.s));
     h_close(&h);
 
     h_open(&h, 1 << 20);
     memcpy(junk, "get ", 4);
     CHECK_EQ_STR(feed(&h, junk, sizeof(junk)), "");
-    CHECK(!h.s.close);                  /* a long multi-get may continue */
+    CHECK(!kura_session_closing(h.s));                  /* a long multi-get may continue */
     h_close(&h);
 }
 
@@ -317,14 +328,14 @@ static void test_get_pauses_at_high_water(void)
     int calls = 0, paused = 0;
     while (h.in.len > 0 && calls < 1000) {
         h.out.len = 0;
-        size_t used = text_process(&h.s, h.in.data, h.in.len, &h.out);
+        size_t used = kura_session_process(h.s, h.in.data, h.in.len, &h.out);
         CHECK(h.out.len <= KURA_OUT_HIGH_WATER + vlen + 64);
-        paused += h.s.out_full;
+        paused += kura_session_out_full(h.s);
         kura_buf_append(&got, h.out.data, h.out.len);
         memmove(h.in.data, h.in.data + used, h.in.len - used);
         h.in.len -= used;
         calls++;
-        if (used == 0 && !h.s.out_full)
+        if (used == 0 && !kura_session_out_full(h.s))
             break;
     }
     CHECK(paused >= 5);
@@ -343,7 +354,7 @@ static void test_get_pauses_at_high_water(void)
         KURA_BUF_LIT(&line, "k");
     KURA_BUF_LIT(&line, "\r\n");
     CHECK_EQ_STR(feed(&h, line.data, line.len), "CLIENT_ERROR bad command line format\r\n");
-    CHECK(!h.s.close);
+    CHECK(!kura_session_closing(h.s));
     CHECK_EQ_STR(SEND(&h, "get nope\r\n"), "END\r\n");
     kura_buf_free(&line);
     kura_buf_free(&want);
@@ -372,7 +383,7 @@ static void test_long_line_scanned_once(void)
         const char *r = feed(&h, line.data + off, n);
         kura_buf_append(&got, r, strlen(r));
         if (off + n < line.len)
-            CHECK(h.s.scan == h.in.len);
+            CHECK(h.s->scan == h.in.len);
     }
     size_t per = strlen("VALUE a 0 1\r\nx\r\n");
     CHECK_EQ_INT(got.len, nkeys * per + 5);
@@ -391,7 +402,7 @@ static void test_flush_and_quit(void)
                  "OK\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\ny\r\nEND\r\n");
     CHECK_EQ_STR(SEND(&h, "flush_all 100\r\nget a\r\n"), "OK\r\nVALUE a 0 1\r\ny\r\nEND\r\n");
     CHECK_EQ_STR(SEND(&h, "version\r\nquit\r\nget a\r\n"), "VERSION " KURA_MEMCACHED_VERSION "\r\n");
-    CHECK(h.s.close);
+    CHECK(kura_session_closing(h.s));
     h_close(&h);
 }
 
@@ -416,6 +427,79 @@ static void test_stats(void)
     h_close(&h);
 }
 
+/* ---- the command table -------------------------------------------------- */
+
+static int hello_calls;
+
+static void cmd_hello(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    uint32_t n = 0;
+    hello_calls++;
+    if (ntok == 3 && !kura_token_u32(&tok[1], &n)) {
+        kura_session_client_error(s, out, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    kura_session_reply(s, out, ctx);
+}
+
+static void take_none(void *ctx, int fd, const uint64_t arg[2])
+{
+    (void)ctx; (void)fd; (void)arg;
+}
+
+static void cmd_leave(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
+{
+    (void)ctx; (void)tok; (void)ntok;
+    kura_session_reply(s, out, "BYE");
+    kura_handoff h = { take_none, NULL, { 7, 9 } };
+    kura_session_hand_off(s, &h);
+}
+
+static void stats_mine(void *ctx, kura_stat_fn emit, void *arg)
+{
+    emit(arg, "mine", ctx);
+}
+
+/* Registered commands are dispatched with their token bounds, cannot take
+ * a name already there, and a hand-off ends the session's answers; stats
+ * providers answer their group and add to plain "stats". */
+static void test_command_table(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    kura_command hello = { "hello", cmd_hello, "HI", 2, 3 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &hello), KURA_OK);
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &hello), KURA_EXISTS);
+    kura_command clash = { "get", cmd_hello, NULL, -1, -1 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &clash), KURA_EXISTS);
+    kura_command longname = { "a_name_longer_than_thirty_two_bytes", cmd_hello, NULL, -1, -1 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &longname), KURA_EINVAL);
+    kura_command leave = { "leave", cmd_leave, NULL, -1, -1 };
+    CHECK_EQ_INT(kura_cmdtab_add(h.cmds, &leave), KURA_OK);
+    CHECK_EQ_INT(kura_cmdtab_add_stats(h.cmds, "mygroup", stats_mine, "1"), KURA_OK);
+    CHECK_EQ_INT(kura_cmdtab_add_stats(h.cmds, NULL, stats_mine, "2"), KURA_OK);
+
+    CHECK_EQ_STR(SEND(&h, "hello\r\nhello 5\r\n"), "HI\r\nHI\r\n");
+    CHECK_EQ_STR(SEND(&h, "hello x\r\nhello 1 2\r\nhell\r\n"),
+                 "CLIENT_ERROR bad command line format\r\nERROR\r\nERROR\r\n");
+    CHECK_EQ_INT(hello_calls, 3);
+    CHECK_EQ_STR(SEND(&h, "stats mygroup\r\nstats othergroup\r\n"),
+                 "STAT mine 1\r\nEND\r\nERROR\r\n");
+    const char *r = SEND(&h, "stats\r\n");
+    CHECK(strstr(r, "STAT mine 2\r\nEND\r\n") != NULL);
+    /* built-ins still answer; the server's own commands are not built in */
+    CHECK_EQ_STR(SEND(&h, "repl 0 1\r\nsnapshot\r\nversion\r\n"),
+                 "ERROR\r\nERROR\r\nVERSION " KURA_MEMCACHED_VERSION "\r\n");
+
+    CHECK(kura_session_handoff(h.s) == NULL);
+    CHECK_EQ_STR(SEND(&h, "leave\r\nget a\r\n"), "BYE\r\n");
+    const kura_handoff *ho = kura_session_handoff(h.s);
+    REQUIRE(ho != NULL);
+    CHECK(ho->take == take_none && ho->arg[0] == 7 && ho->arg[1] == 9);
+    CHECK(kura_session_closing(h.s));
+    h_close(&h);
+}
+
 int main(void)
 {
     RUN(test_set_get);
@@ -433,5 +517,6 @@ int main(void)
     RUN(test_long_line_scanned_once);
     RUN(test_flush_and_quit);
     RUN(test_stats);
+    RUN(test_command_table);
     UNIT_DONE();
 }
