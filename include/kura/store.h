@@ -254,13 +254,10 @@ typedef struct kura_params {
 /* Opens the database named like ttserver does: "*" or ":" (cache),
  * "path.kh#bnum=...": the suffix picks the backend, parameters tune it.
  * NULL or "" means the cache.  On error returns a negative status and writes
- * a message naming the problem into err. */
+ * a message naming the problem into err.  The backends' constructors it
+ * calls are declared in backends.h. */
 int kura_store_open(const char *dbname, const kura_store_config *cfg,
                     kura_store **out, char *err, size_t errlen);
-
-/* Backends' constructors (one per backend; called by kura_store_open). */
-int cache_open(const char *path, kura_params *params, const kura_store_config *cfg,
-               kura_store **out, char *err, size_t errlen);
 
 /* Helpers for backends parsing their parameters: take each one you know
  * (NULL if absent), then call kura_params_reject_unused() before creating

@@ -77,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/backends.h"
 #include "kura/siphash.h"
 #include "kura/store.h"
 

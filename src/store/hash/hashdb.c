@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/backends.h"
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "kura/dbfile.h"

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <sys/stat.h>
 
+#include "kura/backends.h"
 #include "kura/dbfile.h"
 #include "kura/codec.h"
 #include "tree_int.h"
