@@ -15,6 +15,8 @@
 #include "unit.h"
 #include "hashdb_testlib.h"
 
+static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
+
 uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen);
 void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
 void hashdb_debug_rekey(void);
@@ -243,14 +245,14 @@ static void test_liveness_and_sweep(void)
                     &c) == KURA_OK);
     }
     int n = 0;
-    CHECK(s->ops->iterate(s, &c, count_fn, &n) == 0 && n == 100);
+    CHECK(s->ops->iterate(s, &ITER_ALL, &c, count_fn, &n) == 0 && n == 100);
     n = 0;
-    CHECK(s->ops->iterate(s, &c, stop_fn, &n) == 77 && n == 3);
+    CHECK(s->ops->iterate(s, &ITER_ALL, &c, stop_fn, &n) == 77 && n == 3);
     c.now += 10;    /* the first 50 expire */
     CHECK(t_get(s, "k1", &c, &v) == KURA_EXPIRED);
     CHECK(t_get(s, "k60", &c, &v) == KURA_OK);
     n = 0;
-    CHECK(s->ops->iterate(s, &c, count_fn, &n) == 0 && n == 50);
+    CHECK(s->ops->iterate(s, &ITER_ALL, &c, count_fn, &n) == 0 && n == 50);
     /* add and replace treat the dead as absent */
     CHECK(t_put(s, "k2", "new", 0, 0, 300, KURA_PUT_ABSENT, 0, &c) == KURA_OK);
     CHECK(t_put(s, "k3", "new", 0, 0, 301, KURA_PUT_PRESENT, 0, &c) == KURA_NOTFOUND);

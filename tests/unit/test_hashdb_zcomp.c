@@ -157,8 +157,9 @@ static int list_cb(void *arg, const kura_item *it)
 static uint64_t listed_bytes(kura_store *s)
 {
     sizes z = { 0 };
-    for (unsigned p = 0; p < s->ops->parts(s); p++)
-        s->ops->iterate_part_keys(s, p, &CLK, list_cb, &z);
+    for (unsigned p = 0; p < s->ops->parts; p++)
+        s->ops->iterate(s, &(kura_iter_spec){ KURA_ITER_PART, .part = p, .keys_only = true },
+                        &CLK, list_cb, &z);
     return z.listed;
 }
 

@@ -497,48 +497,12 @@ static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_it
     return rc;
 }
 
-static unsigned hashdb_parts(kura_store *s)
-{
-    (void)s;
-    return HD_STRIPES;
-}
-
-static int hashdb_iterate_part(kura_store *s, unsigned part, const kura_clock *clk,
-                               kura_item_fn fn, void *arg)
-{
-    hashdb *db = H(s);
-    int bad = 0;
-    if (part >= HD_STRIPES)
-        return KURA_EINVAL;
-    note_clock(db, clk);
-    int rc = walk_stripe(db, part, clk, fn, arg, &bad);
-    return rc ? rc : bad;
-}
-
-static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
-{
-    hashdb *db = H(s);
-    int bad = 0;
-    note_clock(db, clk);
-    for (unsigned i = 0; i < HD_STRIPES; i++) {
-        int rc = walk_stripe(db, i, clk, fn, arg, &bad);
-        if (rc)
-            return rc;
-    }
-    return bad;
-}
-
-/* The listing commands' walk of a part (store.h: iterate_part_keys).
- * Keys and metadata come from the index alone, no record is read (val
+/* A part's keys and metadata from the index alone, no record read (val
  * NULL; flags only as "not 0", which the index keeps for memcached's size
- * count), so a listing costs memory reads, not disk reads. */
-static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clock *clk,
-                                    kura_item_fn fn, void *arg)
+ * count), so that a listing costs memory reads, not disk reads. */
+static int walk_stripe_keys(hashdb *db, unsigned part, const kura_clock *clk, kura_item_fn fn,
+                            void *arg)
 {
-    hashdb *db = H(s);
-    if (part >= HD_STRIPES)
-        return KURA_EINVAL;
-    note_clock(db, clk);
     hd_stripe *st = &db->stripes[part];
     int rc = 0;
     pthread_rwlock_rdlock(&st->lock);
@@ -556,6 +520,32 @@ static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clo
     }
     pthread_rwlock_unlock(&st->lock);
     return rc;
+}
+
+/* iterate (store.h: kura_iter_spec): a part is a stripe, walked under its
+ * read lock; no order.  keys_only reads the index alone. */
+static int hashdb_iterate(kura_store *s, const kura_iter_spec *spec, const kura_clock *clk,
+                          kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    unsigned first = 0, end = HD_STRIPES;
+    int bad = 0;
+    if (spec->scope == KURA_ITER_PART) {
+        if (spec->part >= HD_STRIPES)
+            return KURA_EINVAL;
+        first = spec->part;
+        end = first + 1;
+    } else if (spec->scope != KURA_ITER_ALL) {
+        return KURA_EINVAL;
+    }
+    note_clock(db, clk);
+    for (unsigned i = first; i < end; i++) {
+        int rc = spec->keys_only ? walk_stripe_keys(db, i, clk, fn, arg)
+                                 : walk_stripe(db, i, clk, fn, arg, &bad);
+        if (rc)
+            return rc;
+    }
+    return bad;
 }
 
 static long hashdb_sweep(kura_store *s, const kura_clock *clk, size_t budget)
@@ -863,10 +853,8 @@ static const kura_store_ops hashdb_ops = {
     .put = hashdb_put,
     .del = hashdb_del,
     .update = hashdb_update,
+    .parts = HD_STRIPES,
     .iterate = hashdb_iterate,
-    .parts = hashdb_parts,
-    .iterate_part = hashdb_iterate_part,
-    .iterate_part_keys = hashdb_iterate_part_keys,
     .sweep = hashdb_sweep,
     .sync = hashdb_sync,
     .usage = hashdb_usage,
