@@ -19,8 +19,7 @@
 #include <unistd.h>
 
 #include "kura/store.h"
-
-int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
+#include "kura/testhooks.h"
 
 static char t_root[256];
 
@@ -42,7 +41,7 @@ __attribute__((unused)) static void t_setup(void)
         perror("mkdtemp");
         exit(2);
     }
-    setenv("KURA_HASHDB_QUIET", "1", 1);
+    kura_test.quiet_stores = true;
 }
 
 __attribute__((unused)) static void t_teardown(void)

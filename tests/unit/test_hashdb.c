@@ -17,10 +17,6 @@
 
 static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
 
-uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen);
-void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
-void hashdb_debug_rekey(void);
-size_t hashdb_debug_probe_max(kura_store *store);
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
@@ -606,7 +602,8 @@ static void test_large_copy_lets_readers_in(void)
     REQUIRE(t_put(s, "big", "small", 0, 0, 2, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
 
     copy_gate g = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
-    hashdb_debug_copy_hook(s, copy_hook, &g);
+    kura_test.hashdb_copy_arg = &g;
+    kura_test.hashdb_copy = copy_hook;
     big_writer w = { .g = &g, .s = s, .key = "big", .len = 512 << 10 };
     w.val = malloc(w.len);
     REQUIRE(w.val != NULL);
@@ -629,7 +626,7 @@ static void test_large_copy_lets_readers_in(void)
     CHECK(!g.timed_out);        /* the reads did not wait for the copy */
     pthread_mutex_unlock(&g.mu);
     pthread_join(th, NULL);
-    hashdb_debug_copy_hook(s, NULL, NULL);
+    kura_test.hashdb_copy = NULL;
     CHECK_EQ_INT(w.rc, KURA_OK);
     bool whole = false;
     CHECK(s->ops->get(s, "big", 3, &CLK, big_whole, &whole) == KURA_OK && whole);
@@ -823,7 +820,7 @@ static void test_rekey_reopen(void)
     kura_store_close(s);
     const char *paths[2] = { t_path("rekey"), crash };
     for (int p = 0; p < 2; p++) {
-        hashdb_debug_rekey();   /* as an open of an older checkpoint draws one */
+        kura_test.hashdb_fresh_key = true;  /* as an open of an older checkpoint draws one */
         REQUIRE(t_open(paths[p], "", &cfg, &s, err, sizeof(err)) == KURA_OK);
         moved = 0;
         for (int i = 0; i < 64; i++) {

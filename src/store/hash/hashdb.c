@@ -25,6 +25,7 @@
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "kura/dbfile.h"
+#include "kura/testhooks.h"
 #include "hashdb_int.h"
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
@@ -34,7 +35,7 @@ static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 static void log_line(void *arg, int level, const char *buf)
 {
     hashdb *db = arg;
-    if (getenv("KURA_HASHDB_QUIET"))
+    if (atomic_load(&kura_test.quiet_stores))
         return;
     if (db->cfg.log) {
         char line[1200];
@@ -227,8 +228,8 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
     bool unlocked = hd_copy_unlocked(l0 + l1);
     if (unlocked) {
         hd_copy_begin(st);
-        if (db->copy_hook)
-            db->copy_hook(db->copy_hook_arg);
+        if (kura_test.hashdb_copy)
+            kura_test.hashdb_copy(kura_test.hashdb_copy_arg);
     }
     int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
                        seq, z, loc);
@@ -761,6 +762,7 @@ static void bg_work(void *arg)
     }
 }
 
+/* For tests (testhooks.h). */
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
 {
     hashdb *db = H(s);
@@ -775,12 +777,6 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
             break;
     }
     return rc;
-}
-
-void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg)
-{
-    H(s)->copy_hook_arg = arg;
-    H(s)->copy_hook = fn;
 }
 
 /* ---- open and close ------------------------------------------------- */

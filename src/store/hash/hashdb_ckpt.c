@@ -37,6 +37,7 @@
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "hashdb_int.h"
+#include "kura/testhooks.h"
 
 #define CK_HDR_V2 80           /* versions 1 and 2 */
 #define CK_HDR_V3 96           /* version 3: the hash key after the rest */
@@ -482,8 +483,8 @@ static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
 /* Entries are inserted in the order of the dump: stripe by stripe, so each
  * stripe's table and slab stay in cache while they fill, provided the hash
  * key is the one the dump was made under (it is kept in the checkpoint,
- * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or
- * hashdb_debug_rekey) the same loop is right, only slower. */
+ * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or a
+ * test's kura_test.hashdb_fresh_key) the same loop is right, only slower. */
 static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 {
     const unsigned char *p = ck->map, *end = ck->map + ck->len - CK_TRAILER;
@@ -826,9 +827,9 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         P = use->P;
         /* the database's hash key, before anything is hashed (else the
          * one hdx_init drew stays, and the next checkpoint keeps it) */
-        if (use->has_key && !hashdb_debug_fresh_key)
+        if (use->has_key && !kura_test.hashdb_fresh_key)
             db->arena.key = use->key;
-        hashdb_debug_fresh_key = false;
+        kura_test.hashdb_fresh_key = false;
         rc = ck_load(db, use, err, errlen);
         if (rc)
             goto out;

@@ -31,6 +31,7 @@
 
 #include "kura/backends.h"
 #include "kura/dbfile.h"
+#include "kura/testhooks.h"
 #include "kura/codec.h"
 #include "tree_int.h"
 
@@ -45,7 +46,7 @@ void bt_log(btree *bt, int level, const char *fmt, ...)
     va_end(ap);
     if (bt->cfg.log)
         bt->cfg.log(level, buf);
-    else if (!getenv("KURA_HASHDB_QUIET"))     /* the unit tests' switch for the stores */
+    else if (!atomic_load(&kura_test.quiet_stores))
         fprintf(stderr, "kura tree: %s\n", buf);
 }
 
@@ -768,6 +769,7 @@ static void bg_work(void *arg)
     }
 }
 
+/* For tests (testhooks.h). */
 int btree_debug_checkpoint(kura_store *s)
 {
     btree *bt = B(s);
