@@ -244,8 +244,16 @@ typedef struct kura_store_config {
     /* Where a backend reports what it did (recovery, damage, disk errors):
      * the server's log, at a level of enum kura_log_level.  NULL: stderr. */
     void (*log)(int level, const char *line);
-    /* Every file operation of the store goes through this (kio.h); NULL:
-     * the system's calls.  Tests put a fault injector or a recorder here. */
+    /* The store's file I/O (kio.h); NULL: the system's calls.  Every call
+     * the table has an entry for goes through it, reads included: opens,
+     * preads, writes, syncs, preallocation, truncation, renames, unlinks,
+     * directory syncs, mappings.  What it has no entry for goes to the
+     * system: fstat/fstatat/stat (sizes, existence), lseek(SEEK_DATA) and
+     * the listing of a log's directory; they see what the store wrote,
+     * since a replacement passes every change on to the real files.  A
+     * shared writable mapping (the hash file's mapwrite) writes behind the
+     * table's back; kio.h says how a replacement refuses one.  Tests put a
+     * fault injector or a recorder here. */
     const kura_io *io;
 } kura_store_config;
 
