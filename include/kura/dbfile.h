@@ -71,13 +71,6 @@ typedef struct kura_bg {
     bool work_running, sync_running;
 } kura_bg;
 
-/* For tests: while true, no backend's background work runs (the interval
- * syncer still does), so that a test's crash image holds no checkpoint but
- * the ones it asked for, however slowly it runs.  Writers never wait for
- * the background work, so holding it changes only when checkpoints are
- * written. */
-extern _Atomic bool kura_bg_debug_hold;
-
 /* At the database's allocation, so that kura_bg_destroy is always safe. */
 void kura_bg_init(kura_bg *b);
 /* Starts work, and sync unless it is NULL; `what` names the backend in an

@@ -11,9 +11,11 @@
  *
  * Each entry behaves like the system call it is named after: -1 with errno
  * set on failure (fallocate too: not posix_fallocate's returned error), and
- * short writes are possible.  Reads of what a store wrote (pread, fstat, a
- * read-only mapping) may bypass the table: a replacement passes writes to
- * the real file, so the files always hold what the process wrote.
+ * short writes are possible.  A store's reads go through the table too
+ * (open, pread, read-only mappings); only what it has no entry for goes to
+ * the system directly (fstat and stat, lseek(SEEK_DATA), a directory's
+ * listing), which is sound because a replacement passes writes to the real
+ * file, so the files always hold what the process wrote.
  *
  * A store that writes through a shared mapping (the hash file's mapwrite)
  * does so behind the table's back; a replacement that must see every byte

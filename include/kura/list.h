@@ -12,7 +12,7 @@
  * output), so a listing that stops half way leaves nothing to free.
  *
  * Order, by backend:
- *  - a store with key order (iterate_from: the B+ tree) is walked in key
+ *  - a store with key order (ops->ordered: the B+ tree) is walked in key
  *    order (bytes as memcmp compares them, a prefix before its
  *    extensions), one batch per call, resuming after the last key given;
  *  - a store without (the cache, the hash file) is walked a part (stripe)

@@ -273,6 +273,7 @@ int sl_read(sl_log *log, uint32_t seg, uint64_t off, size_t len, const unsigned 
  * (an I/O error is a status, not a SIGBUS), every record judged by
  * cfg.check. */
 typedef struct sl_scan {
+    const kura_io *io;          /* the log's */
     int fd;
     uint32_t version;           /* the segment's format */
     uint64_t fsize;

@@ -106,6 +106,51 @@ typedef struct kura_feed {
     void *arg;
 } kura_feed;
 
+/*
+ * Which items an iterate call shows, and how.  For every scope: only live
+ * items under the clock given (the B+ tree also takes a NULL clock, and
+ * then shows dead items too: kuractl check counts them); fn's first
+ * non-zero return stops the walk and is returned; an item the store cannot
+ * read (a record or a page that fails its checksum) is skipped, and its
+ * error returned at the end if fn did not stop the walk.  A walk is
+ * fuzzy: the store lets its lock go between batches, so a change made
+ * meanwhile may or may not be seen, but no key is shown twice.
+ *
+ *  - KURA_ITER_ALL: every live item.  The cache and the hash file walk
+ *    their parts in turn, each under its stripe's lock, in no particular
+ *    order; the B+ tree walks in key order, a leaf under its lock at a
+ *    time, resuming after the last key it showed.
+ *  - KURA_ITER_PART: part `part` alone (0 <= part < ops->parts, else
+ *    KURA_EINVAL), under one lock held throughout: a caller that must not
+ *    hold a lock while it works on the items (a snapshot, a replica's copy:
+ *    engine_walk; a listing: list.c) copies one part out at a time.  A
+ *    store of one part (the B+ tree) walks it as KURA_ITER_ALL does.
+ *  - KURA_ITER_FROM: ordered stores only (else KURA_EINVAL): the keys at
+ *    or after `from` (NULL: from the first key; else 1 to KURA_KEY_MAX
+ *    bytes), in key order (bytes as memcmp compares them, a prefix before
+ *    its extensions), locked as KURA_ITER_ALL.
+ *
+ * keys_only, for listings, which need keys and metadata only: the store
+ * may leave val NULL where reading the value costs (the hash file reads no
+ * record, only its index; the B+ tree no overflow run).  In an item whose
+ * val is NULL, vlen, exptime and cas are right, and flags is exact in the
+ * B+ tree but only says 0 (0) or not (1) in the hash file.  The cache
+ * shows values whatever keys_only says.
+ */
+enum kura_iter_scope {
+    KURA_ITER_ALL = 0,
+    KURA_ITER_PART,
+    KURA_ITER_FROM,
+};
+
+typedef struct kura_iter_spec {
+    int scope;                  /* enum kura_iter_scope */
+    unsigned part;              /* KURA_ITER_PART */
+    const char *from;           /* KURA_ITER_FROM */
+    size_t flen;
+    bool keys_only;
+} kura_iter_spec;
+
 typedef struct kura_store_ops {
     const char *name;           /* "cache", "hash", ... */
 
@@ -129,10 +174,16 @@ typedef struct kura_store_ops {
     int (*update)(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                   kura_update_fn fn, void *arg);
 
-    /* Calls fn for every live item, in no particular order, taking each
-     * stripe's lock in turn (writers to other stripes proceed).  Stops early
-     * and returns fn's value when fn returns non-zero. */
-    int (*iterate)(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg);
+    /* How the store's keys can be walked (see kura_iter_spec): `parts`
+     * parts (at least 1), and `ordered` when a walk from a key is possible.
+     * Constants of the backend. */
+    unsigned parts;
+    bool ordered;
+
+    /* Calls fn for the live items spec names (kura_iter_spec says which
+     * and how) until fn returns non-zero, which is returned. */
+    int (*iterate)(kura_store *s, const kura_iter_spec *spec, const kura_clock *clk,
+                   kura_item_fn fn, void *arg);
 
     /* Reclaims dead items, doing at most about `budget` units of work;
      * returns the number reclaimed.  Called periodically by the engine. */
@@ -165,37 +216,6 @@ typedef struct kura_store_ops {
      * nothing (kurad: writes refused after a failed sync are answered, not
      * closed).  NULL: the caller uses write_seq(). */
     uint64_t (*thread_seq)(kura_store *s);
-    /* Optional, NULL where keys have no order (the cache, the hash file):
-     * calls fn for every live item whose key is at or after `from` (NULL:
-     * from the first key), in key order (bytes as memcmp compares them, a
-     * prefix before its extensions), until fn returns non-zero, which is
-     * returned.  As with iterate, the store's lock is let go between
-     * batches (a leaf of the B+ tree), so a change made meanwhile may or
-     * may not be seen; every key is seen at most once, in order.  For
-     * prefix and range listing (issue 12). */
-    int (*iterate_from)(kura_store *s, const char *from, size_t flen, const kura_clock *clk,
-                        kura_item_fn fn, void *arg);
-    /* Optional, where the keys fall into fixed parts each walked under one
-     * lock (the stripes of the cache and the hash file): parts() says how
-     * many, iterate_part() is iterate over part i alone.  A caller that
-     * must not hold a lock while it works on the items (a snapshot, a
-     * replica's copy: engine_walk) copies one part out at a time.  Stores
-     * with neither this nor iterate_from are walked by iterate. */
-    unsigned (*parts)(kura_store *s);
-    int (*iterate_part)(kura_store *s, unsigned part, const kura_clock *clk, kura_item_fn fn,
-                        void *arg);
-    /* Optional: iterate_part for a listing, which needs keys and metadata
-     * only (list.c).  In the items it shows val is NULL (the value is not
-     * at hand: the hash file reads no record, only its index), vlen is
-     * right and flags only says whether they are 0 (0) or not (1).  NULL:
-     * the listing uses iterate_part. */
-    int (*iterate_part_keys)(kura_store *s, unsigned part, const kura_clock *clk,
-                             kura_item_fn fn, void *arg);
-    /* Optional: iterate_from for a listing, with val NULL (vlen, flags,
-     * exptime and cas as stored): the B+ tree reads no overflow run, so a
-     * listing of large values reads its leaves only.  NULL: iterate_from. */
-    int (*iterate_from_keys)(kura_store *s, const char *from, size_t flen,
-                             const kura_clock *clk, kura_item_fn fn, void *arg);
 } kura_store_ops;
 
 struct kura_store {
@@ -224,8 +244,16 @@ typedef struct kura_store_config {
     /* Where a backend reports what it did (recovery, damage, disk errors):
      * the server's log, at a level of enum kura_log_level.  NULL: stderr. */
     void (*log)(int level, const char *line);
-    /* Every file operation of the store goes through this (kio.h); NULL:
-     * the system's calls.  Tests put a fault injector or a recorder here. */
+    /* The store's file I/O (kio.h); NULL: the system's calls.  Every call
+     * the table has an entry for goes through it, reads included: opens,
+     * preads, writes, syncs, preallocation, truncation, renames, unlinks,
+     * directory syncs, mappings.  What it has no entry for goes to the
+     * system: fstat/fstatat/stat (sizes, existence), lseek(SEEK_DATA) and
+     * the listing of a log's directory; they see what the store wrote,
+     * since a replacement passes every change on to the real files.  A
+     * shared writable mapping (the hash file's mapwrite) writes behind the
+     * table's back; kio.h says how a replacement refuses one.  Tests put a
+     * fault injector or a recorder here. */
     const kura_io *io;
 } kura_store_config;
 
@@ -254,13 +282,10 @@ typedef struct kura_params {
 /* Opens the database named like ttserver does: "*" or ":" (cache),
  * "path.kh#bnum=...": the suffix picks the backend, parameters tune it.
  * NULL or "" means the cache.  On error returns a negative status and writes
- * a message naming the problem into err. */
+ * a message naming the problem into err.  The backends' constructors it
+ * calls are declared in backends.h. */
 int kura_store_open(const char *dbname, const kura_store_config *cfg,
                     kura_store **out, char *err, size_t errlen);
-
-/* Backends' constructors (one per backend; called by kura_store_open). */
-int cache_open(const char *path, kura_params *params, const kura_store_config *cfg,
-               kura_store **out, char *err, size_t errlen);
 
 /* Helpers for backends parsing their parameters: take each one you know
  * (NULL if absent), then call kura_params_reject_unused() before creating

@@ -88,7 +88,7 @@ static void fill_slot(list_slot *s, const kura_item *it)
     };
 }
 
-/* iterate_from's callback (store lock held): keys come in order, so the
+/* The ordered walk's callback (store lock held): keys come in order, so the
  * walk ends at the first key past the range or the prefix. */
 static int ordered_cb(void *arg, const kura_item *it)
 {
@@ -124,7 +124,7 @@ static bool slot_less(const list_slot *a, const list_slot *b)
     return keycmp(a->it.key, a->it.klen, b->it.key, b->it.klen) < 0;
 }
 
-/* iterate_part's callback (part lock held): keeps the cap smallest
+/* A part's callback (part lock held): keeps the cap smallest
  * matching keys above the cursor in a max-heap. */
 static int heap_cb(void *arg, const kura_item *it)
 {
@@ -168,26 +168,17 @@ static int slot_cmp(const void *a, const void *b)
     return keycmp(x->it.key, x->it.klen, y->it.key, y->it.klen);
 }
 
-static uint32_t store_parts(kura_store *st)
-{
-    return st->ops->parts && st->ops->iterate_part ? st->ops->parts(st) : 1;
-}
-
-/* One part of a store without order: its keys alone where the store can
- * (the hash file reads no record then), else its items; iterate as a
- * single part when the store has no parts. */
+/* One part of a store without order, keys and metadata only (the hash
+ * file then reads no record). */
 static int walk_part(kura_store *st, uint32_t p, const kura_clock *clk, collect *col)
 {
-    if (st->ops->parts && st->ops->iterate_part_keys)
-        return st->ops->iterate_part_keys(st, p, clk, heap_cb, col);
-    if (st->ops->parts && st->ops->iterate_part)
-        return st->ops->iterate_part(st, p, clk, heap_cb, col);
-    return st->ops->iterate(st, clk, heap_cb, col);
+    kura_iter_spec part = { .scope = KURA_ITER_PART, .part = p, .keys_only = true };
+    return st->ops->iterate(st, &part, clk, heap_cb, col);
 }
 
 bool engine_list_ordered(kura_engine *e)
 {
-    return e->store->ops->iterate_from != NULL;
+    return e->store->ops->ordered;
 }
 
 /* Where an ordered walk starts: after the cursor, else at the larger of
@@ -225,13 +216,11 @@ int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_curso
     int rc = KURA_OK;
     engine_gate_in(e);
     kura_store *st = e->store;
-    uint32_t np = store_parts(st);
+    uint32_t np = st->ops->parts;
     if (ordered) {
-        size_t flen;
-        const char *from = ordered_from(spec, c, &flen);
-        rc = st->ops->iterate_from_keys
-                 ? st->ops->iterate_from_keys(st, from, flen, &clk, ordered_cb, &col)
-                 : st->ops->iterate_from(st, from, flen, &clk, ordered_cb, &col);
+        kura_iter_spec from = { .scope = KURA_ITER_FROM, .keys_only = true };
+        from.from = ordered_from(spec, c, &from.flen);
+        rc = st->ops->iterate(st, &from, &clk, ordered_cb, &col);
         walk_end = rc != COLLECT_FULL;
         if (rc > 0)
             rc = KURA_OK;

@@ -8,7 +8,7 @@
  * the disk or the network takes.  Here the callback only copies: a part
  * (a stripe of the cache or the hash file) at a time, or, on an ordered
  * store, up to WALK_BATCH_BYTES of keys at a time resumed from the last
- * key.  The walk is fuzzy in the same way iterate is: each part is seen
+ * key (store.h: kura_iter_spec).  The walk is fuzzy in the same way iterate is: each part is seen
  * at its own moment.
  */
 #include <stdlib.h>
@@ -99,19 +99,17 @@ int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg)
     engine_gate_in(e);
     ops = e->store->ops;
     engine_gate_out(e);
-    if (ops->iterate_part && ops->parts) {
-        engine_gate_in(e);
-        unsigned parts = ops->parts(e->store);
-        engine_gate_out(e);
-        for (unsigned i = 0; i < parts && rc == 0; i++) {
+    if (!ops->ordered) {
+        for (unsigned i = 0; i < ops->parts && rc == 0; i++) {
             kura_clock clk = engine_clock(e);
+            kura_iter_spec part = { .scope = KURA_ITER_PART, .part = i };
             engine_gate_in(e);
-            rc = e->store->ops->iterate_part(e->store, i, &clk, batch_copy, &b);
+            rc = e->store->ops->iterate(e->store, &part, &clk, batch_copy, &b);
             engine_gate_out(e);
             if (rc == 0)
                 rc = batch_deliver(&b, fn, arg);
         }
-    } else if (ops->iterate_from) {
+    } else {
         b.limit = true;
         for (;;) {
             /* the last key copied is where the next batch starts (and is
@@ -121,10 +119,11 @@ int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg)
             size_t flen = b.llen;
             memcpy(from, b.last, flen);
             kura_clock clk = engine_clock(e);
+            kura_iter_spec next = { .scope = KURA_ITER_FROM, .from = b.have_last ? from : NULL,
+                                    .flen = flen };
             b.skip_last = b.have_last;
             engine_gate_in(e);
-            rc = e->store->ops->iterate_from(e->store, b.have_last ? from : NULL, flen, &clk,
-                                             batch_copy, &b);
+            rc = e->store->ops->iterate(e->store, &next, &clk, batch_copy, &b);
             engine_gate_out(e);
             bool more = rc == WALK_PAUSE;
             if (more)
@@ -134,14 +133,6 @@ int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg)
             if (rc || !more)
                 break;
         }
-    } else {
-        /* a store without either: one batch of everything */
-        kura_clock clk = engine_clock(e);
-        engine_gate_in(e);
-        rc = e->store->ops->iterate(e->store, &clk, batch_copy, &b);
-        engine_gate_out(e);
-        if (rc == 0)
-            rc = batch_deliver(&b, fn, arg);
     }
     free(b.items);
     free(b.mem);

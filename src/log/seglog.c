@@ -480,13 +480,14 @@ bool sl_torn_creation(sl_log *log, uint32_t id, uint64_t *cut)
     unsigned char buf[4096];
     struct stat st;
     sl_seg_path(log, id, path, sizeof(path));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const kura_io *io = log->cfg.io;
+    int fd = io->open(io, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return false;
     bool torn = fstat(fd, &st) == 0;
     uint64_t nonzero = 0;
     for (uint64_t o = 0; torn && o < (uint64_t)st.st_size; o += sizeof(buf)) {
-        ssize_t n = pread(fd, buf, sizeof(buf), (off_t)o);
+        ssize_t n = io->pread(io, fd, buf, sizeof(buf), (off_t)o);
         if (n <= 0) {
             torn = n == 0;
             break;
@@ -497,7 +498,7 @@ bool sl_torn_creation(sl_log *log, uint32_t id, uint64_t *cut)
             nonzero += buf[i] != 0;
         }
     }
-    close(fd);
+    io->close(io, fd);
     if (!torn)
         return false;
     sl_logf(log, KURA_LOG_ERROR, "%s: removing the newest segment, whose creation or first sync "
@@ -530,7 +531,7 @@ void sl_set_aside(sl_log *log, uint32_t id)
 }
 
 /* Bytes that are not zero in [off, end) of fd: what a cut there loses. */
-static uint64_t nonzero_bytes(int fd, uint64_t off, uint64_t end)
+static uint64_t nonzero_bytes(const kura_io *io, int fd, uint64_t off, uint64_t end)
 {
     static const unsigned char zero[4096];
     unsigned char buf[4096];
@@ -546,7 +547,7 @@ static uint64_t nonzero_bytes(int fd, uint64_t off, uint64_t end)
         if (o >= end)
             break;
         size_t want = end - o < sizeof(buf) ? (size_t)(end - o) : sizeof(buf);
-        ssize_t got = pread(fd, buf, want, (off_t)o);
+        ssize_t got = io->pread(io, fd, buf, want, (off_t)o);
         if (got <= 0)
             break;
         if (memcmp(buf, zero, (size_t)got) == 0)
@@ -565,7 +566,7 @@ int sl_seg_cut(sl_log *log, sl_seg *sg, uint64_t off, const char *why, uint64_t 
 {
     char path[4200];
     sl_seg_path(log, sg->id, path, sizeof(path));
-    uint64_t lost = nonzero_bytes(sg->fd, off, sg->size);
+    uint64_t lost = nonzero_bytes(log->cfg.io, sg->fd, off, sg->size);
     if (lost) {
         sl_logf(log, KURA_LOG_ERROR, "%s: %s at offset %llu: cutting off the %llu bytes from "
                 "there (%llu of them not zero; written after the last completed sync)", path,

@@ -22,6 +22,7 @@
 void sl_scan_init(sl_scan *sc, sl_log *log, const sl_seg *sg, size_t first)
 {
     memset(sc, 0, sizeof(*sc));
+    sc->io = log->cfg.io;
     sc->fd = sg->fd;
     sc->version = sg->version;
     sc->fsize = sg->size;
@@ -58,7 +59,8 @@ static const unsigned char *window(sl_scan *sc, uint64_t off, size_t n, int *rc)
     }
     size_t got = 0;
     while (got < want) {
-        ssize_t r = pread(sc->fd, sc->buf + got, want - got, (off_t)(off + got));
+        ssize_t r = sc->io->pread(sc->io, sc->fd, sc->buf + got, want - got,
+                                  (off_t)(off + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {

@@ -13,6 +13,7 @@
 
 #include "kura/dbfile.h"
 #include "kura/seglog.h"
+#include "kura/testhooks.h"
 
 int kura_param_size(kura_params *params, const char *what, const char *name, uint64_t *v,
                     uint64_t lo, uint64_t hi, char *err, size_t errlen)
@@ -149,9 +150,7 @@ void kura_bg_init(kura_bg *b)
     pthread_cond_init(&b->cv, NULL);
 }
 
-_Atomic bool kura_bg_debug_hold;
-
-/* Calls fn every period_ms until the stop (unless held, for tests). */
+/* Calls fn every period_ms until the stop (unless held: kura_test.bg_hold). */
 static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *), bool holdable)
 {
     pthread_mutex_lock(&b->mu);
@@ -161,7 +160,7 @@ static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *), bool holdabl
         if (b->stopping)
             break;
         pthread_mutex_unlock(&b->mu);
-        if (!holdable || !atomic_load(&kura_bg_debug_hold))
+        if (!holdable || !atomic_load(&kura_test.bg_hold))
             fn(b->arg);
         pthread_mutex_lock(&b->mu);
     }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/backends.h"
 #include "kura/store.h"
 
 typedef int (*backend_open_fn)(const char *path, kura_params *params,
@@ -23,13 +24,6 @@ typedef struct backend {
     const char *suffix;         /* ".kh", or "*" for the in-memory names */
     backend_open_fn open;
 } backend;
-
-/* Every built backend is referenced strongly (a weak reference would not
- * pull its object out of libkura.a). */
-int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
-                kura_store **out, char *err, size_t errlen);
-int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
-               kura_store **out, char *err, size_t errlen);
 
 static const struct {
     const char *suffix;

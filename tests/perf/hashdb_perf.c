@@ -19,17 +19,6 @@
 
 #include "kura/store.h"
 
-int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
-                kura_store **out, char *err, size_t errlen);
-__attribute__((used)) static void *link_hashdb = (void *)hashdb_open;
-__attribute__((weak)) int cache_open(const char *path, kura_params *params,
-                                     const kura_store_config *cfg, kura_store **out,
-                                     char *err, size_t errlen)
-{
-    (void)path; (void)params; (void)cfg; (void)out; (void)err; (void)errlen;
-    return KURA_EINVAL;
-}
-
 static double now_s(void)
 {
     struct timespec ts;

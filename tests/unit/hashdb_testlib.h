@@ -19,24 +19,7 @@
 #include <unistd.h>
 
 #include "kura/store.h"
-
-/* The cache backend lives in another branch; dbpath.c refers to it. */
-__attribute__((weak)) int cache_open(const char *path, kura_params *params,
-                                     const kura_store_config *cfg, kura_store **out,
-                                     char *err, size_t errlen)
-{
-    (void)path; (void)params; (void)cfg; (void)out;
-    snprintf(err, errlen, "no cache in this build");
-    return KURA_EINVAL;
-}
-
-int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
-int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
-                kura_store **out, char *err, size_t errlen);
-
-/* dbpath.c refers to hashdb_open weakly, and a weak reference does not pull
- * a member out of libkura.a: refer to it strongly so it is linked. */
-__attribute__((used)) static void *t_link_hashdb = (void *)hashdb_open;
+#include "kura/testhooks.h"
 
 static char t_root[256];
 
@@ -58,7 +41,7 @@ __attribute__((unused)) static void t_setup(void)
         perror("mkdtemp");
         exit(2);
     }
-    setenv("KURA_HASHDB_QUIET", "1", 1);
+    kura_test.quiet_stores = true;
 }
 
 __attribute__((unused)) static void t_teardown(void)

@@ -19,6 +19,8 @@
 #include "kura/store.h"
 #include "unit.h"
 
+static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
+
 #define T0 1700000000
 
 static kura_clock clk_at(int64_t now, uint64_t oldest_cas)
@@ -644,17 +646,17 @@ static void test_iterate_and_sweep(void)
         CHECK_EQ_INT(put_kv(s, key, "v", 0, exp, (uint64_t)i + 1, KURA_PUT_ANY, 0, &t), KURA_OK);
     }
     iter_ctx ic = { 0, -1, 0 };
-    CHECK_EQ_INT(s->ops->iterate(s, &t, iter_fn, &ic), 0);
+    CHECK_EQ_INT(s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic), 0);
     CHECK_EQ_INT(ic.n, 3000);
     CHECK_EQ_INT(ic.bytes, usage_of(s).bytes);
     ic = (iter_ctx){ 0, 5, 0 };
-    CHECK_EQ_INT(s->ops->iterate(s, &t, iter_fn, &ic), 77);
+    CHECK_EQ_INT(s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic), 77);
     CHECK_EQ_INT(ic.n, 5);
 
     /* expired at T0+10; items 2000.. flushed by the watermark */
     kura_clock later = clk_at(T0 + 10, 2001);
     ic = (iter_ctx){ 0, -1, 0 };
-    CHECK_EQ_INT(s->ops->iterate(s, &later, iter_fn, &ic), 0);
+    CHECK_EQ_INT(s->ops->iterate(s, &ITER_ALL, &later, iter_fn, &ic), 0);
     CHECK_EQ_INT(ic.n, 1000);
     CHECK_EQ_INT(usage_of(s).curr_items, 3000);     /* dead ones still counted */
 
@@ -712,7 +714,7 @@ static void test_growth_200k(void)
     }
     CHECK_EQ_INT(usage_of(s).curr_items, 100000);
     iter_ctx ic = { 0, -1, 0 };
-    s->ops->iterate(s, &t, iter_fn, &ic);
+    s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic);
     CHECK_EQ_INT(ic.n, 100000);
     CHECK_EQ_INT(ic.bytes, usage_of(s).bytes);
     kura_store_close(s);
@@ -806,7 +808,7 @@ static void *stress_thread(void *arg)
             s->ops->usage(s, &u);
             s->ops->sweep(s, &t, 100);
             iter_ctx ic = { 0, 50, 0 };
-            s->ops->iterate(s, &t, iter_fn, &ic);
+            s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic);
         }
     }
     return NULL;
@@ -861,7 +863,7 @@ static void test_threads_stress(void)
     kura_store_usage u = usage_of(s);
     CHECK_EQ_INT(u.curr_items, present);
     iter_ctx ic = { 0, -1, 0 };
-    s->ops->iterate(s, &t, iter_fn, &ic);
+    s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic);
     CHECK_EQ_INT(ic.n, present);
     CHECK_EQ_INT(ic.bytes, u.bytes);
     kura_store_close(s);
@@ -923,7 +925,7 @@ static void test_threads_eviction(void)
     CHECK(stat_u64(s, "cache_mem_used") <= (2u << 20));
     kura_clock t = clk_at(T0 + 100, 0);
     iter_ctx ic = { 0, -1, 0 };
-    s->ops->iterate(s, &t, iter_fn, &ic);
+    s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic);
     CHECK_EQ_INT(ic.n, u.curr_items);
     CHECK_EQ_INT(ic.bytes, u.bytes);
     kura_store_close(s);
@@ -1096,7 +1098,7 @@ static void test_model_random(void)
     for (int i = 0; i < MD_KEYS; i++)
         live_n += m[i].present && kura_item_liveness(m[i].exptime, m[i].cas, &t) == KURA_LIVE;
     iter_ctx ic = { 0, -1, 0 };
-    s->ops->iterate(s, &t, iter_fn, &ic);
+    s->ops->iterate(s, &ITER_ALL, &t, iter_fn, &ic);
     CHECK_EQ_INT(ic.n, live_n);
     for (int i = 0; i < 300; i++)
         s->ops->sweep(s, &t, 1000);

@@ -25,10 +25,6 @@
 #include "kura/ulog.h"
 #include "unit.h"
 
-int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
-                kura_store **out, char *err, size_t errlen);
-/* dbpath.c refers to hashdb_open weakly: refer to it strongly so it is linked */
-__attribute__((used)) static void *t_link_hashdb = (void *)hashdb_open;
 
 static char dir[256], db[300], uldir[300];
 

@@ -15,10 +15,8 @@
 #include "unit.h"
 #include "hashdb_testlib.h"
 
-uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen);
-void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
-void hashdb_debug_rekey(void);
-size_t hashdb_debug_probe_max(kura_store *store);
+static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
+
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
@@ -243,14 +241,14 @@ static void test_liveness_and_sweep(void)
                     &c) == KURA_OK);
     }
     int n = 0;
-    CHECK(s->ops->iterate(s, &c, count_fn, &n) == 0 && n == 100);
+    CHECK(s->ops->iterate(s, &ITER_ALL, &c, count_fn, &n) == 0 && n == 100);
     n = 0;
-    CHECK(s->ops->iterate(s, &c, stop_fn, &n) == 77 && n == 3);
+    CHECK(s->ops->iterate(s, &ITER_ALL, &c, stop_fn, &n) == 77 && n == 3);
     c.now += 10;    /* the first 50 expire */
     CHECK(t_get(s, "k1", &c, &v) == KURA_EXPIRED);
     CHECK(t_get(s, "k60", &c, &v) == KURA_OK);
     n = 0;
-    CHECK(s->ops->iterate(s, &c, count_fn, &n) == 0 && n == 50);
+    CHECK(s->ops->iterate(s, &ITER_ALL, &c, count_fn, &n) == 0 && n == 50);
     /* add and replace treat the dead as absent */
     CHECK(t_put(s, "k2", "new", 0, 0, 300, KURA_PUT_ABSENT, 0, &c) == KURA_OK);
     CHECK(t_put(s, "k3", "new", 0, 0, 301, KURA_PUT_PRESENT, 0, &c) == KURA_NOTFOUND);
@@ -604,7 +602,8 @@ static void test_large_copy_lets_readers_in(void)
     REQUIRE(t_put(s, "big", "small", 0, 0, 2, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
 
     copy_gate g = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
-    hashdb_debug_copy_hook(s, copy_hook, &g);
+    kura_test.hashdb_copy_arg = &g;
+    kura_test.hashdb_copy = copy_hook;
     big_writer w = { .g = &g, .s = s, .key = "big", .len = 512 << 10 };
     w.val = malloc(w.len);
     REQUIRE(w.val != NULL);
@@ -627,7 +626,7 @@ static void test_large_copy_lets_readers_in(void)
     CHECK(!g.timed_out);        /* the reads did not wait for the copy */
     pthread_mutex_unlock(&g.mu);
     pthread_join(th, NULL);
-    hashdb_debug_copy_hook(s, NULL, NULL);
+    kura_test.hashdb_copy = NULL;
     CHECK_EQ_INT(w.rc, KURA_OK);
     bool whole = false;
     CHECK(s->ops->get(s, "big", 3, &CLK, big_whole, &whole) == KURA_OK && whole);
@@ -821,7 +820,7 @@ static void test_rekey_reopen(void)
     kura_store_close(s);
     const char *paths[2] = { t_path("rekey"), crash };
     for (int p = 0; p < 2; p++) {
-        hashdb_debug_rekey();   /* as an open of an older checkpoint draws one */
+        kura_test.hashdb_fresh_key = true;  /* as an open of an older checkpoint draws one */
         REQUIRE(t_open(paths[p], "", &cfg, &s, err, sizeof(err)) == KURA_OK);
         moved = 0;
         for (int i = 0; i < 64; i++) {

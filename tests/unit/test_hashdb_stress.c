@@ -14,6 +14,8 @@
 #include "unit.h"
 #include "hashdb_testlib.h"
 
+static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
+
 static const kura_clock CLK = { .now = 1000000, .oldest_cas = 0 };
 
 static double now_s(void)
@@ -262,7 +264,7 @@ static void *maintainer(void *p)
     while (!atomic_load(a->stop)) {
         if (hashdb_debug_maintain(a->s, true, true) != KURA_OK)
             a->errors++;
-        a->s->ops->iterate(a->s, &CLK, iter_fn, &a->torn);
+        a->s->ops->iterate(a->s, &ITER_ALL, &CLK, iter_fn, &a->torn);
         a->s->ops->sweep(a->s, &CLK, 1000);
         a->ops++;
     }
@@ -314,7 +316,7 @@ static void test_threads(void)
     v.buf[v.len] = '\0';
     CHECK_EQ_INT(atol(v.buf), counter_ops);
     torn = 0;
-    s->ops->iterate(s, &CLK, iter_fn, &torn);
+    s->ops->iterate(s, &ITER_ALL, &CLK, iter_fn, &torn);
     CHECK_EQ_INT(torn, 0);
     kura_store_close(s);
 }

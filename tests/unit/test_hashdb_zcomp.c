@@ -15,7 +15,7 @@
 
 #include "unit.h"
 #include "hashdb_testlib.h"
-#include "kura/dbfile.h"
+#include "kura/testhooks.h"
 #include "kura/storecheck.h"
 
 uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
@@ -157,8 +157,9 @@ static int list_cb(void *arg, const kura_item *it)
 static uint64_t listed_bytes(kura_store *s)
 {
     sizes z = { 0 };
-    for (unsigned p = 0; p < s->ops->parts(s); p++)
-        s->ops->iterate_part_keys(s, p, &CLK, list_cb, &z);
+    for (unsigned p = 0; p < s->ops->parts; p++)
+        s->ops->iterate(s, &(kura_iter_spec){ KURA_ITER_PART, .part = p, .keys_only = true },
+                        &CLK, list_cb, &z);
     return z.listed;
 }
 
@@ -244,7 +245,7 @@ static void test_replay_and_checkpoint(void)
     const char *p = t_path("replay");
     /* no background checkpoint: the images hold only the test's own,
      * however slowly this runs (a sanitizer build) */
-    kura_bg_debug_hold = true;
+    kura_test.bg_hold = true;
     kura_store *s = zopen(p, "#zcomp=lzo#segsiz=1m");
     REQUIRE(s);
     int fails = 0;
@@ -283,7 +284,7 @@ static void test_replay_and_checkpoint(void)
     s->ops->usage(s, &u);
     CHECK_EQ_INT(u.bytes, want.bytes);
     kura_store_close(s);
-    kura_bg_debug_hold = false;
+    kura_test.bg_hold = false;
 }
 
 /* Compaction copies records as they are: they stay compressed. */

@@ -52,8 +52,6 @@
 #define NKEYS 160
 #define NEVER UINT64_MAX
 
-int btree_debug_checkpoint(kura_store *s);
-
 /* What differs between the backends under test. */
 typedef struct backend {
     const char *file;           /* the database's name in its directory */
@@ -936,7 +934,7 @@ int main(void)
         perror("mkdtemp");
         return 2;
     }
-    setenv("KURA_HASHDB_QUIET", "1", 1);
+    kura_test.quiet_stores = true;
     g_seed = env_u64("KURA_POWERLOSS_SEED", (uint64_t)time(NULL) * 2654435761u % 1000000007u);
     printf("# seed %llu (KURA_POWERLOSS_SEED=%llu repeats it)\n", (unsigned long long)g_seed,
            (unsigned long long)g_seed);

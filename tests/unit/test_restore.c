@@ -28,12 +28,6 @@
 #include "kura/ulog.h"
 #include "unit.h"
 
-int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
-                kura_store **out, char *err, size_t errlen);
-int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
-               kura_store **out, char *err, size_t errlen);
-__attribute__((used)) static void *t_link_hashdb = (void *)hashdb_open;
-__attribute__((used)) static void *t_link_btree = (void *)btree_open;
 
 #define NKEYS 200
 #define NSTEPS 3000

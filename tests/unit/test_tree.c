@@ -11,9 +11,9 @@
  * ENOSPC) refused without damage and recovered from; a failed sync sticky;
  * a file more than ten times pccap served with the cache held to pccap;
  * four threads writing and reading while checkpoints let the tree lock go
- * for their syncs; ordered iteration from a key (iterate_from: order, a start key present
- * or not, a prefix before its extensions, expired items skipped, an early
- * stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error).
+ * for their syncs; ordered iteration from a key (KURA_ITER_FROM: order, a
+ * start key present or not, a prefix before its extensions, expired items
+ * skipped, an early stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error).
  * The power-loss crash images are in test_powerloss.c (both backends).
  */
 #include <errno.h>
@@ -29,6 +29,8 @@
 #include "kio_sim.h"
 #include "tree_testlib.h"
 #include "kura/crc32c.h"
+
+static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
 
 int bt_keycmp_test(const char *a, size_t al, const char *b, size_t bl);
 
@@ -252,7 +254,7 @@ static int model_compare(kura_store *s, mval *m, unsigned char *want, got *g)
         }
     }
     order_arg o = { .n = 0 };
-    CHECK_EQ_INT(s->ops->iterate(s, &CLK, order_cb, &o), 0);
+    CHECK_EQ_INT(s->ops->iterate(s, &ITER_ALL, &CLK, order_cb, &o), 0);
     CHECK_EQ_INT(o.bad, 0);
     CHECK_EQ_INT(o.n, live);
     return bad;
@@ -763,12 +765,20 @@ static int list_cb(void *arg, const kura_item *it)
     return l->n == l->stop_after ? 7 : 0;
 }
 
+/* A walk from key k (NULL: the first) in key order; one at a time. */
+static const kura_iter_spec *from_key(const char *k)
+{
+    static kura_iter_spec sp;
+    sp = (kura_iter_spec){ .scope = KURA_ITER_FROM, .from = k, .flen = k ? strlen(k) : 0 };
+    return &sp;
+}
+
 static void test_iterate_from_in_key_order(void)
 {
     const char *p = tpath("order");
     kura_store *s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
     REQUIRE(s);
-    REQUIRE(s->ops->iterate_from);
+    REQUIRE(s->ops->ordered);
     /* inserted in a scattered order, across many leaves (~1 KB values) */
     static unsigned char v[1000];
     for (int i = 0; i < 600; i++) {
@@ -780,7 +790,7 @@ static void test_iterate_from_in_key_order(void)
     }
     CHECK_EQ_INT(put_kv(s, "k02", 3, "p", 1, 0, 0, 1), KURA_OK);   /* a prefix of others */
     list_arg l = { .stop_after = 5 };
-    CHECK_EQ_INT(s->ops->iterate_from(s, "k0248", 5, &CLK, list_cb, &l), 7);
+    CHECK_EQ_INT(s->ops->iterate(s, from_key("k0248"), &CLK, list_cb, &l), 7);
     CHECK_EQ_INT(l.n, 5);
     /* k0250 expired: skipped */
     CHECK_EQ_STR(l.keys[0], "k0248");
@@ -789,21 +799,21 @@ static void test_iterate_from_in_key_order(void)
     CHECK_EQ_STR(l.keys[4], "k0253");
     /* from a key that is not there, to the end */
     list_arg all = { .stop_after = -1 };
-    CHECK_EQ_INT(s->ops->iterate_from(s, "k059", 4, &CLK, list_cb, &all), 0);
+    CHECK_EQ_INT(s->ops->iterate(s, from_key("k059"), &CLK, list_cb, &all), 0);
     CHECK_EQ_INT(all.n, 10);
     CHECK_EQ_STR(all.keys[0], "k0590");
     CHECK_EQ_STR(all.keys[9], "k0599");
     /* a prefix sorts before its extensions */
     list_arg pre = { .stop_after = 2 };
-    CHECK_EQ_INT(s->ops->iterate_from(s, "k0", 2, &CLK, list_cb, &pre), 7);
+    CHECK_EQ_INT(s->ops->iterate(s, from_key("k0"), &CLK, list_cb, &pre), 7);
     CHECK_EQ_STR(pre.keys[0], "k0000");
     list_arg pre2 = { .stop_after = 2 };
-    CHECK_EQ_INT(s->ops->iterate_from(s, "k02", 3, &CLK, list_cb, &pre2), 7);
+    CHECK_EQ_INT(s->ops->iterate(s, from_key("k02"), &CLK, list_cb, &pre2), 7);
     CHECK_EQ_STR(pre2.keys[0], "k02");
     CHECK_EQ_STR(pre2.keys[1], "k0200");
     /* from NULL: every key, in order */
     list_arg every = { .stop_after = -1 };
-    CHECK_EQ_INT(s->ops->iterate_from(s, NULL, 0, &CLK, list_cb, &every), 0);
+    CHECK_EQ_INT(s->ops->iterate(s, from_key(NULL), &CLK, list_cb, &every), 0);
     CHECK_EQ_INT(every.n, 600);     /* 599 live + "k02" */
     CHECK_EQ_STR(every.keys[0], "k0000");
     kura_store_close(s);
@@ -1286,9 +1296,11 @@ static void test_iterate_from_keys(void)
 {
     kura_store *s = open_tree(tpath("zrt2"), NULL, KURA_SYNC_NONE, NULL);  /* zlib's, above */
     REQUIRE(s);
-    REQUIRE(s->ops->iterate_from_keys);
+    REQUIRE(s->ops->ordered);
     kwalk w = { 0 };
-    CHECK_EQ_INT(s->ops->iterate_from_keys(s, "z0010", 5, &CLK, kwalk_cb, &w), KURA_OK);
+    kura_iter_spec keys = { .scope = KURA_ITER_FROM, .from = "z0010", .flen = 5,
+                            .keys_only = true };
+    CHECK_EQ_INT(s->ops->iterate(s, &keys, &CLK, kwalk_cb, &w), KURA_OK);
     CHECK_EQ_INT(w.n, ZN - 10);
     CHECK_EQ_INT(w.bad, 0);
     kura_store_close(s);

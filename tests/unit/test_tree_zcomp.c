@@ -27,7 +27,7 @@
 #include "kio_sim.h"
 #include "tree_testlib.h"
 #include "kura/crc32c.h"
-#include "kura/dbfile.h"
+#include "kura/testhooks.h"
 
 static kura_clock CLK = { .now = 2000000 };
 
@@ -238,7 +238,7 @@ static void test_pz_kill9_replay(void)
     if (pid == 0) {
         /* no background checkpoint: the changes after the test's own are
          * only in the log, however slowly this runs (a sanitizer build) */
-        kura_bg_debug_hold = true;
+        kura_test.bg_hold = true;
         kura_store *s = open_tree(p, "#pccap=1m#ckpt=256k#zcomp=lzo");
         if (!s)
             _exit(3);

@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "kura/store.h"
+#include "kura/testhooks.h"
 
 int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen);
-int btree_debug_checkpoint(kura_store *s);
 
 /* "<test dir>/<name>.kb"; eight results may be held at once */
 __attribute__((unused)) static const char *tpath(const char *name)

@@ -75,6 +75,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/backends.h"
 #include "kura/siphash.h"
 #include "kura/store.h"
 
@@ -733,15 +734,12 @@ static int cache_update(kura_store *s, const char *key, size_t klen, const kura_
     return rc;
 }
 
-/* iterate_part: walks one stripe's LRU list under its lock, live items
- * only.  O(items in it). */
-static int cache_iterate_part(kura_store *s, unsigned part, const kura_clock *clk,
-                              kura_item_fn fn, void *arg)
+/* Walks one stripe's LRU list under its lock, live items only.
+ * O(items in it). */
+static int cache_walk_stripe(cache *c, unsigned part, const kura_clock *clk, kura_item_fn fn,
+                             void *arg)
 {
-    cache *c = (cache *)s;
     int rc = 0;
-    if (part >= CACHE_STRIPES)
-        return KURA_EINVAL;
     cache_stripe *st = &c->cc_stripes[part];
     pthread_mutex_lock(&st->cs_lock);
     for (cache_item *it = st->cs_head; it && rc == 0; it = it->ci_next) {
@@ -755,19 +753,26 @@ static int cache_iterate_part(kura_store *s, unsigned part, const kura_clock *cl
     return rc;
 }
 
-static unsigned cache_parts(kura_store *s)
+/* iterate (store.h: kura_iter_spec): a part is a stripe; the whole cache
+ * is every stripe in turn, one lock at a time.  No order, and the values
+ * are at hand, so keys_only changes nothing. */
+static int cache_iterate(kura_store *s, const kura_iter_spec *spec, const kura_clock *clk,
+                         kura_item_fn fn, void *arg)
 {
-    (void)s;
-    return CACHE_STRIPES;
-}
-
-/* iterate: every stripe in turn, one lock at a time. */
-static int cache_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
-{
+    cache *c = (cache *)s;
     int rc = 0;
-    for (unsigned i = 0; i < CACHE_STRIPES && rc == 0; i++)
-        rc = cache_iterate_part(s, i, clk, fn, arg);
-    return rc;
+    switch (spec->scope) {
+    case KURA_ITER_ALL:
+        for (unsigned i = 0; i < CACHE_STRIPES && rc == 0; i++)
+            rc = cache_walk_stripe(c, i, clk, fn, arg);
+        return rc;
+    case KURA_ITER_PART:
+        if (spec->part >= CACHE_STRIPES)
+            return KURA_EINVAL;
+        return cache_walk_stripe(c, spec->part, clk, fn, arg);
+    default:
+        return KURA_EINVAL;
+    }
 }
 
 /* sweep: resumes a walk over every stripe's buckets where the last call
@@ -919,9 +924,8 @@ static const kura_store_ops cache_ops = {
     .put = cache_put,
     .del = cache_del,
     .update = cache_update,
+    .parts = CACHE_STRIPES,
     .iterate = cache_iterate,
-    .parts = cache_parts,
-    .iterate_part = cache_iterate_part,
     .sweep = cache_sweep,
     .sync = cache_sync,
     .usage = cache_usage,

@@ -21,9 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/backends.h"
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "kura/dbfile.h"
+#include "kura/testhooks.h"
 #include "hashdb_int.h"
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
@@ -33,7 +35,7 @@ static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 static void log_line(void *arg, int level, const char *buf)
 {
     hashdb *db = arg;
-    if (getenv("KURA_HASHDB_QUIET"))
+    if (atomic_load(&kura_test.quiet_stores))
         return;
     if (db->cfg.log) {
         char line[1200];
@@ -226,8 +228,8 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
     bool unlocked = hd_copy_unlocked(l0 + l1);
     if (unlocked) {
         hd_copy_begin(st);
-        if (db->copy_hook)
-            db->copy_hook(db->copy_hook_arg);
+        if (kura_test.hashdb_copy)
+            kura_test.hashdb_copy(kura_test.hashdb_copy_arg);
     }
     int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
                        seq, z, loc);
@@ -496,48 +498,12 @@ static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_it
     return rc;
 }
 
-static unsigned hashdb_parts(kura_store *s)
-{
-    (void)s;
-    return HD_STRIPES;
-}
-
-static int hashdb_iterate_part(kura_store *s, unsigned part, const kura_clock *clk,
-                               kura_item_fn fn, void *arg)
-{
-    hashdb *db = H(s);
-    int bad = 0;
-    if (part >= HD_STRIPES)
-        return KURA_EINVAL;
-    note_clock(db, clk);
-    int rc = walk_stripe(db, part, clk, fn, arg, &bad);
-    return rc ? rc : bad;
-}
-
-static int hashdb_iterate(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
-{
-    hashdb *db = H(s);
-    int bad = 0;
-    note_clock(db, clk);
-    for (unsigned i = 0; i < HD_STRIPES; i++) {
-        int rc = walk_stripe(db, i, clk, fn, arg, &bad);
-        if (rc)
-            return rc;
-    }
-    return bad;
-}
-
-/* The listing commands' walk of a part (store.h: iterate_part_keys).
- * Keys and metadata come from the index alone, no record is read (val
+/* A part's keys and metadata from the index alone, no record read (val
  * NULL; flags only as "not 0", which the index keeps for memcached's size
- * count), so a listing costs memory reads, not disk reads. */
-static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clock *clk,
-                                    kura_item_fn fn, void *arg)
+ * count), so that a listing costs memory reads, not disk reads. */
+static int walk_stripe_keys(hashdb *db, unsigned part, const kura_clock *clk, kura_item_fn fn,
+                            void *arg)
 {
-    hashdb *db = H(s);
-    if (part >= HD_STRIPES)
-        return KURA_EINVAL;
-    note_clock(db, clk);
     hd_stripe *st = &db->stripes[part];
     int rc = 0;
     pthread_rwlock_rdlock(&st->lock);
@@ -555,6 +521,32 @@ static int hashdb_iterate_part_keys(kura_store *s, unsigned part, const kura_clo
     }
     pthread_rwlock_unlock(&st->lock);
     return rc;
+}
+
+/* iterate (store.h: kura_iter_spec): a part is a stripe, walked under its
+ * read lock; no order.  keys_only reads the index alone. */
+static int hashdb_iterate(kura_store *s, const kura_iter_spec *spec, const kura_clock *clk,
+                          kura_item_fn fn, void *arg)
+{
+    hashdb *db = H(s);
+    unsigned first = 0, end = HD_STRIPES;
+    int bad = 0;
+    if (spec->scope == KURA_ITER_PART) {
+        if (spec->part >= HD_STRIPES)
+            return KURA_EINVAL;
+        first = spec->part;
+        end = first + 1;
+    } else if (spec->scope != KURA_ITER_ALL) {
+        return KURA_EINVAL;
+    }
+    note_clock(db, clk);
+    for (unsigned i = first; i < end; i++) {
+        int rc = spec->keys_only ? walk_stripe_keys(db, i, clk, fn, arg)
+                                 : walk_stripe(db, i, clk, fn, arg, &bad);
+        if (rc)
+            return rc;
+    }
+    return bad;
 }
 
 static long hashdb_sweep(kura_store *s, const kura_clock *clk, size_t budget)
@@ -770,6 +762,7 @@ static void bg_work(void *arg)
     }
 }
 
+/* For tests (testhooks.h). */
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
 {
     hashdb *db = H(s);
@@ -784,12 +777,6 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
             break;
     }
     return rc;
-}
-
-void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg)
-{
-    H(s)->copy_hook_arg = arg;
-    H(s)->copy_hook = fn;
 }
 
 /* ---- open and close ------------------------------------------------- */
@@ -862,10 +849,8 @@ static const kura_store_ops hashdb_ops = {
     .put = hashdb_put,
     .del = hashdb_del,
     .update = hashdb_update,
+    .parts = HD_STRIPES,
     .iterate = hashdb_iterate,
-    .parts = hashdb_parts,
-    .iterate_part = hashdb_iterate_part,
-    .iterate_part_keys = hashdb_iterate_part_keys,
     .sweep = hashdb_sweep,
     .sync = hashdb_sync,
     .usage = hashdb_usage,

@@ -86,12 +86,12 @@ static void collect(void *arg, hd_seg *sg)
 }
 
 /* True if [off, end) of fd is all zeros. */
-static bool zeros_to_end(int fd, uint64_t off, uint64_t end)
+static bool zeros_to_end(const kura_io *io, int fd, uint64_t off, uint64_t end)
 {
     unsigned char b[4096];
     while (off < end) {
         size_t n = end - off < sizeof(b) ? (size_t)(end - off) : sizeof(b);
-        if (pread(fd, b, n, (off_t)off) != (ssize_t)n)
+        if (io->pread(io, fd, b, n, (off_t)off) != (ssize_t)n)
             return false;
         for (size_t i = 0; i < n; i++)
             if (b[i])
@@ -102,12 +102,12 @@ static bool zeros_to_end(int fd, uint64_t off, uint64_t end)
 }
 
 /* What the bytes at a damaged place still say: the key, if the header decodes. */
-static void damaged_key(hd_seg *sg, uint64_t off, char *out, size_t cap)
+static void damaged_key(const kura_io *io, hd_seg *sg, uint64_t off, char *out, size_t cap)
 {
     unsigned char b[HD_REC_HDR_MAX + KURA_KEY_MAX];
     hd_rec r;
     snprintf(out, cap, "(header unreadable)");
-    ssize_t got = pread(sg->fd, b, sizeof(b), (off_t)off);
+    ssize_t got = io->pread(io, sg->fd, b, sizeof(b), (off_t)off);
     if (got < 8 || hd_rec_decode(b, (size_t)got, sg->version, &r) != 0)
         return;
     if (r.klen == 0 || (size_t)r.hlen + r.klen > (size_t)got) {
@@ -197,11 +197,11 @@ static int scan_segment(check *c, hd_seg *sg)
             rc = s == KURA_ENOMEM ? s : KURA_OK;
             break;
         }
-        if (zeros_to_end(sg->fd, off, sg->size))
+        if (zeros_to_end(db->io, sg->fd, off, sg->size))
             break;              /* a preallocated tail: never written */
         uint64_t next = hd_scan_resync(&sc, off);
         char what[KURA_KEY_MAX * 4 + 80];
-        damaged_key(sg, off, what, sizeof(what));
+        damaged_key(db->io, sg, off, what, sizeof(what));
         say(c, "%s/%08x.seg offset %" PRIu64 ": damaged %s: %" PRIu64 " bytes fail their "
             "checksum or header", db->dir, sg->id, off, what, next - off);
         c->rep->damaged++;

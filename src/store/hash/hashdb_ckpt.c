@@ -37,6 +37,7 @@
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "hashdb_int.h"
+#include "kura/testhooks.h"
 
 #define CK_HDR_V2 80           /* versions 1 and 2 */
 #define CK_HDR_V3 96           /* version 3: the hash key after the rest */
@@ -321,7 +322,7 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
     struct stat st;
     memset(ck, 0, sizeof(*ck));
     snprintf(path, sizeof(path), "%s/%s", db->dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = db->io->open(db->io, db->dirfd, name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
         if (errno != ENOENT) {
             ck->exists = true;
@@ -333,11 +334,11 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
     if (fstat(fd, &st) != 0 || st.st_size < CK_HDR_V2 + CK_TRAILER) {
         snprintf(ck->why, sizeof(ck->why), "%s: too short (%lld bytes)", path,
                  (long long)st.st_size);
-        close(fd);
+        db->io->close(db->io, fd);
         return;
     }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
+    void *m = db->io->mmap(db->io, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    db->io->close(db->io, fd);
     if (m == MAP_FAILED) {
         snprintf(ck->why, sizeof(ck->why), "%s: mmap: %s", path, strerror(errno));
         return;
@@ -374,10 +375,10 @@ static void ck_check(hashdb *db, const char *name, ck_file *ck)
     ck->valid = true;
 }
 
-static void ck_release(ck_file *ck)
+static void ck_release(hashdb *db, ck_file *ck)
 {
     if (ck->map)
-        munmap((void *)ck->map, ck->len);
+        db->io->munmap(db->io, (void *)ck->map, ck->len);
     ck->map = NULL;
 }
 
@@ -482,8 +483,8 @@ static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
 /* Entries are inserted in the order of the dump: stripe by stripe, so each
  * stripe's table and slab stay in cache while they fill, provided the hash
  * key is the one the dump was made under (it is kept in the checkpoint,
- * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or
- * hashdb_debug_rekey) the same loop is right, only slower. */
+ * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or a
+ * test's kura_test.hashdb_fresh_key) the same loop is right, only slower. */
 static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 {
     const unsigned char *p = ck->map, *end = ck->map + ck->len - CK_TRAILER;
@@ -629,7 +630,7 @@ static bool zero_from(hd_scan *sc, uint64_t off, bool last)
         size_t probe = sc->version == 1 ? HD_REC_HDR_V1 : 16;
         if (o == off && n > probe && last)
             n = probe;
-        ssize_t got = pread(sc->fd, z, n, (off_t)o);
+        ssize_t got = sc->io->pread(sc->io, sc->fd, z, n, (off_t)o);
         if (got != (ssize_t)n)
             return false;
         for (size_t i = 0; i < n; i++)
@@ -654,11 +655,11 @@ static bool zero_from(hd_scan *sc, uint64_t off, bool last)
  * bytes of a record's crc, and records whose head was a page's last
  * bytes).  Damage from bit flips does not have that shape, unless it hits
  * a record whose bytes just before a page boundary happen to be zero. */
-static bool stale_page_in(int fd, uint64_t from, uint64_t to)
+static bool stale_page_in(const kura_io *io, int fd, uint64_t from, uint64_t to)
 {
     for (uint64_t b = (from + 4096) & ~(uint64_t)4095; b <= to; b += 4096) {
         unsigned char c;
-        if (pread(fd, &c, 1, (off_t)(b - 1)) == 1 && c == 0)
+        if (io->pread(io, fd, &c, 1, (off_t)(b - 1)) == 1 && c == 0)
             return true;
     }
     return false;
@@ -705,7 +706,7 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
                             errlen);
             break;
         }
-        if (s == KURA_ECORRUPT && last && stale_page_in(sg->fd, off, next)) {
+        if (s == KURA_ECORRUPT && last && stale_page_in(db->io, sg->fd, off, next)) {
             /* a page that never reached the disk (power loss: the kernel
              * writes pages back in any order); nothing after it was ever
              * covered by a completed sync, so it is cut like a torn tail */
@@ -826,9 +827,9 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         P = use->P;
         /* the database's hash key, before anything is hashed (else the
          * one hdx_init drew stays, and the next checkpoint keeps it) */
-        if (use->has_key && !hashdb_debug_fresh_key)
+        if (use->has_key && !kura_test.hashdb_fresh_key)
             db->arena.key = use->key;
-        hashdb_debug_fresh_key = false;
+        kura_test.hashdb_fresh_key = false;
         rc = ck_load(db, use, err, errlen);
         if (rc)
             goto out;
@@ -936,8 +937,8 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         db->need_ckpt = true;
     rc = KURA_OK;
 out:
-    ck_release(&cur);
-    ck_release(&prev);
+    ck_release(db, &cur);
+    ck_release(db, &prev);
     free(ids);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "hashdb_int.h"
+#include "kura/testhooks.h"
 #include "kura/siphash.h"
 
 /* ---- the arena ---------------------------------------------------- */
@@ -503,25 +504,14 @@ void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
 }
 
 
-/* ---- for tests ----------------------------------------------------- */
-
-/* The next open keeps the key it draws instead of taking the checkpoint's,
- * as an open of an older checkpoint or a rebuild does. */
-bool hashdb_debug_fresh_key;
-
-void hashdb_debug_rekey(void)
-{
-    hashdb_debug_fresh_key = true;
-}
+/* ---- for tests (testhooks.h) ---------------------------------------- */
 
 uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen)
 {
     return hd_hash((hashdb *)store, key, klen);
 }
 
-/* The longest probe in the index: how many slots past its home line's
- * first slot the farthest entry sits.  O(slots), under each stripe's read
- * lock in turn. */
+/* testhooks.h: the longest probe. */
 size_t hashdb_debug_probe_max(kura_store *store)
 {
     hashdb *db = (hashdb *)store;

@@ -351,10 +351,6 @@ typedef struct hashdb {
     _Atomic uint64_t clk_oldest;
     _Atomic bool clk_seen;
 
-    /* for tests: called while a large value's copy lets readers in */
-    void (*copy_hook)(void *arg);
-    void *copy_hook_arg;
-
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
@@ -433,11 +429,6 @@ uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
 void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
-/* for tests: a new process hash key (no store open), the longest probe */
-void hashdb_debug_rekey(void);    /* the next open ignores the checkpoint's key */
-extern bool hashdb_debug_fresh_key;
-uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen);
-size_t hashdb_debug_probe_max(kura_store *store);
 
 static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 {
@@ -565,10 +556,5 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 
-/* for tests: one synchronous round of checkpoint + compaction */
-int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
-/* for tests: fn(arg) runs in a writer copying a large value, while the
- * readers of its stripe are let in */
-void hashdb_debug_copy_hook(kura_store *s, void (*fn)(void *arg), void *arg);
 
 #endif

@@ -29,7 +29,9 @@
 #include <time.h>
 #include <sys/stat.h>
 
+#include "kura/backends.h"
 #include "kura/dbfile.h"
+#include "kura/testhooks.h"
 #include "kura/codec.h"
 #include "tree_int.h"
 #include "kura/lockorder.h"
@@ -45,7 +47,7 @@ void bt_log(btree *bt, int level, const char *fmt, ...)
     va_end(ap);
     if (bt->cfg.log)
         bt->cfg.log(level, buf);
-    else if (!getenv("KURA_HASHDB_QUIET"))     /* the unit tests' switch for the stores */
+    else if (!atomic_load(&kura_test.quiet_stores))
         fprintf(stderr, "kura tree: %s\n", buf);
 }
 
@@ -538,25 +540,30 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
     }
 }
 
-static int bt_iterate_op(kura_store *s, const kura_clock *clk, kura_item_fn fn, void *arg)
+/* iterate (store.h: kura_iter_spec): one part, in key order, a leaf at a
+ * time (bt_walk). */
+static int bt_iterate_op(kura_store *s, const kura_iter_spec *spec, const kura_clock *clk,
+                         kura_item_fn fn, void *arg)
 {
-    return bt_walk(B(s), NULL, 0, clk, false, fn, arg);
-}
-
-static int bt_iterate_from_op(kura_store *s, const char *from, size_t flen,
-                              const kura_clock *clk, kura_item_fn fn, void *arg)
-{
-    if (from && (flen < 1 || flen > KURA_KEY_MAX))
+    const char *from = NULL;
+    size_t flen = 0;
+    switch (spec->scope) {
+    case KURA_ITER_ALL:
+        break;
+    case KURA_ITER_PART:
+        if (spec->part != 0)
+            return KURA_EINVAL;
+        break;
+    case KURA_ITER_FROM:
+        if (spec->from && (spec->flen < 1 || spec->flen > KURA_KEY_MAX))
+            return KURA_EINVAL;
+        from = spec->from;
+        flen = spec->flen;
+        break;
+    default:
         return KURA_EINVAL;
-    return bt_walk(B(s), from, flen, clk, false, fn, arg);
-}
-
-static int bt_iterate_from_keys_op(kura_store *s, const char *from, size_t flen,
-                                   const kura_clock *clk, kura_item_fn fn, void *arg)
-{
-    if (from && (flen < 1 || flen > KURA_KEY_MAX))
-        return KURA_EINVAL;
-    return bt_walk(B(s), from, flen, clk, true, fn, arg);
+    }
+    return bt_walk(B(s), from, flen, clk, spec->keys_only, fn, arg);
 }
 
 /* The sweep: looks at up to `budget` cells from where it stopped, and
@@ -763,6 +770,7 @@ static void bg_work(void *arg)
     }
 }
 
+/* For tests (testhooks.h). */
 int btree_debug_checkpoint(kura_store *s)
 {
     btree *bt = B(s);
@@ -838,6 +846,8 @@ static const kura_store_ops btree_ops = {
     .put = bt_put_op,
     .del = bt_del_op,
     .update = bt_update_op,
+    .parts = 1,
+    .ordered = true,
     .iterate = bt_iterate_op,
     .sweep = bt_sweep_op,
     .sync = bt_sync_op,
@@ -848,8 +858,6 @@ static const kura_store_ops btree_ops = {
     .close = bt_close_op,
     .write_seq = bt_write_seq_op,
     .commit = bt_commit_op,
-    .iterate_from = bt_iterate_from_op,
-    .iterate_from_keys = bt_iterate_from_keys_op,
 };
 
 /* Tokyo and Kyoto parameters that have no meaning here: an error that

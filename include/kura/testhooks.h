@@ -1,0 +1,64 @@
+/*
+ * testhooks.h - everything in the library that exists for tests only: the
+ * switches a test sets to make the stores behave in a way it can check,
+ * and the test-only entry points into the backends.
+ *
+ * The switches are fields of one global, kura_test (src/store/testhooks.c),
+ * rather than fields of the stores' structs or globals of their own, so
+ * that a reader of production code sees at a glance which branches only a
+ * test takes, and so that a test has one header to include.  Every switch
+ * is off (zero) unless a unit test sets it: kurad and kuractl never do,
+ * and nothing reads one from the command line or the environment (the
+ * integration tests, which run the real binaries, need none).  A switch is
+ * process-wide: it applies to every store the test has open.
+ */
+#ifndef KURA_TESTHOOKS_H
+#define KURA_TESTHOOKS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kura/store.h"
+
+typedef struct kura_testhooks {
+    /* While true, no backend's background work runs (dbfile.c: the
+     * interval syncer still does), so that a test's crash image holds no
+     * checkpoint but the ones it asked for, however slowly it runs.
+     * Writers never wait for the background work, so holding it changes
+     * only when checkpoints are written. */
+    _Atomic bool bg_hold;
+    /* The stores write no log line of their own: the hash file none at
+     * all, the B+ tree none to stderr (a cfg->log still gets its lines).
+     * For test programs whose expected damage would flood their output. */
+    _Atomic bool quiet_stores;
+    /* The hash file's next open keeps the hash key it draws instead of
+     * the checkpoint's, as an open of an older checkpoint or a rebuild
+     * does; the open clears it. */
+    bool hashdb_fresh_key;
+    /* Called by a hash file writer copying a large value while the
+     * readers of its stripe are let in (hd_append_put), so that a test
+     * can hold the copy there and read meanwhile.  Set before the writer
+     * starts, cleared after it is joined. */
+    void (*hashdb_copy)(void *arg);
+    void *hashdb_copy_arg;
+} kura_testhooks;
+
+extern kura_testhooks kura_test;
+
+/* The hash file: one synchronous round of checkpoint and compaction
+ * (hashdb.c), as the background work would do it. */
+int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
+/* The hash of a key under the store's hash key (its low bits pick the
+ * stripe). */
+uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen);
+/* The longest probe in the index: how many slots past its home line's
+ * first slot the farthest entry sits.  O(slots), under each stripe's read
+ * lock in turn. */
+size_t hashdb_debug_probe_max(kura_store *store);
+
+/* The B+ tree: a checkpoint now, as the background work would write one. */
+int btree_debug_checkpoint(kura_store *s);
+
+#endif
