@@ -340,8 +340,7 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                  * client "repair" the key with stale data.  As for the
                  * response buffer, drop what was stacked and fail the
                  * request, as docs/operations.md promises for a damaged
-                 * record ("the request fails with SERVER_ERROR").  Found by
-                 * tests/integration/test_persist.py. */
+                 * record ("the request fails with SERVER_ERROR"). */
                 out->len = mark;
                 if (g.oom || rc == KURA_ENOMEM)
                     reply(s, out, "SERVER_ERROR out of memory writing get response");
