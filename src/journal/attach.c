@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "kura/thread.h"
 #include "journal_int.h"
 
 static void *journal_main(void *arg);
@@ -117,22 +118,14 @@ void feed_stop(kura_engine *e)
     struct kura_journal *j = e->journal;
     if (!j || !j->thread_running)
         return;
-    pthread_mutex_lock(&j->thread_lock);
-    j->thread_stop = true;
-    pthread_cond_signal(&j->thread_wake);
-    pthread_mutex_unlock(&j->thread_lock);
-    pthread_join(j->thread, NULL);
+    kura_thread_stop(j->thread, &j->thread_lock, &j->thread_wake, &j->thread_stop);
     j->thread_running = false;
 }
 
 void attach_init(struct kura_journal *j)
 {
     pthread_mutex_init(&j->thread_lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->thread_wake, &ca);
-    pthread_condattr_destroy(&ca);
+    kura_cond_init_mono(&j->thread_wake);
 }
 
 void attach_destroy(struct kura_journal *j)

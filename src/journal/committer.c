@@ -43,6 +43,7 @@
 #include <stdlib.h>
 
 #include "kura/journal.h"
+#include "kura/thread.h"
 
 struct journal_committer {
     committer_config cfg;
@@ -190,11 +191,7 @@ void committer_stop(journal_committer *c)
 {
     if (!c || !c->running)
         return;
-    pthread_mutex_lock(&c->lock);
-    c->stop = true;
-    pthread_cond_signal(&c->wake);
-    pthread_mutex_unlock(&c->lock);
-    pthread_join(c->thread, NULL);
+    kura_thread_stop(c->thread, &c->lock, &c->wake, &c->stop);
     c->running = false;
 }
 

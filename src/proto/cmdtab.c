@@ -42,6 +42,15 @@ static unsigned name_hash(const char *p, size_t n)
     return (unsigned)(h ^ h >> 16);
 }
 
+/* The names are a few bytes: a loop here costs less than a call to memcmp. */
+static bool same_name(const char *a, const char *b, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
+}
+
 const text_command *cmdtab_find(const kura_cmdtab *t, const char *name, size_t len)
 {
     if (len > KURA_CMD_NAME_MAX)
@@ -50,7 +59,7 @@ const text_command *cmdtab_find(const kura_cmdtab *t, const char *name, size_t l
         unsigned s = t->slot[i & (CMDTAB_SLOTS - 1)];
         if (s == 0)
             return NULL;
-        if (t->len[s - 1] == len && memcmp(t->cmd[s - 1].name, name, len) == 0)
+        if (t->len[s - 1] == len && same_name(t->cmd[s - 1].name, name, len))
             return &t->cmd[s - 1];
     }
 }

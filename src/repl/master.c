@@ -41,6 +41,7 @@
 #include "kura/journal.h"
 #include "kura/lockorder.h"
 #include "kura/repl.h"
+#include "kura/thread.h"
 
 #define SEND_TIMEOUT_MS 60000           /* a replica reading nothing this long is dropped */
 #define FLUSH_AT (256 * 1024)           /* bytes of rows buffered before a send */
@@ -538,11 +539,7 @@ int repl_master_new(const repl_config *cfg, repl_master **out)
     m->cfg = *cfg;
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->gone, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->acked, &ca);
-    pthread_condattr_destroy(&ca);
+    kura_cond_init_mono(&m->acked);
     ul_set_notify(cfg->ulog, on_append, m);
     *out = m;
     return KURA_OK;

@@ -42,6 +42,7 @@
 
 #include "kura/journal.h"
 #include "kura/repl.h"
+#include "kura/thread.h"
 #include "keyset.h"
 
 #define CONNECT_TIMEOUT_MS 5000
@@ -547,11 +548,7 @@ int repl_slave_start(const repl_config *cfg, const char *host, int port, const c
     snprintf(s->rts_path, sizeof(s->rts_path), "%s", rts_path);
     s->fd = -1;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    kura_cond_init_mono(&s->wake);
     uint64_t pos = rts_read(s);
     atomic_store(&s->pos, pos);
     s->rts_saved = pos;

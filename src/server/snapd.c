@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "kura/snapshot.h"
+#include "kura/thread.h"
 #include "server.h"
 
 static struct {
@@ -208,11 +209,7 @@ void snapd_stop(kura_server *srv, bool clean)
 {
     if (!sd.started)
         return;
-    pthread_mutex_lock(&sd.mu);
-    sd.stop = true;
-    pthread_cond_broadcast(&sd.cv);
-    pthread_mutex_unlock(&sd.mu);
-    pthread_join(sd.thread, NULL);
+    kura_thread_stop(sd.thread, &sd.mu, &sd.cv, &sd.stop);
     sd.started = false;
     /* the workers have stopped: this one is the state the server stops in */
     if (clean && srv->settings->bgs_stop)

@@ -1,0 +1,22 @@
+/*
+ * thread.h - the chores every module with a thread of its own repeats:
+ * a condition variable that times its waits by the monotonic clock, and
+ * stopping a thread that sleeps on one.
+ */
+#ifndef KURA_THREAD_H
+#define KURA_THREAD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+/* Initializes c so that pthread_cond_timedwait's deadlines are
+ * CLOCK_MONOTONIC times: a step of the wall clock neither stretches nor
+ * cuts a wait.  0 or an errno, as pthread_cond_init. */
+int kura_cond_init_mono(pthread_cond_t *c);
+
+/* Stops a thread that sleeps on wake under lock until *stop is set: sets
+ * it (under lock), wakes every waiter and joins the thread.  The caller
+ * knows the thread runs. */
+void kura_thread_stop(pthread_t t, pthread_mutex_t *lock, pthread_cond_t *wake, bool *stop);
+
+#endif
