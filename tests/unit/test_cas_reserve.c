@@ -106,6 +106,7 @@ static void test_restart_never_reuses(void)
     REQUIRE(set(e2, &ts, "k", &cas) == KURA_STORED);
     CHECK(cas > last);
     engine_close(e2);
+    engine_close(e);                    /* the "crashed" one, only to free it */
 }
 
 int main(void)
