@@ -58,7 +58,8 @@ FUZZ_BIN   = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_MAIN  = $(if $(FUZZ_ENGINE),,$(BUILD)/tests/fuzz/driver.o)
 FUZZ_SUPPORT_OBJ = $(BUILD)/tests/fuzz/helpers.o $(FUZZ_MAIN)
 # kept (make would delete them as intermediate and rebuild them every time)
-.SECONDARY: $(UNIT_SUPPORT_OBJ) $(FUZZ_SUPPORT_OBJ) $(FUZZ_SRC:%.c=$(BUILD)/%.o)
+.SECONDARY: $(UNIT_SUPPORT_OBJ) $(FUZZ_SUPPORT_OBJ) $(FUZZ_SRC:%.c=$(BUILD)/%.o) \
+            $(BUILD)/tests/fuzz/session.o
 KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
@@ -122,6 +123,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(FUZZ_ENGINE) -o $@ $(filter %.o,$^) $(BUILD)/libkura.a $(LIBS)
+
+# the protocol targets share their session (tests/fuzz/session.c)
+$(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
 
 # kuractl load's decoder is in kuractl: its objects, with kuractl.c's main()
 # renamed so that the target's (or libFuzzer's) is the program's

@@ -43,6 +43,10 @@ unsigned char *fuzz_dup(const uint8_t *data, size_t size);
  * cover. */
 size_t fuzz_fix_ul_rows(unsigned char *p, size_t len);
 
+/* Serves data to one protocol session over a fresh in-memory cache, as a
+ * connection would (session.c: the protocol targets' shared part). */
+void fuzz_session(const uint8_t *data, size_t size);
+
 /* Repairs a snapshot file's checksums (src/snap/snapshot.c): the header's
  * (bytes 60..63) and the trailer's of the whole file (its last 4 bytes). */
 void fuzz_fix_snapshot(unsigned char *f, size_t len);
