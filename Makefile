@@ -127,6 +127,9 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 # the protocol targets share their session (tests/fuzz/session.c)
 $(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
 
+# the conf-file parser and its option table are kurad's
+$(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.o
+
 # kuractl load's decoder is in kuractl: its objects, with kuractl.c's main()
 # renamed so that the target's (or libFuzzer's) is the program's
 $(BUILD)/fuzz/fuzz_ctl_load: $(filter-out %/kuractl.o,$(CTL_OBJ)) $(BUILD)/fuzz/kuractl-nomain.o

@@ -17,6 +17,7 @@
 #ifndef KURA_FUZZ_H
 #define KURA_FUZZ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,7 +31,7 @@ const char *fuzz_dir(void);
 /* fuzz_dir()/name in a static buffer (one per call site is enough: each
  * target builds its paths once). */
 const char *fuzz_path(const char *name);
-/* Removes everything inside fuzz_dir() (the directory stays). */
+/* Removes every file below fuzz_dir() (directories stay, empty). */
 void fuzz_clear(void);
 /* Writes len bytes to fuzz_dir()/name (mkdir -p of the parents); aborts
  * on failure (a full /tmp is not a finding). */
@@ -42,6 +43,21 @@ unsigned char *fuzz_dup(const uint8_t *data, size_t size);
  * p[0..len), as far as their lengths can be read; returns the bytes they
  * cover. */
 size_t fuzz_fix_ul_rows(unsigned char *p, size_t len);
+
+/* An engine over a fresh in-memory cache, small (one bucket a stripe) so
+ * that opening one per input is cheap; engine_close() frees it.  Aborts
+ * on failure. */
+struct kura_engine *fuzz_engine_open(size_t item_size_max);
+
+/* A log function that drops what it is given (stores, replicas). */
+void fuzz_quiet(int level, const char *line);
+
+/* Opens the database dbname (a hash file or B+ tree the target wrote in
+ * fuzz_dir()) read only, or with recover (salvage, which may write in the
+ * directory), quietly; reads every item it lists, byte by byte, and its
+ * state.  Returns the store, for more checks (kura_store_close() it), or
+ * NULL when it was refused. */
+struct kura_store *fuzz_store_walk(const char *dbname, bool recover);
 
 /* Serves data to one protocol session over a fresh in-memory cache, as a
  * connection would (session.c: the protocol targets' shared part). */

@@ -12,16 +12,28 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/engine.h"
+#include "kura/store.h"
 #include "fuzz.h"
 
 static char dir[4096];
 
+/* nftw callbacks: every file and directory below dir, or only the files
+ * (fuzz_clear: removing and making directories again costs milliseconds
+ * on some file systems, a file's unlink much less) */
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
-    (void)flag;
-    if (ftw->level > 0 || strcmp(path, dir) != 0)
-        remove(path);
+    if (ftw->level > 0)
+        flag == FTW_DP ? rmdir(path) : unlink(path);
+    return 0;
+}
+
+static int rm_file(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    if (ftw->level > 0 && flag != FTW_DP)
+        unlink(path);
     return 0;
 }
 
@@ -56,7 +68,7 @@ const char *fuzz_path(const char *name)
 
 void fuzz_clear(void)
 {
-    nftw(fuzz_dir(), rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    nftw(fuzz_dir(), rm_file, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void fuzz_write(const char *name, const void *p, size_t len)
@@ -109,4 +121,49 @@ void fuzz_fix_snapshot(unsigned char *f, size_t len)
         return;
     put32(f + 60, crc32c_update(0, f, 60));
     put32(f + len - 4, crc32c_update(0, f, len - 4));
+}
+
+kura_engine *fuzz_engine_open(size_t item_size_max)
+{
+    kura_store_config cfg = { .mem_limit = 4 << 20, .item_size_max = item_size_max };
+    kura_store *st;
+    kura_engine *e;
+    char err[256];
+    kura_engine_config ecfg = { .item_size_max = item_size_max };
+    if (kura_store_open("*#bnum=256", &cfg, &st, err, sizeof(err)) != KURA_OK ||
+        engine_open(&e, st, &ecfg) != KURA_OK)
+        abort();
+    return e;
+}
+
+void fuzz_quiet(int level, const char *line)
+{
+    (void)level;
+    (void)line;
+}
+
+static int read_item(void *arg, const kura_item *it)
+{
+    unsigned *sum = arg;
+    if (it->klen == 0 || it->klen > 250)
+        abort();
+    for (size_t i = 0; i < it->vlen; i++)      /* every byte handed out is read */
+        *sum += ((const unsigned char *)it->val)[i];
+    return 0;
+}
+
+kura_store *fuzz_store_walk(const char *dbname, bool recover)
+{
+    kura_store_config cfg = { .item_size_max = 1 << 20, .read_only = !recover,
+                              .recover = recover, .log = fuzz_quiet };
+    kura_store *s;
+    char err[512];
+    if (kura_store_open(dbname, &cfg, &s, err, sizeof(err)) != KURA_OK)
+        return NULL;
+    kura_clock clk = { .now = 1700000000 };
+    unsigned sum = 0;
+    s->ops->iterate(s, &clk, read_item, &sum);
+    kura_store_state st;
+    s->ops->load_state(s, &st);
+    return s;
 }

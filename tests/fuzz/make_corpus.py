@@ -27,6 +27,32 @@ def seed(target, name, data):
         f.write(data)
 
 
+def varint(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([v & 0x7f | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def row_len(b):
+    """Bytes of the update-log row at the start of b (ulog.h)."""
+    n, shift, i = 0, 0, 4
+    while True:
+        n |= (b[i] & 0x7f) << shift
+        shift += 7
+        i += 1
+        if b[i - 1] < 0x80:
+            return i + n
+
+
+def mark(ts, kind):
+    """A replication mark row (UL_MARK, 5) with its CRC left 0: seeds
+    carrying one set FIX, and the target computes it."""
+    body = bytes([5]) + varint(ts) + varint(7) + varint(kind)
+    return b"\0\0\0\0" + varint(len(body)) + body
+
+
 def trimmed(path):
     """A segment file without its preallocated zeros."""
     data = open(path, "rb").read()
@@ -62,8 +88,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kura-corpus-")
     try:
         h, t = os.path.join(tmp, "h.kh"), os.path.join(tmp, "t.kb")
+        # the smallest page, the one fuzz_tree_page.c takes
         run(h, os.path.join(tmp, "snap"), os.path.join(tmp, "ulog"))
-        run(t, os.path.join(tmp, "snap2"), os.path.join(tmp, "ulog2"))
+        run(t + "#psiz=4096", os.path.join(tmp, "snap2"), os.path.join(tmp, "ulog2"))
 
         seg = trimmed(sorted(glob.glob(os.path.join(tmp, "ulog", "*.seg")))[0])
         rows = seg[32:]
@@ -71,8 +98,13 @@ def main():
         seed("ulog_row", "rows-fix", FIX + rows)
         seed("ulog_file", "segment", ASIS + seg)
         seed("ulog_file", "segment-fix", FIX + seg)
-        seed("repl", "repl", ASIS + b"REPL 0 7\r\n" + rows)
-        seed("repl", "boot", FIX + b"BOOT 0 7\r\n" + rows)
+        # a master streams rows without the segment's header row, with marks:
+        # heartbeats, and COPY_DONE (2) after a full copy
+        data = rows[row_len(rows):]
+        seed("repl", "repl", ASIS + b"REPL 0 7\r\n" + data)
+        seed("repl", "repl-heartbeat", FIX + b"REPL 0 7\r\n" + data + mark(1 << 60, 1))
+        seed("repl", "boot", FIX + b"BOOT 5 7\r\n" + data + mark(5, 2) + data)
+        seed("repl", "boot-rw", b"\x03" + b"BOOT 5 7\r\n" + data + mark(5, 2))   # FIX | FUZZ_RW
 
         snap = open(sorted(glob.glob(os.path.join(tmp, "snap", "*.ksnap")))[0], "rb").read()
         seed("snapshot", "none", ASIS + snap)
@@ -83,15 +115,16 @@ def main():
         seed("hash", "segment", FIX + hseg)
         seed("hash", "segment-ckpt", ASIS + hseg + ckpt)
         seed("hash", "segment-ckpt-fix", FIX + hseg + ckpt)
+        seed("hash", "segment-ckpt-recover", b"\x03" + hseg + ckpt)    # FIX | FUZZ_RECOVER
 
         tseg = trimmed(sorted(glob.glob(os.path.join(t, "*.seg")))[-1])
         seed("tree_wal", "wal", FIX + tseg)
         seed("tree_wal", "wal-asis", ASIS + tseg)
         tree = open(os.path.join(t, "tree"), "rb").read()
         for i in range(2, len(tree) // 4096):
-            page = tree[i * 4096:(i + 1) * 4096].rstrip(b"\0")
-            if page:
-                seed("tree_page", "page%d" % i, FIX + page)
+            page = tree[i * 4096:(i + 1) * 4096]
+            if page[4] in (2, 3):               # a branch or a leaf
+                seed("tree_page", "page%d" % i, FIX + page.rstrip(b"\0"))
 
         for fmt in ("kura", "memcached"):
             out = os.path.join(tmp, "dump." + fmt)

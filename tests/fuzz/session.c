@@ -11,7 +11,7 @@
  * are tried), the session's `need` and `out_full` honoured, the replies
  * dropped as a connection would send them.  A fresh store and engine per
  * input keep runs deterministic (no item or cas carried from one input to
- * the next); the store is small (one bucket a stripe) so that opening it is cheap.
+ * the next).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,15 +22,8 @@
 
 void fuzz_session(const uint8_t *data, size_t size)
 {
-    kura_store_config cfg = { .mem_limit = 4 << 20, .item_size_max = 64 << 10 };
-    kura_store *st;
-    char err[256];
-    if (kura_store_open("*#bnum=256", &cfg, &st, err, sizeof(err)) != KURA_OK)
-        abort();
-    kura_engine *e;
-    kura_engine_config ecfg = { .item_size_max = cfg.item_size_max };
-    if (engine_open(&e, st, &ecfg) != KURA_OK)
-        abort();
+    size_t item_max = 64 << 10;
+    kura_engine *e = fuzz_engine_open(item_max);
     static kura_thread_stats stats[2];
     static kura_server_info info;
     memset(stats, 0, sizeof(stats));
@@ -38,7 +31,7 @@ void fuzz_session(const uint8_t *data, size_t size)
     info.nthreads = 1;
     info.thread_stats = stats;
     info.maxconns = 1024;
-    info.item_size_max = cfg.item_size_max;
+    info.item_size_max = item_max;
     info.dbname = "*";
     info.sync_mode = "none";
     pthread_mutex_init(&info.reset_lock, NULL);
