@@ -54,8 +54,10 @@ CTL_OBJ    = $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_SUPPORT_OBJ = $(UNIT_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 FUZZ_BIN   = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-# libFuzzer's main() under make fuzz (FUZZ_ENGINE set), the replay driver's otherwise
+# libFuzzer's main() under make fuzz (FUZZ_ENGINE set), the replay driver's otherwise,
+# which takes every malloc, calloc and realloc first to hold them to libFuzzer's limit
 FUZZ_MAIN  = $(if $(FUZZ_ENGINE),,$(BUILD)/tests/fuzz/driver.o)
+FUZZ_LINK  = $(if $(FUZZ_ENGINE),$(FUZZ_ENGINE),-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc)
 FUZZ_SUPPORT_OBJ = $(BUILD)/tests/fuzz/helpers.o $(FUZZ_MAIN)
 # kept (make would delete them as intermediate and rebuild them every time)
 .SECONDARY: $(UNIT_SUPPORT_OBJ) $(FUZZ_SUPPORT_OBJ) $(FUZZ_SRC:%.c=$(BUILD)/%.o) \
@@ -122,7 +124,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 # decoder that lives in kurad or kuractl, the objects named below).
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(FUZZ_ENGINE) -o $@ $(filter %.o,$^) $(BUILD)/libkura.a $(LIBS)
+	$(CC) $(CFLAGS_ALL) $(FUZZ_LINK) -o $@ $(filter %.o,$^) $(BUILD)/libkura.a $(LIBS)
 
 # the protocol targets share their session (tests/fuzz/session.c)
 $(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o

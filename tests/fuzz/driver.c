@@ -10,14 +10,59 @@
  * what the corpus replay in tests/integration/test_fuzz_corpus.py looks
  * for.  The input is copied into a buffer of exactly its size, as libFuzzer
  * does, so that a read past its end is seen by AddressSanitizer.
+ *
+ * As libFuzzer does (-malloc_limit_mb, which defaults to tests/fuzz/run's
+ * -rss_limit_mb), a single allocation of FUZZ_MALLOC_LIMIT or more is a
+ * finding: the program aborts, naming its size.  The Makefile links the
+ * replayers with -Wl,--wrap for malloc, calloc and realloc, so that the
+ * library's calls come here first.
  */
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "fuzz.h"
+
+#define FUZZ_MALLOC_LIMIT ((size_t)2048 << 20)
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+
+static void limit(size_t n)
+{
+    if (n >= FUZZ_MALLOC_LIMIT) {
+        fprintf(stderr, "fuzz driver: an allocation of %zu bytes (the limit is %zu: "
+                "libFuzzer's out-of-memory)\n", n, FUZZ_MALLOC_LIMIT);
+        abort();
+    }
+}
+
+void *__wrap_malloc(size_t n)
+{
+    limit(n);
+    return __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    limit(n * size);
+    return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    limit(n);
+    return __real_realloc(p, n);
+}
 
 static int verbose;
 static unsigned long replayed;
