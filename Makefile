@@ -19,13 +19,18 @@
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make distclean  clean, and what ./configure wrote
+#   make fuzz       build the fuzz targets with clang's libFuzzer (build-fuzz/) and
+#                   run each FUZZ_SECONDS=N seconds (FUZZ_TARGETS=names: only those);
+#                   ends with "N passed, N failed"
 #
 # Sources are found by wildcard: every src/*/*.c and src/*/*/*.c (a backend
 # has a folder of its own: src/store/hash/, src/store/cache/) except src/server
 # and src/ctl goes into libkura.a; src/server/*.c make kurad; src/ctl/*.c make
 # kuractl (the operator's tool, docs/kuractl.1); tests/unit/test_*.c are one program each,
 # and every other tests/unit/*.c (test support, such as kio_sim.c) is linked
-# into each of them.
+# into each of them.  tests/fuzz/fuzz_*.c are one fuzz target each
+# (tests/fuzz/fuzz.h): plain builds link them with tests/fuzz/driver.c into
+# corpus replayers (build/fuzz/, run by make test), make fuzz with libFuzzer.
 #
 # Flags: CFLAGS, CPPFLAGS and LDFLAGS (from the environment, the command line
 # or config.mk) are added to the project's own, after them, so a
@@ -81,22 +86,31 @@ CTL_SRC    = $(sort $(wildcard src/ctl/*.c))
 UNIT_SRC   = $(sort $(wildcard tests/unit/test_*.c))
 UNIT_SUPPORT_SRC = $(sort $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c)))
 BENCH_SRC  = $(sort $(wildcard bench/*.c))
+FUZZ_SRC   = $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 LIB_OBJ    = $(LIB_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 CTL_OBJ    = $(CTL_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_SUPPORT_OBJ = $(UNIT_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+FUZZ_BIN   = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+# libFuzzer's main() under make fuzz (FUZZ_ENGINE set), the replay driver's otherwise,
+# which takes every malloc, calloc and realloc first to hold them to libFuzzer's limit
+FUZZ_MAIN  = $(if $(FUZZ_ENGINE),,$(BUILD)/tests/fuzz/driver.o)
+FUZZ_LINK  = $(if $(FUZZ_ENGINE),$(FUZZ_ENGINE),-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc)
+FUZZ_SUPPORT_OBJ = $(BUILD)/tests/fuzz/helpers.o $(FUZZ_MAIN)
 # kept (make would delete them as intermediate and rebuild them every time)
-.SECONDARY: $(UNIT_SUPPORT_OBJ)
+.SECONDARY: $(UNIT_SUPPORT_OBJ) $(FUZZ_SUPPORT_OBJ) $(FUZZ_SRC:%.c=$(BUILD)/%.o) \
+            $(BUILD)/tests/fuzz/session.o
 KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
-        distclean deb test-deb bench bench-repl bench-snapshot
+        distclean deb test-deb bench bench-repl bench-snapshot fuzz fuzz-build
 # kura-enginebench too: a measurement with a stale one would time old code
-all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so
+all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
+     $(FUZZ_BIN)
 
 programs: $(KURAD) $(KURACTL)
 
@@ -147,6 +161,42 @@ bench-snapshot: $(KURAD) $(BUILD)/kura-bench
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a $(LIBS)
+
+# A fuzz target: its object, the shared helpers and libkura.a (plus, for a
+# decoder that lives in kurad or kuractl, the objects named below).
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(FUZZ_LINK) -o $@ $(filter %.o,$^) $(BUILD)/libkura.a $(LIBS)
+
+# the protocol targets share their session (tests/fuzz/session.c)
+$(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
+
+# the conf-file parser and its option table are kurad's
+$(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.o
+
+# kuractl load's decoder is in kuractl: its objects, with kuractl.c's main()
+# renamed so that the target's (or libFuzzer's) is the program's
+$(BUILD)/fuzz/fuzz_ctl_load: $(filter-out %/kuractl.o,$(CTL_OBJ)) $(BUILD)/fuzz/kuractl-nomain.o
+$(BUILD)/fuzz/kuractl-nomain.o: $(BUILD)/src/ctl/kuractl.o
+	@mkdir -p $(dir $@)
+	objcopy --redefine-sym main=kuractl_main $< $@
+
+# Each target runs FUZZ_SECONDS seconds from its corpus in tests/fuzz/corpus/
+# (new inputs go to a scratch copy under build-fuzz/, crashes to
+# build-fuzz/findings/); tests/fuzz/run says what it does.  Debian's clang
+# with libFuzzer: apt-get install clang libclang-rt-14-dev.
+FUZZ_SECONDS ?= 10
+FUZZ_SAN = -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined \
+           -fno-omit-frame-pointer
+# clang names a GNU extension gcc takes silently (tree_int.h's page header
+# in the page cache's structs) and a static inline helper left unused in a .c file
+FUZZ_CFLAGS = -Wno-gnu-variable-sized-type-not-at-end -Wno-unused-function
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" FUZZ_ENGINE=-fsanitize=fuzzer \
+	    CFLAGS="$(FUZZ_CFLAGS)" fuzz-build
+	/usr/bin/python3 tests/fuzz/run --build build-fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-build: $(FUZZ_BIN)
 
 # Starts the server in the foreground on the embedded default: a hash file
 # under ./var/ (RUN_DB='*' serves the in-memory cache instead).  As root,
@@ -282,7 +332,7 @@ test-deb: deb programs
 	KURA_DEB_DIR=$(CURDIR)/$(DEB_DIR) KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_package
 
 clean:
-	rm -rf build build-asan build-tsan build-deb
+	rm -rf build build-asan build-tsan build-deb build-fuzz
 
 distclean: clean
 	rm -rf config.mk config.log config.status autom4te.cache

@@ -429,24 +429,32 @@ bad:
     return rc;
 }
 
+/* Makes room in raw for at least IO_CHUNK / 4 more decoded bytes. */
+static int r_room(snap_reader *r)
+{
+    if (r->r_cap - r->r_len >= IO_CHUNK / 4)
+        return KURA_OK;
+    size_t cap = r->r_cap ? r->r_cap : RAW_CHUNK;
+    while (cap - r->r_len < IO_CHUNK / 4)
+        cap *= 2;
+    unsigned char *n = realloc(r->raw, cap);
+    if (!n)
+        return KURA_ENOMEM;
+    r->raw = n;
+    r->r_cap = cap;
+    return KURA_OK;
+}
+
 /* Decodes more into raw, so that at least `want` bytes are there from
- * r_pos; 0, or KURA_ECORRUPT when the stream ends first. */
+ * r_pos; 0, or KURA_ECORRUPT when the stream ends first.  raw grows with
+ * what the stream holds, not with what a record says it will: a damaged
+ * or forged length costs no more memory than the bytes that follow it. */
 static int r_fill(snap_reader *r, size_t want, char *err, size_t errlen)
 {
     if (r->r_pos) {     /* move the unread part to the front */
         memmove(r->raw, r->raw + r->r_pos, r->r_len - r->r_pos);
         r->r_len -= r->r_pos;
         r->r_pos = 0;
-    }
-    if (want > r->r_cap || r->r_cap - r->r_len < IO_CHUNK / 4) {
-        size_t cap = r->r_cap ? r->r_cap : RAW_CHUNK;
-        while (cap < want || cap - r->r_len < IO_CHUNK / 4)
-            cap *= 2;
-        unsigned char *n = realloc(r->raw, cap);
-        if (!n)
-            return KURA_ENOMEM;
-        r->raw = n;
-        r->r_cap = cap;
     }
     while (r->r_len < want) {
         if (r->dec_end)
@@ -462,6 +470,8 @@ static int r_fill(snap_reader *r, size_t want, char *err, size_t errlen)
             r->in_pos = 0;
             r->in_len = (size_t)got;
         }
+        if (r_room(r) != KURA_OK)
+            return KURA_ENOMEM;
         bool last = r->in_off == r->body_end;
         size_t used, made;
         int rc = codec_run(r->dec, r->in + r->in_pos, r->in_len - r->in_pos, &used,
@@ -500,6 +510,8 @@ int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
     if (klen < 1 || klen > KURA_KEY_MAX || vlen > VAL_MAX)
         return fail(err, errlen, KURA_ECORRUPT, "a record has an impossible length");
     size_t need = REC_HEAD + klen + vlen;
+    if (r->consumed + need > r->info.raw_bytes)
+        return fail(err, errlen, KURA_ECORRUPT, "a record runs past the stream's length");
     if (r->r_len - r->r_pos < need) {
         int rc = r_fill(r, need, err, errlen);
         if (rc)
