@@ -102,7 +102,7 @@ static int check_store(kura_store *s, check_ctx *c)
         /* every value read back: overflow pages are checked only so */
         walk w = { .c = c };
         progress_start(&c->prog, "check", "items", u.curr_items);
-        rc = s->ops->iterate(s, &(kura_iter_spec){ KURA_ITER_ALL }, NULL, count_item, &w);
+        rc = s->ops->iterate(s, &(kura_iter_spec){ .scope = KURA_ITER_ALL }, NULL, count_item, &w);
         progress_end(&c->prog);
         if (rc) {
             char line[200];
@@ -205,7 +205,7 @@ static int repair(const char *name)
     kura_store_usage u;
     src->ops->usage(src, &u);
     progress_start(&c.prog, "repair", "items", u.curr_items);
-    int irc = src->ops->iterate(src, &(kura_iter_spec){ KURA_ITER_ALL }, &c.clk, copy_item, &c);
+    int irc = src->ops->iterate(src, &(kura_iter_spec){ .scope = KURA_ITER_ALL }, &c.clk, copy_item, &c);
     progress_end(&c.prog);
     kura_store_state st = { 0 };
     src->ops->load_state(src, &st);

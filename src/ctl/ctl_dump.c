@@ -116,7 +116,7 @@ int cmd_dump(int argc, char **argv)
     kura_clock clk = ctl_db_clock(s);
     progress_start(&d.prog, "dump", "items", u.curr_items);
     errno = 0;
-    int irc = s->ops->iterate(s, &(kura_iter_spec){ KURA_ITER_ALL }, &clk, mc_item, &d);
+    int irc = s->ops->iterate(s, &(kura_iter_spec){ .scope = KURA_ITER_ALL }, &clk, mc_item, &d);
     progress_end(&d.prog);
     kura_store_close(s);
     if (fflush(d.f) != 0 && !d.err)

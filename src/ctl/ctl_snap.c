@@ -77,7 +77,7 @@ int ctl_dump_kura(kura_store *s, const char *path, const char *codec, uint64_t *
         return ctl_err(CTL_UNREACHABLE, "%s: %s", path, err);
     kura_clock clk = ctl_db_clock(s);
     progress_start(&d.prog, "dump", "items", u.curr_items);
-    int irc = s->ops->iterate(s, &(kura_iter_spec){ KURA_ITER_ALL }, &clk, kdump_item, &d);
+    int irc = s->ops->iterate(s, &(kura_iter_spec){ .scope = KURA_ITER_ALL }, &clk, kdump_item, &d);
     progress_end(&d.prog);
     if (d.err || irc < 0) {
         snap_writer_abort(d.w);

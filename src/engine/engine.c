@@ -842,7 +842,7 @@ int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg)
 {
     kura_clock clk = engine_clock(e);
     gate_in(e);
-    int rc = e->store->ops->iterate(e->store, &(kura_iter_spec){ KURA_ITER_ALL }, &clk, fn, arg);
+    int rc = e->store->ops->iterate(e->store, &(kura_iter_spec){ .scope = KURA_ITER_ALL }, &clk, fn, arg);
     gate_out(e);
     return rc;
 }

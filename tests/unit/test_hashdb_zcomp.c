@@ -158,7 +158,7 @@ static uint64_t listed_bytes(kura_store *s)
 {
     sizes z = { 0 };
     for (unsigned p = 0; p < s->ops->parts; p++)
-        s->ops->iterate(s, &(kura_iter_spec){ KURA_ITER_PART, .part = p, .keys_only = true },
+        s->ops->iterate(s, &(kura_iter_spec){ .scope = KURA_ITER_PART, .part = p, .keys_only = true },
                         &CLK, list_cb, &z);
     return z.listed;
 }
