@@ -22,11 +22,13 @@
  * with kura_session_need() saying how many bytes must be buffered before
  * calling again; nothing of it has been applied.
  *
- * Output is bounded: once `out` holds KURA_OUT_HIGH_WATER bytes, the
- * session stops (between requests, or between two keys of a multi-get) and
- * kura_session_out_full() says so; the caller sends what is queued and
- * calls again with the same unconsumed input, and a paused get carries on
- * at its next key.  The input passed on each call must start where the
+ * Output and work are bounded: once `out` holds KURA_OUT_HIGH_WATER bytes,
+ * or KURA_REQUESTS_PER_CALL requests were answered, or a listing answered
+ * its slice of keys, the session pauses (between requests, or between two
+ * keys of a multi-get) and kura_session_out_full() says so; the caller
+ * sends what is queued and calls again with the same unconsumed input (a
+ * server on the connection's next turn), and a paused get or listing
+ * carries on at its next key.  The input passed on each call must start where the
  * previous call's consumed bytes ended (the session remembers positions
  * inside that line).
  */
@@ -55,6 +57,10 @@
  * the keys of a multi-get: a connection's output never holds more than this
  * plus one value, whatever a request asks for (see text.c). */
 #define KURA_OUT_HIGH_WATER (1u << 20)
+/* Requests one call of kura_session_process() answers before it pauses
+ * (kura_session_out_full): a pipeline of many small requests lets the
+ * worker's other connections have a turn every this many. */
+#define KURA_REQUESTS_PER_CALL 256
 
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */
@@ -107,7 +113,8 @@ size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out
 size_t kura_session_need(const kura_session *s);
 /* Close once the queued replies are sent. */
 bool kura_session_closing(const kura_session *s);
-/* Stopped at KURA_OUT_HIGH_WATER: send `out`, then call again. */
+/* Paused (output full, or this call's share of work done): send `out`,
+ * then call again. */
 bool kura_session_out_full(const kura_session *s);
 /* A request since the last call may have changed the store; clears the
  * flag. */

@@ -421,11 +421,13 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
     size_t flushed = out->len;          /* what memcached would have written already */
     binary_state *b = s->state;
 
+    unsigned turns = 0;
+
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_OUT_HIGH_WATER) {
-            s->out_full = true;
+        if (out->len >= KURA_OUT_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
+            s->out_full = true;         /* the rest on the connection's next turn */
             break;
         }
         if (b->swallow) {

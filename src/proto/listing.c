@@ -16,11 +16,13 @@
  *       per key, then "END\r\n", as a get answers.
  *
  * All three stream: they walk the store in batches (engine_list_step,
- * list.h) and stop once the output holds KURA_OUT_HIGH_WATER bytes,
+ * list.h) and stop once the output holds KURA_OUT_HIGH_WATER bytes, or
+ * after the batch that took them past LIST_SLICE_KEYS keys in this call,
  * leaving their line unconsumed with session->resume set, exactly as a
- * multi-get pauses; the connection sends what is queued and, once the
- * socket drains, calls again, and the walk resumes from the cursor kept
- * in the session (after the last key shown).  So a listing of any size
+ * multi-get pauses; the connection sends what is queued and, on its next
+ * turn of the event loop (after the worker's other connections had
+ * theirs), calls again, and the walk resumes from the cursor kept in the
+ * session (after the last key shown).  So a listing of any size
  * costs the connection at most the high-water mark plus one value, and
  * a client that stops reading stops the walk.  A resumed listing that
  * fails cannot take back what was sent: it replies the error and closes.
@@ -55,6 +57,12 @@ typedef struct list_run {
 enum { LIST_METADUMP, LIST_KEYS, LIST_RGET };
 
 #define LIST_LIMIT 3                    /* emit's stop: the limit was reached */
+/* Keys a call lists before it lets the worker's other connections have a
+ * turn: a slice of a listing costs them about what a multi-get of this
+ * many keys would.  Checked between batches, so a batch is never walked
+ * twice (on a store without order, a sorted listing's batch is a pass
+ * over the whole store: such a slice is that pass). */
+#define LIST_SLICE_KEYS 1024
 
 /* ---- memcached's slab classes, for metadump's cls ------------------------ */
 
@@ -209,9 +217,12 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
     if (!resumed)
         engine_list_begin(&s->list);
     int rc;
+    uint64_t start = s->list.count;
     do {
         rc = engine_list_step(s->engine, spec, &s->list, list_emit, r);
-    } while (rc == KURA_OK);
+    } while (rc == KURA_OK && s->list.count - start < LIST_SLICE_KEYS);
+    if (rc == KURA_OK)
+        rc = LIST_STOP;                 /* this call's slice is done: the rest later */
     if (rc == LIST_STOP) {
         s->resume = 1;                  /* the same line again, later */
         return;

@@ -40,8 +40,8 @@ struct kura_session {
     bool close;                         /* close once the queued replies are sent */
     bool dirty;                         /* a request since the flag was cleared may have
                                            changed the store */
-    bool out_full;                      /* stopped at KURA_OUT_HIGH_WATER: send `out`,
-                                           then call again */
+    bool out_full;                      /* paused (KURA_OUT_HIGH_WATER, or this call's
+                                           share of work): send `out`, call again */
     kura_handoff handoff;               /* take set: the connection goes to a module */
     const kura_proto *proto;            /* chosen at the first byte; NULL before */
     void *state;                        /* the protocol's own (proto->state_size) */

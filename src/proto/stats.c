@@ -116,7 +116,7 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "listen_disabled_num", atomic_load(&si->listen_disabled_num));
     stat_u64(out, "time_in_listen_disabled_us", 0);
     stat_u64(out, "threads", (uint64_t)si->nthreads);
-    stat_u64(out, "conn_yields", 0);
+    stat_u64(out, "conn_yields", t.conn_yields);
     stat_u64(out, "bytes", u.bytes);
     stat_u64(out, "curr_items", u.curr_items);
     stat_u64(out, "total_items", t.total_items);

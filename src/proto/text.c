@@ -669,11 +669,12 @@ const kura_proto kura_proto_text = { "text", text_process, 0 };
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
 {
     size_t pos = 0;
+    unsigned turns = 0;
 
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_OUT_HIGH_WATER) {
+        if (out->len >= KURA_OUT_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
             s->out_full = true;         /* the rest once the output has drained */
             break;
         }

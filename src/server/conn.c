@@ -19,6 +19,13 @@
  *    64 KiB, and one value; a value over -I is skipped, not buffered);
  *  - both are kept across requests (the steady state allocates nothing), and
  *    a buffer that grew past BUF_KEEP is given back once it is drained.
+ *
+ * Time is bounded too: no connection holds its worker for long.  A call
+ * into the protocol answers at most KURA_REQUESTS_PER_CALL requests and
+ * KURA_OUT_HIGH_WATER bytes (a listing, a slice of its keys); when the
+ * session says it paused, the connection sends what it has and waits for
+ * its next turn of the event loop before it goes on, as memcached yields
+ * after -R requests.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -206,8 +213,16 @@ static bool pump(kura_conn *c)
             conn_close(c);
             return false;
         }
-        if (kura_session_out_full(c->sess))
-            continue;                   /* the replies left: answer the rest */
+        if (kura_session_out_full(c->sess)) {
+            /* The replies left, and the session paused (its output full, or
+             * its share of requests for one call done): the rest waits for
+             * this connection's next turn, after the worker's other
+             * connections had theirs.  Writable now, the socket's EV_WRITE
+             * comes back from the next poll. */
+            KURA_STAT_INC(c->w->stats, conn_yields);
+            set_mode(c, true);
+            return false;
+        }
         if (used == 0 || c->rpos == c->rbuf.len)
             break;
     }

@@ -352,6 +352,49 @@ class ConcurrentListing(ServerTestCase):
         self.assertEqual(keys_of(data), [self.key(b"s", i) for i in range(100, 15100)])
 
 
+@kura_only
+class Yields(ServerTestCase):
+    """No connection holds its worker: a listing answers a slice of keys
+    and a pipeline a share of requests per turn of the event loop, then the
+    connection waits for its next turn (after the worker's other
+    connections had theirs), counted in conn_yields.  Without the yield the
+    count stays 0 (a run of the whole listing in one turn)."""
+    SERVER_OPTS = dict(threads=1)
+    N = 5000
+
+    def yields(self):
+        return int(kuratest.stats(self.c)["conn_yields"])
+
+    def test_listing_yields(self):
+        self.c.send(b"".join(b"set y%05d 0 0 1 noreply\r\nv\r\n" % i for i in range(self.N)))
+        self.assertEqual(self.c.request(b"get y%05d\r\n" % (self.N - 1)),
+                         b"VALUE y%05d 0 1\r\nv\r\nEND\r\n" % (self.N - 1))
+        # a slice is 1024 keys, but a sorted listing on a store without order
+        # takes its keys in batches of 4096 (a pass over the store each)
+        for req, turns in ((b"lru_crawler metadump all\r\n", 3), (b"keys\r\n", 3),
+                           (b"keys limit=4500\r\n", 1)):
+            before = self.yields()
+            if req.startswith(b"lru_crawler"):
+                self.c.send(req)                # its lines end in \n: read to its END
+                data = self.c.recv_until(b"END\r\n", 30)
+            else:
+                data = listing(self.c, req)
+            self.assertGreaterEqual(data.count(b"y"), 4500, req)
+            self.assertGreaterEqual(self.yields() - before, turns, req)
+
+    def test_pipeline_yields(self):
+        before = self.yields()
+        n = 3000
+        self.c.send(b"get nokey\r\n" * n)
+        got = b""
+        while got.count(b"END\r\n") < n:
+            d = self.c.sock.recv(1 << 16)
+            self.assertTrue(d, "closed early")
+            got += d
+        self.assertEqual(got, b"END\r\n" * n)
+        self.assertGreaterEqual(self.yields() - before, n // 256 - 1)
+
+
 class LargeListing(ServerTestCase):
     """~250,000 keys of ~240 bytes: a metadump of ~80 MB, a keys listing of
     ~60 MB, read by a client that first reads nothing."""
