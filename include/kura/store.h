@@ -286,6 +286,9 @@ typedef struct kura_params {
  * calls are declared in backends.h. */
 int kura_store_open(const char *dbname, const kura_store_config *cfg,
                     kura_store **out, char *err, size_t errlen);
+/* True if the name opens the in-memory cache ("*", ":", with or without
+ * parameters; NULL or "").  Only the name is looked at. */
+bool kura_dbname_is_cache(const char *dbname);
 
 /* Helpers for backends parsing their parameters: take each one you know
  * (NULL if absent), then call kura_params_reject_unused() before creating

@@ -56,9 +56,7 @@ int ctl_db_remove(const char *name)
 
 bool ctl_db_is_file(const char *name)
 {
-    char path[4096];
-    db_path(name, path, sizeof(path));
-    return strcmp(path, "*") != 0 && strcmp(path, ":") != 0 && path[0];
+    return !kura_dbname_is_cache(name);
 }
 
 int ctl_db_open(const char *name, bool read_only, bool recover, kura_store **out)

@@ -120,6 +120,17 @@ static int split_name(const char *dbname, char *pathbuf, size_t pathlen,
     return KURA_OK;
 }
 
+/* True if a name's path part (before any #param) names the cache. */
+static bool names_cache(const char *path_part, size_t len)
+{
+    return len == 0 || (len == 1 && (path_part[0] == '*' || path_part[0] == ':'));
+}
+
+bool kura_dbname_is_cache(const char *dbname)
+{
+    return !dbname || names_cache(dbname, strcspn(dbname, "#"));
+}
+
 int kura_store_open(const char *dbname, const kura_store_config *cfg,
                     kura_store **out, char *err, size_t errlen)
 {
@@ -132,7 +143,7 @@ int kura_store_open(const char *dbname, const kura_store_config *cfg,
     rc = split_name(dbname, path, sizeof(path), &params, err, errlen);
     if (rc)
         return rc;
-    if (strcmp(path, "*") == 0 || strcmp(path, ":") == 0 || path[0] == '\0') {
+    if (names_cache(path, strlen(path))) {
         kind = 0;
     } else {
         size_t len = strlen(path);
