@@ -412,8 +412,10 @@ static void *peer_main(void *arg)
 int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
 {
     peer *p = calloc(1, sizeof(*p));
-    if (!p)
+    if (!p) {
+        close(fd);                      /* taken, as on every other failure */
         return KURA_ENOMEM;
+    }
     p->m = m;
     p->fd = fd;
     p->after = after;
