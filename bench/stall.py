@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""How long one client's get waits while another client lists keys.
+
+Starts kurad with one worker thread (so both clients share it) on the
+in-memory cache, stores N items, then runs a listing in a loop on one
+connection, reading as fast as it can, while a second connection sends a
+get every 5 ms and times each reply.  Reports the gets' p50, p99 and max.
+With --kurad OLD it runs the same load against another build first, for a
+before/after in one run.
+
+    bench/stall.py [--items N] [--seconds S] [--build DIR] [--kurad PATH ...]
+                   [--request "lru_crawler metadump all"] ...
+"""
+import argparse, os, socket, subprocess, sys, threading, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def connect(port, proc, deadline=10.0):
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port))
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
+def read_to_end(sock, keep=16):
+    """Reads a reply through its END line; returns the last bytes."""
+    tail = b""
+    while not tail.endswith(b"END\r\n"):
+        d = sock.recv(1 << 20)
+        if not d:
+            raise ConnectionError("closed")
+        tail = (tail + d)[-keep:]
+    return tail
+
+
+def run(kurad, items, seconds, request):
+    port = free_port()
+    argv = [kurad, "-p", str(port), "-t", "1", "-m", "4096", "*"]
+    if os.geteuid() == 0:
+        argv[1:1] = ["-u", "root"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        s = connect(port, proc)
+        for b in range(0, items, 5000):
+            s.sendall(b"".join(b"set key:%08d 0 0 10 noreply\r\n0123456789\r\n" % i
+                               for i in range(b, min(items, b + 5000))))
+        s.settimeout(120)
+        s.sendall(b"get key:00000000\r\n")
+        read_to_end(s)
+        stop = threading.Event()
+
+        def lister():
+            a = connect(port, proc)
+            while not stop.is_set():
+                a.sendall(request)
+                read_to_end(a)
+            a.close()
+        t = threading.Thread(target=lister, daemon=True)
+        t.start()
+        time.sleep(0.3)                         # the listing is under way
+        lat, end = [], time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            s.sendall(b"get key:00000001\r\n")
+            read_to_end(s)
+            lat.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.005)
+        stop.set()
+        t.join(60)
+        lat.sort()
+        return len(lat), lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--items", type=int, default=500000)
+    ap.add_argument("--seconds", type=float, default=6)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--kurad", action="append", default=[],
+                    help="another kurad to measure first (repeatable)")
+    ap.add_argument("--request", action="append", default=[],
+                    help="the listing (default: metadump, keys, keys limit=100000)")
+    a = ap.parse_args()
+    requests = a.request or ["lru_crawler metadump all", "keys", "keys limit=100000"]
+    builds = a.kurad + [os.path.join(a.build, "kurad")]
+    print("%-40s %-28s %6s %9s %9s %9s" % ("kurad", "listing", "gets", "p50 ms", "p99 ms",
+                                            "max ms"))
+    for req in requests:
+        for k in builds:
+            n, p50, p99, mx = run(k, a.items, a.seconds, req.encode() + b"\r\n")
+            print("%-40s %-28s %6d %9.2f %9.1f %9.1f" % (k[-40:], req, n, p50, p99, mx))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
