@@ -274,6 +274,48 @@ static void test_pipeline_and_multiget(void)
     h_close(&h);
 }
 
+/* One call answers at most KURA_REQUESTS_PER_CALL requests of a pipeline,
+ * then pauses (out_full) with the rest unconsumed, and a listing answers a
+ * slice of its keys a call: the connection's turn ends there and the
+ * worker's other connections have theirs.  Fails if either bound goes. */
+static void test_work_per_call_bounded(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    if (listing_register(h.cmds) != KURA_OK)
+        abort();
+    kura_buf req = {0};
+    int n = 3 * KURA_REQUESTS_PER_CALL;
+    for (int i = 0; i < n; i++)
+        KURA_BUF_LIT(&req, "get nokey\r\n");
+    h.out.len = 0;
+    size_t used = kura_session_process(h.s, req.data, req.len, &h.out);
+    CHECK(kura_session_out_full(h.s));
+    CHECK_EQ_INT(used, KURA_REQUESTS_PER_CALL * strlen("get nokey\r\n"));
+    CHECK_EQ_INT(h.out.len, KURA_REQUESTS_PER_CALL * strlen("END\r\n"));
+    /* the whole pipeline, over as many calls, answers every request */
+    const char *all = feed(&h, req.data + used, req.len - used);
+    CHECK_EQ_INT(strlen(all), (size_t)(n - KURA_REQUESTS_PER_CALL) * strlen("END\r\n"));
+
+    req.len = 0;
+    char line[64];
+    for (int i = 0; i < 5000; i++) {
+        int k = sprintf(line, "set k%05d 0 0 1 noreply\r\nv\r\n", i);
+        kura_buf_append(&req, line, (size_t)k);
+    }
+    feed(&h, req.data, req.len);
+    h.out.len = 0;
+    used = kura_session_process(h.s, "keys\r\n", 6, &h.out);
+    CHECK_EQ_INT(used, 0);                      /* paused: the line stays */
+    CHECK(kura_session_out_full(h.s));
+    size_t keys = 0;
+    for (size_t i = 0; i + 4 <= h.out.len; i++)
+        keys += memcmp(h.out.data + i, "KEY ", 4) == 0;
+    CHECK(keys > 0 && keys < 5000);
+    kura_buf_free(&req);
+    h_close(&h);
+}
+
 static void test_long_line(void)
 {
     harness h;
@@ -512,6 +554,7 @@ int main(void)
     RUN(test_too_large);
     RUN(test_byte_at_a_time);
     RUN(test_pipeline_and_multiget);
+    RUN(test_work_per_call_bounded);
     RUN(test_long_line);
     RUN(test_get_pauses_at_high_water);
     RUN(test_long_line_scanned_once);
