@@ -6,7 +6,7 @@
  * ...) and knows nothing of the server around it.  A command that belongs
  * to the server is registered at start-up by the module that owns it:
  * "repl" and the replication stats by the server's replication glue
- * (src/server/main.c, which owns the repl_master), "snapshot" and "stats
+ * (src/server/replctl.c, which owns the repl_master), "snapshot" and "stats
  * snapshot" by the snapshot daemon (src/server/snapd.c), "shutdown" by the
  * server; "digest" (src/proto/digest.c) and the listings (src/proto/
  * listing.c: "lru_crawler", "keys", "rget") are kura's own commands on the
@@ -102,10 +102,11 @@ bool kura_token_u32(const text_token *t, uint32_t *out);
  * sent, the connection leaves its worker and calls take(ctx, fd, arg) with
  * its socket, which take then owns (closes, on failure too).  arg carries
  * what the command parsed for the taker. */
+#define KURA_HANDOFF_ARGS 4
 typedef struct kura_handoff {
-    void (*take)(void *ctx, int fd, const uint64_t arg[2]);
+    void (*take)(void *ctx, int fd, const uint64_t arg[KURA_HANDOFF_ARGS]);
     void *ctx;
-    uint64_t arg[2];
+    uint64_t arg[KURA_HANDOFF_ARGS];
 } kura_handoff;
 
 /* Asks for the hand-off; the session answers nothing more (what the client

@@ -40,7 +40,66 @@
 #define REPL_MARK_HEARTBEAT 1           /* ts: the master's last timestamp */
 #define REPL_MARK_COPY_DONE 2           /* ts: the copy's start */
 
-#define REPL_LINE_MAX 128               /* the longest line either side sends */
+#define REPL_LINE_MAX 160               /* the longest request or ack a replica sends */
+#define REPL_WELCOME_MAX 4096           /* the longest first line a master sends */
+#define REPL_SID_MIN 1                  /* server ids (-sid, and a replica's in "repl") */
+#define REPL_SID_MAX 65535
+#define REPL_HELLO_WORDS 8              /* words after "repl" a request may have */
+
+/* ---- the first lines (src/repl/hello.c) ---------------------------------------
+ *
+ * A replica asks
+ *
+ *     repl <after> <sid> [hid=<16 hex>] [imax=<bytes>] [port=<n>] [copy=1]
+ *
+ * after: its position (the master's timestamp of the last row it applied,
+ * 0 for none); sid: its server id, 1-65535; hid: the id of the master's
+ * history its position counts in (0 or absent: unknown); imax: its -I (the
+ * largest item it takes); port: the port it serves on (0: unknown), for
+ * kuractl's tree of replicas; copy=1: it wants a full copy whatever its
+ * position (it found its data diverged).  Unknown keys are ignored.  The
+ * master answers
+ *
+ *     REPL <after> <master-sid> [hid=<16 hex> imax=<bytes> hist=<history>]
+ *     BOOT <start> <master-sid> [hid=... imax=... hist=...]
+ *
+ * with the key=value words only to a request that had some; hist is the
+ * master's history (journal.h), "-" when empty. */
+typedef struct repl_hello {
+    uint64_t after;
+    uint32_t sid;
+    uint64_t hid;
+    uint64_t imax;
+    uint32_t port;
+    bool copy;
+    bool ext;                           /* had key=value words */
+} repl_hello;
+
+typedef struct repl_welcome {
+    bool boot;                          /* BOOT (a full copy follows), else REPL */
+    uint64_t pos;
+    uint32_t msid;
+    bool ext;                           /* had key=value words */
+    uint64_t hid;
+    uint64_t imax;
+    char hist[REPL_WELCOME_MAX];        /* "" when none */
+} repl_welcome;
+
+/* The request's words after "repl" (n of them, not NUL-terminated):
+ * KURA_OK, or KURA_EINVAL with the reply line (no CRLF) in err. */
+int repl_hello_parse(const char *const *words, const size_t *lens, int n, repl_hello *h,
+                     char *err, size_t errlen);
+/* A request line with every key (CRLF included): its length, or -1. */
+int repl_hello_format(char *buf, size_t cap, const repl_hello *h);
+/* Into and out of a connection hand-off's four numbers (cmdtab.h). */
+void repl_hello_pack(const repl_hello *h, uint64_t arg[4]);
+void repl_hello_unpack(const uint64_t arg[4], repl_hello *h);
+/* The master's line (CRLF included; the short form unless ext): its
+ * length, or -1 if cap is too small. */
+int repl_welcome_format(char *buf, size_t cap, const repl_welcome *w, bool ext);
+/* Parses a master's line (the short or the long form): KURA_OK or
+ * KURA_EINVAL (not REPL or BOOT, or a bad value). */
+int repl_welcome_parse(const char *line, repl_welcome *w);
 
 typedef struct repl_config {
     kura_engine *engine;
@@ -50,6 +109,8 @@ typedef struct repl_config {
     const char *tmpdir;                 /* master: where a copy is spooled (the ulog's dir) */
     int sync_mode;                      /* replica: -sync (always: acks wait for a sync) */
     size_t row_max;                     /* replica: the largest row it buffers (0: any) */
+    uint64_t item_max;                  /* this server's -I (sent in the first lines) */
+    int port;                           /* the port this server serves on (0: none) */
     bool rw;                            /* replica: takes writes (-rw): a full copy
                                            keeps the keys it lacks (local changes) */
     /* replica, read-only: a full copy goes into open_shadow()'s new empty
@@ -68,7 +129,7 @@ typedef struct repl_master repl_master;
 int repl_master_new(const repl_config *cfg, repl_master **out);
 /* Serves a replica on fd (taken: closed when the stream ends), which sent
  * "repl after sid".  The stream runs on a thread of its own. */
-int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid);
+int repl_master_serve(repl_master *m, int fd, const repl_hello *h);
 /* About once a second: prunes the update log past -ulmax, keeping what
  * connected replicas (and those seen in the last hour) still need. */
 void repl_master_tick(repl_master *m);

@@ -56,6 +56,7 @@ typedef struct peer {
     _Atomic bool stop;
     uint32_t sid;
     uint64_t after;
+    repl_hello hello;                   /* what the replica asked */
     _Atomic uint64_t sent;              /* the last row's timestamp sent */
     _Atomic uint64_t acked;             /* the last the replica has in its log */
     _Atomic bool copying;
@@ -255,7 +256,8 @@ static void stream(peer *p)
     ul_reader *rd = NULL;
     unsigned char *out = NULL;
     size_t olen = 0, ocap = 0;
-    char line[REPL_LINE_MAX];
+    char line[REPL_WELCOME_MAX];
+    repl_welcome w = { .msid = m->cfg.sid, .imax = m->cfg.item_max };
     uint64_t start = p->after;
     ul_extent ex;
     ul_get_extent(log, &ex);
@@ -271,7 +273,9 @@ static void stream(peer *p)
         if (rc == KURA_OK) {
             atomic_store(&p->copying, true);
             atomic_fetch_add(&m->boots, 1);
-            snprintf(line, sizeof(line), "BOOT %" PRIu64 " %u\r\n", start, m->cfg.sid);
+            w.boot = true;
+            w.pos = start;
+            repl_welcome_format(line, sizeof(line), &w, p->hello.ext);
             logf_(m, KURA_LOG_INFO, "replica %s (sid %u) at %" PRIu64 ": %s", p->name, p->sid,
                   p->after, p->after ? "position no longer held, sending a full copy"
                                      : "new, sending a full copy");
@@ -281,7 +285,8 @@ static void stream(peer *p)
             atomic_store(&p->copying, false);
         }
     } else if (rc == KURA_OK) {
-        snprintf(line, sizeof(line), "REPL %" PRIu64 " %u\r\n", p->after, m->cfg.sid);
+        w.pos = p->after;
+        repl_welcome_format(line, sizeof(line), &w, p->hello.ext);
         logf_(m, KURA_LOG_INFO, "replica %s (sid %u) follows from %" PRIu64, p->name, p->sid,
               p->after);
         if (repl_send_all(p->fd, line, strlen(line), SEND_TIMEOUT_MS) < 0)
@@ -409,8 +414,10 @@ static void *peer_main(void *arg)
     return NULL;
 }
 
-int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
+int repl_master_serve(repl_master *m, int fd, const repl_hello *h)
 {
+    uint64_t after = h->after;
+    uint32_t sid = h->sid;
     peer *p = calloc(1, sizeof(*p));
     if (!p) {
         close(fd);                      /* taken, as on every other failure */
@@ -420,6 +427,7 @@ int repl_master_serve(repl_master *m, int fd, uint64_t after, uint32_t sid)
     p->fd = fd;
     p->after = after;
     p->sid = sid;
+    p->hello = *h;
     atomic_store(&p->acked, after);
     p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     atomic_store(&p->base, -1);

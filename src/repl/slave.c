@@ -373,20 +373,29 @@ static int read_line(session *ss, char *line, size_t max)
 static void session_run(repl_slave *s, int fd)
 {
     session ss = { .s = s, .fd = fd };
-    char line[REPL_LINE_MAX + 1];
+    char line[REPL_WELCOME_MAX + 1];
     uint64_t pos = atomic_load(&s->pos);
-    int n = snprintf(line, sizeof(line), "repl %" PRIu64 " %u\r\n", pos, s->cfg.sid);
-    if (repl_send_all(fd, line, (size_t)n, 10000) < 0 || read_line(&ss, line, sizeof(line)) < 0) {
+    repl_hello hello = { .after = pos, .sid = s->cfg.sid, .imax = s->cfg.item_max,
+                         .port = s->cfg.port > 0 ? (uint32_t)s->cfg.port : 0 };
+    repl_welcome w;
+    int n = repl_hello_format(line, sizeof(line), &hello);
+    if (n < 0 || repl_send_all(fd, line, (size_t)n, 10000) < 0 ||
+        read_line(&ss, line, sizeof(line)) < 0) {
         logf_(s, KURA_LOG_ERROR, "replica: master %s:%d did not answer the repl command",
               s->host, s->port);
         goto out;
     }
-    unsigned long long a;
-    unsigned msid;
-    if (sscanf(line, "REPL %llu %u", &a, &msid) == 2) {
+    if (repl_welcome_parse(line, &w) != KURA_OK) {
+        line[strcspn(line, "\r\n")] = '\0';
+        logf_(s, KURA_LOG_ERROR, "replica: master %s:%d refused: %s", s->host, s->port, line);
+        goto out;
+    }
+    unsigned long long a = w.pos;
+    unsigned msid = w.msid;
+    if (!w.boot) {
         logf_(s, KURA_LOG_INFO, "replica: following %s:%d (sid %u) from %llu", s->host, s->port,
               msid, a);
-    } else if (sscanf(line, "BOOT %llu %u", &a, &msid) == 2) {
+    } else {
         logf_(s, KURA_LOG_INFO, "replica: %s:%d (sid %u) sends a full copy as of %llu", s->host,
               s->port, msid, a);
         ss.copy_start = a;
@@ -409,10 +418,6 @@ static void session_run(repl_slave *s, int fd)
         }
         atomic_store(&s->copying, true);
         atomic_fetch_add(&s->copies, 1);
-    } else {
-        line[strcspn(line, "\r\n")] = '\0';
-        logf_(s, KURA_LOG_ERROR, "replica: master %s:%d refused: %s", s->host, s->port, line);
-        goto out;
     }
     if (msid == s->cfg.sid)
         logf_(s, KURA_LOG_ERROR, "replica: master %s:%d has this server's own id %u: its rows "

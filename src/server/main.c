@@ -105,7 +105,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The store's reports (recovery, damage, disk errors) go to our log. */
-static void store_log(int level, const char *line)
+void store_log(int level, const char *line)
 {
     log_msg(level == KURA_LOG_ERROR ? KURA_LOG_ERROR : KURA_LOG_INFO, "%s", line);
 }
@@ -174,106 +174,6 @@ static int open_ulog(kura_server *srv)
     return 0;
 }
 
-/* "stats": the update log's and replication's lines */
-static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
-{
-    kura_server *srv = ctx;
-    kura_settings *st = srv->settings;
-    char b[64];
-    if (all)
-        emit(arg, "repl_role", st->mhost ? (st->rw ? "dual" : "replica")
-                                         : srv->repl_master ? "master" : "none");
-    if (srv->ulog) {
-        ul_extent ex;
-        ul_get_extent(srv->ulog, &ex);
-        snprintf(b, sizeof(b), "%d", srv->settings->sid);
-        emit(arg, "ulog_sid", b);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)ul_last_ts(srv->ulog));
-        emit(arg, "ulog_last_ts", b);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.from_ts);
-        emit(arg, "ulog_from_ts", b);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)journal_applied_ts(srv->engine));
-        emit(arg, "ulog_applied_ts", b);
-        snprintf(b, sizeof(b), "%u", ex.segs);
-        emit(arg, "ulog_files", b);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.bytes);
-        emit(arg, "ulog_bytes", b);
-        emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
-    }
-    if (srv->repl_master)
-        repl_master_stats(srv->repl_master, all, emit, arg);
-    if (srv->repl_slave)
-        repl_slave_stats(srv->repl_slave, all, emit, arg);
-}
-
-static void repl_stats_general(void *ctx, kura_stat_fn emit, void *arg)
-{
-    repl_stats(ctx, false, emit, arg);
-}
-
-/* "stats repl": the strings too (docs/replication.md) */
-static void repl_stats_all(void *ctx, kura_stat_fn emit, void *arg)
-{
-    repl_stats(ctx, true, emit, arg);
-}
-
-/* The "repl" connection's socket becomes a replication stream of its own
- * (src/repl/master.c); arg: the replica's position and server id. */
-static void repl_take(void *ctx, int fd, const uint64_t arg[2])
-{
-    kura_server *srv = ctx;
-    uint32_t sid = (uint32_t)arg[1];
-    if (repl_master_serve(srv->repl_master, fd, arg[0], sid) != KURA_OK)
-        log_msg(KURA_LOG_ERROR, "cannot start a replication stream for replica %u", sid);
-}
-
-/* repl <after> <sid>: a replica asks for the update log (repl.h) */
-static void cmd_repl(void *ctx, kura_session *s, text_token *tok, int ntok, kura_buf *out)
-{
-    kura_server *srv = ctx;
-    uint64_t after;
-    uint32_t sid;
-    (void)ntok;
-    if (!srv->repl_master) {
-        kura_session_reply(s, out, "SERVER_ERROR this server keeps no update log "
-                                   "(start it with -ulog DIR)");
-        return;
-    }
-    if (!kura_token_u64(&tok[1], &after) || !kura_token_u32(&tok[2], &sid)) {
-        kura_session_client_error(s, out, "CLIENT_ERROR bad command line format");
-        return;
-    }
-    kura_handoff h = { repl_take, srv, { after, sid } };
-    kura_session_hand_off(s, &h);
-}
-
-/* Replication's commands: "repl", and its lines in "stats" and "stats
- * repl".  Served whether or not this server has an update log (srv->
- * repl_master, set before the workers start and cleared after they stop). */
-static int repl_register(kura_server *srv)
-{
-    const kura_command c = { "repl", cmd_repl, srv, 4, 4 };
-    if (kura_cmdtab_add(srv->cmds, &c) != KURA_OK ||
-        kura_cmdtab_add_stats(srv->cmds, NULL, repl_stats_general, srv) != KURA_OK ||
-        kura_cmdtab_add_stats(srv->cmds, "repl", repl_stats_all, srv) != KURA_OK)
-        return -1;
-    return 0;
-}
-
-/* -syncrepl: the group commit's wait for replicas */
-static int wait_replicas(void *arg, uint64_t ts)
-{
-    kura_server *srv = arg;
-    kura_settings *st = srv->settings;
-    if (repl_master_wait(srv->repl_master, ts, st->syncrepl, st->syncrepl_timeout) == 0)
-        return 0;
-    log_msg(KURA_LOG_ERROR, "fewer than %d replicas confirmed a change within %d ms: %s",
-            st->syncrepl, st->syncrepl_timeout,
-            st->syncrepl_ack ? "acknowledged anyway (-syncrepl-fail ack)"
-                             : "closing the connections waiting for it, unanswered");
-    return st->syncrepl_ack ? 0 : KURA_COMMIT_ABANDONED;
-}
-
 /* Wakes every worker: the committer has made more durable. */
 static void wake_workers(void *arg)
 {
@@ -290,71 +190,6 @@ static int start_committer(kura_server *srv)
         !journal_commit_source(srv->engine, &cc.source))
         return 0;                       /* nothing to wait for */
     return committer_start(&cc, &srv->committer) == KURA_OK ? 0 : -1;
-}
-
-/* The replication master (with -ulog) and the replica thread (-mhost). */
-static int start_repl(kura_server *srv)
-{
-    kura_settings *st = srv->settings;
-    repl_config rc = {
-        .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
-        .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
-        .row_max = UL_ROW_HEAD_MAX + st->item_size_max,
-        .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
-        .log = store_log,
-    };
-    if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
-        log_msg(KURA_LOG_ERROR, "cannot start replication");
-        return -1;
-    }
-    if (st->syncrepl) {
-        if (!srv->repl_master) {
-            log_msg(KURA_LOG_ERROR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
-            return -1;
-        }
-        journal_set_replica_wait(srv->engine, wait_replicas, srv);
-    }
-    if (st->mhost) {
-        char rts[4200];
-        if (st->rts_path)
-            snprintf(rts, sizeof(rts), "%s", st->rts_path);
-        else if (st->ulog_dir)
-            snprintf(rts, sizeof(rts), "%s/rts", st->ulog_dir);
-        else {
-            log_msg(KURA_LOG_ERROR, "-mhost needs -rts FILE (or -ulog DIR, for DIR/rts)");
-            return -1;
-        }
-        engine_set_replica(srv->engine, !st->rw);
-        engine_enable_swap(srv->engine);
-        if (st->rw) {
-            /* dual master: changes of both ordered by time */
-            if (!srv->ulog) {
-                log_msg(KURA_LOG_ERROR, "-rw with -mhost (a replica that takes writes: dual master) "
-                        "needs -ulog DIR");
-                return -1;
-            }
-            if (engine_set_dual(srv->engine, (uint32_t)st->sid) != KURA_OK) {
-                log_msg(KURA_LOG_ERROR, "cannot start dual-master mode");
-                return -1;
-            }
-        }
-        if (repl_slave_start(&rc, st->mhost, st->mport, rts, &srv->repl_slave) != KURA_OK) {
-            log_msg(KURA_LOG_ERROR, "cannot start the replica thread");
-            return -1;
-        }
-        log_msg(KURA_LOG_INFO, "replica of %s:%d (position in %s)%s", st->mhost, st->mport, rts,
-                st->rw ? ", taking writes too (-rw)" : ", read-only");
-    }
-    return 0;
-}
-
-/* Before the engine closes: the replica stops applying, the streams end. */
-static void stop_repl(kura_server *srv)
-{
-    repl_slave_stop(srv->repl_slave);
-    srv->repl_slave = NULL;
-    repl_master_free(srv->repl_master);
-    srv->repl_master = NULL;
 }
 
 static int open_engine(kura_server *srv)

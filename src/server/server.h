@@ -125,6 +125,15 @@ void daemon_stop_watchdog(int seconds);
 
 /* main.c: mkdir -p; 0 or -1 with errno */
 int mkdir_parents(const char *dir);
+/* main.c: the store's and the replication's reports, into our log */
+void store_log(int level, const char *line);
+
+/* replctl.c: "repl" and replication's stats lines (registered before the
+ * workers start), the master and the replica thread (after the engine
+ * opens; stopped before it closes).  0 or -1 (logged). */
+int repl_register(struct kura_server *srv);
+int start_repl(struct kura_server *srv);
+void stop_repl(struct kura_server *srv);
 
 /* notify.c: systemd's sd_notify protocol, without libsystemd. */
 void notify_ready(const char *status);

@@ -484,7 +484,7 @@ static void cmd_hello(void *ctx, kura_session *s, text_token *tok, int ntok, kur
     kura_session_reply(s, out, ctx);
 }
 
-static void take_none(void *ctx, int fd, const uint64_t arg[2])
+static void take_none(void *ctx, int fd, const uint64_t arg[KURA_HANDOFF_ARGS])
 {
     (void)ctx; (void)fd; (void)arg;
 }
