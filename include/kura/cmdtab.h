@@ -101,7 +101,8 @@ bool kura_token_u32(const text_token *t, uint32_t *out);
 /* A connection handed to a module: once the replies queued before it are
  * sent, the connection leaves its worker and calls take(ctx, fd, arg) with
  * its socket, which take then owns (closes, on failure too).  arg carries
- * what the command parsed for the taker. */
+ * what the command parsed for the taker.  The connection is still counted
+ * (curr_connections, -c): the taker takes one off when it closes fd. */
 #define KURA_HANDOFF_ARGS 4
 typedef struct kura_handoff {
     void (*take)(void *ctx, int fd, const uint64_t arg[KURA_HANDOFF_ARGS]);

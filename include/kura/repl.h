@@ -120,21 +120,33 @@ typedef struct repl_config {
     int (*swap_in)(void *arg, kura_store *shadow);
     void *shadow_arg;
     void (*log)(int level, const char *line);
+    /* master: the endpoint's bounds (src/repl/master.c) */
+    int repl_max;                       /* streams at once (-repl-max; 0: REPL_MAX_DEFAULT) */
+    uint64_t spool_reserve;             /* free bytes a full copy's spool leaves in tmpdir */
+    void (*stream_end)(void *arg);      /* a stream handed over (or refused) has ended: its
+                                           socket is closed (counted against -c until then) */
+    void *stream_end_arg;
 } repl_config;
+
+#define REPL_MAX_DEFAULT 16
 
 /* ---- master ---------------------------------------------------------------- */
 
 typedef struct repl_master repl_master;
 
 int repl_master_new(const repl_config *cfg, repl_master **out);
-/* Serves a replica on fd (taken: closed when the stream ends), which sent
- * "repl after sid".  The stream runs on a thread of its own. */
+/* Serves a replica on fd (taken: closed when the stream ends, then
+ * cfg.stream_end called, on every path), which sent "repl after sid ...".
+ * Every stream is served by the master's one event loop thread; past
+ * -repl-max, for a server id of the master's own, or a full copy that does
+ * not fit, the replica is told SERVER_ERROR and the socket closed. */
 int repl_master_serve(repl_master *m, int fd, const repl_hello *h);
 /* About once a second: prunes the update log past -ulmax, keeping what
  * connected replicas (and those seen in the last hour) still need. */
 void repl_master_tick(repl_master *m);
-/* -syncrepl: waits until n replicas (not receiving a copy) have
- * acknowledged every row up to ts: 0, or 1 after timeout_ms. */
+/* -syncrepl: waits until n replicas (distinct server ids, not receiving a
+ * copy) have acknowledged every row up to ts: 0, or 1 after timeout_ms.
+ * An ACK counts only up to the newest row sent on its stream. */
 int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms);
 /* Ends every stream and frees. */
 void repl_master_free(repl_master *m);

@@ -286,6 +286,8 @@ typedef struct sl_scan {
 } sl_scan;
 void sl_scan_init(sl_scan *sc, sl_log *log, const sl_seg *sg, size_t first);
 void sl_scan_done(sl_scan *sc);
+/* Frees the read window (up to 1 MB); the next read allocates it again. */
+void sl_scan_shed(sl_scan *sc);
 /* KURA_OK with the record at off in *p (valid until the next call) and its
  * length in *len; 1 at the end of the segment; KURA_ECORRUPT when no valid
  * record is at off; KURA_EIO; KURA_ENOMEM.  arg goes to check. */

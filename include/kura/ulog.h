@@ -167,6 +167,9 @@ int ul_reader_open(ul_log *log, uint64_t after, ul_reader **out);
  * KURA_EIO, KURA_ENOMEM. */
 int ul_reader_next(ul_reader *rd, ul_row *row);
 void ul_reader_close(ul_reader *rd);
+/* Frees the reader's read window (up to 1 MB) while it waits for rows
+ * (the replication master's idle streams); the next read takes it again. */
+void ul_reader_shed(ul_reader *rd);
 
 /* ---- retention --------------------------------------------------------- */
 

@@ -36,6 +36,13 @@ void sl_scan_done(sl_scan *sc)
     sc->buf = NULL;
 }
 
+void sl_scan_shed(sl_scan *sc)
+{
+    free(sc->buf);
+    sc->buf = NULL;
+    sc->cap = sc->len = 0;
+}
+
 /* Makes [off, off+n) available; NULL with *rc set if not possible. */
 static const unsigned char *window(sl_scan *sc, uint64_t off, size_t n, int *rc)
 {

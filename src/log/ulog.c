@@ -926,6 +926,12 @@ int ul_reader_next(ul_reader *rd, ul_row *row)
     }
 }
 
+void ul_reader_shed(ul_reader *rd)
+{
+    if (rd->fd >= 0)
+        sl_scan_shed(&rd->sc);
+}
+
 void ul_reader_close(ul_reader *rd)
 {
     if (!rd)

@@ -66,8 +66,9 @@ static void log_close_unconfirmed(kura_conn *c)
                                        "not confirm in time (-syncrepl)");
 }
 
-/* Frees the connection but not its socket, which it returns. */
-static int conn_release(kura_conn *c)
+/* Frees the connection but not its socket, which it returns; counted
+ * (curr_connections, against -c) no more unless keep_count. */
+static int conn_release(kura_conn *c, bool keep_count)
 {
     kura_worker *w = c->w;
     int fd = c->fd;
@@ -89,23 +90,25 @@ static int conn_release(kura_conn *c)
     kura_buf_free(&c->rbuf);
     kura_buf_free(&c->wbuf);
     free(c);
-    atomic_fetch_sub(&w->srv->info.curr_connections, 1);
+    if (!keep_count)
+        atomic_fetch_sub(&w->srv->info.curr_connections, 1);
     return fd;
 }
 
 static void conn_close(kura_conn *c)
 {
-    close(conn_release(c));
+    close(conn_release(c, false));
 }
 
 /* A command gave the connection to a module ("repl": a replication
  * stream, cmdtab.h): the socket leaves the worker for the module's taker;
  * what the client sent after the command is dropped (it waits for the
- * answer first). */
+ * answer first).  It stays counted against -c: the taker gives the count
+ * back (curr_connections) when it closes the socket. */
 static void conn_handoff(kura_conn *c, const kura_handoff *req)
 {
     kura_handoff h = *req;              /* the session goes with the connection */
-    int fd = conn_release(c);
+    int fd = conn_release(c, true);
     h.take(h.ctx, fd, h.arg);
 }
 

@@ -85,6 +85,8 @@ static const opt options[] = {
       "how long a reply waits for the replicas of -syncrepl (default 1000)" },
     { { "-syncrepl-fail" }, OPT_SYNCREPL_FAIL, F(syncrepl_ack), 0, 0, "close|ack",
       "past the timeout: close the connection unanswered (default) or acknowledge anyway" },
+    { { "-repl-max" }, OPT_INT, F(repl_max), 1, 100000, "NUM",
+      "serve at most NUM replication streams at once (default 16; each counts against -c)" },
     { { "-bgs" }, OPT_STR, F(bgs_dir), 0, 0, "DIR",
       "keep snapshots in DIR; a missing or empty database starts from the newest" },
     { { "-bgsi" }, OPT_INT, F(bgsi), 0, INT_MAX, "SEC",
@@ -131,6 +133,7 @@ void options_defaults(kura_settings *s)
     s->sid = 1;
     s->mport = 11211;
     s->syncrepl_timeout = 1000;
+    s->repl_max = REPL_MAX_DEFAULT;
     s->bgsi = 3600;
     s->bgsc = KURA_CODEC_LZO;
     s->bgsn = 2;

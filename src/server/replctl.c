@@ -52,6 +52,14 @@ static void repl_stats_all(void *ctx, kura_stat_fn emit, void *arg)
     repl_stats(ctx, true, emit, arg);
 }
 
+/* A stream has ended (src/repl/master.c closed its socket): the
+ * connection it was is counted against -c no more. */
+static void stream_end(void *arg)
+{
+    kura_server *srv = arg;
+    atomic_fetch_sub(&srv->info.curr_connections, 1);
+}
+
 /* The "repl" connection's socket becomes a replication stream of its own
  * (src/repl/master.c); arg: the replica's position and server id. */
 static void repl_take(void *ctx, int fd, const uint64_t arg[KURA_HANDOFF_ARGS])
@@ -127,7 +135,8 @@ int start_repl(kura_server *srv)
         .engine = srv->engine, .ulog = srv->ulog, .sid = (uint32_t)st->sid,
         .ulmax = st->ulmax, .tmpdir = st->ulog_dir, .sync_mode = st->sync_mode, .rw = st->rw,
         .row_max = UL_ROW_HEAD_MAX + st->item_size_max, .item_max = st->item_size_max,
-        .port = st->port,
+        .port = st->port, .repl_max = st->repl_max,
+        .spool_reserve = st->ulim + (8ULL << 20), .stream_end = stream_end, .stream_end_arg = srv,
         .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
     };

@@ -55,6 +55,7 @@ typedef struct kura_settings {
     int syncrepl;               /* -syncrepl: replies wait for this many replicas */
     int syncrepl_timeout;       /* -syncrepl-timeout, milliseconds */
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
+    int repl_max;               /* -repl-max: replication streams at once */
     /* snapshots (docs/operations.md) */
     const char *bgs_dir;        /* -bgs; NULL = none */
     int bgsi;                   /* -bgsi: seconds between them; 0 = on demand only */

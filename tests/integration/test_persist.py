@@ -737,17 +737,7 @@ class Corruption(PersistCase):
 class DiskFull(PersistCase):
 
     def mount_tmpfs(self, size):
-        if os.geteuid() != 0:
-            self.skipTest(kuratest.not_applicable("needs root to mount a tmpfs"))
-        mnt = os.path.join(self.dir, "mnt")
-        os.mkdir(mnt)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", mnt],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        if p.returncode != 0:
-            self.skipTest(kuratest.not_applicable(
-                "cannot mount a tmpfs here: %s" % p.stdout.decode(errors="replace").strip()))
-        self.addCleanup(subprocess.run, ["umount", "-l", mnt])
-        return mnt
+        return kuratest.mount_tmpfs(self, self.dir, size)
 
     def fill_and_recover(self, mapwrite):
         mnt = self.mount_tmpfs(8 * MB)

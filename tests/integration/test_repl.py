@@ -945,7 +945,8 @@ class Replication(ServerTestCase):
         with m.conn() as c:
             st = stats(c, b"repl")
             self.assertEqual(st["repl_role"], "master")
-            self.assertRegex(st["repl_replica_2"], r"^127\.0\.0\.1:\d+,acked=\d+,lag_us=\d+")
+            self.assertRegex(st["repl_replica_2"], r"^127\.0\.0\.1:%d,state=streaming,acked=\d+,"
+                             r"sent=\d+,lag_rows=\d+,lag_us=\d+$" % r.port)
             self.assertNotIn("repl_role", stats(c))         # the general list: numbers only
             self.assertEqual(c.request(b"digest 0\r\n"), b"CLIENT_ERROR bad command line format\r\n")
             self.assertEqual(c.request(b"digest 4 4\r\n"), b"CLIENT_ERROR bad command line format\r\n")

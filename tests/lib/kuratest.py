@@ -575,6 +575,23 @@ def gets_all(server, keys, timeout=20):
     return out
 
 
+def mount_tmpfs(case, parent, size):
+    """A tmpfs of size bytes mounted at parent/mnt for the test case (a
+    small disk to fill), unmounted at its cleanup; skips the test as not
+    applicable when not root or when mounting is not allowed."""
+    if os.geteuid() != 0:
+        case.skipTest(not_applicable("needs root to mount a tmpfs"))
+    mnt = os.path.join(parent, "mnt")
+    os.mkdir(mnt)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", mnt],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        case.skipTest(not_applicable(
+            "cannot mount a tmpfs here: %s" % p.stdout.decode(errors="replace").strip()))
+    case.addCleanup(subprocess.run, ["umount", "-l", mnt])
+    return mnt
+
+
 def poll_until(fn, timeout=5.0, interval=0.02, what="condition"):
     """Call fn() until it returns a true value; AssertionError at the deadline."""
     end = deadline(timeout)
