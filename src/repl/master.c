@@ -87,6 +87,9 @@ int master_greet(peer *p)
     int rc = KURA_OK;
 
     line[0] = '\0';
+    /* The welcome's history words (hid, hist) and the rule on the
+     * request's hid (another log's position counts as 0) belong here,
+     * before the position is judged: every answer is decided below. */
     if (p->sid == m->cfg.sid) {
         snprintf(line, sizeof(line), "SERVER_ERROR server id %u is this master's own (give the "
                  "replica a -sid of its own)\r\n", p->sid);
@@ -134,6 +137,7 @@ int master_greet(peer *p)
         if (rc != KURA_OK) {
             spool_put(m, sp);
         } else {
+            ul_reader_shed(rd);         /* not read until the copy is sent */
             p->sp = sp;
             p->state = PEER_COPY;
             m->copying++;
@@ -187,7 +191,8 @@ refuse:
     logf_(m, KURA_LOG_ERROR, "replica at %s (sid %u) refused: %.*s", p->host, p->sid,
           (int)strcspn(line, "\r\n"), line);
     p->olen = p->ooff = 0;
-    return peer_queue(p, line, strlen(line)) < 0 ? -1 : -1;
+    (void)peer_queue(p, line, strlen(line));  /* sent if the socket takes it at once */
+    return -1;
 }
 
 /* ---- acks ---------------------------------------------------------------------- */
