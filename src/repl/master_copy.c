@@ -31,7 +31,7 @@
 #include "master_int.h"
 
 #define SPOOL_FLUSH (256 * 1024)        /* bytes encoded before a write */
-#define SPOOL_CHECK (16ULL << 20)       /* bytes written between looks at the free space */
+#define SPOOL_CHECK (1ULL << 20)        /* bytes written between looks at the free space */
 #define SPOOL_MARGIN (1ULL << 20)
 #define SPOOL_ROW_HEAD 48               /* a row's bytes beyond its key and value, at most
                                            about (the store counts items as memcached does) */

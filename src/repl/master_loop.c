@@ -418,7 +418,6 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd; (void)what;
     int64_t now = mono_ms();
     uint64_t last = ul_last_ts(m->cfg.ulog);
-    rows_came(m);                       /* a missed wake costs a second at most */
     for (peer *p = m->peers; p; p = p->next) {
         if (p->closing)
             continue;
@@ -432,13 +431,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             end_peer(p);
             continue;
         }
-        if (p->state == PEER_STREAM && unsent(p) == 0) {
+        if (p->state == PEER_STREAM && p->caught_up && unsent(p) == 0) {
             ul_row hb = { .type = UL_MARK, .ts = last, .sid = m->cfg.sid,
                           .prev_ts = REPL_MARK_HEARTBEAT };
             if (peer_queue_row(p, &hb) < 0 || flush_peer(p) < 0)
                 end_peer(p);
         }
     }
+    rows_came(m);                       /* a missed wake costs a second at most */
 }
 
 /* ---- life ------------------------------------------------------------------------ */

@@ -33,6 +33,10 @@
 /* Descriptors each worker adds when it starts: a notify pipe and its event
  * base's epoll descriptor (both checks run before the workers start). */
 #define FD_PER_WORKER 3
+/* A replication stream (-repl-max of them) is a connection (-c) and holds
+ * one more: its update-log reader's file.  Then the replication loop's
+ * base and eventfd, and a full copy's spool file. */
+#define FD_REPL_FIXED 4
 /* Beyond what is needed, the soft limit is raised this much more where the
  * hard limit allows (no privilege needed): a hash file adds a descriptor
  * per segment it creates (128 MB each by default), so growth of half a
@@ -62,6 +66,8 @@ int fdlimit_setup(kura_settings *s)
         return -1;
     }
     long fixed = fds_open() + FD_RESERVE + FD_PER_WORKER * s->threads;
+    if (s->ulog_dir)
+        fixed += s->repl_max + FD_REPL_FIXED;
     rlim_t need = (rlim_t)s->maxconns + (rlim_t)fixed, room = need + FD_GROWTH;
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < room && rl.rlim_cur < rl.rlim_max) {
         struct rlimit more = { rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= room ? room :
@@ -97,7 +103,7 @@ int fdlimit_setup(kura_settings *s)
 
 refuse:
     log_msg(KURA_LOG_ERROR, "-c %d%s needs %llu file descriptors (%d connections, %ld open, %d "
-            "reserved for the store and the workers) but the limit is %llu and cannot be "
+            "reserved for the store, the workers and replication) but the limit is %llu and cannot be "
             "raised (hard limit %llu): raise it (ulimit -n, systemd LimitNOFILE=) or lower -c",
             s->maxconns, s->maxconns_given ? "" : " (the default)", (unsigned long long)need,
             s->maxconns, fds_open(),

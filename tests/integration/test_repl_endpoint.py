@@ -160,6 +160,19 @@ class Endpoint(ServerTestCase):
         self.assertTrue(all(f.startswith(b"REPL ") for f in firsts2), firsts2[:3])
         self.assertEqual(st2["repl_replicas"], "40")
         self.assertEqual(threads(m2), before2, "no thread per stream")
+        # 40 streams that read nothing, each past its output's high-water
+        # mark once these rows are in: a stream that reads still gets every
+        # row (none holds up another)
+        first = last_ts(m2)
+        v = b"v" * 65536
+        with m2.conn() as c:
+            for i in range(64):
+                self.assertEqual(c.request(b"set f%d 0 0 %d\r\n%s\r\n" % (i, len(v), v)),
+                                 b"STORED\r\n")
+        reader = Stream(m2.port, b"repl %d 999\r\n" % first)
+        self.addCleanup(reader.close)
+        rows = reader.rows_until_heartbeat(timeout=30)
+        self.assertEqual([r["key"] for r in rows], [b"f%d" % i for i in range(64)])
 
     def test_streams_count_against_c(self):
         def curr(m):
