@@ -23,8 +23,11 @@
  * while there is nothing to send (its last timestamp, so that the replica
  * knows its lag), and COPY_DONE.  The replica sends back "ACK <ts>\r\n"
  * lines: every row up to <ts> is in its update log (durable as its -sync
- * makes it).  A master keeps the files its replicas still need (as far as
- * -ulmax allows), and semi-synchronous writes wait for these acks.
+ * makes it); an ACK past the newest row sent on the stream ends it.  A
+ * master keeps the files its replicas still need (as far as -ulmax
+ * allows), and semi-synchronous writes wait for these acks.  The endpoint
+ * is bounded (src/repl/master.c): -repl-max streams, each counted against
+ * -c, served by one event loop; full copies share one spool.
  */
 #ifndef KURA_REPL_H
 #define KURA_REPL_H
