@@ -258,12 +258,40 @@ static void stream(peer *p)
     size_t olen = 0, ocap = 0;
     char line[REPL_WELCOME_MAX];
     repl_welcome w = { .msid = m->cfg.sid, .imax = m->cfg.item_max };
+    /* ---- issue 19, history (docs/replication.md, "History and divergence"):
+     * the welcome carries this log's id and history; a position counted in
+     * another log (the request's hid) is no position here; copy=1 (a
+     * replica that found its data diverged) always gets a full copy; a
+     * replica with a smaller -I is refused (rows it could not take) */
+    w.hid = ul_log_id(log);
+    if (journal_history_format(m->cfg.engine, w.hist, sizeof(w.hist)) < 0)
+        w.hist[0] = '\0';              /* too long to send: the replica cannot check */
+    if (p->hello.hid && p->hello.hid != w.hid) {
+        logf_(m, KURA_LOG_INFO, "replica %s (sid %u): its position %" PRIu64 " counts in "
+              "another update log (%016" PRIx64 "): treated as a new replica", p->name, p->sid,
+              p->after, p->hello.hid);
+        p->after = 0;
+        atomic_store(&p->acked, 0);
+    }
+    bool force_copy = p->hello.copy;
+    if (p->hello.imax && p->hello.imax < m->cfg.item_max) {
+        snprintf(line, sizeof(line), "SERVER_ERROR this master's -I (%" PRIu64 ") is larger "
+                 "than the replica's (%" PRIu64 "): start the replica with -I %" PRIu64
+                 " or more\r\n", m->cfg.item_max, p->hello.imax, m->cfg.item_max);
+        logf_(m, KURA_LOG_ERROR, "replica %s (sid %u) refused: its -I (%" PRIu64 ") is smaller "
+              "than this master's (%" PRIu64 ")", p->name, p->sid, p->hello.imax,
+              m->cfg.item_max);
+        (void)repl_send_all(p->fd, line, strlen(line), 1000);
+        goto out;
+    }
+    /* ---- end of issue 19's lines */
     uint64_t start = p->after;
     ul_extent ex;
     ul_get_extent(log, &ex);
     /* a new replica needs no copy if the log still holds every change */
     bool whole = p->after == 0 && ex.from_ts == 0;
-    int rc = p->after || whole ? ul_reader_open(log, p->after, &rd) : KURA_NOTFOUND;
+    int rc = force_copy ? KURA_NOTFOUND
+           : p->after || whole ? ul_reader_open(log, p->after, &rd) : KURA_NOTFOUND;
 
     if (rc == KURA_NOTFOUND) {
         /* a new replica, or one the log has left behind: a copy first */
@@ -277,8 +305,9 @@ static void stream(peer *p)
             w.pos = start;
             repl_welcome_format(line, sizeof(line), &w, p->hello.ext);
             logf_(m, KURA_LOG_INFO, "replica %s (sid %u) at %" PRIu64 ": %s", p->name, p->sid,
-                  p->after, p->after ? "position no longer held, sending a full copy"
-                                     : "new, sending a full copy");
+                  p->after, force_copy ? "asks for a full copy (its data diverged)"
+                                       : p->after ? "position no longer held, sending a full copy"
+                                                  : "new, sending a full copy");
             if (repl_send_all(p->fd, line, strlen(line), SEND_TIMEOUT_MS) < 0 ||
                 send_copy(p, start, &out, &olen, &ocap) < 0)
                 goto out;

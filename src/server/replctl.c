@@ -4,8 +4,10 @@
  * in "stats" and "stats repl", -syncrepl's wait, and starting and stopping
  * the master (with -ulog) and the replica thread (-mhost).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -119,6 +121,16 @@ static int wait_replicas(void *arg, uint64_t ts)
     return st->syncrepl_ack ? 0 : KURA_COMMIT_ABANDONED;
 }
 
+/* A replica that must not go on (-repl-divergence refuse): the server
+ * stops as on SIGTERM (cleanly, from its event loop, whatever thread asks)
+ * and exits with exit_code. */
+static void repl_fatal(void *arg, int exit_code)
+{
+    kura_server *srv = arg;
+    atomic_store(&srv->exit_code, exit_code);
+    kill(getpid(), SIGTERM);
+}
+
 /* The replication master (with -ulog) and the replica thread (-mhost). */
 int start_repl(kura_server *srv)
 {
@@ -130,6 +142,7 @@ int start_repl(kura_server *srv)
         .port = st->port,
         .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
+        .divergence_refuse = st->divergence_refuse, .fatal = repl_fatal, .fatal_arg = srv,
     };
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
         log_msg(KURA_LOG_ERROR, "cannot start replication");

@@ -55,6 +55,7 @@ typedef struct kura_settings {
     int syncrepl;               /* -syncrepl: replies wait for this many replicas */
     int syncrepl_timeout;       /* -syncrepl-timeout, milliseconds */
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
+    bool divergence_refuse;     /* -repl-divergence refuse (else copy) */
     /* snapshots (docs/operations.md) */
     const char *bgs_dir;        /* -bgs; NULL = none */
     int bgsi;                   /* -bgsi: seconds between them; 0 = on demand only */
@@ -160,6 +161,7 @@ struct kura_server {
     int nworkers;
     unsigned next_worker;
     bool stopping;
+    _Atomic int exit_code;              /* the status of a clean stop (replctl's fatal: 2) */
 };
 
 /* worker.c */
