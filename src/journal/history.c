@@ -99,7 +99,7 @@ int journal_hist_parse(const char *s, journal_hist *h)
             return KURA_EINVAL;
         s = end + 1;
         unsigned long long ts = strtoull(s, &end, 10);
-        if (end == s || errno || (*end && *end != ','))
+        if (end == s || errno || (*end && (*end != ',' || !end[1])))
             return KURA_EINVAL;
         if (!journal_hist_note(h, (uint32_t)sid, ts))
             return KURA_EINVAL;

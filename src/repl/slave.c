@@ -863,6 +863,7 @@ int repl_slave_start(const repl_config *cfg, const char *host, int port, const c
     uint64_t pos = rts_read(s);
     atomic_store(&s->pos, pos);
     s->rts_saved = pos;
+    s->rts_saved_hid = s->rts_hid;
     if (pthread_create(&s->thread, NULL, slave_main, s) != 0) {
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->wake);
