@@ -65,7 +65,8 @@
 /* The server's log has no warning level: a warning is written as an
  * error (kept under -le too), its text starting "WARNING:". */
 #define LOG_WARN KURA_LOG_ERROR
-#define STABLE_MS 5000                  /* connected this long: the stream worked */
+#define STABLE_MS 5000
+#define LAG_FRESH_MS 3000               /* a heartbeat older than this: lag unknown */                  /* connected this long: the stream worked */
 
 /* what a stream ended with (slave_main decides the wait from it) */
 enum { SESS_FAILED = 1, SESS_WORKED, SESS_REFUSED, SESS_DIVERGED, SESS_FATAL };
@@ -95,7 +96,7 @@ struct repl_slave {
     _Atomic int state;                  /* REPL_ST_* */
     _Atomic uint64_t next_attempt_ms;   /* mono_ms() of the next attempt; 0: none waited for */
     _Atomic uint64_t master_hid;        /* the last welcome's (0: none yet) */
-    _Atomic bool lag_known;             /* the master's last ts seen on this stream */
+    _Atomic uint64_t hb_at_ms;          /* mono_ms() of this stream's last heartbeat; 0: none */
     _Atomic uint64_t divergences;
     char last_error[512];               /* lock: the last failure, "" none */
     char last_logged[512];              /* lock: the last failure logged, "" after a stream
@@ -532,7 +533,7 @@ static int handle(session *ss, const ul_row *row)
         if (row->ts > atomic_load(&s->master_last))
             atomic_store(&s->master_last, row->ts);
         if (row->prev_ts == REPL_MARK_HEARTBEAT)
-            atomic_store(&s->lag_known, true);
+            atomic_store(&s->hb_at_ms, mono_ms());
         if (row->prev_ts == REPL_MARK_COPY_DONE && ss->copying)
             return copy_done(ss);
         return KURA_OK;
@@ -684,7 +685,7 @@ static int session_run(repl_slave *s, int fd)
                          .port = s->cfg.port > 0 ? (uint32_t)s->cfg.port : 0,
                          .copy = s->want_copy };
     atomic_store(&s->master_last, 0);
-    atomic_store(&s->lag_known, false);
+    atomic_store(&s->hb_at_ms, 0);
     int n = repl_hello_format(line, sizeof(line), &hello);
     if (n < 0 || repl_send_all(fd, line, (size_t)n, 10000) < 0 ||
         read_line(&ss, line, sizeof(line)) < 0) {
@@ -759,7 +760,7 @@ static int session_run(repl_slave *s, int fd)
     }
 out:
     atomic_store(&s->connected, false);
-    atomic_store(&s->lag_known, false);
+    atomic_store(&s->hb_at_ms, 0);
     if (ss.copying) {
         keyset_free(ss.stale);
         if (ss.shadow)
@@ -914,9 +915,12 @@ void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg)
     repl_emit_u64(emit, arg, "repl_copying", atomic_load(&s->copying));
     uint64_t pos = atomic_load(&s->pos), last = atomic_load(&s->master_last);
     repl_emit_u64(emit, arg, "repl_position", pos);
-    /* known only while rows flow from a master whose newest row this
-     * stream has told (a heartbeat), from a position it serves */
-    if (st == REPL_ST_CONNECTED && atomic_load(&s->lag_known) && pos) {
+    /* known only while connected, from a position, and while the master's
+     * newest row is known: its heartbeats carry it, and one came in the
+     * last LAG_FRESH_MS (rows alone say nothing of what the master has
+     * beyond them) */
+    uint64_t hb = atomic_load(&s->hb_at_ms);
+    if (st == REPL_ST_CONNECTED && pos && hb && now - hb <= LAG_FRESH_MS) {
         uint64_t lag = last > pos ? hlc_us(last) - hlc_us(pos) : 0;
         repl_emit_u64(emit, arg, "repl_lag_us", lag);
         snprintf(b, sizeof(b), "%.3f", (double)lag / 1e6);
