@@ -65,8 +65,8 @@
 /* The server's log has no warning level: a warning is written as an
  * error (kept under -le too), its text starting "WARNING:". */
 #define LOG_WARN KURA_LOG_ERROR
-#define STABLE_MS 5000
-#define LAG_FRESH_MS 3000               /* a heartbeat older than this: lag unknown */                  /* connected this long: the stream worked */
+#define STABLE_MS 5000                  /* connected this long: the stream worked */
+#define LAG_FRESH_MS 3000               /* a heartbeat older than this: lag unknown */
 
 /* what a stream ended with (slave_main decides the wait from it) */
 enum { SESS_FAILED = 1, SESS_WORKED, SESS_REFUSED, SESS_DIVERGED, SESS_FATAL };
@@ -314,6 +314,13 @@ static int history_check(repl_slave *s, const repl_welcome *w)
     uint32_t o = journal_hist_ahead(&mine, &theirs);
     if (!o || (s->want_copy && w->boot))
         return 0;                       /* (its rows are saved: the copy asked for comes) */
+    if (s->want_copy) {
+        /* saved already, and the master did not send the copy asked for */
+        set_state(s, REPL_ST_DIVERGED);
+        fail(s, KURA_LOG_ERROR, "master %s:%d did not send the full copy asked for (copy=1); "
+             "nothing applied, retrying", s->host, s->port);
+        return SESS_FAILED;
+    }
     set_state(s, REPL_ST_DIVERGED);
     atomic_fetch_add(&s->divergences, 1);
     char path[4300];
