@@ -36,6 +36,14 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
         snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.bytes);
         emit(arg, "ulog_bytes", b);
         emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
+        if (all) {                      /* its id and history (docs/replication.md) */
+            char h[JOURNAL_HIST_MAX * 28];
+            snprintf(b, sizeof(b), "%016llx", (unsigned long long)ul_log_id(srv->ulog));
+            emit(arg, "ulog_hid", b);
+            if (journal_history_format(srv->engine, h, sizeof(h)) < 0)
+                h[0] = '\0';
+            emit(arg, "ulog_history", h[0] ? h : "-");
+        }
     }
     if (srv->repl_master)
         repl_master_stats(srv->repl_master, all, emit, arg);

@@ -317,7 +317,7 @@ class History(ServerTestCase):
         self.set(m, b"x")
         wait_caught_up(m, r)
         with m.conn() as c:
-            hid = c.request(b"stats repl\r\n")
+            mst = stats(c, b"repl")
         with r.conn() as c:
             st = stats(c, b"repl")
         self.assertEqual(st["repl_state"], "connected")
@@ -328,7 +328,8 @@ class History(ServerTestCase):
         with open(os.path.join(self.dir, "m.ul", "hid")) as f:
             self.assertEqual(rts_hid, f.read().strip())
         self.assertEqual(st["repl_master_hid"], rts_hid)
-        del hid
+        self.assertEqual(mst["ulog_hid"], rts_hid)
+        self.assertRegex(mst["ulog_history"], r"^1:\d+$")
 
 
 @kura_only
