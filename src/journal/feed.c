@@ -46,8 +46,7 @@ static int append(kura_engine *e, ul_row *r)
     /* a read-only replica's own rows (deletes after a copy, evictions) are
      * housekeeping, not changes a client made: not history */
     if (r->sid || !atomic_load_explicit(&e->replica, memory_order_relaxed))
-        history_note(e->journal, r->sid ? r->sid : ul_sid(e->journal->ulog),
-                     r->origin_ts ? r->origin_ts : pos.ts, pos.seg);
+        history_note(e->journal, r->sid, r->origin_ts ? r->origin_ts : pos.ts, pos.seg);
     journal_tl_logged_ts = pos.ts;
     tl_lsn = pos.lsn;
     tl_ts = pos.ts;

@@ -118,13 +118,32 @@ uint32_t journal_hist_ahead(const journal_hist *mine, const journal_hist *theirs
 
 /* ---- under the engine ---------------------------------------------------------- */
 
+/* A change made here (the write path) raises this server's own entry with
+ * a compare-and-swap, no lock; a row from another origin takes the lock. */
 void history_note(struct kura_journal *j, uint32_t sid, uint64_t origin_ts, uint32_t seg)
 {
+    if (atomic_load_explicit(&j->hist_seg, memory_order_relaxed) != seg)
+        atomic_store_explicit(&j->hist_seg, seg, memory_order_relaxed);
+    if (sid == 0 || sid == j->hist_own_sid) {
+        uint64_t cur = atomic_load_explicit(&j->hist_own_ts, memory_order_relaxed);
+        while (origin_ts > cur &&
+               !atomic_compare_exchange_weak_explicit(&j->hist_own_ts, &cur, origin_ts,
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed))
+            ;
+        return;
+    }
     pthread_mutex_lock(&j->hist_lock);
     if (!journal_hist_note(&j->hist, sid, origin_ts))
         j->hist_full = true;            /* logged once, by the journal's thread */
-    j->hist_seg = seg;
     pthread_mutex_unlock(&j->hist_lock);
+}
+
+/* Sets the vector (the lock held): this server's own entry apart. */
+static void hist_set(struct kura_journal *j, const journal_hist *h)
+{
+    j->hist = *h;
+    atomic_store(&j->hist_own_ts, journal_hist_get(h, j->hist_own_sid));
 }
 
 void journal_history(kura_engine *e, journal_hist *out)
@@ -132,7 +151,11 @@ void journal_history(kura_engine *e, journal_hist *out)
     struct kura_journal *j = e->journal;
     pthread_mutex_lock(&j->hist_lock);
     *out = j->hist;
+    uint64_t own = atomic_load(&j->hist_own_ts);
     pthread_mutex_unlock(&j->hist_lock);
+    if (own)                            /* (a table full of other origins leaves it out:
+                                           logged once as full) */
+        (void)journal_hist_note(out, j->hist_own_sid, own);
 }
 
 int journal_history_format(kura_engine *e, char *buf, size_t cap)
@@ -228,7 +251,8 @@ int history_load(kura_engine *e, ul_log *log)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&j->hist_lock);
-    j->hist = h;
+    j->hist_own_sid = ul_sid(log);
+    hist_set(j, &h);
     pthread_mutex_unlock(&j->hist_lock);
     j->hist_saved_seg = ex.last_seg;
     if (rows)
@@ -242,9 +266,10 @@ void history_tick(kura_engine *e, uint64_t as_of, bool force)
     if (!j->ulog)
         return;
     pthread_mutex_lock(&j->hist_save_lock);
+    uint32_t seg = atomic_load(&j->hist_seg);
+    journal_hist h;
+    journal_history(e, &h);
     pthread_mutex_lock(&j->hist_lock);
-    journal_hist h = j->hist;
-    uint32_t seg = j->hist_seg;
     bool full = j->hist_full && !j->hist_full_logged;
     j->hist_full_logged |= full;
     pthread_mutex_unlock(&j->hist_lock);
@@ -265,7 +290,7 @@ int journal_history_reset(kura_engine *e, const journal_hist *h)
         return KURA_OK;
     pthread_mutex_lock(&j->hist_save_lock);
     pthread_mutex_lock(&j->hist_lock);
-    j->hist = *h;
+    hist_set(j, h);
     pthread_mutex_unlock(&j->hist_lock);
     /* the rows the log holds up to now are not what this server holds any
      * more: the next start reads only those after */
