@@ -18,7 +18,9 @@
  * journal's thread looks once a second), at a clean stop, and when a
  * replica's full copy replaces the store (journal_history_reset).  Its
  * as_of is the watermark: every row up to it has finished its change, so
- * it was noted before the vector was read.
+ * it was noted before the vector was read; and the log is synced before
+ * the file is written, so the file never counts a row a crash could cut
+ * from the log's tail.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -276,7 +278,9 @@ void history_tick(kura_engine *e, uint64_t as_of, bool force)
     if (full)
         journal_log(e, KURA_LOG_ERROR, "update log: rows from more than 128 origin servers: "
                     "the history keeps the first 128 (divergence from the others is not seen)");
-    if (force || seg != j->hist_saved_seg) {
+    /* the log is synced first: the file never counts a row that a crash
+     * could still cut from the log's tail (under -sync none or interval) */
+    if ((force || seg != j->hist_saved_seg) && ul_sync_now(j->ulog) == KURA_OK) {
         if (save(j, j->ulog, &h, as_of) == KURA_OK)
             j->hist_saved_seg = seg;
     }
