@@ -21,6 +21,8 @@ the cache (one backend a run with KURA_DB; the scenario runs on both).
   Lost tail    a master restarted from an older copy of its data and log
                (its log's tail lost): the replica holds rows the master
                does not, and the check finds them.
+  New log      a master whose log directory was made anew: a new log id,
+               the replica's position treated as none, a full copy.
   -I           a replica with a smaller -I than its master is refused (the
                master's line names the -I to use) and retries with the
                backoff: its connects stay few while its next attempt grows
@@ -270,6 +272,35 @@ class History(ServerTestCase):
         count, path = DIVERGED_RE.search(r.stderr()).groups()
         self.assertEqual(sorted(saved_keys(path)), sorted(FIVE))
         poll_until(lambda: not digest_diff(m, r), timeout=30, what="R to converge to M")
+
+    def test_master_log_made_anew(self):
+        """A master whose update-log directory was made anew (its data
+        kept): a new log id, so the replica's position counts in another
+        log; it gets a full copy and converges, its rows saved first (the
+        new log's history knows none of them)."""
+        if self.DB == "cache":
+            self.skipTest(kuratest.not_applicable("the cache's data lives in its log"))
+        m = self.server("m", 1)
+        r = self.server("r", 2, m.port)
+        for i in range(5):
+            self.set(m, b"a%d" % i)
+        wait_caught_up(m, r)
+        with r.conn() as c:
+            old_hid = stats(c, b"repl")["repl_master_hid"]
+        m.stop()
+        shutil.rmtree(os.path.join(self.dir, "m.ul"))
+        m = self.server("m", 1, port=m.port)
+        self.set(m, b"after")
+        with m.conn() as c:
+            new_hid = stats(c, b"repl")["ulog_hid"]
+        self.assertNotEqual(new_hid, old_hid)
+        def follows():
+            with r.conn() as c:
+                st = stats(c, b"repl")
+            return st["repl_master_hid"] == new_hid and st["repl_state"] == "connected"
+        poll_until(follows, timeout=30, what="the replica on the new log")
+        poll_until(lambda: not digest_diff(m, r), timeout=30, what="R to converge to M")
+        self.assertIn("counts in another update log", m.stderr())
 
     def refused_backoff(self, r, connects):
         """The replica refused: its state says so, and its next attempt
