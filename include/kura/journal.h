@@ -124,4 +124,43 @@ int journal_apply_row(kura_engine *e, const ul_row *row);
  * by the rows after it, is the store as of any later moment. */
 uint64_t journal_applied_ts(kura_engine *e);
 
+/* ---- the history vector (src/journal/history.c) ---------------------------- */
+
+/* For each origin server id, the highest origin timestamp of a row this
+ * server holds (rows flow in order: holding origin o's row at t means
+ * holding all of o's rows up to t).  Replication compares a replica's with
+ * its master's: an entry above the master's is a row the master never had
+ * (docs/replication.md, "History and divergence").  Written "sid:ts,..."
+ * in sid order ("" when empty). */
+#define JOURNAL_HIST_MAX 128
+
+typedef struct journal_hist_entry {
+    uint32_t sid;
+    uint64_t ts;
+} journal_hist_entry;
+
+typedef struct journal_hist {
+    size_t n;
+    journal_hist_entry e[JOURNAL_HIST_MAX];
+} journal_hist;
+
+/* Raises sid's entry to ts (never lowers it): false if the table is full. */
+bool journal_hist_note(journal_hist *h, uint32_t sid, uint64_t ts);
+uint64_t journal_hist_get(const journal_hist *h, uint32_t sid);    /* 0: none */
+/* "sid:ts,..." into buf: its length, or -1 if cap is too small. */
+int journal_hist_format(const journal_hist *h, char *buf, size_t cap);
+/* The same back ("" or "-": empty): KURA_OK or KURA_EINVAL. */
+int journal_hist_parse(const char *s, journal_hist *h);
+/* The first origin whose entry in mine is above theirs (mine holds rows of
+ * it that theirs does not), or 0: none. */
+uint32_t journal_hist_ahead(const journal_hist *mine, const journal_hist *theirs);
+
+/* This server's history (empty without an update log), and as text. */
+void journal_history(kura_engine *e, journal_hist *out);
+int journal_history_format(kura_engine *e, char *buf, size_t cap);
+/* Replaces it (a replica whose store a master's full copy replaced holds
+ * the master's history from then on) and saves it before returning: 0 or
+ * KURA_EIO (logged). */
+int journal_history_reset(kura_engine *e, const journal_hist *h);
+
 #endif

@@ -129,6 +129,13 @@ typedef struct repl_config {
     void (*stream_end)(void *arg);      /* a stream handed over (or refused) has ended: its
                                            socket is closed (counted against -c until then) */
     void *stream_end_arg;
+    /* replica, read-only, on divergence (docs/replication.md): false: save
+     * its rows and take a full copy (-repl-divergence copy); true: save
+     * them and stop (refuse), through fatal(fatal_arg, 2): the server
+     * stops cleanly and exits with that status */
+    bool divergence_refuse;
+    void (*fatal)(void *arg, int exit_code);
+    void *fatal_arg;
 } repl_config;
 
 #define REPL_MAX_DEFAULT 16
@@ -159,6 +166,17 @@ void repl_master_stats(repl_master *m, bool all, kura_stat_fn emit, void *arg);
 /* ---- replica ----------------------------------------------------------------- */
 
 typedef struct repl_slave repl_slave;
+
+/* A replica's state (stats repl's repl_state) */
+enum {
+    REPL_ST_CONNECTING,                 /* connecting, or waiting for the welcome */
+    REPL_ST_CONNECTED,                  /* rows flow */
+    REPL_ST_COPYING,                    /* a full copy arrives */
+    REPL_ST_RECONNECTING,               /* waiting for the next attempt */
+    REPL_ST_DIVERGED,                   /* holds rows the master never had */
+    REPL_ST_REFUSED,                    /* the master refused it (or it the master) */
+    REPL_ST_STOPPED,
+};
 
 /* Follows host:port from the position in rts_path (a text file, created
  * if missing), on a thread of its own, reconnecting with backoff. */

@@ -144,6 +144,15 @@ bool ul_complete(ul_log *log);
  * the store was empty.  A reader opened before it moved is behind it. */
 uint64_t ul_start(ul_log *log);
 
+/* The log's id: random, 64 bits, made with the log (the file "hid", 16
+ * hex digits), never 0 on a log open to write.  A timestamp counts in the
+ * log whose id goes with it: a replica keeps its master's id beside its
+ * position.  A log directory made anew gets a new id. */
+uint64_t ul_log_id(ul_log *log);
+uint32_t ul_sid(ul_log *log);          /* cfg->sid: the id of its own rows */
+/* The directory (cfg->dir). */
+const char *ul_dir(ul_log *log);
+
 /* The log's extent: from_ts, the timestamp a reader must be at or past to
  * be served (every row after it is held); bytes and segments held. */
 typedef struct ul_extent {

@@ -142,7 +142,7 @@ int cmd_dump(int argc, char **argv)
 typedef struct loader {
     kura_store *s;
     kura_clock clk;
-    uint64_t items, expired, next_cas, max_cas;
+    uint64_t items, expired, next_cas, max_cas, deleted;
     ctl_progress prog;
 } loader;
 
@@ -220,11 +220,25 @@ static int load_memcached(loader *l, FILE *f, const char *name)
         uint64_t flags, bytes;
         long long exptime;
         int end = 0;
+        /* "delete KEY": a replica's saved rows (docs/replication.md) hold
+         * deletes too */
+        if (sscanf(line, "%15s %251s%n", cmd, key, &end) == 2 && strcmp(cmd, "delete") == 0 &&
+            strlen(key) <= KURA_KEY_MAX && (!line[end] || strcmp(line + end, " noreply") == 0)) {
+            int drc = l->s->ops->del(l->s, key, strlen(key), 0, &l->clk);
+            if (drc && drc != KURA_NOTFOUND) {
+                rc = ctl_err(CTL_FAIL, "deleting '%s': %s", key, kura_strerror(drc));
+                break;
+            }
+            l->deleted += drc == KURA_OK;
+            continue;
+        }
+        end = 0;
         if (sscanf(line, "%15s %251s %23s %23s %23s%n", cmd, key, fl, ex, by, &end) != 5 ||
             strcmp(cmd, "set") != 0 || strlen(key) > KURA_KEY_MAX ||
             !digits_u64(fl, &flags) || flags > UINT32_MAX || !parse_exptime(ex, &exptime) ||
             !digits_u64(by, &bytes) || (line[end] && strcmp(line + end, " noreply") != 0)) {
-            rc = ctl_err(CTL_FAIL, "%s line %" PRIu64 ": not 'set KEY FLAGS EXPTIME BYTES': %.80s",
+            rc = ctl_err(CTL_FAIL, "%s line %" PRIu64 ": not 'set KEY FLAGS EXPTIME BYTES' "
+                         "or 'delete KEY': %.80s",
                          name, lineno, line);
             break;
         }
@@ -354,6 +368,8 @@ int ctl_load_file(kura_store *s, const char *path, uint64_t *items)
         return ctl_err(CTL_FAIL, "saving the database's state: %s", kura_strerror(rc));
     if ((rc = s->ops->sync(s)))
         return ctl_err(CTL_FAIL, "syncing the database: %s", kura_strerror(rc));
+    if (l.deleted && !g_ctl.quiet)
+        fprintf(stderr, "kuractl: %" PRIu64 " items deleted by delete lines\n", l.deleted);
     if (l.expired && !g_ctl.quiet)
         fprintf(stderr, "kuractl: %" PRIu64 " items already expired, skipped\n", l.expired);
     *items = l.items;

@@ -63,6 +63,8 @@ int journal_attach(kura_engine *e, ul_log *log, int sync_mode,
     }
     if ((rc = apply_redo(e, log, w, redone)) < 0)
         return rc;
+    if ((rc = history_load(e, log)) < 0)
+        return rc;
 
     j->ulog = log;
     engine_state_lock(e);
@@ -108,9 +110,11 @@ void feed_tick(kura_engine *e)
     if (j->ulog_sync == KURA_SYNC_INTERVAL && !ul_failed(j->ulog))
         (void)ul_sync_now(j->ulog);     /* a failure is sticky in the log and logged there */
     engine_state_lock(e);
-    if (feed_watermark(e) != e->saved_ulog_ts)
+    uint64_t w = feed_watermark(e);
+    if (w != e->saved_ulog_ts)
         (void)engine_save_state_locked(e);
     engine_state_unlock(e);
+    history_tick(e, w, false);
 }
 
 void feed_stop(kura_engine *e)
@@ -120,6 +124,7 @@ void feed_stop(kura_engine *e)
         return;
     kura_thread_stop(j->thread, &j->thread_lock, &j->thread_wake, &j->thread_stop);
     j->thread_running = false;
+    history_tick(e, journal_applied_ts(e), true);      /* a clean stop reads no log at start */
 }
 
 void attach_init(struct kura_journal *j)

@@ -43,6 +43,10 @@ static int append(kura_engine *e, ul_row *r)
     int rc = ul_append(e->journal->ulog, r, &pos);
     if (rc)
         return rc;
+    /* a read-only replica's own rows (deletes after a copy, evictions) are
+     * housekeeping, not changes a client made: not history */
+    if (r->sid || !atomic_load_explicit(&e->replica, memory_order_relaxed))
+        history_note(e->journal, r->sid, r->origin_ts ? r->origin_ts : pos.ts, pos.seg);
     journal_tl_logged_ts = pos.ts;
     tl_lsn = pos.lsn;
     tl_ts = pos.ts;
@@ -183,6 +187,7 @@ int feed_init(kura_engine *e)
     j->feed = (kura_feed){ feed_put, feed_del, e };
     watermark_init(j);
     attach_init(j);
+    history_init(j);
     return KURA_OK;
 }
 
@@ -195,6 +200,7 @@ void feed_destroy(kura_engine *e)
     tombs_free(j->tombs);
     watermark_destroy(j);
     attach_destroy(j);
+    history_destroy(j);
     free(j);
     e->journal = NULL;
 }

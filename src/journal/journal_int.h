@@ -43,6 +43,16 @@ struct kura_journal {
     pthread_mutex_t thread_lock;
     pthread_cond_t thread_wake;
     bool thread_stop, thread_running;
+    /* history.c: the history vector, its segment and its file */
+    pthread_mutex_t hist_lock;          /* hist, hist_full */
+    journal_hist hist;                  /* every origin's entry but this server's own: */
+    uint32_t hist_own_sid;              /* the log's sid, set at attach */
+    _Atomic uint64_t hist_own_ts;       /* its entry, kept apart: a change made here
+                                           raises it without the lock */
+    _Atomic uint32_t hist_seg;          /* the segment of the last row noted */
+    bool hist_full, hist_full_logged;   /* an origin past JOURNAL_HIST_MAX was met */
+    pthread_mutex_t hist_save_lock;     /* one writer of the file at a time */
+    uint32_t hist_saved_seg;            /* hist_save_lock: hist_seg at the last save */
 };
 
 /* What the change under way on this thread is, when not a local one
@@ -74,6 +84,16 @@ void watermark_destroy(struct kura_journal *j);
 
 /* apply.c: the rows after `from` in log, applied again (recovery). */
 int apply_redo(kura_engine *e, ul_log *log, uint64_t from, uint64_t *redone);
+
+/* history.c: a row appended (sid: its origin, 0: this server); the file read at
+ * attach (and the rows after it noted); saved when the segment moved on
+ * (or always, force) as of the watermark as_of. */
+void history_note(struct kura_journal *j, uint32_t sid, uint64_t origin_ts, uint32_t seg);
+int history_load(kura_engine *e, ul_log *log);
+int history_load_file(const char *dir, journal_hist *h, uint64_t *as_of);
+void history_tick(kura_engine *e, uint64_t as_of, bool force);
+void history_init(struct kura_journal *j);
+void history_destroy(struct kura_journal *j);
 
 /* attach.c: the journal's thread. */
 void attach_init(struct kura_journal *j);

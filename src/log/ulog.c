@@ -33,7 +33,9 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/fsutil.h"
 #include "kura/lockorder.h"
+#include "kura/siphash.h"
 #include "kura/status.h"
 #include "kura/ulog.h"
 
@@ -54,6 +56,7 @@ struct ul_log {
     void *notify_arg;
     _Atomic uint64_t start;     /* rows after this are all the changes since (the file
                                    "start"); 0: since the store was empty */
+    uint64_t hid;               /* the log's id (the file "hid"); 0: none (read-only) */
 };
 
 struct ul_reader {
@@ -333,6 +336,7 @@ static int scan_seg(ul_log *log, sl_seg *sg, bool cut, uint64_t *last_ts, uint64
 }
 
 static int load_start(ul_log *log, char *err, size_t errlen);
+static int load_hid(ul_log *log, char *err, size_t errlen);
 
 /* A writer holds the directory's lock file exclusively for as long as the
  * log is open, so a second writer (a kuractl prune beside a running
@@ -441,7 +445,7 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
     sl_start(&log->sl, sg, first);
     free(ids);
     ids = NULL;
-    if ((rc = load_start(log, err, errlen)))
+    if ((rc = load_start(log, err, errlen)) || (rc = load_hid(log, err, errlen)))
         goto fail;
     hlc_observe(log->clock, atomic_load(&log->start));
     if (cut)
@@ -586,19 +590,10 @@ int ul_set_complete(ul_log *log, bool complete)
     uint64_t start = hlc_now(log->clock);
     char b[32];
     int n = snprintf(b, sizeof(b), "%llu\n", (unsigned long long)start);
-    int fd = openat(log->dirfd, START_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    0644);
-    if (fd < 0)
+    if (kura_write_file_atomic(log->dirfd, START_FILE, b, (size_t)n) < 0)
         return sl_errno_status(errno);
-    int rc = write(fd, b, (size_t)n) == n && fsync(fd) == 0 ? KURA_OK : sl_errno_status(errno);
-    close(fd);
-    if (rc == KURA_OK && renameat(log->dirfd, START_FILE ".tmp", log->dirfd, START_FILE) < 0)
-        rc = sl_errno_status(errno);
-    if (rc == KURA_OK && fsync(log->dirfd) < 0)
-        rc = sl_errno_status(errno);
-    if (rc == KURA_OK)
-        atomic_store(&log->start, start);
-    return rc;
+    atomic_store(&log->start, start);
+    return KURA_OK;
 }
 
 uint64_t ul_start(ul_log *log)
@@ -629,6 +624,60 @@ static int load_start(ul_log *log, char *err, size_t errlen)
     }
     atomic_store(&log->start, v);
     return KURA_OK;
+}
+
+#define HID_FILE "hid"
+
+/* At open: the log's id, from the file "hid" (16 hex digits); a log
+ * without one (new, or made before ids) gets a new random one, so a
+ * directory made anew never continues an older log's id.  Read-only: 0
+ * when there is none. */
+static int load_hid(ul_log *log, char *err, size_t errlen)
+{
+    char b[40] = "";
+    int fd = openat(log->dirfd, HID_FILE, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, b, sizeof(b) - 1);
+        close(fd);
+        char *end;
+        unsigned long long v = n > 0 ? strtoull(b, &end, 16) : 0;
+        if (n <= 0 || v == 0 || *end != '\n') {
+            snprintf(err, errlen, "%s/%s does not hold a log id", log->cfg.dir, HID_FILE);
+            return KURA_ECORRUPT;
+        }
+        log->hid = v;
+        return KURA_OK;
+    }
+    if (errno != ENOENT)
+        return sl_errno_status(errno);
+    if (log->cfg.read_only)
+        return KURA_OK;
+    siphash_key k;
+    if (siphash_random_key(&k) != 0)
+        return KURA_ESYS;
+    uint64_t hid = k.k0 ^ k.k1 ? k.k0 ^ k.k1 : 1;
+    int n = snprintf(b, sizeof(b), "%016llx\n", (unsigned long long)hid);
+    if (kura_write_file_atomic(log->dirfd, HID_FILE, b, (size_t)n) < 0) {
+        snprintf(err, errlen, "%s/%s: %s", log->cfg.dir, HID_FILE, strerror(errno));
+        return sl_errno_status(errno);
+    }
+    log->hid = hid;
+    return KURA_OK;
+}
+
+uint32_t ul_sid(ul_log *log)
+{
+    return log->cfg.sid;
+}
+
+uint64_t ul_log_id(ul_log *log)
+{
+    return log->hid;
+}
+
+const char *ul_dir(ul_log *log)
+{
+    return log->cfg.dir;
 }
 
 void ul_set_notify(ul_log *log, void (*fn)(void *arg), void *arg)

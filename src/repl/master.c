@@ -87,9 +87,25 @@ int master_greet(peer *p)
     int rc = KURA_OK;
 
     line[0] = '\0';
-    /* The welcome's history words (hid, hist) and the rule on the
-     * request's hid (another log's position counts as 0) belong here,
-     * before the position is judged: every answer is decided below. */
+    /* The history (docs/replication.md, "History and divergence"): the
+     * welcome carries this log's id and history; a position counted in
+     * another log (the request's hid) is no position here; a replica with
+     * a smaller -I is refused (rows it could not take). */
+    w.hid = ul_log_id(log);
+    if (journal_history_format(m->cfg.engine, w.hist, sizeof(w.hist)) < 0)
+        w.hist[0] = '\0';              /* too long to send: the replica cannot check */
+    if (h->hid && h->hid != w.hid) {
+        logf_(m, KURA_LOG_INFO, "replica %s (sid %u): its position %" PRIu64 " counts in "
+              "another update log (%016" PRIx64 "): treated as a new replica", p->name, p->sid,
+              after, h->hid);
+        after = 0;
+    }
+    if (h->imax && h->imax < m->cfg.item_max) {
+        snprintf(line, sizeof(line), "SERVER_ERROR this master's -I (%" PRIu64 ") is larger "
+                 "than the replica's (%" PRIu64 "): start the replica with -I %" PRIu64
+                 " or more\r\n", m->cfg.item_max, h->imax, m->cfg.item_max);
+        goto refuse;
+    }
     if (p->sid == m->cfg.sid) {
         snprintf(line, sizeof(line), "SERVER_ERROR server id %u is this master's own (give the "
                  "replica a -sid of its own)\r\n", p->sid);
@@ -146,8 +162,8 @@ int master_greet(peer *p)
             w.boot = true;
             w.pos = sp->start;
             logf_(m, KURA_LOG_INFO, "replica %s (sid %u) at %" PRIu64 ": %s", p->name, p->sid,
-                  after, h->copy ? "asks for a full copy" : after ? "position not held here, "
-                  "sending a full copy" : "new, sending a full copy");
+                  after, h->copy ? "asks for a full copy (its data diverged)" : after ?
+                  "position not held here, sending a full copy" : "new, sending a full copy");
         }
     } else if (rc == KURA_OK) {
         p->state = PEER_STREAM;

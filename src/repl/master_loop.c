@@ -13,8 +13,8 @@
  *
  * One eventfd wakes the loop: the update log's append hook writes it (once
  * per look the loop takes: m->armed), as do a new stream, the spool thread
- * and the end.  A timer every second sends heartbeats to the streams that
- * are caught up and drops a replica whose socket took nothing for
+ * and the end.  A timer every second sends a heartbeat to every stream
+ * whose output is below its high-water mark and drops a replica whose socket took nothing for
  * SEND_TIMEOUT_MS.  An idle stream's reader sheds its read window.
  */
 #include <errno.h>
@@ -431,7 +431,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             end_peer(p);
             continue;
         }
-        if (p->state == PEER_STREAM && p->caught_up && unsent(p) == 0) {
+        /* to every stream, caught up or not (after the rows queued, which
+         * are older): the replica learns the master's newest row, and so
+         * its lag, under steady writes too; not past the high-water mark */
+        if (p->state == PEER_STREAM && unsent(p) < OUT_HWM) {
             ul_row hb = { .type = UL_MARK, .ts = last, .sid = m->cfg.sid,
                           .prev_ts = REPL_MARK_HEARTBEAT };
             if (peer_queue_row(p, &hb) < 0 || flush_peer(p) < 0)

@@ -9,7 +9,19 @@
  * in the rts file.  On a cut connection, a master that restarts or goes
  * silent (no heartbeat for 10 s), or a stream that does not decode, it
  * closes and connects again after a backoff that doubles from 100 ms to
- * 30 s and starts again at 100 ms once a stream worked.
+ * 30 s.  Every way back to a connect waits the backoff (a refused stream,
+ * one that breaks at once, a failed connect), and it starts again at
+ * 100 ms only after a stream that worked (a row applied, a copy complete,
+ * or STABLE_MS connected): a master that refuses is asked at most every
+ * 30 s, never ten times a second.
+ *
+ * Before a row is applied, the master's welcome is checked (not with -rw):
+ * a larger -I than this server's is refused (state "refused", retried with
+ * the backoff); a history (journal.h) in which this server holds rows the
+ * master never had is divergence (history_check).  Its rows are saved to a
+ * file beside the update log, one WARN says so, and the next connection
+ * asks for a full copy (copy=1), after which this server's history is the
+ * master's; with -repl-divergence refuse it stops (exit 2) instead.
  *
  * The position (the master's timestamp of the last row applied) is written
  * to the rts file at most once a second and when a stream ends, and only
@@ -50,6 +62,21 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 30000
 #define RTS_EVERY_MS 1000
+/* The server's log has no warning level: a warning is written as an
+ * error (kept under -le too), its text starting "WARNING:". */
+#define LOG_WARN KURA_LOG_ERROR
+#define STABLE_MS 5000                  /* connected this long: the stream worked */
+#define LAG_FRESH_MS 3000               /* a heartbeat older than this: lag unknown */
+
+/* what a stream ended with (slave_main decides the wait from it) */
+enum { SESS_FAILED = 1, SESS_WORKED, SESS_REFUSED, SESS_DIVERGED, SESS_FATAL };
+
+static const char *const state_names[] = {
+    [REPL_ST_CONNECTING] = "connecting", [REPL_ST_CONNECTED] = "connected",
+    [REPL_ST_COPYING] = "copying", [REPL_ST_RECONNECTING] = "reconnecting",
+    [REPL_ST_DIVERGED] = "diverged", [REPL_ST_REFUSED] = "refused",
+    [REPL_ST_STOPPED] = "stopped",
+};
 
 struct repl_slave {
     repl_config cfg;
@@ -66,8 +93,19 @@ struct repl_slave {
     _Atomic uint64_t master_last;       /* the master's last ts, from rows and heartbeats */
     _Atomic uint64_t applied, skipped, copies, connects, rts_errors;
     _Atomic bool connected, copying;
-    uint64_t rts_saved;
+    _Atomic int state;                  /* REPL_ST_* */
+    _Atomic uint64_t next_attempt_ms;   /* mono_ms() of the next attempt; 0: none waited for */
+    _Atomic uint64_t master_hid;        /* the last welcome's (0: none yet) */
+    _Atomic uint64_t hb_at_ms;          /* mono_ms() of this stream's last heartbeat; 0: none */
+    _Atomic uint64_t divergences;
+    char last_error[512];               /* lock: the last failure, "" none */
+    char last_logged[512];              /* lock: the last failure logged, "" after a stream
+                                           worked (a failure repeated is logged once) */
+    uint64_t rts_hid;                   /* the id of the master's log the position counts in */
+    uint64_t rts_saved, rts_saved_hid;
     uint64_t rts_at_ms;
+    bool want_copy;                     /* the thread's: ask copy=1 (its data diverged) */
+    bool hist_warned;                   /* the thread's: "cannot check" logged once */
 };
 
 #define logf_(x, level, ...) repl_log((x)->cfg.log, level, __VA_ARGS__)
@@ -81,18 +119,22 @@ static uint64_t mono_ms(void)
 
 /* ---- the rts file ------------------------------------------------------------ */
 
+/* "<pos> <hid, 16 hex>\n" (a file of one number, from before log ids:
+ * hid 0, unknown). */
 static uint64_t rts_read(repl_slave *s)
 {
     FILE *f = fopen(s->rts_path, "r");
-    unsigned long long v = 0;
+    unsigned long long v = 0, hid = 0;
     if (!f)
         return 0;
-    if (fscanf(f, "%llu", &v) != 1) {
+    int n = fscanf(f, "%llu %llx", &v, &hid);
+    if (n < 1) {
         logf_(s, KURA_LOG_ERROR, "replica: %s does not hold a position; starting from a "
               "full copy", s->rts_path);
         v = 0;
     }
     fclose(f);
+    s->rts_hid = n == 2 ? hid : 0;
     return v;
 }
 
@@ -100,7 +142,7 @@ static uint64_t rts_read(repl_slave *s)
  * file, syncs it and renames it into place. */
 static void rts_write(repl_slave *s, uint64_t pos)
 {
-    if (pos == s->rts_saved)
+    if (pos == s->rts_saved && s->rts_hid == s->rts_saved_hid)
         return;
     s->rts_at_ms = mono_ms();
     int rc = engine_sync(s->cfg.engine);
@@ -119,8 +161,8 @@ static void rts_write(repl_slave *s, uint64_t pos)
     else
         strcpy(dir, ".");
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    char b[32];
-    int n = snprintf(b, sizeof(b), "%" PRIu64 "\n", pos);
+    char b[48];
+    int n = snprintf(b, sizeof(b), "%" PRIu64 " %016" PRIx64 "\n", pos, s->rts_hid);
     bool ok = fd >= 0 && write(fd, b, (size_t)n) == n && fsync(fd) == 0;
     if (fd >= 0)
         close(fd);
@@ -137,6 +179,188 @@ static void rts_write(repl_slave *s, uint64_t pos)
         return;
     }
     s->rts_saved = pos;
+    s->rts_saved_hid = s->rts_hid;
+}
+
+/* ---- state and errors ------------------------------------------------------ */
+
+static void set_state(repl_slave *s, int st)
+{
+    atomic_store(&s->state, st);
+}
+
+/* Records the failure (stats repl's repl_last_error) and logs it at level,
+ * unless it is the same as the last one: a master that refuses the same
+ * way at every retry gives one line, not one per retry. */
+static void fail(repl_slave *s, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail(repl_slave *s, int level, const char *fmt, ...)
+{
+    char b[sizeof(s->last_error)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof(b), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&s->lock);
+    bool same = strcmp(b, s->last_logged) == 0;
+    memcpy(s->last_error, b, sizeof(b));
+    memcpy(s->last_logged, b, sizeof(b));
+    pthread_mutex_unlock(&s->lock);
+    if (!same)
+        logf_(s, level, "replica: %s", b);
+}
+
+/* ---- the history check ------------------------------------------------------- */
+
+static bool text_key(const void *key, size_t n)
+{
+    const unsigned char *k = key;
+    for (size_t i = 0; i < n; i++)
+        if (k[i] <= ' ' || k[i] == 0x7f)
+            return false;
+    return n > 0;
+}
+
+/* One row in the memcached text format "kuractl load" reads: 1 written,
+ * 0 skipped (a key the text protocol cannot carry, a flush_all), -1 error. */
+static int save_row(FILE *f, const ul_row *r)
+{
+    if (r->type == UL_FLUSH || !text_key(r->key, r->klen))
+        return 0;
+    if (r->type == UL_DEL)
+        return fprintf(f, "delete %.*s\r\n", (int)r->klen, (const char *)r->key) < 0 ? -1 : 1;
+    if (fprintf(f, "set %.*s %" PRIu32 " %" PRId64 " %zu\r\n", (int)r->klen,
+                (const char *)r->key, r->flags, r->exptime, r->vlen) < 0 ||
+        fwrite(r->val, 1, r->vlen, f) != r->vlen || fwrite("\r\n", 1, 2, f) != 2)
+        return -1;
+    return 1;
+}
+
+/* Writes the rows of this server's update log that the master never had
+ * (origin o's rows past theirs[o], where mine[o] is above it) to a new file
+ * beside the log, synced: KURA_OK with the path and counts, or an error. */
+static int save_diverged(repl_slave *s, const journal_hist *mine, const journal_hist *theirs,
+                         uint32_t msid, char *path, size_t plen, uint64_t *rows,
+                         uint64_t *skipped)
+{
+    ul_log *log = s->cfg.ulog;
+    uint64_t from = UINT64_MAX;
+    for (size_t i = 0; i < mine->n; i++) {
+        uint64_t t = journal_hist_get(theirs, mine->e[i].sid);
+        if (mine->e[i].ts > t && t < from)
+            from = t;
+    }
+    ul_extent ex;
+    ul_get_extent(log, &ex);
+    if (from < ex.from_ts)
+        from = ex.from_ts;              /* the rows before are not held any more */
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+    FILE *f = NULL;
+    for (int i = 1; !f && i < 100; i++) {       /* never over an earlier one */
+        snprintf(path, plen, "%s/diverged-%s-from-sid%u%s%.0d.txt", ul_dir(log), stamp, msid,
+                 i > 1 ? "-" : "", i > 1 ? i : 0);
+        f = fopen(path, "wx");
+        if (!f && errno != EEXIST)
+            break;
+    }
+    if (!f)
+        return sl_errno_status(errno);
+    ul_reader *rd;
+    int rc = ul_reader_open(log, from, &rd);
+    *rows = *skipped = 0;
+    if (rc == KURA_OK) {
+        ul_row r;
+        while ((rc = ul_reader_next(rd, &r)) == KURA_OK) {
+            if (r.origin_ts <= journal_hist_get(theirs, r.sid))
+                continue;
+            int w = save_row(f, &r);
+            if (w < 0) {
+                rc = KURA_EIO;
+                break;
+            }
+            *(w ? rows : skipped) += 1;
+        }
+        ul_reader_close(rd);
+        if (rc == UL_CAUGHT_UP)
+            rc = KURA_OK;
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        rc = rc ? rc : KURA_EIO;
+    fclose(f);
+    return rc;
+}
+
+/* The master's welcome against this server's history, before any row is
+ * applied: 0 (go on), SESS_DIVERGED (saved; ask for a copy), SESS_FAILED
+ * (could not save: nothing changes, tried again) or SESS_FATAL (refuse). */
+static int history_check(repl_slave *s, const repl_welcome *w)
+{
+    if (s->cfg.rw || !s->cfg.ulog)
+        return 0;                       /* a dual master keeps its rule; no log: no history */
+    journal_hist theirs, mine;
+    if (!w->ext || journal_hist_parse(w->hist, &theirs) != KURA_OK) {
+        if (!s->hist_warned)
+            logf_(s, LOG_WARN, "replica: WARNING: master %s:%d sends no history (an older kura, "
+                  "or another server): this replica cannot check that it holds no rows the "
+                  "master never had", s->host, s->port);
+        s->hist_warned = true;
+        return 0;
+    }
+    journal_history(s->cfg.engine, &mine);
+    uint32_t o = journal_hist_ahead(&mine, &theirs);
+    if (!o || (s->want_copy && w->boot))
+        return 0;                       /* (its rows are saved: the copy asked for comes) */
+    if (s->want_copy) {
+        /* saved already, and the master did not send the copy asked for */
+        set_state(s, REPL_ST_DIVERGED);
+        fail(s, KURA_LOG_ERROR, "master %s:%d did not send the full copy asked for (copy=1); "
+             "nothing applied, retrying", s->host, s->port);
+        return SESS_FAILED;
+    }
+    set_state(s, REPL_ST_DIVERGED);
+    atomic_fetch_add(&s->divergences, 1);
+    char path[4300];
+    uint64_t rows = 0, skipped = 0;
+    int rc = save_diverged(s, &mine, &theirs, w->msid, path, sizeof(path), &rows, &skipped);
+    if (rc != KURA_OK) {
+        fail(s, KURA_LOG_ERROR, "diverged from master %s:%d (origin %u: rows up to %" PRIu64
+             " here, %" PRIu64 " there), and cannot save its rows to %s: %s; nothing applied, "
+             "retrying", s->host, s->port, o, journal_hist_get(&mine, o),
+             journal_hist_get(&theirs, o), path, kura_strerror(rc));
+        return SESS_FAILED;
+    }
+    char extra[96] = "";
+    if (skipped)
+        snprintf(extra, sizeof(extra), " (%" PRIu64 " flush_all rows or keys the text format "
+                 "cannot carry left out)", skipped);
+    logf_(s, LOG_WARN, "replica: WARNING: diverged from master %s:%d (sid %u): this server holds "
+          "%" PRIu64 " rows the master never had (origin %u: up to %" PRIu64 " here, %" PRIu64
+          " there); saved to %s%s (kuractl load DB FILE applies them); %s", s->host, s->port,
+          w->msid, rows, o, journal_hist_get(&mine, o), journal_hist_get(&theirs, o), path,
+          extra, s->cfg.divergence_refuse ? "stopping (-repl-divergence refuse)"
+                                           : "taking a full copy from the master");
+    pthread_mutex_lock(&s->lock);
+    snprintf(s->last_error, sizeof(s->last_error), "diverged: %" PRIu64 " rows saved to %.400s",
+             rows, path);
+    pthread_mutex_unlock(&s->lock);
+    if (s->cfg.divergence_refuse) {
+        logf_(s, KURA_LOG_ERROR, "replica: stopped on divergence. Inspect the saved rows, "
+              "apply them where they belong (kuractl load DB %s), then either start this "
+              "server again as a replica with -repl-divergence copy (it replaces its data by a "
+              "full copy), or remove its data (database and update log) and start it with "
+              "-mhost for a full copy", path);
+        if (s->cfg.fatal)
+            s->cfg.fatal(s->cfg.fatal_arg, 2);
+        return SESS_FATAL;
+    }
+    if (w->boot)
+        return 0;                       /* the copy that follows replaces the data */
+    s->want_copy = true;
+    return SESS_DIVERGED;
 }
 
 /* ---- connecting -------------------------------------------------------------- */
@@ -210,7 +434,10 @@ typedef struct session {
     kura_store *shadow;                 /* while a copy arrives into a store of its own */
     bool copying;
     uint64_t copy_start, copy_items;
-    bool progressed;
+    bool progressed;                    /* the stream worked: the backoff starts again */
+    uint64_t hid;                       /* the master's log's id (0: unknown) */
+    bool has_hist;                      /* hist: the master's history, from its welcome */
+    journal_hist hist;
 } session;
 
 /* Reads more into the buffer: 1 when bytes came, 0 on silence, -1 closed. */
@@ -289,8 +516,18 @@ static int copy_done(session *ss)
               " (%zu keys it did not hold deleted)", ss->copy_items, ss->copy_start, n);
     }
     ss->copying = false;
+    ss->progressed = true;
+    /* this server holds the master's history now (and none of its own
+     * rows from before: diverged ones included), durably before the
+     * position moves on */
+    if (ss->has_hist && !s->cfg.rw && s->cfg.ulog &&
+        journal_history_reset(s->cfg.engine, &ss->hist) != KURA_OK)
+        return KURA_EIO;
+    s->want_copy = false;
+    s->rts_hid = ss->hid;
     atomic_store(&s->pos, ss->copy_start);
     atomic_store(&s->copying, false);
+    set_state(s, REPL_ST_CONNECTED);
     rts_write(s, ss->copy_start);
     return KURA_OK;
 }
@@ -302,6 +539,8 @@ static int handle(session *ss, const ul_row *row)
     if (row->type == UL_MARK) {
         if (row->ts > atomic_load(&s->master_last))
             atomic_store(&s->master_last, row->ts);
+        if (row->prev_ts == REPL_MARK_HEARTBEAT)
+            atomic_store(&s->hb_at_ms, mono_ms());
         if (row->prev_ts == REPL_MARK_COPY_DONE && ss->copying)
             return copy_done(ss);
         return KURA_OK;
@@ -329,6 +568,7 @@ static int handle(session *ss, const ul_row *row)
         atomic_fetch_add(&s->applied, 1);
     if (rc < 0)
         return rc;
+    ss->progressed = true;
     atomic_store(&s->pos, row->ts);
     if (row->ts > atomic_load(&s->master_last))
         atomic_store(&s->master_last, row->ts);
@@ -370,65 +610,100 @@ static int read_line(session *ss, char *line, size_t max)
     }
 }
 
-static void session_run(repl_slave *s, int fd)
+/* The welcome read, checked (-I, history) and acted on: 0 (rows follow),
+ * or the SESS_* the stream ends with. */
+static int welcome(session *ss, const char *line)
 {
-    session ss = { .s = s, .fd = fd };
-    char line[REPL_WELCOME_MAX + 1];
-    uint64_t pos = atomic_load(&s->pos);
-    repl_hello hello = { .after = pos, .sid = s->cfg.sid, .imax = s->cfg.item_max,
-                         .port = s->cfg.port > 0 ? (uint32_t)s->cfg.port : 0 };
+    repl_slave *s = ss->s;
     repl_welcome w;
-    int n = repl_hello_format(line, sizeof(line), &hello);
-    if (n < 0 || repl_send_all(fd, line, (size_t)n, 10000) < 0 ||
-        read_line(&ss, line, sizeof(line)) < 0) {
-        logf_(s, KURA_LOG_ERROR, "replica: master %s:%d did not answer the repl command",
-              s->host, s->port);
-        goto out;
-    }
     if (repl_welcome_parse(line, &w) != KURA_OK) {
-        line[strcspn(line, "\r\n")] = '\0';
-        logf_(s, KURA_LOG_ERROR, "replica: master %s:%d refused: %s", s->host, s->port, line);
-        goto out;
+        size_t n = strcspn(line, "\r\n");
+        bool refused = strncmp(line, "SERVER_ERROR", 12) == 0 ||
+                       strncmp(line, "CLIENT_ERROR", 12) == 0 || strncmp(line, "ERROR", 5) == 0;
+        fail(s, KURA_LOG_ERROR, "master %s:%d refused: %.*s", s->host, s->port, (int)n, line);
+        return refused ? SESS_REFUSED : SESS_FAILED;
     }
-    unsigned long long a = w.pos;
-    unsigned msid = w.msid;
+    if (w.ext && w.imax > s->cfg.item_max) {
+        /* its rows may be larger than any this server takes: refused here
+         * rather than stopped at the first such row */
+        fail(s, KURA_LOG_ERROR, "master %s:%d's -I (%" PRIu64 ") is larger than this "
+             "replica's (%" PRIu64 "): start this replica with -I %" PRIu64 " or more",
+             s->host, s->port, w.imax, s->cfg.item_max, w.imax);
+        return SESS_REFUSED;
+    }
+    atomic_store(&s->master_hid, w.hid);
+    int hc = history_check(s, &w);
+    if (hc)
+        return hc;
+    ss->hid = w.ext ? w.hid : s->rts_hid;
+    ss->has_hist = w.ext && journal_hist_parse(w.hist, &ss->hist) == KURA_OK;
     if (!w.boot) {
-        logf_(s, KURA_LOG_INFO, "replica: following %s:%d (sid %u) from %llu", s->host, s->port,
-              msid, a);
+        logf_(s, KURA_LOG_INFO, "replica: following %s:%d (sid %u) from %" PRIu64, s->host,
+              s->port, w.msid, w.pos);
+        /* the master's answer is the position (0 when it found the one
+         * asked counted in another log) */
+        atomic_store(&s->pos, w.pos);
+        s->rts_hid = ss->hid;
+        set_state(s, REPL_ST_CONNECTED);
     } else {
-        logf_(s, KURA_LOG_INFO, "replica: %s:%d (sid %u) sends a full copy as of %llu", s->host,
-              s->port, msid, a);
-        ss.copy_start = a;
-        ss.copying = true;
+        logf_(s, KURA_LOG_INFO, "replica: %s:%d (sid %u) sends a full copy as of %" PRIu64,
+              s->host, s->port, w.msid, w.pos);
+        ss->copy_start = w.pos;
+        ss->copying = true;
         /* a read-only replica serves what it has until the copy is complete,
          * then the copy; one that takes writes applies the copy over what
          * it has and keeps the rest (its own changes may not have reached
          * the master) */
         if (!s->cfg.rw && s->cfg.open_shadow)
-            ss.shadow = s->cfg.open_shadow(s->cfg.shadow_arg);
-        if (!ss.shadow && !s->cfg.rw) {
+            ss->shadow = s->cfg.open_shadow(s->cfg.shadow_arg);
+        if (!ss->shadow && !s->cfg.rw) {
             if (s->cfg.open_shadow)
                 logf_(s, KURA_LOG_ERROR, "replica: no store of its own for the copy: applying "
                       "it over the store as it comes");
-            ss.stale = keyset_new();
-            if (!ss.stale || engine_iterate(s->cfg.engine, add_stale, ss.stale) != KURA_OK) {
-                logf_(s, KURA_LOG_ERROR, "replica: out of memory listing the keys it holds");
-                goto out;
+            ss->stale = keyset_new();
+            if (!ss->stale || engine_iterate(s->cfg.engine, add_stale, ss->stale) != KURA_OK) {
+                fail(s, KURA_LOG_ERROR, "out of memory listing the keys it holds");
+                return SESS_FAILED;
             }
         }
         atomic_store(&s->copying, true);
         atomic_fetch_add(&s->copies, 1);
+        set_state(s, REPL_ST_COPYING);
     }
-    if (msid == s->cfg.sid)
+    if (w.msid == s->cfg.sid)
         logf_(s, KURA_LOG_ERROR, "replica: master %s:%d has this server's own id %u: its rows "
               "are skipped as this server's own (give each server its own -sid)",
-              s->host, s->port, msid);
-    else if (s->cfg.rw && (msid & 15) == (s->cfg.sid & 15))
+              s->host, s->port, w.msid);
+    else if (s->cfg.rw && (w.msid & 15) == (s->cfg.sid & 15))
         logf_(s, KURA_LOG_ERROR, "replica: dual master with ids %u and %u, equal in their low "
               "4 bits: two changes in the same microsecond may not be ordered the same on "
-              "both (give ids that differ modulo 16)", s->cfg.sid, msid);
+              "both (give ids that differ modulo 16)", s->cfg.sid, w.msid);
     atomic_store(&s->connected, true);
-    ss.progressed = true;
+    return 0;
+}
+
+static int session_run(repl_slave *s, int fd)
+{
+    session ss = { .s = s, .fd = fd };
+    char line[REPL_WELCOME_MAX + 1];
+    int res = SESS_FAILED;
+    repl_hello hello = { .after = atomic_load(&s->pos), .sid = s->cfg.sid,
+                         .hid = s->rts_hid, .imax = s->cfg.item_max,
+                         .port = s->cfg.port > 0 ? (uint32_t)s->cfg.port : 0,
+                         .copy = s->want_copy };
+    atomic_store(&s->master_last, 0);
+    atomic_store(&s->hb_at_ms, 0);
+    int n = repl_hello_format(line, sizeof(line), &hello);
+    if (n < 0 || repl_send_all(fd, line, (size_t)n, 10000) < 0 ||
+        read_line(&ss, line, sizeof(line)) < 0) {
+        fail(s, KURA_LOG_ERROR, "master %s:%d did not answer the repl command", s->host,
+             s->port);
+        goto out;
+    }
+    if ((res = welcome(&ss, line)) != 0)
+        goto out;
+    res = SESS_FAILED;
+    uint64_t since = mono_ms();
 
     size_t off = 0, need = 0;
     for (;;) {
@@ -440,21 +715,21 @@ static void session_run(repl_slave *s, int fd)
                 if (s->cfg.row_max && need > s->cfg.row_max) {
                     /* a row larger than any item here: a master with a
                      * larger -I, or not a row at all; not buffered */
-                    logf_(s, KURA_LOG_ERROR, "replica: a row of %zu bytes from %s:%d is larger "
-                          "than this server takes (-I); reconnecting", need, s->host, s->port);
+                    fail(s, KURA_LOG_ERROR, "a row of %zu bytes from %s:%d is larger than "
+                         "this server takes (-I); reconnecting", need, s->host, s->port);
                     goto out;
                 }
                 break;
             }
             if (r <= 0) {
-                logf_(s, KURA_LOG_ERROR, "replica: the stream from %s:%d does not decode "
-                      "(not a row); reconnecting", s->host, s->port);
+                fail(s, KURA_LOG_ERROR, "the stream from %s:%d does not decode (not a row); "
+                     "reconnecting", s->host, s->port);
                 goto out;
             }
             int rc = handle(&ss, &row);
             if (rc < 0) {
-                logf_(s, KURA_LOG_ERROR, "replica: cannot apply a row: %s; reconnecting",
-                      kura_strerror(rc));
+                fail(s, KURA_LOG_ERROR, "cannot apply a row: %s; reconnecting",
+                     kura_strerror(rc));
                 goto out;
             }
             off += (size_t)r;
@@ -464,6 +739,13 @@ static void session_run(repl_slave *s, int fd)
             memmove(ss.buf, ss.buf + off, ss.len - off);
             ss.len -= off;
             off = 0;
+        }
+        if (mono_ms() - since >= STABLE_MS)
+            ss.progressed = true;
+        if (ss.progressed) {
+            pthread_mutex_lock(&s->lock);
+            s->last_logged[0] = '\0';   /* working again: the next failure is logged */
+            pthread_mutex_unlock(&s->lock);
         }
         if (any && !ss.copying && send_ack(&ss) < 0)
             goto out;
@@ -476,13 +758,16 @@ static void session_run(repl_slave *s, int fd)
             goto out;
         int f = fill(&ss, need > ss.len ? need : ss.len + 1);
         if (f == 0)
-            logf_(s, KURA_LOG_ERROR, "replica: nothing from %s:%d for %d s; reconnecting",
-                  s->host, s->port, SILENCE_MS / 1000);
+            fail(s, KURA_LOG_ERROR, "nothing from %s:%d for %d s; reconnecting", s->host,
+                 s->port, SILENCE_MS / 1000);
+        else if (f < 0)
+            fail(s, KURA_LOG_INFO, "the stream from %s:%d ended", s->host, s->port);
         if (f <= 0)
             goto out;
     }
 out:
     atomic_store(&s->connected, false);
+    atomic_store(&s->hb_at_ms, 0);
     if (ss.copying) {
         keyset_free(ss.stale);
         if (ss.shadow)
@@ -490,10 +775,35 @@ out:
         atomic_store(&s->copying, false);
         logf_(s, KURA_LOG_ERROR, "replica: the copy was cut off; the next connection starts "
               "it again");
-    } else {
+    } else if (res != SESS_DIVERGED && res != SESS_FATAL) {
         rts_write(s, atomic_load(&s->pos));
     }
     free(ss.buf);
+    return res == SESS_FAILED && ss.progressed ? SESS_WORKED : res;
+}
+
+/* Waits until mono_ms() reaches at (or a stop): stats show the time left. */
+static void wait_until(repl_slave *s, uint64_t at)
+{
+    atomic_store(&s->next_attempt_ms, at);
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        uint64_t now = mono_ms();
+        if (now >= at)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t left = at - now;
+        until.tv_sec += (time_t)(left / 1000);
+        until.tv_nsec += (long)(left % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->wake, &s->lock, &until);
+    }
+    pthread_mutex_unlock(&s->lock);
+    atomic_store(&s->next_attempt_ms, 0);
 }
 
 static void *slave_main(void *arg)
@@ -507,37 +817,41 @@ static void *slave_main(void *arg)
         if (stop)
             break;
         char why[200] = "";
+        int res = SESS_FAILED;
+        set_state(s, REPL_ST_CONNECTING);
         int fd = connect_master(s, why, sizeof(why));
         if (fd >= 0) {
             atomic_fetch_add(&s->connects, 1);
             pthread_mutex_lock(&s->lock);
             s->fd = fd;
             pthread_mutex_unlock(&s->lock);
-            session_run(s, fd);
+            res = session_run(s, fd);
             pthread_mutex_lock(&s->lock);
             s->fd = -1;
             pthread_mutex_unlock(&s->lock);
             close(fd);
-            backoff = BACKOFF_MIN_MS;
         } else {
-            logf_(s, KURA_LOG_ERROR, "replica: cannot connect to master %s:%d: %s; retrying "
-                  "with backoff", s->host, s->port, why);
+            fail(s, KURA_LOG_ERROR, "cannot connect to master %s:%d: %s; retrying with backoff",
+                 s->host, s->port, why);
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += backoff / 1000;
-        until.tv_nsec += (long)(backoff % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
+        if (res == SESS_FATAL) {
+            set_state(s, REPL_ST_DIVERGED);
+            break;                      /* the server stops (cfg.fatal) */
         }
-        pthread_mutex_lock(&s->lock);
-        while (!s->stop && pthread_cond_timedwait(&s->wake, &s->lock, &until) != ETIMEDOUT)
-            ;
-        pthread_mutex_unlock(&s->lock);
-        if (fd < 0)
+        if (res == SESS_DIVERGED)
+            continue;                   /* at once, asking for a copy */
+        if (res == SESS_WORKED)
+            backoff = BACKOFF_MIN_MS;
+        /* every other way back waits the backoff, which grows until a
+         * stream works: a master that refuses is not asked ten times a
+         * second */
+        set_state(s, res == SESS_REFUSED ? REPL_ST_REFUSED : REPL_ST_RECONNECTING);
+        wait_until(s, mono_ms() + (uint64_t)backoff);
+        if (res != SESS_WORKED)
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
+    if (atomic_load(&s->state) != REPL_ST_DIVERGED)
+        set_state(s, REPL_ST_STOPPED);
     return NULL;
 }
 
@@ -557,6 +871,7 @@ int repl_slave_start(const repl_config *cfg, const char *host, int port, const c
     uint64_t pos = rts_read(s);
     atomic_store(&s->pos, pos);
     s->rts_saved = pos;
+    s->rts_saved_hid = s->rts_hid;
     if (pthread_create(&s->thread, NULL, slave_main, s) != 0) {
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->wake);
@@ -590,17 +905,41 @@ void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg)
     snprintf(b, sizeof(b), "%s:%d", s->host, s->port);
     if (all)
         emit(arg, "repl_master", b);
+    int st = atomic_load(&s->state);
+    emit(arg, "repl_state", state_names[st]);
+    uint64_t at = atomic_load(&s->next_attempt_ms), now = mono_ms();
+    repl_emit_u64(emit, arg, "repl_next_attempt_ms", at > now ? at - now : 0);
+    if (all) {
+        char e[sizeof(s->last_error)];
+        pthread_mutex_lock(&s->lock);
+        memcpy(e, s->last_error[0] ? s->last_error : "-", s->last_error[0] ? sizeof(e) : 2);
+        pthread_mutex_unlock(&s->lock);
+        emit(arg, "repl_last_error", e);
+    }
+    snprintf(b, sizeof(b), "%016" PRIx64, atomic_load(&s->master_hid));
+    emit(arg, "repl_master_hid", b);
     repl_emit_u64(emit, arg, "repl_connected", atomic_load(&s->connected));
     repl_emit_u64(emit, arg, "repl_copying", atomic_load(&s->copying));
     uint64_t pos = atomic_load(&s->pos), last = atomic_load(&s->master_last);
     repl_emit_u64(emit, arg, "repl_position", pos);
-    uint64_t lag = last > pos ? hlc_us(last) - hlc_us(pos) : 0;
-    repl_emit_u64(emit, arg, "repl_lag_us", lag);
-    snprintf(b, sizeof(b), "%.3f", (double)lag / 1e6);
-    emit(arg, "repl_lag_seconds", b);
+    /* known only while connected, from a position, and while the master's
+     * newest row is known: its heartbeats carry it, and one came in the
+     * last LAG_FRESH_MS (rows alone say nothing of what the master has
+     * beyond them) */
+    uint64_t hb = atomic_load(&s->hb_at_ms);
+    if (st == REPL_ST_CONNECTED && pos && hb && now - hb <= LAG_FRESH_MS) {
+        uint64_t lag = last > pos ? hlc_us(last) - hlc_us(pos) : 0;
+        repl_emit_u64(emit, arg, "repl_lag_us", lag);
+        snprintf(b, sizeof(b), "%.3f", (double)lag / 1e6);
+        emit(arg, "repl_lag_seconds", b);
+    } else {
+        emit(arg, "repl_lag_us", "unknown");
+        emit(arg, "repl_lag_seconds", "unknown");
+    }
     repl_emit_u64(emit, arg, "repl_rows_applied", atomic_load(&s->applied));
     repl_emit_u64(emit, arg, "repl_rows_own_skipped", atomic_load(&s->skipped));
     repl_emit_u64(emit, arg, "repl_connects", atomic_load(&s->connects));
     repl_emit_u64(emit, arg, "repl_copies_received", atomic_load(&s->copies));
+    repl_emit_u64(emit, arg, "repl_divergences", atomic_load(&s->divergences));
     repl_emit_u64(emit, arg, "repl_rts_errors", atomic_load(&s->rts_errors));
 }

@@ -425,8 +425,14 @@ int main(int argc, char **argv)
     free(srv.info.thread_stats);
     kura_cmdtab_free(srv.cmds);
     pidfile_remove();
-    log_msg(KURA_LOG_INFO, rc < 0 ? "stopped without a final sync (exit status 1)" : "stopped");
-    return rc < 0 ? 1 : 0;
+    int code = atomic_load(&srv.exit_code);
+    if (rc < 0)
+        log_msg(KURA_LOG_INFO, "stopped without a final sync (exit status 1)");
+    else if (code)
+        log_msg(KURA_LOG_INFO, "stopped (exit status %d)", code);
+    else
+        log_msg(KURA_LOG_INFO, "stopped");
+    return rc < 0 ? 1 : code;
 
 fail:
     /* Start-up failed: the reason is logged (and on stderr).  Undo what was

@@ -18,7 +18,7 @@
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
-                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC };
+                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC, OPT_DIVERGENCE };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -95,6 +95,9 @@ static const opt options[] = {
       "compress snapshots with lzo (default), zlib, bz2 or none" },
     { { "-bgsn" }, OPT_INT, F(bgsn), 1, 10000, "NUM", "keep the newest NUM snapshots (default 2)" },
     { { "-bgsstop" }, OPT_FLAG, F(bgs_stop), 0, 0, NULL, "take a snapshot at a clean stop too" },
+    { { "-repl-divergence" }, OPT_DIVERGENCE, F(divergence_refuse), 0, 0, "copy|refuse",
+      "a replica holding rows its master never had: saves them and takes a full copy "
+      "(default), or saves them and stops with exit status 2" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -115,6 +118,7 @@ static const struct {
     { "-ulim", "-ulog" }, { "-ulmax", "-ulog" },
     { "-mport", "-mhost" }, { "-rts", "-mhost" }, { "-rw", "-mhost" },
     { "-syncrepl-timeout", "-syncrepl" }, { "-syncrepl-fail", "-syncrepl" },
+    { "-repl-divergence", "-mhost" },
 };
 
 void options_defaults(kura_settings *s)
@@ -262,6 +266,11 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         if (strcmp(val, "close") && strcmp(val, "ack"))
             return opt_error(where, arg, "'%s' is neither close nor ack", val);
         *(bool *)field = strcmp(val, "ack") == 0;
+        break;
+    case OPT_DIVERGENCE:
+        if (strcmp(val, "copy") && strcmp(val, "refuse"))
+            return opt_error(where, arg, "'%s' is neither copy nor refuse", val);
+        *(bool *)field = strcmp(val, "refuse") == 0;
         break;
     case OPT_BYTES:
         if (kura_parse_size(val, &sz) != KURA_OK || (sz != 0 && sz < (uint64_t)o->min) ||

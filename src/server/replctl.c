@@ -4,8 +4,10 @@
  * in "stats" and "stats repl", -syncrepl's wait, and starting and stopping
  * the master (with -ulog) and the replica thread (-mhost).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -34,6 +36,14 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
         snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.bytes);
         emit(arg, "ulog_bytes", b);
         emit(arg, "ulog_sync_failed", ul_failed(srv->ulog) ? "1" : "0");
+        if (all) {                      /* its id and history (docs/replication.md) */
+            char h[JOURNAL_HIST_MAX * 28];
+            snprintf(b, sizeof(b), "%016llx", (unsigned long long)ul_log_id(srv->ulog));
+            emit(arg, "ulog_hid", b);
+            if (journal_history_format(srv->engine, h, sizeof(h)) < 0)
+                h[0] = '\0';
+            emit(arg, "ulog_history", h[0] ? h : "-");
+        }
     }
     if (srv->repl_master)
         repl_master_stats(srv->repl_master, all, emit, arg);
@@ -127,6 +137,16 @@ static int wait_replicas(void *arg, uint64_t ts)
     return st->syncrepl_ack ? 0 : KURA_COMMIT_ABANDONED;
 }
 
+/* A replica that must not go on (-repl-divergence refuse): the server
+ * stops as on SIGTERM (cleanly, from its event loop, whatever thread asks)
+ * and exits with exit_code. */
+static void repl_fatal(void *arg, int exit_code)
+{
+    kura_server *srv = arg;
+    atomic_store(&srv->exit_code, exit_code);
+    kill(getpid(), SIGTERM);
+}
+
 /* The replication master (with -ulog) and the replica thread (-mhost). */
 int start_repl(kura_server *srv)
 {
@@ -139,6 +159,7 @@ int start_repl(kura_server *srv)
         .spool_reserve = st->ulim + (8ULL << 20), .stream_end = stream_end, .stream_end_arg = srv,
         .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
+        .divergence_refuse = st->divergence_refuse, .fatal = repl_fatal, .fatal_arg = srv,
     };
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
         log_msg(KURA_LOG_ERROR, "cannot start replication");

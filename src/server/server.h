@@ -56,6 +56,7 @@ typedef struct kura_settings {
     int syncrepl_timeout;       /* -syncrepl-timeout, milliseconds */
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
     int repl_max;               /* -repl-max: replication streams at once */
+    bool divergence_refuse;     /* -repl-divergence refuse (else copy) */
     /* snapshots (docs/operations.md) */
     const char *bgs_dir;        /* -bgs; NULL = none */
     int bgsi;                   /* -bgsi: seconds between them; 0 = on demand only */
@@ -161,6 +162,7 @@ struct kura_server {
     int nworkers;
     unsigned next_worker;
     bool stopping;
+    _Atomic int exit_code;              /* the status of a clean stop (replctl's fatal: 2) */
 };
 
 /* worker.c */

@@ -3,9 +3,12 @@
  * (fsutil.h).
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kura/fsutil.h"
 
@@ -21,4 +24,26 @@ int kura_remove_tree(const char *path)
     if (lstat(path, &sb) < 0)
         return errno == ENOENT ? 0 : -1;
     return nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int kura_write_file_atomic(int dirfd, const char *name, const void *buf, size_t len)
+{
+    char tmp[512];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= (int)sizeof(tmp)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    bool ok = write(fd, buf, len) == (ssize_t)len && fsync(fd) == 0;
+    int err = errno;
+    close(fd);
+    if (!ok) {
+        errno = err ? err : EIO;
+        return -1;
+    }
+    if (renameat(dirfd, tmp, dirfd, name) < 0 || fsync(dirfd) < 0)
+        return -1;
+    return 0;
 }

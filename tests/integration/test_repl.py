@@ -961,7 +961,10 @@ class Replication(ServerTestCase):
             st = stats(c, b"repl")
             self.assertEqual(st["repl_role"], "replica")
             self.assertEqual(st["repl_master"], "127.0.0.1:%d" % m.port)
-            self.assertEqual(st["repl_lag_seconds"], "0.000")
+            # the lag is known once the master's heartbeat told its newest row
+            poll_until(lambda: stats(c, b"repl")["repl_lag_seconds"] != "unknown", timeout=10,
+                       what="a heartbeat")
+            self.assertEqual(stats(c, b"repl")["repl_lag_seconds"], "0.000")
         r.stop()
         with m.conn() as c:
             c.request(b"set d7 0 0 1\r\nx\r\ndelete d8\r\nset new 0 0 1\r\nn\r\ntouch d9 100\r\n")

@@ -64,6 +64,7 @@ class Stream:
         self.s.settimeout(timeout * kuratest.SCALE)
         self.s.connect(("127.0.0.1", port))
         self.s.sendall(request)
+        self.after = int(request.split()[1])
         self.buf = b""
         self.first = self.line() if read_first else None
 
@@ -77,14 +78,19 @@ class Stream:
         return ln
 
     def rows_until_heartbeat(self, timeout=15):
-        """The rows sent until the first heartbeat (the stream caught up)."""
-        rows, end = [], kuratest.deadline(timeout)
+        """The rows sent until the stream caught up: a heartbeat (they come
+        every second, after the rows queued) naming no row newer than the
+        last one received."""
+        rows, end, newest = [], kuratest.deadline(timeout), 0
         while time.monotonic() < end:
             got, self.buf = decode_rows(self.buf)
             for r in got:
                 if r["type"] == MARK:
-                    return rows
+                    if r["ts"] <= max(newest, self.after):
+                        return rows
+                    continue
                 rows.append(r)
+                newest = max(newest, r["ts"])
             d = self.s.recv(1 << 20)
             assert d, "stream closed"
             self.buf += d
