@@ -219,14 +219,14 @@ static void replica_node(tree *t, const repl_info *master, const replica_line *l
         char date[64];
         ctl_ts_date(r->position, date, sizeof(date));
         printf(", position %" PRIu64 " (%s), lag ", r->position, date);
-        if (have_rows && connected)
+        if (!connected)
+            printf("unknown");
+        else if (have_rows)
             printf("%lld rows, ", rows);
         else
             printf("unknown rows, ");
         if (connected)
             print_lag_seconds(r->lag_us);
-        else
-            printf("unknown");
         if (!connected && r->last_error[0] && strcmp(r->last_error, "-") != 0)
             printf(" (%s)", r->last_error);
         printf("\n");
@@ -236,8 +236,10 @@ static void replica_node(tree *t, const repl_info *master, const replica_line *l
         printf(": %s", !new_form ? "(its serving port: not in this master's stats)"
                        : port == 0 ? "(it did not say its serving port)"
                        : !reach ? "(listed above)" : "unreachable");
-        printf("; its master says: %.*s, acked %lld, lag ", mstate ? (int)n : 9,
-               mstate ? mstate : "streaming", acked < 0 ? 0 : acked);
+        printf("; its master says: ");
+        if (mstate)
+            printf("%.*s, ", (int)n, mstate);
+        printf("acked %lld, lag ", acked < 0 ? 0 : acked);
         if (have_rows)
             printf("%lld rows", rows);
         else
