@@ -13,6 +13,11 @@
                connected and has R1's new writes within a deadline.
                Negative check: the same without -syncrepl loses acknowledged
                writes (so the check can fail)
+  Master down  kill -9 of the master, then promote: its replica's own
+               replica gets the new writes without reconnecting
+  Durable      a promotion whose position cannot be synced (the failsync
+               shim) is refused and the server stays a replica; negative
+               check: the same steps without the failure promote it
   Errors       promote of a non-replica, follow of itself, bad addresses, a
                server with no place for a position, usage errors; the raw
                commands' replies
@@ -51,7 +56,7 @@ def addr(server):
 def start(sid, master=None, ulog=True, args=(), **kw):
     """A kurad with its own -sid and -ulog (in its temp dir), a replica of
     master when given."""
-    s = Server(start=False, db="%t/data.kh", **kw)
+    s = Server(start=False, **kw)          # the backend of KURA_DB (tests/run: each)
     a = ["-sid", str(sid)] + list(args)
     if ulog:
         a += ["-ulog", os.path.join(s.tmpdir, "ulog")]
@@ -290,6 +295,61 @@ class FailoverTest(unittest.TestCase):
         poll_until(lambda: get(r2, b"b") == b"2", timeout=TIMEOUT, what="R2 to get R1's write")
         # M is untouched: still a master, not told anything
         self.assertEqual(repl_stats(m)["repl_role"], "master")
+
+    def test_promote_with_master_down(self):
+        """The usual failover: the master is gone (kill -9); the replica is
+        promoted at once and its own replica follows it without a restart."""
+        m = start(1)
+        r1 = start(2, master=m)
+        r2 = start(3, master=r1)
+        self.keep(r1, r2)
+        m.request(b"set a 0 0 1\r\n1\r\n")
+        poll_until(lambda: get(r2, b"a") == b"1", timeout=TIMEOUT, what="the chain")
+        m.kill9()
+        poll_until(lambda: repl_stats(r1)["repl_connected"] == "0", timeout=TIMEOUT,
+                   what="R1 to see its master gone")
+        rc, out, err = run("repl", "promote", addr(r1))
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"^PROMOTED \d+ \d+\n$")
+        self.assertEqual(r1.request(b"set b 0 0 1\r\n2\r\n"), b"STORED\r\n")
+        poll_until(lambda: get(r2, b"b") == b"2", timeout=TIMEOUT, what="R2 to get R1's write")
+        self.assertEqual(repl_stats(r2)["repl_connects"], "1")
+
+    def test_promote_refused_when_the_position_cannot_be_made_durable(self):
+        """A promotion writes the position first: when the sync under it
+        fails (the failsync shim), the server stays a replica and says so.
+        Negative check: the same steps without the failure promote it."""
+        shim = os.path.join(os.environ.get("KURA_BUILD", "build"), "tests", "libfailsync.so")
+        if not os.path.exists(shim):
+            self.skipTest(kuratest.missing("%s (make builds it)" % shim))
+        for fail in (True, False):
+            m = start(1)
+            r1 = Server(start=False, threads=2)
+            trigger = os.path.join(r1.tmpdir, "fail-now")
+            r1.env = dict(os.environ, LD_PRELOAD=os.path.abspath(shim),
+                          KURA_FAILSYNC_TRIGGER=trigger,
+                          ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
+                          ":verify_asan_link_order=0")
+            r1.kura_args = ["-sid", "2", "-ulog", os.path.join(r1.tmpdir, "ulog"),
+                            "-mhost", "127.0.0.1", "-mport", str(m.port)]
+            r1.start()
+            self.addCleanup(m.stop)
+            self.addCleanup(r1.stop, check=False)   # a failed sync: no clean stop
+            m.request(b"set a 0 0 1\r\n1\r\n")
+            poll_until(lambda: caught_up(r1, m), timeout=TIMEOUT, what="R1 to catch up")
+            if fail:
+                open(trigger, "w").close()
+            m.request(b"set b 0 0 1\r\n2\r\n")
+            poll_until(lambda: caught_up(r1, m), timeout=TIMEOUT, what="R1 to apply b")
+            reply = r1.request(b"repl promote\r\n")
+            if fail:
+                self.assertRegex(reply, rb"^SERVER_ERROR the position \(\d+\) could not be "
+                                        rb"written durably .*: still a replica\r\n$")
+                self.assertEqual(repl_stats(r1)["repl_role"], "replica")
+                self.assertTrue(r1.request(b"set c 0 0 1\r\n3\r\n").startswith(b"SERVER_ERROR"))
+            else:
+                self.assertRegex(reply, rb"^PROMOTED \d+ \d+\r\n$")
+                self.assertEqual(repl_stats(r1)["repl_role"], "master")
 
     # ---- errors ------------------------------------------------------------------
     def test_errors(self):
