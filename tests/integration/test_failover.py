@@ -18,6 +18,8 @@
   Durable      a promotion whose position cannot be synced (the failsync
                shim) is refused and the server stays a replica; negative
                check: the same steps without the failure promote it
+  Copy         a former master told to follow a master whose log was pruned
+               takes a full copy over its store; its own keys go, digest equal
   Errors       promote of a non-replica, follow of itself, bad addresses, a
                server with no place for a position, usage errors; the raw
                commands' replies
@@ -367,6 +369,30 @@ class FailoverTest(unittest.TestCase):
             else:
                 self.assertRegex(reply, rb"^PROMOTED \d+ \d+\r\n$")
                 self.assertEqual(repl_stats(r1)["repl_role"], "master")
+
+    def test_follow_takes_a_copy_over_the_store(self):
+        """A server that started as a master follows one whose log no longer
+        starts at the beginning: it takes a full copy over its store (not
+        swappable: it was not started as a replica), and the keys the copy
+        does not bring go; the two then hold the same."""
+        a = start(1, args=["-ulim", "64k", "-ulmax", "192k"])
+        b = start(2)
+        self.keep(a, b)
+        val = b"x" * 1000
+        with a.conn() as c:
+            for i in range(600):
+                c.request(b"set k%d 0 0 %d\r\n%s\r\n" % (i % 300, len(val), val))
+            poll_until(lambda: int(stats(c)["ulog_from_ts"]) > 0, timeout=TIMEOUT,
+                       what="a's oldest rows pruned")
+        with b.conn() as c:
+            for i in range(50):
+                c.request(b"set own%d 0 0 1\r\nb\r\n" % i)
+        self.assertEqual(b.request(b"repl follow 127.0.0.1:%d\r\n" % a.port),
+                         b"OK following 127.0.0.1:%d\r\n" % a.port)
+        poll_until(lambda: caught_up(b, a), timeout=TIMEOUT, what="b to take the copy")
+        self.assertEqual(repl_stats(b)["repl_copies_received"], "1")
+        self.assertIsNone(get(b, b"own1"))
+        self.assertEqual(digest(b), digest(a))
 
     # ---- errors ------------------------------------------------------------------
     def test_errors(self):
