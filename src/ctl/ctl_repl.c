@@ -134,10 +134,13 @@ static bool has_word(const char *v, const char *w)
 typedef struct tree {
     char seen[TREE_NODES][300];
     int nseen;
+    bool full;                          /* TREE_NODES met: no more are asked */
     bool all_in_sync;
     int replicas;
 } tree;
 
+/* Whether addr was met before; if not, it is noted (while there is room:
+ * a full list makes the caller ask no more servers). */
 static bool seen(tree *t, const char *addr)
 {
     for (int i = 0; i < t->nseen; i++)
@@ -145,6 +148,8 @@ static bool seen(tree *t, const char *addr)
             return true;
     if (t->nseen < TREE_NODES)
         snprintf(t->seen[t->nseen++], sizeof(t->seen[0]), "%s", addr);
+    else
+        t->full = true;
     return false;
 }
 
@@ -179,7 +184,7 @@ static void print_lag_seconds(const char *lag_us)
         printf("unknown");
 }
 
-static void walk(tree *t, const char *addr, const repl_info *r, int depth);
+static void walk(tree *t, const repl_info *r, int depth);
 
 /* One replica, as its master's line describes it and as it says
  * itself; then its own replicas. */
@@ -204,9 +209,17 @@ static void replica_node(tree *t, const repl_info *master, const replica_line *l
     printf("%*ssid %s %s", depth * 2, "", line->sid, addr);
     repl_info *r = NULL;
     int rc = CTL_FAIL;
-    bool reach = new_form && port > 0 && !seen(t, addr) && depth < TREE_DEPTH;
-    if (reach && (r = malloc(sizeof(*r))) != NULL)
+    const char *why = !new_form ? "(its serving port: not in this master's stats)"
+                      : port == 0 ? "(it did not say its serving port)"
+                      : depth > TREE_DEPTH ? "(deeper than the tree shown: not asked)"
+                      : seen(t, addr) ? "(listed above)"
+                      : t->full ? "(more servers than kuractl asks: not asked)"
+                      : NULL;
+    bool cycle = why && strcmp(why, "(listed above)") == 0;
+    if (!why && (r = malloc(sizeof(*r))) != NULL) {
         rc = fetch(addr, REPLICA_TIMEOUT, r);
+        why = rc == CTL_UNREACHABLE ? "unreachable" : "(no replication stats)";
+    }
     bool in_sync;
     if (rc == CTL_OK) {
         const char *st = replica_state(r);
@@ -231,11 +244,11 @@ static void replica_node(tree *t, const repl_info *master, const replica_line *l
             printf(" (%s)", r->last_error);
         printf("\n");
     } else {
-        /* what its master sees, the replica itself not asked or not reached */
-        in_sync = false;
-        printf(": %s", !new_form ? "(its serving port: not in this master's stats)"
-                       : port == 0 ? "(it did not say its serving port)"
-                       : !reach ? "(listed above)" : "unreachable");
+        /* what its master sees, the replica itself not asked or not
+         * reached; a server met again (a dual master's pair) was judged
+         * where it was listed first, and here by this master's line */
+        in_sync = cycle && !mcopying && have_rows && rows == 0;
+        printf(": %s", why);
         printf("; its master says: ");
         if (mstate)
             printf("%.*s, ", (int)n, mstate);
@@ -256,15 +269,14 @@ static void replica_node(tree *t, const repl_info *master, const replica_line *l
     }
     t->all_in_sync &= in_sync;
     if (rc == CTL_OK)
-        walk(t, addr, r, depth + 1);
+        walk(t, r, depth + 1);
     free(r);
 }
 
-static void walk(tree *t, const char *addr, const repl_info *r, int depth)
+/* Each replica r lists, at depth (indented by it; those past TREE_DEPTH
+ * are listed, not asked). */
+static void walk(tree *t, const repl_info *r, int depth)
 {
-    (void)addr;
-    if (depth > TREE_DEPTH)
-        return;
     for (int i = 0; i < r->nrep; i++)
         replica_node(t, r, &r->rep[i], depth);
 }
@@ -317,7 +329,7 @@ static int repl_status(const char *server)
         printf("; last row %" PRIu64 " (%s)", r->last_ts, date);
     }
     printf("\n");
-    walk(t, server, r, 1);
+    walk(t, r, 1);
     if (strcmp(r->role, "master") == 0 && t->replicas == 0)
         printf("  no replica connected\n");
     rc = t->all_in_sync ? CTL_OK : CTL_DIFF;

@@ -26,8 +26,8 @@
   Tree         kuractl repl status over fake servers: a tree three deep,
                each state (connected, reconnecting with its next attempt,
                copying, unreachable, an older master's line), unknown lags
-               never "in sync", a cycle visited once; exit 0 only when all
-               are in sync
+               never "in sync", a cycle visited once, a chain deeper than 8
+               listed but not asked; exit 0 only when all are in sync
 """
 import os, re, socket, subprocess, sys, threading, time, unittest
 
@@ -596,6 +596,23 @@ class TreeTest(unittest.TestCase):
         self.assertTrue(got["7"].startswith("    sid 7"), got["7"])
         self.assertIn("(listed above)", got["1"])          # the cycle: a once
         self.assertEqual(a.asked, 1)
+
+    def test_tree_depth_bounded(self):
+        """A chain deeper than 8: the ninth level is listed, not asked."""
+        chain = [FakeStats() for _ in range(11)]
+        self.fakes += chain
+        T = 7000 << 12
+        chain[0].lines = master_lines(T, [(2, line(chain[1], "streaming", T, T, 0, 0))])
+        for i in range(1, 11):
+            below = [(i + 2, line(chain[i + 1], "streaming", T, T, 0, 0))] if i < 10 else []
+            chain[i].lines = replica_lines(chain[i - 1].addr(), "connected", T, "0", below)
+        rc, out, err = run("repl", "status", chain[0].addr())
+        self.assertEqual(rc, 1, out)
+        got = out.splitlines()
+        self.assertEqual(len(got), 10, out)
+        self.assertIn("sid 10 %s: (deeper than the tree shown: not asked)" % chain[9].addr(),
+                      got[9])
+        self.assertEqual([f.asked for f in chain], [1] * 9 + [0, 0])
 
     def test_unknown_lag_is_never_in_sync(self):
         """Negative check of the rule: a connected replica whose lags are
