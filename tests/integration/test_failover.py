@@ -453,7 +453,11 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(b.request(b"repl follow 127.0.0.1:%d\r\n" % a.port),
                          b"OK following 127.0.0.1:%d\r\n" % a.port)
         self.assertEqual(repl_stats(b)["repl_role"], "replica")
-        poll_until(lambda: get(b, b"x") == b"1", timeout=TIMEOUT, what="b to get a's row")
+        # b's own row y is one a never had: with the history check, b takes
+        # a full copy; promote refuses while a copy arrives, so wait for it
+        poll_until(lambda: caught_up(b, a) and repl_stats(b)["repl_copying"] == "0",
+                   timeout=TIMEOUT, what="b to catch up with a")
+        self.assertEqual(get(b, b"x"), b"1")
         self.assertEqual(b.request(b"set z 0 0 1\r\n3\r\n"),
                          b"SERVER_ERROR this server is a read-only replica (write to its master)\r\n")
         rc, out, err = run("repl", "status", addr(b))
