@@ -182,7 +182,8 @@ DOC_STEPS = [
     "# 4. point the writers at NEW",
     "# 5. the other replicas of OLD follow NEW",
     "# 6. OLD, still up or back, follows NEW (it needs -ulog or -rts)",
-    "# 7. the whole tree under NEW, in sync: exit 0",
+    "# 7. OLD and OTHER connected to NEW and caught up: exit 0",
+    "# 8. the whole tree under NEW, in sync: exit 0",
 ]
 
 
@@ -228,7 +229,7 @@ class FailoverTest(unittest.TestCase):
                 out = p.stdout.decode()
                 self.assertEqual(p.returncode, 0, "%s: %s %s" % (ln, out, p.stderr.decode()))
                 ran.append((ln, out))
-        self.assertEqual(len(ran), 5)
+        self.assertEqual(len(ran), 6)
         self.assertRegex(ran[1][1], r"^PROMOTED \d+ \d+\n$")
         self.assertEqual(ran[2][1], "OK following %s\n" % addr(new))
         self.assertEqual(ran[3][1], "OK following %s\n" % addr(new))
@@ -242,7 +243,7 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(repl_stats(old)["repl_role"], "replica")
         # the last status (run above until 0) showed the whole tree
         head = "%s: master" % addr(new)
-        tree = head + ran[4][1].split(head)[-1]      # the last run of the loop
+        tree = head + ran[5][1].split(head)[-1]      # the last run of the loop
         self.assertTrue(tree.startswith("%s: master" % addr(new)), tree)
         self.assertEqual(tree.count(" sid "), 3, tree)
 
