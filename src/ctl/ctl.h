@@ -1,7 +1,7 @@
 /*
  * ctl.h - what kuractl's files share (src/ctl/): exit codes, the parsed
  * command line, the server connection, the database helpers and the
- * progress display.  One file per command group (ctl_server.c,
+ * progress display.  One file per command group (ctl_server.c, ctl_repl.c,
  * ctl_digest.c, ctl_db.c, ctl_check.c, ctl_dump.c, ctl_snap.c,
  * ctl_ulog.c), kuractl.c dispatches.  docs/kuractl.1 is the manual.
  *

@@ -32,8 +32,12 @@ static const cmd_help helps[] = {
                "                       repl, snapshot, ...)\n"
                "stats DB               a stopped database's items, bytes, files, stored state\n"
                "                       (DB: a name with a '/', '.' or '#')" },
-    { "repl", "repl status            each replica (on a master) or the master (on a\n"
-              "                       replica): in sync or not, its lag; exit 1 if not in sync" },
+    { "repl", "repl status [HOST:PORT] the server and every replica below it (a tree):\n"
+              "                       state, position, lag; exit 1 unless all are in sync\n"
+              "repl promote [HOST:PORT] [--force]\n"
+              "                       a replica stops following and takes writes\n"
+              "repl follow [HOST:PORT] MASTERHOST:MASTERPORT\n"
+              "                       the server becomes a replica of MASTER" },
     { "get", "get KEY [--meta]       prints the value (--meta: flags, cas, length to stderr);\n"
              "                       exit 1 if there is none" },
     { "set", "set KEY VALUE [--flags N] [--exptime N]\n"

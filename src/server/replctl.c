@@ -1,8 +1,13 @@
 /*
  * replctl.c - the server's replication glue: the "repl" command (a
- * replica's request, handed to the master's streams), replication's lines
- * in "stats" and "stats repl", -syncrepl's wait, and starting and stopping
- * the master (with -ulog) and the replica thread (-mhost).
+ * replica's request, handed to the master's streams; an operator's
+ * "repl promote" and "repl follow", repladmin.c), replication's lines in
+ * "stats" and "stats repl", -syncrepl's wait, and starting and stopping
+ * the master (with -ulog) and the replica thread (-mhost, or "repl follow").
+ *
+ * srv->repl_slave changes while the server runs (promote, follow): the
+ * stats of any worker read it under replctl_slave_lock, which is held only
+ * to swap the pointer or to emit its lines, never across a stop.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -11,15 +16,18 @@
 
 #include "server.h"
 
+pthread_mutex_t replctl_slave_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* "stats": the update log's and replication's lines */
 static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
 {
     kura_server *srv = ctx;
     kura_settings *st = srv->settings;
     char b[64];
+    pthread_mutex_lock(&replctl_slave_lock);
     if (all)
-        emit(arg, "repl_role", st->mhost ? (st->rw ? "dual" : "replica")
-                                         : srv->repl_master ? "master" : "none");
+        emit(arg, "repl_role", srv->repl_slave ? (st->rw ? "dual" : "replica")
+                               : srv->repl_master ? "master" : "none");
     if (srv->ulog) {
         ul_extent ex;
         ul_get_extent(srv->ulog, &ex);
@@ -49,6 +57,7 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
         repl_master_stats(srv->repl_master, all, emit, arg);
     if (srv->repl_slave)
         repl_slave_stats(srv->repl_slave, all, emit, arg);
+    pthread_mutex_unlock(&replctl_slave_lock);
 }
 
 static void repl_stats_general(void *ctx, kura_stat_fn emit, void *arg)
@@ -88,6 +97,12 @@ static void cmd_repl(void *ctx, kura_session *s, text_token *tok, int ntok, kura
     kura_server *srv = ctx;
     repl_hello h;
     char err[REPL_LINE_MAX];
+    if (repladmin_command(srv, s, tok, ntok, out))
+        return;                         /* repl promote | follow: words, not numbers */
+    if (ntok < 4) {
+        kura_session_reply(s, out, "ERROR");
+        return;
+    }
     if (!srv->repl_master) {
         kura_session_reply(s, out, "SERVER_ERROR this server keeps no update log "
                                    "(start it with -ulog DIR)");
@@ -115,7 +130,7 @@ static void cmd_repl(void *ctx, kura_session *s, text_token *tok, int ntok, kura
  * repl_master, set before the workers start and cleared after they stop). */
 int repl_register(kura_server *srv)
 {
-    const kura_command c = { "repl", cmd_repl, srv, 4, REPL_HELLO_WORDS + 2 };
+    const kura_command c = { "repl", cmd_repl, srv, 3, REPL_HELLO_WORDS + 2 };
     if (kura_cmdtab_add(srv->cmds, &c) != KURA_OK ||
         kura_cmdtab_add_stats(srv->cmds, NULL, repl_stats_general, srv) != KURA_OK ||
         kura_cmdtab_add_stats(srv->cmds, "repl", repl_stats_all, srv) != KURA_OK)
@@ -147,8 +162,10 @@ static void repl_fatal(void *arg, int exit_code)
     kill(getpid(), SIGTERM);
 }
 
-/* The replication master (with -ulog) and the replica thread (-mhost). */
-int start_repl(kura_server *srv)
+/* How this server's master and replica are configured (a replica started
+ * by "repl follow" too); open_shadow only on a server that started as a
+ * replica, whose engine was made swappable before serving. */
+void replctl_config(kura_server *srv, repl_config *out)
 {
     kura_settings *st = srv->settings;
     repl_config rc = {
@@ -161,6 +178,32 @@ int start_repl(kura_server *srv)
         .log = store_log,
         .divergence_refuse = st->divergence_refuse, .fatal = repl_fatal, .fatal_arg = srv,
     };
+    if (!st->mhost) {
+        rc.open_shadow = NULL;
+        rc.swap_in = NULL;
+    }
+    *out = rc;
+}
+
+/* The rts file a replica keeps its position in: -rts, or DIR/rts of
+ * -ulog; 0, or -1 when there is neither. */
+int replctl_rts_path(const kura_settings *st, char *buf, size_t len)
+{
+    if (st->rts_path)
+        snprintf(buf, len, "%s", st->rts_path);
+    else if (st->ulog_dir)
+        snprintf(buf, len, "%s/rts", st->ulog_dir);
+    else
+        return -1;
+    return 0;
+}
+
+/* The replication master (with -ulog) and the replica thread (-mhost). */
+int start_repl(kura_server *srv)
+{
+    kura_settings *st = srv->settings;
+    repl_config rc;
+    replctl_config(srv, &rc);
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
         log_msg(KURA_LOG_ERROR, "cannot start replication");
         return -1;
@@ -174,11 +217,7 @@ int start_repl(kura_server *srv)
     }
     if (st->mhost) {
         char rts[4200];
-        if (st->rts_path)
-            snprintf(rts, sizeof(rts), "%s", st->rts_path);
-        else if (st->ulog_dir)
-            snprintf(rts, sizeof(rts), "%s/rts", st->ulog_dir);
-        else {
+        if (replctl_rts_path(st, rts, sizeof(rts)) < 0) {
             log_msg(KURA_LOG_ERROR, "-mhost needs -rts FILE (or -ulog DIR, for DIR/rts)");
             return -1;
         }
@@ -196,10 +235,14 @@ int start_repl(kura_server *srv)
                 return -1;
             }
         }
-        if (repl_slave_start(&rc, st->mhost, st->mport, rts, &srv->repl_slave) != KURA_OK) {
+        repl_slave *slave;
+        if (repl_slave_start(&rc, st->mhost, st->mport, rts, &slave) != KURA_OK) {
             log_msg(KURA_LOG_ERROR, "cannot start the replica thread");
             return -1;
         }
+        pthread_mutex_lock(&replctl_slave_lock);
+        srv->repl_slave = slave;
+        pthread_mutex_unlock(&replctl_slave_lock);
         log_msg(KURA_LOG_INFO, "replica of %s:%d (position in %s)%s", st->mhost, st->mport, rts,
                 st->rw ? ", taking writes too (-rw)" : ", read-only");
     }
@@ -209,8 +252,11 @@ int start_repl(kura_server *srv)
 /* Before the engine closes: the replica stops applying, the streams end. */
 void stop_repl(kura_server *srv)
 {
-    repl_slave_stop(srv->repl_slave);
+    pthread_mutex_lock(&replctl_slave_lock);
+    repl_slave *slave = srv->repl_slave;
     srv->repl_slave = NULL;
+    pthread_mutex_unlock(&replctl_slave_lock);
+    repl_slave_stop(slave);
     repl_master_free(srv->repl_master);
     srv->repl_master = NULL;
 }

@@ -136,6 +136,28 @@ void store_log(int level, const char *line);
 int repl_register(struct kura_server *srv);
 int start_repl(struct kura_server *srv);
 void stop_repl(struct kura_server *srv);
+/* replctl.c: held to change srv->repl_slave or to read it (stats); never
+ * held across a replica's stop. */
+extern pthread_mutex_t replctl_slave_lock;
+void replctl_config(struct kura_server *srv, repl_config *out);
+int replctl_rts_path(const kura_settings *st, char *buf, size_t len);
+
+/* repladmin.c: failover by command (docs/replication.md, "Failover").
+ * promote: a replica stops following (its thread stopped, its position
+ * written durably), takes writes, and msg says from where: "PROMOTED
+ * <master-position> <own-last-ts>"; follow: stops any following, becomes a
+ * read-only replica (a -rw server keeps taking writes) of host:port with
+ * the same rts file: "OK following HOST:PORT".  0, or -1 with msg the
+ * error line (SERVER_ERROR or CLIENT_ERROR).  Either blocks its caller
+ * while the old replica thread stops: at most its connect timeout (5 s)
+ * plus a sync of the store.  Called from any thread (the text protocol's
+ * "repl promote|follow", Tokyo Tyrant's setmst). */
+int replctl_follow(struct kura_server *srv, const char *host, int port, char *msg, size_t msglen);
+int replctl_promote(struct kura_server *srv, char *msg, size_t msglen);
+/* "repl promote [force]" and "repl follow HOST[:PORT]": true when the
+ * request was one of them (answered). */
+bool repladmin_command(struct kura_server *srv, kura_session *s, text_token *tok, int ntok,
+                       kura_buf *out);
 
 /* notify.c: systemd's sd_notify protocol, without libsystemd. */
 void notify_ready(const char *status);

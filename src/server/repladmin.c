@@ -1,0 +1,316 @@
+/*
+ * repladmin.c - failover by command: "repl promote" (a replica becomes a
+ * master, without a restart) and "repl follow HOST[:PORT]" (any server
+ * becomes a replica of HOST, as ttserver's setmst did).  docs/replication.md
+ * ("Failover") is the operator's view; kuractl sends both.
+ *
+ * One change at a time (ctl_lock, held across the old replica's stop);
+ * stats read srv->repl_slave under replctl_slave_lock, which is held only
+ * for the pointer swap, so no worker waits on a stop but the one asking.
+ * A stop is bounded: the replica thread's socket is shut down, so it leaves
+ * a stream at once, or a connect attempt within its timeout (5 s), then
+ * writes its position (a sync of the store, then the rts file, synced).
+ */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server.h"
+
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- what the replica thread reports (its stats lines) ---------------------- */
+
+typedef struct slave_view {
+    bool copying;
+    uint64_t position;
+    char master[300];
+} slave_view;
+
+static void view_stat(void *arg, const char *name, const char *value)
+{
+    slave_view *v = arg;
+    if (strcmp(name, "repl_copying") == 0)
+        v->copying = strcmp(value, "0") != 0;
+    else if (strcmp(name, "repl_position") == 0)
+        v->position = strtoull(value, NULL, 10);
+    else if (strcmp(name, "repl_master") == 0)
+        snprintf(v->master, sizeof(v->master), "%s", value);
+}
+
+/* The position the rts file holds (its first number; the file may carry
+ * more after it): 0 when missing or unreadable. */
+static uint64_t rts_position(const kura_settings *st)
+{
+    char path[4200];
+    unsigned long long v = 0;
+    if (replctl_rts_path(st, path, sizeof(path)) < 0)
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu", &v) != 1)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+/* Takes the replica thread away from stats and stops it: the last stream
+ * ends and the position is written.  NULL when not a replica. */
+static repl_slave *slave_take(kura_server *srv)
+{
+    pthread_mutex_lock(&replctl_slave_lock);
+    repl_slave *s = srv->repl_slave;
+    srv->repl_slave = NULL;
+    pthread_mutex_unlock(&replctl_slave_lock);
+    return s;
+}
+
+static int slave_begin(kura_server *srv, const char *host, int port)
+{
+    char rts[4200];
+    repl_config rc;
+    repl_slave *s;
+    replctl_config(srv, &rc);
+    if (replctl_rts_path(srv->settings, rts, sizeof(rts)) < 0 ||
+        repl_slave_start(&rc, host, port, rts, &s) != KURA_OK)
+        return -1;
+    pthread_mutex_lock(&replctl_slave_lock);
+    srv->repl_slave = s;
+    pthread_mutex_unlock(&replctl_slave_lock);
+    return 0;
+}
+
+/* "host:port" of a repl_master line back into its parts. */
+static int split_master(const char *hp, char *host, size_t hlen, int *port)
+{
+    const char *colon = strrchr(hp, ':');
+    if (!colon || (size_t)(colon - hp) >= hlen)
+        return -1;
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    *port = atoi(colon + 1);
+    return 0;
+}
+
+static int promote(kura_server *srv, bool force, char *msg, size_t msglen)
+{
+    kura_settings *st = srv->settings;
+    slave_view v = { 0 };
+    pthread_mutex_lock(&replctl_slave_lock);
+    bool replica = srv->repl_slave != NULL;
+    if (replica)
+        repl_slave_stats(srv->repl_slave, true, view_stat, &v);
+    pthread_mutex_unlock(&replctl_slave_lock);
+    if (!replica) {
+        snprintf(msg, msglen, "SERVER_ERROR not a replica: nothing to promote");
+        return -1;
+    }
+    if (v.copying && !force) {
+        snprintf(msg, msglen, "SERVER_ERROR a full copy from the master is arriving: this "
+                 "server's data is not the master's yet (wait for it, or repl promote force)");
+        return -1;
+    }
+    repl_slave_stop(slave_take(srv));
+    /* the position the rts file keeps must cover what was applied: a sync
+     * that failed (logged) leaves it behind, and a server that says it is
+     * a master from there would hold rows past its own position */
+    uint64_t pos = rts_position(st);
+    if (pos < v.position && !force) {
+        char host[256];
+        int port;
+        if (split_master(v.master, host, sizeof(host), &port) == 0)
+            slave_begin(srv, host, port);
+        snprintf(msg, msglen, "SERVER_ERROR the position (%" PRIu64 ") could not be written "
+                 "durably (the rts file holds %" PRIu64 "; see the log): still a replica",
+                 v.position, pos);
+        return -1;
+    }
+    if (!st->rw)
+        engine_set_replica(srv->engine, false);
+    uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
+    log_msg(KURA_LOG_INFO, "promoted by command: no longer a replica of %s, taking writes "
+            "(master position %" PRIu64 ", own last row %" PRIu64 ")%s", v.master, pos, own,
+            srv->repl_master ? "" : "; without -ulog it serves no replicas");
+    snprintf(msg, msglen, "PROMOTED %" PRIu64 " %" PRIu64, pos, own);
+    return 0;
+}
+
+int replctl_promote(kura_server *srv, char *msg, size_t msglen)
+{
+    pthread_mutex_lock(&ctl_lock);
+    int rc = promote(srv, false, msg, msglen);
+    pthread_mutex_unlock(&ctl_lock);
+    return rc;
+}
+
+/* ---- follow ------------------------------------------------------------------- */
+
+static bool addr_is_local(const struct sockaddr *sa, socklen_t len)
+{
+    struct sockaddr_storage a;
+    memcpy(&a, sa, len);
+    if (a.ss_family == AF_INET)
+        ((struct sockaddr_in *)&a)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool local = bind(fd, (struct sockaddr *)&a, len) == 0;
+    close(fd);
+    return local;
+}
+
+static bool addr_equal(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (a->sa_family != b->sa_family)
+        return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+static bool addr_is_any(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &in6addr_any,
+                  sizeof(struct in6_addr)) == 0;
+}
+
+/* Whether an address of target is one this server listens on: its port,
+ * an address of this host, and the listening address (or any). */
+static bool is_self(const kura_settings *st, const struct addrinfo *target, int port)
+{
+    if (port != st->port)
+        return false;
+    const char *lh = st->host;
+    if (lh && (strcmp(lh, "") == 0 || strcmp(lh, "*") == 0))
+        lh = NULL;
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE }, *own;
+    if (getaddrinfo(lh, "1", &hints, &own) != 0)
+        return false;
+    bool self = false;
+    for (const struct addrinfo *t = target; t && !self; t = t->ai_next) {
+        if ((t->ai_family != AF_INET && t->ai_family != AF_INET6) ||
+            !addr_is_local(t->ai_addr, t->ai_addrlen))
+            continue;
+        for (const struct addrinfo *o = own; o && !self; o = o->ai_next)
+            self = addr_is_any(o->ai_addr) ? o->ai_family == t->ai_family
+                                           : addr_equal(o->ai_addr, t->ai_addr);
+    }
+    freeaddrinfo(own);
+    return self;
+}
+
+int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size_t msglen)
+{
+    kura_settings *st = srv->settings;
+    char rts[4200], ps[16];
+    if (!host[0] || strlen(host) > 255 || strpbrk(host, " \t\r\n") || port < 1 || port > 65535) {
+        snprintf(msg, msglen, "CLIENT_ERROR bad address (HOST[:PORT], port 1-65535)");
+        return -1;
+    }
+    if (replctl_rts_path(st, rts, sizeof(rts)) < 0) {
+        snprintf(msg, msglen, "SERVER_ERROR a replica keeps its position in a file: start this "
+                 "server with -ulog DIR (or -rts FILE) to follow a master");
+        return -1;
+    }
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res;
+    snprintf(ps, sizeof(ps), "%d", port);
+    int e = getaddrinfo(host, ps, &hints, &res);
+    if (e) {
+        snprintf(msg, msglen, "CLIENT_ERROR bad address %s: %s", host, gai_strerror(e));
+        return -1;
+    }
+    bool self = is_self(st, res, port);
+    freeaddrinfo(res);
+    if (self) {
+        snprintf(msg, msglen, "CLIENT_ERROR %s:%d is this server: it cannot follow itself",
+                 host, port);
+        return -1;
+    }
+    pthread_mutex_lock(&ctl_lock);
+    repl_slave_stop(slave_take(srv));
+    /* no local change from here on (a dual master's -rw keeps taking them) */
+    engine_set_replica(srv->engine, !st->rw);
+    int rc = slave_begin(srv, host, port);
+    pthread_mutex_unlock(&ctl_lock);
+    if (rc < 0) {
+        log_msg(KURA_LOG_ERROR, "repl follow %s:%d: cannot start the replica thread: this "
+                "server is a replica of no one, refusing changes", host, port);
+        snprintf(msg, msglen, "SERVER_ERROR cannot start the replica thread (see the log)");
+        return -1;
+    }
+    log_msg(KURA_LOG_INFO, "following %s:%d by command (position in %s)%s", host, port, rts,
+            st->rw ? ", taking writes too (-rw)" : ", read-only");
+    snprintf(msg, msglen, "OK following %s:%d", host, port);
+    return 0;
+}
+
+/* ---- the text command ------------------------------------------------------- */
+
+static bool token_is(const text_token *t, const char *w)
+{
+    return t->length == strlen(w) && memcmp(t->value, w, t->length) == 0;
+}
+
+bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int ntok,
+                       kura_buf *out)
+{
+    char msg[600];
+    int rc;
+    if (ntok < 3)
+        return false;
+    if (token_is(&tok[1], "promote")) {
+        if (ntok == 3 || (ntok == 4 && token_is(&tok[2], "force"))) {
+            pthread_mutex_lock(&ctl_lock);
+            rc = promote(srv, ntok == 4, msg, sizeof(msg));
+            pthread_mutex_unlock(&ctl_lock);
+        } else {
+            rc = -1;
+            snprintf(msg, sizeof(msg), "CLIENT_ERROR usage: repl promote [force]");
+        }
+    } else if (token_is(&tok[1], "follow")) {
+        char host[300];
+        int port = 11211;
+        if (ntok != 4 || tok[2].length >= sizeof(host)) {
+            snprintf(msg, sizeof(msg), "CLIENT_ERROR usage: repl follow HOST[:PORT]");
+            rc = -1;
+        } else {
+            memcpy(host, tok[2].value, tok[2].length);
+            host[tok[2].length] = '\0';
+            /* HOST, HOST:PORT, [V6]:PORT */
+            char *colon = strrchr(host, ':'), *h = host;
+            bool bare_v6 = colon && host[0] != '[' && strchr(host, ':') != colon;
+            if (colon && !bare_v6 && (host[0] != '[' || colon[-1] == ']')) {
+                char *end;
+                long p = strtol(colon + 1, &end, 10);
+                port = *end || end == colon + 1 || p > 65535 ? 0 : (int)p;
+                *colon = '\0';
+            }
+            if (h[0] == '[' && h[strlen(h) - 1] == ']') {
+                h[strlen(h) - 1] = '\0';
+                h++;
+            }
+            rc = replctl_follow(srv, h, port, msg, sizeof(msg));
+        }
+    } else {
+        return false;
+    }
+    if (rc < 0 && strncmp(msg, "CLIENT_ERROR", 12) == 0)
+        kura_session_client_error(s, out, msg);
+    else
+        kura_session_reply(s, out, msg);
+    return true;
+}
