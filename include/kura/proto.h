@@ -123,6 +123,23 @@ bool kura_session_take_dirty(kura_session *s);
  * sends its queued replies, then gives its socket to h->take. */
 const kura_handoff *kura_session_handoff(const kura_session *s);
 
+/* Where "stats" reads its figures: a session's engine, server and command
+ * table, or the metrics server's (src/server/metrics.c), which shows the
+ * same figures to Prometheus. */
+typedef struct kura_stats_source {
+    kura_engine *engine;
+    kura_server_info *server;
+    const kura_cmdtab *cmds;
+} kura_stats_source;
+
+/* Calls emit(arg, name, value) for each line "stats" (group NULL) or
+ * "stats <group>" ([group, group+glen)) answers, in the same order; false
+ * for a group nobody provides.  Groups that answer no lines (reset,
+ * detail) are not among them.  Safe from any thread while the server
+ * runs, as "stats" is. */
+bool kura_stats_lines(const kura_stats_source *src, const char *group, size_t glen,
+                      kura_stat_fn emit, void *arg);
+
 /* kura's own commands beside the protocol, registered by the server:
  * "digest" (src/proto/digest.c) and the listings "lru_crawler metadump",
  * "keys", "rget" (src/proto/listing.c).  KURA_OK or kura_cmdtab_add's

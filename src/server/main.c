@@ -539,6 +539,8 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
+    if (metrics_start(&srv) < 0)
+        goto fail;
     if (start_committer(&srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot start the commit thread");
         goto fail;
@@ -563,6 +565,7 @@ int main(int argc, char **argv)
     notify_stopping();
     daemon_stop_watchdog(STOP_TIMEOUT);
     listener_close(&srv);
+    metrics_stop();
     /* The committer's last sync releases the replies it covers, so it stops
      * before the workers; its lock outlives them (they may still ask for a
      * sequence until they stop). */
@@ -597,6 +600,7 @@ fail:
     /* Start-up failed: the reason is logged (and on stderr).  Undo what was
      * done, in reverse, so no pid file or socket file is left behind. */
     committer_stop(srv.committer);
+    metrics_stop();
     if (workers)
         workers_stop(&srv);
     committer_free(srv.committer);

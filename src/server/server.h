@@ -61,6 +61,7 @@ typedef struct kura_settings {
     int bgsc;                   /* -bgsc: enum kura_codec */
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
+    const char *metrics;        /* -metrics [HOST:]PORT: Prometheus; NULL = none */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
 } kura_settings;
 
@@ -122,6 +123,12 @@ int pidfile_write(void);
 void pidfile_remove(void);
 int daemon_drop_privileges(const kura_settings *s);
 void daemon_stop_watchdog(int seconds);
+
+/* metrics.c: -metrics' HTTP server on a thread of its own, started once
+ * the workers run and the command table is complete, stopped before the
+ * workers (what it reads must outlive it).  0, or -1 (logged). */
+int metrics_start(struct kura_server *srv);
+void metrics_stop(void);
 
 /* main.c: mkdir -p; 0 or -1 with errno */
 int mkdir_parents(const char *dir);
