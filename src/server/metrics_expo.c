@@ -396,7 +396,8 @@ static void fsync_histogram(kura_buf *out, const mx_lines *f)
 }
 
 /* "repl_replica_<sid> name,acked=N,lag_us=N,lag_rows=N[,flag...]": one
- * sample per replica in each family; a flag or state= is the state label. */
+ * sample per replica (labelled with its server id) in each family; the
+ * info family carries its name (address) and state (a flag, or state=). */
 static void replica_lines(kura_buf *out, const mx_lines *r)
 {
     static const struct {
@@ -438,9 +439,9 @@ static void replica_lines(kura_buf *out, const mx_lines *r)
             head = true;
             putf(out, "%s{replica=\"", fields[f].metric);
             put_label(out, sid);
-            put(out, "\",peer=\"");
-            put_label(out, peer ? peer : "");
-            if (fields[f].scale == 0) {
+            if (fields[f].scale == 0) {         /* the info metric: a new port, a new series */
+                put(out, "\",peer=\"");
+                put_label(out, peer ? peer : "");
                 put(out, "\",state=\"");
                 put_label(out, state);
             }

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# kura-test: once
 """test_metrics.py - the Prometheus endpoint (-metrics [HOST:]PORT): /metrics
 and /health, scraped over real HTTP.
 
