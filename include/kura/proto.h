@@ -140,6 +140,11 @@ typedef struct kura_stats_source {
 bool kura_stats_lines(const kura_stats_source *src, const char *group, size_t glen,
                       kura_stat_fn emit, void *arg);
 
+/* "stats detail" (src/proto/detail.c): the key prefix delimiter (-D) and
+ * whether counting starts on (memcached turns it on when -D is given).
+ * Before the workers start. */
+void kura_detail_setup(char delimiter, bool on);
+
 /* kura's own commands beside the protocol, registered by the server:
  * "digest" (src/proto/digest.c) and the listings "lru_crawler metadump",
  * "keys", "rget" (src/proto/listing.c).  KURA_OK or kura_cmdtab_add's

@@ -139,6 +139,7 @@ static void stats_general(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "kura_store_errors", t.store_errors);
     stat_u64(out, "kura_listing_runs", t.listing_runs);
     stat_u64(out, "kura_digest_runs", t.digest_runs);
+    stat_u64(out, "kura_detail_dropped", detail_dropped());
     stat_u64(out, "kura_disk_full_time", (uint64_t)engine_disk_full_at(s->engine));
     engine_backend_stats(s->engine, out->emit, out->arg);
     cmdtab_stats(s->cmds, NULL, 0, out->emit, out->arg);   /* the server's modules' */
@@ -162,8 +163,9 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "chunk_size", 48);
     stat_u64(out, "num_threads", (uint64_t)si->nthreads);
     stat_u64(out, "num_threads_per_udp", (uint64_t)si->nthreads);
-    stat_str(out, "stat_key_prefix", ":");
-    stat_str(out, "detail_enabled", "no");
+    char delim[2] = { detail_delimiter(), '\0' };
+    stat_str(out, "stat_key_prefix", delim);
+    stat_str(out, "detail_enabled", atomic_load(&detail_on) ? "yes" : "no");
     stat_u64(out, "reqs_per_event", 20);
     stat_str(out, "cas_enabled", "yes");
     stat_u64(out, "tcp_backlog", 1024);
@@ -285,8 +287,6 @@ bool kura_stats_lines(const kura_stats_source *s, const char *group, size_t glen
         stat_str(&out, "sizes_status", "disabled");
     else if (sub_is(&g, "fsync"))
         stats_fsync(&out);
-    else if (sub_is(&g, "conns"))
-        ;                               /* per-connection detail is not kept: empty */
     else
         return cmdtab_stats(s->cmds, group, glen, emit, arg);   /* the server's modules' */
     return true;
@@ -306,15 +306,19 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
         pthread_mutex_unlock(&si->reset_lock);
         atomic_store(&si->total_connections, 0);
         atomic_store(&si->rejected_connections, 0);
+        detail_clear();                 /* memcached's stats_reset clears them too */
         KURA_BUF_LIT(out, "RESET\r\n");
         return;
     } else if (sub_is(&tok[1], "detail")) {
-        if (ntok >= 4 && (sub_is(&tok[2], "on") || sub_is(&tok[2], "off")))
+        if (ntok >= 4 && (sub_is(&tok[2], "on") || sub_is(&tok[2], "off"))) {
+            detail_set(sub_is(&tok[2], "on"));
             KURA_BUF_LIT(out, "OK\r\n");
-        else if (ntok >= 4 && sub_is(&tok[2], "dump"))
-            END_LINE(out);
-        else
+        } else if (ntok >= 4 && sub_is(&tok[2], "dump")) {
+            if (!detail_dump(out))
+                s->close = true;        /* no memory for the reply: as a get's */
+        } else {
             KURA_BUF_LIT(out, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        }
         return;
     } else if (!kura_stats_lines(&src, ntok == 2 ? NULL : tok[1].value, tok[1].length,
                                  emit_line, out)) {

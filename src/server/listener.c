@@ -35,6 +35,7 @@
 
 static struct event *listen_events[MAX_LISTENERS];
 static int listen_fds[MAX_LISTENERS];
+static conn_entry *listen_entries[MAX_LISTENERS];   /* "stats conns" */
 static int nlisten;
 static struct event *backoff_timer;     /* re-enables accepting */
 static bool accept_paused;
@@ -105,6 +106,7 @@ static int add_listener(kura_server *srv, int fd)
         close(fd);
         return -1;
     }
+    listen_entries[nlisten] = connlist_add(fd, true);
     listen_fds[nlisten++] = fd;
     return 0;
 }
@@ -204,6 +206,8 @@ void listener_close(kura_server *srv)
 {
     for (int i = 0; i < nlisten; i++) {
         event_free(listen_events[i]);
+        connlist_remove(listen_entries[i]);
+        listen_entries[i] = NULL;
         close(listen_fds[i]);
     }
     nlisten = 0;

@@ -428,6 +428,7 @@ static void init_info(kura_server *srv)
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
+    kura_detail_setup(st->delimiter ? st->delimiter[0] : ':', st->delimiter != NULL);
 }
 
 /* "shutdown": memcached's answer when it was started without -A */
@@ -446,7 +447,7 @@ static int register_commands(kura_server *srv)
     srv->cmds = kura_cmdtab_new();
     if (!srv->cmds || kura_cmdtab_add(srv->cmds, &shutdown) != KURA_OK ||
         digest_register(srv->cmds) != KURA_OK || listing_register(srv->cmds) != KURA_OK ||
-        repl_register(srv) < 0) {
+        repl_register(srv) < 0 || connlist_register(srv->cmds) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot register the server's commands");
         return -1;
     }

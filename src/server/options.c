@@ -95,6 +95,8 @@ static const opt options[] = {
     { { "-bgsstop" }, OPT_FLAG, F(bgs_stop), 0, 0, NULL, "take a snapshot at a clean stop too" },
     { { "-metrics" }, OPT_STR, F(metrics), 0, 0, "[HOST:]PORT",
       "serve Prometheus' /metrics and /health over HTTP there (HOST defaults to -host's)" },
+    { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
+      "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },

@@ -62,6 +62,8 @@ typedef struct kura_settings {
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
     const char *metrics;        /* -metrics [HOST:]PORT: Prometheus; NULL = none */
+    const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
+                                   character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
 } kura_settings;
 
@@ -123,6 +125,16 @@ int pidfile_write(void);
 void pidfile_remove(void);
 int daemon_drop_privileges(const kura_settings *s);
 void daemon_stop_watchdog(int seconds);
+
+/* connlist.c: "stats conns".  Every listening socket and connection has an
+ * entry from its accept (or bind) to its close; its owner sets its state
+ * (and, for a request, the time of its last command) without a lock. */
+typedef struct conn_entry conn_entry;
+enum conn_state { CONN_NEW_CMD, CONN_PARSE_CMD, CONN_READ, CONN_MWRITE, CONN_LISTENING };
+conn_entry *connlist_add(int fd, bool listening);       /* NULL: not listed (no memory) */
+void connlist_remove(conn_entry *e);                    /* NULL: nothing */
+void connlist_set(conn_entry *e, int state, bool request);
+int connlist_register(kura_cmdtab *cmds);               /* the "conns" group; 0 or -1 */
 
 /* metrics.c: -metrics' HTTP server on a thread of its own, started once
  * the workers run and the command table is complete, stopped before the
