@@ -169,7 +169,7 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "reqs_per_event", 20);
     stat_str(out, "cas_enabled", "yes");
     stat_u64(out, "tcp_backlog", 1024);
-    stat_str(out, "binding_protocol", "ascii");
+    stat_str(out, "binding_protocol", "auto-negotiate");   /* text and binary, by the first byte */
     stat_str(out, "auth_enabled_sasl", "no");
     stat_str(out, "auth_enabled_ascii", "no");
     stat_u64(out, "item_size_max", si->item_size_max);
