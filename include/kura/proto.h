@@ -90,6 +90,7 @@ typedef struct kura_server_info {
     int idle_timeout;
     const char *dbname;
     const char *sync_mode;
+    int unix_mode;                      /* -a (stats settings' umask) */
 } kura_server_info;
 
 /* What a session is given at creation; the pointers must outlive it. */

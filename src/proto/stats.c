@@ -157,7 +157,9 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "oldest", 0);
     stat_str(out, "evictions", "on");
     stat_str(out, "domain_socket", si->domain_socket ? si->domain_socket : "NULL");
-    stat_str(out, "umask", "700");
+    char umask_str[8];
+    snprintf(umask_str, sizeof(umask_str), "%o", (unsigned)si->unix_mode);
+    stat_str(out, "umask", umask_str);
     stat_str(out, "shutdown_command", "no");
     stat_str(out, "growth_factor", "1.25");
     stat_u64(out, "chunk_size", 48);

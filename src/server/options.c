@@ -18,7 +18,7 @@
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
-                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC };
+                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC, OPT_MODE };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -95,6 +95,8 @@ static const opt options[] = {
     { { "-bgsstop" }, OPT_FLAG, F(bgs_stop), 0, 0, NULL, "take a snapshot at a clean stop too" },
     { { "-metrics" }, OPT_STR, F(metrics), 0, 0, "[HOST:]PORT",
       "serve Prometheus' /metrics and /health over HTTP there (HOST defaults to -host's)" },
+    { { "-a" }, OPT_MODE, F(unix_mode), 0, 0777, "MASK",
+      "the unix socket's permissions, in octal (default 0700)" },
     { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
       "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
@@ -117,6 +119,7 @@ static const struct {
     { "-ulim", "-ulog" }, { "-ulmax", "-ulog" },
     { "-mport", "-mhost" }, { "-rts", "-mhost" }, { "-rw", "-mhost" },
     { "-syncrepl-timeout", "-syncrepl" }, { "-syncrepl-fail", "-syncrepl" },
+    { "-a", "-s" },
 };
 
 void options_defaults(kura_settings *s)
@@ -138,6 +141,7 @@ void options_defaults(kura_settings *s)
     s->bgsi = 3600;
     s->bgsc = KURA_CODEC_LZO;
     s->bgsn = 2;
+    s->unix_mode = 0700;
 }
 
 const char *options_sync_name(int mode)
@@ -257,6 +261,16 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         if (codec_by_name(val, &c) != KURA_OK)
             return opt_error(where, arg, "'%s' is not one of lzo, zlib, bz2, none", val);
         *(int *)field = (int)c;
+        break;
+    }
+    case OPT_MODE: {
+        /* memcached's -a: octal */
+        char *end;
+        errno = 0;
+        long m = strtol(val, &end, 8);
+        if (errno || end == val || *end || m < o->min || m > o->max)
+            return opt_error(where, arg, "'%s' is not an octal mode from 0 to 0777", val);
+        *(int *)field = (int)m;
         break;
     }
     case OPT_SYNCREPL_FAIL:

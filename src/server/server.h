@@ -62,6 +62,7 @@ typedef struct kura_settings {
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
     const char *metrics;        /* -metrics [HOST:]PORT: Prometheus; NULL = none */
+    int unix_mode;              /* -a: the unix socket's mode (default 0700) */
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
@@ -199,6 +200,9 @@ int fdlimit_setup(kura_settings *s);
 int listener_open(kura_server *srv);     /* binds */
 int listener_listen(kura_server *srv);   /* then accepts */
 void listener_close(kura_server *srv);
+/* -u: the unix socket (-s), bound as root, becomes the user's (daemon.c,
+ * before root is given up). */
+void listener_chown(uid_t uid, gid_t gid);
 
 /* What a worker exposes to conn.c. */
 struct kura_worker {
