@@ -35,7 +35,8 @@
     X(cas_misses) X(cas_hits) X(cas_badval) X(touch_hits) X(touch_misses) \
     X(store_too_large) X(store_no_memory) X(store_errors) X(total_items) \
     X(bytes_read) X(bytes_written) X(client_errors) X(unknown_commands) \
-    X(protocol_closes) X(conn_yields) X(listing_runs) X(digest_runs)
+    X(protocol_closes) X(conn_yields) X(listing_runs) X(digest_runs) \
+    X(auth_cmds) X(auth_errors)
 
 typedef struct kura_thread_stats {
 #define KURA_STAT_FIELD(name) _Atomic uint64_t name;

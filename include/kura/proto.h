@@ -62,6 +62,14 @@
  * worker's other connections have a turn every this many. */
 #define KURA_REQUESTS_PER_CALL 256
 
+/* memcached's ASCII authentication (-Y FILE, src/proto/auth.c). */
+typedef struct kura_auth kura_auth;
+/* Reads "user:password" lines; 0, or -1 with one line saying why in err
+ * (missing, unreadable, malformed). */
+int kura_auth_load(const char *path, kura_auth **out, char *err, size_t errlen);
+void kura_auth_free(kura_auth *a);
+const char *kura_auth_path(const kura_auth *a);
+
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */
 typedef struct kura_server_info {
@@ -91,6 +99,7 @@ typedef struct kura_server_info {
     const char *dbname;
     const char *sync_mode;
     int unix_mode;                      /* -a (stats settings' umask) */
+    const kura_auth *auth;              /* -Y: connections authenticate first; NULL: not */
 } kura_server_info;
 
 /* What a session is given at creation; the pointers must outlive it. */

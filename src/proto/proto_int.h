@@ -26,6 +26,7 @@ typedef struct kura_proto {
 
 extern const kura_proto kura_proto_text;
 extern const kura_proto kura_proto_binary;
+extern const kura_proto kura_proto_auth;        /* -Y: before any other (auth.c) */
 
 /* A connection's protocol session.  The first part is every protocol's:
  * set at creation, or read by the connection through proto.h's accessors;

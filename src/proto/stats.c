@@ -114,8 +114,8 @@ static void stats_general(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "touch_misses", t.touch_misses);
     stat_u64(out, "store_too_large", t.store_too_large);
     stat_u64(out, "store_no_memory", t.store_no_memory);
-    stat_u64(out, "auth_cmds", 0);
-    stat_u64(out, "auth_errors", 0);
+    stat_u64(out, "auth_cmds", t.auth_cmds);
+    stat_u64(out, "auth_errors", t.auth_errors);
     stat_u64(out, "bytes_read", t.bytes_read);
     stat_u64(out, "bytes_written", t.bytes_written);
     stat_u64(out, "limit_maxbytes", u.limit_maxbytes ? u.limit_maxbytes : si->maxbytes);
@@ -173,7 +173,7 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "tcp_backlog", 1024);
     stat_str(out, "binding_protocol", "auto-negotiate");   /* text and binary, by the first byte */
     stat_str(out, "auth_enabled_sasl", "no");
-    stat_str(out, "auth_enabled_ascii", "no");
+    stat_str(out, "auth_enabled_ascii", si->auth ? kura_auth_path(si->auth) : "no");
     stat_u64(out, "item_size_max", si->item_size_max);
     stat_str(out, "maxconns_fast", "yes");
     stat_u64(out, "hashpower_init", 0);

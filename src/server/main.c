@@ -429,6 +429,7 @@ static void init_info(kura_server *srv)
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
     si->unix_mode = st->unix_mode;
+    si->auth = st->auth;
     kura_detail_setup(st->delimiter ? st->delimiter[0] : ':', st->delimiter != NULL);
 }
 

@@ -294,6 +294,9 @@ static const mx_map kura_general_map[] = {
     { "kura_listing_runs", "kura_listing_runs_total", "counter",
       "Key listings started (lru_crawler metadump, keys, rget).", 0 },
     { "kura_digest_runs", "kura_digest_runs_total", "counter", "digest commands run.", 0 },
+    { "auth_cmds", "kura_auth_attempts_total", "counter",
+      "Authentication attempts (-Y), successful or not.", 0 },
+    { "auth_errors", "kura_auth_failures_total", "counter", "Authentication attempts that failed.", 0 },
     /* the update log's (main.c's repl_stats) */
     { "ulog_bytes", "kura_ulog_bytes", "gauge", "Bytes of the update log's files.", 0 },
     { "ulog_files", "kura_ulog_files", "gauge", "Files of the update log.", 0 },

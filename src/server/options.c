@@ -31,6 +31,10 @@ typedef struct opt {
 
 #define F(field) offsetof(kura_settings, field)
 
+/* -Y's entries: kept for the life of the process (the sessions read them
+ * until the last one is gone); a global, so leak checkers see them held. */
+static kura_auth *auth_loaded;
+
 static const opt options[] = {
     { { "-host", "-l" }, OPT_STR, F(host), 0, 0, "ADDR",
       "listen on this address (default 127.0.0.1; 0.0.0.0 for all)" },
@@ -97,6 +101,8 @@ static const opt options[] = {
       "serve Prometheus' /metrics and /health over HTTP there (HOST defaults to -host's)" },
     { { "-a" }, OPT_MODE, F(unix_mode), 0, 0777, "MASK",
       "the unix socket's permissions, in octal (default 0700)" },
+    { { "-Y" }, OPT_STR, F(auth_file), 0, 0, "FILE",
+      "connections authenticate first (memcached's ASCII auth): lines user:password" },
     { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
       "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
@@ -458,5 +464,13 @@ int options_parse(kura_settings *s, int argc, char **argv)
                     needs[i].needs);
             return 2;
         }
+    /* read now, as the starting user (root may keep the file to itself),
+     * so that a bad file stops kurad before anything is opened */
+    char err[512];
+    if (s->auth_file && kura_auth_load(s->auth_file, &s->auth, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kurad: %s\n", err);
+        return 2;
+    }
+    auth_loaded = s->auth;
     return 0;
 }

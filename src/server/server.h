@@ -63,6 +63,8 @@ typedef struct kura_settings {
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
     const char *metrics;        /* -metrics [HOST:]PORT: Prometheus; NULL = none */
     int unix_mode;              /* -a: the unix socket's mode (default 0700) */
+    const char *auth_file;      /* -Y: memcached's ASCII authentication */
+    kura_auth *auth;            /* -Y's entries, read by options_parse */
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
