@@ -32,8 +32,14 @@ typedef struct opt {
 #define F(field) offsetof(kura_settings, field)
 
 /* -Y's entries: kept for the life of the process (the sessions read them
- * until the last one is gone); a global, so leak checkers see them held. */
+ * until the last one is gone), freed at exit. */
 static kura_auth *auth_loaded;
+
+static void free_auth(void)
+{
+    kura_auth_free(auth_loaded);
+    auth_loaded = NULL;
+}
 
 static const opt options[] = {
     { { "-host", "-l" }, OPT_STR, F(host), 0, 0, "ADDR",
@@ -471,6 +477,8 @@ int options_parse(kura_settings *s, int argc, char **argv)
         fprintf(stderr, "kurad: %s\n", err);
         return 2;
     }
+    if (s->auth && !auth_loaded)
+        atexit(free_auth);
     auth_loaded = s->auth;
     return 0;
 }
