@@ -35,7 +35,8 @@
     X(cas_misses) X(cas_hits) X(cas_badval) X(touch_hits) X(touch_misses) \
     X(store_too_large) X(store_no_memory) X(store_errors) X(total_items) \
     X(bytes_read) X(bytes_written) X(client_errors) X(unknown_commands) \
-    X(protocol_closes) X(conn_yields)
+    X(protocol_closes) X(conn_yields) X(listing_runs) X(digest_runs) \
+    X(auth_cmds) X(auth_errors)
 
 typedef struct kura_thread_stats {
 #define KURA_STAT_FIELD(name) _Atomic uint64_t name;
@@ -93,6 +94,9 @@ void engine_tick(kura_engine *e);
 kura_clock engine_clock(kura_engine *e);
 int64_t engine_now(kura_engine *e);
 int64_t engine_started(kura_engine *e);
+/* When a change was last refused for a full disk (KURA_ENOSPC), Unix time;
+ * 0 if never. */
+int64_t engine_disk_full_at(kura_engine *e);
 /* Converts a client exptime (0, relative up to 30 days, absolute beyond,
  * negative = already expired) to absolute Unix time as memcached does. */
 int64_t engine_abs_exptime(kura_engine *e, int64_t exptime);

@@ -62,6 +62,14 @@
  * worker's other connections have a turn every this many. */
 #define KURA_REQUESTS_PER_CALL 256
 
+/* memcached's ASCII authentication (-Y FILE, src/proto/auth.c). */
+typedef struct kura_auth kura_auth;
+/* Reads "user:password" lines; 0, or -1 with one line saying why in err
+ * (missing, unreadable, malformed). */
+int kura_auth_load(const char *path, kura_auth **out, char *err, size_t errlen);
+void kura_auth_free(kura_auth *a);
+const char *kura_auth_path(const kura_auth *a);
+
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */
 typedef struct kura_server_info {
@@ -90,6 +98,8 @@ typedef struct kura_server_info {
     int idle_timeout;
     const char *dbname;
     const char *sync_mode;
+    int unix_mode;                      /* -a (stats settings' umask) */
+    const kura_auth *auth;              /* -Y: connections authenticate first; NULL: not */
 } kura_server_info;
 
 /* What a session is given at creation; the pointers must outlive it. */
@@ -122,6 +132,28 @@ bool kura_session_take_dirty(kura_session *s);
 /* The hand-off a command asked for (cmdtab.h), or NULL: the connection
  * sends its queued replies, then gives its socket to h->take. */
 const kura_handoff *kura_session_handoff(const kura_session *s);
+
+/* Where "stats" reads its figures: a session's engine, server and command
+ * table, or the metrics server's (src/server/metrics.c), which shows the
+ * same figures to Prometheus. */
+typedef struct kura_stats_source {
+    kura_engine *engine;
+    kura_server_info *server;
+    const kura_cmdtab *cmds;
+} kura_stats_source;
+
+/* Calls emit(arg, name, value) for each line "stats" (group NULL) or
+ * "stats <group>" ([group, group+glen)) answers, in the same order; false
+ * for a group nobody provides.  Groups that answer no lines (reset,
+ * detail) are not among them.  Safe from any thread while the server
+ * runs, as "stats" is. */
+bool kura_stats_lines(const kura_stats_source *src, const char *group, size_t glen,
+                      kura_stat_fn emit, void *arg);
+
+/* "stats detail" (src/proto/detail.c): the key prefix delimiter (-D) and
+ * whether counting starts on (memcached turns it on when -D is given).
+ * Before the workers start. */
+void kura_detail_setup(char delimiter, bool on);
 
 /* kura's own commands beside the protocol, registered by the server:
  * "digest" (src/proto/digest.c) and the listings "lru_crawler metadump",

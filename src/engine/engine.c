@@ -254,6 +254,7 @@ void engine_close(kura_engine *e)
 kura_store *engine_store_of(kura_engine *e) { return e->store; }
 int64_t engine_now(kura_engine *e) { (void)e; return wall_now(); }
 int64_t engine_started(kura_engine *e) { return e->started; }
+int64_t engine_disk_full_at(kura_engine *e) { return atomic_load(&e->disk_full_at); }
 size_t engine_item_size_max(const kura_engine *e) { return e->item_size_max; }
 
 kura_clock engine_clock(kura_engine *e)
@@ -601,6 +602,8 @@ done:
         KURA_STAT_INC(ts, store_no_memory);
     else if (rc < 0)
         KURA_STAT_INC(ts, store_errors);
+    if (rc == KURA_ENOSPC)
+        atomic_store(&e->disk_full_at, engine_now(e));   /* /health (metrics.c) */
     return rc;
 }
 

@@ -7,9 +7,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kura/kio.h"
@@ -38,16 +41,58 @@ static ssize_t sys_pwritev(const kura_io *io, int fd, const struct iovec *iov, i
     return pwritev(fd, iov, n, off);
 }
 
+/* The syncs' latency (kio.h): Prometheus' default buckets, in
+ * microseconds, from 100us to 10s, and one for anything longer. */
+const unsigned kio_sync_bucket_us[KIO_SYNC_BUCKETS] = {
+    100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 10000000, UINT_MAX,
+};
+static _Atomic unsigned long long sync_sum_us, sync_bucket[KIO_SYNC_BUCKETS];
+
+static unsigned long long now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000u + (unsigned long long)ts.tv_nsec / 1000u;
+}
+
+static void sync_done(unsigned long long since)
+{
+    unsigned long long us = now_us() - since;
+    int i = 0;
+    while (us > kio_sync_bucket_us[i] && i < KIO_SYNC_BUCKETS - 1)
+        i++;
+    atomic_fetch_add_explicit(&sync_bucket[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sync_sum_us, us, memory_order_relaxed);
+}
+
+void kio_get_sync_latency(kio_sync_latency *out)
+{
+    /* the count is the buckets' sum, so +Inf equals it, as Prometheus wants */
+    out->sum_us = atomic_load(&sync_sum_us);
+    for (int i = 0; i < KIO_SYNC_BUCKETS; i++)
+        out->bucket[i] = atomic_load(&sync_bucket[i]);
+    out->count = 0;
+    for (int i = 0; i < KIO_SYNC_BUCKETS; i++)
+        out->count += out->bucket[i];
+}
+
 static int sys_fsync(const kura_io *io, int fd)
 {
     (void)io;
-    return fsync(fd);
+    unsigned long long t = now_us();
+    int r = fsync(fd);
+    sync_done(t);
+    return r;
 }
 
 static int sys_fdatasync(const kura_io *io, int fd)
 {
     (void)io;
-    return fdatasync(fd);
+    unsigned long long t = now_us();
+    int r = fdatasync(fd);
+    sync_done(t);
+    return r;
 }
 
 /* posix_fallocate returns its error; the table's entries set errno. */

@@ -204,6 +204,7 @@ static void bin_get(kura_session *s, const bin_req *r, kura_buf *out)
     }
     size_t mark = out->len;
     int rc = engine_get(s->engine, s->stats, r->key, r->keylen, &o, bin_emit, &g, NULL);
+    detail_note(r->key, r->keylen, DETAIL_GET, rc == KURA_OK);
     if (rc == KURA_OK)
         return;
     out->len = mark;
@@ -242,6 +243,8 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
     engine_store_opts o = { .cas_in = r->cas };
     uint64_t cas = 0;
     KURA_STAT_INC(s->stats, cmd_set);
+    if (!concat)
+        detail_note(r->key, r->keylen, DETAIL_SET, false);   /* memcached: not append/prepend */
     s->dirty = true;
     int rc = engine_store(s->engine, s->stats, cmd, &it, &o, &cas);
     switch (rc) {
@@ -258,6 +261,7 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
 
 static void bin_delete(kura_session *s, const bin_req *r, kura_buf *out)
 {
+    detail_note(r->key, r->keylen, DETAIL_DEL, false);
     s->dirty = true;
     int rc = engine_delete(s->engine, s->stats, r->key, r->keylen,
                            &(engine_delete_opts){ .cas_in = r->cas });
@@ -300,45 +304,73 @@ static void bin_arith(kura_session *s, const bin_req *r, kura_buf *out)
     }
 }
 
-/* stat [group]: the text protocol's lines, each sent as a packet (key =
- * name, value = value), then an empty packet; an unknown group is "Not
- * found". */
+/* One stat as a packet: key = name, value = value. */
+typedef struct bin_stat_ctx {
+    kura_session *s;
+    kura_buf *out;
+    const bin_req *r;
+} bin_stat_ctx;
+
+static void bin_stat_packet(void *arg, const char *name, const char *value)
+{
+    bin_stat_ctx *c = arg;
+    size_t nlen = strlen(name), vlen = strlen(value);
+    if (bin_header(c->s, c->out, c->r, ST_OK, 0, (uint16_t)nlen, (uint32_t)(nlen + vlen), 0)) {
+        kura_buf_append(c->out, name, nlen);
+        kura_buf_append(c->out, value, vlen);
+    }
+}
+
+static bool key_has(const bin_req *r, size_t at, const char *word)
+{
+    size_t n = strlen(word);
+    return r->keylen >= at + n && memcmp(r->key + at, word, n) == 0;
+}
+
+/* stat [group]: the lines "stats [group]" answers, each a packet, then an
+ * empty packet; an unknown group is "Not found".  Dispatched as memcached
+ * dispatches it: a key that starts with "reset", "settings" or "detail"
+ * is that group whatever follows ("settingsX" is settings; "detail dump"
+ * answers one packet "detailed" holding the whole dump, "detail on" and
+ * "detail off" switch), any other group by its exact name; "conns" is
+ * not served over the binary protocol (memcached: Not found). */
 static void bin_stat(kura_session *s, const bin_req *r, kura_buf *out)
 {
-    kura_buf lines = { 0 };
-    text_token tok[4] = { { "stats", 5 }, { NULL, 0 }, { NULL, 0 }, { NULL, 0 } };
-    int ntok = 2;
-    if (r->keylen > 0) {
-        tok[1].value = r->key;
-        tok[1].length = r->keylen;
-        ntok = 3;
-    }
-    text_stats(s, tok, ntok, &lines);
-    if ((lines.len >= 5 && memcmp(lines.data, "ERROR", 5) == 0) ||
-        (lines.len >= 12 && memcmp(lines.data, "CLIENT_ERROR", 12) == 0)) {
+    const kura_stats_source src = { s->engine, s->server, s->cmds };
+    bin_stat_ctx c = { s, out, r };
+    if (r->keylen == 0) {
+        kura_stats_lines(&src, NULL, 0, bin_stat_packet, &c);
+    } else if (key_has(r, 0, "reset")) {
+        kura_buf ignored = { 0 };
+        text_token tok[3] = { { "stats", 5 }, { "reset", 5 }, { NULL, 0 } };
+        text_stats(s, tok, 3, &ignored);
+        kura_buf_free(&ignored);
+    } else if (key_has(r, 0, "settings")) {
+        kura_stats_lines(&src, "settings", 8, bin_stat_packet, &c);
+    } else if (key_has(r, 0, "detail")) {
+        if (key_has(r, 6, " dump")) {
+            kura_buf dump = { 0 };
+            if (!detail_dump(&dump) || dump.len > UINT32_MAX - 8) {
+                kura_buf_free(&dump);
+                bin_error(s, out, r, ST_ENOMEM);
+                return;
+            }
+            if (bin_header(s, out, r, ST_OK, 0, 8, (uint32_t)(8 + dump.len), 0)) {
+                KURA_BUF_LIT(out, "detailed");
+                kura_buf_append(out, dump.data, dump.len);
+            }
+            kura_buf_free(&dump);
+        } else if (key_has(r, 6, " on") || key_has(r, 6, " off")) {
+            detail_set(key_has(r, 6, " on"));
+        } else {
+            bin_error(s, out, r, ST_KEY_ENOENT);
+            return;
+        }
+    } else if ((r->keylen == 5 && memcmp(r->key, "conns", 5) == 0) ||
+               !kura_stats_lines(&src, r->key, r->keylen, bin_stat_packet, &c)) {
         bin_error(s, out, r, ST_KEY_ENOENT);
-        kura_buf_free(&lines);
         return;
     }
-    const char *p = lines.data, *end = lines.data + lines.len;
-    while (p && p < end) {
-        const char *eol = memchr(p, '\r', (size_t)(end - p));
-        if (!eol)
-            break;
-        if (eol - p > 5 && memcmp(p, "STAT ", 5) == 0) {
-            const char *name = p + 5;
-            const char *sp = memchr(name, ' ', (size_t)(eol - name));
-            size_t nlen = sp ? (size_t)(sp - name) : (size_t)(eol - name);
-            const char *val = sp ? sp + 1 : eol;
-            size_t vlen = (size_t)(eol - val);
-            if (bin_header(s, out, r, ST_OK, 0, (uint16_t)nlen, (uint32_t)(nlen + vlen), 0)) {
-                kura_buf_append(out, name, nlen);
-                kura_buf_append(out, val, vlen);
-            }
-        }
-        p = eol + 2;
-    }
-    kura_buf_free(&lines);
     bin_header(s, out, r, ST_OK, 0, 0, 0, 0);
 }
 

@@ -128,6 +128,7 @@ static void cmd_digest(void *ctx, kura_session *s, text_token *tok, int ntok,
     }
     size_t mark = out->len;
     w.mark = mark;
+    KURA_STAT_INC(s->stats, digest_runs);
     if (w.only < 0) {
         w.sum = calloc(w.n, sizeof(uint64_t));
         w.count = calloc(w.n, sizeof(uint64_t));

@@ -214,8 +214,10 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
     bool resumed = s->resume != 0;
     size_t mark = out->len;
     s->resume = 0;
-    if (!resumed)
+    if (!resumed) {
         engine_list_begin(&s->list);
+        KURA_STAT_INC(s->stats, listing_runs);
+    }
     int rc;
     uint64_t start = s->list.count;
     do {

@@ -42,7 +42,11 @@ size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out
     if (!s->proto) {
         if (len == 0)
             return 0;
-        const kura_proto *p = (unsigned char)in[0] == BINARY_REQ_MAGIC ? &kura_proto_binary
+        /* With -Y every connection starts at the authentication gate,
+         * whatever it sends: the one place that decides whether a command
+         * may run at all (auth.c). */
+        const kura_proto *p = s->server->auth ? &kura_proto_auth
+                            : (unsigned char)in[0] == BINARY_REQ_MAGIC ? &kura_proto_binary
                                                                        : &kura_proto_text;
         if (p->state_size && !(s->state = calloc(1, p->state_size))) {
             s->close = true;            /* as any other allocation failure of a request */

@@ -26,6 +26,7 @@ typedef struct kura_proto {
 
 extern const kura_proto kura_proto_text;
 extern const kura_proto kura_proto_binary;
+extern const kura_proto kura_proto_auth;        /* -Y: before any other (auth.c) */
 
 /* A connection's protocol session.  The first part is every protocol's:
  * set at creation, or read by the connection through proto.h's accessors;
@@ -114,6 +115,25 @@ void text_server_error(text_session *s, kura_buf *out, int rc);
 bool text_safe_u64(const text_token *t, uint64_t *out);
 bool text_safe_u32(const text_token *t, uint32_t *out);
 bool text_safe_i32(const text_token *t, int32_t *out);
+
+/* ---- "stats detail": per-prefix counts (detail.c) ---------------------------- */
+
+enum { DETAIL_GET, DETAIL_SET, DETAIL_DEL };
+extern _Atomic bool detail_on;
+void detail_record(const char *key, size_t nkey, int op, bool hit);
+/* A request's key, counted under its prefix while "stats detail on". */
+static inline void detail_note(const char *key, size_t nkey, int op, bool hit)
+{
+    if (atomic_load_explicit(&detail_on, memory_order_relaxed))
+        detail_record(key, nkey, op, hit);
+}
+void detail_set(bool on);
+char detail_delimiter(void);
+uint64_t detail_dropped(void);
+/* Appends memcached's "PREFIX p get N hit N set N del N" lines and END;
+ * false when memory ran out. */
+bool detail_dump(kura_buf *out);
+void detail_clear(void);                /* "stats reset" */
 
 /* "stats ..." (stats.c); ntok counts the terminal token. */
 void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out);

@@ -16,26 +16,33 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "kura/kio.h"
 #include "proto_int.h"
 
-static void stat_str(kura_buf *out, const char *name, const char *val)
-{
-    char line[512];
-    int n = snprintf(line, sizeof(line), "STAT %s %s\r\n", name, val);
-    if (n > 0)
-        kura_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
-}
+/* A group's lines go to an emitter (kura_stat_fn): "stats" formats them
+ * as "STAT name value" lines (emit_line), the metrics server (src/server/
+ * metrics.c) collects them, so both read the same figures. */
+typedef struct stat_out {
+    kura_stat_fn emit;
+    void *arg;
+} stat_out;
 
-static void stat_u64(kura_buf *out, const char *name, uint64_t v)
+#define stat_str(o, name, val) (o)->emit((o)->arg, (name), (val))
+
+static void stat_u64(const stat_out *o, const char *name, uint64_t v)
 {
     char val[24];
     snprintf(val, sizeof(val), "%" PRIu64, v);
-    stat_str(out, name, val);
+    stat_str(o, name, val);
 }
 
-static void emit_backend_stat(void *arg, const char *name, const char *value)
+/* "STAT name value\r\n" into the kura_buf at arg. */
+static void emit_line(void *arg, const char *name, const char *value)
 {
-    stat_str(arg, name, value);
+    char line[512];
+    int n = snprintf(line, sizeof(line), "STAT %s %s\r\n", name, value);
+    if (n > 0)
+        kura_buf_append(arg, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
 /* Every thread's counters summed, the main thread's block included. */
@@ -57,7 +64,7 @@ static void totals(kura_server_info *si, kura_stats_totals *t)
     pthread_mutex_unlock(&si->reset_lock);
 }
 
-static void stats_general(text_session *s, kura_buf *out)
+static void stats_general(const kura_stats_source *s, const stat_out *out)
 {
     kura_server_info *si = s->server;
     kura_stats_totals t;
@@ -107,8 +114,8 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "touch_misses", t.touch_misses);
     stat_u64(out, "store_too_large", t.store_too_large);
     stat_u64(out, "store_no_memory", t.store_no_memory);
-    stat_u64(out, "auth_cmds", 0);
-    stat_u64(out, "auth_errors", 0);
+    stat_u64(out, "auth_cmds", t.auth_cmds);
+    stat_u64(out, "auth_errors", t.auth_errors);
     stat_u64(out, "bytes_read", t.bytes_read);
     stat_u64(out, "bytes_written", t.bytes_written);
     stat_u64(out, "limit_maxbytes", u.limit_maxbytes ? u.limit_maxbytes : si->maxbytes);
@@ -130,11 +137,15 @@ static void stats_general(text_session *s, kura_buf *out)
     stat_u64(out, "kura_unknown_commands", t.unknown_commands);
     stat_u64(out, "kura_protocol_closes", t.protocol_closes);
     stat_u64(out, "kura_store_errors", t.store_errors);
-    engine_backend_stats(s->engine, emit_backend_stat, out);
-    cmdtab_stats(s->cmds, NULL, 0, emit_backend_stat, out);   /* the server's modules' */
+    stat_u64(out, "kura_listing_runs", t.listing_runs);
+    stat_u64(out, "kura_digest_runs", t.digest_runs);
+    stat_u64(out, "kura_detail_dropped", detail_dropped());
+    stat_u64(out, "kura_disk_full_time", (uint64_t)engine_disk_full_at(s->engine));
+    engine_backend_stats(s->engine, out->emit, out->arg);
+    cmdtab_stats(s->cmds, NULL, 0, out->emit, out->arg);   /* the server's modules' */
 }
 
-static void stats_settings(text_session *s, kura_buf *out)
+static void stats_settings(const kura_stats_source *s, const stat_out *out)
 {
     kura_server_info *si = s->server;
     stat_u64(out, "maxbytes", si->maxbytes);
@@ -146,20 +157,23 @@ static void stats_settings(text_session *s, kura_buf *out)
     stat_u64(out, "oldest", 0);
     stat_str(out, "evictions", "on");
     stat_str(out, "domain_socket", si->domain_socket ? si->domain_socket : "NULL");
-    stat_str(out, "umask", "700");
+    char umask_str[8];
+    snprintf(umask_str, sizeof(umask_str), "%o", (unsigned)si->unix_mode);
+    stat_str(out, "umask", umask_str);
     stat_str(out, "shutdown_command", "no");
     stat_str(out, "growth_factor", "1.25");
     stat_u64(out, "chunk_size", 48);
     stat_u64(out, "num_threads", (uint64_t)si->nthreads);
     stat_u64(out, "num_threads_per_udp", (uint64_t)si->nthreads);
-    stat_str(out, "stat_key_prefix", ":");
-    stat_str(out, "detail_enabled", "no");
+    char delim[2] = { detail_delimiter(), '\0' };
+    stat_str(out, "stat_key_prefix", delim);
+    stat_str(out, "detail_enabled", atomic_load(&detail_on) ? "yes" : "no");
     stat_u64(out, "reqs_per_event", 20);
     stat_str(out, "cas_enabled", "yes");
     stat_u64(out, "tcp_backlog", 1024);
-    stat_str(out, "binding_protocol", "ascii");
+    stat_str(out, "binding_protocol", "auto-negotiate");   /* text and binary, by the first byte */
     stat_str(out, "auth_enabled_sasl", "no");
-    stat_str(out, "auth_enabled_ascii", "no");
+    stat_str(out, "auth_enabled_ascii", si->auth ? kura_auth_path(si->auth) : "no");
     stat_u64(out, "item_size_max", si->item_size_max);
     stat_str(out, "maxconns_fast", "yes");
     stat_u64(out, "hashpower_init", 0);
@@ -178,7 +192,7 @@ static void stats_settings(text_session *s, kura_buf *out)
 
 /* kura has no slab classes; it reports everything as class 1 so that tools
  * which sum over classes get the right totals. */
-static void stats_items(text_session *s, kura_buf *out)
+static void stats_items(const kura_stats_source *s, const stat_out *out)
 {
     kura_store_usage u = {0};
     engine_usage(s->engine, &u);
@@ -206,7 +220,7 @@ static void stats_items(text_session *s, kura_buf *out)
     stat_u64(out, "items:1:lrutail_reflocked", 0);
 }
 
-static void stats_slabs(text_session *s, kura_buf *out)
+static void stats_slabs(const kura_stats_source *s, const stat_out *out)
 {
     kura_server_info *si = s->server;
     kura_store_usage u = {0};
@@ -240,13 +254,52 @@ static bool sub_is(const text_token *t, const char *s)
     return t->value && t->length == n && memcmp(t->value, s, n) == 0;
 }
 
+/* "stats fsync": how long the stores' fsync and fdatasync calls took
+ * (kio.h), as cumulative counts of calls at most so many microseconds long
+ * - a histogram as Prometheus has them. */
+static void stats_fsync(const stat_out *out)
+{
+    kio_sync_latency l;
+    char name[40];
+    kio_get_sync_latency(&l);
+    stat_u64(out, "fsync_count", l.count);
+    stat_u64(out, "fsync_sum_us", l.sum_us);
+    uint64_t below = 0;
+    for (int i = 0; i < KIO_SYNC_BUCKETS; i++) {
+        below += l.bucket[i];
+        snprintf(name, sizeof(name), "fsync_le_%u_us", kio_sync_bucket_us[i]);
+        stat_u64(out, name, below);
+    }
+}
+
+bool kura_stats_lines(const kura_stats_source *s, const char *group, size_t glen,
+                      kura_stat_fn emit, void *arg)
+{
+    const stat_out out = { emit, arg };
+    text_token g = { group, glen };
+    if (!group)
+        stats_general(s, &out);
+    else if (sub_is(&g, "settings"))
+        stats_settings(s, &out);
+    else if (sub_is(&g, "items"))
+        stats_items(s, &out);
+    else if (sub_is(&g, "slabs"))
+        stats_slabs(s, &out);
+    else if (sub_is(&g, "sizes"))
+        stat_str(&out, "sizes_status", "disabled");
+    else if (sub_is(&g, "fsync"))
+        stats_fsync(&out);
+    else
+        return cmdtab_stats(s->cmds, group, glen, emit, arg);   /* the server's modules' */
+    return true;
+}
+
 #define END_LINE(out) KURA_BUF_LIT(out, "END\r\n")
 
 void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
 {
-    if (ntok == 2) {
-        stats_general(s, out);
-    } else if (sub_is(&tok[1], "reset")) {
+    const kura_stats_source src = { s->engine, s->server, s->cmds };
+    if (sub_is(&tok[1], "reset")) {
         kura_server_info *si = s->server;
         kura_stats_totals now;
         sum_threads(si, &now);
@@ -255,29 +308,23 @@ void text_stats(text_session *s, const text_token *tok, int ntok, kura_buf *out)
         pthread_mutex_unlock(&si->reset_lock);
         atomic_store(&si->total_connections, 0);
         atomic_store(&si->rejected_connections, 0);
+        detail_clear();                 /* memcached's stats_reset clears them too */
         KURA_BUF_LIT(out, "RESET\r\n");
         return;
     } else if (sub_is(&tok[1], "detail")) {
-        if (ntok >= 4 && (sub_is(&tok[2], "on") || sub_is(&tok[2], "off")))
+        if (ntok >= 4 && (sub_is(&tok[2], "on") || sub_is(&tok[2], "off"))) {
+            detail_set(sub_is(&tok[2], "on"));
             KURA_BUF_LIT(out, "OK\r\n");
-        else if (ntok >= 4 && sub_is(&tok[2], "dump"))
-            END_LINE(out);
-        else
+        } else if (ntok >= 4 && sub_is(&tok[2], "dump")) {
+            if (!detail_dump(out))
+                s->close = true;        /* no memory for the reply: as a get's */
+        } else {
             KURA_BUF_LIT(out, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        }
         return;
-    } else if (sub_is(&tok[1], "settings")) {
-        stats_settings(s, out);
-    } else if (sub_is(&tok[1], "items")) {
-        stats_items(s, out);
-    } else if (sub_is(&tok[1], "slabs")) {
-        stats_slabs(s, out);
-    } else if (sub_is(&tok[1], "sizes")) {
-        stat_str(out, "sizes_status", "disabled");
-    } else if (sub_is(&tok[1], "conns")) {
-        /* Per-connection detail is not kept; the list is empty. */
-    } else if (!cmdtab_stats(s->cmds, tok[1].value, tok[1].length, emit_backend_stat, out)) {
-        /* nor a group the server's modules registered */
-        KURA_BUF_LIT(out, "ERROR\r\n");
+    } else if (!kura_stats_lines(&src, ntok == 2 ? NULL : tok[1].value, tok[1].length,
+                                 emit_line, out)) {
+        KURA_BUF_LIT(out, "ERROR\r\n");  /* nor a group the server's modules registered */
         return;
     }
     END_LINE(out);

@@ -334,6 +334,7 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
             int rc = engine_get(s->engine, s->stats, kt->value, kt->length, &go,
                                 emit_value, &g, NULL);
             answered = true;
+            detail_note(kt->value, kt->length, DETAIL_GET, rc == KURA_OK);
             if (g.oom || rc < 0) {
                 /* A store error (a record failing its checksum, an I/O
                  * error): answering a miss would hide the fault and let a
@@ -427,6 +428,7 @@ static int parse_update(text_session *s, text_token *tok, int ntok, kura_buf *ou
         return 0;
     }
     req->vlen = (uint64_t)vlen;
+    detail_note(req->key, req->klen, DETAIL_SET, false);   /* before the value, as memcached */
     if (!engine_item_fits(s->engine, req->klen, req->vlen, req->flags)) {
         KURA_STAT_INC(s->stats, store_too_large);
         reply(s, out, "SERVER_ERROR object too large for cache");
@@ -486,6 +488,7 @@ static void cmd_delete(text_session *s, text_token *tok, int ntok, kura_buf *out
         client_error(s, out, "CLIENT_ERROR bad command line format");
         return;
     }
+    detail_note(tok[1].value, tok[1].length, DETAIL_DEL, false);
     s->dirty = true;
     int rc = engine_delete(s->engine, s->stats, tok[1].value, tok[1].length, NULL);
     if (rc == KURA_OK)

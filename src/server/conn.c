@@ -53,6 +53,7 @@ typedef struct kura_conn {
     bool held;                          /* replies wait for commit_target to be durable */
     uint64_t commit_target;
     struct kura_conn *held_next;        /* the worker's held list */
+    conn_entry *entry;                  /* "stats conns" (connlist.c) */
 } kura_conn;
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
@@ -85,6 +86,7 @@ static int conn_release(kura_conn *c, bool keep_count)
         w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    connlist_remove(c->entry);
     event_free(c->ev);
     kura_session_free(c->sess);
     kura_buf_free(&c->rbuf);
@@ -137,6 +139,7 @@ static void hold(kura_conn *c, uint64_t target)
     c->held = true;
     c->commit_target = target;
     event_del(c->ev);
+    connlist_set(c->entry, CONN_MWRITE, false);
     c->held_next = c->w->held;
     c->w->held = c;
     committer_request(c->w->srv->committer, target);
@@ -156,6 +159,7 @@ static bool flush_out(kura_conn *c)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            connlist_set(c->entry, CONN_MWRITE, false);
             set_mode(c, true);
             return false;
         }
@@ -178,6 +182,7 @@ static bool pump(kura_conn *c)
         uint64_t before = cm ? committer_thread_seq(cm) : 0;
         size_t need = kura_session_need(c->sess);
         if (avail > 0 && (need == 0 || avail >= need)) {
+            connlist_set(c->entry, CONN_PARSE_CMD, true);   /* "stats conns" */
             used = kura_session_process(c->sess, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
         }
@@ -237,6 +242,7 @@ static bool pump(kura_conn *c)
     }
     if (c->rbuf.len == 0)
         kura_buf_trim(&c->rbuf, BUF_KEEP);
+    connlist_set(c->entry, c->rbuf.len ? CONN_READ : CONN_NEW_CMD, false);
     return true;
 }
 
@@ -336,6 +342,7 @@ struct kura_conn *conn_new(kura_worker *w, int fd)
         free(c);
         return NULL;
     }
+    c->entry = connlist_add(fd, false);
     c->next = w->conns;
     if (w->conns)
         w->conns->prev = c;

@@ -72,8 +72,10 @@ int daemon_drop_privileges(const kura_settings *s)
         log_msg(KURA_LOG_INFO, "-u %s: staying root", s->user);
         return 0;
     }
-    /* The user will reopen the log on SIGHUP: the file must be theirs. */
+    /* The user will reopen the log on SIGHUP: the file must be theirs.  The
+     * unix socket too, as memcached's is its user's. */
     log_chown(pw->pw_uid, pw->pw_gid);
+    listener_chown(pw->pw_uid, pw->pw_gid);
     if (initgroups(pw->pw_name, pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 ||
         setuid(pw->pw_uid) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot become user %s: %s", s->user, strerror(errno));

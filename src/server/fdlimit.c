@@ -42,6 +42,9 @@
  * per segment it creates (128 MB each by default), so growth of half a
  * terabyte in one run stays clear of the reserve. */
 #define FD_GROWTH 4096
+/* -metrics: its connections (METRICS_MAX_CONNS in metrics.c), its
+ * listening socket, stop pipe and event base. */
+#define FD_METRICS 24
 
 /* Descriptors open now, or a generous guess if /proc is not mounted. */
 static long fds_open(void)
@@ -65,7 +68,8 @@ int fdlimit_setup(kura_settings *s)
         log_msg(KURA_LOG_ERROR, "cannot read the file descriptor limit: %s", strerror(errno));
         return -1;
     }
-    long fixed = fds_open() + FD_RESERVE + FD_PER_WORKER * s->threads;
+    long fixed = fds_open() + FD_RESERVE + FD_PER_WORKER * s->threads +
+                 (s->metrics ? FD_METRICS : 0);
     if (s->ulog_dir)
         fixed += s->repl_max + FD_REPL_FIXED;
     rlim_t need = (rlim_t)s->maxconns + (rlim_t)fixed, room = need + FD_GROWTH;

@@ -35,8 +35,10 @@
 
 static struct event *listen_events[MAX_LISTENERS];
 static int listen_fds[MAX_LISTENERS];
+static conn_entry *listen_entries[MAX_LISTENERS];   /* "stats conns" */
 static int nlisten;
 static struct event *backoff_timer;     /* re-enables accepting */
+static const char *unix_bound;          /* -s: the socket file we made (removed at close) */
 static bool accept_paused;
 
 /* The backoff is over: listen again (a connection still pending is then
@@ -105,6 +107,7 @@ static int add_listener(kura_server *srv, int fd)
         close(fd);
         return -1;
     }
+    listen_entries[nlisten] = connlist_add(fd, true);
     listen_fds[nlisten++] = fd;
     return 0;
 }
@@ -149,6 +152,23 @@ static int open_tcp(kura_server *srv)
     return opened ? 0 : -1;
 }
 
+/* True when a server answers on the unix socket at sa: a live kurad (or
+ * anything else) whose path must not be taken over. */
+static bool unix_socket_live(const struct sockaddr_un *sa)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool live = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0;
+    close(fd);
+    return live;
+}
+
+/* -s PATH: bound with -a's mode from the start (the umask is set around
+ * bind, as memcached does, so the socket never exists with a wider mode;
+ * no other thread runs yet), given to the -u user later
+ * (listener_chown), removed by listener_close.  A socket file left by a
+ * crash is replaced; one a live server answers on is not. */
 static int open_unix(kura_server *srv)
 {
     const char *path = srv->settings->unix_path;
@@ -159,16 +179,34 @@ static int open_unix(kura_server *srv)
     }
     strcpy(sa.sun_path, path);
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        if (unix_socket_live(&sa)) {
+            log_msg(KURA_LOG_ERROR, "cannot listen on unix socket %s: a server is listening "
+                    "there already", path);
+            return -1;
+        }
         unlink(path);                   /* a stale socket from an earlier run */
+    }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        log_msg(KURA_LOG_ERROR, "cannot listen on unix socket %s: %s", path, strerror(errno));
+    mode_t old = umask((mode_t)(~srv->settings->unix_mode & 0777));
+    int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int err = errno;
+    umask(old);
+    if (rc < 0) {
+        log_msg(KURA_LOG_ERROR, "cannot listen on unix socket %s: %s", path, strerror(err));
         if (fd >= 0)
             close(fd);
         return -1;
     }
+    unix_bound = path;
     return add_listener(srv, fd);
+}
+
+void listener_chown(uid_t uid, gid_t gid)
+{
+    if (unix_bound && chown(unix_bound, uid, gid) < 0)
+        log_msg(KURA_LOG_ERROR, "cannot give the unix socket %s to uid %d: %s", unix_bound,
+                (int)uid, strerror(errno));
 }
 
 /* Binds every address; listener_listen() then starts accepting. */
@@ -204,6 +242,8 @@ void listener_close(kura_server *srv)
 {
     for (int i = 0; i < nlisten; i++) {
         event_free(listen_events[i]);
+        connlist_remove(listen_entries[i]);
+        listen_entries[i] = NULL;
         close(listen_fds[i]);
     }
     nlisten = 0;
@@ -212,6 +252,8 @@ void listener_close(kura_server *srv)
         backoff_timer = NULL;
     }
     accept_paused = false;
-    if (srv->settings->unix_path)
-        unlink(srv->settings->unix_path);
+    (void)srv;
+    if (unix_bound)
+        unlink(unix_bound);             /* only the one we made: never another server's */
+    unix_bound = NULL;
 }

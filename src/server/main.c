@@ -263,6 +263,9 @@ static void init_info(kura_server *srv)
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
+    si->unix_mode = st->unix_mode;
+    si->auth = st->auth;
+    kura_detail_setup(st->delimiter ? st->delimiter[0] : ':', st->delimiter != NULL);
 }
 
 /* "shutdown": memcached's answer when it was started without -A */
@@ -281,7 +284,7 @@ static int register_commands(kura_server *srv)
     srv->cmds = kura_cmdtab_new();
     if (!srv->cmds || kura_cmdtab_add(srv->cmds, &shutdown) != KURA_OK ||
         digest_register(srv->cmds) != KURA_OK || listing_register(srv->cmds) != KURA_OK ||
-        repl_register(srv) < 0) {
+        repl_register(srv) < 0 || connlist_register(srv->cmds) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot register the server's commands");
         return -1;
     }
@@ -374,6 +377,8 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
+    if (metrics_start(&srv) < 0)
+        goto fail;
     if (start_committer(&srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot start the commit thread");
         goto fail;
@@ -398,6 +403,7 @@ int main(int argc, char **argv)
     notify_stopping();
     daemon_stop_watchdog(STOP_TIMEOUT);
     listener_close(&srv);
+    metrics_stop();
     /* The committer's last sync releases the replies it covers, so it stops
      * before the workers; its lock outlives them (they may still ask for a
      * sequence until they stop). */
@@ -438,6 +444,7 @@ fail:
     /* Start-up failed: the reason is logged (and on stderr).  Undo what was
      * done, in reverse, so no pid file or socket file is left behind. */
     committer_stop(srv.committer);
+    metrics_stop();
     if (workers)
         workers_stop(&srv);
     committer_free(srv.committer);

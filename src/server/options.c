@@ -18,7 +18,8 @@
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
                 OPT_VERY_VERBOSE, OPT_SYNC, OPT_UDP, OPT_HELP, OPT_VERSION, OPT_LOGLEVEL,
-                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC, OPT_DIVERGENCE };
+                OPT_CONF, OPT_SYNCREPL_FAIL, OPT_CODEC, OPT_DIVERGENCE,
+                OPT_MODE };
 
 typedef struct opt {
     const char *names[3];       /* aliases, e.g. "-port" and "-p" */
@@ -30,6 +31,16 @@ typedef struct opt {
 } opt;
 
 #define F(field) offsetof(kura_settings, field)
+
+/* -Y's entries: kept for the life of the process (the sessions read them
+ * until the last one is gone), freed at exit. */
+static kura_auth *auth_loaded;
+
+static void free_auth(void)
+{
+    kura_auth_free(auth_loaded);
+    auth_loaded = NULL;
+}
 
 static const opt options[] = {
     { { "-host", "-l" }, OPT_STR, F(host), 0, 0, "ADDR",
@@ -98,6 +109,14 @@ static const opt options[] = {
     { { "-repl-divergence" }, OPT_DIVERGENCE, F(divergence_refuse), 0, 0, "copy|refuse",
       "a replica holding rows its master never had: saves them and takes a full copy "
       "(default), or saves them and stops with exit status 2" },
+    { { "-metrics" }, OPT_STR, F(metrics), 0, 0, "[HOST:]PORT",
+      "serve Prometheus' /metrics and /health over HTTP there (HOST defaults to -host's)" },
+    { { "-a" }, OPT_MODE, F(unix_mode), 0, 0777, "MASK",
+      "the unix socket's permissions, in octal (default 0700)" },
+    { { "-Y" }, OPT_STR, F(auth_file), 0, 0, "FILE",
+      "connections authenticate first (memcached's ASCII auth): lines user:password" },
+    { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
+      "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -119,6 +138,7 @@ static const struct {
     { "-mport", "-mhost" }, { "-rts", "-mhost" }, { "-rw", "-mhost" },
     { "-syncrepl-timeout", "-syncrepl" }, { "-syncrepl-fail", "-syncrepl" },
     { "-repl-divergence", "-mhost" },
+    { "-a", "-s" },
 };
 
 void options_defaults(kura_settings *s)
@@ -141,6 +161,7 @@ void options_defaults(kura_settings *s)
     s->bgsi = 3600;
     s->bgsc = KURA_CODEC_LZO;
     s->bgsn = 2;
+    s->unix_mode = 0700;
 }
 
 const char *options_sync_name(int mode)
@@ -260,6 +281,16 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         if (codec_by_name(val, &c) != KURA_OK)
             return opt_error(where, arg, "'%s' is not one of lzo, zlib, bz2, none", val);
         *(int *)field = (int)c;
+        break;
+    }
+    case OPT_MODE: {
+        /* memcached's -a: octal */
+        char *end;
+        errno = 0;
+        long m = strtol(val, &end, 8);
+        if (errno || end == val || *end || m < o->min || m > o->max)
+            return opt_error(where, arg, "'%s' is not an octal mode from 0 to 0777", val);
+        *(int *)field = (int)m;
         break;
     }
     case OPT_SYNCREPL_FAIL:
@@ -452,5 +483,15 @@ int options_parse(kura_settings *s, int argc, char **argv)
                     needs[i].needs);
             return 2;
         }
+    /* read now, as the starting user (root may keep the file to itself),
+     * so that a bad file stops kurad before anything is opened */
+    char err[512];
+    if (s->auth_file && kura_auth_load(s->auth_file, &s->auth, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kurad: %s\n", err);
+        return 2;
+    }
+    if (s->auth && !auth_loaded)
+        atexit(free_auth);
+    auth_loaded = s->auth;
     return 0;
 }

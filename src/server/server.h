@@ -63,6 +63,12 @@ typedef struct kura_settings {
     int bgsc;                   /* -bgsc: enum kura_codec */
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
+    const char *metrics;        /* -metrics [HOST:]PORT: Prometheus; NULL = none */
+    int unix_mode;              /* -a: the unix socket's mode (default 0700) */
+    const char *auth_file;      /* -Y: memcached's ASCII authentication */
+    kura_auth *auth;            /* -Y's entries, read by options_parse */
+    const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
+                                   character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
 } kura_settings;
 
@@ -124,6 +130,22 @@ int pidfile_write(void);
 void pidfile_remove(void);
 int daemon_drop_privileges(const kura_settings *s);
 void daemon_stop_watchdog(int seconds);
+
+/* connlist.c: "stats conns".  Every listening socket and connection has an
+ * entry from its accept (or bind) to its close; its owner sets its state
+ * (and, for a request, the time of its last command) without a lock. */
+typedef struct conn_entry conn_entry;
+enum conn_state { CONN_NEW_CMD, CONN_PARSE_CMD, CONN_READ, CONN_MWRITE, CONN_LISTENING };
+conn_entry *connlist_add(int fd, bool listening);       /* NULL: not listed (no memory) */
+void connlist_remove(conn_entry *e);                    /* NULL: nothing */
+void connlist_set(conn_entry *e, int state, bool request);
+int connlist_register(kura_cmdtab *cmds);               /* the "conns" group; 0 or -1 */
+
+/* metrics.c: -metrics' HTTP server on a thread of its own, started once
+ * the workers run and the command table is complete, stopped before the
+ * workers (what it reads must outlive it).  0, or -1 (logged). */
+int metrics_start(struct kura_server *srv);
+void metrics_stop(void);
 
 /* main.c: mkdir -p; 0 or -1 with errno */
 int mkdir_parents(const char *dir);
@@ -214,6 +236,9 @@ int fdlimit_setup(kura_settings *s);
 int listener_open(kura_server *srv);     /* binds */
 int listener_listen(kura_server *srv);   /* then accepts */
 void listener_close(kura_server *srv);
+/* -u: the unix socket (-s), bound as root, becomes the user's (daemon.c,
+ * before root is given up). */
+void listener_chown(uid_t uid, gid_t gid);
 
 /* What a worker exposes to conn.c. */
 struct kura_worker {

@@ -113,8 +113,9 @@ SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime
                           r"ERROR: ThreadSanitizer|WARNING: ThreadSanitizer|SUMMARY: UndefinedBehaviorSanitizer")
 
 
-def _listening_inodes(port):
-    """Inodes of the sockets in LISTEN state on 127.0.0.1/any:port."""
+def _listening_inodes(port, state="0A"):
+    """Inodes of the sockets in LISTEN state (or another: "01" is
+    ESTABLISHED) on 127.0.0.1/any:port."""
     inodes = set()
     for path in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -123,25 +124,37 @@ def _listening_inodes(port):
                 for line in f:
                     parts = line.split()
                     local, st, inode = parts[1], parts[3], parts[9]
-                    if st == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    if st == state and int(local.rsplit(":", 1)[1], 16) == port:
                         inodes.add(inode)
         except OSError:
             pass
     return inodes
 
 
-def _pid_has_socket(pid, inodes):
+def _pid_sockets(pid):
+    """Inodes of the sockets process pid has open."""
+    out = set()
     try:
         for fd in os.listdir("/proc/%d/fd" % pid):
             try:
                 link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
             except OSError:
                 continue
-            if link.startswith("socket:[") and link[8:-1] in inodes:
-                return True
+            if link.startswith("socket:["):
+                out.add(link[8:-1])
     except OSError:
         pass
-    return False
+    return out
+
+
+def _pid_has_socket(pid, inodes):
+    return bool(_pid_sockets(pid) & inodes)
+
+
+def accepted_sockets(pid, port):
+    """How many connections process pid has accepted on its port `port`
+    and not closed (sockets of its in ESTABLISHED state on that port)."""
+    return len(_pid_sockets(pid) & _listening_inodes(port, state="01"))
 
 
 def _owns_listener(pid, port):
