@@ -491,6 +491,8 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     if (settings.conf_path)
         log_msg(KURA_LOG_INFO, "options read from %s", settings.conf_path);
+    for (int i = 0; i < settings.nnotes; i++)
+        log_msg(KURA_LOG_INFO, "%s", settings.notes[i]);
 
     memset(&srv, 0, sizeof(srv));
     srv.settings = &settings;
@@ -548,9 +550,11 @@ int main(int argc, char **argv)
     if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;
 
-    char status[256];
-    snprintf(status, sizeof(status), "listening on %s port %d%s%s, %d threads, sync %s",
-             settings.host, settings.port,
+    char status[256], port2[32] = "";
+    if (settings.port2)
+        snprintf(port2, sizeof(port2), " and port %d", settings.port2);
+    snprintf(status, sizeof(status), "listening on %s port %d%s%s%s, %d threads, sync %s",
+             settings.host, settings.port, port2,
              settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
              settings.threads, options_sync_name(settings.sync_mode));
     log_msg(KURA_LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,

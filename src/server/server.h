@@ -62,6 +62,11 @@ typedef struct kura_settings {
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
+    /* ttserver and ktserver options (options.c, docs/migration.md) */
+    int port2;                  /* -plex port=N beside -port: a second TCP port; 0 = none */
+    const char *notes[32];      /* what they mapped to or why they have no effect, logged
+                                   at INFO once the log is open */
+    int nnotes;
 } kura_settings;
 
 /* swap.c: a replica's full copy in a store of its own, swapped in whole */
