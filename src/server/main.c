@@ -33,6 +33,10 @@
 #define SWEEP_BUDGET 2000               /* items examined per second by the sweep */
 #define STOP_TIMEOUT 60                 /* seconds a stop may take before the watchdog ends it */
 
+/* The exit status of a failed start: 1, or 2 for a database name or
+ * parameter refused (open_store), as for a bad option. */
+static int start_status = 1;
+
 static void on_hup(evutil_socket_t sig, short what, void *arg)
 {
     (void)sig; (void)what; (void)arg;
@@ -378,6 +382,9 @@ static int open_engine(kura_server *srv)
     int rc = kura_store_open(st->dbname, &cfg, &store, err, sizeof(err));
     if (rc) {
         log_msg(KURA_LOG_ERROR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
+        /* a name or parameter refused: exit 2, as a bad option */
+        if (rc == KURA_EINVAL)
+            start_status = 2;
         return -1;
     }
     /* a missing or empty database starts from the newest good snapshot;
@@ -621,5 +628,5 @@ fail:
     free(srv.info.thread_stats);
     kura_cmdtab_free(srv.cmds);
     pidfile_remove();
-    return 1;
+    return start_status;
 }

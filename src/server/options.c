@@ -666,9 +666,14 @@ int options_parse(kura_settings *s, int argc, char **argv)
             return rc;
         db_from_conf = s->dbname != NULL;
     }
+    bool names_only = false;           /* after "--", as ktserver: every word a name */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
-        if (arg[0] != '-' || arg[1] == '\0') {
+        if (!names_only && strcmp(arg, "--") == 0) {
+            names_only = true;
+            continue;
+        }
+        if (names_only || arg[0] != '-' || arg[1] == '\0') {
             if (arg[0] == '\0') {
                 fprintf(stderr, "kurad: the database name is empty (\"*\" names the "
                                 "in-memory cache)\n");

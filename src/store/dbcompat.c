@@ -292,7 +292,7 @@ int kura_dbcompat(const char *db, int kind, kura_params *ps, void (*log)(int, co
             note(log, "database '%s': zcomp=%s has no effect: the in-memory cache does not "
                  "compress", db, z->value);
             drop(ps, z);
-        } else {
+        } else if (name != z->value) {
             snprintf(z->value, sizeof(z->value), "%s", name);
         }
     }

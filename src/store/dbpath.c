@@ -222,6 +222,26 @@ static int name_kind(const char *path, kura_params *params, bool *foreign,
     return -1;
 }
 
+/* A Tokyo or Kyoto Cabinet file where kura's database directory would be:
+ * say how to bring it over rather than "not a directory". */
+static int refuse_cabinet_file(const char *path, char *err, size_t errlen)
+{
+    char head[16] = "";
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return KURA_OK;
+    size_t got = fread(head, 1, sizeof(head), f);
+    fclose(f);
+    const char *which = got >= 14 && memcmp(head, "ToKyO CaBiNeT\n", 14) == 0 ? "Tokyo"
+                      : got >= 3 && memcmp(head, "KC\n", 3) == 0 ? "Kyoto" : NULL;
+    if (!which)
+        return KURA_OK;
+    snprintf(err, errlen, "%s is a %s Cabinet file, which kura does not open in place: "
+             "kuractl import %s NEWDB brings its records into a kura database (with the "
+             "server stopped; docs/migration.md)", path, which, path);
+    return KURA_EINVAL;
+}
+
 int kura_store_open(const char *dbname, const kura_store_config *cfg,
                     kura_store **out, char *err, size_t errlen)
 {
@@ -242,6 +262,8 @@ int kura_store_open(const char *dbname, const kura_store_config *cfg,
         return rc;
     backend_open_fn open = kind == DBK_CACHE ? cache_open : kind == DBK_HASH ? hashdb_open
                          : btree_open;
+    if ((rc = refuse_cabinet_file(path, err, errlen)))
+        return rc;
     rc = open(path, &params, cfg, out, err, errlen);
     if (rc)
         return rc;
