@@ -214,13 +214,12 @@ static const struct foreign *find_foreign(const char *arg)
 /* Keeps a line for the log (kura_settings.notes): logged once it is open. */
 static void __attribute__((format(printf, 2, 3))) add_note(kura_settings *s, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
+    if (s->nnotes == (int)(sizeof(s->notes) / sizeof(s->notes[0])))
+        return;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    vsnprintf(s->notes[s->nnotes++], sizeof(s->notes[0]), fmt, ap);
     va_end(ap);
-    if (s->nnotes < (int)(sizeof(s->notes) / sizeof(s->notes[0])))
-        s->notes[s->nnotes++] = strdup(line);
 }
 
 void options_defaults(kura_settings *s)

@@ -64,7 +64,7 @@ typedef struct kura_settings {
     uint64_t given;             /* options.c: bit i set when options[i] was given */
     /* ttserver and ktserver options (options.c, docs/migration.md) */
     int port2;                  /* -plex port=N beside -port: a second TCP port; 0 = none */
-    const char *notes[32];      /* what they mapped to or why they have no effect, logged
+    char notes[32][320];        /* what they mapped to or why they have no effect, logged
                                    at INFO once the log is open */
     int nnotes;
 } kura_settings;

@@ -31,7 +31,7 @@ Standard library only; TAP on stdout; no fixed sleeps.
 import os, re, shutil, signal, socket, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from kuratest import Skip, free_port, missing, run_functions  # noqa: E402
+from kuratest import Skip, free_port, missing, poll_until, run_functions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
@@ -45,16 +45,7 @@ import time  # noqa: E402
 
 
 def wait_until(pred, seconds, what):
-    end = time.monotonic() + seconds * SCALE
-    delay = 0.005
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError("timed out after %ss waiting for %s" % (seconds * SCALE, what))
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    return poll_until(pred, timeout=seconds, what=what)
 
 
 def read(path):
