@@ -258,8 +258,15 @@ static void usage(FILE *f)
                "  PATH.kh#bnum=N#...         hash file (.tch and .kch accepted)\n"
                "  PATH.kb#pccap=SIZE#...     B+ tree, keys in order (.tcb and .kct accepted)\n"
                "  Tokyo and Kyoto Cabinet parameters of .tch .tcb .kch .kct and the in-memory\n"
-               "  names are mapped or accepted with no effect (logged); .tct .tcf .kcd .kcf\n"
-               "  are refused.  docs/migration.md has the table.\n\n"
+               "  names (docs/migration.md has the table):\n"
+               "    mapped: opts d/c -> zcomp=zlib, b -> bz2, t -> lzo; zcomp zlib/def/gz,\n"
+               "      lzo, lzma (-> bz2); capnum, ktcapcnt -> capcnt; ktcapsiz -> capsiz;\n"
+               "      xmsiz -> msiz; psiz, pccap brought within the tree's bounds\n"
+               "    no effect (logged at INFO): apow fpow rcnum lmemb nmemb opts l/s zkey\n"
+               "      log logkinds logpx ktopts, mode w/c/e/f, rcomp=lex, and any of\n"
+               "      bnum msiz dfunit lcnum ncnum psiz pccap capsiz where the backend has none\n"
+               "    refused: rcomp dec/lexdesc/decdesc, zcomp=arc, mode t or r;\n"
+               "      .tct .tcf .kcd .kcf (with what to use instead)\n\n"
                "options:\n", KURA_VERSION);
     for (size_t i = 0; i < NOPTIONS; i++) {
         char names[64] = "";
