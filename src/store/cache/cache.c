@@ -498,6 +498,16 @@ static inline cache_item *cache_list_add(cache_item *list, cache_item *it)
     return list;
 }
 
+/* #capcnt: past the stripe's share of the count, its oldest item (or a
+ * dead one near the tail) goes onto *list.  Never the item just linked,
+ * which is at the head of two or more.  Called under the stripe's lock. */
+static inline void do_cache_cap_count(cache *c, cache_stripe *st, const kura_clock *clk,
+                                      cache_item **list)
+{
+    if (c->cc_stripe_cap && st->cs_items > c->cc_stripe_cap)
+        *list = cache_list_add(*list, do_cache_evict_one(st, clk));
+}
+
 /* ---- the operations ---------------------------------------------------- */
 
 /* get: no allocation, no system call on a hit; one stripe lock.  The LRU
@@ -603,10 +613,7 @@ static int cache_put(kura_store *s, const kura_item *item, int cond, uint64_t cm
         ni->ci_cas = stamped.cas;
         old = do_cache_link(st, pp, ni);
         ni = NULL;
-        /* #capcnt: the stripe's share of the count, its oldest item out
-         * (never the one just linked: it is at the head of two or more) */
-        if (c->cc_stripe_cap && st->cs_items > c->cc_stripe_cap)
-            dead = cache_list_add(dead, do_cache_evict_one(st, clk));
+        do_cache_cap_count(c, st, clk, &dead);
         grow = do_cache_want_grow(st);
     }
     pthread_mutex_unlock(&st->cs_lock);
@@ -708,6 +715,7 @@ static int cache_update(kura_store *s, const char *key, size_t klen, const kura_
         if (l1)
             memcpy(ni->ci_data + klen + l0, out.part[1].base, l1);
         free_list = cache_list_add(free_list, do_cache_link(st, pp, ni));
+        do_cache_cap_count(c, st, clk, &free_list);
         grow = do_cache_want_grow(st);
         break;
     }
