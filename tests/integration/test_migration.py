@@ -202,10 +202,30 @@ LINES = [
 ]
 
 
-def check_line(tmp, line, want):
+def zcomp_records(port):
+    """A compressible value of 8 KiB stored; the store's count of values it
+    holds compressed (hash file or tree)."""
+    v = b"compressible " * 640
+    r = request(port, b"set big 0 0 %d\r\n%s\r\n" % (len(v), v), until=b"\r\n")
+    assert r == b"STORED\r\n", r
+    st = request(port, b"stats\r\n")
+    m = re.search(rb"STAT (?:hash_zcomp_records|tree_zcomp_runs) (\d+)", st)
+    return int(m.group(1)) if m else None
+
+
+# The effect of a mapping, where it shows: line index -> check(port, log).
+EFFECTS = {
+    1: lambda port, log: zcomp_records(port) >= 1,          # opts=d: zcomp=zlib
+    6: lambda port, log: "sync always" in log,              # -oas
+}
+
+
+def check_line(tmp, line, want, effect=None):
     k = Kurad(tmp, line.split(" ")).start()
     try:
         serves(k.listen_port())
+        if effect:
+            assert effect(k.listen_port(), read(k.log)), "the mapping's effect: " + line
         if "-plex" in k.args:
             # the plug-in's port: the same data as -port
             r = request(k.port2, b"get migr\r\n")
@@ -224,7 +244,15 @@ def test_command_lines(tmp):
     for i, (line, want) in enumerate(LINES):
         d = os.path.join(tmp, "l%d" % i)
         os.mkdir(d)
-        check_line(d, line, want)
+        check_line(d, line, want, EFFECTS.get(i))
+    # and the same compressible value without the mapping is stored as it is
+    d = os.path.join(tmp, "plain")
+    os.mkdir(d)
+    k = Kurad(d, ["ttserver", "-port", "PORT", "TMP/casket.tch#opts=l"]).start()
+    try:
+        assert zcomp_records(k.port) == 0
+    finally:
+        k.stop()
 
 
 def test_install_guide_line_persists(tmp):
