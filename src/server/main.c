@@ -503,6 +503,8 @@ int main(int argc, char **argv)
 
     memset(&srv, 0, sizeof(srv));
     srv.settings = &settings;
+    if (settings.kill_old && settings.pid_path && kill_old_server(settings.pid_path) < 0)
+        return 1;
     if (settings.pid_path && pidfile_lock(settings.pid_path) < 0)
         return 1;
     /* Signals are caught from here on, so a SIGTERM during a long start-up

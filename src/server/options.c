@@ -65,6 +65,8 @@ static const opt options[] = {
       "run as a daemon: detach once listening (exit status says whether it started)" },
     { { "-pid", "-P" }, OPT_STR, F(pid_path), 0, 0, "FILE",
       "write the process id to FILE once listening; removed at exit" },
+    { { "-kl" }, OPT_FLAG, F(kill_old), 0, 0, NULL,
+      "with -pid: stop the kurad or ttserver it names first (SIGTERM; SIGKILL after 60 s)" },
     { { "-u" }, OPT_STR, F(user), 0, 0, "USER",
       "run as USER once the sockets are bound (required when started as root; -u root stays root)" },
     { { "-log" }, OPT_STR, F(log_path), 0, 0, "FILE",
@@ -140,9 +142,6 @@ static const struct foreign {
     const char *why;
 } foreign[] = {
     /* ttserver */
-    { "-kl", 0, FOREIGN_NOTE, NULL, NULL,
-      "kurad does not kill a server already running: stop it first (a database or port in "
-      "use stops kurad's start, with the reason)" },
     { "-uas", 0, FOREIGN_NOTE, NULL, NULL,
       "the update log is written by its own thread already; -sync says when it is synced" },
     { "-rcc", 0, FOREIGN_NOTE, NULL, NULL,
@@ -733,6 +732,21 @@ int options_parse(kura_settings *s, int argc, char **argv)
     }
     if (apply_plex(s, NULL))
         return 2;
+    /* ttserver's "-port 0 -host PATH": a unix socket at PATH */
+    if (s->port == 0 && option_given(s, "-host") && s->host[0] == '/') {
+        if (s->unix_path) {
+            fprintf(stderr, "kurad: -port 0 -host %s (ttserver's unix socket) and -s %s: "
+                    "one unix socket only\n", s->host, s->unix_path);
+            return 2;
+        }
+        add_note(s, "option '-port 0 -host %s': a unix socket at %s (as ttserver; -s %s)",
+                 s->host, s->host, s->host);
+        s->unix_path = s->host;
+        s->host = "127.0.0.1";
+    }
+    if (s->kill_old && !s->pid_path)
+        add_note(s, "option '-kl' has no effect without -pid: no pid file names an old server "
+                 "(as for ttserver)");
     if (s->port == 0 && !s->unix_path) {
         fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");
         return 2;

@@ -166,7 +166,7 @@ LINES = [
     ("ttserver -port PORT -thnum 8 -tout 30 -kl -uas "
      "TMP/casket.tch#bnum=1000000#apow=4#fpow=10#opts=ld#rcnum=10000#xmsiz=268435456#dfunit=8",
      ["opts letter 'd' maps to zcomp=zlib", "apow has no effect", "fpow has no effect",
-      "rcnum has no effect", "xmsiz maps to msiz", "option '-kl' has no effect",
+      "rcnum has no effect", "xmsiz maps to msiz", "option '-kl' has no effect without -pid",
       "option '-uas' has no effect"]),
     ("ttserver -host 127.0.0.1 -port PORT TMP/casket.tcb#lmemb=1024#nmemb=2048#bnum=131071"
      "#apow=8#fpow=10#opts=lb#lcnum=4096#ncnum=512#xmsiz=67108864#dfunit=8#mode=wc",
@@ -275,6 +275,36 @@ def test_install_guide_line_persists(tmp):
         k2.stop()
 
 
+def test_kl_stops_the_old_server(tmp):
+    """ttserver's -kl: the kurad the pid file names is stopped (SIGTERM, a
+    clean stop) before the new one starts on it."""
+    old = Kurad(tmp, ("ttserver -dmn -port PORT -pid TMP/k.pid -log TMP/old.log "
+                      "TMP/data.tch").split(" ")).start()
+    serves(old.port)
+    new = Kurad(tmp, ("ttserver -kl -dmn -port PORT -pid TMP/k.pid -log TMP/new.log "
+                      "TMP/data.tch").split(" "))
+    new.start()
+    try:
+        assert not os.path.exists("/proc/%d" % old.pid) or \
+            " Z " in read("/proc/%d/stat" % old.pid), "the old kurad still runs"
+        assert "stopped" in read(os.path.join(tmp, "old.log")), read(os.path.join(tmp, "old.log"))
+        assert "-kl: stopping kurad pid %d" % old.pid in read(os.path.join(tmp, "new.log"))
+        r = request(new.port, b"get migr\r\n")        # the data the old one stored
+        assert r == b"VALUE migr 5 3\r\nabc\r\nEND\r\n", r
+    finally:
+        new.stop()
+    # without -kl the same start is refused while the old one runs
+    again = Kurad(tmp, ("ttserver -dmn -port PORT -pid TMP/k.pid -log TMP/new.log "
+                        "TMP/data.tch").split(" ")).start()
+    try:
+        rc, out, err = run([KURAD] + USER + ["-dmn", "-port", str(free_port()), "-pid",
+                                              os.path.join(tmp, "k.pid"),
+                                              os.path.join(tmp, "other.tch")], tmp)
+        assert rc != 0 and "already running" in err, err
+    finally:
+        again.stop()
+
+
 def test_ttserver_replication(tmp):
     """Tokyo Tyrant manual's master and replica (-ulog -sid, -mhost -mport
     -rts, with -rcc) replicate."""
@@ -357,6 +387,31 @@ def test_glued_short_options(tmp):
         serves(port)
     finally:
         k.stop()
+
+
+def test_ttserver_unix_socket(tmp):
+    """ttserver's -port 0 -host PATH is a unix socket at PATH."""
+    path = os.path.join(tmp, "tt.sock")
+    p = subprocess.Popen([KURAD] + USER + ["-port", "0", "-host", path, "*"], cwd=tmp,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: p.poll() is not None or os.path.exists(path), 20, "the socket")
+        assert p.poll() is None, p.stderr.read()
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10 * SCALE)
+        s.connect(path)
+        s.sendall(b"set u 0 0 1\r\nx\r\nget u\r\n")
+        got = b""
+        while not got.endswith(b"END\r\n"):
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        s.close()
+        assert got == b"STORED\r\nVALUE u 0 1\r\nx\r\nEND\r\n", got
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(30 * SCALE)
 
 
 def test_help_lists_mapping(tmp):
@@ -567,8 +622,10 @@ def test_import_refusals(tmp):
     assert rc != 0 and "kuractl import" in err, err
 
 
-TESTS = [test_command_lines, test_install_guide_line_persists, test_ttserver_replication,
-         test_refused, test_glued_short_options, test_help_lists_mapping, test_capcnt,
+TESTS = [test_command_lines, test_install_guide_line_persists, test_kl_stops_the_old_server,
+         test_ttserver_replication,
+         test_refused, test_glued_short_options, test_ttserver_unix_socket,
+         test_help_lists_mapping, test_capcnt,
          test_import_export_round_trips, test_kyoto_tycoon_layouts,
          test_verification_catches_a_missing_record, test_import_refusals]
 
