@@ -43,7 +43,9 @@ static int kc_open(cabinet *c, const char *path, bool write, uint64_t rnum_hint)
         snprintf(name, sizeof(name), "%s#msiz=%llu", path, (unsigned long long)st.st_size);
     else
         snprintf(name, sizeof(name), "%s", path);
-    uint32_t mode = write ? KCOWRITER | KCOCREATE | KCOTRUNCATE : KCOREADER;
+    /* without waiting for the lock: a file a running ktserver holds is an
+     * error at once, not a hang */
+    uint32_t mode = KCOTRYLOCK | (write ? KCOWRITER | KCOCREATE | KCOTRUNCATE : KCOREADER);
     return kcdbopen(KDB(c), name, mode) ? 0 : -1;
 }
 

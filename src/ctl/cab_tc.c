@@ -4,7 +4,8 @@
  * cab_tc_ops is NULL and kuractl says how to get it.
  *
  * Reading walks the file with tc*dbforeach (one pass, no cursor per
- * record).  A new file is tuned for the records it will hold: a bucket
+ * record).  The file's lock is taken without waiting: a file a running
+ * ttserver holds is an error at once, not a hang.  A new file is tuned for the records it will hold: a bucket
  * array of twice their number and 64-bit offsets (HDBTLARGE, BDBTLARGE),
  * so an export past 2 GiB does not fail half way.
  */
@@ -40,13 +41,15 @@ static int tc_open(cabinet *c, const char *path, bool write, uint64_t rnum_hint)
             return -1;
         if (write)
             tchdbtune(HASH(c), bnum, -1, -1, HDBTLARGE);
-        ok = tchdbopen(HASH(c), path, write ? HDBOWRITER | HDBOCREAT | HDBOTRUNC : HDBOREADER);
+        ok = tchdbopen(HASH(c), path, HDBOLCKNB |
+                       (write ? HDBOWRITER | HDBOCREAT | HDBOTRUNC : HDBOREADER));
     } else {
         if (!(c->db = tcbdbnew()))
             return -1;
         if (write)
             tcbdbtune(TREE(c), 0, 0, bnum > 0 ? bnum / 64 : -1, -1, -1, BDBTLARGE);
-        ok = tcbdbopen(TREE(c), path, write ? BDBOWRITER | BDBOCREAT | BDBOTRUNC : BDBOREADER);
+        ok = tcbdbopen(TREE(c), path, BDBOLCKNB |
+                       (write ? BDBOWRITER | BDBOCREAT | BDBOTRUNC : BDBOREADER));
     }
     return ok ? 0 : -1;
 }

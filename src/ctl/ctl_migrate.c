@@ -229,8 +229,9 @@ static int open_cabinet(cabinet *c, cab_kind kind, const char *path, bool write,
     if (!(c->ops = cab_ops_of(kind, err, sizeof(err))))
         return ctl_err(CTL_FAIL, "%s: %s", path, err);
     if (c->ops->open(c, path, write, hint) < 0) {
-        int rc = ctl_err(CTL_UNREACHABLE, "%s: cannot open it with %s: %s", path,
-                         c->ops->library, c->ops->error(c));
+        int rc = ctl_err(CTL_UNREACHABLE, "%s: cannot open it with %s: %s (a file a running "
+                         "server holds is refused, not waited for: stop the server, or copy "
+                         "the file)", path, c->ops->library, c->ops->error(c));
         c->ops->close(c);
         return rc;
     }

@@ -28,7 +28,7 @@ their tests skip as missing.  Runs once (it picks its own databases).
 Standard library only; TAP on stdout; no fixed sleeps.
 """
 # kura-test: once
-import os, re, shutil, signal, socket, subprocess, sys
+import fcntl, os, re, shutil, signal, socket, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from kuratest import Skip, free_port, missing, poll_until, run_functions  # noqa: E402
@@ -618,6 +618,15 @@ def test_import_refusals(tmp):
     need("tchmgr")
     f = os.path.join(tmp, "real.tch")
     run(["tchmgr", "create", f], tmp)
+    # a file a running server holds (its lock taken here) is refused at once, not waited for
+    need_import(tmp, "Tokyo")
+    fd = os.open(f, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        rc, out, err = run([KURACTL, "import", f, os.path.join(tmp, "l.kh")], tmp)
+        assert rc == 3 and "not waited for" in err, (rc, err)
+    finally:
+        os.close(fd)
     rc, out, err = run([KURAD] + USER + ["-port", str(free_port()), f], tmp)
     assert rc != 0 and "kuractl import" in err, err
 
