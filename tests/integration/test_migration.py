@@ -414,6 +414,34 @@ def test_ttserver_unix_socket(tmp):
         p.wait(30 * SCALE)
 
 
+def test_conf_file(tmp):
+    """The same options in a conf file: mapped, noted, the plug-in's port,
+    and a refused one refused with its file and line."""
+    port, port2 = free_port(), free_port()
+    conf = os.path.join(tmp, "k.conf")
+    with open(conf, "w") as f:
+        f.write("port %d\nuas\noas\nplsv /usr/libexec/ktplugservmemc.so\n"
+                "plex port=%d#opts=f\ndatabase %s/c.kch#opts=c#apow=3\n" % (port, port2, tmp))
+    k = Kurad(tmp, ["kurad", "-conf", conf, "-port", str(port)])
+    k.port = port
+    k.start()
+    try:
+        serves(port)
+        r = request(port2, b"get migr\r\n")
+        assert r == b"VALUE migr 5 3\r\nabc\r\nEND\r\n", r
+    finally:
+        k.stop()
+    log = read(k.log)
+    for w in ("option '-uas' has no effect", "option '-oas' maps to -sync always",
+              "port %d is a second port" % port2, "opts letter 'c' maps to zcomp=zlib",
+              "apow has no effect"):
+        assert w in log, (w, log)
+    with open(conf, "w") as f:
+        f.write("port %d\next /etc/tt/x.lua\n" % port)
+    rc, out, err = run([KURAD] + USER + ["-conf", conf], tmp)
+    assert rc == 2 and "k.conf:2: option '-ext' is refused: Lua" in err, err
+
+
 def test_help_lists_mapping(tmp):
     rc, out, err = run([KURAD, "-h"], tmp)
     assert rc == 0, err
@@ -634,7 +662,7 @@ def test_import_refusals(tmp):
 TESTS = [test_command_lines, test_install_guide_line_persists, test_kl_stops_the_old_server,
          test_ttserver_replication,
          test_refused, test_glued_short_options, test_ttserver_unix_socket,
-         test_help_lists_mapping, test_capcnt,
+         test_conf_file, test_help_lists_mapping, test_capcnt,
          test_import_export_round_trips, test_kyoto_tycoon_layouts,
          test_verification_catches_a_missing_record, test_import_refusals]
 
