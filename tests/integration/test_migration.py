@@ -31,7 +31,7 @@ Standard library only; TAP on stdout; no fixed sleeps.
 import fcntl, os, re, shutil, signal, socket, subprocess, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from kuratest import Skip, free_port, missing, poll_until, run_functions  # noqa: E402
+from kuratest import SANITIZER_RE, Skip, free_port, missing, poll_until, run_functions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
@@ -59,7 +59,9 @@ def read(path):
 def run(args, cwd, timeout=60, env=None, input=None):
     p = subprocess.run(args, cwd=cwd, input=input, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=timeout * SCALE, env=env)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    err = p.stderr.decode("utf-8", "replace")
+    assert not SANITIZER_RE.search(err), "sanitizer output from %s:\n%s" % (args, err[-4000:])
+    return p.returncode, p.stdout.decode("utf-8", "replace"), err
 
 
 def request(port, data, until=b"END\r\n"):
@@ -131,6 +133,9 @@ class Kurad:
             assert self.proc.wait(30 * SCALE) == 0, read(self.log)
         else:
             wait_until(lambda: not os.path.exists("/proc/%d" % self.pid), 30, "kurad to stop")
+        for log in (self.log, os.path.join(self.tmp, "tt.log"), os.path.join(self.tmp, "kt.log")):
+            text = read(log)
+            assert not SANITIZER_RE.search(text), "sanitizer output in %s:\n%s" % (log, text[-4000:])
 
 
 def need(*tools):
@@ -396,11 +401,18 @@ def test_ttserver_unix_socket(tmp):
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: p.poll() is not None or os.path.exists(path), 20, "the socket")
+        def unix_conn():
+            # bound early, listening once the workers run: poll a connect
+            c = socket.socket(socket.AF_UNIX)
+            c.settimeout(10 * SCALE)
+            try:
+                c.connect(path)
+                return c
+            except OSError:
+                c.close()
+                return None
+        s = wait_until(lambda: p.poll() is not None or unix_conn(), 20, "the socket")
         assert p.poll() is None, p.stderr.read()
-        s = socket.socket(socket.AF_UNIX)
-        s.settimeout(10 * SCALE)
-        s.connect(path)
         s.sendall(b"set u 0 0 1\r\nx\r\nget u\r\n")
         got = b""
         while not got.endswith(b"END\r\n"):
