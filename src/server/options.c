@@ -6,8 +6,8 @@
  * table, so they cannot disagree.  memcached's single-letter options also
  * take their argument attached ("-p11211"), as getopt allows, where the
  * value begins as a number, an address or a path does: a multi-letter
- * word that is no option ("-metrics", "-li" before it was one) is an
- * unknown option, never "-m etrics".
+ * word that is no option ("-metrics", "-lx") is an unknown option, never
+ * "-m etrics".
  *
  * ttserver's and ktserver's options that kura has no field for are in a
  * second table (foreign[]): each maps to a kura option, is accepted with
@@ -145,8 +145,8 @@ static const struct foreign {
     { "-uas", 0, FOREIGN_NOTE, NULL, NULL,
       "the update log is written by its own thread already; -sync says when it is synced" },
     { "-rcc", 0, FOREIGN_NOTE, NULL, NULL,
-      "a replica checks every row it is sent (checksums, its master's identity) and stops "
-      "on a mismatch; kuractl digest compares two servers' items" },
+      "a replica checks every row it is sent (its CRC) and reconnects on a bad one; "
+      "kuractl digest compares two servers' items" },
     { "-skel", 1, FOREIGN_REFUSE, NULL, NULL,
       "a skeleton database library cannot be loaded: kura's backends are built in" },
     { "-mul", 1, FOREIGN_REFUSE, NULL, NULL,
