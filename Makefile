@@ -75,6 +75,18 @@ BZIP2_LIBS    ?= -lbz2
 LZO2_LIBS     ?= -llzo2
 DEP_CFLAGS  = $(LIBEVENT_CFLAGS) $(ZLIB_CFLAGS) $(BZIP2_CFLAGS) $(LZO2_CFLAGS)
 
+# Tokyo and Kyoto Cabinet, optional, for kuractl import/export only
+# (src/ctl/cab_tc.c, cab_kc.c): config.mk says whether configure found
+# them; without it, Debian's headers say.  kuractl links them when present.
+HAVE_TOKYOCABINET ?= $(if $(wildcard /usr/include/tcbdb.h),1)
+HAVE_KYOTOCABINET ?= $(if $(wildcard /usr/include/kclangc.h),1)
+TOKYOCABINET_LIBS ?= -ltokyocabinet
+KYOTOCABINET_LIBS ?= -lkyotocabinet
+CAB_CFLAGS = $(if $(HAVE_TOKYOCABINET),-DKURA_HAVE_TC $(TOKYOCABINET_CFLAGS)) \
+             $(if $(HAVE_KYOTOCABINET),-DKURA_HAVE_KC $(KYOTOCABINET_CFLAGS))
+CAB_LIBS   = $(if $(HAVE_TOKYOCABINET),$(TOKYOCABINET_LIBS)) \
+             $(if $(HAVE_KYOTOCABINET),$(KYOTOCABINET_LIBS))
+
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra $(WERROR) -pthread \
               -Iinclude -fno-strict-aliasing $(SAN)
 CFLAGS_ALL  = $(CFLAGS_BASE) $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS)
@@ -133,7 +145,9 @@ $(KURAD): $(SERVER_OBJ) $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(SERVER_OBJ) $(BUILD)/libkura.a $(LIBS)
 
 $(KURACTL): $(CTL_OBJ) $(BUILD)/libkura.a
-	$(CC) $(CFLAGS_ALL) -o $@ $(CTL_OBJ) $(BUILD)/libkura.a $(LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CTL_OBJ) $(BUILD)/libkura.a $(CAB_LIBS) $(LIBS)
+
+$(BUILD)/src/ctl/cab_tc.o $(BUILD)/src/ctl/cab_kc.o: CFLAGS_ALL += $(CAB_CFLAGS)
 
 $(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
@@ -177,6 +191,7 @@ $(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.
 # kuractl load's decoder is in kuractl: its objects, with kuractl.c's main()
 # renamed so that the target's (or libFuzzer's) is the program's
 $(BUILD)/fuzz/fuzz_ctl_load: $(filter-out %/kuractl.o,$(CTL_OBJ)) $(BUILD)/fuzz/kuractl-nomain.o
+$(BUILD)/fuzz/fuzz_ctl_load: LIBS += $(CAB_LIBS)
 $(BUILD)/fuzz/kuractl-nomain.o: $(BUILD)/src/ctl/kuractl.o
 	@mkdir -p $(dir $@)
 	objcopy --redefine-sym main=kuractl_main $< $@

@@ -153,6 +153,9 @@ int cmd_dump(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_ulog(int argc, char **argv);
 int cmd_db_stats(const char *db);
+/* Tokyo and Kyoto Cabinet files (ctl_migrate.c) */
+int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* snapshot list|verify|restore (ctl_snap.c); snapshot now is ctl_server.c's */
 int snap_cmd_now(int argc, char **argv);
@@ -163,6 +166,22 @@ int snap_cmd_restore(int argc, char **argv);
 /* Loading items into an open store (ctl_dump.c; restore uses it too):
  * from a file in either format, detected by its first bytes. */
 int ctl_load_file(kura_store *s, const char *path, uint64_t *items);
+
+/* The loader under ctl_load_file, for other sources (import): start, put
+ * each item (an exptime already past: counted in expired, not stored; a
+ * cas of 0 gets a new one), finish (the store's max cas raised past
+ * every cas stored, its update-log watermark "changed without the log",
+ * synced).  put and finish return 0 or an exit code (printed). */
+typedef struct ctl_loader {
+    kura_store *s;
+    kura_clock clk;
+    kura_store_state st;
+    uint64_t items, expired, next_cas, max_cas, deleted;
+    ctl_progress prog;
+} ctl_loader;
+void ctl_loader_start(ctl_loader *l, kura_store *s);
+int ctl_loader_put(ctl_loader *l, kura_item *it);
+int ctl_loader_finish(ctl_loader *l);
 
 /* Whether the snapshot module is linked (src/snap/; ctl_snap.c). */
 bool ctl_have_snap(void);

@@ -139,12 +139,23 @@ int cmd_dump(int argc, char **argv)
 
 /* ---- load ------------------------------------------------------------------ */
 
-typedef struct loader {
-    kura_store *s;
-    kura_clock clk;
-    uint64_t items, expired, next_cas, max_cas, deleted;
-    ctl_progress prog;
-} loader;
+typedef ctl_loader loader;
+
+static int load_put(void *arg, kura_item *it);
+
+void ctl_loader_start(ctl_loader *l, kura_store *s)
+{
+    memset(l, 0, sizeof(*l));
+    l->s = s;
+    l->clk = ctl_db_clock(s);
+    s->ops->load_state(s, &l->st);
+    l->next_cas = l->st.max_cas;
+}
+
+int ctl_loader_put(ctl_loader *l, kura_item *it)
+{
+    return load_put(l, it);
+}
 
 /* Stores one item (its cas as given, or a new one if 0). */
 static int load_put(void *arg, kura_item *it)
@@ -320,6 +331,28 @@ static FILE *prefixed(const char *pre, size_t n, FILE *f)
     return pf;
 }
 
+int ctl_loader_finish(ctl_loader *l)
+{
+    kura_store *s = l->s;
+    kura_store_state st = l->st;
+    int rc;
+    if (l->max_cas > st.max_cas)
+        st.max_cas = l->max_cas;
+    /* the store changed without its update log, as under a kurad run
+     * without -ulog (src/journal/attach.c): a log met later is not replayed over it and
+     * its replicas get a full copy */
+    st.ulog_ts = UINT64_MAX;
+    if ((rc = s->ops->save_state(s, &st)))
+        return ctl_err(CTL_FAIL, "saving the database's state: %s", kura_strerror(rc));
+    if ((rc = s->ops->sync(s)))
+        return ctl_err(CTL_FAIL, "syncing the database: %s", kura_strerror(rc));
+    if (l->deleted && !g_ctl.quiet)
+        fprintf(stderr, "kuractl: %" PRIu64 " items deleted by delete lines\n", l->deleted);
+    if (l->expired && !g_ctl.quiet)
+        fprintf(stderr, "kuractl: %" PRIu64 " items already expired, skipped\n", l->expired);
+    return CTL_OK;
+}
+
 int ctl_load_file(kura_store *s, const char *path, uint64_t *items)
 {
     bool from_stdin = strcmp(path, "-") == 0;
@@ -329,9 +362,8 @@ int ctl_load_file(kura_store *s, const char *path, uint64_t *items)
     char magic[8] = { 0 };
     size_t got = fread(magic, 1, sizeof(magic), f);
     bool is_snap = got == 8 && memcmp(magic, SNAP_MAGIC, 8) == 0;
-    kura_store_state st = { 0 };
-    s->ops->load_state(s, &st);
-    loader l = { .s = s, .clk = ctl_db_clock(s), .next_cas = st.max_cas };
+    loader l;
+    ctl_loader_start(&l, s);
     int rc;
     if (is_snap) {
         if (!from_stdin)
@@ -356,22 +388,8 @@ int ctl_load_file(kura_store *s, const char *path, uint64_t *items)
         progress_end(&l.prog);
         fclose(f);          /* and the file under it */
     }
-    if (rc)
+    if (rc || (rc = ctl_loader_finish(&l)))
         return rc;
-    if (l.max_cas > st.max_cas)
-        st.max_cas = l.max_cas;
-    /* the store changed without its update log, as under a kurad run
-     * without -ulog (src/journal/attach.c): a log met later is not replayed over it and
-     * its replicas get a full copy */
-    st.ulog_ts = UINT64_MAX;
-    if ((rc = s->ops->save_state(s, &st)))
-        return ctl_err(CTL_FAIL, "saving the database's state: %s", kura_strerror(rc));
-    if ((rc = s->ops->sync(s)))
-        return ctl_err(CTL_FAIL, "syncing the database: %s", kura_strerror(rc));
-    if (l.deleted && !g_ctl.quiet)
-        fprintf(stderr, "kuractl: %" PRIu64 " items deleted by delete lines\n", l.deleted);
-    if (l.expired && !g_ctl.quiet)
-        fprintf(stderr, "kuractl: %" PRIu64 " items already expired, skipped\n", l.expired);
     *items = l.items;
     return CTL_OK;
 }

@@ -62,6 +62,15 @@ static const cmd_help helps[] = {
               "                       every live item, to FILE or stdout (default: kura to a\n"
               "                       file if the snapshot module is built, else memcached)" },
     { "load", "load DB FILE           adds the items of a dump (either format; - is stdin)" },
+    { "import", "import FILE DB [--kt auto|yes|no] [--kt-flags] [--no-verify]\n"
+                "                       adds the records of a Tokyo or Kyoto Cabinet file\n"
+                "                       (.tch .tcb .kch .kct), then checks each is in DB;\n"
+                "                       --kt: values behind ktserver's expiry header (auto:\n"
+                "                       as the file says); --kt-flags: ending with the flags\n"
+                "                       of ktserver's memcached plug-in (opts=f)" },
+    { "export", "export DB FILE [--kt] [--kt-flags] [--force] [--no-verify]\n"
+                "                       writes DB's items to a new Tokyo or Kyoto Cabinet file\n"
+                "                       (its suffix says which), then reads it back" },
     { "ulog", "ulog list DIR          the update log's segments: first timestamp, rows, size\n"
               "ulog show DIR [--from TS] [--limit N]\n"
               "                       its rows, readably (TS: a timestamp or a UTC date)\n"
@@ -99,8 +108,8 @@ static void usage_all(FILE *f)
                                           NULL };
     print_cmds(f, server);
     fprintf(f, "  snapshot now [--wait SECONDS]\n\nOn files (server stopped):\n");
-    static const char *const files[] = { "check", "dump", "load", "snapshot", "restore", "ulog",
-                                         NULL };
+    static const char *const files[] = { "check", "dump", "load", "import", "export",
+                                         "snapshot", "restore", "ulog", NULL };
     print_cmds(f, files);
     fprintf(f, "\nExit codes: 0 ok, 1 a difference or damage found (or no such key), 2 usage,\n"
                "3 cannot reach the server or open the file, 4 other failure.  man kuractl.\n");
@@ -302,6 +311,7 @@ int main(int argc, char **argv)
         { "delete", cmd_delete }, { "digest", cmd_digest }, { "snapshot", cmd_snapshot },
         { "check", cmd_check }, { "dump", cmd_dump }, { "load", cmd_load },
         { "ulog", cmd_ulog }, { "restore", cmd_restore },
+        { "import", cmd_import }, { "export", cmd_export },
     };
     for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++)
         if (strcmp(cmds[c].name, cmd) == 0)

@@ -112,7 +112,7 @@ static int add_listener(kura_server *srv, int fd)
     return 0;
 }
 
-static int open_tcp(kura_server *srv)
+static int open_tcp(kura_server *srv, int tcp_port)
 {
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
@@ -121,7 +121,7 @@ static int open_tcp(kura_server *srv)
     const char *host = srv->settings->host;
     int opened = 0;
 
-    snprintf(port, sizeof(port), "%d", srv->settings->port);
+    snprintf(port, sizeof(port), "%d", tcp_port);
     if (host && (strcmp(host, "") == 0 || strcmp(host, "*") == 0))
         host = NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
@@ -140,7 +140,7 @@ static int open_tcp(kura_server *srv)
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
             log_msg(KURA_LOG_ERROR, "cannot listen on %s port %d: %s", host ? host : "*",
-                    srv->settings->port, strerror(errno));
+                    tcp_port, strerror(errno));
             close(fd);
             freeaddrinfo(res);
             return -1;
@@ -215,7 +215,10 @@ int listener_open(kura_server *srv)
     backoff_timer = evtimer_new(srv->base, on_backoff_done, srv);
     if (!backoff_timer)
         return -1;
-    if ((srv->settings->port > 0 && open_tcp(srv) < 0) ||
+    /* port2: the port of ktserver's memcached plug-in (-plex port=N),
+     * serving the same protocols as the first */
+    if ((srv->settings->port > 0 && open_tcp(srv, srv->settings->port) < 0) ||
+        (srv->settings->port2 > 0 && open_tcp(srv, srv->settings->port2) < 0) ||
         (srv->settings->unix_path && open_unix(srv) < 0)) {
         event_free(backoff_timer);
         backoff_timer = NULL;

@@ -33,6 +33,10 @@
 #define SWEEP_BUDGET 2000               /* items examined per second by the sweep */
 #define STOP_TIMEOUT 60                 /* seconds a stop may take before the watchdog ends it */
 
+/* The exit status of a failed start: 1, or 2 for a database name or
+ * parameter refused (open_store), as for a bad option. */
+static int start_status = 1;
+
 static void on_hup(evutil_socket_t sig, short what, void *arg)
 {
     (void)sig; (void)what; (void)arg;
@@ -213,6 +217,9 @@ static int open_engine(kura_server *srv)
     int rc = kura_store_open(st->dbname, &cfg, &store, err, sizeof(err));
     if (rc) {
         log_msg(KURA_LOG_ERROR, "cannot open database: %s", err[0] ? err : kura_strerror(rc));
+        /* a name or parameter refused: exit 2, as a bad option */
+        if (rc == KURA_EINVAL)
+            start_status = 2;
         return -1;
     }
     /* a missing or empty database starts from the newest good snapshot;
@@ -329,9 +336,13 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     if (settings.conf_path)
         log_msg(KURA_LOG_INFO, "options read from %s", settings.conf_path);
+    for (int i = 0; i < settings.nnotes; i++)
+        log_msg(KURA_LOG_INFO, "%s", settings.notes[i]);
 
     memset(&srv, 0, sizeof(srv));
     srv.settings = &settings;
+    if (settings.kill_old && settings.pid_path && kill_old_server(settings.pid_path) < 0)
+        return 1;
     if (settings.pid_path && pidfile_lock(settings.pid_path) < 0)
         return 1;
     /* Signals are caught from here on, so a SIGTERM during a long start-up
@@ -388,9 +399,11 @@ int main(int argc, char **argv)
     if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;
 
-    char status[256];
-    snprintf(status, sizeof(status), "listening on %s port %d%s%s, %d threads, sync %s",
-             settings.host, settings.port,
+    char status[256], port2[32] = "";
+    if (settings.port2)
+        snprintf(port2, sizeof(port2), " and port %d", settings.port2);
+    snprintf(status, sizeof(status), "listening on %s port %d%s%s%s, %d threads, sync %s",
+             settings.host, settings.port, port2,
              settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
              settings.threads, options_sync_name(settings.sync_mode));
     log_msg(KURA_LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,
@@ -465,5 +478,5 @@ fail:
     free(srv.info.thread_stats);
     kura_cmdtab_free(srv.cmds);
     pidfile_remove();
-    return 1;
+    return start_status;
 }

@@ -4,7 +4,16 @@
  * One table lists every option once, with its aliases, its argument kind,
  * its default and its help line; parsing, validation and `-h` all read the
  * table, so they cannot disagree.  memcached's single-letter options also
- * take their argument attached ("-p11211"), as getopt allows.
+ * take their argument attached ("-p11211"), as getopt allows, where the
+ * value begins as a number, an address or a path does: a multi-letter
+ * word that is no option ("-metrics", "-lx") is an unknown option, never
+ * "-m etrics".
+ *
+ * ttserver's and ktserver's options that kura has no field for are in a
+ * second table (foreign[]): each maps to a kura option, is accepted with
+ * no effect (the reason logged at INFO once the log is open), or is
+ * refused with exit 2 and a line saying why.  docs/migration.md lists
+ * them all.
  */
 #include <errno.h>
 #include <limits.h>
@@ -67,12 +76,16 @@ static const opt options[] = {
       "run as a daemon: detach once listening (exit status says whether it started)" },
     { { "-pid", "-P" }, OPT_STR, F(pid_path), 0, 0, "FILE",
       "write the process id to FILE once listening; removed at exit" },
+    { { "-kl" }, OPT_FLAG, F(kill_old), 0, 0, NULL,
+      "with -pid: stop the kurad or ttserver it names first (SIGTERM; SIGKILL after 60 s)" },
     { { "-u" }, OPT_STR, F(user), 0, 0, "USER",
       "run as USER once the sockets are bound (required when started as root; -u root stays root)" },
     { { "-log" }, OPT_STR, F(log_path), 0, 0, "FILE",
       "log to FILE instead of stderr (reopened on SIGHUP)" },
     { { "-ld" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_DEBUG, 0, NULL, "log debug information too" },
     { { "-le" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_ERROR, 0, NULL, "log errors only" },
+    { { "-li", "-ls" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_INFO, 0, NULL,
+      "log what open, recovery and replication do, and errors (the default; ktserver's)" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
     { { "-vv" }, OPT_VERY_VERBOSE, F(verbosity), 0, 0, NULL, "also log every request" },
     { { "-ulog" }, OPT_STR, F(ulog_dir), 0, 0, "DIR",
@@ -141,6 +154,99 @@ static const struct {
     { "-a", "-s" },
 };
 
+/* ttserver 1.1's and ktserver 0.9's options that have no field of their
+ * own.  MAP: the same as kura option `to` with value `val` (NULL: the
+ * option's own value).  NOTE: accepted, no effect; `why` is logged.
+ * REFUSE: exit 2 with `why`.  nargs: how many values follow it. */
+enum foreign_kind { FOREIGN_MAP, FOREIGN_NOTE, FOREIGN_REFUSE, FOREIGN_PLSV, FOREIGN_PLEX };
+
+static const struct foreign {
+    const char *name;
+    int nargs;
+    enum foreign_kind kind;
+    const char *to, *val;
+    const char *why;
+} foreign[] = {
+    /* ttserver */
+    { "-uas", 0, FOREIGN_NOTE, NULL, NULL,
+      "the update log is written by its own thread already; -sync says when it is synced" },
+    { "-rcc", 0, FOREIGN_NOTE, NULL, NULL,
+      "a replica checks every row it is sent (its CRC) and reconnects on a bad one; "
+      "kuractl digest compares two servers' items" },
+    { "-skel", 1, FOREIGN_REFUSE, NULL, NULL,
+      "a skeleton database library cannot be loaded: kura's backends are built in" },
+    { "-mul", 1, FOREIGN_REFUSE, NULL, NULL,
+      "several database files behind one server are not served: run one kurad per "
+      "database (each on its own port)" },
+    { "-ext", 1, FOREIGN_REFUSE, NULL, NULL,
+      "Lua extensions are not supported: kurad runs no scripts" },
+    { "-extpc", 2, FOREIGN_REFUSE, NULL, NULL,
+      "Lua periodic functions are not supported: kurad runs no scripts" },
+    { "-mask", 1, FOREIGN_REFUSE, NULL, NULL,
+      "command masks are not supported: kurad cannot forbid a command, and a mask it "
+      "ignored would let through what it was meant to stop (a read-only server is a "
+      "replica, -mhost)" },
+    { "-unmask", 1, FOREIGN_REFUSE, NULL, NULL,
+      "command masks are not supported: kurad cannot forbid a command (see -mask)" },
+    /* ktserver */
+    { "-lz", 0, FOREIGN_MAP, "-le", NULL,
+      "logs errors all the same (-le): a server that fails must say why" },
+    { "-uasi", 1, FOREIGN_NOTE, NULL, NULL,
+      "-sync interval (the default) syncs the update log about every second, -sync always "
+      "at every change" },
+    { "-ord", 0, FOREIGN_REFUSE, NULL, NULL,
+      "a database opened only to read is not served: a read-only kurad is a replica "
+      "(-mhost)" },
+    { "-oat", 0, FOREIGN_NOTE, NULL, NULL,
+      "every change is atomic across a crash already (the store's write-ahead log)" },
+    { "-oas", 0, FOREIGN_MAP, "-sync", "always",
+      "every change is on stable storage before it is acknowledged (-sync always)" },
+    { "-onl", 0, FOREIGN_NOTE, NULL, NULL,
+      "kurad always locks its database: a second server on it is refused" },
+    { "-otl", 0, FOREIGN_NOTE, NULL, NULL,
+      "kurad never waits for its database's lock: a locked database stops the start" },
+    { "-onr", 0, FOREIGN_NOTE, NULL, NULL,
+      "kurad never repairs a database by itself: a damaged one stops the start, and "
+      "-recover salvages it" },
+    { "-asi", 1, FOREIGN_NOTE, NULL, NULL,
+      "-sync interval (the default) syncs about every second, -sync always at every change" },
+    { "-ash", 0, FOREIGN_NOTE, NULL, NULL,
+      "every sync kurad does is physical (fdatasync)" },
+    { "-bgc", 1, FOREIGN_MAP, "-bgsc", NULL, "the snapshot codec (ktserver's man page spells "
+      "it -bgc, its code -bgsc)" },
+    { "-cmd", 1, FOREIGN_NOTE, NULL, NULL,
+      "outer commands are run by scripts, and kurad runs none" },
+    { "-scr", 1, FOREIGN_REFUSE, NULL, NULL,
+      "Lua scripts are not supported: kurad runs no scripts" },
+    { "-riv", 1, FOREIGN_NOTE, NULL, NULL,
+      "a replica is sent each change as it is made: there is no polling interval" },
+    { "-plsv", 1, FOREIGN_PLSV, NULL, NULL,
+      "only ktserver's memcached plug-in (ktplugservmemc.so) is mapped: kurad speaks the "
+      "memcached protocols itself and loads no plug-in" },
+    { "-plex", 1, FOREIGN_PLEX, NULL, NULL, NULL },
+    { "-pldb", 1, FOREIGN_REFUSE, NULL, NULL,
+      "a plug-in database cannot be loaded: kura's backends are built in" },
+};
+
+static const struct foreign *find_foreign(const char *arg)
+{
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
+        if (strcmp(arg, foreign[i].name) == 0)
+            return &foreign[i];
+    return NULL;
+}
+
+/* Keeps a line for the log (kura_settings.notes): logged once it is open. */
+static void __attribute__((format(printf, 2, 3))) add_note(kura_settings *s, const char *fmt, ...)
+{
+    va_list ap;
+    if (s->nnotes == (int)(sizeof(s->notes) / sizeof(s->notes[0])))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(s->notes[s->nnotes++], sizeof(s->notes[0]), fmt, ap);
+    va_end(ap);
+}
+
 void options_defaults(kura_settings *s)
 {
     memset(s, 0, sizeof(*s));
@@ -174,9 +280,20 @@ static void usage(FILE *f)
     fprintf(f, "kurad %s - a persistent key-value server speaking the memcached protocol\n\n"
                "usage: kurad [options] [DATABASE]\n\n"
                "DATABASE names the store (default: the in-memory cache):\n"
-               "  *  or  :#capsiz=SIZE       in-memory cache with LRU eviction\n"
+               "  *#capsiz=SIZE#capcnt=N     in-memory cache with LRU eviction (%%, +, :, -\n"
+               "                             accepted: the same cache, keys not in order)\n"
                "  PATH.kh#bnum=N#...         hash file (.tch and .kch accepted)\n"
-               "  PATH.kb#pccap=SIZE#...     B+ tree, keys in order (.tcb and .kct accepted)\n\n"
+               "  PATH.kb#pccap=SIZE#...     B+ tree, keys in order (.tcb and .kct accepted)\n"
+               "  Tokyo and Kyoto Cabinet parameters of .tch .tcb .kch .kct and the in-memory\n"
+               "  names (docs/migration.md has the table):\n"
+               "    mapped: opts d/c -> zcomp=zlib, b -> bz2, t -> lzo; zcomp zlib/def/gz,\n"
+               "      lzo, lzma (-> bz2); capnum, ktcapcnt -> capcnt; ktcapsiz -> capsiz;\n"
+               "      xmsiz -> msiz; psiz, pccap brought within the tree's bounds\n"
+               "    no effect (logged at INFO): apow fpow rcnum lmemb nmemb opts l/s zkey\n"
+               "      log logkinds logpx ktopts, mode w/c/e/f, rcomp=lex, and any of\n"
+               "      bnum msiz dfunit lcnum ncnum psiz pccap capsiz where the backend has none\n"
+               "    refused: rcomp dec/lexdesc/decdesc, zcomp=arc, mode t or r;\n"
+               "      .tct .tcf .kcd .kcf (with what to use instead)\n\n"
                "options:\n", KURA_VERSION);
     for (size_t i = 0; i < NOPTIONS; i++) {
         char names[64] = "";
@@ -191,6 +308,38 @@ static void usage(FILE *f)
         }
         fprintf(f, "  %-22s %s\n", names, options[i].help);
     }
+    fprintf(f, "\nttserver and ktserver options without a kura name of their own:\n");
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
+        const struct foreign *o = &foreign[i];
+        char label[64];
+        snprintf(label, sizeof(label), "%s%s", o->name,
+                 o->nargs == 2 ? " X Y" : o->nargs ? " X" : "");
+        if (o->kind == FOREIGN_MAP)
+            fprintf(f, "  %-22s = %s%s%s: %s\n", label, o->to, o->val ? " " : "",
+                    o->val ? o->val : "", o->why);
+        else if (o->kind == FOREIGN_NOTE)
+            fprintf(f, "  %-22s no effect (logged): %s\n", label, o->why);
+        else if (o->kind == FOREIGN_REFUSE)
+            fprintf(f, "  %-22s refused: %s\n", label, o->why);
+        else if (o->kind == FOREIGN_PLSV)
+            fprintf(f, "  %-22s ktplugservmemc.so only: its port is kurad's memcached port\n",
+                    label);
+        else
+            fprintf(f, "  %-22s with -plsv: port=N is -port N, or a second port beside -port;\n"
+                       "  %-22s opts=f kept as flags, opts=q refused, th/tout/qtout no effect\n",
+                    label, "");
+    }
+}
+
+/* Whether a value glued to a single-letter option reads as one, as
+ * memcached's getopt would take it: a number ("-p11211", "-m64", "-I1m"),
+ * an address ("-l127.0.0.1", "-l[::1]", "-l:") or a path ("-s/run/k.sock",
+ * "-P./kurad.pid").  A letter after the option letter is a longer option
+ * name ("-metrics", "-li"), never an option with its value. */
+static bool glued_value(const char *v)
+{
+    return (*v >= '0' && *v <= '9') || *v == '/' || *v == '.' || *v == ':' || *v == '[' ||
+           *v == '~';
 }
 
 /* Finds the option named by arg; *attached points at an argument glued to a
@@ -202,20 +351,14 @@ static const opt *find_option(const char *arg, const char **attached)
         for (int j = 0; j < 3 && options[i].names[j]; j++)
             if (strcmp(arg, options[i].names[j]) == 0)
                 return &options[i];
-    /* ttserver options kura does not take yet must not be read as a
-     * single-letter option with its value attached ("-ulog" is not "-u log"). */
-    static const char *const ttserver_only[] = {
-        "-uas", "-rcc", "-skel",
-        "-mul", "-ext", "-extpc", "-mask", "-unmask", "-bgs", "-bgsi", "-bgsc",
-    };
-    for (size_t i = 0; i < sizeof(ttserver_only) / sizeof(ttserver_only[0]); i++)
-        if (strcmp(arg, ttserver_only[i]) == 0)
-            return NULL;
+    if (find_foreign(arg))
+        return NULL;
     /* "-p11211": a two-character name followed by its value. */
     for (size_t i = 0; i < NOPTIONS; i++)
         for (int j = 0; j < 3 && options[i].names[j]; j++) {
             const char *n = options[i].names[j];
-            if (strlen(n) == 2 && options[i].arg && strncmp(arg, n, 2) == 0 && arg[2]) {
+            if (strlen(n) == 2 && options[i].arg && strncmp(arg, n, 2) == 0 && arg[2] &&
+                glued_value(arg + 2)) {
                 *attached = arg + 2;
                 return &options[i];
             }
@@ -278,6 +421,15 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         break;
     case OPT_CODEC: {
         kura_codec c;
+        /* ktserver's -bgsc names: gz and oz are zlib and lzo; kura has no
+         * lzma, and bz2 is the closest in ratio */
+        if (!strcmp(val, "gz") || !strcmp(val, "oz"))
+            val = val[0] == 'g' ? "zlib" : "lzo";
+        else if (!strcmp(val, "lzma") || !strcmp(val, "xz")) {
+            add_note(s, "option '%s %s': kura has no lzma; snapshots are compressed with bz2",
+                     arg, val);
+            val = "bz2";
+        }
         if (codec_by_name(val, &c) != KURA_OK)
             return opt_error(where, arg, "'%s' is not one of lzo, zlib, bz2, none", val);
         *(int *)field = (int)c;
@@ -373,8 +525,138 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
     return 0;
 }
 
+/* ktserver's memcached plug-in: -plsv names it, -plex configures it
+ * ("port=11211#opts=f#th=4").  Checked once every option is read. */
+static const char *plsv_path, *plex_expr;
+
+/* -plex's expression: port=N becomes a second listener (or the port, when
+ * -port is not given); the rest is mapped or noted.  0 or 2 (printed). */
+static int apply_plex(kura_settings *s, const char *where)
+{
+    const char *pre = where ? where : "";
+    const char *sep = where ? ": " : "";
+    if (plex_expr && !plsv_path) {
+        fprintf(stderr, "kurad: %s%soption '-plex' configures a plug-in: it needs -plsv "
+                "(only ktplugservmemc.so is mapped)\n", pre, sep);
+        return 2;
+    }
+    if (!plsv_path)
+        return 0;
+    long port = 11211;          /* ktplugservmemc.cc's default */
+    char expr[512];
+    snprintf(expr, sizeof(expr), "%s", plex_expr ? plex_expr : "");
+    for (char *save = NULL, *kv = strtok_r(expr, "#", &save); kv; kv = strtok_r(NULL, "#", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            continue;           /* as the plug-in: a field without '=' is skipped */
+        *eq = '\0';
+        const char *k = kv, *v = eq + 1;
+        if (!strcmp(k, "port")) {
+            if (parse_long(v, &port) || port < 1 || port > 65535) {
+                fprintf(stderr, "kurad: %s%soption '-plex': port=%s is not a port from 1 to "
+                        "65535\n", pre, sep, v);
+                return 2;
+            }
+        } else if (!strcmp(k, "host")) {
+            if (option_given(s, "-host") && strcmp(s->host, v) != 0) {
+                fprintf(stderr, "kurad: %s%soption '-plex': host=%s differs from -host %s: "
+                        "kurad listens on one address\n", pre, sep, v, s->host);
+                return 2;
+            }
+            s->host = strdup(v);
+            add_note(s, "option '-plex host=%s': kurad listens on %s (as -host)", v, v);
+        } else if (!strcmp(k, "opts") || !strcmp(k, "options")) {
+            if (strchr(v, 'q')) {
+                fprintf(stderr, "kurad: %s%soption '-plex': opts=%s: the plug-in's queue mode "
+                        "(a get removes the item) is not supported\n", pre, sep, v);
+                return 2;
+            }
+            if (strchr(v, 'f'))
+                add_note(s, "option '-plex opts=f' has no effect: every item keeps its flags; "
+                         "a file the plug-in wrote is read with kuractl import --kt-flags");
+        } else if (!strcmp(k, "th") || !strcmp(k, "thnum")) {
+            add_note(s, "option '-plex %s=%s' has no effect: the workers (-th %d) serve every "
+                     "port", k, v, s->threads);
+        } else if (!strcmp(k, "tout") || !strcmp(k, "timeout")) {
+            add_note(s, "option '-plex %s=%s' has no effect: -tout closes idle connections on "
+                     "every port", k, v);
+        } else if (!strcmp(k, "qtout") || !strcmp(k, "qtimeout")) {
+            add_note(s, "option '-plex %s=%s' has no effect: it is for the queue mode", k, v);
+        } else {
+            add_note(s, "option '-plex %s=%s' has no effect: the plug-in knows no '%s' either",
+                     k, v, k);
+        }
+    }
+    if (!option_given(s, "-port")) {
+        s->port = (int)port;
+        add_note(s, "ktserver's memcached plug-in: port %ld is kurad's port (-port %ld)", port,
+                 port);
+    } else if (port != s->port) {
+        s->port2 = (int)port;
+        add_note(s, "ktserver's memcached plug-in: port %ld is a second port, serving what "
+                 "-port %d serves", port, s->port);
+    }
+    return 0;
+}
+
+/* Applies a ttserver/ktserver option of foreign[] with its values.
+ * 0 or 2 (reason printed). */
+static int apply_foreign(kura_settings *s, const struct foreign *f, const char *const *vals,
+                         const char *where)
+{
+    const char *pre = where ? where : "";
+    const char *sep = where ? ": " : "";
+    const char *attached;
+    switch (f->kind) {
+    case FOREIGN_MAP: {
+        int rc = apply_option(s, find_option(f->to, &attached), f->to,
+                              f->val ? f->val : vals[0], where);
+        if (!rc)
+            add_note(s, "option '%s' maps to %s%s%s: %s", f->name, f->to, f->val ? " " : "",
+                     f->val ? f->val : "", f->why);
+        return rc;
+    }
+    case FOREIGN_NOTE:
+        add_note(s, "option '%s' has no effect: %s", f->name, f->why);
+        return 0;
+    case FOREIGN_REFUSE:
+        fprintf(stderr, "kurad: %s%soption '%s' is refused: %s\n", pre, sep, f->name, f->why);
+        return 2;
+    case FOREIGN_PLSV: {
+        const char *base = strrchr(vals[0], '/');
+        if (!strstr(base ? base + 1 : vals[0], "ktplugservmemc")) {
+            fprintf(stderr, "kurad: %s%soption '-plsv %s' is refused: %s\n", pre, sep, vals[0],
+                    f->why);
+            return 2;
+        }
+        plsv_path = vals[0];
+        add_note(s, "option '-plsv %s': ktserver's memcached plug-in is kurad itself (the "
+                 "memcached protocols on its ports); nothing is loaded", vals[0]);
+        return 0;
+    }
+    case FOREIGN_PLEX:
+        plex_expr = vals[0];
+        return 0;
+    }
+    return 0;
+}
+
 int options_set(kura_settings *s, const char *name, const char *val, const char *where)
 {
+    const struct foreign *f = find_foreign(name);
+    if (f) {
+        if (f->nargs > 1 && f->kind != FOREIGN_REFUSE) {
+            fprintf(stderr, "kurad: %s: option '%s' is not allowed in a conf file\n", where,
+                    name);
+            return 2;
+        }
+        if (f->nargs && !val && f->kind != FOREIGN_REFUSE) {
+            fprintf(stderr, "kurad: %s: option '%s' needs a value\n", where, name);
+            return 2;
+        }
+        return apply_foreign(s, f, &val, where);
+    }
+
     const char *attached;
     const opt *o = find_option(name, &attached);
     if (!o || attached) {
@@ -432,21 +714,39 @@ int options_parse(kura_settings *s, int argc, char **argv)
             return rc;
         db_from_conf = s->dbname != NULL;
     }
+    bool names_only = false;           /* after "--", as ktserver: every word a name */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val;
-        if (arg[0] != '-' || arg[1] == '\0') {
+        if (!names_only && strcmp(arg, "--") == 0) {
+            names_only = true;
+            continue;
+        }
+        if (names_only || arg[0] != '-' || arg[1] == '\0') {
             if (arg[0] == '\0') {
                 fprintf(stderr, "kurad: the database name is empty (\"*\" names the "
                                 "in-memory cache)\n");
                 return 2;
             }
             if (s->dbname && !db_from_conf) {
-                fprintf(stderr, "kurad: more than one database named ('%s' and '%s')\n",
-                        s->dbname, arg);
+                fprintf(stderr, "kurad: more than one database named ('%s' and '%s'): a "
+                        "kurad serves one (run one per database)\n", s->dbname, arg);
                 return 2;
             }
             s->dbname = arg;            /* the command line overrides the file */
             db_from_conf = false;
+            continue;
+        }
+        const struct foreign *f = find_foreign(arg);
+        if (f) {
+            if (i + f->nargs >= argc && f->kind != FOREIGN_REFUSE) {
+                fprintf(stderr, "kurad: option '%s' needs %s\n", arg,
+                        f->nargs > 1 ? "two arguments" : "an argument");
+                return 2;
+            }
+            int rc = apply_foreign(s, f, (const char *const *)argv + i + 1, NULL);
+            if (rc)
+                return rc;
+            i += f->nargs;
             continue;
         }
         const opt *o = find_option(arg, &val);
@@ -473,6 +773,23 @@ int options_parse(kura_settings *s, int argc, char **argv)
         if (rc)
             return rc;
     }
+    if (apply_plex(s, NULL))
+        return 2;
+    /* ttserver's "-port 0 -host PATH": a unix socket at PATH */
+    if (s->port == 0 && option_given(s, "-host") && s->host[0] == '/') {
+        if (s->unix_path) {
+            fprintf(stderr, "kurad: -port 0 -host %s (ttserver's unix socket) and -s %s: "
+                    "one unix socket only\n", s->host, s->unix_path);
+            return 2;
+        }
+        add_note(s, "option '-port 0 -host %s': a unix socket at %s (as ttserver; -s %s)",
+                 s->host, s->host, s->host);
+        s->unix_path = s->host;
+        s->host = "127.0.0.1";
+    }
+    if (s->kill_old && !s->pid_path)
+        add_note(s, "option '-kl' has no effect without -pid: no pid file names an old server "
+                 "(as for ttserver)");
     if (s->port == 0 && !s->unix_path) {
         fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");
         return 2;

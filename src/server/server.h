@@ -70,6 +70,12 @@ typedef struct kura_settings {
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
+    /* ttserver and ktserver options (options.c, docs/migration.md) */
+    int port2;                  /* -plex port=N beside -port: a second TCP port; 0 = none */
+    bool kill_old;              /* -kl: stop the server the pid file names first */
+    char notes[32][320];        /* what they mapped to or why they have no effect, logged
+                                   at INFO once the log is open */
+    int nnotes;
 } kura_settings;
 
 /* swap.c: a replica's full copy in a store of its own, swapped in whole */
@@ -126,6 +132,9 @@ void daemon_absolute_paths(kura_settings *s);
 void daemon_detach(void);               /* returns in the daemon only */
 void daemon_ready(void);                /* tells the waiting parent, detaches stdio */
 int pidfile_lock(const char *path);     /* 0, or -1 with the reason logged */
+/* killold.c: ttserver's -kl, the server pid_path names stopped first;
+ * 0, or -1 with the reason logged */
+int kill_old_server(const char *pid_path);
 int pidfile_write(void);
 void pidfile_remove(void);
 int daemon_drop_privileges(const kura_settings *s);

@@ -130,6 +130,7 @@ typedef struct cache {
     kura_store cc_base;                 /* first: kura_store * <-> cache * */
     cache_stripe *cc_stripes;
     uint64_t cc_limit;                  /* bytes */
+    uint64_t cc_stripe_cap;             /* #capcnt: items per stripe (0 = no cap) */
     size_t cc_item_max;                 /* -I, 0 = none */
     alignas(64) _Atomic uint64_t cc_mem_used;
     alignas(64) atomic_uint cc_evict_cursor;
@@ -497,6 +498,16 @@ static inline cache_item *cache_list_add(cache_item *list, cache_item *it)
     return list;
 }
 
+/* #capcnt: past the stripe's share of the count, its oldest item (or a
+ * dead one near the tail) goes onto *list.  Never the item just linked,
+ * which is at the head of two or more.  Called under the stripe's lock. */
+static inline void do_cache_cap_count(cache *c, cache_stripe *st, const kura_clock *clk,
+                                      cache_item **list)
+{
+    if (c->cc_stripe_cap && st->cs_items > c->cc_stripe_cap)
+        *list = cache_list_add(*list, do_cache_evict_one(st, clk));
+}
+
 /* ---- the operations ---------------------------------------------------- */
 
 /* get: no allocation, no system call on a hit; one stripe lock.  The LRU
@@ -602,6 +613,7 @@ static int cache_put(kura_store *s, const kura_item *item, int cond, uint64_t cm
         ni->ci_cas = stamped.cas;
         old = do_cache_link(st, pp, ni);
         ni = NULL;
+        do_cache_cap_count(c, st, clk, &dead);
         grow = do_cache_want_grow(st);
     }
     pthread_mutex_unlock(&st->cs_lock);
@@ -703,6 +715,7 @@ static int cache_update(kura_store *s, const char *key, size_t klen, const kura_
         if (l1)
             memcpy(ni->ci_data + klen + l0, out.part[1].base, l1);
         free_list = cache_list_add(free_list, do_cache_link(st, pp, ni));
+        do_cache_cap_count(c, st, clk, &free_list);
         grow = do_cache_want_grow(st);
         break;
     }
@@ -936,14 +949,17 @@ static const kura_store_ops cache_ops = {
 };
 
 /* Opens an empty cache.  Parameters: "#capsiz=SIZE" (memory limit, wins
- * over cfg->mem_limit; default 64 MiB) and "#bnum=N" (initial buckets in
- * all, spread over the stripes).  Anything else is rejected before any
- * allocation. */
+ * over cfg->mem_limit; default 64 MiB), "#capcnt=N" (at most about N items:
+ * each stripe holds at most its share, N / CACHE_STRIPES rounded up, and
+ * evicts its oldest past it, as Kyoto's cache database caps each of its
+ * slots) and "#bnum=N" (initial buckets in all, spread over the stripes).
+ * Anything else is rejected before any allocation. */
 int cache_open(const char *path, kura_params *params, const kura_store_config *cfg,
                kura_store **out, char *err, size_t errlen)
 {
     const char *capsiz = kura_param_take(params, "capsiz");
     const char *bnum = kura_param_take(params, "bnum");
+    const char *capcnt = kura_param_take(params, "capcnt");
     uint64_t limit = cfg && cfg->mem_limit ? cfg->mem_limit : CACHE_DEFAULT_LIMIT;
     uint64_t buckets = CACHE_DEFAULT_BNUM;
     pthread_mutexattr_t attr;
@@ -963,6 +979,12 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
     if (capsiz && (kura_parse_size(capsiz, &limit) != KURA_OK || limit == 0)) {
         snprintf(err, errlen, "database name '%s': bad capsiz '%s' (a size such as 64m)",
                  path, capsiz);
+        return KURA_EINVAL;
+    }
+    uint64_t cap = 0;
+    if (capcnt && (kura_parse_size(capcnt, &cap) != KURA_OK || cap == 0)) {
+        snprintf(err, errlen, "database name '%s': bad capcnt '%s' (a positive number of items)",
+                 path, capcnt);
         return KURA_EINVAL;
     }
     if (bnum) {
@@ -986,6 +1008,7 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
         goto fail;
     c->cc_base.ops = &cache_ops;
     c->cc_limit = limit;
+    c->cc_stripe_cap = (cap + CACHE_STRIPES - 1) / CACHE_STRIPES;
     c->cc_item_max = cfg ? cfg->item_size_max : 0;
     atomic_init(&c->cc_mem_used, 0);
     atomic_init(&c->cc_evict_cursor, 0);
