@@ -346,7 +346,7 @@ REFUSED = [
     (["-plsv", "/usr/lib/ktplugservdummy.so"], "only ktserver's memcached plug-in"),
     (["-plex", "port=1"], "needs -plsv"),
     (["-plsv", "ktplugservmemc.so", "-plex", "port=1#opts=q"], "queue mode"),
-    (["-metrics"], "unknown option '-metrics'"),
+    (["-matrix"], "unknown option '-matrix'"),
     (["-lx"], "unknown option '-lx'"),
     (["-pfoo"], "unknown option '-pfoo'"),
     (["x.tct"], "Tokyo table database"),
