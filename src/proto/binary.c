@@ -413,7 +413,7 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
     *flushed = out->len;
 }
 
-const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state) };
+const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state), NULL };
 
 size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {

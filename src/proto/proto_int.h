@@ -17,15 +17,18 @@
 
 /* A protocol: process() has kura_session_process()'s contract (proto.h);
  * state_size bytes of zeroed state are given to it at s->state, allocated
- * when the protocol is chosen and freed with the session. */
+ * when the protocol is chosen and freed with the session, after
+ * release(state) (may be NULL) has freed what the state points to. */
 typedef struct kura_proto {
     const char *name;
     size_t (*process)(kura_session *s, char *in, size_t len, kura_buf *out);
     size_t state_size;
+    void (*release)(void *state);
 } kura_proto;
 
 extern const kura_proto kura_proto_text;
 extern const kura_proto kura_proto_binary;
+extern const kura_proto kura_proto_tt;  /* Tokyo Tyrant's (tt.c) */
 
 /* A connection's protocol session.  The first part is every protocol's:
  * set at creation, or read by the connection through proto.h's accessors;
