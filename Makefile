@@ -170,6 +170,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 
 # the protocol targets share their session (tests/fuzz/session.c)
 $(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
+$(BUILD)/fuzz/fuzz_tt: $(BUILD)/tests/fuzz/session.o
 
 # the conf-file parser and its option table are kurad's
 $(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.o
