@@ -26,8 +26,9 @@
  *
  * Memory per connection is bounded as the memcached protocols' is: one
  * request (a key and a value within -I, or TT_REQ_MAX of mget keys or
- * misc arguments) and replies up to KURA_OUT_HIGH_WATER between requests
- * (one mget reply may go past it, by the values it lists).
+ * misc arguments) and replies up to KURA_OUT_HIGH_WATER between requests;
+ * a reply counted before it is sent (mget, fwmkeys, misc) is built whole
+ * and stops at TT_LIST_BYTES plus one value, leaving the rest out.
  */
 #include <math.h>
 #include <stdio.h>
@@ -391,6 +392,8 @@ static void cmd_mget(tt_req *r)
         p += 4 + m.klen;
         if (m.klen > KURA_KEY_MAX)
             continue;                   /* no such key can be stored here */
+        if (r->out->len - head >= TT_LIST_BYTES)
+            break;                      /* the reply is as long as it may be */
         int rc = engine_get(r->s->engine, r->s->stats, m.key, m.klen, NULL, emit_record, &m,
                             NULL);
         if (rc == KURA_ENOMEM) {
