@@ -1164,14 +1164,7 @@ static void parse(conn *c)
                 return;
             }
             slot *s = &c->q[c->qhead];
-            s->seen[c->dkey] = 1;
-            uint64_t id = s->ids[c->dkey];
-            if (id & MISS_BIT) {
-                w->c.unexpected_hits++;
-                if (opt.verify) w->c.mismatches++;
-            } else if (opt.verify && !value_ok(id, buf, c->dlen, c->dflags)) {
-                w->c.mismatches++;
-            }
+            got_value(c, buf, c->dlen, c->dflags);
             c->rpos += c->dlen + 2;
             c->ps = PS_LINE;
             if (opt.proto == PROTO_META && s->nkeys == 1 && opt.multiget == 1)

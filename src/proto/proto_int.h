@@ -61,6 +61,28 @@ struct kura_session {
     kura_list_cursor list;              /* where a listing paused (listing.c) */
 };
 
+/* The binary protocols' request loop (binary.c, tt.c).  Between two
+ * requests: true, with out_full set, once this call has answered its share
+ * (KURA_OUT_HIGH_WATER bytes queued, or KURA_REQUESTS_PER_CALL requests):
+ * the rest waits for the connection's next turn. */
+static inline bool session_turn_over(kura_session *s, const kura_buf *out, unsigned *turns)
+{
+    if (out->len >= KURA_OUT_HIGH_WATER || ++*turns > KURA_REQUESTS_PER_CALL) {
+        s->out_full = true;
+        return true;
+    }
+    return false;
+}
+
+/* Reads past what is left of a refused body (*swallow bytes) in
+ * [*pos, len), as it arrives, never buffering it. */
+static inline void session_swallow(size_t *pos, size_t len, uint64_t *swallow)
+{
+    size_t n = len - *pos < *swallow ? len - *pos : (size_t)*swallow;
+    *pos += n;
+    *swallow -= n;
+}
+
 /* The text protocol's name for the session it serves. */
 typedef kura_session text_session;
 

@@ -762,14 +762,10 @@ static size_t tt_process(kura_session *s, char *in, size_t len, kura_buf *out)
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_OUT_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
-            s->out_full = true;         /* the rest on the connection's next turn */
-            break;
-        }
+        if (session_turn_over(s, out, &turns))
+            break;                      /* the rest on the connection's next turn */
         if (st->swallow) {
-            size_t n = len - pos < st->swallow ? len - pos : (size_t)st->swallow;
-            pos += n;
-            st->swallow -= n;
+            session_swallow(&pos, len, &st->swallow);
             continue;
         }
         size_t used = tt_one(s, st, in + pos, len - pos, out);
