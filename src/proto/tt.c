@@ -169,7 +169,7 @@ static int read_modify_write(tt_req *r, const char *key, size_t klen, tt_modify_
 typedef struct shl_arg {
     const char *val;
     size_t vlen, width;
-    kura_buf *tmp;
+    kura_buf *tmp;                      /* holds the old value (read_modify_write's read) */
 } shl_arg;
 
 static int shl_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
@@ -183,11 +183,12 @@ static int shl_modify(void *arg, const char *old, size_t oldlen, bool found, con
     }
     size_t total = oldlen + a->vlen, keep = total < a->width ? total : a->width;
     size_t from_old = keep > a->vlen ? keep - a->vlen : 0;
-    a->tmp->len = 0;
-    if (!kura_buf_reserve(a->tmp, keep + 1))
+    /* in place: old is the start of a->tmp (the value just read) */
+    if (from_old)
+        memmove(a->tmp->data, old + oldlen - from_old, from_old);
+    a->tmp->len = from_old;
+    if (!kura_buf_append(a->tmp, a->val + a->vlen - (keep - from_old), keep - from_old))
         return 1;
-    kura_buf_append(a->tmp, old + oldlen - from_old, from_old);
-    kura_buf_append(a->tmp, a->val + a->vlen - (keep - from_old), keep - from_old);
     *val = a->tmp->data;
     *vlen = a->tmp->len;
     return 0;
@@ -270,7 +271,10 @@ static void pack_double(double d, unsigned char *p)
     double ipart, fpart = modf(d, &ipart);
     int64_t integ, fract;
     if (isnormal(ipart) || ipart == 0) {
-        integ = (int64_t)ipart;
+        /* past int64's range C leaves the conversion undefined; x86, where
+         * ttserver ran, gives INT64_MIN, and so does this */
+        integ = ipart >= -9223372036854775808.0 && ipart < 9223372036854775808.0
+                    ? (int64_t)ipart : INT64_MIN;
         fract = (int64_t)(fpart * TT_TRILLION);
     } else if (isinf(ipart)) {
         integ = ipart > 0 ? INT64_MAX : INT64_MIN;
