@@ -12,11 +12,27 @@ runs made seconds apart against the same server and data:
     mget10   gets of 10 keys a request (text "get k1 ... k10", TT mget)
 
 each with 1 and with 16 connections (one client thread, one request in
-flight a connection).  Prints a table of the median ops/s of each and the
+flight a connection).  No --verify: a TT put stores flags 0 where a text
+set stores kura-bench's flags, so the text gets that follow would count
+mismatches (test_tt.py checks the values themselves).  Prints a table of the median ops/s of each and the
 ratio tt/text (issue 21's target: within 10%, i.e. >= 0.90), and writes it
 to bench/results/tt.md and tt.csv.
 
+With --instructions it counts instead what each request costs the server in
+instructions, under callgrind (valgrind), which a loaded machine does not
+change: kurad with one worker on each backend (-sync none: no syncs timed
+by the clock, whose count a slow run under valgrind would change), filled with 1,000 keys, then
+one cell's requests (-P 16 -n N), minus a run with the fill alone (each the
+least of two runs), divided by the requests: the ratio tt/text of those is the protocol's own cost.
+
     bench/tt.py [--build DIR] [--reps N] [--ops N] [--backends cache,hash,tree]
+    bench/tt.py --instructions [--session] [--ops N] ...
+
+--session counts only the instructions kura_session_process() runs (the
+protocol and the engine): the event loop and the socket I/O, alike for both
+protocols, are left out, and so are the stores' background threads, whose
+work follows the clock (the hash file's checkpoints) and so varies from run
+to run under valgrind.
 """
 import argparse, csv, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 
@@ -60,8 +76,7 @@ def start(build, db, tmp):
 
 def bench(build, port, proto, args, conns, ops):
     argv = pin(1) + [os.path.join(build, "kura-bench"), "-p", str(port), "--proto", proto,
-                     "-k", str(KEYS), "-n", str(ops), "-c", str(conns), "-q", "--csv",
-                     "--verify"] + args
+                     "-k", str(KEYS), "-n", str(ops), "-c", str(conns), "-q", "--csv"] + args
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise SystemExit("kura-bench %s failed (%d): %s" % (" ".join(argv), p.returncode,
@@ -70,14 +85,104 @@ def bench(build, port, proto, args, conns, ops):
     return float(rows[-1]["ops_per_sec"])
 
 
+def callgrind_total(build, db, tmp, load, toggle):
+    """Instructions of a kurad run (one worker, under callgrind) that serves
+    load(port) and stops."""
+    port = free_port()
+    out = os.path.join(tmp, "callgrind.out")
+    dbname = {"cache": "*", "hash": os.path.join(tmp, "data.kh"),
+              "tree": os.path.join(tmp, "data.kb")}[db]
+    for f in ("data.kh", "data.kb"):
+        p = os.path.join(tmp, f)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.remove(p)
+    argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out] + toggle + [
+            os.path.join(build, "kurad"), "-p", str(port), "-t", "1", "-sync", "none", dbname]
+    if os.geteuid() == 0:
+        argv += ["-u", "root"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > end:
+                raise SystemExit("kurad under callgrind did not start")
+            time.sleep(0.1)
+    load(port)
+    proc.terminate()
+    proc.wait(timeout=300)
+    with open(out) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                os.remove(out)
+                return int(line.split()[1])
+    raise SystemExit("no total in callgrind's output")
+
+
+def instructions(a, build):
+    rows = []
+    keys = 1000
+    # --session: only what kura_session_process() runs (protocol and engine);
+    # the event loop and socket I/O, alike for both protocols, and the
+    # stores' background threads (the hash file's checkpoints, timed by the
+    # clock, which a run under valgrind stretches) are left out
+    toggle = ["--toggle-collect=kura_session_process"] if a.session else []
+
+    def run(port, proto, args, n):
+        argv = [os.path.join(build, "kura-bench"), "-p", str(port), "--proto", proto, "-k",
+                str(keys), "-n", str(n), "-P", "16", "-q", "--seed", "7"] + args
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, timeout=600)
+
+    def fill(port):
+        run(port, "text", ["-r", "1:0", "--pattern", "seq"], keys)
+
+    for db in a.backends.split(","):
+        tmp = tempfile.mkdtemp(prefix="kura-ttinstr-")
+        try:
+            # the least of two runs: a store's background work (the hash
+            # file's checkpoints) lands in one run or the other
+            base = min(callgrind_total(build, db, tmp, fill, toggle) for _ in range(2))
+            for name, args, per in CELLS:
+                n = max(200, a.ops // per)
+                cost = {}
+                for proto in ("text", "tt"):
+                    def load(port):
+                        fill(port)
+                        run(port, proto, args, n)
+                    cost[proto] = (min(callgrind_total(build, db, tmp, load, toggle)
+                                       for _ in range(2)) - base) / n
+                rows.append((db, name, cost["text"], cost["tt"], cost["tt"] / cost["text"]))
+                print("%-6s %-7s text %8.0f  tt %8.0f  instr/request  tt/text %.2f" % rows[-1],
+                      flush=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    lines = ["| backend | cell | text instr/request | TT instr/request | TT/text |",
+             "|---|---|---|---|---|"]
+    lines += ["| %s | %s | %.0f | %.0f | %.2f |" % r for r in rows]
+    os.makedirs(RESULTS, exist_ok=True)
+    name = "tt-instructions-session.md" if a.session else "tt-instructions.md"
+    with open(os.path.join(RESULTS, name), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ops", type=int, default=20000)
     ap.add_argument("--backends", default="cache,hash,tree")
+    ap.add_argument("--instructions", action="store_true")
+    ap.add_argument("--session", action="store_true")
     a = ap.parse_args()
     build = os.path.join(ROOT, a.build) if not os.path.isabs(a.build) else a.build
+    if a.instructions:
+        instructions(a, build)
+        return
     rows = []
     for db in a.backends.split(","):
         tmp = tempfile.mkdtemp(prefix="kura-ttbench-")
