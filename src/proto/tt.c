@@ -553,11 +553,15 @@ static void count_cmd(uint8_t cmd)
 
 /* What follows a list of n elements ([be32 length][bytes] each) starting
  * at p: 0 with *end set; 1 more input is needed (*end: at least this
- * much); -1 a length is absurd or the list passes TT_REQ_MAX. */
-static int list_end(const char *p, size_t avail, uint32_t n, size_t *end)
+ * much); -1 a length is absurd or the list passes TT_REQ_MAX.  The scan
+ * resumes where the previous call on the same request stopped (st->scan),
+ * so a long list arriving in many reads is scanned once. */
+static int list_end(tt_state *st, const char *p, size_t avail, uint32_t n, size_t *end)
 {
-    size_t off = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    size_t off = st->scan_off;
+    for (uint32_t i = st->scan_n; i < n; i++) {
+        st->scan_off = off;
+        st->scan_n = i;
         if (avail - off < 4) {
             *end = off + 4;
             return 1;
@@ -565,11 +569,11 @@ static int list_end(const char *p, size_t avail, uint32_t n, size_t *end)
         uint32_t l = tt_be32(p + off);
         if (l > TT_MAX_ARG || off + 4 + l > TT_REQ_MAX)
             return -1;
-        off += 4 + l;
-        if (off > avail) {
-            *end = off;
+        if (off + 4 + l > avail) {
+            *end = off + 4 + l;
             return 1;
         }
+        off += 4 + l;
     }
     *end = off;
     return 0;
@@ -663,7 +667,7 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
             return 0;
         }
         size_t end;
-        int rc = list_end(h + head + pre, avail - head - pre, n, &end);
+        int rc = list_end(st, h + head + pre, avail - head - pre, n, &end);
         if (rc < 0)
             goto close;
         if (rc > 0) {
@@ -775,6 +779,7 @@ static size_t tt_process(kura_session *s, char *in, size_t len, kura_buf *out)
         size_t used = tt_one(s, st, in + pos, len - pos, out);
         if (used == 0)
             break;
+        st->scan_off = st->scan_n = 0;  /* the next request's list is scanned anew */
         pos += used;
     }
     return s->close ? len : pos;

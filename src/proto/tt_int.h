@@ -93,6 +93,8 @@ typedef struct tt_state {
     tt_iter iter;
     tt_walk walk;
     kura_buf scratch;                   /* a value read for a read-modify-write */
+    size_t scan_off;                    /* an mget's or misc's list, scanned so far */
+    uint32_t scan_n;                    /* (bytes, elements) in the first unconsumed request */
 } tt_state;
 
 /* One complete request, as tt.c parsed it. */
