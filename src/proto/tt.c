@@ -2,8 +2,9 @@
  * tt.c - Tokyo Tyrant's binary protocol, as ttserver 1.1.41 answers it on
  * a hash database: request framing, dispatch, and the record commands
  * (put putkeep putcat putshl putnr out get mget vsiz addint adddouble ext
- * sync optimize vanish copy restore setmst rnum size).  The iterator and
- * fwmkeys are in tt_walk.c, misc and stat in tt_misc.c.
+ * sync optimize vanish copy restore setmst rnum size).  The changes that
+ * read first (putcat putshl addint adddouble) are in tt_update.c, the
+ * iterator and fwmkeys in tt_walk.c, misc and stat in tt_misc.c.
  *
  * A connection whose first byte is 0xC8 speaks it (proto.c).  A request
  * is 0xC8, a command byte, fixed big-endian 32-bit (and for restore and
@@ -19,10 +20,7 @@
  *
  * Values are stored as they are, with flags 0 and no expiry, so a record
  * put here is read back by memcached's get, and a memcached set is read
- * back by get here.  addint keeps a 4-byte little-endian int and
- * adddouble an 8-byte native double, as Tokyo Cabinet stores them; their
- * read-modify-write goes through the engine's cas, retried if another
- * client changed the record meanwhile.
+ * back by get here.
  *
  * Memory per connection is bounded as the memcached protocols' is: one
  * request (a key and a value within -I, or TT_REQ_MAX of mget keys or
@@ -30,14 +28,12 @@
  * a reply counted before it is sent (mget, fwmkeys, misc) is built whole
  * and stops at TT_LIST_BYTES plus one value, leaving the rest out.
  */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "tt_int.h"
 
 #define TT_MAGIC 0xC8
-#define TT_RMW_TRIES 16                 /* a read-modify-write losing this often: failure */
 
 _Atomic uint64_t tt_counts[TTC_COUNT];
 
@@ -79,215 +75,6 @@ static bool tt_code_u64(tt_req *r, uint64_t n)
     return false;
 }
 
-/* ---- reading a record ------------------------------------------------------------- */
-
-typedef struct tt_old {
-    kura_buf *buf;
-    uint32_t flags;
-    int64_t exptime;
-    uint64_t cas;
-} tt_old;
-
-static int copy_value(void *arg, const kura_item *it)
-{
-    tt_old *o = arg;
-    o->buf->len = 0;
-    o->flags = it->flags;
-    o->exptime = it->exptime;
-    o->cas = it->cas;
-    return kura_buf_append(o->buf, it->val, it->vlen) ? 0 : KURA_ENOMEM;
-}
-
-int tt_read(tt_req *r, const char *key, size_t klen)
-{
-    tt_old o = { .buf = &r->st->scratch };
-    int rc = engine_get(r->s->engine, r->s->stats, key, klen, NULL, copy_value, &o, NULL);
-    return rc;
-}
-
-/* ---- writes ------------------------------------------------------------------------- */
-
-static int store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen,
-                 uint32_t flags, int64_t exptime, uint64_t cas_in)
-{
-    if (!engine_item_fits(r->s->engine, klen, vlen, flags))
-        return KURA_ETOOBIG;
-    kura_item it = { .key = key, .klen = klen, .val = val, .vlen = vlen, .flags = flags,
-                     .exptime = exptime };
-    engine_store_opts o = { .cas_in = cas_in };
-    r->s->dirty = true;
-    KURA_STAT_INC(r->s->stats, cmd_set);
-    return engine_store(r->s->engine, r->s->stats, cmd, &it, &o, NULL);
-}
-
-/* putcat: append, or add when there is nothing to append to (retried if
- * another client adds or removes the record in between). */
-static int put_cat(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen)
-{
-    for (int i = 0; i < TT_RMW_TRIES; i++) {
-        int rc = store(r, KURA_CMD_APPEND, key, klen, val, vlen, 0, 0, 0);
-        if (rc != KURA_NOT_STORED)
-            return rc;
-        rc = store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
-        if (rc != KURA_NOT_STORED)
-            return rc;
-    }
-    return KURA_NOT_STORED;
-}
-
-/* A read-modify-write: modify(arg, old, oldlen, found, &new, &newlen)
- * computes the new value (0) or refuses (1); it is stored with the old
- * record's flags and expiry if the record is unchanged since the read,
- * else the whole is tried again. */
-typedef int (*tt_modify_fn)(void *arg, const char *old, size_t oldlen, bool found,
-                            const void **val, size_t *vlen);
-
-static int read_modify_write(tt_req *r, const char *key, size_t klen, tt_modify_fn modify,
-                             void *arg)
-{
-    for (int i = 0; i < TT_RMW_TRIES; i++) {
-        tt_old o = { .buf = &r->st->scratch };
-        int rc = engine_get(r->s->engine, r->s->stats, key, klen,
-                            &(engine_get_opts){ .no_bump = true }, copy_value, &o, NULL);
-        if (rc < 0)
-            return rc;
-        bool found = rc == KURA_OK;
-        const void *val;
-        size_t vlen;
-        if (modify(arg, found ? o.buf->data : NULL, found ? o.buf->len : 0, found, &val, &vlen))
-            return KURA_NOT_STORED;
-        rc = found ? store(r, KURA_CMD_CAS, key, klen, val, vlen, o.flags, o.exptime, o.cas)
-                   : store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
-        if (rc == KURA_STORED || rc < 0)
-            return rc;
-    }
-    return KURA_NOT_STORED;
-}
-
-/* putshl: the value appended, then only its last `width` bytes kept; a
- * new record is the value as given (as Tokyo Tyrant's putshl stores it). */
-typedef struct shl_arg {
-    const char *val;
-    size_t vlen, width;
-    kura_buf *tmp;                      /* holds the old value (read_modify_write's read) */
-} shl_arg;
-
-static int shl_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
-                      size_t *vlen)
-{
-    shl_arg *a = arg;
-    if (!found) {
-        *val = a->val;
-        *vlen = a->vlen;
-        return 0;
-    }
-    size_t total = oldlen + a->vlen, keep = total < a->width ? total : a->width;
-    size_t from_old = keep > a->vlen ? keep - a->vlen : 0;
-    /* in place: old is the start of a->tmp (the value just read) */
-    if (from_old)
-        memmove(a->tmp->data, old + oldlen - from_old, from_old);
-    a->tmp->len = from_old;
-    if (!kura_buf_append(a->tmp, a->val + a->vlen - (keep - from_old), keep - from_old))
-        return 1;
-    *val = a->tmp->data;
-    *vlen = a->tmp->len;
-    return 0;
-}
-
-/* addint: a 4-byte little-endian int (Tokyo Cabinet's native int on the
- * little-endian machines it ran on); any other size refuses. */
-typedef struct int_arg {
-    int32_t add, sum;
-    unsigned char buf[4];
-} int_arg;
-
-static int int_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
-                      size_t *vlen)
-{
-    int_arg *a = arg;
-    uint32_t v = 0;
-    if (found) {
-        if (oldlen != 4)
-            return 1;
-        const unsigned char *p = (const unsigned char *)old;
-        v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    }
-    v += (uint32_t)a->add;              /* wraps, as the C int sum does in practice */
-    a->sum = (int32_t)v;
-    for (int i = 0; i < 4; i++)
-        a->buf[i] = (unsigned char)(v >> (8 * i));
-    *val = a->buf;
-    *vlen = 4;
-    return 0;
-}
-
-/* adddouble: an 8-byte native double (IEEE 754, little-endian here). */
-typedef struct dbl_arg {
-    double add, sum;
-    unsigned char buf[8];
-} dbl_arg;
-
-static int dbl_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
-                      size_t *vlen)
-{
-    dbl_arg *a = arg;
-    double v = 0;
-    if (found) {
-        if (oldlen != sizeof(double))
-            return 1;
-        memcpy(&v, old, sizeof(v));
-    }
-    a->sum = v + a->add;
-    memcpy(a->buf, &a->sum, sizeof(a->sum));
-    *val = a->buf;
-    *vlen = sizeof(double);
-    return 0;
-}
-
-/* The protocol's form of a real number: two big-endian 64-bit integers,
- * the integral part and the fraction in trillionths; both INT64_MIN is
- * NaN, an integral part of INT64_MAX / INT64_MIN an infinity. */
-#define TT_TRILLION 1000000000000.0
-
-static uint64_t be64(const unsigned char *p)
-{
-    return (uint64_t)tt_be32(p) << 32 | tt_be32(p + 4);
-}
-
-static double unpack_double(const unsigned char *p)
-{
-    int64_t integ = (int64_t)be64(p), fract = (int64_t)be64(p + 8);
-    if (integ == INT64_MIN && fract == INT64_MIN)
-        return NAN;
-    if (integ == INT64_MAX)
-        return INFINITY;
-    if (integ == INT64_MIN)
-        return -INFINITY;
-    return (double)integ + (double)fract / TT_TRILLION;
-}
-
-static void pack_double(double d, unsigned char *p)
-{
-    double ipart, fpart = modf(d, &ipart);
-    int64_t integ, fract;
-    if (isnormal(ipart) || ipart == 0) {
-        /* past int64's range C leaves the conversion undefined; x86, where
-         * ttserver ran, gives INT64_MIN, and so does this */
-        integ = ipart >= -9223372036854775808.0 && ipart < 9223372036854775808.0
-                    ? (int64_t)ipart : INT64_MIN;
-        fract = (int64_t)(fpart * TT_TRILLION);
-    } else if (isinf(ipart)) {
-        integ = ipart > 0 ? INT64_MAX : INT64_MIN;
-        fract = 0;
-    } else {
-        integ = fract = INT64_MIN;
-    }
-    tt_put_be32(p, (uint32_t)((uint64_t)integ >> 32));
-    tt_put_be32(p + 4, (uint32_t)integ);
-    tt_put_be32(p + 8, (uint32_t)((uint64_t)fract >> 32));
-    tt_put_be32(p + 12, (uint32_t)fract);
-}
-
 /* ---- the commands ------------------------------------------------------------------ */
 
 static void cmd_put(tt_req *r)
@@ -297,19 +84,17 @@ static void cmd_put(tt_req *r)
     int rc;
     switch (r->cmd) {
     case TT_PUT: case TT_PUTNR:
-        rc = store(r, KURA_CMD_SET, key, klen, val, vlen, 0, 0, 0);
+        rc = tt_store(r, KURA_CMD_SET, key, klen, val, vlen, 0, 0, 0);
         break;
     case TT_PUTKEEP:
-        rc = store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
+        rc = tt_store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
         break;
     case TT_PUTCAT:
-        rc = put_cat(r, key, klen, val, vlen);
+        rc = tt_put_cat(r, key, klen, val, vlen);
         break;
-    default: {
-        shl_arg a = { val, vlen, r->f[2], &r->st->scratch };
-        rc = read_modify_write(r, key, klen, shl_modify, &a);
+    default:
+        rc = tt_putshl(r, key, klen, val, vlen, r->f[2]);
         break;
-    }
     }
     if (rc != KURA_STORED)
         TT_COUNT(put_miss);
@@ -412,10 +197,9 @@ static void cmd_mget(tt_req *r)
 
 static void cmd_addint(tt_req *r)
 {
-    int_arg a = { .add = (int32_t)r->f[1] };
-    int rc = read_modify_write(r, r->body, r->f[0], int_modify, &a);
-    if (rc == KURA_STORED)
-        tt_code_u32(r, 0, (uint32_t)a.sum);
+    int32_t sum;
+    if (tt_addint(r, r->body, r->f[0], (int32_t)r->f[1], &sum) == KURA_STORED)
+        tt_code_u32(r, 0, (uint32_t)sum);
     else
         tt_code(r, 1);
 }
@@ -424,15 +208,12 @@ static void cmd_adddouble(tt_req *r)
 {
     /* the 16 bytes of the number precede the key: tt_one points body at
      * them */
-    dbl_arg a = { .add = unpack_double((const unsigned char *)r->body) };
-    int rc = isnan(a.add) ? KURA_NOT_STORED
-                          : read_modify_write(r, r->body + 16, r->f[0], dbl_modify, &a);
-    if (rc != KURA_STORED || isnan(a.sum)) {
+    unsigned char b[17] = { 0 };
+    if (tt_adddouble(r, r->body + 16, r->f[0], (const unsigned char *)r->body, b + 1) !=
+        KURA_STORED) {
         tt_code(r, 1);
         return;
     }
-    unsigned char b[17] = { 0 };
-    pack_double(a.sum, b + 1);
     if (!kura_buf_append(r->out, b, sizeof(b)))
         r->s->close = true;
 }

@@ -1,7 +1,8 @@
 /*
  * tt_int.h - what the Tokyo Tyrant protocol's files share (tt.c: framing,
- * dispatch and the record commands; tt_walk.c: the iterator and the
- * commands that walk the store; tt_misc.c: "misc" and "stat").
+ * dispatch and the record commands; tt_update.c: the changes that read
+ * first; tt_walk.c: the iterator and the commands that walk the store;
+ * tt_misc.c: "misc" and "stat").
  *
  * A request is the magic byte 0xC8, a command byte, fixed big-endian
  * fields, then the bodies the fields announce (docs/protocol.md, "Tokyo
@@ -131,6 +132,21 @@ bool tt_elem(kura_buf *b, const void *p, size_t n);
 /* The value of key, copied into st->scratch: KURA_OK, KURA_NOTFOUND or an
  * error.  The read counts as a get. */
 int tt_read(tt_req *r, const char *key, size_t klen);
+
+/* tt_update.c: each returns enum kura_store_result (KURA_STORED: done)
+ * or a negative store error.  tt_store: one engine_store of the value
+ * (counted as a set; KURA_ETOOBIG past -I).  tt_put_cat: append, or add
+ * when absent.  tt_putshl, tt_addint, tt_adddouble: read-modify-write
+ * (tt_update.c says how); adddouble's numbers are in the protocol's
+ * 16-byte form. */
+int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen,
+             uint32_t flags, int64_t exptime, uint64_t cas_in);
+int tt_put_cat(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen);
+int tt_putshl(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen,
+              size_t width);
+int tt_addint(tt_req *r, const char *key, size_t klen, int32_t add, int32_t *sum);
+int tt_adddouble(tt_req *r, const char *key, size_t klen, const unsigned char add[16],
+                 unsigned char sum[16]);
 
 /* tt_walk.c */
 void tt_iterinit(tt_req *r, const char *start, size_t slen);

@@ -94,14 +94,13 @@ static int emit_pair(void *arg, const kura_item *it)
 
 static bool key_ok(size_t n) { return n <= KURA_KEY_MAX; }
 
+/* cmd KURA_CMD_APPEND: putcat's append, or add when absent */
 static int set(tt_req *r, int cmd, const char *k, size_t kl, const char *v, size_t vl)
 {
-    if (!key_ok(kl) || !engine_item_fits(r->s->engine, kl, vl, 0))
+    if (!key_ok(kl))
         return KURA_NOT_STORED;
-    kura_item it = { .key = k, .klen = kl, .val = v, .vlen = vl };
-    r->s->dirty = true;
-    KURA_STAT_INC(r->s->stats, cmd_set);
-    return engine_store(r->s->engine, r->s->stats, cmd, &it, NULL, NULL);
+    return cmd == KURA_CMD_APPEND ? tt_put_cat(r, k, kl, v, vl)
+                                  : tt_store(r, cmd, k, kl, v, vl, 0, 0, 0);
 }
 
 static int del(tt_req *r, const char *k, size_t kl)
@@ -136,13 +135,8 @@ static bool run(tt_req *r, const char *name, size_t nlen, misc_args a, misc_out 
             return false;
         next_arg(&a, &k, &kl);
         next_arg(&a, &v, &vl);
-        int cmd = name[3] == 'k' ? KURA_CMD_ADD : KURA_CMD_SET;
-        if (name[3] == 'c') {
-            int rc = set(r, KURA_CMD_APPEND, k, kl, v, vl);
-            if (rc == KURA_NOT_STORED)
-                rc = set(r, KURA_CMD_ADD, k, kl, v, vl);
-            return rc == KURA_STORED;
-        }
+        int cmd = name[3] == 'k' ? KURA_CMD_ADD : name[3] == 'c' ? KURA_CMD_APPEND
+                                                                   : KURA_CMD_SET;
         return set(r, cmd, k, kl, v, vl) == KURA_STORED;
     }
     if (is(name, nlen, "out")) {
