@@ -15,7 +15,8 @@
 #                   in build-deb/, where the .deb files land
 #   make test-deb   make deb, then check the package (tests/integration/test_package.py)
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
-#                   bench-repl
+#                   bench-repl and bench-tt
+#   make bench-tt   Tokyo Tyrant's protocol beside the text protocol (TT_BENCH_ARGS=...)
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make distclean  clean, and what ./configure wrote
@@ -119,7 +120,7 @@ KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
-        distclean deb test-deb bench bench-repl bench-snapshot fuzz fuzz-build
+        distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
      $(FUZZ_BIN)
@@ -162,6 +163,11 @@ $(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/lib
 bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
 	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
+	/usr/bin/python3 bench/tt.py --build $(BUILD) $(TT_BENCH_ARGS)
+
+# Tokyo Tyrant's protocol beside the text protocol, each backend (bench/tt.py --help).
+bench-tt: $(KURAD) $(BUILD)/kura-bench
+	/usr/bin/python3 bench/tt.py --build $(BUILD) $(TT_BENCH_ARGS)
 
 # The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
 bench-repl: $(KURAD) $(BUILD)/kura-bench
@@ -184,6 +190,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 
 # the protocol targets share their session (tests/fuzz/session.c)
 $(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
+$(BUILD)/fuzz/fuzz_tt: $(BUILD)/tests/fuzz/session.o
 
 # the conf-file parser and its option table are kurad's
 $(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.o

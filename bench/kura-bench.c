@@ -4,6 +4,9 @@
  * (--proto binary).  A multi-get (--multiget N) is N quiet gets fenced by
  * "mn" (meta) or a noop (binary), the pipelined form those clients use;
  * --noreply sends quiet sets and deletes (ms q, setq) fenced the same way.
+ * Tokyo Tyrant's binary protocol (--proto tt) sends put (putnr with
+ * --noreply, fenced by rnum), get, mget for a multi-get, and out; it has no
+ * flags, so --verify checks values alone.
  *
  * Threads each run their own epoll loop over --conns connections.  Every
  * connection keeps up to --pipeline requests in flight: it writes a batch,
@@ -57,7 +60,7 @@
 
 enum { PAT_SEQ, PAT_UNIFORM, PAT_ZIPF };
 enum { OUT_KV, OUT_CSV, OUT_JSON };
-enum { PROTO_TEXT, PROTO_META, PROTO_BINARY };
+enum { PROTO_TEXT, PROTO_META, PROTO_BINARY, PROTO_TT };
 
 static struct {
     const char *host, *port, *sock;
@@ -107,7 +110,7 @@ static void usage(FILE *f)
 "      --miss-ratio F    fraction of get keys drawn from never-set keys\n"
 "                        (PREFIXm<index>) (default 0)\n"
 "  -m, --multiget N      keys per get request (default 1)\n"
-"      --proto P         text | meta | binary (default text)\n"
+"      --proto P         text | meta | binary | tt (default text)\n"
 "      --noreply         send sets (and deletes) with noreply\n"
 "      --prefill         set every key once before the measured run\n"
 "      --verify          check every hit against what a set would have stored\n"
@@ -297,12 +300,14 @@ static bool value_ok(uint64_t id, const char *data, size_t len, uint32_t flags)
             hlen != len || version == 0)
             return false;
         uint64_t h = kv_hash(id, version);
-        if (kv_flags(h) != flags || len - HDR_LEN + PAT_SLACK > pattern_len)
+        if ((opt.proto != PROTO_TT && kv_flags(h) != flags) ||
+            len - HDR_LEN + PAT_SLACK > pattern_len)
             return false;
         return memcmp(data + HDR_LEN, pattern + (h & (PAT_SLACK - 1)), len - HDR_LEN) == 0;
     }
     uint64_t h = kv_hash(id, 0);
-    return kv_flags(h) == flags && memcmp(data, pattern + (h & (PAT_SLACK - 1)), len) == 0;
+    return (opt.proto == PROTO_TT || kv_flags(h) == flags) &&
+           memcmp(data, pattern + (h & (PAT_SLACK - 1)), len) == 0;
 }
 
 /* ------------------------------------------------------------ histogram */
@@ -589,6 +594,28 @@ static void bin_key_req(conn *c, int op, uint64_t id)
     wput(c, kb, kl);
 }
 
+/* ---- Tokyo Tyrant's protocol ---- */
+
+enum { TT_PUT = 0x10, TT_PUTNR = 0x18, TT_OUT = 0x20, TT_GET = 0x30, TT_MGET = 0x31,
+       TT_RNUM = 0x80 };
+
+/* A one-key request [0xC8][cmd][klen][key]; cmd 0: the key alone, as
+ * one of mget's. */
+static void tt_key_req(conn *c, int cmd, uint64_t id)
+{
+    char kb[KEYBUF], h[6] = { (char)0xC8, (char)cmd };
+    size_t kl = key_str(kb, id);
+    wreserve(c, 6 + kl);
+    if (cmd) {
+        put_be(h + 2, kl, 4);
+        wput(c, h, 6);
+    } else {
+        put_be(h, kl, 4);
+        wput(c, h, 4);
+    }
+    wput(c, kb, kl);
+}
+
 static void emit_set(conn *c, uint64_t id, bool noreply)
 {
     worker *w = c->w;
@@ -596,7 +623,15 @@ static void emit_set(conn *c, uint64_t id, bool noreply)
     value_spec(id, ++w->version, &vs);
     char line[KEYBUF + 96];
     size_t n = 0;
-    if (opt.proto == PROTO_BINARY) {
+    if (opt.proto == PROTO_TT) {
+        char kb[KEYBUF], h[10] = { (char)0xC8, noreply ? TT_PUTNR : TT_PUT };
+        size_t kl = key_str(kb, id);
+        wreserve(c, 10 + kl + vs.len);
+        put_be(h + 2, kl, 4);
+        put_be(h + 6, vs.len, 4);
+        wput(c, h, 10);
+        wput(c, kb, kl);
+    } else if (opt.proto == PROTO_BINARY) {
         char kb[KEYBUF], ext[8];
         size_t kl = key_str(kb, id);
         wreserve(c, 24 + 8 + kl + vs.len);
@@ -635,7 +670,7 @@ static void emit_set(conn *c, uint64_t id, bool noreply)
     } else {
         wput(c, vs.body, vs.len);
     }
-    if (opt.proto != PROTO_BINARY)
+    if (opt.proto != PROTO_BINARY && opt.proto != PROTO_TT)
         wput(c, "\r\n", 2);
     if (!w->prefill)
         w->c.sets++;
@@ -666,6 +701,8 @@ static bool issue_one(conn *c)
             wreserve(c, 24);
             if (opt.proto == PROTO_BINARY)
                 bin_hdr(c, BIN_NOOP, 0, 0, 0);
+            else if (opt.proto == PROTO_TT)
+                wput(c, "\xC8\x80", 2);      /* rnum */
             else if (opt.proto == PROTO_META)
                 wput(c, "mn\r\n", 4);
             else
@@ -691,13 +728,20 @@ static bool issue_one(conn *c)
         bool quiet = opt.multiget > 1;  /* meta/binary: quiet gets and a fence */
         if (opt.proto == PROTO_TEXT)
             wput(c, "get", 3);
+        if (opt.proto == PROTO_TT && opt.multiget > 1) {
+            char h[6] = { (char)0xC8, TT_MGET };
+            put_be(h + 2, (uint64_t)opt.multiget, 4);
+            wput(c, h, 6);
+        }
         for (int i = 0; i < opt.multiget; i++) {
             uint64_t id = pick_key(&w->rs);
             if (opt.miss_ratio > 0 && rng_01(&w->rs) < opt.miss_ratio)
                 id |= MISS_BIT;
             s->ids[i] = id;
             s->seen[i] = 0;
-            if (opt.proto == PROTO_BINARY) {
+            if (opt.proto == PROTO_TT) {
+                tt_key_req(c, opt.multiget > 1 ? 0 : TT_GET, id);
+            } else if (opt.proto == PROTO_BINARY) {
                 bin_key_req(c, quiet ? BIN_GETKQ : BIN_GETK, id);
             } else if (opt.proto == PROTO_META) {
                 wput(c, "mg ", 3);
@@ -713,7 +757,7 @@ static bool issue_one(conn *c)
             wput(c, "\r\n", 2);
         else if (quiet && opt.proto == PROTO_META)
             wput(c, "mn\r\n", 4);
-        else if (quiet)
+        else if (quiet && opt.proto == PROTO_BINARY)
             bin_hdr(c, BIN_NOOP, 0, 0, 0);
         w->c.gets++;
         w->c.keys_req += (uint64_t)opt.multiget;
@@ -728,6 +772,8 @@ static bool issue_one(conn *c)
         }
         if (opt.proto == PROTO_BINARY) {
             bin_key_req(c, BIN_DELETE, id);
+        } else if (opt.proto == PROTO_TT) {
+            tt_key_req(c, TT_OUT, id);
         } else {
             wreserve(c, KEYBUF + 24);
             wput(c, opt.proto == PROTO_META ? "md " : "delete ", opt.proto == PROTO_META ? 3 : 7);
@@ -916,6 +962,119 @@ static void protocol_error(conn *c, const char *what, const char *l, size_t n)
     fatal(c->w, 1, "conn %d: protocol error: %s: \"%s\"", c->idx, what, show);
 }
 
+/* Makes the read buffer hold a reply of total bytes (its start at rpos). */
+static void make_room(conn *c, size_t total)
+{
+    size_t avail = c->rlen - c->rpos;
+    if (total <= c->rcap - c->rpos)
+        return;
+    size_t cap = c->rcap;
+    while (cap < total * 2) cap *= 2;
+    char *nb = malloc(cap);
+    if (!nb) die(1, "out of memory");
+    memcpy(nb, c->rbuf + c->rpos, avail);
+    free(c->rbuf);
+    c->rbuf = nb;
+    c->rlen = avail;
+    c->rpos = 0;
+    c->rcap = cap;
+}
+
+/* A value read for the head get slot's key dkey. */
+static void got_value(conn *c, const char *val, size_t vlen, uint32_t flags)
+{
+    worker *w = c->w;
+    slot *s = &c->q[c->qhead];
+    s->seen[c->dkey] = 1;
+    uint64_t id = s->ids[c->dkey];
+    if (id & MISS_BIT) {
+        w->c.unexpected_hits++;
+        if (opt.verify) w->c.mismatches++;
+    } else if (opt.verify && !value_ok(id, val, vlen, flags)) {
+        w->c.mismatches++;
+    }
+}
+
+/* Tokyo Tyrant: the bytes of the complete reply at buf to the head
+ * request, 0 if it has not all arrived (*want: at least this many), or
+ * -1 if it is malformed. */
+static long tt_reply_len(conn *c, const char *buf, size_t avail, size_t *want)
+{
+    slot *s = &c->q[c->qhead];
+    *want = s->type == RQ_SYNC ? 9 : 1;
+    if (avail < *want)
+        return 0;
+    if (s->type != RQ_GET || buf[0] != 0)
+        return (long)*want;
+    *want = 5;
+    if (avail < 5)
+        return 0;
+    uint64_t n = get_be(buf + 1, 4);
+    if (opt.multiget == 1) {
+        *want = 5 + n;
+        return avail < *want ? 0 : (long)*want;
+    }
+    size_t off = 5;
+    for (uint64_t i = 0; i < n; i++) {
+        if (avail < off + 8) {
+            *want = off + 8;
+            return 0;
+        }
+        off += 8 + get_be(buf + off, 4) + get_be(buf + off + 4, 4);
+        if (off > (1u << 30))
+            return -1;
+    }
+    *want = off;
+    return avail < off ? 0 : (long)off;
+}
+
+/* Tokyo Tyrant: parses as many complete replies as the buffer holds. */
+static void parse_tt(conn *c)
+{
+    worker *w = c->w;
+    while (!w->fatal && c->qcount > 0) {
+        char *buf = c->rbuf + c->rpos;
+        size_t avail = c->rlen - c->rpos, want;
+        long n = tt_reply_len(c, buf, avail, &want);
+        if (n < 0) {
+            protocol_error(c, "bad Tokyo Tyrant reply", buf, avail);
+            return;
+        }
+        if (n == 0) {
+            make_room(c, want);
+            return;
+        }
+        c->rpos += (size_t)n;
+        slot *s = &c->q[c->qhead];
+        if (s->type != RQ_GET) {
+            bool ok = buf[0] == 0 || s->type == RQ_DEL;     /* out: a miss is 1 */
+            if (!ok && !opt.quiet && w->c.errors < 3)
+                fprintf(stderr, "kura-bench: conn %d: status %d\n", c->idx, buf[0]);
+            complete(c, !ok);
+            continue;
+        }
+        if (buf[0] == 0 && opt.multiget == 1) {
+            c->dkey = 0;
+            got_value(c, buf + 5, (size_t)n - 5, 0);
+        } else if (buf[0] == 0) {
+            size_t off = 5;
+            for (uint64_t i = get_be(buf + 1, 4); i > 0; i--) {
+                size_t kl = get_be(buf + off, 4), vl = get_be(buf + off + 4, 4);
+                if (match_key(c, buf + off + 8, kl) != 0) {
+                    protocol_error(c, "value for a key not requested (or twice)", buf, 5);
+                    return;
+                }
+                got_value(c, buf + off + 8 + kl, vl, 0);
+                off += 8 + kl + vl;
+            }
+        }
+        complete(c, false);
+    }
+    if (c->qcount == 0 && c->rpos < c->rlen)
+        protocol_error(c, "reply with no request outstanding", c->rbuf + c->rpos,
+                       c->rlen - c->rpos);
+}
+
 /* Binary: parses as many complete response packets as the buffer holds. */
 static void parse_binary(conn *c)
 {
@@ -931,18 +1090,7 @@ static void parse_binary(conn *c)
             return;
         }
         if (avail < 24 + bodylen) {
-            if (24 + bodylen > c->rcap - c->rpos) {      /* room for the whole packet */
-                size_t cap = c->rcap;
-                while (cap < (24 + bodylen) * 2) cap *= 2;
-                char *nb = malloc(cap);
-                if (!nb) die(1, "out of memory");
-                memcpy(nb, buf, avail);
-                free(c->rbuf);
-                c->rbuf = nb;
-                c->rlen = avail;
-                c->rpos = 0;
-                c->rcap = cap;
-            }
+            make_room(c, 24 + bodylen);
             return;
         }
         c->rpos += 24 + bodylen;
@@ -976,16 +1124,7 @@ static void parse_binary(conn *c)
                     protocol_error(c, "value for a key not requested (or twice)", buf, 24);
                     return;
                 }
-                s->seen[c->dkey] = 1;
-                uint64_t id = s->ids[c->dkey];
-                const char *val = buf + 28 + klen;
-                size_t vlen = bodylen - 4 - klen;
-                if (id & MISS_BIT) {
-                    w->c.unexpected_hits++;
-                    if (opt.verify) w->c.mismatches++;
-                } else if (opt.verify && !value_ok(id, val, vlen, (uint32_t)get_be(buf + 24, 4))) {
-                    w->c.mismatches++;
-                }
+                got_value(c, buf + 28 + klen, bodylen - 4 - klen, (uint32_t)get_be(buf + 24, 4));
                 if (op == BIN_GETK)
                     complete(c, false);
             } else if (status == 1 && op == BIN_GETK) {
@@ -1010,6 +1149,10 @@ static void parse(conn *c)
         parse_binary(c);
         return;
     }
+    if (opt.proto == PROTO_TT) {
+        parse_tt(c);
+        return;
+    }
     while (!w->fatal) {
         char *buf = c->rbuf + c->rpos;
         size_t avail = c->rlen - c->rpos;
@@ -1021,14 +1164,7 @@ static void parse(conn *c)
                 return;
             }
             slot *s = &c->q[c->qhead];
-            s->seen[c->dkey] = 1;
-            uint64_t id = s->ids[c->dkey];
-            if (id & MISS_BIT) {
-                w->c.unexpected_hits++;
-                if (opt.verify) w->c.mismatches++;
-            } else if (opt.verify && !value_ok(id, buf, c->dlen, c->dflags)) {
-                w->c.mismatches++;
-            }
+            got_value(c, buf, c->dlen, c->dflags);
             c->rpos += c->dlen + 2;
             c->ps = PS_LINE;
             if (opt.proto == PROTO_META && s->nkeys == 1 && opt.multiget == 1)
@@ -1421,7 +1557,8 @@ int main(int argc, char **argv)
             if (!strcmp(optarg, "text")) opt.proto = PROTO_TEXT;
             else if (!strcmp(optarg, "meta")) opt.proto = PROTO_META;
             else if (!strcmp(optarg, "binary")) opt.proto = PROTO_BINARY;
-            else die(2, "--proto: text, meta or binary");
+            else if (!strcmp(optarg, "tt")) opt.proto = PROTO_TT;
+            else die(2, "--proto: text, meta, binary or tt");
             break;
         case 'V': puts(VERSION_STR); return 0;
         case O_HELP: usage(stdout); return 0;

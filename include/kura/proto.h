@@ -4,7 +4,8 @@
  * One session per connection serves one protocol, chosen from the first
  * byte the client sends as memcached chooses (0x80, the binary request
  * magic: the binary protocol; anything else: the text protocol, meta
- * commands included).  A session is opaque: the connection creates it,
+ * commands included), and as ttserver does for Tokyo Tyrant's binary
+ * protocol (0xC8, its magic: src/proto/tt.c).  A session is opaque: the connection creates it,
  * calls kura_session_process() whenever bytes arrive, and reads what it
  * must act on through the accessors below (bytes needed, close, dirty,
  * out_full, a hand-off); each protocol's state is private to its file
@@ -100,6 +101,16 @@ typedef struct kura_server_info {
     const char *sync_mode;
     int unix_mode;                      /* -a (stats settings' umask) */
     const kura_auth *auth;              /* -Y: connections authenticate first; NULL: not */
+
+    /* Tokyo Tyrant's setmst (src/proto/tt.c): make this server a replica
+     * of host:port from update-log timestamp ts (opts: ttserver's
+     * replication options, passed on as sent); an empty host or port 0
+     * stops following.  Called on a worker thread, so it must only hand
+     * the change to the replication thread and return: KURA_OK when it is
+     * taken, an error otherwise.  NULL (no runtime follow in this server):
+     * setmst answers failure (1). */
+    int (*tt_setmst)(void *ctx, const char *host, int port, uint64_t ts, int opts);
+    void *tt_setmst_ctx;
 } kura_server_info;
 
 /* What a session is given at creation; the pointers must outlive it. */

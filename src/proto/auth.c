@@ -255,4 +255,4 @@ static size_t auth_process(kura_session *s, char *in, size_t len, kura_buf *out)
     return s->close ? len : pos;
 }
 
-const kura_proto kura_proto_auth = { "auth", auth_process, sizeof(auth_state) };
+const kura_proto kura_proto_auth = { "auth", auth_process, sizeof(auth_state), NULL };

@@ -445,7 +445,7 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
     *flushed = out->len;
 }
 
-const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state) };
+const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state), NULL };
 
 size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
@@ -458,14 +458,10 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_OUT_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
-            s->out_full = true;         /* the rest on the connection's next turn */
-            break;
-        }
+        if (session_turn_over(s, out, &turns))
+            break;                      /* the rest on the connection's next turn */
         if (b->swallow) {
-            size_t n = len - pos < b->swallow ? len - pos : (size_t)b->swallow;
-            pos += n;
-            b->swallow -= n;
+            session_swallow(&pos, len, &b->swallow);
             continue;
         }
         const unsigned char *h = (const unsigned char *)in + pos;

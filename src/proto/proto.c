@@ -9,12 +9,19 @@
  * first request is answered in binary, and one that starts in text stays
  * in text (a 0x80 later in a text connection is just a bad command).  The
  * chosen protocol's private state is allocated then, once.
+ *
+ * Tokyo Tyrant's binary protocol is chosen the same way, by its magic
+ * 0xC8, as ttserver tells it from the memcached text protocol on the same
+ * port (ttserver looks at every request's first byte; kura at the
+ * connection's, as it does for memcached's binary protocol: a client
+ * speaks one protocol on a connection).
  */
 #include <stdlib.h>
 
 #include "proto_int.h"
 
 #define BINARY_REQ_MAGIC 0x80
+#define TT_REQ_MAGIC 0xC8
 
 kura_session *kura_session_new(const kura_session_config *cfg)
 {
@@ -33,6 +40,8 @@ void kura_session_free(kura_session *s)
 {
     if (!s)
         return;
+    if (s->state && s->proto->release)
+        s->proto->release(s->state);
     free(s->state);
     free(s);
 }
@@ -44,10 +53,13 @@ size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out
             return 0;
         /* With -Y every connection starts at the authentication gate,
          * whatever it sends: the one place that decides whether a command
-         * may run at all (auth.c). */
-        const kura_proto *p = s->server->auth ? &kura_proto_auth
-                            : (unsigned char)in[0] == BINARY_REQ_MAGIC ? &kura_proto_binary
-                                                                       : &kura_proto_text;
+         * may run at all (auth.c); Tokyo Tyrant's protocol, which has no
+         * authentication, is then not served (as memcached's binary one). */
+        unsigned char first = (unsigned char)in[0];
+        const kura_proto *p = s->server->auth          ? &kura_proto_auth
+                              : first == BINARY_REQ_MAGIC ? &kura_proto_binary
+                              : first == TT_REQ_MAGIC     ? &kura_proto_tt
+                                                          : &kura_proto_text;
         if (p->state_size && !(s->state = calloc(1, p->state_size))) {
             s->close = true;            /* as any other allocation failure of a request */
             return len;

@@ -17,16 +17,19 @@
 
 /* A protocol: process() has kura_session_process()'s contract (proto.h);
  * state_size bytes of zeroed state are given to it at s->state, allocated
- * when the protocol is chosen and freed with the session. */
+ * when the protocol is chosen and freed with the session, after
+ * release(state) (may be NULL) has freed what the state points to. */
 typedef struct kura_proto {
     const char *name;
     size_t (*process)(kura_session *s, char *in, size_t len, kura_buf *out);
     size_t state_size;
+    void (*release)(void *state);
 } kura_proto;
 
 extern const kura_proto kura_proto_text;
 extern const kura_proto kura_proto_binary;
 extern const kura_proto kura_proto_auth;        /* -Y: before any other (auth.c) */
+extern const kura_proto kura_proto_tt;  /* Tokyo Tyrant's (tt.c) */
 
 /* A connection's protocol session.  The first part is every protocol's:
  * set at creation, or read by the connection through proto.h's accessors;
@@ -58,6 +61,28 @@ struct kura_session {
                                            searched for its newline */
     kura_list_cursor list;              /* where a listing paused (listing.c) */
 };
+
+/* The binary protocols' request loop (binary.c, tt.c).  Between two
+ * requests: true, with out_full set, once this call has answered its share
+ * (KURA_OUT_HIGH_WATER bytes queued, or KURA_REQUESTS_PER_CALL requests):
+ * the rest waits for the connection's next turn. */
+static inline bool session_turn_over(kura_session *s, const kura_buf *out, unsigned *turns)
+{
+    if (out->len >= KURA_OUT_HIGH_WATER || ++*turns > KURA_REQUESTS_PER_CALL) {
+        s->out_full = true;
+        return true;
+    }
+    return false;
+}
+
+/* Reads past what is left of a refused body (*swallow bytes) in
+ * [*pos, len), as it arrives, never buffering it. */
+static inline void session_swallow(size_t *pos, size_t len, uint64_t *swallow)
+{
+    size_t n = len - *pos < *swallow ? len - *pos : (size_t)*swallow;
+    *pos += n;
+    *swallow -= n;
+}
 
 /* The text protocol's name for the session it serves. */
 typedef kura_session text_session;

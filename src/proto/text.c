@@ -667,7 +667,7 @@ static bool long_line_allowed(const char *p, size_t len)
            (len - i >= 5 && memcmp(p + i, "gets ", 5) == 0);
 }
 
-const kura_proto kura_proto_text = { "text", text_process, 0 };
+const kura_proto kura_proto_text = { "text", text_process, 0, NULL };
 
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
 {

@@ -270,6 +270,8 @@ static void init_info(kura_server *srv)
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
     si->sync_mode = options_sync_name(st->sync_mode);
+    si->tt_setmst = repladmin_tt_setmst;
+    si->tt_setmst_ctx = srv;
     si->unix_mode = st->unix_mode;
     si->auth = st->auth;
     kura_detail_setup(st->delimiter ? st->delimiter[0] : ':', st->delimiter != NULL);

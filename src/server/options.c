@@ -6,7 +6,7 @@
  * table, so they cannot disagree.  memcached's single-letter options also
  * take their argument attached ("-p11211"), as getopt allows, where the
  * value begins as a number, an address or a path does: a multi-letter
- * word that is no option ("-metrics", "-lx") is an unknown option, never
+ * word that is no option ("-matrix", "-lx") is an unknown option, never
  * "-m etrics".
  *
  * ttserver's and ktserver's options that kura has no field for are in a
@@ -335,7 +335,7 @@ static void usage(FILE *f)
  * memcached's getopt would take it: a number ("-p11211", "-m64", "-I1m"),
  * an address ("-l127.0.0.1", "-l[::1]", "-l:") or a path ("-s/run/k.sock",
  * "-P./kurad.pid").  A letter after the option letter is a longer option
- * name ("-metrics", "-li"), never an option with its value. */
+ * name ("-matrix", "-li"), never an option with its value. */
 static bool glued_value(const char *v)
 {
     return (*v >= '0' && *v <= '9') || *v == '/' || *v == '.' || *v == ':' || *v == '[' ||

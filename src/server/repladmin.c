@@ -314,3 +314,21 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
         kura_session_reply(s, out, msg);
     return true;
 }
+
+/* Tokyo Tyrant's setmst (kura_server_info.tt_setmst, src/proto/tt.c): a
+ * host names the master to follow, an empty one (or port 0) makes this
+ * server a master, as ttserver's does.  ttserver's position (ts) and its
+ * replication options are not kura's: the position comes from the rts
+ * file, as for "repl follow" (docs/migration.md). */
+int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int opts)
+{
+    kura_server *srv = ctx;
+    char msg[300];
+    (void)ts; (void)opts;
+    int rc = host[0] && port > 0 ? replctl_follow(srv, host, port, msg, sizeof(msg))
+                                 : replctl_promote(srv, msg, sizeof(msg));
+    log_msg(rc == 0 ? KURA_LOG_INFO : KURA_LOG_ERROR, "Tokyo Tyrant setmst %s:%d: %s", host,
+            port, msg);
+    return rc == 0 ? KURA_OK : KURA_EFAILED;
+}
+

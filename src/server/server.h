@@ -185,6 +185,9 @@ int replctl_rts_path(const kura_settings *st, char *buf, size_t len);
  * "repl promote|follow", Tokyo Tyrant's setmst). */
 int replctl_follow(struct kura_server *srv, const char *host, int port, char *msg, size_t msglen);
 int replctl_promote(struct kura_server *srv, char *msg, size_t msglen);
+/* Tokyo Tyrant's setmst, as kura_server_info.tt_setmst (proto.h): follow,
+ * or promote for an empty host. */
+int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int opts);
 /* "repl promote [force]" and "repl follow HOST[:PORT]": true when the
  * request was one of them (answered). */
 bool repladmin_command(struct kura_server *srv, kura_session *s, text_token *tok, int ntok,

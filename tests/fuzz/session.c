@@ -1,8 +1,8 @@
 /*
  * session.c - the protocol targets' common part (fuzz_text.c, fuzz_meta.c,
- * fuzz_binary.c): one connection's session over an engine on the in-memory
- * cache, fed the input as a connection feeds it, through the narrowest
- * public entry point of the protocol layer, kura_session_process()
+ * fuzz_binary.c, fuzz_tt.c): one connection's session over an engine on
+ * the in-memory cache, fed the input as a connection feeds it, through the
+ * narrowest public entry point of the protocol layer, kura_session_process()
  * (include/kura/proto.h).  This file is the one to change when the
  * session interface changes.
  *

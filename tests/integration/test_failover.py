@@ -29,7 +29,7 @@
                never "in sync", a cycle visited once, a chain deeper than 8
                listed but not asked; exit 0 only when all are in sync
 """
-import os, re, socket, subprocess, sys, threading, time, unittest
+import os, re, socket, struct, subprocess, sys, threading, time, unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
@@ -311,6 +311,29 @@ class FailoverTest(unittest.TestCase):
         poll_until(lambda: get(r2, b"b") == b"2", timeout=TIMEOUT, what="R2 to get R1's write")
         # M is untouched: still a master, not told anything
         self.assertEqual(repl_stats(m)["repl_role"], "master")
+
+    def test_tt_setmst_follows_and_promotes(self):
+        """Tokyo Tyrant's setmst (tcrmgr setmst) is the same as follow, and
+        an empty host the same as promote: the request written from the
+        protocol (magic 0xC8, command 0x78, host size, port, ts, options,
+        host), answered with one status byte."""
+        def setmst(server, host, port):
+            req = b"\xc8\x78" + struct.pack(">IIQI", len(host), port, 0, 0) + host
+            with server.conn() as c:
+                c.send(req)
+                return c.recv_exact(1, timeout=TIMEOUT)
+        m = start(1)
+        r = start(2)                    # a master of its own, told to follow m
+        self.keep(m, r)
+        m.request(b"set a 0 0 1\r\n1\r\n")
+        self.assertEqual(setmst(r, b"127.0.0.1", m.port), b"\x00")
+        poll_until(lambda: get(r, b"a") == b"1", timeout=TIMEOUT, what="r to follow m")
+        self.assertEqual(r.request(b"set b 0 0 1\r\n2\r\n"),
+                         b"SERVER_ERROR this server is a read-only replica (write to its master)\r\n")
+        self.assertEqual(setmst(r, b"", 0), b"\x00")      # promoted
+        self.assertEqual(r.request(b"set b 0 0 1\r\n2\r\n"), b"STORED\r\n")
+        self.assertEqual(setmst(r, b"", 0), b"\x01")      # not a replica any more
+        self.assertEqual(setmst(r, b"127.0.0.1", r.port), b"\x01")   # itself
 
     def test_promote_with_master_down(self):
         """The usual failover: the master is gone (kill -9); the replica is

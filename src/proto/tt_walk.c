@@ -1,0 +1,188 @@
+/*
+ * tt_walk.c - what walks the store in Tokyo Tyrant's protocol: the
+ * iterator of iterinit / iternext (and misc's), and the replies that list
+ * records (fwmkeys, misc regex and range), on the engine's listing steps
+ * (list.h), so no request holds a lock or walks more than a bounded share
+ * of the store at a time.
+ *
+ * The iterator is the connection's own (ttserver has one per database,
+ * shared by every client, so two clients iterating disturb each other;
+ * here they do not).  It copies one listing batch of keys at a time and
+ * hands them out one per iternext; it is fuzzy as every listing is: a key
+ * live for the whole iteration is given once, one stored or removed
+ * meanwhile may or may not be.  Order: key order on the B+ tree, none
+ * useful on the hash file and the cache (as on Tokyo Cabinet's hash).
+ *
+ * A listing reply begins with its count, so it is built whole in the
+ * session's state before it is appended; the walk goes TT_WALK_SLICE keys
+ * a call, leaving the request unconsumed in between (the connection calls
+ * again on its next turn), and stops at TT_LIST_MAX records or
+ * TT_LIST_BYTES bytes.
+ */
+#include <string.h>
+
+#include "tt_int.h"
+
+/* ---- the iterator ------------------------------------------------------------------ */
+
+void tt_iterinit(tt_req *r, const char *start, size_t slen)
+{
+    tt_iter *it = &r->st->iter;
+    engine_list_begin(&it->cur);
+    it->keys.len = it->pos = 0;
+    it->have_start = start != NULL && slen <= KURA_KEY_MAX;
+    it->slen = it->have_start ? slen : 0;
+    if (it->have_start)
+        memcpy(it->start, start, slen);
+}
+
+static int take_key(void *arg, const kura_list_item *li)
+{
+    kura_buf *b = arg;
+    unsigned char l = (unsigned char)li->klen;
+    return kura_buf_append(b, &l, 1) && kura_buf_append(b, li->key, li->klen) ? 0
+                                                                               : KURA_ENOMEM;
+}
+
+int tt_iternext(tt_req *r, const char **key, size_t *klen)
+{
+    tt_iter *it = &r->st->iter;
+    if (it->pos >= it->keys.len) {
+        it->keys.len = it->pos = 0;
+        kura_list_spec spec = { .start = it->have_start ? it->start : NULL, .slen = it->slen };
+        /* a step over an empty part of the store gives nothing: go on to
+         * the next (a walk has a bounded number of parts) */
+        while (it->keys.len == 0 && !it->cur.done) {
+            int rc = engine_list_step(r->s->engine, &spec, &it->cur, take_key, &it->keys);
+            if (rc < 0)
+                return rc;
+        }
+        if (it->keys.len == 0)
+            return KURA_NOTFOUND;
+    }
+    const char *p = it->keys.data + it->pos;
+    *klen = (unsigned char)p[0];
+    *key = p + 1;
+    it->pos += 1 + *klen;
+    return KURA_OK;
+}
+
+/* ---- listing replies ---------------------------------------------------------------- */
+
+void tt_walk_release(tt_walk *w)
+{
+    if (w->kind == TT_WALK_REGEX)
+        regfree(&w->re);
+    w->kind = 0;
+    kura_buf_free(&w->res);
+}
+
+typedef struct walk_run {
+    tt_req *r;
+    tt_walk *w;
+} walk_run;
+
+#define WALK_FULL 3                     /* emit's stop: the reply is as long as it may be */
+
+static int emit_value(void *arg, const kura_item *it)
+{
+    tt_walk *w = arg;
+    return tt_elem(&w->res, it->key, it->klen) && tt_elem(&w->res, it->val, it->vlen)
+               ? 0 : KURA_ENOMEM;
+}
+
+static int walk_emit(void *arg, const kura_list_item *li)
+{
+    walk_run *run = arg;
+    tt_walk *w = run->w;
+    if (w->max == 0 || w->count >= TT_LIST_MAX || w->res.len >= TT_LIST_BYTES)
+        return WALK_FULL;
+    w->cur.count++;                     /* keys seen: the slice's measure */
+    if (w->kind == TT_WALK_FWM) {
+        if (!tt_elem(&w->res, li->key, li->klen))
+            return KURA_ENOMEM;
+        w->count++;
+        w->max--;
+        return 0;
+    }
+    if (w->kind == TT_WALK_REGEX) {
+        char k[KURA_KEY_MAX + 1];       /* regexec wants a C string, as Tokyo's passes it */
+        memcpy(k, li->key, li->klen);
+        k[li->klen] = '\0';
+        if (regexec(&w->re, k, 0, NULL, 0) != 0)
+            return 0;
+    }
+    /* the value as it is now; a key removed since the step saw it is
+     * left out; the read is not an access */
+    int rc = engine_get(run->r->s->engine, run->r->s->stats, li->key, li->klen,
+                        &(engine_get_opts){ .no_bump = true }, emit_value, w, NULL);
+    if (rc < 0)
+        return rc;
+    if (rc == KURA_OK) {
+        w->count += 2;                  /* a key and its value */
+        w->max--;
+    }
+    return 0;
+}
+
+bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
+                 const char *regex, size_t rlen)
+{
+    tt_walk *w = &r->st->walk;
+    kura_session *s = r->s;
+    if (!w->kind) {
+        if (kind == TT_WALK_REGEX) {
+            /* Tokyo's rule: a leading '*' makes it case-insensitive */
+            char pat[TT_NAME_MAX + 1];
+            int flags = REG_EXTENDED | REG_NOSUB;
+            if (rlen > 0 && regex[0] == '*') {
+                flags |= REG_ICASE;
+                regex++;
+                rlen--;
+            }
+            bool ok = rlen <= TT_NAME_MAX && !memchr(regex, '\0', rlen);
+            if (ok) {
+                memcpy(pat, regex, rlen);
+                pat[rlen] = '\0';
+                ok = regcomp(&w->re, pat, flags) == 0;
+            }
+            if (!ok) {
+                tt_code_u32(r, 1, 0);   /* a pattern that does not compile: failure */
+                return true;
+            }
+        }
+        w->kind = kind;
+        w->count = 0;
+        w->max = max;
+        w->res.len = 0;
+        engine_list_begin(&w->cur);
+    }
+    walk_run run = { r, w };
+    uint64_t start = w->cur.count;
+    int rc = KURA_OK;
+    while (rc == KURA_OK && !w->cur.done) {
+        if (w->cur.count - start >= TT_WALK_SLICE) {
+            s->out_full = true;         /* the rest on the connection's next turn */
+            return false;
+        }
+        rc = engine_list_step(s->engine, spec, &w->cur, walk_emit, &run);
+        if (rc == LIST_END)
+            rc = KURA_OK;
+    }
+    if (rc == WALK_FULL)
+        rc = KURA_OK;
+    bool failed = rc < 0;
+    if (!failed) {
+        unsigned char h[5] = { 0 };
+        tt_put_be32(h + 1, w->count);
+        if (!kura_buf_reserve(r->out, 5 + w->res.len) || !kura_buf_append(r->out, h, 5) ||
+            !kura_buf_append(r->out, w->res.data, w->res.len))
+            s->close = true;
+    } else if (rc == KURA_ENOMEM) {
+        s->close = true;
+    } else {
+        tt_code_u32(r, 1, 0);
+    }
+    tt_walk_release(w);
+    return true;
+}
