@@ -2,16 +2,20 @@
 """How long one client's get waits while another client lists keys.
 
 Starts kurad with one worker thread (so both clients share it) on the
-in-memory cache, stores N items, then runs a listing in a loop on one
-connection, reading as fast as it can, while a second connection sends a
-get every 5 ms and times each reply.  Reports the gets' p50, p99 and max.
-With --kurad OLD it runs the same load against another build first, for a
-before/after in one run.
+in-memory cache (or --db: a hash file NAME.kh or a tree NAME.kt, made in a
+temporary directory), stores N items, times the listing alone (the median
+of three runs: what the slicing costs the listing itself), then runs the
+listing in a loop on one connection, reading as fast as it can, while a
+second connection sends a get every 5 ms and times each reply.  Reports
+the listing's time alone and the gets' p50, p99 and max.  With --kurad OLD
+it runs the same load against another build first, for a before/after in
+one run.  The listings by default: metadump, keys, keys limit=100000,
+rget (100000 keys in key order, with values) and digest 256.
 
     bench/stall.py [--items N] [--seconds S] [--build DIR] [--kurad PATH ...]
-                   [--request "lru_crawler metadump all"] ...
+                   [--db '*'|x.kh|x.kt] [--request "lru_crawler metadump all"] ...
 """
-import argparse, os, socket, subprocess, sys, threading, time
+import argparse, os, shutil, socket, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,9 +48,11 @@ def read_to_end(sock, keep=16):
     return tail
 
 
-def run(kurad, items, seconds, request):
+def run(kurad, items, seconds, request, db):
     port = free_port()
-    argv = [kurad, "-p", str(port), "-t", "1", "-m", "4096", "*"]
+    tmp = tempfile.mkdtemp(prefix="kura-stall-")
+    argv = [kurad, "-p", str(port), "-t", "1", "-m", "4096",
+            db if db == "*" else os.path.join(tmp, db)]
     if os.geteuid() == 0:
         argv[1:1] = ["-u", "root"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -58,6 +64,16 @@ def run(kurad, items, seconds, request):
         s.settimeout(120)
         s.sendall(b"get key:00000000\r\n")
         read_to_end(s)
+        a = connect(port, proc)
+        a.settimeout(300)
+        alone = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            a.sendall(request)
+            read_to_end(a)
+            alone.append(time.perf_counter() - t0)
+        a.close()
+        alone = sorted(alone)[1]
         stop = threading.Event()
 
         def lister():
@@ -79,10 +95,12 @@ def run(kurad, items, seconds, request):
         stop.set()
         t.join(60)
         lat.sort()
-        return len(lat), lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1]
+        return (alone, len(lat), lat[len(lat) // 2],
+                lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1])
     finally:
         proc.terminate()
         proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
@@ -92,17 +110,22 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--kurad", action="append", default=[],
                     help="another kurad to measure first (repeatable)")
+    ap.add_argument("--db", default="*",
+                    help="the database: * (the cache, default), NAME.kh or NAME.kt")
     ap.add_argument("--request", action="append", default=[],
-                    help="the listing (default: metadump, keys, keys limit=100000)")
+                    help="the listing (default: metadump, keys, keys limit=100000, rget, "
+                         "digest 256)")
     a = ap.parse_args()
-    requests = a.request or ["lru_crawler metadump all", "keys", "keys limit=100000"]
+    requests = a.request or ["lru_crawler metadump all", "keys", "keys limit=100000",
+                             "rget key:00000000 key:99999999 0 0 100000", "digest 256"]
     builds = a.kurad + [os.path.join(a.build, "kurad")]
-    print("%-40s %-28s %6s %9s %9s %9s" % ("kurad", "listing", "gets", "p50 ms", "p99 ms",
-                                            "max ms"))
+    print("%-32s %-4s %-28s %8s %6s %9s %9s %9s" % ("kurad", "db", "listing", "alone s",
+                                                    "gets", "p50 ms", "p99 ms", "max ms"))
     for req in requests:
         for k in builds:
-            n, p50, p99, mx = run(k, a.items, a.seconds, req.encode() + b"\r\n")
-            print("%-40s %-28s %6d %9.2f %9.1f %9.1f" % (k[-40:], req, n, p50, p99, mx))
+            alone, n, p50, p99, mx = run(k, a.items, a.seconds, req.encode() + b"\r\n", a.db)
+            print("%-32s %-4s %-28s %8.3f %6d %9.2f %9.1f %9.1f"
+                  % (k[-32:], a.db[-4:], req[:28], alone, n, p50, p99, mx))
             sys.stdout.flush()
 
 

@@ -29,10 +29,20 @@ kura_session *kura_session_new(const kura_session_config *cfg)
     return s;
 }
 
+void session_pause_end(kura_session *s)
+{
+    if (s->paused_free)
+        s->paused_free(s->paused);
+    s->paused = NULL;
+    s->paused_free = NULL;
+}
+
 void kura_session_free(kura_session *s)
 {
     if (!s)
         return;
+    session_pause_end(s);               /* a client gone mid-listing: its walk goes too */
+    engine_list_end(&s->list);
     free(s->state);
     free(s);
 }

@@ -56,7 +56,17 @@ struct kura_session {
     size_t scan;                        /* bytes of the first unconsumed line already
                                            searched for its newline */
     kura_list_cursor list;              /* where a listing paused (listing.c) */
+    void *paused;                       /* another paused command's state (digest.c), */
+    void (*paused_free)(void *);        /* and how to free it */
 };
+
+/* Items a listing or a digest looks at in one call before it pauses (and
+ * the connection lets the worker's other connections have a turn):
+ * about a millisecond's walk. */
+#define LIST_TURN_VISITS 4096
+
+/* Frees a paused command's state (s->paused), if any. */
+void session_pause_end(kura_session *s);
 
 /* The text protocol's name for the session it serves. */
 typedef kura_session text_session;
