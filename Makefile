@@ -15,7 +15,7 @@
 #                   in build-deb/, where the .deb files land
 #   make test-deb   make deb, then check the package (tests/integration/test_package.py)
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
-#                   bench-repl
+#                   bench-repl, then bench/stall.py (a get's wait during listings)
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make distclean  clean, and what ./configure wrote
@@ -148,6 +148,7 @@ $(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/lib
 bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
 	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
+	/usr/bin/python3 bench/stall.py --build $(BUILD) $(STALL_BENCH_ARGS)
 
 # The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
 bench-repl: $(KURAD) $(BUILD)/kura-bench
