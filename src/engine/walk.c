@@ -10,6 +10,11 @@
  * store, up to WALK_BATCH_BYTES of keys at a time resumed from the last
  * key (store.h: kura_iter_spec).  The walk is fuzzy in the same way iterate is: each part is seen
  * at its own moment.
+ *
+ * engine_walk_step is the same walk without the copy, one bounded step a
+ * call, for a command that must give its worker back between steps
+ * (digest): a part, or a run of an ordered store's keys resumed after the
+ * last one, with fn called under the store's lock as engine_iterate does.
  */
 #include <stdlib.h>
 #include <string.h>
