@@ -51,7 +51,7 @@
 #define LIST_BATCH 256                  /* keys per step of an ordered walk */
 #define LIST_SORTED_BATCH 4096          /* keys per pass of a sorted walk, and per
                                            walk of a part */
-#define LIST_STEP_VISITS 2048           /* a sorted pass's step ends past this many items */
+#define LIST_STEP_VISITS 1024           /* a sorted pass's step ends past this many items */
 
 /* Which keys: start..end (either end open or closed; NULL: unbounded) and
  * starting with prefix (plen 0: any). */

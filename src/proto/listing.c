@@ -68,7 +68,7 @@ enum { LIST_METADUMP, LIST_KEYS, LIST_RGET };
  * many keys would.  The keys the store was walked for (LIST_TURN_VISITS,
  * proto_int.h) are bounded apart: a call that walks and finds little
  * pauses as soon as one that answers much. */
-#define LIST_SLICE_KEYS 1024
+#define LIST_SLICE_KEYS 512
 
 /* ---- memcached's slab classes, for metadump's cls ------------------------ */
 

@@ -63,7 +63,7 @@ struct kura_session {
 /* Items a listing or a digest looks at in one call before it pauses (and
  * the connection lets the worker's other connections have a turn):
  * about a millisecond's walk. */
-#define LIST_TURN_VISITS 4096
+#define LIST_TURN_VISITS 2048
 
 /* Frees a paused command's state (s->paused), if any. */
 void session_pause_end(kura_session *s);

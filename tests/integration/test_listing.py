@@ -369,8 +369,9 @@ class Yields(ServerTestCase):
         self.c.send(b"".join(b"set y%05d 0 0 1 noreply\r\nv\r\n" % i for i in range(self.N)))
         self.assertEqual(self.c.request(b"get y%05d\r\n" % (self.N - 1)),
                          b"VALUE y%05d 0 1\r\nv\r\nEND\r\n" % (self.N - 1))
-        # a slice is 1024 keys, but a sorted listing on a store without order
-        # takes its keys in batches of 4096 (a pass over the store each)
+        # a turn is 512 keys or 2,048 items walked; a sorted listing on a store
+        # without order takes its keys in batches of 4096 (a pass over the
+        # store each, over several turns)
         for req, turns in ((b"lru_crawler metadump all\r\n", 3), (b"keys\r\n", 3),
                            (b"keys limit=4500\r\n", 1)):
             before = self.yields()
