@@ -144,11 +144,17 @@ $(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/lib
 	$(CC) $(CFLAGS_ALL) -o $@ $< -Wl,--whole-archive $(BUILD)/libkura.a \
 	    -Wl,--no-whole-archive $(LIBS)
 
+# The CPU one call (one event-loop turn) of each listing costs (bench/turns/).
+$(BUILD)/kura-turnbench: $(BUILD)/bench/turns/kura-turnbench.o $(BUILD)/libkura.a
+	$(CC) $(CFLAGS_ALL) -o $@ $< -Wl,--whole-archive $(BUILD)/libkura.a \
+	    -Wl,--no-whole-archive $(LIBS)
+
 # kura beside memcached and the Cabinets (bench/run.py --help; under 10 min).
-bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
+bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench $(BUILD)/kura-turnbench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
 	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
 	/usr/bin/python3 bench/stall.py --build $(BUILD) $(STALL_BENCH_ARGS)
+	$(BUILD)/kura-turnbench
 
 # The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
 bench-repl: $(KURAD) $(BUILD)/kura-bench

@@ -81,8 +81,10 @@ typedef struct kura_list_cursor {
     uint64_t count;                     /* the caller's (the engine leaves it): keys shown */
     uint64_t visits;                    /* items the store showed the walk so far */
     char last[KURA_KEY_MAX];
-    /* the batch being collected, or (held) being handed out */
+    /* the batch being collected, or (held) being handed out: slots v[0..n),
+     * in the order ix gives (a heap while collected, sorted once held) */
     struct list_slot *v;
+    uint32_t *ix;
     size_t n, alloc;
     size_t next;                        /* held: the next slot to hand out */
     bool held;

@@ -104,13 +104,17 @@ static bool grow(collect *col)
     if (a > col->cap)
         a = col->cap;
     list_slot *v = realloc(c->v, a * sizeof(*v));
-    if (!v) {
+    if (v) {
+        for (size_t i = 0; i < c->n; i++)
+            v[i].it.key = v[i].k;       /* the slots moved */
+        c->v = v;
+    }
+    uint32_t *ix = v ? realloc(c->ix, a * sizeof(*ix)) : NULL;
+    if (!ix) {
         col->nomem = true;
         return false;
     }
-    for (size_t i = 0; i < c->n; i++)
-        v[i].it.key = v[i].k;           /* the slots moved */
-    c->v = v;
+    c->ix = ix;
     c->alloc = a;
     return true;
 }
@@ -137,22 +141,23 @@ static int ordered_cb(void *arg, const kura_item *it)
     if (!grow(col))
         return KURA_ENOMEM;
     kura_list_cursor *c = col->c;
+    c->ix[c->n] = (uint32_t)c->n;
     fill_slot(&c->v[c->n++], it);
     return c->n == col->cap ? COLLECT_FULL : 0;
 }
 
-static void swap_slots(list_slot *a, list_slot *b)
+/* The heap orders slot numbers, not slots: a swap moves 4 bytes, not a
+ * 250-byte key. */
+static bool slot_less(const list_slot *v, uint32_t a, uint32_t b)
 {
-    list_slot t = *a;
-    *a = *b;
-    *b = t;
-    a->it.key = a->k;
-    b->it.key = b->k;
+    return keycmp(v[a].it.key, v[a].it.klen, v[b].it.key, v[b].it.klen) < 0;
 }
 
-static bool slot_less(const list_slot *a, const list_slot *b)
+static void swap_ix(uint32_t *ix, size_t a, size_t b)
 {
-    return keycmp(a->it.key, a->it.klen, b->it.key, b->it.klen) < 0;
+    uint32_t t = ix[a];
+    ix[a] = ix[b];
+    ix[b] = t;
 }
 
 /* A part's callback (part lock held): keeps the cap smallest
@@ -171,36 +176,41 @@ static int heap_cb(void *arg, const kura_item *it)
         if (!grow(col))
             return KURA_ENOMEM;
         list_slot *v = c->v;
+        uint32_t *ix = c->ix;
         i = c->n++;
+        ix[i] = (uint32_t)i;
         fill_slot(&v[i], it);
-        while (i > 0 && slot_less(&v[(i - 1) / 2], &v[i])) {
-            swap_slots(&v[(i - 1) / 2], &v[i]);
+        while (i > 0 && slot_less(v, ix[(i - 1) / 2], ix[i])) {
+            swap_ix(ix, (i - 1) / 2, i);
             i = (i - 1) / 2;
         }
         return 0;
     }
     c->more = true;
     list_slot *v = c->v;
-    if (keycmp(it->key, it->klen, v[0].it.key, v[0].it.klen) >= 0)
+    uint32_t *ix = c->ix;
+    list_slot *top = &v[ix[0]];
+    if (keycmp(it->key, it->klen, top->it.key, top->it.klen) >= 0)
         return 0;
-    fill_slot(&v[0], it);
+    fill_slot(top, it);                 /* the largest kept makes room */
     for (i = 0;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < c->n && slot_less(&v[m], &v[l]))
+        if (l < c->n && slot_less(v, ix[m], ix[l]))
             m = l;
-        if (r < c->n && slot_less(&v[m], &v[r]))
+        if (r < c->n && slot_less(v, ix[m], ix[r]))
             m = r;
         if (m == i)
             break;
-        swap_slots(&v[i], &v[m]);
+        swap_ix(ix, i, m);
         i = m;
     }
     return 0;
 }
 
-static int slot_cmp(const void *a, const void *b)
+static int ix_cmp(const void *a, const void *b, void *slots)
 {
-    const list_slot *x = a, *y = b;
+    const list_slot *v = slots;
+    const list_slot *x = &v[*(const uint32_t *)a], *y = &v[*(const uint32_t *)b];
     return keycmp(x->it.key, x->it.klen, y->it.key, y->it.klen);
 }
 
@@ -243,6 +253,7 @@ void engine_list_begin(kura_list_cursor *c)
 void engine_list_end(kura_list_cursor *c)
 {
     free(c->v);
+    free(c->ix);
     *c = (kura_list_cursor){ 0 };
 }
 
@@ -283,11 +294,8 @@ static int collect_step(kura_engine *e, const kura_list_spec *spec, kura_list_cu
         rc = KURA_ENOMEM;
     if (rc < 0)
         return rc;
-    if (c->held && !ordered) {
-        qsort(c->v, c->n, sizeof(*c->v), slot_cmp);
-        for (size_t i = 0; i < c->n; i++)
-            c->v[i].it.key = c->v[i].k; /* qsort moved the slots */
-    }
+    if (c->held && !ordered)
+        qsort_r(c->ix, c->n, sizeof(*c->ix), ix_cmp, c->v);
     c->next = 0;
     return KURA_OK;
 }
@@ -319,7 +327,7 @@ int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_curso
     if (!c->held)
         return collect_step(e, spec, c);
     while (c->next < c->n) {
-        list_slot *s = &c->v[c->next];
+        list_slot *s = &c->v[c->ix[c->next]];
         int r = emit(arg, &s->it);
         if (r)
             return r;
