@@ -294,7 +294,7 @@ static int collect_step(kura_engine *e, const kura_list_spec *spec, kura_list_cu
         rc = KURA_ENOMEM;
     if (rc < 0)
         return rc;
-    if (c->held && !ordered)
+    if (c->held && !ordered && c->n)
         qsort_r(c->ix, c->n, sizeof(*c->ix), ix_cmp, c->v);
     c->next = 0;
     return KURA_OK;
