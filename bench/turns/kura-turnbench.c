@@ -13,9 +13,12 @@
  * disturbed by other work on the machine), the calls' figures are over
  * every run.
  *
- *     kura-turnbench [items [dbname [runs]]]   (default 500000, "*" (the cache;
- *                                               a path ending .kh or .kt for the
- *                                               others), 3)
+ *     kura-turnbench [items [dbname [runs [request]]]]
+ *         default 500000, "*" (the cache; a path ending .kh or .kt for the
+ *         others), 3, and the five listings of bench/stall.py; a request
+ *         given (without its \r\n) is the only one run, "-" none (for
+ *         counting instructions under callgrind: a run with a listing less
+ *         the run without is the listing's own)
  *
  * Built against another build's library (the session interface is the
  * same), it gives that build's figures: docs/benchmarks.md has both.
@@ -104,14 +107,21 @@ int main(int argc, char **argv)
             in.len = 0;
         }
     }
-    static const char *reqs[] = {
+    const char *reqs[] = {
         "lru_crawler metadump all\r\n", "keys\r\n", "keys limit=100000\r\n",
         "rget key:00000000 key:99999999 0 0 100000\r\n", "digest 256\r\n",
     };
+    size_t nreq = sizeof(reqs) / sizeof(reqs[0]);
+    char one[512];
+    if (argc > 4) {
+        snprintf(one, sizeof(one), "%s\r\n", argv[4]);
+        reqs[0] = one;
+        nreq = strcmp(argv[4], "-") ? 1 : 0;
+    }
     printf("%-44s %7s %9s %9s %9s\n", "listing", "calls", "cpu s", "p99 ms", "max ms");
     double *times = NULL, *all = NULL;
     size_t cap = 0, acap = 0;
-    for (size_t r = 0; r < sizeof(reqs) / sizeof(reqs[0]); r++) {
+    for (size_t r = 0; r < nreq; r++) {
         double best = 0;
         size_t calls = 0, n = 0;
         for (int k = 0; k < runs; k++) {
