@@ -2,7 +2,7 @@
 """How long one client's get waits while another client lists keys.
 
 Starts kurad with one worker thread (so both clients share it) on the
-in-memory cache (or --db: a hash file NAME.kh or a tree NAME.kt, made in a
+in-memory cache (or --db: a hash file NAME.kh or a tree NAME.kb, made in a
 temporary directory), stores N items, times the listing alone (the median
 of three runs, wall time and the server's CPU time: what the slicing
 costs the listing itself), then runs the
@@ -14,7 +14,7 @@ one run.  The listings by default: metadump, keys, keys limit=100000,
 rget (100000 keys in key order, with values) and digest 256.
 
     bench/stall.py [--items N] [--seconds S] [--build DIR] [--kurad PATH ...]
-                   [--inline] [--db '*'|x.kh|x.kt] [--request "lru_crawler metadump all"] ...
+                   [--inline] [--db '*'|x.kh|x.kb] [--request "lru_crawler metadump all"] ...
 """
 import argparse, os, shutil, socket, subprocess, sys, tempfile, threading, time
 
@@ -131,7 +131,7 @@ def main():
                     help="also this build with KURA_TEST_LIST_INLINE=1 (each walk whole in "
                          "one call, unsliced): what the slicing itself costs")
     ap.add_argument("--db", default="*",
-                    help="the database: * (the cache, default), NAME.kh or NAME.kt")
+                    help="the database: * (the cache, default), NAME.kh or NAME.kb")
     ap.add_argument("--request", action="append", default=[],
                     help="the listing (default: metadump, keys, keys limit=100000, rget, "
                          "digest 256)")

@@ -14,7 +14,7 @@
  * every run.
  *
  *     kura-turnbench [items [dbname [runs [request]]]]
- *         default 500000, "*" (the cache; a path ending .kh or .kt for the
+ *         default 500000, "*" (the cache; a path ending .kh or .kb for the
  *         others), 3, and the five listings of bench/stall.py; a request
  *         given (without its \r\n) is the only one run, "-" none (for
  *         counting instructions under callgrind: a run with a listing less
