@@ -178,6 +178,11 @@ static void cmd_digest(void *ctx, kura_session *s, text_token *tok, int ntok,
         session_pause_end(s);
         if (!(w = digest_start(tok, ntok, out)))
             return;
+        if (!walk_admit(s)) {
+            digest_free(w);
+            KURA_BUF_LIT(out, WALKS_BUSY_REPLY "\r\n");
+            return;
+        }
         s->paused = w;
         s->paused_free = digest_free;
     }
@@ -202,6 +207,7 @@ static void cmd_digest(void *ctx, kura_session *s, text_token *tok, int ntok,
         kura_buf_append(out, w->list.data, w->list.len);
     }
     session_pause_end(s);
+    walk_release(s);
     if (rc == DIGEST_TOO_BIG) {
         KURA_BUF_LIT(out, "SERVER_ERROR bucket too large: ask for more buckets\r\n");
         return;

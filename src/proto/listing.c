@@ -225,6 +225,10 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
     if (!resumed) {
         session_pause_end(s);
         engine_list_begin(&s->list);
+        if (!walk_admit(s)) {
+            text_reply(s, out, WALKS_BUSY_REPLY);
+            return;
+        }
     }
     int rc;
     uint64_t visits = s->list.visits;
@@ -240,6 +244,7 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
         return;
     }
     engine_list_end(&s->list);
+    walk_release(s);
     if (rc < 0) {
         if (!resumed)
             out->len = mark;            /* nothing of it has left: no half answer */

@@ -58,7 +58,20 @@ struct kura_session {
     kura_list_cursor list;              /* where a listing paused (listing.c) */
     void *paused;                       /* another paused command's state (digest.c), */
     void (*paused_free)(void *);        /* and how to free it */
+    bool walk_admitted;                 /* a listing or digest under way counts in WALKS_MAX */
 };
+
+/* Listings and digests under way at once in the process: each holds up to
+ * about 2 MB between its turns (a batch of keys, or a digest's sums or key
+ * list), so their number is bounded; one more is answered
+ * WALKS_BUSY_REPLY. */
+#define WALKS_MAX 64
+#define WALKS_BUSY_REPLY "SERVER_ERROR too many listings under way: try again later"
+/* Counts a walk starting on s; false (nothing counted) when WALKS_MAX are
+ * under way.  walk_release ends the count (at the walk's end, or the
+ * session's). */
+bool walk_admit(kura_session *s);
+void walk_release(kura_session *s);
 
 /* Items a listing or a digest looks at in one call before it pauses (and
  * the connection lets the worker's other connections have a turn):

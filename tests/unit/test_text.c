@@ -397,6 +397,44 @@ static void test_walks_bounded(void)
     h_close(&h);
 }
 
+/* At most WALKS_MAX listings and digests are under way at once (each holds
+ * a batch between its turns); one more is answered WALKS_BUSY_REPLY at
+ * once, and is taken again when one of them ended (here: its client went). */
+static void test_walks_capped(void)
+{
+    harness h;
+    h_open(&h, 1 << 20);
+    if (listing_register(h.cmds) != KURA_OK || digest_register(h.cmds) != KURA_OK)
+        abort();
+    kura_buf req = {0};
+    char line[64];
+    for (int i = 0; i < 3 * LIST_TURN_VISITS; i++) {
+        int k = sprintf(line, "set k%05d 0 0 1 noreply\r\nv\r\n", i);
+        kura_buf_append(&req, line, (size_t)k);
+    }
+    feed(&h, req.data, req.len);
+    kura_session_config sc = {
+        .engine = h.engine, .stats = &h.stats[0], .server = &h.info, .cmds = h.cmds,
+    };
+    kura_session *busy[WALKS_MAX];
+    char keys[] = "keys limit=11000\r\n", dig[] = "digest 16\r\n";
+    for (int i = 0; i < WALKS_MAX; i++) {
+        busy[i] = kura_session_new(&sc);
+        h.out.len = 0;
+        CHECK_EQ_INT(kura_session_process(busy[i], i % 2 ? keys : dig,
+                                          strlen(i % 2 ? keys : dig), &h.out), 0);
+    }
+    CHECK_EQ_STR(feed(&h, keys, strlen(keys)), WALKS_BUSY_REPLY "\r\n");
+    CHECK_EQ_STR(feed(&h, dig, strlen(dig)), WALKS_BUSY_REPLY "\r\n");
+    kura_session_free(busy[0]);
+    h.out.len = 0;
+    CHECK_EQ_INT(kura_session_process(h.s, keys, strlen(keys), &h.out), 0);   /* under way */
+    for (int i = 1; i < WALKS_MAX; i++)
+        kura_session_free(busy[i]);
+    kura_buf_free(&req);
+    h_close(&h);
+}
+
 static void test_long_line(void)
 {
     harness h;
@@ -637,6 +675,7 @@ int main(void)
     RUN(test_pipeline_and_multiget);
     RUN(test_work_per_call_bounded);
     RUN(test_walks_bounded);
+    RUN(test_walks_capped);
     RUN(test_long_line);
     RUN(test_get_pauses_at_high_water);
     RUN(test_long_line_scanned_once);
