@@ -15,7 +15,7 @@
 #                   in build-deb/, where the .deb files land
 #   make test-deb   make deb, then check the package (tests/integration/test_package.py)
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
-#                   bench-repl and bench-tt
+#                   bench-repl, bench-tt, then bench/stall.py (a get's wait during listings)
 #   make bench-tt   Tokyo Tyrant's protocol beside the text protocol (TT_BENCH_ARGS=...)
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
@@ -159,11 +159,18 @@ $(BUILD)/kura-enginebench: $(BUILD)/bench/engine/kura-enginebench.o $(BUILD)/lib
 	$(CC) $(CFLAGS_ALL) -o $@ $< -Wl,--whole-archive $(BUILD)/libkura.a \
 	    -Wl,--no-whole-archive $(LIBS)
 
+# The CPU one call (one event-loop turn) of each listing costs (bench/turns/).
+$(BUILD)/kura-turnbench: $(BUILD)/bench/turns/kura-turnbench.o $(BUILD)/libkura.a
+	$(CC) $(CFLAGS_ALL) -o $@ $< -Wl,--whole-archive $(BUILD)/libkura.a \
+	    -Wl,--no-whole-archive $(LIBS)
+
 # kura beside memcached and the Cabinets (bench/run.py --help; under 10 min).
-bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
+bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench $(BUILD)/kura-turnbench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
 	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
 	/usr/bin/python3 bench/tt.py --build $(BUILD) $(TT_BENCH_ARGS)
+	/usr/bin/python3 bench/stall.py --build $(BUILD) $(STALL_BENCH_ARGS)
+	$(BUILD)/kura-turnbench
 
 # Tokyo Tyrant's protocol beside the text protocol, each backend (bench/tt.py --help).
 bench-tt: $(KURAD) $(BUILD)/kura-bench

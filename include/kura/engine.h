@@ -238,6 +238,21 @@ int engine_iterate(kura_engine *e, kura_item_fn fn, void *arg);
  * store.  fn's non-zero value stops the walk and is returned. */
 typedef int (*engine_walk_fn)(void *arg, const kura_item *items, size_t n);
 int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg);
+/* The same walk as engine_iterate, taken a bounded step at a time (for a
+ * command that must not hold its worker: digest).  A step calls fn, under
+ * the store's lock as engine_iterate does, for one part of a store without
+ * order, or for up to `budget` items of an ordered one, resuming after the
+ * last key it showed.  Zero the cursor before the first step; c->done is
+ * set once every part was walked.  Returns KURA_OK, fn's non-zero value
+ * (the walk stopped: do not step again) or the store's error. */
+typedef struct kura_walk_cursor {
+    uint32_t part;
+    bool done, have_last;
+    uint8_t llen;
+    char last[KURA_KEY_MAX];
+} kura_walk_cursor;
+int engine_walk_step(kura_engine *e, kura_walk_cursor *c, size_t budget, kura_item_fn fn,
+                     void *arg);
 /* No cas at or below this is handed out from now on (items loaded into
  * the store behind the engine's back: a snapshot into the cache). */
 void engine_observe_cas(kura_engine *e, uint64_t cas);

@@ -8,9 +8,11 @@
  * that a reader of production code sees at a glance which branches only a
  * test takes, and so that a test has one header to include.  Every switch
  * is off (zero) unless a unit test sets it: kurad and kuractl never do,
- * and nothing reads one from the command line or the environment (the
- * integration tests, which run the real binaries, need none).  A switch is
- * process-wide: it applies to every store the test has open.
+ * and nothing reads one from the command line or the environment, but
+ * list_inline, which kurad takes from KURA_TEST_LIST_INLINE (set in the
+ * environment) so that an integration test can show its check fails
+ * without the bound it guards.  A switch is process-wide: it applies to
+ * every store the test has open.
  */
 #ifndef KURA_TESTHOOKS_H
 #define KURA_TESTHOOKS_H
@@ -43,6 +45,12 @@ typedef struct kura_testhooks {
      * starts, cleared after it is joined. */
     void (*hashdb_copy)(void *arg);
     void *hashdb_copy_arg;
+    /* Listings and digest (src/proto/listing.c, digest.c) run whole in
+     * the call that starts them, without the per-call bounds that let the
+     * worker's other connections have a turn (and without the output's
+     * high-water pause): the walk inline on the worker, as before the
+     * bounds.  Read from KURA_TEST_LIST_INLINE by listing_register. */
+    bool list_inline;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

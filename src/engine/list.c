@@ -13,12 +13,16 @@
  * caller may stop after any key.
  *
  * On a store without order a part is collected with a bounded max-heap:
- * the LIST_BATCH smallest keys above the cursor.  A part that holds more
- * is passed over again for the next batch; with the hash file's 1024
- * stripes a part holds about a thousandth of the keys, so that is rare
- * below a few hundred thousand keys a part.  The same heap over every
- * part gives key order on such a store (spec.sorted), one full pass per
- * batch.
+ * the LIST_SORTED_BATCH smallest keys above the cursor.  A part that holds
+ * more is passed over again for the next batch; with the cache's 256 and
+ * the hash file's 1024 stripes a part holds a few thousand keys at a
+ * million items, so that is rare.  The same heap over every part gives key
+ * order on such a store (spec.sorted), one full pass per batch; the pass
+ * is split into steps of about LIST_STEP_VISITS items, the heap kept in
+ * the cursor between them, so that no step costs the whole store.  A
+ * batch is kept in the cursor until every key of it was handed out: a
+ * caller that stops half way does not make the next step collect it
+ * again.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +36,13 @@ typedef struct list_slot {
     char k[KURA_KEY_MAX];
 } list_slot;
 
+/* One store walk's callback state.  The batch is the cursor's (c->v, c->n,
+ * c->more), which a sorted pass fills over several walks. */
 typedef struct collect {
     const kura_list_spec *spec;
-    const kura_list_cursor *c;
-    list_slot *v;
-    size_t n, cap;
-    bool more;                          /* a matching key was left out: walk on */
+    kura_list_cursor *c;
+    size_t cap;
+    bool nomem;                         /* the batch could not grow */
     bool ended;                         /* ordered walk: past the last key that can match */
 } collect;
 
@@ -88,12 +93,39 @@ static void fill_slot(list_slot *s, const kura_item *it)
     };
 }
 
+/* Room for one more slot in the batch (it grows as it fills: a short
+ * listing holds little). */
+static bool grow(collect *col)
+{
+    kura_list_cursor *c = col->c;
+    if (c->n < c->alloc)
+        return true;
+    size_t a = c->alloc ? c->alloc * 2 : 64;
+    if (a > col->cap)
+        a = col->cap;
+    list_slot *v = realloc(c->v, a * sizeof(*v));
+    if (v) {
+        for (size_t i = 0; i < c->n; i++)
+            v[i].it.key = v[i].k;       /* the slots moved */
+        c->v = v;
+    }
+    uint32_t *ix = v ? realloc(c->ix, a * sizeof(*ix)) : NULL;
+    if (!ix) {
+        col->nomem = true;
+        return false;
+    }
+    c->ix = ix;
+    c->alloc = a;
+    return true;
+}
+
 /* The ordered walk's callback (store lock held): keys come in order, so the
  * walk ends at the first key past the range or the prefix. */
 static int ordered_cb(void *arg, const kura_item *it)
 {
     collect *col = arg;
     const kura_list_spec *sp = col->spec;
+    col->c->visits++;
     if (!after_cursor(col, it) || below_start(sp, it->key, it->klen))
         return 0;
     if (above_end(sp, it->key, it->klen)) {
@@ -106,22 +138,26 @@ static int ordered_cb(void *arg, const kura_item *it)
         col->ended = true;              /* the keys with the prefix are behind us */
         return COLLECT_DONE;
     }
-    fill_slot(&col->v[col->n++], it);
-    return col->n == col->cap ? COLLECT_FULL : 0;
+    if (!grow(col))
+        return KURA_ENOMEM;
+    kura_list_cursor *c = col->c;
+    c->ix[c->n] = (uint32_t)c->n;
+    fill_slot(&c->v[c->n++], it);
+    return c->n == col->cap ? COLLECT_FULL : 0;
 }
 
-static void swap_slots(list_slot *a, list_slot *b)
+/* The heap orders slot numbers, not slots: a swap moves 4 bytes, not a
+ * 250-byte key. */
+static bool slot_less(const list_slot *v, uint32_t a, uint32_t b)
 {
-    list_slot t = *a;
-    *a = *b;
-    *b = t;
-    a->it.key = a->k;
-    b->it.key = b->k;
+    return keycmp(v[a].it.key, v[a].it.klen, v[b].it.key, v[b].it.klen) < 0;
 }
 
-static bool slot_less(const list_slot *a, const list_slot *b)
+static void swap_ix(uint32_t *ix, size_t a, size_t b)
 {
-    return keycmp(a->it.key, a->it.klen, b->it.key, b->it.klen) < 0;
+    uint32_t t = ix[a];
+    ix[a] = ix[b];
+    ix[b] = t;
 }
 
 /* A part's callback (part lock held): keeps the cap smallest
@@ -130,41 +166,51 @@ static int heap_cb(void *arg, const kura_item *it)
 {
     collect *col = arg;
     const kura_list_spec *sp = col->spec;
+    kura_list_cursor *c = col->c;
+    c->visits++;
     if (!after_cursor(col, it) || below_start(sp, it->key, it->klen) ||
         above_end(sp, it->key, it->klen) || (sp->plen && !has_prefix(sp, it->key, it->klen)))
         return 0;
-    list_slot *v = col->v;
     size_t i;
-    if (col->n < col->cap) {
-        i = col->n++;
+    if (c->n < col->cap) {
+        if (!grow(col))
+            return KURA_ENOMEM;
+        list_slot *v = c->v;
+        uint32_t *ix = c->ix;
+        i = c->n++;
+        ix[i] = (uint32_t)i;
         fill_slot(&v[i], it);
-        while (i > 0 && slot_less(&v[(i - 1) / 2], &v[i])) {
-            swap_slots(&v[(i - 1) / 2], &v[i]);
+        while (i > 0 && slot_less(v, ix[(i - 1) / 2], ix[i])) {
+            swap_ix(ix, (i - 1) / 2, i);
             i = (i - 1) / 2;
         }
         return 0;
     }
-    col->more = true;
-    if (keycmp(it->key, it->klen, v[0].it.key, v[0].it.klen) >= 0)
+    c->more = true;
+    list_slot *v = c->v;
+    uint32_t *ix = c->ix;
+    list_slot *top = &v[ix[0]];
+    if (keycmp(it->key, it->klen, top->it.key, top->it.klen) >= 0)
         return 0;
-    fill_slot(&v[0], it);
+    fill_slot(top, it);                 /* the largest kept makes room */
     for (i = 0;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < col->n && slot_less(&v[m], &v[l]))
+        if (l < c->n && slot_less(v, ix[m], ix[l]))
             m = l;
-        if (r < col->n && slot_less(&v[m], &v[r]))
+        if (r < c->n && slot_less(v, ix[m], ix[r]))
             m = r;
         if (m == i)
             break;
-        swap_slots(&v[i], &v[m]);
+        swap_ix(ix, i, m);
         i = m;
     }
     return 0;
 }
 
-static int slot_cmp(const void *a, const void *b)
+static int ix_cmp(const void *a, const void *b, void *slots)
 {
-    const list_slot *x = a, *y = b;
+    const list_slot *v = slots;
+    const list_slot *x = &v[*(const uint32_t *)a], *y = &v[*(const uint32_t *)b];
     return keycmp(x->it.key, x->it.klen, y->it.key, y->it.klen);
 }
 
@@ -199,73 +245,99 @@ static const char *ordered_from(const kura_list_spec *sp, const kura_list_cursor
     return f;
 }
 
+void engine_list_begin(kura_list_cursor *c)
+{
+    engine_list_end(c);
+}
+
+void engine_list_end(kura_list_cursor *c)
+{
+    free(c->v);
+    free(c->ix);
+    *c = (kura_list_cursor){ 0 };
+}
+
+/* Collects the next batch: one ordered walk, one part, or (sorted) the
+ * next parts of the pass, until LIST_STEP_VISITS items were seen.  Sets
+ * c->held once the batch is complete, in key order. */
+static int collect_step(kura_engine *e, const kura_list_spec *spec, kura_list_cursor *c)
+{
+    bool ordered = engine_list_ordered(e);
+    bool sorted = !ordered && spec->sorted;
+    collect col = { .spec = spec, .c = c, .cap = ordered ? LIST_BATCH : LIST_SORTED_BATCH };
+    kura_clock clk = engine_clock(e);
+    int rc = KURA_OK;
+    engine_gate_in(e);
+    kura_store *st = e->store;
+    uint32_t np = st->ops->parts;
+    uint64_t seen = c->visits;
+    if (ordered) {
+        kura_iter_spec from = { .scope = KURA_ITER_FROM, .keys_only = true };
+        from.from = ordered_from(spec, c, &from.flen);
+        rc = st->ops->iterate(st, &from, &clk, ordered_cb, &col);
+        c->more = rc == COLLECT_FULL;
+        if (rc > 0)
+            rc = KURA_OK;
+        c->held = true;
+    } else if (sorted) {
+        while (c->part < np && c->visits - seen < LIST_STEP_VISITS && rc == KURA_OK)
+            rc = walk_part(st, c->part++, &clk, &col);
+        c->held = c->part >= np;
+    } else if (c->part < np) {
+        rc = walk_part(st, c->part, &clk, &col);
+        c->held = true;
+    } else {
+        c->held = true;                 /* an empty batch, and no more */
+    }
+    engine_gate_out(e);
+    if (col.nomem)
+        rc = KURA_ENOMEM;
+    if (rc < 0)
+        return rc;
+    if (c->held && !ordered && c->n)
+        qsort_r(c->ix, c->n, sizeof(*c->ix), ix_cmp, c->v);
+    c->next = 0;
+    return KURA_OK;
+}
+
+/* The batch was handed out: what comes after it. */
+static void batch_done(kura_engine *e, const kura_list_spec *spec, kura_list_cursor *c)
+{
+    bool ordered = engine_list_ordered(e);
+    uint32_t np = e->store->ops->parts;
+    bool more = c->more;
+    c->held = false;
+    c->n = c->next = 0;
+    c->more = false;
+    if (ordered || spec->sorted) {
+        c->part = 0;                    /* a sorted walk's next pass starts over */
+        c->done = !more;
+    } else if (!more) {
+        c->part++;
+        c->have_last = false;
+        c->done = c->part >= np;
+    }
+}
+
 int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_cursor *c,
                      kura_list_fn emit, void *arg)
 {
     if (c->done)
         return LIST_END;
-    bool ordered = engine_list_ordered(e);
-    bool sorted = !ordered && spec->sorted;
-    collect col = { .spec = spec, .c = c, .cap = sorted ? LIST_SORTED_BATCH : LIST_BATCH };
-    col.v = malloc(col.cap * sizeof(*col.v));
-    if (!col.v)
-        return KURA_ENOMEM;
-
-    kura_clock clk = engine_clock(e);
-    bool walk_end = false, part_end = false;
-    int rc = KURA_OK;
-    engine_gate_in(e);
-    kura_store *st = e->store;
-    uint32_t np = st->ops->parts;
-    if (ordered) {
-        kura_iter_spec from = { .scope = KURA_ITER_FROM, .keys_only = true };
-        from.from = ordered_from(spec, c, &from.flen);
-        rc = st->ops->iterate(st, &from, &clk, ordered_cb, &col);
-        walk_end = rc != COLLECT_FULL;
-        if (rc > 0)
-            rc = KURA_OK;
-    } else if (sorted) {
-        for (uint32_t p = 0; p < np && rc == KURA_OK; p++)
-            rc = walk_part(st, p, &clk, &col);
-        walk_end = !col.more;
-    } else if (c->part < np) {
-        rc = walk_part(st, c->part, &clk, &col);
-        part_end = !col.more;
-    } else {
-        walk_end = true;
-    }
-    engine_gate_out(e);
-    if (rc < 0) {
-        free(col.v);
-        return rc;
-    }
-
-    if (!ordered) {
-        qsort(col.v, col.n, sizeof(*col.v), slot_cmp);
-        for (size_t i = 0; i < col.n; i++)
-            col.v[i].it.key = col.v[i].k;       /* qsort moved the slots */
-    }
-    for (size_t i = 0; i < col.n; i++) {
-        int r = emit(arg, &col.v[i].it);
-        if (r) {
-            free(col.v);
+    if (!c->held)
+        return collect_step(e, spec, c);
+    while (c->next < c->n) {
+        list_slot *s = &c->v[c->ix[c->next]];
+        int r = emit(arg, &s->it);
+        if (r)
             return r;
-        }
-        memcpy(c->last, col.v[i].k, col.v[i].it.klen);
-        c->llen = (uint8_t)col.v[i].it.klen;
+        memcpy(c->last, s->k, s->it.klen);
+        c->llen = (uint8_t)s->it.klen;
         c->have_last = true;
+        c->next++;
     }
-    free(col.v);
-    if (part_end) {
-        c->part++;
-        c->have_last = false;
-        walk_end = c->part >= np;
-    }
-    if (walk_end) {
-        c->done = true;
-        return LIST_END;
-    }
-    return KURA_OK;
+    batch_done(e, spec, c);
+    return c->done ? LIST_END : KURA_OK;
 }
 
 void engine_list_marks(kura_engine *e, const char *key, size_t klen, uint64_t cas,

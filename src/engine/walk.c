@@ -10,6 +10,11 @@
  * store, up to WALK_BATCH_BYTES of keys at a time resumed from the last
  * key (store.h: kura_iter_spec).  The walk is fuzzy in the same way iterate is: each part is seen
  * at its own moment.
+ *
+ * engine_walk_step is the same walk without the copy, one bounded step a
+ * call, for a command that must give its worker back between steps
+ * (digest): a part, or a run of an ordered store's keys resumed after the
+ * last one, with fn called under the store's lock as engine_iterate does.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -136,5 +141,68 @@ int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg)
     }
     free(b.items);
     free(b.mem);
+    return rc;
+}
+
+/* engine_walk_step on an ordered store: passes fn the items after the
+ * cursor, up to the budget, and moves the cursor past each. */
+typedef struct step_walk {
+    kura_walk_cursor *c;
+    size_t left;
+    kura_item_fn fn;
+    void *arg;
+    bool skip_first;                    /* the first item may be the cursor's key */
+} step_walk;
+
+#define STEP_PAUSE INT32_MAX            /* the budget's stop (not fn's, not a status) */
+
+static int step_item(void *arg, const kura_item *it)
+{
+    step_walk *w = arg;
+    kura_walk_cursor *c = w->c;
+    if (w->skip_first) {
+        w->skip_first = false;
+        if (it->klen == c->llen && memcmp(it->key, c->last, c->llen) == 0)
+            return 0;                   /* shown by the previous step */
+    }
+    if (w->left == 0)
+        return STEP_PAUSE;
+    int rc = w->fn(w->arg, it);
+    if (rc)
+        return rc;
+    w->left--;
+    memcpy(c->last, it->key, it->klen);
+    c->llen = (uint8_t)it->klen;
+    c->have_last = true;
+    return 0;
+}
+
+int engine_walk_step(kura_engine *e, kura_walk_cursor *c, size_t budget, kura_item_fn fn,
+                     void *arg)
+{
+    if (c->done)
+        return KURA_OK;
+    kura_clock clk = engine_clock(e);
+    int rc;
+    engine_gate_in(e);
+    kura_store *st = e->store;
+    if (!st->ops->ordered) {
+        kura_iter_spec part = { .scope = KURA_ITER_PART, .part = c->part };
+        rc = c->part < st->ops->parts ? st->ops->iterate(st, &part, &clk, fn, arg) : KURA_OK;
+        c->done = ++c->part >= st->ops->parts;
+    } else {
+        char from[KURA_KEY_MAX];        /* the walk moves c->last: the store gets a copy */
+        memcpy(from, c->last, c->llen);
+        kura_iter_spec next = { .scope = KURA_ITER_FROM, .from = c->have_last ? from : NULL,
+                                .flen = c->llen };
+        step_walk w = { .c = c, .left = budget ? budget : 1, .fn = fn, .arg = arg,
+                        .skip_first = c->have_last };
+        rc = st->ops->iterate(st, &next, &clk, step_item, &w);
+        if (rc == STEP_PAUSE)
+            rc = KURA_OK;
+        else if (rc == KURA_OK)
+            c->done = true;
+    }
+    engine_gate_out(e);
     return rc;
 }

@@ -16,9 +16,14 @@
  *
  * The sum makes the digest independent of the order in which the store
  * walks its items.  It walks every live item once, on the connection's
- * worker thread: other connections of that worker wait meanwhile (about a
- * second per million items), so it is a tool for an operator, not a probe.
- * Pick N so that a bucket's keys are few enough to list (N = items / 1000):
+ * worker thread, in bounded steps (engine_walk_step: a part of the cache
+ * or the hash file, or a run of the tree's keys) of about LIST_TURN_VISITS
+ * items per call: the line stays unconsumed with s->resume set, the sums
+ * (or the bucket's keys) wait in the session, and the connection's next
+ * turn of the event loop, after the worker's other connections had
+ * theirs, carries on.  Nothing is sent before the walk is complete, so
+ * a failure is a plain SERVER_ERROR.  The walk is fuzzy as a listing is:
+ * a change made while it runs may or may not be counted.  Pick N so that a bucket's keys are few enough to list (N = items / 1000):
  * a list past 1 MiB is answered "SERVER_ERROR bucket too large: ask for
  * more buckets" instead, so the reply stays bounded.
  *
@@ -30,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/testhooks.h"
 #include "proto_int.h"
 
 #define DIGEST_DEFAULT 256
@@ -73,17 +79,31 @@ static uint64_t item_hash(const kura_item *it)
 #define DIGEST_LIST_MAX KURA_OUT_HIGH_WATER
 #define DIGEST_TOO_BIG 1                /* digest_item's stop: the list passed it */
 
+/* A digest under way, kept in the session between calls. */
 typedef struct digest_walk {
     uint32_t n;
     int64_t only;                       /* a bucket whose keys to list, or -1 */
     uint64_t *sum, *count;
-    kura_buf *out;
+    kura_buf *out;                      /* the bucket's key lines: &list */
     size_t mark;                        /* out's length before the reply */
+    uint64_t seen;                      /* items walked */
+    kura_walk_cursor cur;
+    kura_buf list;
 } digest_walk;
+
+static void digest_free(void *arg)
+{
+    digest_walk *w = arg;
+    free(w->sum);
+    free(w->count);
+    kura_buf_free(&w->list);
+    free(w);
+}
 
 static int digest_item(void *arg, const kura_item *it)
 {
     digest_walk *w = arg;
+    w->seen++;
     uint32_t b = bucket_of(it->key, it->klen, w->n);
     uint64_t h = item_hash(it);
     if (w->only >= 0) {
@@ -103,55 +123,97 @@ static int digest_item(void *arg, const kura_item *it)
     return 0;
 }
 
-/* tok[1], tok[2]: optional N and B; ntok counts the terminal token. */
+/* The digest the line asks for, ready to walk: NULL after a reply (bad
+ * arguments, no memory). */
+static digest_walk *digest_start(text_token *tok, int ntok, kura_buf *out)
+{
+    uint32_t n = DIGEST_DEFAULT;
+    int64_t only = -1;
+    char *end;
+    if (ntok > 2) {
+        unsigned long v = strtoul(tok[1].value, &end, 10);
+        if (end != tok[1].value + tok[1].length || v < 1 || v > DIGEST_MAX) {
+            KURA_BUF_LIT(out, "CLIENT_ERROR bad command line format\r\n");
+            return NULL;
+        }
+        n = (uint32_t)v;
+    }
+    if (ntok > 3) {
+        unsigned long b = strtoul(tok[2].value, &end, 10);
+        if (end != tok[2].value + tok[2].length || b >= n) {
+            KURA_BUF_LIT(out, "CLIENT_ERROR bad command line format\r\n");
+            return NULL;
+        }
+        only = (int64_t)b;
+    }
+    digest_walk *w = calloc(1, sizeof(*w));
+    if (w) {
+        w->n = n;
+        w->only = only;
+        w->out = &w->list;
+        if (only < 0 && (!(w->sum = calloc(n, sizeof(uint64_t))) ||
+                         !(w->count = calloc(n, sizeof(uint64_t))))) {
+            digest_free(w);
+            w = NULL;
+        }
+    }
+    if (!w) {
+        char line[96];
+        int l = snprintf(line, sizeof(line), "SERVER_ERROR %s\r\n", kura_strerror(KURA_ENOMEM));
+        kura_buf_append(out, line, (size_t)l);
+    }
+    return w;
+}
+
+/* tok[1], tok[2]: optional N and B; ntok counts the terminal token.  A
+ * call walks about LIST_TURN_VISITS items, then pauses (s->resume) until
+ * the walk is complete; the reply is written at the end. */
 static void cmd_digest(void *ctx, kura_session *s, text_token *tok, int ntok,
                        kura_buf *out)
 {
     (void)ctx;
-    digest_walk w = { .n = DIGEST_DEFAULT, .only = -1, .out = out };
-    char *end;
-    if (ntok > 2) {
-        unsigned long n = strtoul(tok[1].value, &end, 10);
-        if (end != tok[1].value + tok[1].length || n < 1 || n > DIGEST_MAX) {
-            KURA_BUF_LIT(out, "CLIENT_ERROR bad command line format\r\n");
+    digest_walk *w = s->resume ? s->paused : NULL;
+    s->resume = 0;
+    if (!w) {
+        session_pause_end(s);
+        if (!(w = digest_start(tok, ntok, out)))
+            return;
+        if (!walk_admit(s)) {
+            digest_free(w);
+            KURA_BUF_LIT(out, WALKS_BUSY_REPLY "\r\n");
             return;
         }
-        w.n = (uint32_t)n;
+        KURA_STAT_INC(s->stats, digest_runs);
+        s->paused = w;
+        s->paused_free = digest_free;
     }
-    if (ntok > 3) {
-        unsigned long b = strtoul(tok[2].value, &end, 10);
-        if (end != tok[2].value + tok[2].length || b >= w.n) {
-            KURA_BUF_LIT(out, "CLIENT_ERROR bad command line format\r\n");
+    uint64_t start = w->seen;
+    int rc = KURA_OK;
+    while (rc == KURA_OK && !w->cur.done) {
+        uint64_t used = w->seen - start;
+        if (used >= LIST_TURN_VISITS && !kura_test.list_inline) {
+            s->resume = 1;              /* the same line again, next turn */
             return;
         }
-        w.only = (int64_t)b;
+        rc = engine_walk_step(s->engine, &w->cur, LIST_TURN_VISITS - used, digest_item, w);
     }
-    size_t mark = out->len;
-    w.mark = mark;
-    KURA_STAT_INC(s->stats, digest_runs);
-    if (w.only < 0) {
-        w.sum = calloc(w.n, sizeof(uint64_t));
-        w.count = calloc(w.n, sizeof(uint64_t));
-    }
-    int rc = (w.only < 0 && (!w.sum || !w.count)) ? KURA_ENOMEM
-                                                  : engine_iterate(s->engine, digest_item, &w);
-    if (rc == KURA_OK && w.only < 0) {
-        for (uint32_t b = 0; b < w.n; b++) {
+    if (rc == KURA_OK && w->only < 0) {
+        for (uint32_t b = 0; b < w->n; b++) {
             char line[80];
             int l = snprintf(line, sizeof(line), "DIGEST %u %" PRIu64 " %016" PRIx64 "\r\n", b,
-                             w.count[b], w.sum[b]);
+                             w->count[b], w->sum[b]);
             kura_buf_append(out, line, (size_t)l);
         }
+    } else if (rc == KURA_OK && w->list.len) {
+        kura_buf_append(out, w->list.data, w->list.len);
     }
-    free(w.sum);
-    free(w.count);
+    session_pause_end(s);
+    walk_release(s);
     if (rc == DIGEST_TOO_BIG) {
-        out->len = mark;
         KURA_BUF_LIT(out, "SERVER_ERROR bucket too large: ask for more buckets\r\n");
         return;
     }
     if (rc != KURA_OK) {
-        out->len = mark;                /* no half answer */
         char line[96];
         int l = snprintf(line, sizeof(line), "SERVER_ERROR %s\r\n", kura_strerror(rc));
         kura_buf_append(out, line, (size_t)l);

@@ -15,30 +15,35 @@
  *       MemcacheDB's range get: "VALUE <key> <flags> <bytes>\r\n<data>\r\n"
  *       per key, then "END\r\n", as a get answers.
  *
- * All three stream: they walk the store in batches (engine_list_step,
+ * All three stream: they walk the store in bounded steps (engine_list_step,
  * list.h) and stop once the output holds KURA_OUT_HIGH_WATER bytes, or
- * after the batch that took them past LIST_SLICE_KEYS keys in this call,
- * leaving their line unconsumed with session->resume set, exactly as a
- * multi-get pauses; the connection sends what is queued and, on its next
- * turn of the event loop (after the worker's other connections had
- * theirs), calls again, and the walk resumes from the cursor kept in the
- * session (after the last key shown).  So a listing of any size
- * costs the connection at most the high-water mark plus one value, and
- * a client that stops reading stops the walk.  A resumed listing that
- * fails cannot take back what was sent: it replies the error and closes.
+ * LIST_SLICE_KEYS keys were answered in this call, or the walk looked at
+ * LIST_TURN_VISITS items of the store in this call, leaving their line
+ * unconsumed with session->resume set, exactly as a multi-get pauses; the
+ * connection sends what is queued and, on its next turn of the event loop
+ * (after the worker's other connections had theirs), calls again, and the
+ * walk resumes from the cursor kept in the session (the last key shown,
+ * and the batch being collected or handed out).  So a listing of any size
+ * costs the connection at most the high-water mark plus one value and
+ * one batch (list.h), a turn of it costs the worker about a millisecond,
+ * and a client that stops reading stops the walk; one that goes away
+ * frees it with its session.  A resumed listing that fails cannot take
+ * back what was sent: it replies the error and closes.
  *
  * Order: key order on the B+ tree; on the cache and the hash file a
  * listing with a limit (keys limit=, rget) is in key order too (a pass
- * over the store per 4096 keys), one without (metadump, keys with no
- * limit) in no order.
+ * over the store per 4096 keys, taken over as many turns as it needs),
+ * one without (metadump, keys with no limit) in no order.
  *
  * They need the engine and the text session's pause alone, so they live
  * beside the protocol; they are kura's (and memcached's admin) commands,
  * which the server registers (listing_register, proto.h).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kura/testhooks.h"
 #include "proto_int.h"
 
 #define LIST_SORTED_MAX 100000          /* the largest limit answered in key order
@@ -51,6 +56,7 @@ typedef struct list_run {
     uint64_t classes;                   /* metadump: bit c for slab class c */
     uint64_t limit;                     /* 0: none */
     bool answered;                      /* something was formatted in this call */
+    uint64_t slice_end;                 /* the count at which this call's slice ends */
     int err;                            /* a get's error (rget) */
 } list_run;
 
@@ -59,10 +65,10 @@ enum { LIST_METADUMP, LIST_KEYS, LIST_RGET };
 #define LIST_LIMIT 3                    /* emit's stop: the limit was reached */
 /* Keys a call lists before it lets the worker's other connections have a
  * turn: a slice of a listing costs them about what a multi-get of this
- * many keys would.  Checked between batches, so a batch is never walked
- * twice (on a store without order, a sorted listing's batch is a pass
- * over the whole store: such a slice is that pass). */
-#define LIST_SLICE_KEYS 1024
+ * many keys would.  The keys the store was walked for (LIST_TURN_VISITS,
+ * proto_int.h) are bounded apart: a call that walks and finds little
+ * pauses as soon as one that answers much. */
+#define LIST_SLICE_KEYS 512
 
 /* ---- memcached's slab classes, for metadump's cls ------------------------ */
 
@@ -189,8 +195,10 @@ static int list_emit(void *arg, const kura_list_item *it)
     kura_list_cursor *c = &r->s->list;
     if (r->limit && c->count >= r->limit)
         return LIST_LIMIT;
-    if (r->answered && r->out->len >= KURA_OUT_HIGH_WATER)
-        return LIST_STOP;               /* the rest once the output has drained */
+    if (!kura_test.list_inline &&
+        (c->count >= r->slice_end || (r->answered && r->out->len >= KURA_OUT_HIGH_WATER)))
+        return LIST_STOP;               /* the rest on the next turn, once the output
+                                           has drained */
     int rc;
     switch (r->kind) {
     case LIST_METADUMP: rc = emit_metadump(r, it); break;
@@ -215,20 +223,29 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
     size_t mark = out->len;
     s->resume = 0;
     if (!resumed) {
+        session_pause_end(s);
         engine_list_begin(&s->list);
+        if (!walk_admit(s)) {
+            text_reply(s, out, WALKS_BUSY_REPLY);
+            return;
+        }
         KURA_STAT_INC(s->stats, listing_runs);
     }
     int rc;
-    uint64_t start = s->list.count;
+    uint64_t visits = s->list.visits;
+    r->slice_end = s->list.count + LIST_SLICE_KEYS;
     do {
         rc = engine_list_step(s->engine, spec, &s->list, list_emit, r);
-    } while (rc == KURA_OK && s->list.count - start < LIST_SLICE_KEYS);
+    } while (rc == KURA_OK &&
+             (kura_test.list_inline || s->list.visits - visits < LIST_TURN_VISITS));
     if (rc == KURA_OK)
-        rc = LIST_STOP;                 /* this call's slice is done: the rest later */
+        rc = LIST_STOP;                 /* this call's share is done: the rest later */
     if (rc == LIST_STOP) {
         s->resume = 1;                  /* the same line again, later */
         return;
     }
+    engine_list_end(&s->list);
+    walk_release(s);
     if (rc < 0) {
         if (!resumed)
             out->len = mark;            /* nothing of it has left: no half answer */
@@ -386,6 +403,10 @@ static void cmd_rget(void *ctx, kura_session *s, text_token *tok, int ntok,
 
 int listing_register(kura_cmdtab *t)
 {
+    /* The integration tests' negative check (testhooks.h): listings and
+     * digest run whole in one call, as they did before they were sliced. */
+    if (getenv("KURA_TEST_LIST_INLINE"))
+        kura_test.list_inline = true;
     static const kura_command cmds[] = {
         { "lru_crawler", cmd_lru_crawler, NULL, -1, -1 },
         { "keys", cmd_keys, NULL, 2, -1 },

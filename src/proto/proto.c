@@ -36,10 +36,42 @@ kura_session *kura_session_new(const kura_session_config *cfg)
     return s;
 }
 
+static _Atomic int walks_under_way;
+
+bool walk_admit(kura_session *s)
+{
+    if (s->walk_admitted)
+        return true;
+    if (atomic_fetch_add(&walks_under_way, 1) >= WALKS_MAX) {
+        atomic_fetch_sub(&walks_under_way, 1);
+        return false;
+    }
+    s->walk_admitted = true;
+    return true;
+}
+
+void walk_release(kura_session *s)
+{
+    if (s->walk_admitted)
+        atomic_fetch_sub(&walks_under_way, 1);
+    s->walk_admitted = false;
+}
+
+void session_pause_end(kura_session *s)
+{
+    if (s->paused_free)
+        s->paused_free(s->paused);
+    s->paused = NULL;
+    s->paused_free = NULL;
+}
+
 void kura_session_free(kura_session *s)
 {
     if (!s)
         return;
+    session_pause_end(s);               /* a client gone mid-listing: its walk goes too */
+    engine_list_end(&s->list);
+    walk_release(s);
     if (s->state && s->proto->release)
         s->proto->release(s->state);
     free(s->state);

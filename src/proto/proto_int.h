@@ -60,6 +60,9 @@ struct kura_session {
     size_t scan;                        /* bytes of the first unconsumed line already
                                            searched for its newline */
     kura_list_cursor list;              /* where a listing paused (listing.c) */
+    void *paused;                       /* another paused command's state (digest.c), */
+    void (*paused_free)(void *);        /* and how to free it */
+    bool walk_admitted;                 /* a listing or digest under way counts in WALKS_MAX */
 };
 
 /* The binary protocols' request loop (binary.c, tt.c).  Between two
@@ -83,6 +86,25 @@ static inline void session_swallow(size_t *pos, size_t len, uint64_t *swallow)
     *pos += n;
     *swallow -= n;
 }
+/* Listings and digests under way at once in the process: each holds up to
+ * about 2 MB between its turns (a batch of keys, or a digest's sums or key
+ * list), so their number is bounded; one more is answered
+ * WALKS_BUSY_REPLY. */
+#define WALKS_MAX 64
+#define WALKS_BUSY_REPLY "SERVER_ERROR too many listings under way: try again later"
+/* Counts a walk starting on s; false (nothing counted) when WALKS_MAX are
+ * under way.  walk_release ends the count (at the walk's end, or the
+ * session's). */
+bool walk_admit(kura_session *s);
+void walk_release(kura_session *s);
+
+/* Items a listing or a digest looks at in one call before it pauses (and
+ * the connection lets the worker's other connections have a turn):
+ * about a millisecond's walk. */
+#define LIST_TURN_VISITS 2048
+
+/* Frees a paused command's state (s->paused), if any. */
+void session_pause_end(kura_session *s);
 
 /* The text protocol's name for the session it serves. */
 typedef kura_session text_session;
