@@ -70,6 +70,17 @@ typedef struct kura_auth kura_auth;
 int kura_auth_load(const char *path, kura_auth **out, char *err, size_t errlen);
 void kura_auth_free(kura_auth *a);
 const char *kura_auth_path(const kura_auth *a);
+/* The file's first entry (NUL-terminated, valid while a is): 0, or -1 when
+ * it has none.  A client's credentials: a replica's (-mauth, else -Y's
+ * file) and kuractl's (-a). */
+int kura_auth_first(const kura_auth *a, const char **user, const char **pass);
+/* The request that authenticates as user (a set whose value is "user
+ * password"; its reply is STORED or CLIENT_ERROR ...) into buf: its
+ * length, or -1 if cap is too small.  Send it only to a server that
+ * answered "CLIENT_ERROR unauthenticated" (one without -Y would store it
+ * as the item "auth"). */
+#define KURA_AUTH_REQUEST_MAX 2100
+int kura_auth_request(char *buf, size_t cap, const char *user, const char *pass);
 
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */

@@ -136,6 +136,10 @@ typedef struct repl_config {
     bool divergence_refuse;
     void (*fatal)(void *arg, int exit_code);
     void *fatal_arg;
+    /* replica: the credentials sent to a master that asks for them (-Y
+     * there), memcached's ASCII authentication; NULL: none (kept by the
+     * caller for the replica's life) */
+    const char *auth_user, *auth_pass;
 } repl_config;
 
 #define REPL_MAX_DEFAULT 16

@@ -53,6 +53,8 @@ typedef struct ctl_global {
     const char *server;         /* -s HOST:PORT or a unix socket path */
     double timeout;             /* -t: connect and each read, seconds */
     bool quiet;                 /* -q: no progress display */
+    const char *auth_user;      /* -a FILE's first user:password (NULL: none): */
+    const char *auth_pass;      /* sent on every connection to a server that asks */
 } ctl_global;
 
 extern ctl_global g_ctl;
@@ -75,8 +77,10 @@ int ctl_err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 
 typedef struct ctl_conn ctl_conn;
 /* Connects to addr (HOST:PORT, [V6]:PORT, HOST (port 11211), or a path with
- * a '/' for a unix socket) within g_ctl.timeout: 0, or CTL_UNREACHABLE with
- * the reason printed. */
+ * a '/' for a unix socket) within g_ctl.timeout, and authenticates with -a's
+ * credentials if the server asks for them (-Y): 0, CTL_UNREACHABLE, or
+ * CTL_FAIL (credentials refused, or asked for and none given), the reason
+ * printed. */
 int ctl_connect(const char *addr, ctl_conn **out);
 void ctl_close(ctl_conn *c);
 const char *ctl_conn_name(const ctl_conn *c);

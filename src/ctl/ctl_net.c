@@ -7,6 +7,11 @@
  * needs, and a deadline on every wait is what keeps a hung server from
  * hanging a script.  Every failure to connect, a closed connection and a
  * timeout are CTL_UNREACHABLE, printed once, naming the server.
+ *
+ * With -a, a connection authenticates first (memcached's ASCII
+ * authentication, kurad -Y) when the server asks: "version" answered
+ * "CLIENT_ERROR unauthenticated".  Only then are the credentials sent, as
+ * a server without -Y would store them as the item "auth".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +26,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "kura/proto.h"
 
 struct ctl_conn {
     int fd;
@@ -74,6 +80,29 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len, double d
         return -1;
     }
     return 0;
+}
+
+/* -a's credentials, if the server asks for them; a refusal is the
+ * server's error (CTL_FAIL), its line printed. */
+static int authenticate(ctl_conn *c)
+{
+    char req[KURA_AUTH_REQUEST_MAX];
+    const char *l;
+    size_t len;
+    int rc = ctl_send(c, "version\r\n", 9);
+    if (rc || (rc = ctl_line(c, &l, &len)))
+        return rc;
+    if (strcmp(l, "CLIENT_ERROR unauthenticated") != 0)
+        return CTL_OK;                  /* no -Y there */
+    int n = kura_auth_request(req, sizeof(req), g_ctl.auth_user, g_ctl.auth_pass);
+    if (n < 0)
+        return ctl_err(CTL_FAIL, "-a: user and password too long");
+    if ((rc = ctl_send(c, req, (size_t)n)) || (rc = ctl_line(c, &l, &len)))
+        return rc;
+    if (strcmp(l, "STORED") != 0)
+        return ctl_err(CTL_FAIL, "%s: authentication as user '%s' refused: %s", c->name,
+                       g_ctl.auth_user, l);
+    return CTL_OK;
 }
 
 int ctl_connect(const char *addr, ctl_conn **out)
@@ -155,6 +184,11 @@ int ctl_connect(const char *addr, ctl_conn **out)
     }
     c->fd = fd;
     snprintf(c->name, sizeof(c->name), "%s", addr);
+    int rc = g_ctl.auth_user ? authenticate(c) : CTL_OK;
+    if (rc) {
+        ctl_close(c);
+        return rc;
+    }
     *out = c;
     return CTL_OK;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "kura/proto.h"
 
 ctl_global g_ctl = { .server = "127.0.0.1:11211", .timeout = 10.0 };
 
@@ -98,8 +99,9 @@ static void print_cmds(FILE *f, const char *const *names)
 
 static void usage_all(FILE *f)
 {
-    fprintf(f, "usage: kuractl [-s HOST:PORT|SOCKET] [-t SECONDS] [-q] COMMAND [ARGS]\n\n"
+    fprintf(f, "usage: kuractl [-s HOST:PORT|SOCKET] [-a FILE] [-t SECONDS] [-q] COMMAND [ARGS]\n\n"
                "  -s ADDR   the server (default 127.0.0.1:11211; a path with '/' is a unix socket)\n"
+               "  -a FILE   authenticate (kurad -Y) as FILE's first user:password line\n"
                "  -t SECS   connect and read timeout (default 10)\n"
                "  -q        no progress display\n"
                "  -h        this help; COMMAND -h: that command's\n\n"
@@ -124,7 +126,7 @@ static void help_cmd(const char *cmd)
         *sp = '\0';
     for (size_t j = 0; j < sizeof(helps) / sizeof(helps[0]); j++) {
         if (strcmp(helps[j].name, word) == 0) {
-            printf("usage: kuractl [-s ADDR] [-t SECS] [-q] COMMAND ...\n");
+            printf("usage: kuractl [-s ADDR] [-a FILE] [-t SECS] [-q] COMMAND ...\n");
             print_indented(stdout, helps[j].usage);
             return;
         }
@@ -154,6 +156,24 @@ int ctl_usage(const ctl_args *a, const char *fmt, ...)
     return CTL_USAGE;
 }
 
+/* -a FILE: its first user:password line, kept until exit. */
+static int auth_opt(const char *path)
+{
+    static kura_auth *loaded;
+    char err[512];
+    kura_auth_free(loaded);
+    loaded = NULL;
+    if (kura_auth_load(path, &loaded, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kuractl: option -a: %s\n", err);
+        return -1;
+    }
+    if (kura_auth_first(loaded, &g_ctl.auth_user, &g_ctl.auth_pass) < 0) {
+        fprintf(stderr, "kuractl: option -a: %s holds no user:password line\n", path);
+        return -1;
+    }
+    return 2;
+}
+
 /* A global option at argv[i]: consumed (1 or 2 arguments), 0 if it is
  * not one, -1 on a bad value (printed). */
 static int global_opt(const char *cmd, int argc, char **argv, int i)
@@ -165,13 +185,16 @@ static int global_opt(const char *cmd, int argc, char **argv, int i)
     }
     bool s = strcmp(o, "-s") == 0 || strcmp(o, "--server") == 0;
     bool t = strcmp(o, "-t") == 0 || strcmp(o, "--timeout") == 0;
-    if (!s && !t)
+    bool a = strcmp(o, "-a") == 0 || strcmp(o, "--auth") == 0;
+    if (!s && !t && !a)
         return 0;
     if (i + 1 >= argc) {
         fprintf(stderr, "kuractl%s%s: option %s needs a value\n", cmd ? " " : "", cmd ? cmd : "",
                 o);
         return -1;
     }
+    if (a)
+        return auth_opt(argv[i + 1]);
     if (s) {
         g_ctl.server = argv[i + 1];
         if (!*g_ctl.server) {

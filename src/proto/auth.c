@@ -112,6 +112,8 @@ int kura_auth_load(const char *path, kura_auth **out, char *err, size_t errlen)
         }
         memcpy(e->user, line, e->ulen);
         memcpy(e->pass, colon + 1, e->plen);
+        e->user[e->ulen] = '\0';
+        e->pass[e->plen] = '\0';
         a->n++;
     }
     if (ferror(f))
@@ -142,6 +144,24 @@ void kura_auth_free(kura_auth *a)
 const char *kura_auth_path(const kura_auth *a)
 {
     return a ? a->path : NULL;
+}
+
+int kura_auth_first(const kura_auth *a, const char **user, const char **pass)
+{
+    if (!a || a->n == 0)
+        return -1;
+    *user = a->e[0].user;
+    *pass = a->e[0].pass;
+    return 0;
+}
+
+int kura_auth_request(char *buf, size_t cap, const char *user, const char *pass)
+{
+    /* the key, flags and expiry are ignored by the gate; the value is
+     * "user password" */
+    int n = snprintf(buf, cap, "set auth 0 0 %zu\r\n%s %s\r\n", strlen(user) + 1 + strlen(pass),
+                     user, pass);
+    return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
 /* Compares every byte whatever the first difference, so the time taken

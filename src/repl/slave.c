@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "kura/journal.h"
+#include "kura/proto.h"
 #include "kura/repl.h"
 #include "kura/thread.h"
 #include "keyset.h"
@@ -682,6 +683,39 @@ static int welcome(session *ss, const char *line)
     return 0;
 }
 
+/* With credentials (cfg.auth_user), before the repl line: asks whether the
+ * master wants them ("version": a master with -Y answers "CLIENT_ERROR
+ * unauthenticated") and only then sends them (one without -Y would store
+ * the request as an item), requiring STORED.  0: go on; or the SESS_* the
+ * stream ends with (a wrong password: SESS_REFUSED, retried with the
+ * backoff). */
+static int authenticate(session *ss)
+{
+    repl_slave *s = ss->s;
+    char line[REPL_LINE_MAX + 1], req[KURA_AUTH_REQUEST_MAX];
+    if (!s->cfg.auth_user)
+        return 0;
+    if (repl_send_all(ss->fd, "version\r\n", 9, 10000) < 0 ||
+        read_line(ss, line, sizeof(line)) < 0) {
+        fail(s, KURA_LOG_ERROR, "master %s:%d did not answer", s->host, s->port);
+        return SESS_FAILED;
+    }
+    if (strcmp(line, "CLIENT_ERROR unauthenticated\r\n") != 0)
+        return 0;                       /* no -Y there: nothing to send */
+    int n = kura_auth_request(req, sizeof(req), s->cfg.auth_user, s->cfg.auth_pass);
+    if (n < 0 || repl_send_all(ss->fd, req, (size_t)n, 10000) < 0 ||
+        read_line(ss, line, sizeof(line)) < 0) {
+        fail(s, KURA_LOG_ERROR, "master %s:%d did not answer the authentication", s->host,
+             s->port);
+        return SESS_FAILED;
+    }
+    if (strcmp(line, "STORED\r\n") == 0)
+        return 0;
+    fail(s, KURA_LOG_ERROR, "master %s:%d refused authentication as user '%s': %.*s; retrying "
+         "with backoff", s->host, s->port, s->cfg.auth_user, (int)strcspn(line, "\r\n"), line);
+    return SESS_REFUSED;
+}
+
 static int session_run(repl_slave *s, int fd)
 {
     session ss = { .s = s, .fd = fd };
@@ -693,6 +727,9 @@ static int session_run(repl_slave *s, int fd)
                          .copy = s->want_copy };
     atomic_store(&s->master_last, 0);
     atomic_store(&s->hb_at_ms, 0);
+    if ((res = authenticate(&ss)) != 0)
+        goto out;
+    res = SESS_FAILED;
     int n = repl_hello_format(line, sizeof(line), &hello);
     if (n < 0 || repl_send_all(fd, line, (size_t)n, 10000) < 0 ||
         read_line(&ss, line, sizeof(line)) < 0) {

@@ -43,12 +43,14 @@ typedef struct opt {
 
 /* -Y's entries: kept for the life of the process (the sessions read them
  * until the last one is gone), freed at exit. */
-static kura_auth *auth_loaded;
+static kura_auth *auth_loaded, *mauth_loaded;
 
 static void free_auth(void)
 {
     kura_auth_free(auth_loaded);
     auth_loaded = NULL;
+    kura_auth_free(mauth_loaded);
+    mauth_loaded = NULL;
 }
 
 static const opt options[] = {
@@ -128,6 +130,9 @@ static const opt options[] = {
       "the unix socket's permissions, in octal (default 0700)" },
     { { "-Y" }, OPT_STR, F(auth_file), 0, 0, "FILE",
       "connections authenticate first (memcached's ASCII auth): lines user:password" },
+    { { "-mauth" }, OPT_STR, F(mauth_file), 0, 0, "FILE",
+      "as a replica (-mhost or repl follow), authenticate to the master as FILE's first "
+      "user:password (default: -Y's first)" },
     { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
       "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
@@ -807,8 +812,22 @@ int options_parse(kura_settings *s, int argc, char **argv)
         fprintf(stderr, "kurad: %s\n", err);
         return 2;
     }
-    if (s->auth && !auth_loaded)
+    const char *u, *p;
+    if (s->mauth_file && (kura_auth_load(s->mauth_file, &s->mauth, err, sizeof(err)) < 0 ||
+                          kura_auth_first(s->mauth, &u, &p) < 0)) {
+        if (s->mauth)
+            snprintf(err, sizeof(err), "authentication file %s (-mauth) holds no "
+                     "user:password line", s->mauth_file);
+        kura_auth_free(s->mauth);
+        s->mauth = NULL;
+        fprintf(stderr, "kurad: %s\n", err);
+        return 2;
+    }
+    if ((s->auth || s->mauth) && !auth_loaded && !mauth_loaded)
         atexit(free_auth);
     auth_loaded = s->auth;
+    mauth_loaded = s->mauth;
+    if (!s->mauth)
+        s->mauth = s->auth;     /* not owned: auth_loaded frees it */
     return 0;
 }

@@ -178,6 +178,9 @@ void replctl_config(kura_server *srv, repl_config *out)
         .log = store_log,
         .divergence_refuse = st->divergence_refuse, .fatal = repl_fatal, .fatal_arg = srv,
     };
+    /* -mauth's first entry, else -Y's; kept for the process's life */
+    if (kura_auth_first(st->mauth, &rc.auth_user, &rc.auth_pass) < 0)
+        rc.auth_user = rc.auth_pass = NULL;
     if (!st->mhost) {
         rc.open_shadow = NULL;
         rc.swap_in = NULL;

@@ -67,6 +67,9 @@ typedef struct kura_settings {
     int unix_mode;              /* -a: the unix socket's mode (default 0700) */
     const char *auth_file;      /* -Y: memcached's ASCII authentication */
     kura_auth *auth;            /* -Y's entries, read by options_parse */
+    const char *mauth_file;     /* -mauth: a replica's credentials for its master */
+    kura_auth *mauth;           /* whose first entry a replica sends: -mauth's, else
+                                   -Y's (NULL: none; read by options_parse) */
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
