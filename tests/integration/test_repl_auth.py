@@ -92,10 +92,13 @@ class ReplAuth(unittest.TestCase):
 
     def refused(self, r, why):
         with r.conn() as c:
-            poll_until(lambda: int(stats(c, b"repl")["repl_connects"]) >= 4, timeout=20,
-                       what="four attempts")
-            st = stats(c, b"repl")
-            self.assertEqual(st["repl_state"], "refused")
+            # between attempts the state is "refused" (during one, "connecting")
+            got = {}
+            def seen():
+                got.update(stats(c, b"repl"))
+                return got["repl_state"] == "refused" and int(got["repl_connects"]) >= 4
+            poll_until(seen, timeout=30, what="refused, after four attempts")
+            st = got
             self.assertIn(why, st["repl_last_error"])
             # the backoff: 100, 200, 400 ms, ... between attempts, not a loop
             self.assertLess(int(st["repl_connects"]), 10)
