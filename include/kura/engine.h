@@ -123,6 +123,8 @@ typedef struct engine_item_info {
     int64_t old_exptime;        /* absolute, before this request; 0 = never */
     int64_t exptime;            /* absolute, after this request */
     uint64_t cas;               /* after this request */
+    bool key_binary;            /* stored with a base64 key (ms b), as far as the
+                                   access marks remember (lost with them) */
 } engine_item_info;
 
 typedef struct engine_get_opts {
@@ -153,6 +155,7 @@ typedef struct engine_store_opts {
     uint64_t cas_in;            /* compare: 0 = none.  set/replace/cas: a cas; add:
                                    ignored; append/prepend: must match if not 0 */
     bool invalidate;            /* ms I: a cas_in below the item's stores, marked stale */
+    bool key_binary;            /* ms b: the key came base64 (an access mark; engine_item_info) */
 } engine_store_opts;
 
 /* set/add/replace/append/prepend/cas.  it->exptime is a client exptime.

@@ -383,6 +383,7 @@ static void get_marks(get_arg *g, const kura_item *cur, int64_t exptime_now)
     in->old_exptime = cur->exptime;
     in->exptime = exptime_now;
     in->cas = cur->cas;
+    in->key_binary = prev.bits & MARK_KEY_BINARY;
 }
 
 static int get_read_cb(void *arg, const kura_item *cur)
@@ -590,6 +591,11 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
         KURA_STAT_INC(ts, total_items);
         if (cas_out)
             *cas_out = a.new_cas;
+        if (o && o->key_binary) {       /* added to what a stale store marked */
+            marks_op kb = { .set = MARK_KEY_BINARY };
+            marks_prev prev;
+            marks_access(e->marks, in->key, in->klen, a.new_cas, clk.now, &kb, &prev);
+        }
     }
     if (cmd == KURA_CMD_CAS) {
         if (rc == KURA_STORED) KURA_STAT_INC(ts, cas_hits);

@@ -21,6 +21,8 @@ enum {
     MARK_FETCHED = 1u << 0,     /* read since it was stored (h) */
     MARK_STALE = 1u << 1,       /* invalidated: md I, or ms I with an older cas (X) */
     MARK_TOKEN = 1u << 2,       /* a client won the recache token (W once, then Z) */
+    MARK_KEY_BINARY = 1u << 3,  /* stored by ms with a base64 key (b): me shows it
+                                   base64, as memcached's ITEM_KEY_BINARY does */
 };
 
 typedef struct kura_marks kura_marks;
