@@ -19,6 +19,7 @@
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make distclean  clean, and what ./configure wrote
+#   make soak       tests/integration/test_soak.py with a 10-minute soak (SOAK_SECONDS=N)
 #   make fuzz       build the fuzz targets with clang's libFuzzer (build-fuzz/) and
 #                   run each FUZZ_SECONDS=N seconds (FUZZ_TARGETS=names: only those);
 #                   ends with "N passed, N failed"
@@ -107,7 +108,7 @@ KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
-        distclean deb test-deb bench bench-repl bench-snapshot fuzz fuzz-build
+        distclean deb test-deb bench bench-repl bench-snapshot fuzz fuzz-build soak
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
      $(FUZZ_BIN)
@@ -213,6 +214,13 @@ test: all
 	KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run $(TESTS)
 
 check: test
+
+# The load and soak test at length: tests/integration/test_soak.py with its
+# mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s).
+SOAK_SECONDS ?= 600
+soak: all
+	SOAK_SECONDS=$(SOAK_SECONDS) KURA_TEST_TIMEOUT=$$(( $(SOAK_SECONDS) + 300 )) \
+	    KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_soak.py
 
 # The sanitized builds also check the cross-module lock order
 # (include/kura/lockorder.h): a thread taking a lock out of rank aborts.

@@ -23,7 +23,7 @@
  * arrived, and a storage request once its value has too (session->need
  * says how much); values are copied into the output under the store's
  * lock.  Memory per connection is bounded by one request (-I plus 64 KiB
- * of key and extras) and KURA_OUT_HIGH_WATER of replies.
+ * of key and extras) and KURA_REPLY_HIGH_WATER of replies.
  */
 #include <string.h>
 
@@ -426,7 +426,7 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_OUT_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
+        if (out->len >= KURA_REPLY_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
             s->out_full = true;         /* the rest on the connection's next turn */
             break;
         }
