@@ -43,6 +43,10 @@ typedef struct kura_testhooks {
      * starts, cleared after it is joined. */
     void (*hashdb_copy)(void *arg);
     void *hashdb_copy_arg;
+    /* A segment scan reads each window afresh from the offset asked for,
+     * as it did before it kept what it had read: the negative check of
+     * test_seglog's linear resync (quadratic with this set). */
+    bool sl_scan_reread;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;
