@@ -75,6 +75,9 @@ enum kura_store_result {
 
 typedef struct kura_engine_config {
     size_t item_size_max;       /* -I, bytes (memcached's item total, see item.h) */
+    size_t marks_sets;          /* the access marks' table, in sets of 4 (0: the
+                                   default, 1.5 MiB); an engine made per fuzz input
+                                   takes a small one */
 } kura_engine_config;
 
 typedef struct kura_engine kura_engine;

@@ -198,7 +198,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     e->started = wall_now() - 2;
     pthread_mutex_init(&e->state_lock, NULL);
     pthread_rwlock_init(&e->gate, NULL);
-    e->marks = marks_new();
+    e->marks = marks_new(cfg ? cfg->marks_sets : 0);
     if (!e->marks || feed_init(e) != KURA_OK) {
         feed_destroy(e);
         marks_free(e->marks);

@@ -57,6 +57,7 @@ struct kura_marks {
     siphash_key mk_key;
     pthread_mutex_t mk_init;            /* guards the allocation of mk_slots */
     marks_slot *_Atomic mk_slots;
+    size_t mk_sets;                     /* sets of MARKS_WAYS slots in mk_slots */
     pthread_mutex_t mk_locks[MARKS_LOCKS];
     pthread_mutex_t mk_ring_lock;
     marks_note mk_ring[MARKS_RING];
@@ -64,12 +65,13 @@ struct kura_marks {
     int64_t mk_ring_last;
 };
 
-kura_marks *marks_new(void)
+kura_marks *marks_new(size_t sets)
 {
     kura_marks *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
     siphash_process_key(&m->mk_key);
+    m->mk_sets = sets ? sets : MARKS_SETS;
     pthread_mutex_init(&m->mk_init, NULL);
     pthread_mutex_init(&m->mk_ring_lock, NULL);
     for (int i = 0; i < MARKS_LOCKS; i++)
@@ -98,7 +100,7 @@ static marks_slot *slots_of(kura_marks *m, bool create)
     pthread_mutex_lock(&m->mk_init);
     s = atomic_load(&m->mk_slots);
     if (!s) {
-        s = calloc((size_t)MARKS_SETS * MARKS_WAYS, sizeof(*s));
+        s = calloc(m->mk_sets * MARKS_WAYS, sizeof(*s));
         atomic_store_explicit(&m->mk_slots, s, memory_order_release);
     }
     pthread_mutex_unlock(&m->mk_init);
@@ -177,7 +179,7 @@ bool marks_access(kura_marks *m, const char *key, size_t klen, uint64_t cas, int
                   const marks_op *op, marks_prev *prev)
 {
     uint64_t tag = tag_of(m, key, klen);
-    size_t set_no = (size_t)(tag >> 20) % MARKS_SETS;
+    size_t set_no = (size_t)(tag >> 20) % m->mk_sets;
     bool changes = op->set || op->bump || op->take_token;   /* take_if_stale needs a slot */
     marks_slot *slots = slots_of(m, changes);
     bool won = false;
@@ -226,7 +228,7 @@ void marks_set(kura_marks *m, const char *key, size_t klen, uint64_t cas, int64_
                unsigned bits)
 {
     uint64_t tag = tag_of(m, key, klen);
-    size_t set_no = (size_t)(tag >> 20) % MARKS_SETS;
+    size_t set_no = (size_t)(tag >> 20) % m->mk_sets;
     marks_slot *slots = slots_of(m, bits != 0);
     if (!slots || bits == 0)
         return;

@@ -42,7 +42,9 @@ typedef struct marks_prev {
     int64_t atime;              /* Unix time of the last access (or the store) */
 } marks_prev;
 
-kura_marks *marks_new(void);
+/* sets: the table's size in sets of 4 slots (0: 16384, 1.5 MiB, allocated
+ * at the first mark); fewer for a small engine (the fuzz targets') */
+kura_marks *marks_new(size_t sets);
 void marks_free(kura_marks *m);
 
 /* Looks up (key, cas), reports the state before into *prev, applies op

@@ -509,9 +509,14 @@ def run_soak(tc, kind, seconds, report):
         return os.path.join(d, name + ext) if ext else None
     m = r = None
     try:
-        m = Server(db=dbname("m"), kura_args=["-sid", "1", "-ulog", os.path.join(d, "m.ul"),
+        # a small update log (8 MB files, 32 MB in all) reaches its steady
+        # state within the warm-up: with the defaults (256 MB, 4 GB) its
+        # files, each a descriptor and mapped, keep adding up for an hour
+        # (a 10-minute soak: 7 to 11 descriptors more, RssFile 2 -> 4 GB)
+        ul = ["-ulim", "8m", "-ulmax", "32m"]
+        m = Server(db=dbname("m"), kura_args=ul + ["-sid", "1", "-ulog", os.path.join(d, "m.ul"),
                                                "-bgs", os.path.join(d, "m.bgs"), "-bgsi", "3"])
-        r = Server(db=dbname("r"), kura_args=["-sid", "2", "-ulog", os.path.join(d, "r.ul"),
+        r = Server(db=dbname("r"), kura_args=ul + ["-sid", "2", "-ulog", os.path.join(d, "r.ul"),
                                                "-mhost", "127.0.0.1", "-mport", str(m.port)])
         stop = threading.Event()
         clients = [(traffic_pymemcache, "pm:"), (traffic_pylibmc, "pl:"),
