@@ -60,7 +60,7 @@ struct kura_marks {
     size_t mk_sets;                     /* sets of MARKS_WAYS slots in mk_slots */
     pthread_mutex_t mk_locks[MARKS_LOCKS];
     pthread_mutex_t mk_ring_lock;
-    marks_note mk_ring[MARKS_RING];
+    marks_note *mk_ring;                /* MARKS_RING notes, from the first tick */
     size_t mk_ring_len, mk_ring_next;
     int64_t mk_ring_last;
 };
@@ -87,6 +87,7 @@ void marks_free(kura_marks *m)
         pthread_mutex_destroy(&m->mk_locks[i]);
     pthread_mutex_destroy(&m->mk_init);
     pthread_mutex_destroy(&m->mk_ring_lock);
+    free(m->mk_ring);
     free(m->mk_slots);
     free(m);
 }
@@ -134,7 +135,12 @@ static int64_t store_time(kura_marks *m, uint64_t cas, int64_t now)
 void marks_tick(kura_marks *m, uint64_t next_cas, int64_t now)
 {
     pthread_mutex_lock(&m->mk_ring_lock);
-    if (now != m->mk_ring_last) {
+    /* allocated here rather than with the marks: an engine never ticked
+     * (a test's, one per fuzz input) does without its 64 KiB; without
+     * memory the tick is lost, and store times read as "now" */
+    if (!m->mk_ring)
+        m->mk_ring = malloc(MARKS_RING * sizeof(*m->mk_ring));
+    if (m->mk_ring && now != m->mk_ring_last) {
         m->mk_ring_last = now;
         m->mk_ring[m->mk_ring_next] = (marks_note){ next_cas, now };
         m->mk_ring_next = (m->mk_ring_next + 1) % MARKS_RING;
