@@ -202,7 +202,7 @@ class ManyConnections(kuratest.ServerTestCase):
             diag("10k connections: RSS %d -> %d -> %d kB, fds %d -> %d -> %d"
                           % (base["rss"] // 1024, first["rss"] // 1024, second["rss"] // 1024,
                              base["fds"], first["fds"], second["fds"]))
-            self.assertGreaterEqual(first["fds"] - base["fds"], n)
+            self.assertGreaterEqual(first["fds"] - base["fds"], n - 8)
             self.assertLessEqual(second["fds"], first["fds"] + 8)
             self.assertLessEqual(second["rss"], first["rss"] + 16 * MB + first["rss"] // 10)
             # what a held idle connection costs (buffers, session): ~10 kB
@@ -282,6 +282,9 @@ class ManyConnections(kuratest.ServerTestCase):
         for c in held:
             c.close()
 
+    # kurad's bound; memcached 1.6.18 passed it once here (~30 kB each) and
+    # in later runs left the other client unanswered past its deadline
+    @kura_only
     def test_1000_slow_readers(self):
         n, keys, vsize = 1000, 40, 64 * 1024
         low = raise_nofile(n + 512)
