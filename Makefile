@@ -216,10 +216,12 @@ test: all
 check: test
 
 # The load and soak test at length: tests/integration/test_soak.py with its
-# mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s).
+# mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s);
+# each backend's figures are appended to $(BUILD)/soak-figures.txt.
 SOAK_SECONDS ?= 600
 soak: all
 	SOAK_SECONDS=$(SOAK_SECONDS) KURA_TEST_TIMEOUT=$$(( $(SOAK_SECONDS) + 300 )) \
+	    SOAK_FIGURES=$(BUILD)/soak-figures.txt \
 	    KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_soak.py
 
 # The sanitized builds also check the cross-module lock order

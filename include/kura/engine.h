@@ -158,7 +158,8 @@ typedef struct engine_store_opts {
     uint64_t cas_in;            /* compare: 0 = none.  set/replace/cas: a cas; add:
                                    ignored; append/prepend: must match if not 0 */
     bool invalidate;            /* ms I: a cas_in below the item's stores, marked stale */
-    bool key_binary;            /* ms b: the key came base64 (an access mark; engine_item_info) */
+    bool key_binary;            /* ms b: the key came base64 (an access mark, set by a
+                                   set, add, replace or cas; engine_item_info) */
 } engine_store_opts;
 
 /* set/add/replace/append/prepend/cas.  it->exptime is a client exptime.

@@ -591,7 +591,9 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
         KURA_STAT_INC(ts, total_items);
         if (cas_out)
             *cas_out = a.new_cas;
-        if (o && o->key_binary) {       /* added to what a stale store marked */
+        /* added to what a stale store marked; an append or prepend makes
+         * an item memcached does not mark, whatever the request's form */
+        if (o && o->key_binary && !concat) {
             marks_op kb = { .set = MARK_KEY_BINARY };
             marks_prev prev;
             marks_access(e->marks, in->key, in->klen, a.new_cas, clk.now, &kb, &prev);

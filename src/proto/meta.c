@@ -346,9 +346,8 @@ static int mg_emit(void *arg, const kura_item *it)
         case 'l': ml_u64(&l, " l", (uint32_t)(g->now - in->last_access)); break;
         case 'h': ml_str(&l, in->fetched ? " h1" : " h0"); break;
         case 'O': ml_str(&l, " "); ml_put(&l, t->value, t->length); break;
-        case 'k':
-            ml_key(&l, it->key, it->klen,
-                   g->of->key_binary || key_is_binary(it->key, it->klen));
+        case 'k':                       /* as stored, as memcached shows it */
+            ml_key(&l, it->key, it->klen, in->key_binary || key_is_binary(it->key, it->klen));
             break;
         }
     }
