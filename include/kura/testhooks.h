@@ -47,6 +47,9 @@ typedef struct kura_testhooks {
      * as it did before it kept what it had read: the negative check of
      * test_seglog's linear resync (quadratic with this set). */
     bool sl_scan_reread;
+    /* A sealed segment's pages stay mapped in the process, as before they
+     * were released at the seal: test_seglog's negative check. */
+    bool sl_keep_sealed_resident;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "kura/seglog.h"
+#include "kura/testhooks.h"
 #include "kura/status.h"
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
@@ -636,7 +637,7 @@ static int do_roll(sl_log *log, uint64_t rlen)
      * millisecond per 64 MB, once a segment.  Only what is mapped: a
      * record longer than the mapping went past it with pwritev, and the
      * range past the mapping is other memory of the process. */
-    if (old->map && old->size && old->maplen)
+    if (old->map && old->size && old->maplen && !kura_test.sl_keep_sealed_resident)
         (void)madvise((void *)old->map, old->size < old->maplen ? old->size : old->maplen,
                       MADV_DONTNEED);
     sl_seg_map(log, old);
