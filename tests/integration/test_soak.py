@@ -45,7 +45,12 @@ SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "30"))
 # a segment or snapshot file open for a moment, a replica's reconnect;
 # threads: none come and go in steady state (a snapshot runs on a thread
 # that lives as long as the server).
-TOLERANCE = {"rss": (16 * MB, 0.10), "fds": (8, 0.0), "threads": (1, 0.0)}
+TOLERANCE = {"rss": (16 * MB, 0.10), "fds": (8, 0.0), "threads": (1, 0.0),
+             # the hash file's heap grows by steps of ~15 MB for minutes
+             # (30 MB at the end of a 30 s soak's warm-up, 86 MB flat from
+             # the fourth minute to the tenth of make soak): a leak shows
+             # in make soak, not in the 30 s run
+             "rss_hash": (64 * MB, 0.10)}
 
 
 def growth_error(name, samples, warmup):
@@ -354,6 +359,8 @@ class Flatness(unittest.TestCase):
         # a slow one that stays under the bound's first rule over this run
         slow = [100 * MB + i * MB // 2 for i in range(60)]
         self.assertIsNotNone(growth_error("rss", slow, 10))
+        # the hash file's looser bound still catches 2 MB a second
+        self.assertIsNotNone(growth_error("rss_hash", [30 * MB + 2 * i * MB for i in range(60)], 10))
 
     def test_too_few_samples_fail(self):
         self.assertIsNotNone(growth_error("fds", [1, 2, 3], 10))
@@ -510,7 +517,13 @@ def run_soak(kind, seconds, report):
     import tempfile, shutil
     errs = report.setdefault(kind, [])
     d = tempfile.mkdtemp(prefix="kuratest-soak-%s-" % kind)
-    ext = {"cache": None, "hash": ".kh", "tree": ".kb"}[kind]
+    # the hash file and the tree checkpoint (and the hash file compacts) every
+    # few MB of log, so that the run reaches the steady state those reach
+    # and goes through them many times (at their defaults the first
+    # checkpoint, 64 MB of log in, came after the warm-up: a one-time step
+    # of the hash file's heap of 14 MB then)
+    ext = {"cache": None, "hash": ".kh#ckpt=4m#segsiz=8m",
+           "tree": ".kb#ckpt=1m#segsiz=4m"}[kind]
 
     def dbname(name):
         return os.path.join(d, name + ext) if ext else None
@@ -555,7 +568,8 @@ def run_soak(kind, seconds, report):
         warm = max(3, len(samples["master"]) // 3)
         for who, ss in samples.items():
             for res in ("rss", "fds", "threads"):
-                e = growth_error(res, [x[res] for x in ss], warm)
+                name = "rss_hash" if res == "rss" and kind == "hash" else res
+                e = growth_error(name, [x[res] for x in ss], warm)
                 if e:
                     errs.append("%s %s" % (who, e))
         report.setdefault("figures", []).append(
