@@ -20,6 +20,7 @@
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make distclean  clean, and what ./configure wrote
+#   make soak       tests/integration/test_soak.py with a 10-minute soak (SOAK_SECONDS=N)
 #   make fuzz       build the fuzz targets with clang's libFuzzer (build-fuzz/) and
 #                   run each FUZZ_SECONDS=N seconds (FUZZ_TARGETS=names: only those);
 #                   ends with "N passed, N failed"
@@ -120,7 +121,7 @@ KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
-        distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build
+        distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build soak
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
      $(FUZZ_BIN)
@@ -242,6 +243,15 @@ test: all
 	KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run $(TESTS)
 
 check: test
+
+# The load and soak test at length: tests/integration/test_soak.py with its
+# mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s);
+# each backend's figures are appended to $(BUILD)/soak-figures.txt.
+SOAK_SECONDS ?= 600
+soak: all
+	SOAK_SECONDS=$(SOAK_SECONDS) KURA_TEST_TIMEOUT=$$(( $(SOAK_SECONDS) + 300 )) \
+	    SOAK_FIGURES=$(BUILD)/soak-figures.txt \
+	    KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_soak.py
 
 # The sanitized builds also check the cross-module lock order
 # (include/kura/lockorder.h): a thread taking a lock out of rank aborts.

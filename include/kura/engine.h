@@ -76,6 +76,9 @@ enum kura_store_result {
 
 typedef struct kura_engine_config {
     size_t item_size_max;       /* -I, bytes (memcached's item total, see item.h) */
+    size_t marks_sets;          /* the access marks' table, in sets of 4 (0: the
+                                   default, 1.5 MiB); an engine made per fuzz input
+                                   takes a small one */
 } kura_engine_config;
 
 typedef struct kura_engine kura_engine;
@@ -127,6 +130,8 @@ typedef struct engine_item_info {
     int64_t old_exptime;        /* absolute, before this request; 0 = never */
     int64_t exptime;            /* absolute, after this request */
     uint64_t cas;               /* after this request */
+    bool key_binary;            /* stored with a base64 key (ms b), as far as the
+                                   access marks remember (lost with them) */
 } engine_item_info;
 
 typedef struct engine_get_opts {
@@ -157,6 +162,8 @@ typedef struct engine_store_opts {
     uint64_t cas_in;            /* compare: 0 = none.  set/replace/cas: a cas; add:
                                    ignored; append/prepend: must match if not 0 */
     bool invalidate;            /* ms I: a cas_in below the item's stores, marked stale */
+    bool key_binary;            /* ms b: the key came base64 (an access mark, set by a
+                                   set, add, replace or cas; engine_item_info) */
 } engine_store_opts;
 
 /* set/add/replace/append/prepend/cas.  it->exptime is a client exptime.

@@ -56,7 +56,14 @@
 #define KURA_MAX_GET_LINE (16u << 20)   /* our bound on a multi-get line */
 /* Replies queued before a session yields, between requests and between
  * the keys of a multi-get: a connection's output never holds more than this
- * plus one value, whatever a request asks for (see text.c). */
+ * plus one value, whatever a request asks for (see text.c).  Small, since a
+ * client that stops reading leaves it in the server: 1 MiB here made 1,000
+ * such clients hold 900 MB (memcached, which points at its items instead of
+ * copying them, ~30 MB); at 64 KiB a large multi-get costs one write and
+ * one turn of the event loop per 64 KiB, as memcached's batches of iovecs. */
+#define KURA_REPLY_HIGH_WATER (64u << 10)
+/* The same for a listing's slice (lru_crawler metadump, keys, rget) and
+ * the longest list "digest N B" answers. */
 #define KURA_OUT_HIGH_WATER (1u << 20)
 /* Requests one call of kura_session_process() answers before it pauses
  * (kura_session_out_full): a pipeline of many small requests lets the

@@ -51,6 +51,13 @@ typedef struct kura_testhooks {
      * high-water pause): the walk inline on the worker, as before the
      * bounds.  Read from KURA_TEST_LIST_INLINE by listing_register. */
     bool list_inline;
+    /* A segment scan reads each window afresh from the offset asked for,
+     * as it did before it kept what it had read: the negative check of
+     * test_seglog's linear resync (quadratic with this set). */
+    bool sl_scan_reread;
+    /* A sealed segment's pages stay mapped in the process, as before they
+     * were released at the seal: test_seglog's negative check. */
+    bool sl_keep_sealed_resident;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

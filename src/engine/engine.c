@@ -198,7 +198,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     e->started = wall_now() - 2;
     pthread_mutex_init(&e->state_lock, NULL);
     pthread_rwlock_init(&e->gate, NULL);
-    e->marks = marks_new();
+    e->marks = marks_new(cfg ? cfg->marks_sets : 0);
     if (!e->marks || feed_init(e) != KURA_OK) {
         feed_destroy(e);
         marks_free(e->marks);
@@ -384,6 +384,7 @@ static void get_marks(get_arg *g, const kura_item *cur, int64_t exptime_now)
     in->old_exptime = cur->exptime;
     in->exptime = exptime_now;
     in->cas = cur->cas;
+    in->key_binary = prev.bits & MARK_KEY_BINARY;
 }
 
 static int get_read_cb(void *arg, const kura_item *cur)
@@ -591,6 +592,13 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
         KURA_STAT_INC(ts, total_items);
         if (cas_out)
             *cas_out = a.new_cas;
+        /* added to what a stale store marked; an append or prepend makes
+         * an item memcached does not mark, whatever the request's form */
+        if (o && o->key_binary && !concat) {
+            marks_op kb = { .set = MARK_KEY_BINARY };
+            marks_prev prev;
+            marks_access(e->marks, in->key, in->klen, a.new_cas, clk.now, &kb, &prev);
+        }
     }
     if (cmd == KURA_CMD_CAS) {
         if (rc == KURA_STORED) KURA_STAT_INC(ts, cas_hits);

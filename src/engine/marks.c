@@ -57,19 +57,21 @@ struct kura_marks {
     siphash_key mk_key;
     pthread_mutex_t mk_init;            /* guards the allocation of mk_slots */
     marks_slot *_Atomic mk_slots;
+    size_t mk_sets;                     /* sets of MARKS_WAYS slots in mk_slots */
     pthread_mutex_t mk_locks[MARKS_LOCKS];
     pthread_mutex_t mk_ring_lock;
-    marks_note mk_ring[MARKS_RING];
+    marks_note *mk_ring;                /* MARKS_RING notes, from the first tick */
     size_t mk_ring_len, mk_ring_next;
     int64_t mk_ring_last;
 };
 
-kura_marks *marks_new(void)
+kura_marks *marks_new(size_t sets)
 {
     kura_marks *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
     siphash_process_key(&m->mk_key);
+    m->mk_sets = sets ? sets : MARKS_SETS;
     pthread_mutex_init(&m->mk_init, NULL);
     pthread_mutex_init(&m->mk_ring_lock, NULL);
     for (int i = 0; i < MARKS_LOCKS; i++)
@@ -85,6 +87,7 @@ void marks_free(kura_marks *m)
         pthread_mutex_destroy(&m->mk_locks[i]);
     pthread_mutex_destroy(&m->mk_init);
     pthread_mutex_destroy(&m->mk_ring_lock);
+    free(m->mk_ring);
     free(m->mk_slots);
     free(m);
 }
@@ -98,7 +101,7 @@ static marks_slot *slots_of(kura_marks *m, bool create)
     pthread_mutex_lock(&m->mk_init);
     s = atomic_load(&m->mk_slots);
     if (!s) {
-        s = calloc((size_t)MARKS_SETS * MARKS_WAYS, sizeof(*s));
+        s = calloc(m->mk_sets * MARKS_WAYS, sizeof(*s));
         atomic_store_explicit(&m->mk_slots, s, memory_order_release);
     }
     pthread_mutex_unlock(&m->mk_init);
@@ -132,7 +135,12 @@ static int64_t store_time(kura_marks *m, uint64_t cas, int64_t now)
 void marks_tick(kura_marks *m, uint64_t next_cas, int64_t now)
 {
     pthread_mutex_lock(&m->mk_ring_lock);
-    if (now != m->mk_ring_last) {
+    /* allocated here rather than with the marks: an engine never ticked
+     * (a test's, one per fuzz input) does without its 64 KiB; without
+     * memory the tick is lost, and store times read as "now" */
+    if (!m->mk_ring)
+        m->mk_ring = malloc(MARKS_RING * sizeof(*m->mk_ring));
+    if (m->mk_ring && now != m->mk_ring_last) {
         m->mk_ring_last = now;
         m->mk_ring[m->mk_ring_next] = (marks_note){ next_cas, now };
         m->mk_ring_next = (m->mk_ring_next + 1) % MARKS_RING;
@@ -177,7 +185,7 @@ bool marks_access(kura_marks *m, const char *key, size_t klen, uint64_t cas, int
                   const marks_op *op, marks_prev *prev)
 {
     uint64_t tag = tag_of(m, key, klen);
-    size_t set_no = (size_t)(tag >> 20) % MARKS_SETS;
+    size_t set_no = (size_t)(tag >> 20) % m->mk_sets;
     bool changes = op->set || op->bump || op->take_token;   /* take_if_stale needs a slot */
     marks_slot *slots = slots_of(m, changes);
     bool won = false;
@@ -226,7 +234,7 @@ void marks_set(kura_marks *m, const char *key, size_t klen, uint64_t cas, int64_
                unsigned bits)
 {
     uint64_t tag = tag_of(m, key, klen);
-    size_t set_no = (size_t)(tag >> 20) % MARKS_SETS;
+    size_t set_no = (size_t)(tag >> 20) % m->mk_sets;
     marks_slot *slots = slots_of(m, bits != 0);
     if (!slots || bits == 0)
         return;

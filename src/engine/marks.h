@@ -21,6 +21,8 @@ enum {
     MARK_FETCHED = 1u << 0,     /* read since it was stored (h) */
     MARK_STALE = 1u << 1,       /* invalidated: md I, or ms I with an older cas (X) */
     MARK_TOKEN = 1u << 2,       /* a client won the recache token (W once, then Z) */
+    MARK_KEY_BINARY = 1u << 3,  /* stored by ms with a base64 key (b): me shows it
+                                   base64, as memcached's ITEM_KEY_BINARY does */
 };
 
 typedef struct kura_marks kura_marks;
@@ -40,7 +42,9 @@ typedef struct marks_prev {
     int64_t atime;              /* Unix time of the last access (or the store) */
 } marks_prev;
 
-kura_marks *marks_new(void);
+/* sets: the table's size in sets of 4 slots (0: 16384, 1.5 MiB, allocated
+ * at the first mark); fewer for a small engine (the fuzz targets') */
+kura_marks *marks_new(size_t sets);
 void marks_free(kura_marks *m);
 
 /* Looks up (key, cas), reports the state before into *prev, applies op

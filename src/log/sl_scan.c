@@ -16,6 +16,7 @@
 
 #include "kura/seglog.h"
 #include "kura/status.h"
+#include "kura/testhooks.h"
 
 #define WINDOW (1u << 20)
 
@@ -43,7 +44,19 @@ void sl_scan_shed(sl_scan *sc)
     sc->cap = sc->len = 0;
 }
 
-/* Makes [off, off+n) available; NULL with *rc set if not possible. */
+/* Makes [off, off+n) available; NULL with *rc set if not possible.
+ *
+ * Linear in the bytes scanned, whatever lengths the bytes claim: a scan
+ * moves forward, so the bytes the window already holds from off on are
+ * kept and only what lies past them is read (at least WINDOW more, so that
+ * a resync asking for one byte more at each offset costs one read per
+ * WINDOW, not one per offset).  The bytes before off are dropped (moved
+ * down) only once they outnumber the ones kept, so the moves cost no more
+ * than the scan's advance.  Every byte of the file is read once on a
+ * forward scan; before, each offset whose garbage claimed a record longer
+ * than the window read that record's length again from that offset,
+ * quadratic in the segment's size (issue 20; test_seglog).  The buffer
+ * holds at most about twice the longest length asked for plus WINDOW. */
 static const unsigned char *window(sl_scan *sc, uint64_t off, size_t n, int *rc)
 {
     if (off + n > sc->fsize) {
@@ -52,22 +65,36 @@ static const unsigned char *window(sl_scan *sc, uint64_t off, size_t n, int *rc)
     }
     if (off >= sc->base && off + n <= sc->base + sc->len)
         return sc->buf + (off - sc->base);
-    size_t want = n > WINDOW ? n : WINDOW;
-    if (off + want > sc->fsize)
-        want = (size_t)(sc->fsize - off);
-    if (sc->cap < want) {
-        unsigned char *b = realloc(sc->buf, want);
+    uint64_t to = off + (n > WINDOW ? n : WINDOW);
+    if (off >= sc->base && off <= sc->base + sc->len && !kura_test.sl_scan_reread) {
+        size_t behind = (size_t)(off - sc->base), ahead = sc->len - behind;
+        if (behind >= ahead) {
+            memmove(sc->buf, sc->buf + behind, ahead);
+            sc->base = off;
+            sc->len = ahead;
+        }
+        if (to < sc->base + sc->len + WINDOW)
+            to = sc->base + sc->len + WINDOW;
+    } else {
+        sc->base = off;
+        sc->len = 0;
+    }
+    if (to > sc->fsize)
+        to = sc->fsize;
+    size_t total = (size_t)(to - sc->base);
+    if (sc->cap < total) {
+        size_t cap = sc->cap * 2 > total ? sc->cap * 2 : total;
+        unsigned char *b = realloc(sc->buf, cap);
         if (!b) {
             *rc = KURA_ENOMEM;
             return NULL;
         }
         sc->buf = b;
-        sc->cap = want;
+        sc->cap = cap;
     }
-    size_t got = 0;
-    while (got < want) {
-        ssize_t r = sc->io->pread(sc->io, sc->fd, sc->buf + got, want - got,
-                                  (off_t)(off + got));
+    while (sc->len < total) {
+        ssize_t r = sc->io->pread(sc->io, sc->fd, sc->buf + sc->len, total - sc->len,
+                                  (off_t)(sc->base + sc->len));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -77,15 +104,13 @@ static const unsigned char *window(sl_scan *sc, uint64_t off, size_t n, int *rc)
         }
         if (r == 0)
             break;
-        got += (size_t)r;
+        sc->len += (size_t)r;
     }
-    sc->base = off;
-    sc->len = got;
-    if (got < n) {
+    if (off + n > sc->base + sc->len) {
         *rc = KURA_ECORRUPT;
         return NULL;
     }
-    return sc->buf;
+    return sc->buf + (off - sc->base);
 }
 
 int sl_scan_rec(sl_scan *sc, uint64_t off, void *arg, const unsigned char **p, size_t *len)

@@ -23,7 +23,7 @@
  * arrived, and a storage request once its value has too (session->need
  * says how much); values are copied into the output under the store's
  * lock.  Memory per connection is bounded by one request (-I plus 64 KiB
- * of key and extras) and KURA_OUT_HIGH_WATER of replies.
+ * of key and extras) and KURA_REPLY_HIGH_WATER of replies.
  */
 #include <string.h>
 

@@ -277,7 +277,8 @@ static int64_t mc_uptime(text_session *s, int64_t now)
 }
 
 /* True if a key cannot have come as text, so a reply shows it in base64
- * (memcached remembers per item that it was stored with "b"; we do not). */
+ * (memcached remembers per item that it was stored with "b"; kura's access
+ * marks remember it for me, engine_item_info.key_binary, while they last). */
 static bool key_is_binary(const char *key, size_t klen)
 {
     for (size_t i = 0; i < klen; i++)
@@ -345,9 +346,8 @@ static int mg_emit(void *arg, const kura_item *it)
         case 'l': ml_u64(&l, " l", (uint32_t)(g->now - in->last_access)); break;
         case 'h': ml_str(&l, in->fetched ? " h1" : " h0"); break;
         case 'O': ml_str(&l, " "); ml_put(&l, t->value, t->length); break;
-        case 'k':
-            ml_key(&l, it->key, it->klen,
-                   g->of->key_binary || key_is_binary(it->key, it->klen));
+        case 'k':                       /* as stored, as memcached shows it */
+            ml_key(&l, it->key, it->klen, in->key_binary || key_is_binary(it->key, it->klen));
             break;
         }
     }
@@ -509,7 +509,8 @@ void meta_set_complete(text_session *s, meta_set_req *req, const char *data, kur
         .key = req->key, .klen = req->klen, .val = data, .vlen = req->vlen,
         .flags = req->flags, .exptime = req->exptime,
     };
-    engine_store_opts o = { .cas_in = req->cas, .invalidate = req->invalidate };
+    engine_store_opts o = { .cas_in = req->cas, .invalidate = req->invalidate,
+                            .key_binary = req->key_binary };
     uint64_t cas = 0;
     s->dirty = true;
     int rc = engine_store(s->engine, s->stats, req->cmd, &it, &o, &cas);
@@ -711,7 +712,9 @@ static int me_emit(void *arg, const kura_item *it)
     meta_line l = { .len = 0 };
     char tail[200];
     ml_str(&l, "ME ");
-    ml_key_bytes(&l, it->key, it->klen, key_is_binary(it->key, it->klen));
+    /* base64 as memcached shows it: for an item stored with a base64 key
+     * (whatever form this request used), or one no text line could name */
+    ml_key_bytes(&l, it->key, it->klen, m->info.key_binary || key_is_binary(it->key, it->klen));
     uint64_t total = kura_item_wire_total(it->klen, it->vlen, it->flags);
     int n = snprintf(tail, sizeof(tail), " exp=%d la=%llu cas=%llu fetch=%s cls=%u size=%llu",
                      it->exptime == 0 ? -1 : it->exptime == 1 ? (int)(mc_uptime(m->s, m->now) - 1)

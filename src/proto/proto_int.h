@@ -67,11 +67,11 @@ struct kura_session {
 
 /* The binary protocols' request loop (binary.c, tt.c).  Between two
  * requests: true, with out_full set, once this call has answered its share
- * (KURA_OUT_HIGH_WATER bytes queued, or KURA_REQUESTS_PER_CALL requests):
+ * (KURA_REPLY_HIGH_WATER bytes queued, or KURA_REQUESTS_PER_CALL requests):
  * the rest waits for the connection's next turn. */
 static inline bool session_turn_over(kura_session *s, const kura_buf *out, unsigned *turns)
 {
-    if (out->len >= KURA_OUT_HIGH_WATER || ++*turns > KURA_REQUESTS_PER_CALL) {
+    if (out->len >= KURA_REPLY_HIGH_WATER || ++*turns > KURA_REQUESTS_PER_CALL) {
         s->out_full = true;
         return true;
     }

@@ -17,7 +17,7 @@
  * Memory per connection is bounded whatever the client sends.  Replies are
  * copied into the connection's output (values are copied out under the
  * store's lock, design.md says why), so a multi-get is answered key by key:
- * once the output holds KURA_OUT_HIGH_WATER bytes, the get stops before its
+ * once the output holds KURA_REPLY_HIGH_WATER bytes, the get stops before its
  * next key, leaves its line unconsumed and remembers the key's offset
  * (session->resume); the connection sends what is queued and, once the
  * socket has drained, calls again and the get carries on from that key.
@@ -279,7 +279,7 @@ static bool has_long_key(const char *p, const char *end)
 /* get/gets/gat/gats.  Keys past the 23rd token are tokenized in further
  * rounds, as memcached does, so a multi-get has no key limit.
  *
- * Once out reaches KURA_OUT_HIGH_WATER (and at least one key was answered in
+ * Once out reaches KURA_REPLY_HIGH_WATER (and at least one key was answered in
  * this call, so every call makes progress), the get pauses before its next
  * key: s->resume records the key's offset in the line and no END is written;
  * text_process leaves the line unconsumed, and the next call, after the
@@ -317,7 +317,7 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
     }
     for (;;) {
         for (; kt->length != 0; kt++) {
-            if (answered && out->len >= KURA_OUT_HIGH_WATER && !g.discard) {
+            if (answered && out->len >= KURA_REPLY_HIGH_WATER && !g.discard) {
                 if (resumed || !has_long_key(kt->value, s->line_end)) {
                     s->resume = (size_t)(kt->value - s->line_start);
                     return;             /* the rest once the output has drained */
@@ -677,7 +677,7 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_OUT_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
+        if (out->len >= KURA_REPLY_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
             s->out_full = true;         /* the rest once the output has drained */
             break;
         }

@@ -24,7 +24,7 @@
  *
  * Memory per connection is bounded as the memcached protocols' is: one
  * request (a key and a value within -I, or TT_REQ_MAX of mget keys or
- * misc arguments) and replies up to KURA_OUT_HIGH_WATER between requests;
+ * misc arguments) and replies up to KURA_REPLY_HIGH_WATER between requests;
  * a reply counted before it is sent (mget, fwmkeys, misc) is built whole
  * and stops at TT_LIST_BYTES plus one value, leaving the rest out.
  */

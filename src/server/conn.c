@@ -9,9 +9,10 @@
  *
  * Memory is bounded whatever the client sends or fails to read:
  *  - the write buffer: the protocol stops once it holds
- *    KURA_OUT_HIGH_WATER bytes (between requests, or between two keys of a
- *    multi-get, which then resumes at its next key: src/proto/text.c), so it
- *    never holds more than that plus one value.  While replies cannot be
+ *    KURA_REPLY_HIGH_WATER bytes (between requests, or between two keys of
+ *    a multi-get, which then resumes at its next key: src/proto/text.c; a
+ *    listing at KURA_OUT_HIGH_WATER), so it never holds more than that
+ *    plus one value.  While replies cannot be
  *    written the connection neither reads nor answers more;
  *  - the read buffer: at most one request line (KURA_MAX_GET_LINE for a
  *    get, 2 KB otherwise) or one value (-I) plus one read, since nothing is
@@ -22,7 +23,7 @@
  *
  * Time is bounded too: no connection holds its worker for long.  A call
  * into the protocol answers at most KURA_REQUESTS_PER_CALL requests and
- * KURA_OUT_HIGH_WATER bytes (a listing, a slice of its keys); when the
+ * KURA_REPLY_HIGH_WATER bytes (a listing, a slice of its keys); when the
  * session says it paused, the connection sends what it has and waits for
  * its next turn of the event loop before it goes on, as memcached yields
  * after -R requests.

@@ -678,6 +678,16 @@ class Meta(CompatCase):
             b"ms a 5 T0\r\nhello\r\nme a\r\nme nope\r\nme\r\nme " + K251 + b"\r\n",
             b"ms big 5000 F3\r\n" + b"x" * 5000 + b"\r\nme big\r\nmg big h\r\nme big\r\n",
             b"me YQ== b\r\nme YQ== x\r\n",
+            # a key stored base64 shows base64 in me whichever form asks;
+            # one stored as text shows as text even when asked in base64
+            b"ms Zm9v 3 b\r\nbar\r\nme Zm9v b\r\nme foo\r\nms baz 1\r\nx\r\nme YmF6 b\r\n",
+            b"ms Zm9v 3 b I C99\r\nbaz\r\nme foo\r\nms AAE= 1 b\r\ny\r\nme AAE= b\r\n",
+            # mg's k too shows the key as stored (an item made by vivify,
+            # append or prepend as text); a touch keeps it
+            b"ms baz 1\r\nx\r\nmg YmF6 b k v\r\nmg foo k v\r\nmg bmV3 b N30 k v\r\n",
+            b"ms YXBi 2 b\r\nhi\r\nms YXBi 2 b MA\r\nxx\r\nmg apb k v\r\n",
+            b"ms YXBk 2 b\r\nhi\r\nmg YXBk b T30 k\r\nmg apd k\r\nme apd\r\n",
+            b"ms YXBl 2 b\r\nhi\r\nms YXBl 2 b MR\r\nzz\r\nmg ape k\r\nms ape 2 MR\r\nyy\r\nmg ape k\r\n",
         )
 
     def test_quiet_pipeline(self):

@@ -143,6 +143,7 @@ struct kio_inject {
     uint64_t nth, times;
     int err;
     uint64_t fired;
+    uint64_t bytes_read;        /* by pread, every path (not failed, not matched) */
 };
 
 static kio_inject *IN(const kura_io *io)
@@ -192,7 +193,10 @@ static int in_close(const kura_io *io, int fd)
 
 static ssize_t in_pread(const kura_io *io, int fd, void *buf, size_t n, off_t off)
 {
-    return IN(io)->below->pread(IN(io)->below, fd, buf, n, off);
+    ssize_t r = IN(io)->below->pread(IN(io)->below, fd, buf, n, off);
+    if (r > 0)
+        __atomic_add_fetch(&IN(io)->bytes_read, (uint64_t)r, __ATOMIC_RELAXED);
+    return r;
 }
 
 static ssize_t in_pwritev(const kura_io *io, int fd, const struct iovec *iov, int n, off_t off)
@@ -349,6 +353,7 @@ void kio_inject_reset(kio_inject *in)
     pthread_mutex_lock(&in->mu);
     memset(in->calls, 0, sizeof(in->calls));
     in->fired = 0;
+    __atomic_store_n(&in->bytes_read, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&in->mu);
 }
 
@@ -358,6 +363,11 @@ uint64_t kio_inject_calls(kio_inject *in, int kind)
     uint64_t n = in->calls[kind];
     pthread_mutex_unlock(&in->mu);
     return n;
+}
+
+uint64_t kio_inject_bytes_read(kio_inject *in)
+{
+    return __atomic_load_n(&in->bytes_read, __ATOMIC_RELAXED);
 }
 
 uint64_t kio_inject_fired(kio_inject *in)

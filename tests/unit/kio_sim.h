@@ -66,6 +66,7 @@ void kio_inject_disarm(kio_inject *in);   /* no more failures; counts go on */
 void kio_inject_reset(kio_inject *in);    /* counts back to 0 */
 uint64_t kio_inject_calls(kio_inject *in, int kind);   /* matching calls so far */
 uint64_t kio_inject_fired(kio_inject *in);             /* failures injected so far */
+uint64_t kio_inject_bytes_read(kio_inject *in);        /* by pread, on any path */
 
 /* ---- the recorder -------------------------------------------------------- */
 

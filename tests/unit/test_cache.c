@@ -610,7 +610,8 @@ static void test_too_large(void)
     CHECK_EQ_INT(s->ops->get(s, "small", 5, &t, NULL, NULL), KURA_OK);  /* nothing evicted */
     CHECK_EQ_INT(usage_of(s).evictions, 0);
     /* an item that fits only alone evicts everything else */
-    it.vlen = 57200;    /* 8 KiB of the 64 KiB are bucket arrays: this fits only alone */
+    it.vlen = 63392;    /* 2 KiB of the 64 KiB are the bucket arrays (one block of 256
+                           stripes' 8 bytes): this fits only alone, to the byte */
     CHECK_EQ_INT(s->ops->put(s, &it, KURA_PUT_ANY, 0, &t), KURA_OK);
     CHECK_EQ_INT(s->ops->get(s, "small", 5, &t, NULL, NULL), KURA_NOTFOUND);
     CHECK_EQ_INT(usage_of(s).evictions, 1);

@@ -23,7 +23,7 @@
 
 static void test_bump_and_prev(void)
 {
-    kura_marks *m = marks_new();
+    kura_marks *m = marks_new(0);
     REQUIRE(m);
     marks_op read = { .bump = true };
     marks_prev p;
@@ -45,7 +45,7 @@ static void test_bump_and_prev(void)
 
 static void test_tokens_and_stale(void)
 {
-    kura_marks *m = marks_new();
+    kura_marks *m = marks_new(0);
     REQUIRE(m);
     marks_op recache = { .bump = true, .take_token = true };
     marks_prev p;
@@ -65,7 +65,7 @@ static void test_tokens_and_stale(void)
 
 static void test_bounded_and_stale_kept(void)
 {
-    kura_marks *m = marks_new();
+    kura_marks *m = marks_new(0);
     REQUIRE(m);
     marks_set(m, "stale-one", 9, 1, 100, MARK_STALE);
     marks_op read = { .bump = true };
@@ -89,7 +89,7 @@ static void test_bounded_and_stale_kept(void)
 
 static void test_store_time(void)
 {
-    kura_marks *m = marks_new();
+    kura_marks *m = marks_new(0);
     REQUIRE(m);
     marks_tick(m, 100, 5000);
     marks_tick(m, 150, 5001);
@@ -128,7 +128,7 @@ static void *racer(void *arg)
 
 static void test_one_winner(void)
 {
-    race r = { marks_new(), 0 };
+    race r = { marks_new(0), 0 };
     REQUIRE(r.m);
     pthread_t t[4];
     for (int i = 0; i < 4; i++)

@@ -490,7 +490,7 @@ static void test_get_pauses_at_high_water(void)
     while (h.in.len > 0 && calls < 1000) {
         h.out.len = 0;
         size_t used = kura_session_process(h.s, h.in.data, h.in.len, &h.out);
-        CHECK(h.out.len <= KURA_OUT_HIGH_WATER + vlen + 64);
+        CHECK(h.out.len <= KURA_REPLY_HIGH_WATER + vlen + 64);
         paused += kura_session_out_full(h.s);
         kura_buf_append(&got, h.out.data, h.out.len);
         memmove(h.in.data, h.in.data + used, h.in.len - used);

@@ -129,6 +129,11 @@ typedef struct cache_stripe {
 typedef struct cache {
     kura_store cc_base;                 /* first: kura_store * <-> cache * */
     cache_stripe *cc_stripes;
+    /* The stripes' first bucket arrays, one block (one allocation, not one
+     * a stripe: an engine made per fuzz input paid for 256); a stripe that
+     * grows leaves its part of it unused until the close. */
+    cache_item **cc_first_buckets;
+    uint32_t cc_first_per;              /* buckets a stripe in it */
     uint64_t cc_limit;                  /* bytes */
     uint64_t cc_stripe_cap;             /* #capcnt: items per stripe (0 = no cap) */
     size_t cc_item_max;                 /* -I, 0 = none */
@@ -384,6 +389,13 @@ static int cache_make_room(cache *c, cache_stripe *home, const kura_clock *clk)
     return KURA_OK;
 }
 
+/* True if b is a stripe's part of the first block (freed with it). */
+static bool cache_first_buckets(const cache *c, cache_item **b)
+{
+    return c->cc_first_buckets && b >= c->cc_first_buckets &&
+           b < c->cc_first_buckets + (size_t)CACHE_STRIPES * c->cc_first_per;
+}
+
 /* Doubles a stripe's bucket array if it still has old_n buckets.  The new
  * array is allocated without the lock; the rehash runs under it and costs
  * O(old_n + items in the stripe), stalling that stripe only. */
@@ -414,9 +426,12 @@ static void cache_grow(cache *c, cache_stripe *st, uint32_t old_n)
     pthread_mutex_unlock(&st->cs_lock);
 
     if (ob) {
-        free(ob);
+        bool first = cache_first_buckets(c, ob);
+        if (!first)
+            free(ob);
         atomic_fetch_add_explicit(&c->cc_mem_used,
-                                  cache_buckets_charge(new_n) - cache_buckets_charge(old_n),
+                                  cache_buckets_charge(new_n) -
+                                  (first ? 0 : cache_buckets_charge(old_n)),
                                   memory_order_relaxed);
     }
     free(nb);
@@ -922,11 +937,13 @@ static void cache_close(kura_store *s)
                 free(it);
                 it = next;
             }
-            free(st->cs_buckets);
+            if (!cache_first_buckets(c, st->cs_buckets))
+                free(st->cs_buckets);
             pthread_mutex_destroy(&st->cs_lock);
         }
         free(c->cc_stripes);
     }
+    free(c->cc_first_buckets);
     pthread_mutex_destroy(&c->cc_sweep_lock);
     free(c);
 }
@@ -1023,14 +1040,19 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
     /* Critical sections are a few dozen instructions: spin briefly before
      * sleeping. */
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    for (unsigned i = 0; i < CACHE_STRIPES; i++)
+        pthread_mutex_init(&c->cc_stripes[i].cs_lock, &attr);
+    if (!(c->cc_first_buckets = calloc((size_t)CACHE_STRIPES * per, sizeof(cache_item *))))
+        goto fail;
+    c->cc_first_per = per;
+    atomic_fetch_add_explicit(&c->cc_mem_used,
+                              cache_malloc_charge((size_t)CACHE_STRIPES * per *
+                                                  sizeof(cache_item *)),
+                              memory_order_relaxed);
     for (unsigned i = 0; i < CACHE_STRIPES; i++) {
         cache_stripe *st = &c->cc_stripes[i];
-        pthread_mutex_init(&st->cs_lock, &attr);
         st->cs_mask = per - 1;
-        if (!(st->cs_buckets = calloc(per, sizeof(cache_item *))))
-            goto fail;
-        atomic_fetch_add_explicit(&c->cc_mem_used, cache_buckets_charge(per),
-                                  memory_order_relaxed);
+        st->cs_buckets = c->cc_first_buckets + (size_t)i * per;
     }
     pthread_mutexattr_destroy(&attr);
     *out = &c->cc_base;
