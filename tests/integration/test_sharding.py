@@ -30,6 +30,10 @@ nutcracker with pymemcache, as docs/operations.md's "Sharding with twemproxy
                server_failure_limit requests answer the error, then the
                shard is ejected (nutcracker's stats say so) and its keys go
                to the other shards: gets miss, sets land there
+  Return       (auto_eject_hosts: true, server_retry_timeout 300 ms) a key
+               set while its master was out lands on another shard; the
+               master restarted is taken back and answers the old value,
+               the newer one left on the other shard, unseen
 
 Skipped as a missing dependency without nutcracker (apt-get install
 nutcracker; KURA_NUTCRACKER names another binary) or pymemcache
@@ -111,8 +115,9 @@ class Nutcracker:
     """nutcracker on a free port (or `port`) with one pool, "alpha", in
     front of `servers`: a list of (address, name or None)."""
 
-    def __init__(self, servers, auto_eject, port=None):
+    def __init__(self, servers, auto_eject, port=None, retry_ms=60000):
         self.servers, self.auto_eject, self.fixed_port = servers, auto_eject, port
+        self.retry_ms = retry_ms
         self.tmpdir = tempfile.mkdtemp(prefix="kuratest-nutcracker-")
         self.proc = None
         self.start()
@@ -124,7 +129,7 @@ class Nutcracker:
                  "  distribution: ketama",
                  "  timeout: %d" % int(3000 * kuratest.SCALE),
                  "  auto_eject_hosts: %s" % ("true" if self.auto_eject else "false"),
-                 "  server_retry_timeout: %d" % int(60000 * kuratest.SCALE),
+                 "  server_retry_timeout: %d" % self.retry_ms,
                  "  server_failure_limit: %d" % FAILURE_LIMIT,
                  "  servers:"]
         for a, name in self.servers:
@@ -209,7 +214,7 @@ class ShardingTest(unittest.TestCase):
         if Client is None:
             self.skipTest(kuratest.missing("pymemcache (apt-get install python3-pymemcache)"))
 
-    def cluster(self, auto_eject=False):
+    def cluster(self, auto_eject=False, retry_ms=int(60000 * kuratest.SCALE)):
         """Three masters, a replica each, nutcracker in front of the masters;
         KEYS set through it (value v<key>).  Sets self.masters and
         self.replicas; returns (nutcracker, a pymemcache client of it,
@@ -218,7 +223,7 @@ class ShardingTest(unittest.TestCase):
         self.replicas = [start(i + 11, master=m) for i, m in enumerate(self.masters)]
         for s in self.masters + self.replicas:
             self.addCleanup(s.stop)
-        nc = Nutcracker(self.named(self.masters), auto_eject)
+        nc = Nutcracker(self.named(self.masters), auto_eject, retry_ms=retry_ms)
         self.addCleanup(nc.stop)
         self.addCleanup(shutil.rmtree, nc.tmpdir, True)
         c = nc.client()
@@ -401,6 +406,32 @@ class ShardingTest(unittest.TestCase):
         self.assertEqual(len(holders), 1, holders)
         live = sorted(set(KEYS) - set(dead))
         self.assertEqual(c.get_many(live), {k: b"v" + k for k in live})
+
+    def test_ejected_master_returns(self):
+        """auto_eject_hosts with a short server_retry_timeout: a key set
+        while its shard was out lands on another shard; once the master is
+        back nutcracker takes it into the ring again and answers its old
+        value, the other shard keeping the newer one, unseen."""
+        nc, c, shards = self.cluster(auto_eject=True, retry_ms=300)
+        i, dead = self.kill_master(shards)
+        key = dead[0]
+
+        def stored_elsewhere():
+            try:
+                return nc.request(b"set %s 0 0 9\r\nelsewhere\r\n" % key) == b"STORED\r\n"
+            except kuratest.Closed:
+                return False
+        poll_until(stored_elsewhere, timeout=TIMEOUT, what="the set re-routed")
+        holders = [m for j, m in enumerate(self.masters) if j != i and key in keys_of(m)]
+        self.assertEqual(len(holders), 1)
+        m = self.masters[i]
+        m.fixed_port = m.port
+        restart(m)
+        old = b"VALUE %s 0 %d\r\nv%s\r\nEND\r\n" % (key, len(key) + 1, key)
+        poll_until(lambda: nc.request(b"get %s\r\n" % key) == old, timeout=TIMEOUT,
+                   what="the returned master to answer its key")
+        self.assertEqual(holders[0].request(b"get %s\r\n" % key),
+                         b"VALUE %s 0 9\r\nelsewhere\r\nEND\r\n" % key)
 
 
 if __name__ == "__main__":
