@@ -33,7 +33,7 @@ import os, re, socket, struct, subprocess, sys, threading, time, unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import Server, poll_until, kura_only, stats
+from kuratest import Server, poll_until, kura_only, stats, digest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TIMEOUT = 60 * kuratest.SCALE
@@ -86,17 +86,6 @@ def rts_file(server):
             return f.read().split()[0]
     except (OSError, IndexError):
         return None
-
-
-def digest(server, n=64):
-    with server.conn() as c:
-        c.send(b"digest %d\r\n" % n)
-        lines = []
-        while True:
-            ln = c.line()
-            if ln == b"END\r\n":
-                return lines
-            lines.append(ln)
 
 
 def get(server, key):

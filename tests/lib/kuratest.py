@@ -574,6 +574,19 @@ def stats(conn, sub=b""):
     return d
 
 
+def digest(server, n=64):
+    """The lines of kura's `digest N` reply (a hash per bucket of keys), to
+    compare a master and its replica."""
+    with server.conn() as c:
+        c.send(b"digest %d\r\n" % n)
+        lines = []
+        while True:
+            ln = c.line()
+            if ln == b"END\r\n":
+                return lines
+            lines.append(ln)
+
+
 def gets_all(server, keys, timeout=20):
     """{key: (flags, value, cas)} of the keys present, by one gets each."""
     out = {}
