@@ -67,6 +67,8 @@ typedef struct kura_settings {
     int unix_mode;              /* -a: the unix socket's mode (default 0700) */
     const char *auth_file;      /* -Y: memcached's ASCII authentication */
     kura_auth *auth;            /* -Y's entries, read by options_parse */
+    bool sasl;                  /* -S: SASL over the binary protocol, which alone is served */
+    kura_auth *sasl_pwdb;       /* -S: MEMCACHED_SASL_PWDB's entries; NULL: none */
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
