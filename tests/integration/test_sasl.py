@@ -13,8 +13,9 @@
              mechanism name over 32 bytes, list mechanisms with a body,
              re-authentication and list mechanisms after it (the connection
              is unauthenticated again), storing and reading once
-             authenticated.  stats settings' auth_enabled_sasl and
-             binding_protocol alike.
+             authenticated, data past the item size limit (Out of memory,
+             skipped).  stats settings' auth_enabled_sasl and
+             binding_protocol alike.  One byte at a time answers the same.
   Text       every text command (kura's own included: repl, snapshot,
              digest, keys, stats) and Tokyo Tyrant's protocol get nothing
              and the connection closes, as memcached -S closes it; the
@@ -71,6 +72,8 @@ CASES = [
     [req(OP_MECHS, b"x")],
     [LOGIN, req(OP_MECHS), GET_K], [LOGIN, plain(b"alice", b"bad"), GET_K], [LOGIN, LOGIN, GET_K],
     [LOGIN, req(0x09, b"missing"), req(OP_NOOP)], [LOGIN, req(OP_STAT, b"nosuchgroup")],
+    # data past the item size limit: Out of memory, skipped as it arrives
+    [req(OP_AUTH, b"PLAIN", b"\0alice\0" + b"x" * (2 << 20)), LOGIN, GET_K],
 ]
 
 
@@ -167,6 +170,16 @@ class SaslCase(unittest.TestCase):
         for name in ("auth_enabled_sasl", "binding_protocol"):
             self.assertEqual(a[name], b[name], name)
         self.assertEqual(b["auth_enabled_sasl"], "yes")
+
+    def test_byte_at_a_time(self):
+        s = self.kurad()
+        whole = converse(s, [LOGIN, SET_K, GET_K])
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for b in LOGIN + SET_K + GET_K + END:
+                c.sendall(bytes([b]))
+            self.assertEqual(scrub_cas(read_packets(c)), scrub_cas(whole))
+        self.assertTrue(whole.endswith(b"value"), whole)
 
     def test_counted_as_memcached(self):
         ref, dut = self.memcached(), self.kurad()
