@@ -24,6 +24,7 @@
 #include "proto_int.h"
 
 #ifdef KURA_HAVE_SASL
+#include <pthread.h>
 #include <sasl/sasl.h>
 
 static char hostname[256];
@@ -76,6 +77,28 @@ static sasl_callback_t callbacks[] = {
 
 bool kura_sasl_available(void) { return true; }
 
+/* libsasl2's own mutexes do nothing unless the application gives real
+ * ones (its plug-ins, the sasldb's among them, lock through them), and
+ * kurad's workers authenticate at once. */
+static void *mutex_new(void)
+{
+    pthread_mutex_t *m = malloc(sizeof(*m));
+    if (m && pthread_mutex_init(m, NULL) != 0) {
+        free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+static int mutex_lock(void *m) { return pthread_mutex_lock(m) ? SASL_FAIL : SASL_OK; }
+static int mutex_unlock(void *m) { return pthread_mutex_unlock(m) ? SASL_FAIL : SASL_OK; }
+
+static void mutex_free(void *m)
+{
+    pthread_mutex_destroy(m);
+    free(m);
+}
+
 static void sasl_end(void)
 {
     sasl_server_done();
@@ -90,6 +113,7 @@ int kura_sasl_init(const kura_auth *passwords, void (*log)(int level, const char
     sasl_callback_t *list = pwdb ? callbacks : callbacks + 1;
     if (gethostname(hostname, sizeof(hostname) - 1) < 0)
         hostname[0] = '\0';
+    sasl_set_mutex(mutex_new, mutex_lock, mutex_unlock, mutex_free);
     int rc = sasl_server_init(list, "memcached");
     if (rc != SASL_OK) {
         snprintf(err, errlen, "-S: cannot set up SASL (%s): %s", sasl_errstring(rc, NULL, NULL),
