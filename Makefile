@@ -89,10 +89,17 @@ CAB_CFLAGS = $(if $(HAVE_TOKYOCABINET),-DKURA_HAVE_TC $(TOKYOCABINET_CFLAGS)) \
 CAB_LIBS   = $(if $(HAVE_TOKYOCABINET),$(TOKYOCABINET_LIBS)) \
              $(if $(HAVE_KYOTOCABINET),$(KYOTOCABINET_LIBS))
 
+# Cyrus SASL, optional, for -S (src/proto/sasl.c, in libkura.a): config.mk
+# says whether configure found it; without it, Debian's header says.  When
+# present every program links it; without it -S is refused at start.
+HAVE_SASL ?= $(if $(wildcard /usr/include/sasl/sasl.h),1)
+SASL_LIBS ?= -lsasl2
+
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra $(WERROR) -pthread \
               -Iinclude -fno-strict-aliasing $(SAN)
 CFLAGS_ALL  = $(CFLAGS_BASE) $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 LIBS        = $(LDFLAGS) $(LIBEVENT_LIBS) $(ZLIB_LIBS) $(BZIP2_LIBS) $(LZO2_LIBS) -lm -pthread $(SAN)
+LIBS       += $(if $(HAVE_SASL),$(SASL_LIBS))
 
 LIB_SRC    = $(sort $(filter-out src/server/% src/ctl/%,$(wildcard src/*/*.c src/*/*/*.c)))
 SERVER_SRC = $(sort $(wildcard src/server/*.c))
@@ -150,6 +157,7 @@ $(KURACTL): $(CTL_OBJ) $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CTL_OBJ) $(BUILD)/libkura.a $(CAB_LIBS) $(LIBS)
 
 $(BUILD)/src/ctl/cab_tc.o $(BUILD)/src/ctl/cab_kc.o: CFLAGS_ALL += $(CAB_CFLAGS)
+$(BUILD)/src/proto/sasl.o: CFLAGS_ALL += $(if $(HAVE_SASL),-DKURA_HAVE_SASL $(SASL_CFLAGS))
 
 $(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o)
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)

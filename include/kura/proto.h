@@ -88,6 +88,18 @@ int kura_auth_first(const kura_auth *a, const char **user, const char **pass);
  * as the item "auth"). */
 #define KURA_AUTH_REQUEST_MAX 2100
 int kura_auth_request(char *buf, size_t cap, const char *user, const char *pass);
+/* Whether user and pass match an entry (constant time in their bytes). */
+bool kura_auth_check(const kura_auth *a, const char *user, size_t ulen, const char *pass,
+                     size_t plen);
+
+/* SASL for the binary protocol (-S, src/proto/sasl.c).  available: whether
+ * this kurad was built with libsasl2.  init: once, at start, before any
+ * thread; pwdb (may be NULL) is MEMCACHED_SASL_PWDB's entries, log gets
+ * libsasl2's messages (level 1: failures and warnings, 2: the rest).  0, or
+ * -1 with one line saying why in err. */
+bool kura_sasl_available(void);
+int kura_sasl_init(const kura_auth *pwdb, void (*log)(int level, const char *msg), char *err,
+                   size_t errlen);
 
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */
@@ -119,6 +131,7 @@ typedef struct kura_server_info {
     const char *sync_mode;
     int unix_mode;                      /* -a (stats settings' umask) */
     const kura_auth *auth;              /* -Y: connections authenticate first; NULL: not */
+    bool sasl;                          /* -S: binary protocol only, SASL first */
 
     /* Tokyo Tyrant's setmst (src/proto/tt.c): make this server a replica
      * of host:port from update-log timestamp ts (opts: ttserver's

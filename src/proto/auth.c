@@ -175,8 +175,8 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
     return d == 0;
 }
 
-static bool auth_check(const kura_auth *a, const char *user, size_t ulen, const char *pass,
-                       size_t plen)
+bool kura_auth_check(const kura_auth *a, const char *user, size_t ulen, const char *pass,
+                     size_t plen)
 {
     /* every entry compared, both fields each time (no early end): the
      * time taken says nothing of which part matched */
@@ -224,7 +224,7 @@ static void attempt(kura_session *s, const char *v, size_t len, kura_buf *out)
         return;
     }
     KURA_STAT_INC(s->stats, auth_cmds);
-    if (!auth_check(s->server->auth, w[0].value, w[0].length, w[1].value, w[1].length)) {
+    if (!kura_auth_check(s->server->auth, w[0].value, w[0].length, w[1].value, w[1].length)) {
         KURA_STAT_INC(s->stats, auth_errors);
         out_line(out, "CLIENT_ERROR authentication failure");
         return;

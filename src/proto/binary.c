@@ -6,8 +6,10 @@
  * Every opcode memcached 1.6 serves is served: get/getq/getk/getkq,
  * set/add/replace and their quiet forms, delete, increment/decrement with
  * initial value and expiration, append/prepend, quit, flush, noop, version,
- * stat (with and without a group), touch, gat/gatq/gatk/gatkq.  SASL is
- * not served, answered as memcached without SASL does (unknown command).
+ * stat (with and without a group), touch, gat/gatq/gatk/gatkq.  SASL
+ * (list mechanisms, auth, step) is served with -S, as memcached -S serves
+ * it (see "SASL" below); without -S it is answered as memcached without
+ * SASL answers it (unknown command).
  *
  * memcached's checks and quirks are kept, since clients and memcapable
  * test them: a bad magic closes the connection without a word; a key and
@@ -48,8 +50,11 @@ enum bin_opcode {
 enum bin_status {
     ST_OK = 0x00, ST_KEY_ENOENT = 0x01, ST_KEY_EEXISTS = 0x02, ST_E2BIG = 0x03,
     ST_EINVAL = 0x04, ST_NOT_STORED = 0x05, ST_DELTA_BADVAL = 0x06,
+    ST_AUTH_ERROR = 0x20, ST_AUTH_CONTINUE = 0x21,
     ST_UNKNOWN_COMMAND = 0x81, ST_ENOMEM = 0x82,
 };
+
+#define SASL_MECH_MAX 32                /* memcached's MAX_SASL_MECH_LEN */
 
 /* One request's header, in host order, and where its parts are. */
 typedef struct bin_req {
@@ -93,7 +98,16 @@ static void put_be64(unsigned char *p, uint64_t v)
 typedef struct binary_state {
     uint64_t swallow;                   /* body bytes of a refused request still to discard */
     bool wrote;                         /* the last request's reply makes memcached write */
+    /* -S */
+    void *sasl;                         /* the SASL exchange (sasl.c); NULL before */
+    bool authenticated;
+    bool sasl_started;                  /* an auth has started the exchange: step may follow */
 } binary_state;
+
+static void binary_release(void *state)
+{
+    session_sasl_free(&((binary_state *)state)->sasl);
+}
 
 /* ---- replies ----------------------------------------------------------------- */
 
@@ -143,6 +157,7 @@ static void bin_error(kura_session *s, kura_buf *out, const bin_req *r, uint16_t
     case ST_E2BIG:            msg = "Too large."; break;
     case ST_DELTA_BADVAL:     msg = "Non-numeric server-side value for incr or decr"; break;
     case ST_NOT_STORED:       msg = "Not stored."; break;
+    case ST_AUTH_ERROR:       msg = "Auth failure."; break;
     default:                  msg = "UNHANDLED ERROR"; break;
     }
     uint32_t n = (uint32_t)strlen(msg);
@@ -374,6 +389,72 @@ static void bin_stat(kura_session *s, const bin_req *r, kura_buf *out)
     bin_header(s, out, r, ST_OK, 0, 0, 0, 0);
 }
 
+/* ---- SASL (-S) ---------------------------------------------------------------------
+ *
+ * As memcached 1.6.18 with -S: before a connection has authenticated, only
+ * list mechanisms, auth, step and version are served; any other request
+ * (noop, quit and an unknown opcode included) is answered "Auth failure."
+ * and the connection closes.  Each of the three SASL requests starts the
+ * exchange over (the connection is unauthenticated until it succeeds
+ * again).  An auth or step answers "Authenticated" (counted in auth_cmds),
+ * status 0x21 with libsasl2's challenge (continue), or "Auth failure."
+ * (auth_cmds and auth_errors; the connection may try again).  A step
+ * before any auth fails.  A mechanism name over 32 bytes is "Invalid
+ * arguments" (its data skipped); data past the item size limit "Out of
+ * memory" (skipped, never buffered). */
+
+static bool sasl_allowed(const kura_session *s, const bin_req *r)
+{
+    const binary_state *b = s->state;
+    return b->authenticated || r->opcode == OP_SASL_LIST_MECHS || r->opcode == OP_SASL_AUTH ||
+           r->opcode == OP_SASL_STEP || r->opcode == OP_VERSION;
+}
+
+static void bin_sasl_mechs(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    binary_state *b = s->state;
+    const char *mechs;
+    unsigned n;
+    b->authenticated = false;
+    if (session_sasl_mechs(&b->sasl, &mechs, &n) < 0) {
+        bin_error(s, out, r, ST_AUTH_ERROR);
+        return;
+    }
+    bin_ok(s, out, r, 0, mechs, n);
+}
+
+/* An auth or step whose data (vlen bytes) is at r->value. */
+static void bin_sasl_auth(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    binary_state *b = s->state;
+    char mech[SASL_MECH_MAX + 1];
+    const char *reply = NULL;
+    unsigned n = 0;
+    int rc = -1;
+    b->authenticated = false;
+    if (r->cmd == OP_SASL_AUTH) {
+        memcpy(mech, r->key, r->keylen);
+        mech[r->keylen] = '\0';
+        rc = session_sasl_start(&b->sasl, mech, r->vlen ? r->value : NULL, r->vlen, &reply, &n);
+        b->sasl_started = rc >= 0;
+    } else if (b->sasl_started) {
+        rc = session_sasl_step(&b->sasl, r->vlen ? r->value : NULL, r->vlen, &reply, &n);
+    }
+    if (rc == 0) {
+        b->authenticated = true;
+        KURA_STAT_INC(s->stats, auth_cmds);
+        bin_ok(s, out, r, 0, "Authenticated", 13);
+    } else if (rc == 1) {
+        b->wrote = true;                /* memcached writes the challenge at once */
+        if (bin_header(s, out, r, ST_AUTH_CONTINUE, 0, 0, n, 0))
+            kura_buf_append(out, reply, n);
+    } else {
+        KURA_STAT_INC(s->stats, auth_cmds);
+        KURA_STAT_INC(s->stats, auth_errors);
+        bin_error(s, out, r, ST_AUTH_ERROR);
+    }
+}
+
 /* ---- the request loop -------------------------------------------------------------- */
 
 /* Quiet opcodes and the loud ones they stand for. */
@@ -434,6 +515,31 @@ static bool has_value(uint8_t cmd)
            cmd == OP_PREPEND;
 }
 
+/* A storage request whose value (r->vlen) cannot be stored: E2BIG (and a
+ * refused set removes the old value, as memcached); 0: it can. */
+static uint16_t store_refusal(kura_session *s, bin_req *r)
+{
+    uint32_t flags = r->cmd == OP_APPEND || r->cmd == OP_PREPEND ? 0 : be32(r->ext);
+    if (engine_item_fits(s->engine, r->keylen, r->vlen, flags))
+        return 0;
+    KURA_STAT_INC(s->stats, store_too_large);
+    r->quiet = false;
+    if (r->cmd == OP_SET) {
+        s->dirty = true;                /* a refused set must not leave the old value */
+        engine_delete(s->engine, s->stats, r->key, r->keylen,
+                      &(engine_delete_opts){ .unlink = true });
+    }
+    return ST_E2BIG;
+}
+
+/* A SASL auth or step refused before its data is read (see "SASL"). */
+static uint16_t sasl_refusal(kura_session *s, const bin_req *r)
+{
+    return r->keylen > SASL_MECH_MAX ? ST_EINVAL
+           : !engine_item_fits(s->engine, r->keylen, r->vlen, 0) ? ST_ENOMEM
+                                                                 : 0;
+}
+
 /* An error reply after which memcached writes out what it has queued
  * (those it sends before skipping a body do not).  *flushed: the output
  * memcached would have sent by now; a bad magic drops the rest, since
@@ -445,7 +551,8 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
     *flushed = out->len;
 }
 
-const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state), NULL };
+const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state),
+                                        binary_release };
 
 size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
@@ -497,6 +604,11 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             s->close = true;
             return len;
         }
+        if (s->server->sasl && !sasl_allowed(s, &r)) {
+            bin_error(s, out, &r, ST_AUTH_ERROR);
+            s->close = true;
+            return len;
+        }
         if (r.keylen > KURA_KEY_MAX) {
             bin_error(s, out, &r, ST_EINVAL);
             s->close = true;
@@ -509,15 +621,23 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             return len;
         }
         uint32_t skip = check == 2 ? r.bodylen : r.bodylen - r.keylen;
-        if ((check == 2 || r.cmd == OP_SASL_LIST_MECHS || r.cmd == OP_SASL_AUTH ||
-             r.cmd == OP_SASL_STEP) && skip == 0) {
+        if (s->server->sasl && r.cmd == OP_SASL_LIST_MECHS) {
+            pos += head;
+            bin_sasl_mechs(s, &r, out);
+            continue;
+        }
+        bool sasl_data = s->server->sasl && (r.cmd == OP_SASL_AUTH || r.cmd == OP_SASL_STEP);
+        /* without -S, SASL is answered as an unknown opcode */
+        bool unknown = check == 2 || (!s->server->sasl && (r.cmd == OP_SASL_LIST_MECHS ||
+                                                           r.cmd == OP_SASL_AUTH ||
+                                                           r.cmd == OP_SASL_STEP));
+        if (unknown && skip == 0) {
             bin_error_flush(s, out, &r, ST_UNKNOWN_COMMAND, &flushed);
             KURA_STAT_INC(s->stats, unknown_commands);
             pos += head;
             continue;
         }
-        if (check == 2 || r.cmd == OP_SASL_LIST_MECHS || r.cmd == OP_SASL_AUTH ||
-            r.cmd == OP_SASL_STEP) {
+        if (unknown) {
             /* memcached skips this many bytes after the key: the whole
              * body for an unknown opcode, the value for SASL */
             bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
@@ -526,18 +646,11 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             b->swallow = skip;
             continue;
         }
-        if (has_value(r.cmd)) {
+        if (has_value(r.cmd) || sasl_data) {
             r.vlen = r.bodylen - r.extlen - r.keylen;
-            uint32_t flags = r.cmd == OP_APPEND || r.cmd == OP_PREPEND ? 0 : be32(r.ext);
-            if (!engine_item_fits(s->engine, r.keylen, r.vlen, flags)) {
-                KURA_STAT_INC(s->stats, store_too_large);
-                r.quiet = false;
-                bin_error(s, out, &r, ST_E2BIG);
-                if (r.cmd == OP_SET) {
-                    s->dirty = true;    /* a refused set must not leave the old value */
-                    engine_delete(s->engine, s->stats, r.key, r.keylen,
-                                  &(engine_delete_opts){ .unlink = true });
-                }
+            uint16_t refused = sasl_data ? sasl_refusal(s, &r) : store_refusal(s, &r);
+            if (refused) {
+                bin_error(s, out, &r, refused);
                 pos += head;
                 b->swallow = r.vlen;
                 continue;
@@ -549,7 +662,10 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             r.value = (const char *)h + head;
             pos += head + r.vlen;
             b->wrote = false;
-            bin_store(s, &r, out);
+            if (sasl_data)
+                bin_sasl_auth(s, &r, out);
+            else
+                bin_store(s, &r, out);
             if (b->wrote)
                 flushed = out->len;
             continue;

@@ -86,9 +86,15 @@ size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out
         /* With -Y every connection starts at the authentication gate,
          * whatever it sends: the one place that decides whether a command
          * may run at all (auth.c); Tokyo Tyrant's protocol, which has no
-         * authentication, is then not served (as memcached's binary one). */
+         * authentication, is then not served (as memcached's binary one).
+         * With -S (and no -Y, which memcached lets win) every connection
+         * speaks the binary protocol, as memcached binds it with -S: any
+         * other first byte closes the connection once a header's 24 bytes
+         * are in (binary.c's bad magic), so text, meta, kura's own
+         * commands and Tokyo Tyrant's protocol are not served. */
         unsigned char first = (unsigned char)in[0];
         const kura_proto *p = s->server->auth          ? &kura_proto_auth
+                              : s->server->sasl           ? &kura_proto_binary
                               : first == BINARY_REQ_MAGIC ? &kura_proto_binary
                               : first == TT_REQ_MAGIC     ? &kura_proto_tt
                                                           : &kura_proto_text;

@@ -112,6 +112,17 @@ typedef kura_session text_session;
 size_t text_process(text_session *s, char *in, size_t len, kura_buf *out);
 size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out);
 
+/* A session's SASL exchange (sasl.c); *slot is its sasl_conn_t, made on
+ * first use, NULL before.  mechs: the mechanisms, space-separated; start
+ * and step: 0 authenticated, 1 continue (out holds the challenge), -1
+ * failed.  The out strings belong to the exchange until its next call. */
+int session_sasl_mechs(void **slot, const char **out, unsigned *outlen);
+int session_sasl_start(void **slot, const char *mech, const char *in, unsigned inlen,
+                       const char **out, unsigned *outlen);
+int session_sasl_step(void **slot, const char *in, unsigned inlen, const char **out,
+                      unsigned *outlen);
+void session_sasl_free(void **slot);
+
 /* ---- the command table (cmdtab.c) ----------------------------------------------- */
 
 typedef void (*text_handler)(text_session *, text_token *, int, kura_buf *);

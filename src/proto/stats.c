@@ -171,8 +171,9 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "reqs_per_event", 20);
     stat_str(out, "cas_enabled", "yes");
     stat_u64(out, "tcp_backlog", 1024);
-    stat_str(out, "binding_protocol", "auto-negotiate");   /* text and binary, by the first byte */
-    stat_str(out, "auth_enabled_sasl", "no");
+    /* text and binary, by the first byte; -S: binary only (-Y wins over it) */
+    stat_str(out, "binding_protocol", si->sasl && !si->auth ? "binary" : "auto-negotiate");
+    stat_str(out, "auth_enabled_sasl", si->sasl ? "yes" : "no");
     stat_str(out, "auth_enabled_ascii", si->auth ? kura_auth_path(si->auth) : "no");
     stat_u64(out, "item_size_max", si->item_size_max);
     stat_str(out, "maxconns_fast", "yes");

@@ -274,6 +274,7 @@ static void init_info(kura_server *srv)
     si->tt_setmst_ctx = srv;
     si->unix_mode = st->unix_mode;
     si->auth = st->auth;
+    si->sasl = st->sasl;
     kura_detail_setup(st->delimiter ? st->delimiter[0] : ':', st->delimiter != NULL);
 }
 
@@ -300,6 +301,40 @@ static int register_commands(kura_server *srv)
     return snapd_register(srv);
 }
 
+/* -S: libsasl2's messages, at memcached's verbosity (failures with -v) */
+static void sasl_log(int level, const char *msg)
+{
+    log_msg(level == 1 ? KURA_LOG_VERBOSE : KURA_LOG_DEBUG, "SASL: %s", msg);
+}
+
+static kura_auth *sasl_pwdb_loaded;
+
+static void free_sasl_pwdb(void)
+{
+    kura_auth_free(sasl_pwdb_loaded);
+    sasl_pwdb_loaded = NULL;
+}
+
+/* -S: MEMCACHED_SASL_PWDB (if set) and libsasl2's set-up, now, so that a
+ * bad file or a missing memcached.conf stops kurad with one line.  0 or 2. */
+static int sasl_setup(kura_settings *s)
+{
+    char err[512];
+    const char *pwdb = getenv("MEMCACHED_SASL_PWDB");
+    if (pwdb && kura_auth_load(pwdb, &s->sasl_pwdb, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kurad: -S: MEMCACHED_SASL_PWDB: %s\n", err);
+        return 2;
+    }
+    if (s->sasl_pwdb && !sasl_pwdb_loaded)
+        atexit(free_sasl_pwdb);
+    sasl_pwdb_loaded = s->sasl_pwdb;
+    if (kura_sasl_init(s->sasl_pwdb, sasl_log, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kurad: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     kura_settings settings;
@@ -313,6 +348,8 @@ int main(int argc, char **argv)
     if (rc == 1)
         return 0;
     if (rc)
+        return rc;
+    if (settings.sasl && (rc = sasl_setup(&settings)) != 0)
         return rc;
     rc = daemon_check_user(&settings);
     if (rc)

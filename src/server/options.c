@@ -133,6 +133,8 @@ static const opt options[] = {
     { { "-mauth" }, OPT_STR, F(mauth_file), 0, 0, "FILE",
       "as a replica (-mhost or repl follow), authenticate to the master as FILE's first "
       "user:password (default: -Y's first)" },
+    { { "-S" }, OPT_FLAG, F(sasl), 0, 0, NULL,
+      "SASL over the binary protocol (memcached's -S; libsasl2, memcached.conf): binary only" },
     { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
       "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
@@ -780,6 +782,11 @@ int options_parse(kura_settings *s, int argc, char **argv)
     }
     if (apply_plex(s, NULL))
         return 2;
+    if (s->sasl && !kura_sasl_available()) {
+        fprintf(stderr, "kurad: -S: this kurad was built without SASL (Debian: apt-get install "
+                "libsasl2-dev, then ./configure && make)\n");
+        return 2;
+    }
     /* ttserver's "-port 0 -host PATH": a unix socket at PATH */
     if (s->port == 0 && option_given(s, "-host") && s->host[0] == '/') {
         if (s->unix_path) {

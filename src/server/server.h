@@ -70,6 +70,8 @@ typedef struct kura_settings {
     const char *mauth_file;     /* -mauth: a replica's credentials for its master */
     kura_auth *mauth;           /* whose first entry a replica sends: -mauth's, else
                                    -Y's (NULL: none; read by options_parse) */
+    bool sasl;                  /* -S: SASL over the binary protocol, which alone is served */
+    kura_auth *sasl_pwdb;       /* -S: MEMCACHED_SASL_PWDB's entries; NULL: none */
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
