@@ -570,6 +570,7 @@ static void tt_release(void *state)
 {
     tt_state *st = state;
     tt_walk_release(&st->walk);
+    engine_list_end(&st->iter.cur);
     kura_buf_free(&st->iter.keys);
     kura_buf_free(&st->scratch);
 }

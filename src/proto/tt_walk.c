@@ -75,6 +75,7 @@ void tt_walk_release(tt_walk *w)
         regfree(&w->re);
     w->kind = 0;
     kura_buf_free(&w->res);
+    engine_list_end(&w->cur);          /* a cursor keeps its batch between steps */
 }
 
 typedef struct walk_run {

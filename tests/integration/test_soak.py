@@ -108,9 +108,14 @@ def sample(pid):
 
 
 def sanitized():
+    """kurad built with a sanitizer: AddressSanitizer's quarantine keeps
+    freed memory resident and ThreadSanitizer's shadow grows with what it
+    sees, so the heap's bounds are measured without one (descriptors,
+    threads, errors and digests are checked either way)."""
     try:
         with open(kuratest.kurad_path(), "rb") as f:
-            return b"__asan_init" in f.read()
+            exe = f.read()
+        return b"__asan_init" in exe or b"__tsan_init" in exe
     except OSError:
         return False
 
@@ -213,7 +218,8 @@ class ManyConnections(kuratest.ServerTestCase):
                              base["fds"], first["fds"], second["fds"]))
             self.assertGreaterEqual(first["fds"] - base["fds"], n - 8)
             self.assertLessEqual(second["fds"], first["fds"] + 8)
-            self.assertLessEqual(second["rss"], first["rss"] + 16 * MB + first["rss"] // 10)
+            if not sanitized():
+                self.assertLessEqual(second["rss"], first["rss"] + 16 * MB + first["rss"] // 10)
             # what a held idle connection costs (buffers, session): ~10 kB
             # measured; 64 kB each is the bound
             if not sanitized():
@@ -294,6 +300,8 @@ class ManyConnections(kuratest.ServerTestCase):
     # kurad's bound; memcached 1.6.18 passed it once here (~30 kB each) and
     # in later runs left the other client unanswered past its deadline
     @kura_only
+    @unittest.skipIf(sanitized(), kuratest.not_applicable(
+        "a sanitizer's allocator keeps freed memory resident: measured without one"))
     def test_1000_slow_readers(self):
         n, keys, vsize = 1000, 40, 64 * 1024
         low = raise_nofile(n + 512)
@@ -567,7 +575,7 @@ def run_soak(kind, seconds, report):
             errs.extend(model.errors[:5])
         warm = max(3, len(samples["master"]) // 3)
         for who, ss in samples.items():
-            for res in ("rss", "fds", "threads"):
+            for res in ("fds", "threads") if sanitized() else ("rss", "fds", "threads"):
                 name = "rss_hash" if res == "rss" and kind == "hash" else res
                 e = growth_error(name, [x[res] for x in ss], warm)
                 if e:
