@@ -22,7 +22,7 @@
 # not installed": skip reasons are made with not_applicable(why) or
 # missing(what).  A skip reason made any other way counts as a missing
 # dependency, so a skip never passes CI by accident.
-import os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback
+import atexit, os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time, traceback
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,6 +107,24 @@ class ServerError(AssertionError):
 
 
 _reapers = []   # (Server, Thread) for servers whose stop finishes in the background
+_servers = []   # every Server made, for _tidy at exit
+
+
+def _tidy():
+    """At exit: a server still running is killed, and the temp dir of every
+    server whose stop found nothing wrong is removed.  A server killed by
+    its test (kill9, then never stopped cleanly) would otherwise leave its
+    dir behind, an update log's 256 MB segment included: hundreds of them
+    fill a disk over a few runs of the suites.  The dir of a server whose
+    stop reported a problem is kept for a look (the failure says where)."""
+    for srv in _servers:
+        if srv.proc is not None and srv.proc.poll() is None:
+            _kill(srv.proc)
+        if not getattr(srv, "problems", None):
+            shutil.rmtree(srv.tmpdir, ignore_errors=True)
+
+
+atexit.register(_tidy)
 
 
 SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|"
@@ -209,6 +227,7 @@ class Server:
         self.kura_args, self.mc_args = list(kura_args), list(mc_args)
         self.start_timeout = start_timeout
         self.tmpdir = tempfile.mkdtemp(prefix="kuratest-%s-" % self.kind)
+        _servers.append(self)
         if db is None and self.kind == "kurad":
             kdb = os.environ.get("KURA_DB", "cache")
             if kdb == "hash":
