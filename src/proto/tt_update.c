@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kura/bytes.h"
 #include "tt_int.h"
 
 #define TT_RMW_TRIES 16                 /* a read-modify-write losing this often: failure */
@@ -149,13 +150,11 @@ static int int_modify(void *arg, const char *old, size_t oldlen, bool found, con
     if (found) {
         if (oldlen != 4)
             return 1;
-        const unsigned char *p = (const unsigned char *)old;
-        v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        v = get32((const unsigned char *)old);
     }
     v += (uint32_t)a->add;              /* wraps, as the C int sum does in practice */
     a->sum = (int32_t)v;
-    for (int i = 0; i < 4; i++)
-        a->buf[i] = (unsigned char)(v >> (8 * i));
+    put32(a->buf, v);
     *val = a->buf;
     *vlen = 4;
     return 0;
