@@ -132,6 +132,13 @@ bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
     tt_walk *w = &r->st->walk;
     kura_session *s = r->s;
     if (!w->kind) {
+        /* a walk holds its reply (up to TT_LIST_BYTES) between turns:
+         * counted with the text protocol's listings (WALKS_MAX), so their
+         * number is bounded; one more fails as ttserver's walks fail */
+        if (!walk_admit(s)) {
+            tt_code_u32(r, 1, 0);
+            return true;
+        }
         if (kind == TT_WALK_REGEX) {
             /* Tokyo's rule: a leading '*' makes it case-insensitive */
             char pat[TT_NAME_MAX + 1];
@@ -148,6 +155,7 @@ bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
                 ok = regcomp(&w->re, pat, flags) == 0;
             }
             if (!ok) {
+                walk_release(s);
                 tt_code_u32(r, 1, 0);   /* a pattern that does not compile: failure */
                 return true;
             }
@@ -185,5 +193,6 @@ bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
         tt_code_u32(r, 1, 0);
     }
     tt_walk_release(w);
+    walk_release(s);
     return true;
 }

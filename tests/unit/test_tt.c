@@ -129,6 +129,43 @@ static void test_fwmkeys_walks_in_slices(void)
     close_tt(&h);
 }
 
+/* A TT walk counts with the text protocol's listings: with WALKS_MAX
+ * under way, fwmkeys fails (1) without walking; once one ends it walks
+ * again.  Without the admission it would answer the keys. */
+static void test_walks_capped(void)
+{
+    tt_harness h;
+    open_tt(&h);
+    kura_buf req = { 0 };
+    put_req(&req, 0x18, "fa", "v");                         /* putnr: no reply */
+    run(&h, req.data, req.len);
+    req.len = 0;
+    KURA_BUF_LIT(&req, "\xc8\x58");
+    be32(&req, 1);
+    be32(&req, 0xffffffffu);
+    KURA_BUF_LIT(&req, "f");
+    kura_session_config sc = { .engine = h.engine, .stats = &h.stats[0], .server = &h.info };
+    kura_session *busy[WALKS_MAX];
+    for (int i = 0; i < WALKS_MAX; i++) {
+        busy[i] = kura_session_new(&sc);
+        CHECK(walk_admit(busy[i]));                         /* listings under way */
+    }
+    CHECK_EQ_INT(run(&h, req.data, req.len), req.len);
+    CHECK_EQ_INT(h.out.len, 5);
+    CHECK_EQ_INT(h.out.data[0], 1);                         /* refused, nothing walked */
+    kura_session_free(busy[0]);
+    CHECK_EQ_INT(run(&h, req.data, req.len), req.len);
+    CHECK_EQ_INT(h.out.data[0], 0);
+    CHECK_EQ_INT(tt_be32(h.out.data + 1), 1u);              /* "fa" */
+    kura_session *x = kura_session_new(&sc);
+    CHECK(walk_admit(x));                                   /* the walk gave its place back */
+    kura_session_free(x);
+    for (int i = 1; i < WALKS_MAX; i++)
+        kura_session_free(busy[i]);
+    kura_buf_free(&req);
+    close_tt(&h);
+}
+
 static void test_big_value_not_buffered(void)
 {
     tt_harness h;
@@ -212,6 +249,7 @@ int main(void)
 {
     RUN(test_pipeline_bounded);
     RUN(test_fwmkeys_walks_in_slices);
+    RUN(test_walks_capped);
     RUN(test_big_value_not_buffered);
     RUN(test_setmst_hook);
     UNIT_DONE();
