@@ -168,7 +168,7 @@ static int seg_prealloc(sl_log *log, sl_seg *sg, uint64_t cap)
     sg->wmap = m;
     sg->wmaplen = cap;
     sg->maplen = cap;
-    sg->map = m;
+    __atomic_store_n(&sg->map, m, __ATOMIC_RELEASE);    /* sl_read's acquire */
     log->mapped += cap;
     pthread_mutex_unlock(&log->seg_mu);
     return KURA_OK;
@@ -181,7 +181,7 @@ static void seg_unmap(sl_log *log, sl_seg *sg)
         log->cfg.io->munmap(log->cfg.io, (void *)sg->map, sg->maplen);
         log->mapped -= sg->maplen;
     }
-    sg->map = NULL;
+    __atomic_store_n(&sg->map, NULL, __ATOMIC_RELEASE);
     sg->maplen = 0;
     sg->wmap = NULL;
     sg->wmaplen = 0;
@@ -299,7 +299,7 @@ int sl_seg_open(sl_log *log, uint32_t id, sl_seg **out, char *err, size_t errlen
 /* Maps a sealed segment for reading if the msiz budget allows. */
 void sl_seg_map(sl_log *log, sl_seg *sg)
 {
-    if (sg->map || !log->cfg.msiz || sg->size == 0)
+    if (__atomic_load_n(&sg->map, __ATOMIC_ACQUIRE) || !log->cfg.msiz || sg->size == 0)
         return;
     pthread_mutex_lock(&log->seg_mu);
     if (log->mapped + sg->size <= log->cfg.msiz) {
@@ -307,8 +307,8 @@ void sl_seg_map(sl_log *log, sl_seg *sg)
         if (m != MAP_FAILED) {
             sg->maplen = sg->size;
             log->mapped += sg->size;
-            atomic_thread_fence(memory_order_release);
-            sg->map = m;
+            /* readers (sl_read) load it without seg_mu: maplen before it */
+            __atomic_store_n(&sg->map, m, __ATOMIC_RELEASE);
         }
     }
     pthread_mutex_unlock(&log->seg_mu);
@@ -911,7 +911,7 @@ int sl_read(sl_log *log, uint32_t segid, uint64_t off, size_t len, const unsigne
     if (!sg)
         return KURA_NOTFOUND;
     *version = sg->version;
-    const unsigned char *map = sg->map;
+    const unsigned char *map = __atomic_load_n(&sg->map, __ATOMIC_ACQUIRE);
     if (map && off + len <= sg->maplen) {
         *pp = map + off;
         return KURA_OK;
