@@ -78,7 +78,7 @@ int ctl_err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 typedef struct ctl_conn ctl_conn;
 /* Connects to addr (HOST:PORT, [V6]:PORT, HOST (port 11211), or a path with
  * a '/' for a unix socket) within g_ctl.timeout, and authenticates with -a's
- * credentials if the server asks for them (-Y): 0, CTL_UNREACHABLE, or
+ * credentials if the server asks for them (-Y or -S): 0, CTL_UNREACHABLE, or
  * CTL_FAIL (credentials refused, or asked for and none given), the reason
  * printed. */
 int ctl_connect(const char *addr, ctl_conn **out);

@@ -8,10 +8,11 @@
  * hanging a script.  Every failure to connect, a closed connection and a
  * timeout are CTL_UNREACHABLE, printed once, naming the server.
  *
- * With -a, a connection authenticates first (memcached's ASCII
- * authentication, kurad -Y) when the server asks: "version" answered
- * "CLIENT_ERROR unauthenticated".  Only then are the credentials sent, as
- * a server without -Y would store them as the item "auth".
+ * With -a, a connection authenticates first, by the login the server asks
+ * for: memcached's ASCII authentication (kurad -Y) or SASL PLAIN over the
+ * binary protocol (kurad -S), as kura_login (src/proto/login.c) finds out.
+ * A server that asks for neither gets no credentials (one without -Y would
+ * store them as the item "auth"): the connection is made again, in text.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -82,27 +83,33 @@ static int connect_fd(int fd, const struct sockaddr *sa, socklen_t len, double d
     return 0;
 }
 
-/* -a's credentials, if the server asks for them; a refusal is the
- * server's error (CTL_FAIL), its line printed. */
+/* kura_login's I/O: the connection's own, with its deadlines; a failure
+ * is printed here (CTL_UNREACHABLE), once. */
+static int login_send(void *c, const void *p, size_t n) { return ctl_send(c, p, n) ? -1 : 0; }
+static int login_read(void *c, void *p, size_t n) { return ctl_read(c, p, n) ? -1 : 0; }
+
+/* -a's credentials, by whichever login the server asks for (-Y's or -S's;
+ * kura_login); a refusal is the server's error (CTL_FAIL), its answer
+ * printed.  CTL_AGAIN: the server asks for none (the connection now
+ * speaks binary): connect again without. */
+#define CTL_AGAIN (-1)
 static int authenticate(ctl_conn *c)
 {
-    char req[KURA_AUTH_REQUEST_MAX];
-    const char *l;
-    size_t len;
-    int rc = ctl_send(c, "version\r\n", 9);
-    if (rc || (rc = ctl_line(c, &l, &len)))
-        return rc;
-    if (strcmp(l, "CLIENT_ERROR unauthenticated") != 0)
-        return CTL_OK;                  /* no -Y there */
-    int n = kura_auth_request(req, sizeof(req), g_ctl.auth_user, g_ctl.auth_pass);
-    if (n < 0)
-        return ctl_err(CTL_FAIL, "-a: user and password too long");
-    if ((rc = ctl_send(c, req, (size_t)n)) || (rc = ctl_line(c, &l, &len)))
-        return rc;
-    if (strcmp(l, "STORED") != 0)
+    char msg[600];
+    kura_login_io io = { c, login_send, login_read };
+    switch (kura_login(&io, g_ctl.auth_user, g_ctl.auth_pass, msg, sizeof(msg))) {
+    case KURA_LOGIN_OK:
+        return CTL_OK;
+    case KURA_LOGIN_OPEN:
+        return CTL_AGAIN;
+    case KURA_LOGIN_LOST:
+        return CTL_UNREACHABLE;         /* printed by the I/O */
+    case KURA_LOGIN_REFUSED:
         return ctl_err(CTL_FAIL, "%s: authentication as user '%s' refused: %s", c->name,
-                       g_ctl.auth_user, l);
-    return CTL_OK;
+                       g_ctl.auth_user, msg);
+    default:
+        return ctl_err(CTL_FAIL, "%s: %s", c->name, msg);
+    }
 }
 
 int ctl_connect(const char *addr, ctl_conn **out)
@@ -185,6 +192,14 @@ int ctl_connect(const char *addr, ctl_conn **out)
     c->fd = fd;
     snprintf(c->name, sizeof(c->name), "%s", addr);
     int rc = g_ctl.auth_user ? authenticate(c) : CTL_OK;
+    if (rc == CTL_AGAIN) {              /* no login asked for: again, in text */
+        ctl_close(c);
+        const char *user = g_ctl.auth_user;
+        g_ctl.auth_user = NULL;
+        rc = ctl_connect(addr, out);
+        g_ctl.auth_user = user;
+        return rc;
+    }
     if (rc) {
         ctl_close(c);
         return rc;

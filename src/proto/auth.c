@@ -155,15 +155,6 @@ int kura_auth_first(const kura_auth *a, const char **user, const char **pass)
     return 0;
 }
 
-int kura_auth_request(char *buf, size_t cap, const char *user, const char *pass)
-{
-    /* the key, flags and expiry are ignored by the gate; the value is
-     * "user password" */
-    int n = snprintf(buf, cap, "set auth 0 0 %zu\r\n%s %s\r\n", strlen(user) + 1 + strlen(pass),
-                     user, pass);
-    return n < 0 || (size_t)n >= cap ? -1 : n;
-}
-
 /* Compares every byte whatever the first difference, so the time taken
  * does not say how much of a password was right. */
 static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)

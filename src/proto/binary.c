@@ -27,6 +27,7 @@
  * lock.  Memory per connection is bounded by one request (-I plus 64 KiB
  * of key and extras) and KURA_REPLY_HIGH_WATER of replies.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto_int.h"
@@ -455,6 +456,22 @@ static void bin_sasl_auth(kura_session *s, const bin_req *r, kura_buf *out)
     }
 }
 
+/* kura's own commands (repl, digest, snapshot, stats groups, the
+ * listings) are text commands: a connection authenticated by SASL whose
+ * next request does not start with the binary magic speaks the text
+ * protocol from then on (a replica's and kuractl's login, kura_login).
+ * memcached -S closes such a connection; only an authenticated one is
+ * answered differently, so what a client gets before authenticating is
+ * memcached's. */
+static size_t sasl_to_text(kura_session *s, char *in, size_t len, kura_buf *out)
+{
+    binary_release(s->state);
+    free(s->state);
+    s->state = NULL;
+    s->proto = &kura_proto_text;
+    return kura_proto_text.process(s, in, len, out);
+}
+
 /* ---- the request loop -------------------------------------------------------------- */
 
 /* Quiet opcodes and the loud ones they stand for. */
@@ -573,6 +590,8 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
         }
         const unsigned char *h = (const unsigned char *)in + pos;
         size_t avail = len - pos;
+        if (h[0] != BIN_REQ_MAGIC && s->server->sasl && b->authenticated)
+            return pos + sasl_to_text(s, in + pos, len - pos, out);
         if (avail < BIN_HDR) {
             s->need = BIN_HDR;
             break;

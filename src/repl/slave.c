@@ -70,7 +70,7 @@
 #define LAG_FRESH_MS 3000               /* a heartbeat older than this: lag unknown */
 
 /* what a stream ended with (slave_main decides the wait from it) */
-enum { SESS_FAILED = 1, SESS_WORKED, SESS_REFUSED, SESS_DIVERGED, SESS_FATAL };
+enum { SESS_FAILED = 1, SESS_WORKED, SESS_REFUSED, SESS_DIVERGED, SESS_FATAL, SESS_OPEN };
 
 static const char *const state_names[] = {
     [REPL_ST_CONNECTING] = "connecting", [REPL_ST_CONNECTED] = "connected",
@@ -106,6 +106,7 @@ struct repl_slave {
     uint64_t rts_saved, rts_saved_hid;
     uint64_t rts_at_ms;
     bool want_copy;                     /* the thread's: ask copy=1 (its data diverged) */
+    bool skip_login;                    /* the thread's: the master asked for no login */
     bool hist_warned;                   /* the thread's: "cannot check" logged once */
 };
 
@@ -683,37 +684,57 @@ static int welcome(session *ss, const char *line)
     return 0;
 }
 
-/* With credentials (cfg.auth_user), before the repl line: asks whether the
- * master wants them ("version": a master with -Y answers "CLIENT_ERROR
- * unauthenticated") and only then sends them (one without -Y would store
- * the request as an item), requiring STORED.  0: go on; or the SESS_* the
- * stream ends with (a wrong password: SESS_REFUSED, retried with the
- * backoff). */
+/* kura_login's I/O on the stream's socket and buffer. */
+static int login_send(void *ss, const void *p, size_t n)
+{
+    return repl_send_all(((session *)ss)->fd, p, n, 10000);
+}
+
+static int login_read(void *arg, void *p, size_t n)
+{
+    session *ss = arg;
+    while (ss->len < n)
+        if (fill(ss, n) <= 0)
+            return -1;
+    memcpy(p, ss->buf, n);
+    memmove(ss->buf, ss->buf + n, ss->len - n);
+    ss->len -= n;
+    return 0;
+}
+
+/* With credentials (cfg.auth_user), before the repl line: the login the
+ * master asks for, -Y's or -S's (kura_login); a master that asks for
+ * neither gets none (one without -Y would store them as an item): then
+ * SESS_OPEN, and the next connection, at once, goes without.  0: go on;
+ * or the SESS_* the stream ends with (a wrong password: SESS_REFUSED,
+ * retried with the backoff). */
 static int authenticate(session *ss)
 {
     repl_slave *s = ss->s;
-    char line[REPL_LINE_MAX + 1], req[KURA_AUTH_REQUEST_MAX];
-    if (!s->cfg.auth_user)
+    char msg[600];
+    if (!s->cfg.auth_user || s->skip_login) {
+        s->skip_login = false;
         return 0;
-    if (repl_send_all(ss->fd, "version\r\n", 9, 10000) < 0 ||
-        read_line(ss, line, sizeof(line)) < 0) {
-        fail(s, KURA_LOG_ERROR, "master %s:%d did not answer", s->host, s->port);
-        return SESS_FAILED;
     }
-    if (strcmp(line, "CLIENT_ERROR unauthenticated\r\n") != 0)
-        return 0;                       /* no -Y there: nothing to send */
-    int n = kura_auth_request(req, sizeof(req), s->cfg.auth_user, s->cfg.auth_pass);
-    if (n < 0 || repl_send_all(ss->fd, req, (size_t)n, 10000) < 0 ||
-        read_line(ss, line, sizeof(line)) < 0) {
+    kura_login_io io = { ss, login_send, login_read };
+    switch (kura_login(&io, s->cfg.auth_user, s->cfg.auth_pass, msg, sizeof(msg))) {
+    case KURA_LOGIN_OK:
+        return 0;
+    case KURA_LOGIN_OPEN:
+        s->skip_login = true;
+        return SESS_OPEN;
+    case KURA_LOGIN_REFUSED:
+        fail(s, KURA_LOG_ERROR, "master %s:%d refused authentication as user '%s': %s; "
+             "retrying with backoff", s->host, s->port, s->cfg.auth_user, msg);
+        return SESS_REFUSED;
+    case KURA_LOGIN_LOST:
         fail(s, KURA_LOG_ERROR, "master %s:%d did not answer the authentication", s->host,
              s->port);
         return SESS_FAILED;
+    default:
+        fail(s, KURA_LOG_ERROR, "master %s:%d: %s", s->host, s->port, msg);
+        return SESS_REFUSED;
     }
-    if (strcmp(line, "STORED\r\n") == 0)
-        return 0;
-    fail(s, KURA_LOG_ERROR, "master %s:%d refused authentication as user '%s': %.*s; retrying "
-         "with backoff", s->host, s->port, s->cfg.auth_user, (int)strcspn(line, "\r\n"), line);
-    return SESS_REFUSED;
 }
 
 static int session_run(repl_slave *s, int fd)
@@ -875,8 +896,8 @@ static void *slave_main(void *arg)
             set_state(s, REPL_ST_DIVERGED);
             break;                      /* the server stops (cfg.fatal) */
         }
-        if (res == SESS_DIVERGED)
-            continue;                   /* at once, asking for a copy */
+        if (res == SESS_DIVERGED || res == SESS_OPEN)
+            continue;                   /* at once, asking for a copy or without a login */
         if (res == SESS_WORKED)
             backoff = BACKOFF_MIN_MS;
         /* every other way back waits the backoff, which grows until a

@@ -18,6 +18,15 @@ docs/security.md, docs/replication.md's "Authentication".
               bad -a file: exit 2.
   Files       -mauth missing, a directory, malformed, empty: exit 2 and one
               line naming it; -mauth without -mhost starts.
+  SASL        a master with -S: a replica with -mauth logs in with SASL
+              PLAIN over the binary protocol and follows; kuractl -a too
+              (stats, repl status, digest, get); a wrong password: the
+              replica refused (its log line and repl_last_error say "Auth
+              failure."), kuractl exit 4; the login's first request gets the
+              same bytes from memcached -S and kurad -S, and so does a text
+              line before authentication (closed); after it kurad serves
+              text, which memcached -S does not (the one difference); the
+              negative: without a login the text line is closed unanswered.
   Syncrepl    -syncrepl 1 with -Y: a raw "repl" stream without
               authentication is refused and cannot hold a reply up to an
               acknowledgement (the write's connection closes unanswered);
@@ -31,6 +40,8 @@ import kuratest
 from kuratest import Server, stats, free_port, poll_until, kura_only
 from test_repl import decode_rows, PUT
 from test_kuractl import run as kuractl
+import test_sasl
+from test_sasl import req, plain, converse, scrub_cas, OP_SET, OP_MECHS
 
 UNAUTH = b"CLIENT_ERROR unauthenticated\r\n"
 LOGIN = b"set auth 0 0 12\r\nalice secret\r\n"
@@ -53,18 +64,18 @@ class ReplAuth(unittest.TestCase):
         os.chmod(path, 0o600)
         return path
 
-    def server(self, name, args):
+    def server(self, name, args, env=None):
         d = os.path.join(self.dir, name)
-        s = Server(db=d + ".kh", kura_args=["-ulog", d + ".ul"] + list(args))
+        s = Server(db=d + ".kh", kura_args=["-ulog", d + ".ul"] + list(args), env=env)
         self.addCleanup(s.stop, check=False)
         return s
 
     def master(self, args=()):
         return self.server("m", ["-sid", "1", "-Y", self.yfile] + list(args))
 
-    def replica(self, master, name="r", sid=2, args=()):
+    def replica(self, master, name="r", sid=2, args=(), env=None):
         return self.server(name, ["-sid", str(sid), "-mhost", "127.0.0.1", "-mport",
-                                  str(master.port)] + list(args))
+                                  str(master.port)] + list(args), env=env)
 
     def login(self, server):
         c = server.conn(timeout=10)
@@ -232,6 +243,106 @@ class ReplAuth(unittest.TestCase):
             self.assertEqual(c.reply(), b"STORED\r\n")
         with self.login(m) as c:
             self.assertEqual(int(stats(c)["repl_syncrepl_timeouts"]), 1)
+
+
+# the login's first request (src/proto/login.c): SASL list mechanisms with
+# a newline as the cas field's last byte
+PROBE = bytes([0x80, 0x20]) + bytes(21) + b"\n"
+
+
+@kura_only
+class ReplSasl(ReplAuth):
+    """The same servers started with -S (and no -Y)."""
+
+    def setUp(self):
+        ReplAuth.setUp(self)
+        keep = self.dir
+        test_sasl.sasl_setup(self)      # its own dir, with the sasldb and memcached.conf
+        self.files = keep
+
+    def master(self, args=()):
+        return self.server("m", ["-sid", "1", "-S"] + list(args), env=self.env)
+
+    def put(self, m, key, val):
+        got = converse(m, [test_sasl.LOGIN, req(OP_SET, key, val, ext=bytes(8))])
+        self.assertTrue(got.startswith(b"\x81\x21\x00\x00"), got)     # Authenticated
+        self.assertEqual(got[24 + 13 + 6:24 + 13 + 8], b"\x00\x00", got)  # stored
+
+    # the ReplAuth tests that need -Y are not run again here
+    test_replica_authenticates = test_no_credentials_refused = None
+    test_master_without_Y = test_mauth_file_errors = None
+    test_syncrepl_needs_authenticated_replica = test_kuractl = test_wrong_password_refused = None
+
+    def test_sasl_replica_follows(self):
+        m = self.master()
+        self.put(m, b"k", b"v")
+        r = self.replica(m, "r", 2, ["-mauth", self.good])
+        with r.conn() as c:
+            poll_until(lambda: c.request(b"get k\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n",
+                       timeout=20, what="the replica has k")
+            self.assertEqual(stats(c, b"repl")["repl_state"], "connected")
+        self.put(m, b"k2", b"w")
+        with r.conn() as c:
+            poll_until(lambda: c.request(b"get k2\r\n") == b"VALUE k2 0 1\r\nw\r\nEND\r\n",
+                       timeout=20, what="the replica follows")
+
+    def test_sasl_wrong_password(self):
+        m = self.master()
+        self.put(m, b"k", b"v")
+        r = self.replica(m, args=["-mauth", self.bad])
+        self.refused(r, "authentication as user 'alice': Auth failure.")
+        self.assertEqual(r.stderr().count("refused authentication as user 'alice'"), 1)
+
+    def test_sasl_kuractl(self):
+        m = self.master()
+        r = self.replica(m, args=["-mauth", self.good, "-S"], env=self.env)
+        ma, ra = "127.0.0.1:%d" % m.port, "127.0.0.1:%d" % r.port
+        self.put(m, b"k", b"v")
+        poll_until(lambda: kuractl("-a", self.good, "-s", ra, "get", "k")[1] == "v",
+                   timeout=20, what="the replica has k")
+        rc, out, err = kuractl("-a", self.good, "-s", ma, "stats")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("curr_items", out)
+        poll_until(lambda: kuractl("-a", self.good, "-s", ma, "repl", "status")[0] == 0,
+                   timeout=20, what="repl status in sync")
+        rc, out, err = kuractl("-a", self.good, "-s", ma, "repl", "status")
+        self.assertIn(ra, out)
+        rc, out, err = kuractl("-a", self.good, "digest", ma, ra)
+        self.assertEqual(rc, 0, out + err)
+        rc, out, err = kuractl("-a", self.bad, "-s", ma, "stats")
+        self.assertEqual(rc, 4, err)
+        self.assertIn("authentication as user 'alice' refused: Auth failure.", err)
+        # no -a: kuractl's text gets what memcached -S gives it (nothing, then -t)
+        rc, out, err = kuractl("-t", "1", "-s", ma, "stats")
+        self.assertEqual(rc, 3, err)
+
+    def test_sasl_bytes_as_memcached(self):
+        ref = Server(kind="memcached", mc_args=["-S"], env=self.env)
+        self.addCleanup(ref.stop)
+        m = self.master()
+        stats_line = b"stats\r\n".ljust(24, b" ")
+        for steps in ([PROBE], [PROBE, plain(b"alice", b"wrong")], [PROBE, test_sasl.LOGIN]):
+            self.assertEqual(scrub_cas(converse(ref, steps)), scrub_cas(converse(m, steps)))
+        got = []                        # text before authentication: closed, unanswered
+        for srv in (ref, m):
+            with srv.conn(timeout=10) as c:
+                c.send(PROBE + stats_line)
+                got.append(c.read_to_close())
+        self.assertEqual(got[0], got[1])
+        self.assertNotIn(b"STAT", got[1])
+        with ref.conn(timeout=10) as c:     # memcached -S closes text even after a login
+            c.send(test_sasl.LOGIN)
+            self.assertTrue(c.recv_exact(24 + 13).endswith(b"Authenticated"))
+            c.send(stats_line)
+            self.assertEqual(c.read_to_close(), b"")
+        with m.conn(timeout=10) as c:       # kurad serves it (kura's own commands)
+            c.send(test_sasl.LOGIN + b"stats repl\r\n")
+            got = [b""]
+            def answered():
+                got[0] += c.read_available(0.2)
+                return got[0].endswith(b"END\r\n")
+            poll_until(answered, timeout=10, what="stats repl answered in text")
+            self.assertIn(b"\r\nSTAT repl_", got[0])
 
 
 if __name__ == "__main__":

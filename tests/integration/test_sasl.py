@@ -127,28 +127,34 @@ def bin_stats(server, group=b""):
     return d
 
 
+def sasl_setup(case):
+    """A sasldb with alice:secret and a memcached.conf (mech_list: plain) in
+    case.dir (made here), case.env naming it; skips where it cannot be."""
+    if SKIP:
+        case.skipTest(kuratest.not_applicable("memcached against itself"))
+    if not os.access(SASLPASSWD2, os.X_OK):
+        case.skipTest(kuratest.missing("saslpasswd2 (apt-get install sasl2-bin)"))
+    if not glob.glob("/usr/lib/*/sasl2/libplain.so*") + glob.glob("/usr/lib/sasl2/libplain.so*"):
+        case.skipTest(kuratest.missing("libsasl2's PLAIN (apt-get install libsasl2-modules)"))
+    case.dir = tempfile.mkdtemp(prefix="kuratest-sasl-")
+    case.addCleanup(shutil.rmtree, case.dir, True)
+    db = os.path.join(case.dir, "sasldb")
+    subprocess.run([SASLPASSWD2, "-a", "memcached", "-c", "-p", "-f", db, "alice"],
+                   input=b"secret", check=True, timeout=30)
+    with open(os.path.join(case.dir, "memcached.conf"), "w") as f:
+        f.write("mech_list: plain\nsasldb_path: %s\n" % db)
+    case.env = {"SASL_CONF_PATH": case.dir}
+    p = subprocess.run([kuratest.kurad_path(), "-S", "-port", "0"], capture_output=True, timeout=30,
+                       env=dict(os.environ, **case.env))
+    if b"without SASL" in p.stderr:
+        case.skipTest(kuratest.missing("kurad with SASL (apt-get install libsasl2-dev, "
+                                       "then build again)"))
+
+
 class SaslCase(unittest.TestCase):
 
     def setUp(self):
-        if SKIP:
-            self.skipTest(kuratest.not_applicable("memcached against itself"))
-        if not os.access(SASLPASSWD2, os.X_OK):
-            self.skipTest(kuratest.missing("saslpasswd2 (apt-get install sasl2-bin)"))
-        if not glob.glob("/usr/lib/*/sasl2/libplain.so*") + glob.glob("/usr/lib/sasl2/libplain.so*"):
-            self.skipTest(kuratest.missing("libsasl2's PLAIN (apt-get install libsasl2-modules)"))
-        self.dir = tempfile.mkdtemp(prefix="kuratest-sasl-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-        db = os.path.join(self.dir, "sasldb")
-        subprocess.run([SASLPASSWD2, "-a", "memcached", "-c", "-p", "-f", db, "alice"],
-                       input=b"secret", check=True, timeout=30)
-        with open(os.path.join(self.dir, "memcached.conf"), "w") as f:
-            f.write("mech_list: plain\nsasldb_path: %s\n" % db)
-        self.env = {"SASL_CONF_PATH": self.dir}
-        p = subprocess.run([kuratest.kurad_path(), "-S", "-port", "0"], capture_output=True, timeout=30,
-                           env=dict(os.environ, **self.env))
-        if b"without SASL" in p.stderr:
-            self.skipTest(kuratest.missing("kurad with SASL (apt-get install libsasl2-dev, "
-                                           "then build again)"))
+        sasl_setup(self)
 
     def kurad(self, *extra, env=None):
         s = Server(kind="kurad", kura_args=["-S"] + list(extra), env=env or self.env)
