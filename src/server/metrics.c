@@ -15,6 +15,15 @@
  *
  * A scrape reads the same figures "stats" does, on this thread, as a stats
  * command reads them on a worker's.
+ *
+ * With credentials (-metrics-auth FILE, else -Y's file), /metrics asks for
+ * HTTP Basic authentication: a request without a matching Authorization
+ * header gets 401 with WWW-Authenticate, counted in
+ * kura_metrics_auth_failures_total, and costs what a success's check
+ * costs (no delay: one thread serves every scraper, so a delay would hold
+ * up the others).  /health stays open, for load balancers that send no
+ * credentials, but says why only to an authenticated request: an
+ * unauthenticated one gets the status code and "ok" or "unavailable".
  */
 #include <errno.h>
 #include <event2/buffer.h>
@@ -28,15 +37,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kura/base64.h"
 #include "metrics.h"
 #include "server.h"
 
 #define METRICS_MAX_CONNS 16
 #define METRICS_MAX_HEADERS 8192
 #define METRICS_TIMEOUT 10              /* seconds */
+#define METRICS_CREDENTIALS_MAX 2048    /* a decoded Authorization header */
 
 static struct {
     kura_stats_source src;
+    const kura_auth *auth;              /* NULL: /metrics open */
+    uint64_t auth_failures;             /* this thread's */
     struct event_base *base;
     struct evhttp *http;
     struct evconnlistener *listener;
@@ -121,24 +134,72 @@ static void reply(struct evhttp_request *req, int code, const char *status, cons
     evbuffer_free(b);
 }
 
+/* Whether the request's "Authorization: Basic ..." names an entry of
+ * ms.auth (true when there is none to check). */
+static bool authorized(struct evhttp_request *req)
+{
+    if (!ms.auth)
+        return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    unsigned char cred[METRICS_CREDENTIALS_MAX + 1];
+    size_t n = 0;
+    if (h && strncasecmp(h, "Basic ", 6) == 0) {
+        h += 6;
+        while (*h == ' ')
+            h++;
+        size_t hl = strlen(h);
+        if (hl <= METRICS_CREDENTIALS_MAX * 4 / 3)
+            n = kura_base64_decode(h, hl, cred, METRICS_CREDENTIALS_MAX);
+    }
+    cred[n] = '\0';
+    const unsigned char *colon = n ? memchr(cred, ':', n) : NULL;
+    if (colon && kura_auth_check(ms.auth, (const char *)cred, (size_t)(colon - cred),
+                                 (const char *)colon + 1, n - (size_t)(colon - cred) - 1))
+        return true;
+    ms.auth_failures++;
+    return false;
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     (void)arg;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (path && strcmp(path, "/metrics") == 0) {
+    bool metrics = path && strcmp(path, "/metrics") == 0;
+    bool health = path && strcmp(path, "/health") == 0;
+    /* /health is checked only for what it says, and only when credentials came */
+    bool ok = metrics || (health && evhttp_find_header(evhttp_request_get_input_headers(req),
+                                                       "Authorization"))
+              ? authorized(req) : !ms.auth;
+    if (metrics && !ok) {
+        static const char no[] = "authentication required\n";
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                          "Basic realm=\"kura\", charset=\"UTF-8\"");
+        reply(req, 401, "Unauthorized", "text/plain; charset=utf-8", no, sizeof(no) - 1);
+    } else if (metrics) {
         kura_buf out = {0};
-        if (metrics_render(&ms.src, &out) < 0) {
+        int rc = metrics_render(&ms.src, &out);
+        if (rc == 0 && ms.auth) {
+            char line[300];
+            int n = snprintf(line, sizeof(line), "# HELP kura_metrics_auth_failures_total "
+                             "Requests to /metrics and /health refused for their credentials."
+                             "\n# TYPE kura_metrics_auth_failures_total counter\n"
+                             "kura_metrics_auth_failures_total %llu\n",
+                             (unsigned long long)ms.auth_failures);
+            rc = kura_buf_append(&out, line, (size_t)n) ? 0 : -1;
+        }
+        if (rc < 0) {
             kura_buf_free(&out);
             evhttp_send_error(req, 500, "out of memory");
             return;
         }
         reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
         kura_buf_free(&out);
-    } else if (path && strcmp(path, "/health") == 0) {
+    } else if (health) {
         char why[1024], body[1100];
         int code = metrics_health(&ms.src, why, sizeof(why));
-        int n = snprintf(body, sizeof(body), "%s\n", code == 200 ? "ok" : why);
+        int n = snprintf(body, sizeof(body), "%s\n", code == 200 ? "ok" : ok ? why
+                                                                    : "unavailable");
         reply(req, code, code == 200 ? "OK" : "Service Unavailable", "text/plain; charset=utf-8",
               body, (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1);
     } else {
@@ -230,6 +291,7 @@ int metrics_start(kura_server *srv)
                    sizeof(host), &port) < 0)
         return -1;
     ms.src = (kura_stats_source){ srv->engine, &srv->info, srv->cmds };
+    ms.auth = srv->settings->metrics_auth;
     ms.base = event_base_new();
     ms.http = ms.base ? evhttp_new(ms.base) : NULL;
     if (!ms.http || pipe2(ms.stop_fd, O_CLOEXEC | O_NONBLOCK) < 0) {

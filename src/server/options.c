@@ -43,7 +43,7 @@ typedef struct opt {
 
 /* -Y's entries: kept for the life of the process (the sessions read them
  * until the last one is gone), freed at exit. */
-static kura_auth *auth_loaded, *mauth_loaded;
+static kura_auth *auth_loaded, *mauth_loaded, *metrics_auth_loaded;
 
 static void free_auth(void)
 {
@@ -51,6 +51,8 @@ static void free_auth(void)
     auth_loaded = NULL;
     kura_auth_free(mauth_loaded);
     mauth_loaded = NULL;
+    kura_auth_free(metrics_auth_loaded);
+    metrics_auth_loaded = NULL;
 }
 
 static const opt options[] = {
@@ -126,6 +128,8 @@ static const opt options[] = {
       "(default), or saves them and stops with exit status 2" },
     { { "-metrics" }, OPT_STR, F(metrics), 0, 0, "[HOST:]PORT",
       "serve Prometheus' /metrics and /health over HTTP there (HOST defaults to -host's)" },
+    { { "-metrics-auth" }, OPT_STR, F(metrics_auth_file), 0, 0, "FILE",
+      "/metrics asks for HTTP Basic credentials, FILE's user:password lines (default: -Y's)" },
     { { "-a" }, OPT_MODE, F(unix_mode), 0, 0777, "MASK",
       "the unix socket's permissions, in octal (default 0700)" },
     { { "-Y" }, OPT_STR, F(auth_file), 0, 0, "FILE",
@@ -159,6 +163,7 @@ static const struct {
     { "-syncrepl-timeout", "-syncrepl" }, { "-syncrepl-fail", "-syncrepl" },
     { "-repl-divergence", "-mhost" },
     { "-a", "-s" },
+    { "-metrics-auth", "-metrics" },
 };
 
 /* ttserver 1.1's and ktserver 0.9's options that have no field of their
@@ -830,11 +835,26 @@ int options_parse(kura_settings *s, int argc, char **argv)
         fprintf(stderr, "kurad: %s\n", err);
         return 2;
     }
-    if ((s->auth || s->mauth) && !auth_loaded && !mauth_loaded)
+    if (s->metrics_auth_file &&
+        (kura_auth_load(s->metrics_auth_file, &s->metrics_auth, err, sizeof(err)) < 0 ||
+         kura_auth_first(s->metrics_auth, &u, &p) < 0)) {
+        if (s->metrics_auth)
+            snprintf(err, sizeof(err), "authentication file %s (-metrics-auth) holds no "
+                     "user:password line", s->metrics_auth_file);
+        kura_auth_free(s->metrics_auth);
+        s->metrics_auth = NULL;
+        fprintf(stderr, "kurad: %s\n", err);
+        return 2;
+    }
+    if ((s->auth || s->mauth || s->metrics_auth) && !auth_loaded && !mauth_loaded &&
+        !metrics_auth_loaded)
         atexit(free_auth);
     auth_loaded = s->auth;
     mauth_loaded = s->mauth;
+    metrics_auth_loaded = s->metrics_auth;
     if (!s->mauth)
         s->mauth = s->auth;     /* not owned: auth_loaded frees it */
+    if (!s->metrics_auth)
+        s->metrics_auth = s->auth;      /* likewise */
     return 0;
 }

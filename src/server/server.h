@@ -64,6 +64,8 @@ typedef struct kura_settings {
     int bgsn;                   /* -bgsn: how many are kept */
     bool bgs_stop;              /* -bgsstop: one more at a clean stop */
     const char *metrics;        /* -metrics [HOST:]PORT: Prometheus; NULL = none */
+    const char *metrics_auth_file;  /* -metrics-auth: /metrics' HTTP Basic credentials */
+    kura_auth *metrics_auth;    /* -metrics-auth's entries, else -Y's; NULL: /metrics open */
     int unix_mode;              /* -a: the unix socket's mode (default 0700) */
     const char *auth_file;      /* -Y: memcached's ASCII authentication */
     kura_auth *auth;            /* -Y's entries, read by options_parse */
