@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "kura/buf.h"
+#include "kura/watch.h"
 #include "engine_int.h"
 #include "marks.h"
 
@@ -908,16 +909,36 @@ void engine_gate_out(kura_engine *e) { gate_out(e); }
 
 /* ---- the entry points a store swap waits for (engine_swap_store) ------------ */
 
+/* "watch" (include/kura/watch.h): a get's item_get line needs the size of
+ * what it found, which the caller's fn sees; while someone watches, fn is
+ * called through this. */
+typedef struct watch_get {
+    kura_item_fn fn;
+    void *arg;
+    uint64_t size;
+} watch_get;
+
+static int watch_get_fn(void *arg, const kura_item *it)
+{
+    watch_get *w = arg;
+    w->size = it->vlen;
+    return w->fn ? w->fn(w->arg, it) : 0;
+}
+
 int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
                const engine_get_opts *o, kura_item_fn fn, void *arg, engine_item_info *info)
 {
     static const engine_get_opts none;
     engine_item_info scratch;
-    get_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, false,
-                  0, 0, 0, 0 };
+    watch_get wg = { fn, arg, 0 };
+    bool watching = kura_watching(KURA_WATCH_FETCHERS);
+    get_arg g = { e, o ? o : &none, info ? info : &scratch, watching ? watch_get_fn : fn,
+                  watching ? &wg : arg, key, klen, false, 0, 0, 0, 0 };
     gate_in(e);
     int rc = get_gated(e, ts, &g);
     gate_out(e);
+    if (watching)
+        kura_watch_item_get(key, klen, rc == KURA_OK, wg.size);
     return rc;
 }
 
@@ -926,11 +947,33 @@ int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
 {
     engine_get_opts o = { .touch = true, .exptime = exptime };
     engine_item_info scratch;
-    get_arg g = { e, &o, &scratch, NULL, NULL, key, klen, true, 0, 0, 0, 0 };
+    watch_get wg = { NULL, NULL, 0 };
+    bool watching = kura_watching(KURA_WATCH_FETCHERS);
+    get_arg g = { e, &o, &scratch, watching ? watch_get_fn : NULL, watching ? &wg : NULL,
+                  key, klen, true, 0, 0, 0, 0 };
     gate_in(e);
     int rc = get_gated(e, ts, &g);
     gate_out(e);
+    if (watching)
+        kura_watch_item_get(key, klen, rc == KURA_OK, wg.size);
     return rc;
+}
+
+/* A store's item_store line, as memcached 1.6.18 words it. */
+static void watch_store(kura_engine *e, int cmd, const kura_item *in, const engine_store_opts *o,
+                        int rc)
+{
+    static const char *const cmds[] = { "set", "add", "replace", "append", "prepend", "cas" };
+    const char *status = rc == KURA_STORED ? "stored" : rc == KURA_NOT_STORED ? "not_stored"
+                         : rc == KURA_STORE_EXISTS ? "exists"
+                         : rc == KURA_STORE_NOT_FOUND ? "not_found"
+                         : rc == KURA_ENOMEM ? "no_memory" : "error";
+    bool cas = o && o->cas_in && cmd != KURA_CMD_APPEND && cmd != KURA_CMD_PREPEND &&
+               cmd != KURA_CMD_ADD;
+    int k = cas ? KURA_CMD_CAS : cmd >= 0 && cmd <= KURA_CMD_CAS ? cmd : KURA_CMD_SET;
+    long long ttl = in->exptime && cmd != KURA_CMD_APPEND && cmd != KURA_CMD_PREPEND
+                    ? (long long)(engine_abs_exptime(e, in->exptime) - engine_now(e)) : 0;
+    kura_watch_item_store(in->key, in->klen, status, cmds[k], ttl < 0 ? 0 : ttl, in->vlen);
 }
 
 int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
@@ -939,6 +982,8 @@ int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item
     gate_in(e);
     int rc = store_gated(e, ts, cmd, in, o, cas_out);
     gate_out(e);
+    if (kura_watching(KURA_WATCH_MUTATIONS))
+        watch_store(e, cmd, in, o, rc);
     return rc;
 }
 
@@ -948,6 +993,8 @@ int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t
     gate_in(e);
     int rc = delete_gated(e, ts, key, klen, o);
     gate_out(e);
+    if (kura_watching(KURA_WATCH_FETCHERS) && !(o && o->unlink))
+        kura_watch_item_get(key, klen, rc != KURA_NOTFOUND && rc >= 0, 0);
     return rc;
 }
 
@@ -958,6 +1005,9 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
     gate_in(e);
     int rc = arith_gated(e, ts, key, klen, incr, delta, o, out, info);
     gate_out(e);
+    if (kura_watching(KURA_WATCH_FETCHERS))
+        kura_watch_item_get(key, klen, rc != KURA_NOTFOUND && rc >= 0,
+                            rc == KURA_OK ? strlen(out) : 0);
     return rc;
 }
 

@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "kura/watch.h"
 #include "server.h"
 
 #define READ_CHUNK (16 * 1024)
@@ -98,9 +99,17 @@ static int conn_release(kura_conn *c, bool keep_count)
     return fd;
 }
 
+/* why: conn_close's reason in "watch connevents" (memcached's words) */
+static void conn_close_why(kura_conn *c, const char *why)
+{
+    if (kura_watching(KURA_WATCH_CONNEVENTS))
+        kura_watch_conn(c->fd, why);
+    close(conn_release(c, false));
+}
+
 static void conn_close(kura_conn *c)
 {
-    close(conn_release(c, false));
+    conn_close_why(c, "normal");
 }
 
 /* A command gave the connection to a module ("repl": a replication
@@ -164,7 +173,7 @@ static bool flush_out(kura_conn *c)
             set_mode(c, true);
             return false;
         }
-        conn_close(c);                  /* the peer is gone */
+        conn_close_why(c, "error");     /* the peer is gone */
         return false;
     }
     c->wbuf.len = c->wpos = 0;
@@ -288,7 +297,7 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     if (what & EV_TIMEOUT) {
         log_msg(KURA_LOG_VERBOSE, "closing connection %d: idle", c->fd);
-        conn_close(c);
+        conn_close_why(c, "idle_timeout");
         return;
     }
     if (c->write_mode) {
@@ -350,6 +359,8 @@ struct kura_conn *conn_new(kura_worker *w, int fd)
     w->conns = c;
     atomic_fetch_add(&w->srv->info.conn_structures, 1);
     log_msg(KURA_LOG_VERBOSE, "new connection %d on worker %d", fd, w->index);
+    if (kura_watching(KURA_WATCH_CONNEVENTS))
+        kura_watch_conn(fd, NULL);
     return c;
 }
 
@@ -367,6 +378,6 @@ void conn_close_all(kura_worker *w)
                              MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)n;
         }
-        conn_close(c);
+        conn_close_why(c, "shutdown");
     }
 }

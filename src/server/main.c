@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kura/watch.h"
 #include "server.h"
 
 #define SWEEP_BUDGET 2000               /* items examined per second by the sweep */
@@ -294,7 +295,8 @@ static int register_commands(kura_server *srv)
     srv->cmds = kura_cmdtab_new();
     if (!srv->cmds || kura_cmdtab_add(srv->cmds, &shutdown) != KURA_OK ||
         digest_register(srv->cmds) != KURA_OK || listing_register(srv->cmds) != KURA_OK ||
-        repl_register(srv) < 0 || connlist_register(srv->cmds) < 0) {
+        repl_register(srv) < 0 || connlist_register(srv->cmds) < 0 ||
+        watch_register(srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot register the server's commands");
         return -1;
     }
@@ -456,6 +458,7 @@ int main(int argc, char **argv)
     daemon_stop_watchdog(STOP_TIMEOUT);
     listener_close(&srv);
     metrics_stop();
+    kura_watch_stop();
     /* The committer's last sync releases the replies it covers, so it stops
      * before the workers; its lock outlives them (they may still ask for a
      * sequence until they stop). */
@@ -497,6 +500,7 @@ fail:
      * done, in reverse, so no pid file or socket file is left behind. */
     committer_stop(srv.committer);
     metrics_stop();
+    kura_watch_stop();
     if (workers)
         workers_stop(&srv);
     committer_free(srv.committer);

@@ -55,6 +55,23 @@ static void free_auth(void)
     metrics_auth_loaded = NULL;
 }
 
+/* A credentials file of -mauth or -metrics-auth (option): read, with at
+ * least one line.  0, or -1 with one line printed. */
+static int load_credentials(const char *path, const char *option, kura_auth **out)
+{
+    char err[512];
+    const char *u, *p;
+    if (kura_auth_load(path, out, err, sizeof(err)) == 0 && kura_auth_first(*out, &u, &p) == 0)
+        return 0;
+    if (*out)
+        snprintf(err, sizeof(err), "authentication file %s (%s) holds no user:password line",
+                 path, option);
+    kura_auth_free(*out);
+    *out = NULL;
+    fprintf(stderr, "kurad: %s\n", err);
+    return -1;
+}
+
 static const opt options[] = {
     { { "-host", "-l" }, OPT_STR, F(host), 0, 0, "ADDR",
       "listen on this address (default 127.0.0.1; 0.0.0.0 for all)" },
@@ -824,28 +841,10 @@ int options_parse(kura_settings *s, int argc, char **argv)
         fprintf(stderr, "kurad: %s\n", err);
         return 2;
     }
-    const char *u, *p;
-    if (s->mauth_file && (kura_auth_load(s->mauth_file, &s->mauth, err, sizeof(err)) < 0 ||
-                          kura_auth_first(s->mauth, &u, &p) < 0)) {
-        if (s->mauth)
-            snprintf(err, sizeof(err), "authentication file %s (-mauth) holds no "
-                     "user:password line", s->mauth_file);
-        kura_auth_free(s->mauth);
-        s->mauth = NULL;
-        fprintf(stderr, "kurad: %s\n", err);
+    if ((s->mauth_file && load_credentials(s->mauth_file, "-mauth", &s->mauth) < 0) ||
+        (s->metrics_auth_file &&
+         load_credentials(s->metrics_auth_file, "-metrics-auth", &s->metrics_auth) < 0))
         return 2;
-    }
-    if (s->metrics_auth_file &&
-        (kura_auth_load(s->metrics_auth_file, &s->metrics_auth, err, sizeof(err)) < 0 ||
-         kura_auth_first(s->metrics_auth, &u, &p) < 0)) {
-        if (s->metrics_auth)
-            snprintf(err, sizeof(err), "authentication file %s (-metrics-auth) holds no "
-                     "user:password line", s->metrics_auth_file);
-        kura_auth_free(s->metrics_auth);
-        s->metrics_auth = NULL;
-        fprintf(stderr, "kurad: %s\n", err);
-        return 2;
-    }
     if ((s->auth || s->mauth || s->metrics_auth) && !auth_loaded && !mauth_loaded &&
         !metrics_auth_loaded)
         atexit(free_auth);

@@ -172,6 +172,9 @@ void store_log(int level, const char *line);
  * workers start), the master and the replica thread (after the engine
  * opens; stopped before it closes).  0 or -1 (logged). */
 int repl_register(struct kura_server *srv);
+/* watchcmd.c: "watch", memcached 1.6's log stream (registered with the
+ * other commands; the stream's thread stops with kura_watch_stop).  0 or -1. */
+int watch_register(struct kura_server *srv);
 int start_repl(struct kura_server *srv);
 void stop_repl(struct kura_server *srv);
 /* replctl.c: held to change srv->repl_slave or to read it (stats); never

@@ -148,15 +148,9 @@ class ReplAuth(unittest.TestCase):
         with m.conn() as c:
             self.assertEqual(c.request(b"get auth\r\n"), b"END\r\n")
 
-    def test_kuractl(self):
-        m = self.master()
-        r = self.replica(m, args=["-mauth", self.good, "-Y", self.yfile])
-        ma, ra = "127.0.0.1:%d" % m.port, "127.0.0.1:%d" % r.port
-        with self.login(m) as c:
-            self.assertEqual(c.request(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n")
-        with self.login(r) as c:
-            poll_until(lambda: c.request(b"get k\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n",
-                       timeout=20, what="the replica has k")
+    def kuractl_walks(self, ma, ra):
+        """kuractl -a: stats, repl status (the tree, the same credentials for
+        each server) and digest of master ma and replica ra."""
         rc, out, err = kuractl("-a", self.good, "-s", ma, "stats")
         self.assertEqual(rc, 0, err)
         self.assertIn("curr_items", out)
@@ -166,6 +160,17 @@ class ReplAuth(unittest.TestCase):
         self.assertIn(ra, out)          # walked to the replica with the same credentials
         rc, out, err = kuractl("-a", self.good, "digest", ma, ra)
         self.assertEqual(rc, 0, out + err)
+
+    def test_kuractl(self):
+        m = self.master()
+        r = self.replica(m, args=["-mauth", self.good, "-Y", self.yfile])
+        ma, ra = "127.0.0.1:%d" % m.port, "127.0.0.1:%d" % r.port
+        with self.login(m) as c:
+            self.assertEqual(c.request(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n")
+        with self.login(r) as c:
+            poll_until(lambda: c.request(b"get k\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n",
+                       timeout=20, what="the replica has k")
+        self.kuractl_walks(ma, ra)
         rc, out, err = kuractl("-a", self.good, "-s", ma, "get", "k")
         self.assertEqual((rc, out), (0, "v"), err)
         # refused: the server's line, exit 4 (the server answered an error)
@@ -300,15 +305,7 @@ class ReplSasl(ReplAuth):
         self.put(m, b"k", b"v")
         poll_until(lambda: kuractl("-a", self.good, "-s", ra, "get", "k")[1] == "v",
                    timeout=20, what="the replica has k")
-        rc, out, err = kuractl("-a", self.good, "-s", ma, "stats")
-        self.assertEqual(rc, 0, err)
-        self.assertIn("curr_items", out)
-        poll_until(lambda: kuractl("-a", self.good, "-s", ma, "repl", "status")[0] == 0,
-                   timeout=20, what="repl status in sync")
-        rc, out, err = kuractl("-a", self.good, "-s", ma, "repl", "status")
-        self.assertIn(ra, out)
-        rc, out, err = kuractl("-a", self.good, "digest", ma, ra)
-        self.assertEqual(rc, 0, out + err)
+        self.kuractl_walks(ma, ra)
         rc, out, err = kuractl("-a", self.bad, "-s", ma, "stats")
         self.assertEqual(rc, 4, err)
         self.assertIn("authentication as user 'alice' refused: Auth failure.", err)

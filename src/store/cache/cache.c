@@ -78,6 +78,7 @@
 #include "kura/backends.h"
 #include "kura/siphash.h"
 #include "kura/store.h"
+#include "kura/watch.h"
 
 #define CACHE_STRIPE_BITS 8
 #define CACHE_STRIPES (1u << CACHE_STRIPE_BITS)
@@ -360,6 +361,15 @@ static cache_item *do_cache_evict_one(cache_stripe *st, const kura_clock *clk)
     return it;
 }
 
+/* "watch evictions" (include/kura/watch.h): an evicted item (unlinked, no
+ * lock held), as memcached's eviction line shows it. */
+static void cache_watch_eviction(const cache_item *it, const kura_clock *clk)
+{
+    long long ttl = it->ci_exptime ? (long long)it->ci_exptime - clk->now : -1;
+    kura_watch_eviction(it->ci_data, it->ci_klen, it->ci_bits & CACHE_FETCHED, ttl,
+                        (long long)clk->now - (long long)it->ci_atime, it->ci_vlen);
+}
+
 /* ---- memory and growth, no lock held ----------------------------------- */
 
 /* Evicts until the bytes in use (reservations included) fit the limit.
@@ -371,19 +381,26 @@ static int cache_make_room(cache *c, cache_stripe *home, const kura_clock *clk)
 {
     while (atomic_load_explicit(&c->cc_mem_used, memory_order_relaxed) > c->cc_limit) {
         cache_item *victim;
+        uint64_t evictions;
         pthread_mutex_lock(&home->cs_lock);
+        evictions = home->cs_evictions;
         victim = do_cache_evict_one(home, clk);
+        bool evicted = home->cs_evictions != evictions;
         pthread_mutex_unlock(&home->cs_lock);
         for (unsigned i = 0; !victim && i < CACHE_STRIPES; i++) {
             unsigned s = atomic_fetch_add_explicit(&c->cc_evict_cursor, 1,
                                                    memory_order_relaxed) % CACHE_STRIPES;
             cache_stripe *st = &c->cc_stripes[s];
             pthread_mutex_lock(&st->cs_lock);
+            evictions = st->cs_evictions;
             victim = do_cache_evict_one(st, clk);
+            evicted = st->cs_evictions != evictions;
             pthread_mutex_unlock(&st->cs_lock);
         }
         if (!victim)
             return KURA_ENOMEM;
+        if (evicted && kura_watching(KURA_WATCH_EVICTIONS))
+            cache_watch_eviction(victim, clk);
         cache_free_list(c, victim);
     }
     return KURA_OK;
