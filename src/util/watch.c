@@ -133,6 +133,8 @@ static void do_ring_put(watcher *w, const char *p, size_t n)
 static void emit(unsigned flag, const char *line, size_t n)
 {
     bool wake = false;
+    if (n >= WATCH_LINE_MAX)
+        return;                         /* not reached: keys are at most 250 bytes */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < WATCH_MAX; i++) {
         watcher *w = &ws[i];
@@ -258,27 +260,21 @@ static void do_recompute_flags(void)
     atomic_store_explicit(&kura_watch_flags, f, memory_order_relaxed);
 }
 
-/* Ends slot i's stream (the thread's, or at stop). */
+/* Ends slot i's stream (the thread's, or at stop).  The slot is emptied
+ * under mu, so a "watch" may take it again at once. */
 static void drop(int i)
 {
     watcher *w = &ws[i];
     pthread_mutex_lock(&mu);
-    int fd = w->fd;
-    void (*gone)(void *) = w->gone;
-    void *ctx = w->ctx;
-    w->used = false;
-    free(w->ring);
-    w->ring = NULL;
-    w->len = w->head = 0;
-    w->skipped = 0;
+    watcher was = *w;
+    *w = (watcher){ .used = false };
     do_recompute_flags();
     pthread_mutex_unlock(&mu);
-    free(w->out);
-    w->out = NULL;
-    w->out_len = w->out_off = 0;
-    close(fd);
-    if (gone)
-        gone(ctx);
+    free(was.ring);
+    free(was.out);
+    close(was.fd);
+    if (was.gone)
+        was.gone(was.ctx);
 }
 
 /* Sends what slot i has; false when the watcher is gone. */
