@@ -463,7 +463,8 @@ static void bin_sasl_auth(kura_session *s, const bin_req *r, kura_buf *out)
  * memcached -S closes such a connection; only an authenticated one is
  * answered differently, so what a client gets before authenticating is
  * memcached's. */
-static size_t sasl_to_text(kura_session *s, char *in, size_t len, kura_buf *out)
+static size_t __attribute__((noinline, cold)) sasl_to_text(kura_session *s, char *in, size_t len,
+                                                           kura_buf *out)
 {
     binary_release(s->state);
     free(s->state);
