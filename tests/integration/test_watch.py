@@ -21,6 +21,8 @@
               the client doing the work is answered throughout (the
               negative: the reading watcher shows the skip comes from the
               slowness).
+  Input       what a watcher sends afterwards (commands, a megabyte of
+              garbage) is dropped: its stream goes on, nothing is run.
   Auth        with -Y, "watch" is behind the gate like every command.
 """
 import os, re, socket, sys, time, unittest
@@ -235,6 +237,23 @@ class Watch(unittest.TestCase):
               (len(kept), n, kept_bytes, k), flush=True)
         # what it kept is bounded: the ring, one chunk and the sockets' buffers
         self.assertLess(kept_bytes, 2 << 20)
+
+    @kura_only
+    def test_watcher_input_dropped(self):
+        """What a watcher sends after "watch" is read and dropped (memcached
+        ignores it): a megabyte of garbage neither stops its stream nor
+        reaches the command table."""
+        s = Server(kind="kurad", db="*")
+        self.addCleanup(s.stop)
+        w = Watcher(s.port, b"watch mutations\r\n")
+        self.assertEqual(w.first(4), b"OK\r\n")
+        w.s.sendall(b"flush_all\r\nset x 0 0 1\r\n1\r\n" + bytes(range(256)) * 4096)
+        with s.conn() as c:
+            self.assertEqual(c.request(b"set k 0 0 1\r\n1\r\n"), b"STORED\r\n")
+            lines = w.lines_until(lambda l: b"key=k " in l)
+            self.assertFalse([l for l in lines if b"key=x " in l], lines)
+            self.assertEqual(c.request(b"get k\r\n"), b"VALUE k 0 1\r\n1\r\nEND\r\n")
+        w.close()
 
     @kura_only
     def test_behind_auth(self):
