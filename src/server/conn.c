@@ -286,7 +286,7 @@ static void drive(kura_conn *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        conn_close(c);                  /* EOF or error */
+        conn_close_why(c, n == 0 ? "normal" : "error");   /* EOF, or an error */
         return;
     }
 }
