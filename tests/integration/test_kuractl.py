@@ -238,6 +238,11 @@ class Server_(Base):
         self.assertEqual(t.request(b"get a b c d\r\n"),
                          b"VALUE a 0 1\r\n3\r\nVALUE c 0 1\r\n3\r\nVALUE d 0 1\r\n4\r\n"
                          b"END\r\n")
+        # into a database a running server holds: refused (exit 3), untouched
+        _, err = self.ok("restore", "--until", "2100-01-01", "--bgs", snaps, "--ulog", ul, db2,
+                         code=3)
+        self.assertIn("in use", err)
+        self.assertEqual(t.request(b"get d\r\n"), b"VALUE d 0 1\r\n4\r\nEND\r\n")
         # before the snapshot ended: no snapshot qualifies
         rc, out, err = run("restore", "--until", "1", "--bgs", snaps, "--ulog", ul,
                            os.path.join(self.dir, "x.kh"))
@@ -328,10 +333,13 @@ class Errors(Base):
 
     def test_database_in_use(self):
         db = os.path.join(self.dir, "busy.kh")
+        snap = os.path.join(self.dir, "one.ksnap")
+        self.ok("load", os.path.join(self.dir, "src.kh"), "-", stdin=b"set z 0 0 1\r\nz\r\n")
+        self.ok("dump", os.path.join(self.dir, "src.kh"), "-o", snap)
         s = self.server(db=db)
         s.request(b"set a 0 0 1\r\n1\r\n")
         for args in (["check", db], ["check", db, "--repair"], ["dump", db],
-                     ["load", db, __file__], ["stats", db]):
+                     ["load", db, __file__], ["stats", db], ["snapshot", "restore", snap, db]):
             rc, out, err = run(*args)
             self.assertEqual(rc, 3, "%r: %d %s" % (args, rc, err))
             self.assertIn("in use", err)
