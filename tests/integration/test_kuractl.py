@@ -601,11 +601,16 @@ class Ulog(Base):
         s.request(b"delete first\r\n")
         s.request(b"".join(b"set k%d 0 0 1000\r\n%s\r\n" % (i, b"v" * 1000) for i in range(200)),
                   replies=200)
-        before = sorted(os.listdir(ul))
+        # the log's files, as kuractl could change them (the server itself
+        # rewrites its history file at each rotation, when it has synced:
+        # seen landing between two listings under AddressSanitizer)
+        def files():
+            return sorted(f for f in os.listdir(ul) if not f.startswith("history"))
+        before = files()
         # beside the running server: read-only, nothing changes
         out, _ = self.ok("ulog", "list", ul)
         self.assertIn("202 rows", out)
-        self.assertEqual(sorted(os.listdir(ul)), before)
+        self.assertEqual(files(), before)
         out, _ = self.ok("ulog", "show", ul, "--limit", "2")
         lines = out.splitlines()
         self.assertEqual(len(lines), 2, out)
@@ -623,13 +628,13 @@ class Ulog(Base):
         date = third.split()[1]
         out, _ = self.ok("ulog", "show", ul, "--from", date[:10])
         self.assertEqual(len(out.splitlines()), 202)
-        self.assertEqual(sorted(os.listdir(ul)), before)
+        self.assertEqual(files(), before)
         # prune changes the directory: refused beside the running server
         # (exit 3), which holds the log's lock, and nothing is removed
         for how in (["--max", "4096"], ["--keep-after", ts]):
             _, err = self.ok("ulog", "prune", ul, *how, code=3)
             self.assertIn("in use", err)
-            self.assertEqual(sorted(os.listdir(ul)), before)
+            self.assertEqual(files(), before)
         s.stop()
         seg_line = re.compile(r"^[0-9a-f]{8} ")
         segs = [l for l in self.ok("ulog", "list", ul)[0].splitlines() if seg_line.match(l)]
