@@ -283,6 +283,14 @@ typedef struct sl_scan {
     size_t cap;
     uint64_t base;
     size_t len;
+    /* sl_scan_crc's prefix checksums: pcrc[i] is the CRC of the window's
+     * bytes from where the table began up to cbase + i * SL_CRC_STEP;
+     * cbase is the window's base while pn > 0 (pn 0: no table yet) */
+    uint32_t *pcrc;
+    size_t pn, pcap;
+    uint64_t cbase;
+    uint32_t x2n[64];           /* x^(8 * 2^k) mod the polynomial; x2n[0] 0 until made */
+    uint64_t crc_bytes;         /* bytes sl_scan_crc checksummed (tests count the work) */
 } sl_scan;
 void sl_scan_init(sl_scan *sc, sl_log *log, const sl_seg *sg, size_t first);
 void sl_scan_done(sl_scan *sc);
@@ -294,5 +302,16 @@ void sl_scan_shed(sl_scan *sc);
 int sl_scan_rec(sl_scan *sc, uint64_t off, void *arg, const unsigned char **p, size_t *len);
 /* The next offset after off where a valid record starts, or fsize. */
 uint64_t sl_scan_resync(sl_scan *sc, uint64_t off, void *arg);
+/* The CRC-32C of n bytes at p: what crc32c_update(0, p, n) gives, for a
+ * check to call on the bytes a scan showed it.  A resync tries every
+ * offset of damaged bytes, and garbage can claim a long record at each:
+ * checksumming each claim afresh was quadratic in the garbage's length.
+ * During a check, a long range in the scan's window is instead taken from
+ * prefix checksums kept with the window (each byte checksummed once) and
+ * the CRC's linearity, so a claim costs at most about SL_CRC_DIRECT bytes
+ * of checksum however long it is.  Elsewhere it is crc32c_update. */
+#define SL_CRC_STEP     256u
+#define SL_CRC_DIRECT   (16u << 10)
+uint32_t sl_scan_crc(const unsigned char *p, size_t n);
 
 #endif

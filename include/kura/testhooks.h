@@ -58,6 +58,9 @@ typedef struct kura_testhooks {
     /* A sealed segment's pages stay mapped in the process, as before they
      * were released at the seal: test_seglog's negative check. */
     bool sl_keep_sealed_resident;
+    /* sl_scan_crc checksums every range afresh, as checks did before the
+     * prefix checksums: test_seglog's negative check (quadratic). */
+    bool sl_scan_crc_direct;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -73,6 +73,9 @@ int cmd_restore(int argc, char **argv)
         progress_end(&pp.p);
     if (rc == KURA_ESYS)
         return ctl_err(CTL_UNREACHABLE, "%s", err);
+    if (rc && strstr(err, "in use"))    /* exit 3, as every command a lock refuses */
+        return ctl_err(CTL_UNREACHABLE, "restore: %s (a running kurad holds it: stop it first)",
+                       err);
     if (rc)
         return ctl_err(CTL_FAIL, "restore: %s (%s)", err, kura_strerror(rc));
     ctl_ts_date(until, d1, sizeof(d1));

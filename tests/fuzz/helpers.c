@@ -132,7 +132,7 @@ kura_engine *fuzz_engine_open(size_t item_size_max)
     /* a table of 64 sets of marks (6 KB) instead of 16,384 (1.5 MiB),
      * allocated and freed per input: the same code, evicting sooner */
     kura_engine_config ecfg = { .item_size_max = item_size_max, .marks_sets = 64 };
-    if (kura_store_open("*#bnum=256", &cfg, &st, err, sizeof(err)) != KURA_OK ||
+    if (kura_store_open("*#bnum=64", &cfg, &st, err, sizeof(err)) != KURA_OK ||
         engine_open(&e, st, &ecfg) != KURA_OK)
         abort();
     return e;

@@ -295,6 +295,7 @@ def test_settings_refused(tmp):
         (["-ulim", "1m"], r"option '-ulim' needs '-ulog'", ["-ulim", "1m", "-ulog", ulog]),
         (["-mport", "1"], r"option '-mport' needs '-mhost'", None),
         (["-rw"], r"option '-rw' needs '-mhost'", None),
+        (["-rts", os.path.join(tmp, "rts")], r"option '-rts' needs '-mhost'", None),
         (["-syncrepl-timeout", "5"], r"option '-syncrepl-timeout' needs '-syncrepl'", None),
     ]
     for args, reason, fixed in cases:
@@ -396,6 +397,60 @@ def test_signals(tmp):
     c.close()
     p.send_signal(signal.SIGTERM)
     assert p.wait(30 * SCALE) == 0
+
+
+def malloc_heaps(pid):
+    """glibc's malloc arenas other than the main one in process pid: each
+    is a heap of 64 MiB of address space aligned on 64 MiB (the part in use
+    read-write, the rest reserved with no access), which /proc/PID/maps
+    shows as anonymous mappings."""
+    heap = 64 << 20
+    maps = []
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            maps.append((lo, hi, parts[1], len(parts) > 5))
+    n = 0
+    for i, (lo, hi, perm, named) in enumerate(maps):
+        if named or perm != "rw-p" or lo % heap:
+            continue
+        end = hi
+        if i + 1 < len(maps) and maps[i + 1][0] == hi and \
+                maps[i + 1][2] == "---p" and not maps[i + 1][3]:
+            end = maps[i + 1][1]
+        n += end - lo == heap
+    return n
+
+
+def test_one_malloc_arena_for_the_cache(tmp):
+    """Serving the cache, kurad keeps to one malloc arena (so memory stays
+    at -m plus a fixed overhead), which mallopt can only give before any
+    thread exists: with four workers and a replica's thread (-rw, so
+    that it takes writes) all allocating, no arena but the main one
+    exists.  Negative check: the
+    hash file, which does not ask for one arena, under the same traffic
+    has arenas of its threads' own, so the count does see them."""
+    with open(KURAD, "rb") as f:
+        exe = f.read()
+    if b"__asan_init" in exe or b"__tsan_init" in exe:
+        raise Skip(not_applicable("a sanitizer's allocator has no glibc arenas"))
+    counts = {}
+    for name, db in (("cache", "*"), ("hash", os.path.join(tmp, "a.kh"))):
+        p, port = start_foreground(tmp, ["-th", "4", "-mhost", "127.0.0.1", "-mport",
+                                         str(free_port()), "-rw", "-ulog",
+                                         os.path.join(tmp, name + ".ul"), db])
+        try:
+            clients = [Client(port) for _ in range(8)]
+            for i, c in enumerate(clients * 4):
+                assert c.set(b"k%d" % i, b"v" * (100 + 50 * i)) == b"STORED"
+            for c in clients:
+                c.close()
+            counts[name] = malloc_heaps(p.pid)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(30 * SCALE)
+    assert counts["cache"] == 0 and counts["hash"] >= 1, counts
 
 
 def start_foreground(tmp, extra, env=None):
@@ -627,6 +682,7 @@ def test_man_page(tmp):
 
 TESTS = [test_dmn_pidfile, test_stale_pidfile, test_failed_starts, test_root_and_user,
          test_settings_refused, test_sighup_reopens_log, test_signals,
+         test_one_malloc_arena_for_the_cache,
          test_sigterm_under_load, test_conf_file, test_sd_notify,
          test_systemd_unit, test_daemontools, test_man_page]
 

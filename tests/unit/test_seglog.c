@@ -471,6 +471,104 @@ static void test_resync_reads_linearly(void)
            (unsigned long long)b1, (unsigned long long)b4, (unsigned long long)old);
 }
 
+/* A check whose records' bodies are checksummed with sl_scan_crc, as the
+ * hash file's are; with crc_verify set it also compares each answer with
+ * crc32c_update's and counts the differences. */
+static bool crc_verify;
+static int crc_wrong;
+static long long crc_check(void *arg, const unsigned char *p, size_t avail, uint32_t version,
+                           size_t *need)
+{
+    (void)arg; (void)version;
+    if (avail < HEAD) {
+        *need = HEAD;
+        return SL_NEED_MORE;
+    }
+    uint32_t len = get32(p);
+    if (len == 0 || get32(p + 8) != 0x6b72614b)     /* "Kark": a head */
+        return SL_NOT_REC;
+    if (HEAD + (size_t)len > avail) {
+        *need = HEAD + (size_t)len;
+        return SL_NEED_MORE;
+    }
+    uint32_t crc = sl_scan_crc(p + HEAD, len);
+    if (crc_verify && crc != crc32c_update(0, p + HEAD, len))
+        crc_wrong++;
+    return crc == get32(p + 4) ? HEAD + (long long)len : SL_NOT_REC;
+}
+
+/* Resyncs over n bytes of garbage with a head every 16 KiB claiming a
+ * record up to the end of the file (failing its checksum), then one valid
+ * record of 64 KiB at the end; returns the bytes checksummed, and checks
+ * the resync found that record. */
+static uint64_t resync_crc_bytes(size_t n, uint64_t *heads)
+{
+    const size_t spacing = 16u << 10, vlen = 64u << 10;
+    unsigned char *g = malloc(n);
+    if (!g)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        g[i] = (unsigned char)(i * 2654435761u >> 13);
+    size_t v = n - HEAD - vlen;
+    *heads = 0;
+    for (size_t o = 0; o + spacing <= v; o += spacing, (*heads)++) {
+        put32(g + o, (uint32_t)(n - o - HEAD));
+        put32(g + o + 4, 0);
+        put32(g + o + 8, 0x6b72614b);
+    }
+    put32(g + v, (uint32_t)vlen);
+    put32(g + v + 4, crc32c_update(0, g + v + HEAD, vlen));
+    put32(g + v + 8, 0x6b72614b);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/garbage", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, g, n) != (ssize_t)n)
+        abort();
+    free(g);
+    sl_scan sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.io = kio_default();
+    sc.fd = fd;
+    sc.version = 7;
+    sc.fsize = n;
+    sc.check = crc_check;
+    sc.first = HEAD;
+    CHECK_EQ_INT(sl_scan_resync(&sc, 0, NULL), v);
+    uint64_t bytes = sc.crc_bytes;
+    sl_scan_done(&sc);
+    close(fd);
+    unlink(path);
+    return bytes;
+}
+
+/* Salvage's resync checksums each byte of a damaged segment about once,
+ * whatever lengths its garbage claims: under 2 n plus 2 * SL_CRC_STEP a
+ * claim, for n and 4 n, and the valid record after the garbage is found
+ * (each answer compared with crc32c_update's on the smaller run).
+ * Negative check: checksumming each claim afresh, as checks did before,
+ * is quadratic and breaks the same ceiling. */
+static void test_resync_checksums_linearly(void)
+{
+    const size_t n = 4u << 20;
+    uint64_t h1, h4, hold;
+    fresh_dir();
+    crc_verify = true;
+    uint64_t b1 = resync_crc_bytes(n, &h1);
+    crc_verify = false;
+    CHECK_EQ_INT(crc_wrong, 0);
+    uint64_t b4 = resync_crc_bytes(4 * n, &h4);
+    CHECK(h1 > 200 && b1 <= 2 * n + h1 * 2 * SL_CRC_STEP);
+    CHECK(b4 <= 2 * 4 * n + h4 * 2 * SL_CRC_STEP);
+    kura_test.sl_scan_crc_direct = true;
+    uint64_t old = resync_crc_bytes(n, &hold);
+    kura_test.sl_scan_crc_direct = false;
+    CHECK(old > 2 * n + hold * 2 * SL_CRC_STEP);
+    printf("# resync over %zu and %zu bytes with %llu and %llu long claims checksummed "
+           "%llu and %llu bytes (each claim afresh: %llu)\n", n, 4 * n,
+           (unsigned long long)h1, (unsigned long long)h4, (unsigned long long)b1,
+           (unsigned long long)b4, (unsigned long long)old);
+}
+
 /* kB of the process's resident set in the mapping that starts at addr
  * (/proc/self/smaps), or -1. */
 static long mapping_rss_kb(const void *addr)
@@ -535,6 +633,7 @@ int main(void)
     RUN(test_torn_creation);
     RUN(test_failed_sync_is_sticky);
     RUN(test_resync_reads_linearly);
+    RUN(test_resync_checksums_linearly);
     RUN(test_sealed_segment_released);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);

@@ -188,7 +188,9 @@ long long hd_rec_check(void *arg, const unsigned char *p, size_t avail, uint32_t
         *need = (size_t)rlen;
         return SL_NEED_MORE;
     }
-    if (hd_rec_crc(p, r->hlen, crc32c_update(0, p + r->hlen, rlen - r->hlen)) != r->crc)
+    /* the body through sl_scan_crc: a resync over garbage claiming long
+     * records at every offset stays linear */
+    if (hd_rec_crc(p, r->hlen, sl_scan_crc(p + r->hlen, rlen - r->hlen)) != r->crc)
         return SL_NOT_REC;
     return (long long)rlen;
 }
