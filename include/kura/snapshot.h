@@ -5,8 +5,10 @@
  * database, and kuractl dumps, loads, verifies and restores with them: it
  * is also the portable dump format.  docs/formats.md has the layout.
  *
- * A file is a header (uncompressed, with its own CRC), a compressed stream
- * of item records, and a trailer (item count, the update-log timestamp at
+ * A file is a header (uncompressed, with its own CRC), the items
+ * compressed (version 2: blocks of up to 4 MiB, sorted by key and laid
+ * out in columns, each block with its CRCs; version 1, still read: one
+ * compressed stream of records), and a trailer (item count, the update-log timestamp at
  * which the copy ended, the raw stream's length, CRC-32C of every byte of
  * the file before it).  A writer writes beside the final name, fsyncs,
  * renames into place and fsyncs the directory, so a reader sees a whole
@@ -34,11 +36,13 @@
 #include "kura/kio.h"
 
 #define SNAP_MAGIC      "KURASNAP"
-#define SNAP_VERSION    1
+#define SNAP_VERSION    2       /* what a writer writes unless told 1 */
+#define SNAP_VERSION_MIN 1      /* the oldest a reader reads */
 #define SNAP_SUFFIX     ".ksnap"
 
 typedef struct snap_info {
-    uint32_t version;
+    uint32_t version;           /* a writer's: 1 writes the old stream format (for
+                                   older kurads and tests), else SNAP_VERSION */
     kura_codec codec;
     char backend[16];           /* "cache", "hash", "tree": where it was taken */
     uint32_t sid;               /* the server id (0: none) */
@@ -47,7 +51,7 @@ typedef struct snap_info {
     /* from the trailer (snap_open fills them; a writer's are ignored) */
     uint64_t end_ts;            /* the log's last row when the copy ended */
     uint64_t items;
-    uint64_t raw_bytes;         /* the uncompressed stream's length */
+    uint64_t raw_bytes;         /* the uncompressed stream's (v2: blocks') length */
     uint64_t file_bytes;
 } snap_info;
 

@@ -32,14 +32,21 @@ static const kura_codec all[] = { KURA_CODEC_NONE, KURA_CODEC_ZLIB, KURA_CODEC_B
 
 #define NITEMS 2000
 
-/* item i: deterministic key, value, fields */
-static void make_item(int i, kura_item *it, char *key, unsigned char *val)
+/* item i's key (all different): its length */
+static size_t make_key(int i, char *key)
 {
     size_t klen = i == 0 ? 1 : i == 1 ? KURA_KEY_MAX : (size_t)(5 + i % 40);
     for (size_t j = 0; j < klen; j++)
         key[j] = (char)('a' + (i * 7 + (int)j) % 26);
-    if (klen > 4)
-        snprintf(key, klen, "k%d", i), key[strlen(key)] = '_';
+    if (klen > 4)       /* i in 4 hex digits: unique */
+        snprintf(key, klen, "%04x", (unsigned)i), key[4] = '_';
+    return klen;
+}
+
+/* item i: deterministic key, value, fields */
+static void make_item(int i, kura_item *it, char *key, unsigned char *val)
+{
+    size_t klen = make_key(i, key);
     size_t vlen = i == 2 ? 0 : i == 3 ? 700 * 1024 : (size_t)(i * 13 % 300);
     for (size_t j = 0; j < vlen; j++)
         val[j] = (unsigned char)(i % 3 ? 'x' + j % 3 : (j * 2654435761u) >> 13);
@@ -84,7 +91,21 @@ static int write_file(const char *path, kura_codec c, int n)
     return write_file_io(path, c, n, NULL);
 }
 
-/* Reads path back and compares every item; 0 when all match. */
+/* The index of the item whose key this is (make_item's keys are all
+ * different), or -1. */
+static int item_of(const kura_item *got, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char key[KURA_KEY_MAX];
+        if (make_key(i, key) == got->klen && !memcmp(got->key, key, got->klen))
+            return i;
+    }
+    return -1;
+}
+
+/* Reads path back and compares every item (version 1 keeps the order
+ * written, version 2 sorts each block by key; each item is looked up by
+ * its key and must come once); 0 when all match. */
 static int read_back(const char *path, int n)
 {
     snap_reader *r;
@@ -100,17 +121,27 @@ static int read_back(const char *path, int n)
     }
     kura_item got;
     int i = 0;
+    char *seen = calloc((size_t)n + 1, 1);
     while ((rc = snap_next(r, &got, err, sizeof(err))) == KURA_OK) {
         kura_item want;
         char key[KURA_KEY_MAX];
-        make_item(i++, &want, key, valbuf);
+        int at = item_of(&got, n);
+        if (at < 0 || seen[at]++) {
+            snap_close(r);
+            free(seen);
+            return -104;
+        }
+        i++;
+        make_item(at, &want, key, valbuf);
         if (got.klen != want.klen || memcmp(got.key, want.key, want.klen) ||
             got.vlen != want.vlen || (want.vlen && memcmp(got.val, want.val, want.vlen)) ||
             got.flags != want.flags || got.exptime != want.exptime || got.cas != want.cas) {
             snap_close(r);
+            free(seen);
             return -102;
         }
     }
+    free(seen);
     snap_close(r);
     if (rc != SNAP_DONE)
         return rc;
