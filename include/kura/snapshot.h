@@ -39,6 +39,7 @@
 #define SNAP_VERSION    2       /* what a writer writes unless told 1 */
 #define SNAP_VERSION_MIN 1      /* the oldest a reader reads */
 #define SNAP_SUFFIX     ".ksnap"
+#define SNAP_BLOCK_MAX  (16u << 20)     /* v2: a block of several items stays under this raw */
 
 typedef struct snap_info {
     uint32_t version;           /* a writer's: 1 writes the old stream format (for
@@ -95,6 +96,10 @@ int snap_peek(const char *path, snap_info *info, char *err, size_t errlen);
 int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen);
 /* Raw bytes of the stream consumed so far (for progress against raw_bytes). */
 uint64_t snap_reader_progress(const snap_reader *r);
+/* Bytes of buffers the reader holds now: about three times a block's
+ * (SB_TARGET, 16 MiB, or one larger item's) for version 2, whatever the
+ * file's size. */
+size_t snap_reader_footprint(const snap_reader *r);
 void snap_close(snap_reader *r);
 
 /* Opens, reads every item, checks the count: 0 or as snap_open/snap_next. */

@@ -45,6 +45,10 @@ struct sb_builder {
     size_t est;                 /* the most the block's raw bytes can be */
     unsigned char *fields;      /* the sealed block's columns */
     size_t fcap;
+    unsigned char *sorted;      /* its values in key order, less shared prefixes */
+    size_t scap;
+    uint32_t *vpl;              /* what each value shares with the one before */
+    size_t vplcap;
     unsigned char *out;         /* the sealed block */
     size_t ocap;
 };
@@ -82,6 +86,8 @@ void sb_builder_free(sb_builder *b)
     free(b->vals);
     free(b->ents);
     free(b->fields);
+    free(b->sorted);
+    free(b->vpl);
     free(b->out);
     free(b);
 }
@@ -179,19 +185,19 @@ int sb_seal(sb_builder *b, const unsigned char **out, size_t *len, uint64_t *raw
     int rc = grow(&b->fields, &b->fcap, (size_t)n * SB_ITEM_FIXED + b->mlen);
     unsigned char *vcol = b->vals;     /* one item: its value as it is */
     unsigned char *sorted = NULL;
-    uint32_t *vpl = NULL;               /* what each value shares with the one before */
+    uint32_t *vpl = NULL;
     if (!rc && n > 1) {
         /* the values in key order, each less what it shares with the one
-         * before it: a column of their own */
-        sorted = malloc(b->vlen ? b->vlen : 1);
-        vpl = malloc(n * sizeof(*vpl));
-        if (!sorted || !vpl)
-            rc = KURA_ENOMEM;
-        vcol = sorted;
+         * before it: a column of their own (kept from block to block: a
+         * fresh one would cost its pages zeroed each time) */
+        if (!(rc = grow(&b->sorted, &b->scap, b->vlen ? b->vlen : 1)) &&
+            !(rc = grow((unsigned char **)&b->vpl, &b->vplcap, n * sizeof(uint32_t)))) {
+            sorted = b->sorted;
+            vpl = b->vpl;
+            vcol = sorted;
+        }
     }
     if (rc) {
-        free(sorted);
-        free(vpl);
         snprintf(msg, msglen, "out of memory");
         return rc;
     }
@@ -266,8 +272,6 @@ int sb_seal(sb_builder *b, const unsigned char **out, size_t *len, uint64_t *raw
     } else if (rc == KURA_ENOMEM) {
         snprintf(msg, msglen, "out of memory");
     }
-    free(sorted);
-    free(vpl);
     b->n = 0;
     b->mlen = b->vlen = b->est = 0;
     /* a block of one large value gives its memory back */
@@ -328,6 +332,8 @@ void sb_reader_free(sb_reader *r)
 }
 
 uint32_t sb_items(const sb_reader *r) { return r->n; }
+
+size_t sb_footprint(const sb_reader *r) { return r->ccap + r->fcap + r->vcap + r->vbcap; }
 
 static int bad(char *err, size_t errlen, uint64_t off, const char *why)
 {

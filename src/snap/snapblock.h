@@ -21,10 +21,11 @@
 
 #include "kura/codec.h"
 #include "kura/item.h"
+#include "kura/snapshot.h"
 
 #define SB_HEAD         32
 #define SB_MAGIC        "KSBK"
-#define SB_TARGET       (16u << 20)      /* a block of several items stays under this raw */
+#define SB_TARGET       SNAP_BLOCK_MAX  /* a block of several items stays under this raw */
 #define SB_ITEM_FIXED   36              /* the most an item's fields take, its key aside */
 #define SB_VAL_MAX      (1u << 30)
 
@@ -65,5 +66,7 @@ int sb_load(sb_reader *r, int fd, uint64_t off, uint64_t end, uint64_t *next, ui
 int sb_next(sb_reader *r, kura_item *it);
 /* Items in the loaded block. */
 uint32_t sb_items(const sb_reader *r);
+/* Bytes of the buffers it holds. */
+size_t sb_footprint(const sb_reader *r);
 
 #endif

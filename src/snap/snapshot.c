@@ -604,6 +604,11 @@ int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
 
 uint64_t snap_reader_progress(const snap_reader *r) { return r->consumed; }
 
+size_t snap_reader_footprint(const snap_reader *r)
+{
+    return IO_CHUNK + r->r_cap + (r->blk ? sb_footprint(r->blk) : 0);
+}
+
 void snap_close(snap_reader *r)
 {
     if (!r)
