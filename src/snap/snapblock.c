@@ -53,9 +53,11 @@ struct sb_builder {
     size_t ocap;
 };
 
+/* Makes *p hold at least need bytes (and be a buffer even for 0: the
+ * codec is never given a null pointer). */
 static int grow(unsigned char **p, size_t *cap, size_t need)
 {
-    if (need <= *cap)
+    if (*p && need <= *cap)
         return KURA_OK;
     size_t c = *cap ? *cap : 64 * 1024;
     while (c < need)
@@ -206,6 +208,10 @@ int sb_seal(sb_builder *b, const unsigned char **out, size_t *len, uint64_t *raw
     const unsigned char *prev = NULL, *pv = NULL;
     size_t plen = 0, vpos = 0, pvl = 0;
     for (uint32_t i = 0; i < n; i++) {      /* keys: shared prefix, suffix */
+        if (i + 8 < n) {    /* in key order they are scattered: fetched ahead */
+            __builtin_prefetch(b->meta + b->ents[i + 8].moff);
+            __builtin_prefetch(b->vals + b->ents[i + 8].voff);
+        }
         const unsigned char *m = b->meta + b->ents[i].moff;
         size_t kl = m[0], p = 0, lim = kl < plen ? kl : plen;
         while (p < lim && p < 255 && prev[p] == m[ENT_HEAD + p])
