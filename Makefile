@@ -173,6 +173,10 @@ $(BUILD)/kura-turnbench: $(BUILD)/bench/turns/kura-turnbench.o $(BUILD)/libkura.
 	$(CC) $(CFLAGS_ALL) -o $@ $< -Wl,--whole-archive $(BUILD)/libkura.a \
 	    -Wl,--no-whole-archive $(LIBS)
 
+# A snapshot of N kura-bench-shaped items without a server (bench/snapgen/).
+$(BUILD)/kura-snapgen: $(BUILD)/bench/snapgen/kura-snapgen.o $(BUILD)/libkura.a
+	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
+
 # kura beside memcached and the Cabinets (bench/run.py --help; under 10 min).
 bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench $(BUILD)/kura-turnbench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)

@@ -10,8 +10,17 @@ running.
              the database's size on disk after a clean stop (du).
   snapshot   kurad restarted on that database with -bgsc CODEC, "snapshot"
              asked for: its size and the time kurad reports.
+  raw        the raw key-value stream (each item's key, a tab, its value, a
+             newline, in the order `kuractl dump` walks the hash file)
+             compressed by `lzop -1`, `gzip -6` and `bzip2 -9` (Debian's
+             lzop, gzip, bzip2): what a snapshot of the same codec is
+             compared with (snapshot bytes / tool's bytes).
   restore    a new kurad on a missing database with -bgs holding only that
-             snapshot: the seconds until it listens (the load included).
+             snapshot: the seconds until it listens (the load included) and
+             its peak RSS by then (VmHWM in /proc).
+  baseline   with --baseline BUILD (another build, e.g. the last release's),
+             its kurad takes the snapshot and restores it on the same
+             database in the same run: the speed ratios are new / baseline.
   latency    16 connections of 1:1 get/set (uniform keys over the data set,
              150-byte values) for the time of an lzo and of a zlib
              snapshot, and the same load alone for as long: p50/p99/p999
@@ -33,6 +42,7 @@ from repl import Kurad, stats   # noqa: E402
 
 ROOT = R.ROOT
 CODECS = ["none", "lzo", "zlib", "bz2"]
+RAW_TOOLS = {"lzo": ["lzop", "-1", "-c"], "zlib": ["gzip", "-6", "-c"], "bz2": ["bzip2", "-9", "-c"]}
 PREFIX = "snapbench:key:"
 
 
@@ -45,6 +55,47 @@ def du(path):
             except OSError:
                 pass
     return total
+
+
+def raw_stream(a, data, path):
+    """Writes the raw key-value stream of the hash file at data to path
+    (key TAB value NL per item, in the dump's order): its length."""
+    kuractl = os.path.join(a.build, "kuractl")
+    p = subprocess.Popen([kuractl, "-q", "dump", data, "--format", "memcached"],
+                         stdout=subprocess.PIPE)
+    n = 0
+    with open(path, "wb") as out:
+        f = p.stdout
+        for head in iter(f.readline, b""):
+            w = head.split()
+            if len(w) < 5 or w[0] != b"set":
+                continue
+            v = f.read(int(w[4]) + 2)[:-2]
+            out.write(w[1] + b"\t" + v + b"\n")
+            n += len(w[1]) + len(v) + 2
+    if p.wait() != 0:
+        raise SystemExit("snapshot.py: kuractl dump failed")
+    return n
+
+
+def squeezed(tool, path):
+    """The size of path compressed by tool (argv writing to stdout) and the seconds."""
+    t0 = time.monotonic()
+    with open(path, "rb") as f:
+        p = subprocess.run(tool, stdin=f, stdout=subprocess.PIPE, check=True)
+    return len(p.stdout), time.monotonic() - t0
+
+
+def peak_rss(pid):
+    """VmHWM of a running process, bytes (0 if unknown)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for ln in f:
+                if ln.startswith("VmHWM:"):
+                    return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def bench_cmd(a, port, extra):
@@ -88,6 +139,8 @@ def main():
     ap.add_argument("--client-cpus", default="1")
     ap.add_argument("--tmp", default=None, help="where the data goes (default: the system's)")
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--baseline", default=None,
+                    help="another build directory whose kurad is measured beside (speed ratios)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)     # servers run in their own directories
     a.kurad = os.path.join(a.build, "kurad")
@@ -95,6 +148,15 @@ def main():
     for f in (a.kurad, a.bench):
         if not os.access(f, os.X_OK):
             sys.exit("snapshot.py: no %s (make %s)" % (f, os.path.relpath(f, ROOT)))
+    for t in RAW_TOOLS.values():
+        if not shutil.which(t[0]):
+            sys.exit("snapshot.py: no %s (apt-get install lzop gzip bzip2)" % t[0])
+    base = None
+    if a.baseline:
+        base = argparse.Namespace(**vars(a))
+        base.kurad = os.path.join(os.path.abspath(a.baseline), "kurad")
+        if not os.access(base.kurad, os.X_OK):
+            sys.exit("snapshot.py: no %s" % base.kurad)
     codecs = a.codecs.split(",")
     tmp = tempfile.mkdtemp(prefix="kura-snap-bench-", dir=a.tmp)
     rows = []
@@ -113,53 +175,90 @@ def main():
         db_bytes = du(os.path.join(data, "data.kh"))
         R.log("  %d items in %.1f s (%s sets/s); database %.2f GB on disk" % (
             items, load_s, R.fmt_rate(j["ops_per_sec"]), db_bytes / 1e9))
+        rawp = os.path.join(tmp, "raw.kv")
+        raw = {"none": raw_stream(a, os.path.join(data, "data.kh"), rawp)}
+        R.log("  raw key-value stream %.1f MB (%.1f bytes an item)" % (raw["none"] / 1e6,
+                                                                     raw["none"] / max(items, 1)))
         for codec in codecs:
-            k = Kurad(a, tmp, "snap-" + codec, ["-bgs", "DIR/snap", "-bgsi", "0", "-bgsc", codec,
-                                                 "DIR/data.kh"], datadir=data).start(timeout=600)
-            st = snapshot_now(k.port)
-            if codec in ("lzo", "zlib"):
-                # the same load with a snapshot running, then alone for as long
-                with socket.create_connection(("127.0.0.1", k.port), timeout=10) as s:
-                    s.sendall(b"snapshot\r\n")
-                    s.recv(100)
-                secs = max(2.0, int(st["snapshot_last_ms"]) / 1000.0)
-                during = run_bench(a, k.port, ["--ratio", "1:1", "--duration", "%.1f" % secs])
-                while stats(k.port, b"snapshot")["snapshot_running"] != "0":
-                    time.sleep(0.05)
-                alone = run_bench(a, k.port, ["--ratio", "1:1", "--duration", "%.1f" % secs])
-                for name, r in (("alone", alone), ("during " + codec, during)):
-                    lat.append({"case": name, "seconds": round(secs, 1),
-                                "ops_s": round(r["ops_per_sec"]), "p50_us": r["p50_us"],
-                                "p99_us": r["p99_us"], "p999_us": r["p999_us"],
-                                "max_us": r["max_us"]})
-                R.log("  16 conns get/set for %.1f s: alone p99 %.0f us, during a %s snapshot "
-                      "p99 %.0f us (x%.2f)" % (secs, alone["p99_us"], codec, during["p99_us"],
-                                               during["p99_us"] / max(alone["p99_us"], 1)))
-                st = stats(k.port, b"snapshot")
-            k.stop()
-            path = st["snapshot_last_path"]
-            size = os.path.getsize(path)
-            # restore: a new server on a missing database, this snapshot only
-            rdir = os.path.join(tmp, "restore-" + codec)
-            os.makedirs(os.path.join(rdir, "snap"))
-            os.link(path, os.path.join(rdir, "snap", os.path.basename(path)))
-            t0 = time.monotonic()
-            r = Kurad(a, tmp, "restore-" + codec, ["-bgs", "DIR/snap", "-bgsi", "0",
-                                                    "DIR/data.kh"], datadir=rdir).start(timeout=3600)
-            restore_s = time.monotonic() - t0
-            ritems = int(stats(r.port)["curr_items"])
-            r.stop()
-            shutil.rmtree(rdir, ignore_errors=True)
-            row = {"codec": codec, "items": items, "db_bytes": db_bytes, "snap_bytes": size,
-                   "snap_s": int(st["snapshot_last_ms"]) / 1000.0, "restore_s": round(restore_s, 2),
-                   "restored_items": ritems}
+            if codec in RAW_TOOLS:
+                raw[codec], secs = squeezed(RAW_TOOLS[codec], rawp)
+                R.log("  %s: %.1f MB (%.1f bytes an item) in %.1f s" % (
+                    " ".join(RAW_TOOLS[codec][:2]), raw[codec] / 1e6, raw[codec] / items, secs))
+        os.unlink(rawp)
+        for codec in codecs:
+            if base:
+                brow = snap_and_restore(base, tmp, data, codec, "base-")
+            row = snap_and_restore(a, tmp, data, codec, "", lat)
+            row.update({"items": items, "db_bytes": db_bytes, "raw_bytes": raw.get(codec, 0),
+                        "raw_stream": raw["none"]})
+            if base:
+                row.update({"base_snap_bytes": brow["snap_bytes"], "base_snap_s": brow["snap_s"],
+                            "base_restore_s": brow["restore_s"],
+                            "base_restore_rss": brow["restore_rss"]})
             rows.append(row)
-            R.log("  %-5s snapshot %8.1f MB in %6.1f s; restored %d items in %.1f s" % (
-                codec, size / 1e6, row["snap_s"], ritems, restore_s))
+            R.log("  %-5s snapshot %8.1f MB in %6.1f s; restored %d items in %.1f s, peak RSS "
+                  "%.0f MB%s" % (codec, row["snap_bytes"] / 1e6, row["snap_s"],
+                                 row["restored_items"], row["restore_s"],
+                                 row["restore_rss"] / 1e6,
+                                 "; x%.2f the raw stream's %s" % (
+                                     row["snap_bytes"] / raw[codec], RAW_TOOLS[codec][0])
+                                 if codec in RAW_TOOLS else ""))
             for f in glob.glob(os.path.join(data, "snap", "*.ksnap")):
                 os.unlink(f)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    finish(rows, lat, a, load_s, j)
+
+
+def snap_and_restore(a, tmp, data, codec, tag, lat=None):
+    """A snapshot of data with codec by a's kurad, then a restore from it."""
+    k = Kurad(a, tmp, tag + "snap-" + codec, ["-bgs", "DIR/snap", "-bgsi", "0", "-bgsc",
+                                               codec, "DIR/data.kh"],
+              datadir=data).start(timeout=600)
+    st = snapshot_now(k.port)
+    if lat is not None and codec in ("lzo", "zlib"):
+        # the same load with a snapshot running, then alone for as long
+        with socket.create_connection(("127.0.0.1", k.port), timeout=10) as s:
+            s.sendall(b"snapshot\r\n")
+            s.recv(100)
+        secs = max(2.0, int(st["snapshot_last_ms"]) / 1000.0)
+        during = run_bench(a, k.port, ["--ratio", "1:1", "--duration", "%.1f" % secs])
+        while stats(k.port, b"snapshot")["snapshot_running"] != "0":
+            time.sleep(0.05)
+        alone = run_bench(a, k.port, ["--ratio", "1:1", "--duration", "%.1f" % secs])
+        for name, r in (("alone", alone), ("during " + codec, during)):
+            lat.append({"case": name, "seconds": round(secs, 1),
+                        "ops_s": round(r["ops_per_sec"]), "p50_us": r["p50_us"],
+                        "p99_us": r["p99_us"], "p999_us": r["p999_us"],
+                        "max_us": r["max_us"]})
+        R.log("  16 conns get/set for %.1f s: alone p99 %.0f us, during a %s snapshot "
+              "p99 %.0f us (x%.2f)" % (secs, alone["p99_us"], codec, during["p99_us"],
+                                       during["p99_us"] / max(alone["p99_us"], 1)))
+        st = stats(k.port, b"snapshot")
+    k.stop()
+    path = st["snapshot_last_path"]
+    size = os.path.getsize(path)
+    # restore: a new server on a missing database, this snapshot only
+    rdir = os.path.join(tmp, tag + "restore-" + codec)
+    os.makedirs(os.path.join(rdir, "snap"))
+    os.link(path, os.path.join(rdir, "snap", os.path.basename(path)))
+    t0 = time.monotonic()
+    r = Kurad(a, tmp, tag + "restore-" + codec, ["-bgs", "DIR/snap", "-bgsi", "0",
+                                                  "DIR/data.kh"],
+              datadir=rdir).start(timeout=3600)
+    restore_s = time.monotonic() - t0
+    rss = peak_rss(r.proc.pid)
+    ritems = int(stats(r.port)["curr_items"])
+    r.stop()
+    shutil.rmtree(rdir, ignore_errors=True)
+    os.unlink(path)
+    return {"codec": codec, "snap_bytes": size,
+            "snap_s": int(st["snapshot_last_ms"]) / 1000.0,
+            "restore_s": round(restore_s, 2), "restore_rss": rss,
+            "restored_items": ritems}
+
+
+def finish(rows, lat, a, load_s, j):
     os.makedirs(R.RESULTS, exist_ok=True)
     with open(os.path.join(R.RESULTS, "snapshot.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
@@ -181,20 +280,41 @@ def main():
 
 def markdown(rows, lat, a, load_s, j):
     out = ["Measured %s on %s (server on CPU %s, kura-bench on CPU %s); "
-           "`bench/snapshot.py --items %d`." % (
+           "`bench/snapshot.py --items %d%s`." % (
                datetime.date.today().isoformat(), R.machine_info().get("cpu", "this machine"),
-               a.server_cpus, a.client_cpus, a.items), ""]
+               a.server_cpus, a.client_cpus, a.items,
+               " --baseline BUILD" if a.baseline else ""), ""]
     r0 = rows[0]
     out.append("%d sets of 150-byte values with 21-byte keys took %.0f s (%s sets/s); the hash "
                "file holds them in %.2f GB (%.0f bytes an item)." % (
                    r0["items"], load_s, R.fmt_rate(j["ops_per_sec"]), r0["db_bytes"] / 1e9,
                    r0["db_bytes"] / max(r0["items"], 1)))
-    out += ["", "| codec | snapshot | bytes an item | time | restore (start to listening) |",
-            "|---|---|---|---|---|"]
+    out += ["", "The raw key-value stream (key, tab, value, newline per item) is %.1f MB (%.1f "
+            "bytes an item); each codec's snapshot beside the same stream compressed by "
+            "`lzop -1`, `gzip -6` and `bzip2 -9`. Restore: start to listening, the load "
+            "included, and the server's peak RSS by then (VmHWM)." % (
+                r0["raw_stream"] / 1e6, r0["raw_stream"] / max(r0["items"], 1)), ""]
+    base = "base_snap_s" in r0
+    head = "| codec | snapshot | bytes an item | raw stream by the tool | snapshot / tool | " \
+           "time | restore | restore peak RSS |"
+    if base:
+        head += " baseline: bytes an item, time, restore, RSS | time new / baseline | " \
+                "restore new / baseline |"
+    out += [head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
-        out.append("| %s | %.1f MB | %.1f | %.1f s | %.1f s |" % (
-            r["codec"], r["snap_bytes"] / 1e6, r["snap_bytes"] / max(r["items"], 1), r["snap_s"],
-            r["restore_s"]))
+        n = max(r["items"], 1)
+        tool = "%s: %.1f" % (RAW_TOOLS.get(r["codec"], ["as it is"])[0], r["raw_bytes"] / n) \
+            if r["raw_bytes"] else "-"
+        ratio = "%.2f" % (r["snap_bytes"] / r["raw_bytes"]) if r["raw_bytes"] else "-"
+        ln = "| %s | %.1f MB | %.1f | %s | %s | %.1f s | %.1f s | %.0f MB |" % (
+            r["codec"], r["snap_bytes"] / 1e6, r["snap_bytes"] / n, tool, ratio, r["snap_s"],
+            r["restore_s"], r["restore_rss"] / 1e6)
+        if base:
+            ln += " %.1f, %.1f s, %.1f s, %.0f MB | %.2f | %.2f |" % (
+                r["base_snap_bytes"] / n, r["base_snap_s"], r["base_restore_s"],
+                r["base_restore_rss"] / 1e6, r["snap_s"] / max(r["base_snap_s"], 0.001),
+                r["restore_s"] / max(r["base_restore_s"], 0.001))
+        out.append(ln)
     if lat:
         out += ["", "16 connections of 1:1 get/set over the data set, for as long as a snapshot "
                 "takes, alone and while one runs:", "",

@@ -5,8 +5,10 @@
  * database, and kuractl dumps, loads, verifies and restores with them: it
  * is also the portable dump format.  docs/formats.md has the layout.
  *
- * A file is a header (uncompressed, with its own CRC), a compressed stream
- * of item records, and a trailer (item count, the update-log timestamp at
+ * A file is a header (uncompressed, with its own CRC), the items
+ * compressed (version 2: blocks of up to 4 MiB, sorted by key and laid
+ * out in columns, each block with its CRCs; version 1, still read: one
+ * compressed stream of records), and a trailer (item count, the update-log timestamp at
  * which the copy ended, the raw stream's length, CRC-32C of every byte of
  * the file before it).  A writer writes beside the final name, fsyncs,
  * renames into place and fsyncs the directory, so a reader sees a whole
@@ -34,11 +36,14 @@
 #include "kura/kio.h"
 
 #define SNAP_MAGIC      "KURASNAP"
-#define SNAP_VERSION    1
+#define SNAP_VERSION    2       /* what a writer writes unless told 1 */
+#define SNAP_VERSION_MIN 1      /* the oldest a reader reads */
 #define SNAP_SUFFIX     ".ksnap"
+#define SNAP_BLOCK_MAX  (16u << 20)     /* v2: a block of several items stays under this raw */
 
 typedef struct snap_info {
-    uint32_t version;
+    uint32_t version;           /* a writer's: 1 writes the old stream format (for
+                                   older kurads and tests), else SNAP_VERSION */
     kura_codec codec;
     char backend[16];           /* "cache", "hash", "tree": where it was taken */
     uint32_t sid;               /* the server id (0: none) */
@@ -47,7 +52,7 @@ typedef struct snap_info {
     /* from the trailer (snap_open fills them; a writer's are ignored) */
     uint64_t end_ts;            /* the log's last row when the copy ended */
     uint64_t items;
-    uint64_t raw_bytes;         /* the uncompressed stream's length */
+    uint64_t raw_bytes;         /* the uncompressed stream's (v2: blocks') length */
     uint64_t file_bytes;
 } snap_info;
 
@@ -91,6 +96,10 @@ int snap_peek(const char *path, snap_info *info, char *err, size_t errlen);
 int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen);
 /* Raw bytes of the stream consumed so far (for progress against raw_bytes). */
 uint64_t snap_reader_progress(const snap_reader *r);
+/* Bytes of buffers the reader holds now: about three times a block's
+ * (SB_TARGET, 16 MiB, or one larger item's) for version 2, whatever the
+ * file's size. */
+size_t snap_reader_footprint(const snap_reader *r);
 void snap_close(snap_reader *r);
 
 /* Opens, reads every item, checks the count: 0 or as snap_open/snap_next. */

@@ -194,10 +194,10 @@ static int verify_one(const char *path)
     }
     ctl_ts_date(info.start_ts, date, sizeof(date));
     ctl_ts_date(info.end_ts, end, sizeof(end));
-    printf("ok       %s: %" PRIu64 " items, %s, from %s (sid %" PRIu32 "), %" PRIu64 " bytes "
-           "(%" PRIu64 " raw), start_ts %" PRIu64 " (%s), end_ts %" PRIu64 " (%s)\n", path,
-           info.items, codec_name(info.codec) ? codec_name(info.codec) : "?", info.backend,
-           info.sid, info.file_bytes, info.raw_bytes, info.start_ts, date, info.end_ts, end);
+    printf("ok       %s: %" PRIu64 " items, %s, format %" PRIu32 ", from %s (sid %" PRIu32
+           "), %" PRIu64 " bytes (%" PRIu64 " raw), start_ts %" PRIu64 " (%s), end_ts %" PRIu64
+           " (%s)\n", path, info.items, codec_name(info.codec) ? codec_name(info.codec) : "?",
+           info.version, info.backend, info.sid, info.file_bytes, info.raw_bytes, info.start_ts, date, info.end_ts, end);
     return CTL_OK;
 }
 

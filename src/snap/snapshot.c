@@ -7,9 +7,15 @@
  * "written by version N" apart; the trailer is 48 bytes at the very end,
  * so the compressed stream's extent needs no scan, and its CRC covers
  * every byte before it, so any damage anywhere is found before a single
- * item is handed out.  Records inside the stream are
+ * item is handed out.
+ *
+ * Version 2 (what is written) holds blocks of items sorted by key and laid
+ * out in columns (snapblock.c), each with its own CRCs, so a reader holds
+ * one block at a time and names the block that is damaged.  Version 1 (still
+ * read, and written when asked, for older kurads and the tests) is one
+ * compressed stream of records
  *     klen u8, flags u32, exptime i64, cas u64, vlen u32, key, value
- * and the stream's raw length and the item count are checked at its end.
+ * In both, the raw length and the item count are checked at the end.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -25,6 +31,7 @@
 #include "kura/crc32c.h"
 #include "kura/snapshot.h"
 #include "kura/store.h"
+#include "snapblock.h"
 
 #define HDR_SIZE        64
 #define TRL_SIZE        48
@@ -50,11 +57,11 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     return rc;
 }
 
-static void encode_header(unsigned char *h, const snap_info *in)
+static void encode_header(unsigned char *h, const snap_info *in, uint32_t version)
 {
     memset(h, 0, HDR_SIZE);
     memcpy(h, SNAP_MAGIC, 8);
-    put32(h + 8, SNAP_VERSION);
+    put32(h + 8, version);
     h[12] = (unsigned char)in->codec;
     memcpy(h + 16, in->backend, strnlen(in->backend, 15));
     put32(h + 32, in->sid);
@@ -69,7 +76,9 @@ struct snap_writer {
     const kura_io *io;          /* every call that changes a file */
     int fd;
     char *final_path, *tmp_path, *dir;
-    codec_stream *enc;
+    uint32_t version;           /* of the format written */
+    codec_stream *enc;          /* v1: the one stream */
+    sb_builder *blk;            /* v2: the block being gathered */
     uint32_t crc;               /* of every byte written so far */
     uint64_t off;               /* file bytes written */
     uint64_t items, raw_bytes;
@@ -143,6 +152,7 @@ static char *dir_of(const char *path)
 static void w_free(snap_writer *w)
 {
     codec_free(w->enc);
+    sb_builder_free(w->blk);
     free(w->raw);
     free(w->out);
     free(w->final_path);
@@ -162,6 +172,7 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
     w->fd = -1;
     w->io = kio_or_default(io);
     w->info = *info;
+    w->version = info->version == 1 ? 1 : SNAP_VERSION;
     w->final_path = strdup(final_path);
     w->dir = dir_of(final_path);
     const char *base = strrchr(final_path, '/');
@@ -175,7 +186,11 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
         return KURA_ENOMEM;
     }
     snprintf(w->tmp_path, tl, "%s/.%s.%d.tmp", w->dir, base, (int)getpid());
-    int rc = codec_encoder(info->codec, level, &w->enc);
+    int rc = KURA_OK;
+    if (w->version == 1)
+        rc = codec_encoder(info->codec, level, &w->enc);
+    else if (!(w->blk = sb_builder_new(info->codec, level)))
+        rc = KURA_ENOMEM;
     if (rc) {
         w_free(w);
         return fail(err, errlen, rc, "cannot start the %s encoder", codec_name(info->codec));
@@ -189,7 +204,7 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
         return rc;
     }
     unsigned char h[HDR_SIZE];
-    encode_header(h, info);
+    encode_header(h, info, w->version);
     if (w_write(w, h, sizeof(h))) {
         rc = w->err;
         fail(err, errlen, rc, "%s", w->errmsg);
@@ -200,12 +215,35 @@ int snap_writer_open(const char *final_path, const snap_info *info, int level,
     return KURA_OK;
 }
 
+/* v2: compresses the block gathered and writes it. */
+static int w_block(snap_writer *w)
+{
+    const unsigned char *b;
+    size_t len;
+    uint64_t raw;
+    int rc = sb_seal(w->blk, &b, &len, &raw, w->errmsg, sizeof(w->errmsg));
+    if (rc)
+        return w->err = rc;
+    w->raw_bytes += raw;
+    return w_write(w, b, len);
+}
+
 int snap_writer_add(snap_writer *w, const kura_item *it)
 {
     if (w->err)
         return w->err;
     if (it->klen < 1 || it->klen > KURA_KEY_MAX || it->vlen > VAL_MAX)
         return KURA_EINVAL;
+    if (w->blk) {
+        if (!sb_fits(w->blk, it) && w_block(w))
+            return w->err;
+        if (sb_add(w->blk, it)) {
+            snprintf(w->errmsg, sizeof(w->errmsg), "out of memory");
+            return w->err = KURA_ENOMEM;
+        }
+        w->items++;
+        return KURA_OK;
+    }
     unsigned char h[REC_HEAD];
     h[0] = (unsigned char)it->klen;
     put32(h + 1, it->flags);
@@ -247,7 +285,9 @@ static int fsync_dir(const kura_io *io, const char *dir)
 int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *err,
                        size_t errlen)
 {
-    int rc = w->err ? w->err : w_pump(w, true);
+    int rc = w->err;
+    if (!rc)
+        rc = !w->blk ? w_pump(w, true) : sb_count(w->blk) ? w_block(w) : KURA_OK;
     if (!rc) {
         unsigned char t[TRL_SIZE];
         memset(t, 0, sizeof(t));
@@ -285,7 +325,7 @@ int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *e
     }
     if (info) {
         *info = w->info;
-        info->version = SNAP_VERSION;
+        info->version = w->version;
         info->end_ts = end_ts;
         info->items = w->items;
         info->raw_bytes = w->raw_bytes;
@@ -300,7 +340,8 @@ int snap_writer_finish(snap_writer *w, uint64_t end_ts, snap_info *info, char *e
 struct snap_reader {
     int fd;
     snap_info info;
-    codec_stream *dec;
+    sb_reader *blk;             /* v2: the block being handed out */
+    codec_stream *dec;          /* v1: the stream */
     uint64_t body_end;          /* file offset where the compressed stream stops */
     uint64_t in_off;            /* next file offset to read */
     unsigned char *in;          /* compressed bytes read, not yet decoded */
@@ -328,7 +369,7 @@ static int check_ends(int fd, const char *path, snap_info *info, uint32_t *crc_w
         why = "not a snapshot (no header)";
     } else if (get32(h + 60) != crc32c_update(0, h, 60)) {
         why = "its header fails its checksum";
-    } else if (get32(h + 8) != SNAP_VERSION) {
+    } else if (get32(h + 8) < SNAP_VERSION_MIN || get32(h + 8) > SNAP_VERSION) {
         char v[16];
         snprintf(v, sizeof(v), "%u", get32(h + 8));
         return fail(err, errlen, KURA_EINVAL, "%s: written by an unknown version (%s)", path, v);
@@ -340,7 +381,7 @@ static int check_ends(int fd, const char *path, snap_info *info, uint32_t *crc_w
         why = "it is truncated (no trailer at its end)";
     } else {
         memset(info, 0, sizeof(*info));
-        info->version = SNAP_VERSION;
+        info->version = get32(h + 8);
         info->codec = (kura_codec)h[12];
         memcpy(info->backend, h + 16, 15);
         info->sid = get32(h + 32);
@@ -414,7 +455,10 @@ int snap_open(const char *path, snap_reader **out, snap_info *info, char *err, s
     r->info = in;
     r->body_end = size - TRL_SIZE;
     r->in_off = HDR_SIZE;
-    rc = codec_decoder(r->info.codec, &r->dec);
+    if (in.version == 1)
+        rc = codec_decoder(r->info.codec, &r->dec);
+    else if (!(r->blk = sb_reader_new(in.codec)))
+        rc = KURA_ENOMEM;
     if (rc) {
         free(r);
         goto bad;
@@ -490,8 +534,34 @@ static int r_fill(snap_reader *r, size_t want, char *err, size_t errlen)
     return KURA_OK;
 }
 
+/* v2: the block's next item, loading the next block when it has none. */
+static int next_v2(snap_reader *r, kura_item *it, char *err, size_t errlen)
+{
+    while (sb_next(r->blk, it)) {
+        if (r->in_off == r->body_end) {
+            /* a clean end: the count and the length must agree */
+            if (r->items != r->info.items || r->consumed != r->info.raw_bytes)
+                return fail(err, errlen, KURA_ECORRUPT,
+                            "the blocks end before the item count its trailer gives");
+            return SNAP_DONE;
+        }
+        uint64_t raw;
+        int rc = sb_load(r->blk, r->fd, r->in_off, r->body_end, &r->in_off, &raw, err, errlen);
+        if (rc)
+            return rc;
+        r->consumed += raw;
+        if (r->consumed > r->info.raw_bytes)
+            return fail(err, errlen, KURA_ECORRUPT, "the blocks run past the stream's length");
+    }
+    if (++r->items > r->info.items)
+        return fail(err, errlen, KURA_ECORRUPT, "more items than its trailer gives");
+    return KURA_OK;
+}
+
 int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
 {
+    if (r->blk)
+        return next_v2(r, it, err, errlen);
     if (r->r_len - r->r_pos < REC_HEAD) {
         int rc = r_fill(r, REC_HEAD, err, errlen);
         if (rc == KURA_ECORRUPT && r->r_len == r->r_pos && r->dec_end) {
@@ -534,11 +604,17 @@ int snap_next(snap_reader *r, kura_item *it, char *err, size_t errlen)
 
 uint64_t snap_reader_progress(const snap_reader *r) { return r->consumed; }
 
+size_t snap_reader_footprint(const snap_reader *r)
+{
+    return IO_CHUNK + r->r_cap + (r->blk ? sb_footprint(r->blk) : 0);
+}
+
 void snap_close(snap_reader *r)
 {
     if (!r)
         return;
     close(r->fd);
+    sb_reader_free(r->blk);
     codec_free(r->dec);
     free(r->in);
     free(r->raw);

@@ -64,7 +64,9 @@ struct kura_store *fuzz_store_walk(const char *dbname, bool recover);
 void fuzz_session(const uint8_t *data, size_t size);
 
 /* Repairs a snapshot file's checksums (src/snap/snapshot.c): the header's
- * (bytes 60..63) and the trailer's of the whole file (its last 4 bytes). */
+ * (bytes 60..63), version 2's blocks' (src/snap/snapblock.c: the head's
+ * and, with codec none, the raw bytes'), and the trailer's of the whole
+ * file (its last 4 bytes). */
 void fuzz_fix_snapshot(unsigned char *f, size_t len);
 
 #endif

@@ -5,9 +5,12 @@
  * snapshot at start and kuractl snapshot verify/restore and load read one.
  *
  * Input: a flags byte, then the file.  With FUZZ_FIX_CRC the header's CRC
- * (bytes 60..63) and the trailer's CRC of the whole file (its last 4
- * bytes) are repaired, so that mutations reach the stream and its records;
- * the seeds use codec "none", whose stream is the records themselves.
+ * (bytes 60..63), each version 2 block's CRCs and the trailer's CRC of the
+ * whole file (its last 4 bytes) are repaired, so that mutations reach the
+ * stream and its records (version 1) or the blocks' columns (version 2);
+ * the seeds use codec "none", whose bytes are the records or columns
+ * themselves.  The corpus holds both versions (v1-*: written before
+ * version 2, kept as they were).
  */
 #include <stdlib.h>
 

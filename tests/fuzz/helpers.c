@@ -120,6 +120,19 @@ void fuzz_fix_snapshot(unsigned char *f, size_t len)
     if (len < 64 + 48)
         return;
     put32(f + 60, crc32c_update(0, f, 60));
+    /* version 2: each block's CRC of its head and compressed bytes, and,
+     * with codec none (the compressed bytes are the raw ones), of its raw
+     * bytes; blocks in order while their lengths stay inside the body */
+    for (size_t at = 64; get32(f + 8) == 2 && len - 48 - at >= 32;) {
+        unsigned char *h = f + at;
+        size_t fc = get32(h + 12), vc = get32(h + 20);
+        if (fc > len - 48 - at - 32 || vc > len - 48 - at - 32 - fc)
+            break;
+        if (f[12] == 0 && fc == get32(h + 8) && vc == get32(h + 16))
+            put32(h + 24, crc32c_update(0, h + 32, fc + vc));
+        put32(h + 28, crc32c_update(crc32c_update(0, h, 28), h + 32, fc + vc));
+        at += 32 + fc + vc;
+    }
     put32(f + len - 4, crc32c_update(0, f, len - 4));
 }
 

@@ -5,7 +5,9 @@ few sets, a delete, an incr and a flush_all; its files and kuractl's two
 dump formats are cut into the inputs the targets take (fuzz_*.c say how
 each is shaped).  Seeds made by hand (protocol requests, conf lines) are
 files of their own in the corpus and are left alone.  Run after a format
-changes:  make && tests/fuzz/make_corpus.py
+changes:  make && tests/fuzz/make_corpus.py  (the snapshot seeds named v1-*
+were written before snapshot version 2, by the kuractl of that time, and
+are kept as they are: the reader still reads version 1).
 
 Each seed is kept small (a few KB); the fuzzer grows from them.
 """

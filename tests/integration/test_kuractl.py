@@ -180,6 +180,7 @@ class Server_(Base):
         self.assertIn(" 1 items  lzo  from hash ", out)
         out, _ = self.ok("snapshot", "verify", path)
         self.assertIn("1 items", out)
+        self.assertIn(", format 2,", out)
         s.request(b"set b 9 0 2\r\nbb\r\n")
         cas_b = s.request(b"gets b\r\n").split(b"\r\n")[0].split()[4]
         newest = self.ok("-s", addr(s), "snapshot", "now")[0].strip()
@@ -204,6 +205,19 @@ class Server_(Base):
         self.ok("snapshot", "restore", cut, db2, code=1)
         self.assertFalse(os.path.exists(db2))
 
+
+    def test_snapshot_version_1(self):
+        """A snapshot of the format before version 2 verifies and restores."""
+        if not have_snap():
+            self.skipTest(kuratest.not_applicable("kuractl built without the snapshot module"))
+        fx = os.path.join(kuratest.ROOT, "tests", "fixtures", "snap-v1-lzo.ksnap")
+        out, _ = self.ok("snapshot", "verify", fx)
+        self.assertIn("55 items, lzo, format 1,", out)
+        db = os.path.join(self.dir, "from-v1.kh")
+        out, _ = self.ok("snapshot", "restore", fx, db)
+        self.assertIn("restored 55 items", out)
+        t = self.server(db=db)
+        self.assertEqual(t.request(b"gets empty\r\n"), b"VALUE empty 7 0 3\r\n\r\nEND\r\n")
 
     def test_restore_until(self):
         """Point in time: a snapshot, then the update log's rows up to T."""

@@ -17,7 +17,12 @@ on the backend KURA_DB names (tests/run runs it on each).
                temporary file is left, never under a snapshot's name; the
                next start removes it and restores the previous snapshot.
   Damage       the newest snapshot truncated, bit-flipped, or of an unknown
-               version: reported by name, the one before it is used.
+               version: reported by name, the one before it is used; a block
+               damaged under a repaired whole-file checksum is found by the
+               block's own CRC and named by its offset.
+  OldFormat    a version 1 snapshot (tests/fixtures/snap-v1-lzo.ksnap, written
+               by the kuractl before version 2) alone in -bgs: kurad restores
+               every item of it with its flags, exptime and cas.
   KeepExisting a database that has data (here after a clean stop) is never
                overwritten by an older snapshot (file backends).
   Periodic     -bgsi 1 takes them by itself and keeps -bgsn of them;
@@ -246,6 +251,12 @@ class Damage(Base):
             "truncated": good[:len(good) // 2],
             "bit-flipped": good[:70] + bytes([good[70] ^ 4]) + good[71:],
         }
+        # the first block's compressed bytes (after the 64-byte header and the
+        # 32-byte block head), the whole file's CRC made right again
+        blk = bytearray(good)
+        blk[64 + 32 + 1] ^= 0x20
+        blk[-4:] = struct.pack("<I", crc32c(bytes(blk[:-4])))
+        cases["block damaged"] = bytes(blk)
         bad_version = bytearray(good)
         bad_version[8] = 99
         bad_version[60:64] = struct.pack("<I", crc32c(bytes(bad_version[:60])))
@@ -261,6 +272,8 @@ class Damage(Base):
                     self.assertIn("unknown version (99)", err)
                 elif what == "truncated":
                     self.assertIn("truncated", err)
+                elif what == "block damaged":
+                    self.assertIn("block at offset 64 fails its checksum", err)
                 else:
                     self.assertIn("checksum", err)
 
@@ -273,6 +286,42 @@ def crc32c(data):
         for _ in range(8):
             crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
     return crc ^ 0xFFFFFFFF
+
+
+FIXTURE_V1 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                          "snap-v1-lzo.ksnap")
+
+
+def fixture_v1_items():
+    """What FIXTURE_V1 holds: (key, flags, exptime, value), set in this
+    order into a new store, so the n-th has cas n (1-based)."""
+    items = [(b"a", 0, 0, b"1"), (b"K" * 250, 0xFFFFFFFF, 0, b"long key"), (b"empty", 7, 0, b""),
+             (b"future", 1, 2000000000, b"expires in 2033"),
+             (b"big", 42, 0, bytes((i * 7) % 251 for i in range(20000)))]
+    for i in range(50):
+        items.append((b"item:%03d" % i, i, 0, b"value number %d " % i * 3))
+    return items
+
+
+class OldFormat(Base):
+    def test_version_1_restores(self):
+        with open(FIXTURE_V1, "rb") as f:
+            data = f.read()
+        self.assertEqual(data[8:12], struct.pack("<I", 1))     # what it tests
+        os.makedirs(os.path.join(self.dir, "bgs"))
+        name = "snap-0000000000000000-0000000000000001.ksnap"
+        with open(os.path.join(self.dir, "bgs", name), "wb") as f:
+            f.write(data)
+        s = self.start("-bgsi", "0")
+        items = fixture_v1_items()
+        got = gets_all(s, [k for k, _, _, _ in items])
+        self.assertEqual(sorted(got), sorted(k for k, _, _, _ in items))
+        for n, (k, flags, exp, v) in enumerate(items, 1):
+            self.assertEqual(got[k], (flags, v, n), k[:20])
+        with s.conn() as c:
+            r = c.request(b"mg future t\r\n")     # "HD t<seconds left>": exptime kept
+        self.assertTrue(r.startswith(b"HD t"), r)
+        self.assertGreater(int(r[4:].split()[0]), 10 ** 8, r)
 
 
 class KeepExisting(Base):

@@ -8,7 +8,11 @@
  * the newest N and remove what a crash left; a power loss at any step of
  * a snapshot's writing leaves only files that verify (kio_sim's images;
  * negative check with syncs that lie), and a failed fsync, rename or
- * write leaves nothing under the final name.
+ * write leaves nothing under the final name.  Version 1 files are still
+ * read; in version 2, a damaged, forged or torn block under a repaired
+ * whole-file CRC is refused and named by its offset, and the reader holds
+ * about three blocks' worth of buffers whatever the file's size (negative
+ * check: one item larger than that makes it hold more).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kura/bytes.h"
 #include "kura/crc32c.h"
 #include "kura/snapshot.h"
 #include "kura/store.h"
@@ -32,14 +37,21 @@ static const kura_codec all[] = { KURA_CODEC_NONE, KURA_CODEC_ZLIB, KURA_CODEC_B
 
 #define NITEMS 2000
 
-/* item i: deterministic key, value, fields */
-static void make_item(int i, kura_item *it, char *key, unsigned char *val)
+/* item i's key (all different): its length */
+static size_t make_key(int i, char *key)
 {
     size_t klen = i == 0 ? 1 : i == 1 ? KURA_KEY_MAX : (size_t)(5 + i % 40);
     for (size_t j = 0; j < klen; j++)
         key[j] = (char)('a' + (i * 7 + (int)j) % 26);
-    if (klen > 4)
-        snprintf(key, klen, "k%d", i), key[strlen(key)] = '_';
+    if (klen > 4)       /* i in 4 hex digits: unique */
+        snprintf(key, klen, "%04x", (unsigned)i), key[4] = '_';
+    return klen;
+}
+
+/* item i: deterministic key, value, fields */
+static void make_item(int i, kura_item *it, char *key, unsigned char *val)
+{
+    size_t klen = make_key(i, key);
     size_t vlen = i == 2 ? 0 : i == 3 ? 700 * 1024 : (size_t)(i * 13 % 300);
     for (size_t j = 0; j < vlen; j++)
         val[j] = (unsigned char)(i % 3 ? 'x' + j % 3 : (j * 2654435761u) >> 13);
@@ -53,10 +65,12 @@ static void make_item(int i, kura_item *it, char *key, unsigned char *val)
 }
 
 static unsigned char *valbuf;
+static uint32_t wversion;       /* the format written: 0 the current one */
 
 static int write_file_io(const char *path, kura_codec c, int n, const kura_io *io)
 {
-    snap_info in = { .codec = c, .sid = 7, .start_ts = 12345, .created = 1764547200 };
+    snap_info in = { .codec = c, .sid = 7, .start_ts = 12345, .created = 1764547200,
+                     .version = wversion };
     strcpy(in.backend, "hash");
     snap_writer *w;
     char err[256];
@@ -84,7 +98,21 @@ static int write_file(const char *path, kura_codec c, int n)
     return write_file_io(path, c, n, NULL);
 }
 
-/* Reads path back and compares every item; 0 when all match. */
+/* The index of the item whose key this is (make_item's keys are all
+ * different), or -1. */
+static int item_of(const kura_item *got, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char key[KURA_KEY_MAX];
+        if (make_key(i, key) == got->klen && !memcmp(got->key, key, got->klen))
+            return i;
+    }
+    return -1;
+}
+
+/* Reads path back and compares every item (version 1 keeps the order
+ * written, version 2 sorts each block by key; each item is looked up by
+ * its key and must come once); 0 when all match. */
 static int read_back(const char *path, int n)
 {
     snap_reader *r;
@@ -100,17 +128,27 @@ static int read_back(const char *path, int n)
     }
     kura_item got;
     int i = 0;
+    char *seen = calloc((size_t)n + 1, 1);
     while ((rc = snap_next(r, &got, err, sizeof(err))) == KURA_OK) {
         kura_item want;
         char key[KURA_KEY_MAX];
-        make_item(i++, &want, key, valbuf);
+        int at = item_of(&got, n);
+        if (at < 0 || seen[at]++) {
+            snap_close(r);
+            free(seen);
+            return -104;
+        }
+        i++;
+        make_item(at, &want, key, valbuf);
         if (got.klen != want.klen || memcmp(got.key, want.key, want.klen) ||
             got.vlen != want.vlen || (want.vlen && memcmp(got.val, want.val, want.vlen)) ||
             got.flags != want.flags || got.exptime != want.exptime || got.cas != want.cas) {
             snap_close(r);
+            free(seen);
             return -102;
         }
     }
+    free(seen);
     snap_close(r);
     if (rc != SNAP_DONE)
         return rc;
@@ -429,6 +467,190 @@ static void rm_rf(const char *path)
     }
 }
 
+static void test_version_1_still_read(void)
+{
+    for (size_t c = 0; c < sizeof(all) / sizeof(all[0]); c++) {
+        char path[300];
+        snprintf(path, sizeof(path), "%s/v1-%s.ksnap", dir, codec_name(all[c]));
+        wversion = 1;
+        CHECK_EQ_INT(write_file(path, all[c], NITEMS), 0);
+        wversion = 0;
+        CHECK_EQ_INT(read_back(path, NITEMS), 0);
+        snap_info info;
+        char err[256];
+        CHECK_EQ_INT(snap_verify(path, &info, err, sizeof(err)), 0);
+        CHECK_EQ_INT((int)info.version, 1);
+        snprintf(path, sizeof(path), "%s/v2-%s.ksnap", dir, codec_name(all[c]));
+        CHECK_EQ_INT(write_file(path, all[c], NITEMS), 0);
+        CHECK_EQ_INT(snap_verify(path, &info, err, sizeof(err)), 0);
+        CHECK_EQ_INT((int)info.version, SNAP_VERSION);
+    }
+}
+
+/* ---- version 2's blocks --------------------------------------------- */
+
+#define BIG_ITEMS 60000         /* of 1,000-byte values: about four blocks */
+
+/* A file of several blocks (lzo): item i has key "big:<i>" and a value
+ * of vlen bytes, half of them pattern, half a counter. */
+static int write_big(const char *path, int n, size_t vlen)
+{
+    snap_info in = { .codec = KURA_CODEC_LZO, .created = 1764547200 };
+    strcpy(in.backend, "hash");
+    snap_writer *w;
+    char err[256];
+    int rc = snap_writer_open(path, &in, 0, NULL, &w, err, sizeof(err));
+    if (rc)
+        return rc;
+    unsigned char *v = malloc(vlen + 1);
+    for (int i = 0; i < n && !rc; i++) {
+        char key[32];
+        for (size_t j = 0; j < vlen; j++)
+            v[j] = (unsigned char)(j < vlen / 2 ? (size_t)('a' + (i + (int)j) % 26)
+                                                : ((size_t)i * 31 + j) >> 3);
+        kura_item it = { .key = key, .klen = (size_t)snprintf(key, sizeof(key), "big:%d", i),
+                         .val = v, .vlen = vlen, .flags = (uint32_t)i, .cas = (uint64_t)i + 1 };
+        rc = snap_writer_add(w, &it);
+    }
+    free(v);
+    if (rc) {
+        snap_writer_abort(w);
+        return rc;
+    }
+    return snap_writer_finish(w, 1, NULL, err, sizeof(err));
+}
+
+/* The file offsets of its blocks (at most max); how many. */
+static int block_offsets(const unsigned char *b, size_t len, size_t *off, int max)
+{
+    int n = 0;
+    for (size_t at = 64; at + 48 < len && n < max;) {
+        if (memcmp(b + at, "KSBK", 4))
+            return -1;
+        off[n++] = at;
+        at += 32 + get32(b + at + 12) + get32(b + at + 20);
+    }
+    return n;
+}
+
+static void fix_block_head(unsigned char *h, const unsigned char *comp)
+{
+    put32(h + 28, crc32c_update(crc32c_update(0, h, 28), comp,
+                                (size_t)get32(h + 12) + get32(h + 20)));
+}
+
+static void fix_file_crc(unsigned char *b, size_t len)
+{
+    put32(b + len - 4, crc32c_update(0, b, len - 4));
+}
+
+/* Verifies b as a file: the result, err filled. */
+static int verify_bytes(const unsigned char *b, size_t len, char *err, size_t errlen)
+{
+    char bad[320];
+    snap_info info;
+    snprintf(bad, sizeof(bad), "%s/blk.ksnap", dir);
+    spit(bad, b, len);
+    return snap_verify(bad, &info, err, errlen);
+}
+
+static void test_damaged_block_named(void)
+{
+    char path[300], err[512], want[128];
+    snprintf(path, sizeof(path), "%s/big.ksnap", dir);
+    REQUIRE(write_big(path, BIG_ITEMS, 1000) == 0);
+    size_t len, off[16];
+    unsigned char *b = slurp(path, &len);
+    REQUIRE(b);
+    int nb = block_offsets(b, len, off, 16);
+    CHECK(nb >= 3);
+    REQUIRE(nb >= 2);
+    /* negative check: as written, it verifies */
+    CHECK_EQ_INT(verify_bytes(b, len, err, sizeof(err)), 0);
+    /* a byte of the second block's compressed bytes: its CRC */
+    size_t at = off[1] + 32 + 100;
+    b[at] ^= 0x01;
+    fix_file_crc(b, len);
+    CHECK_EQ_INT(verify_bytes(b, len, err, sizeof(err)), KURA_ECORRUPT);
+    snprintf(want, sizeof(want), "block at offset %zu fails its checksum", off[1]);
+    CHECK(strstr(err, want) != NULL);
+    b[at] ^= 0x01;
+    /* a head that claims more raw bytes than a block of several items
+     * holds, its CRCs right: refused before anything is allocated */
+    unsigned char *h = b + off[1];
+    uint32_t saved = get32(h + 16);
+    put32(h + 16, 1u << 30);
+    fix_block_head(h, h + 32);
+    fix_file_crc(b, len);
+    CHECK_EQ_INT(verify_bytes(b, len, err, sizeof(err)), KURA_ECORRUPT);
+    CHECK(strstr(err, "impossible lengths") != NULL);
+    put32(h + 16, saved);
+    /* torn: its compressed length runs past the file's end (found before
+     * its CRC, which would need the bytes that are not there) */
+    saved = get32(h + 20);
+    put32(h + 20, saved + (uint32_t)len);
+    fix_file_crc(b, len);
+    CHECK_EQ_INT(verify_bytes(b, len, err, sizeof(err)), KURA_ECORRUPT);
+    CHECK(strstr(err, "runs past the end") != NULL);
+    put32(h + 20, saved);
+    /* a block whose raw bytes do not fit its columns: one item more said */
+    put32(h + 4, get32(h + 4) + 1);
+    fix_block_head(h, h + 32);
+    fix_file_crc(b, len);
+    CHECK_EQ_INT(verify_bytes(b, len, err, sizeof(err)), KURA_ECORRUPT);
+    put32(h + 4, get32(h + 4) - 1);
+    /* and put back, all is well again */
+    fix_block_head(h, h + 32);
+    fix_file_crc(b, len);
+    CHECK_EQ_INT(verify_bytes(b, len, err, sizeof(err)), 0);
+    free(b);
+}
+
+/* The most the reader held while it read path through; its item count. */
+static size_t read_footprint(const char *path, uint64_t *items)
+{
+    snap_reader *r;
+    snap_info info;
+    char err[256];
+    if (snap_open(path, &r, &info, err, sizeof(err)))
+        return 0;
+    size_t most = 0;
+    kura_item it;
+    *items = 0;
+    while (snap_next(r, &it, err, sizeof(err)) == KURA_OK) {
+        size_t f = snap_reader_footprint(r);
+        most = f > most ? f : most;
+        ++*items;
+    }
+    snap_close(r);
+    return most;
+}
+
+static void test_reader_memory_bounded(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/big.ksnap", dir);
+    REQUIRE(write_big(path, BIG_ITEMS, 1000) == 0);
+    snap_info info;
+    char err[256];
+    REQUIRE(snap_peek(path, &info, err, sizeof(err)) == 0);
+    size_t bound = 3 * (size_t)SNAP_BLOCK_MAX + (1u << 20);
+    CHECK(info.raw_bytes > bound);     /* a whole-file buffer would not fit */
+    uint64_t items;
+    size_t most = read_footprint(path, &items);
+    printf("# %llu raw bytes read holding at most %zu\n", (unsigned long long)info.raw_bytes,
+           most);
+    CHECK_EQ_INT((int)items, BIG_ITEMS);
+    CHECK(most > 0 && most <= bound);
+    /* negative check: one item larger than the bound is a block of its
+     * own, and the reader holds it (the bound is per block, not per file) */
+    snprintf(path, sizeof(path), "%s/huge.ksnap", dir);
+    REQUIRE(write_big(path, 2, bound) == 0);
+    most = read_footprint(path, &items);
+    CHECK_EQ_INT((int)items, 2);
+    CHECK(most > bound);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/kura-test-snapshot-XXXXXX");
@@ -441,6 +663,9 @@ int main(void)
     RUN(test_directory);
     RUN(test_power_loss);
     RUN(test_sync_failure);
+    RUN(test_version_1_still_read);
+    RUN(test_damaged_block_named);
+    RUN(test_reader_memory_bounded);
     free(valbuf);
     rm_rf(dir);
     UNIT_DONE();
