@@ -12,6 +12,10 @@
  * authentication, kurad -Y) when the server asks: "version" answered
  * "CLIENT_ERROR unauthenticated".  Only then are the credentials sent, as
  * a server without -Y would store them as the item "auth".
+ *
+ * With -tls (-tls-ca, -tls-cert) the connection is TLS (kurad -Z): the
+ * handshake within the same deadline, the server's certificate verified
+ * against the address's host name or IP (tlsio.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,9 +31,11 @@
 
 #include "ctl.h"
 #include "kura/proto.h"
+#include "kura/tlsio.h"
 
 struct ctl_conn {
     int fd;
+    struct ssl_st *ssl;         /* -tls; NULL: plaintext */
     char name[300];
     char *buf;                  /* unread bytes at buf[pos..len) */
     size_t pos, len, cap;
@@ -102,6 +108,29 @@ static int authenticate(ctl_conn *c)
     if (strcmp(l, "STORED") != 0)
         return ctl_err(CTL_FAIL, "%s: authentication as user '%s' refused: %s", c->name,
                        g_ctl.auth_user, l);
+    return CTL_OK;
+}
+
+/* -tls: the handshake, within what is left of the connect's deadline; the
+ * client context is made once per run */
+static int start_tls(ctl_conn *c, const char *addr, double deadline)
+{
+    static struct ssl_ctx_st *ctx;
+    char err[400], host[256];
+    if (!ctx && !(ctx = kura_tls_client_ctx(g_ctl.tls_ca, g_ctl.tls_cert, err, sizeof(err))))
+        return ctl_err(CTL_USAGE, "-tls: %s", err);
+    /* the host the certificate must name: addr without its port */
+    const char *colon = strrchr(addr, ':'), *rb = strchr(addr, ']');
+    size_t hl = colon && strchr(addr, ':') == colon ? (size_t)(colon - addr) : strlen(addr);
+    if (addr[0] == '[' && rb) {         /* [V6]:PORT */
+        hl = (size_t)(rb - addr - 1);
+        addr++;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)(hl < sizeof(host) ? hl : sizeof(host) - 1), addr);
+    int ms = (int)((deadline - now_s()) * 1000);
+    c->ssl = kura_tls_connect(ctx, c->fd, host, ms > 0 ? ms : 1, err, sizeof(err));
+    if (!c->ssl)
+        return ctl_err(CTL_UNREACHABLE, "%s: %s", c->name, err);
     return CTL_OK;
 }
 
@@ -184,7 +213,9 @@ int ctl_connect(const char *addr, ctl_conn **out)
     }
     c->fd = fd;
     snprintf(c->name, sizeof(c->name), "%s", addr);
-    int rc = g_ctl.auth_user ? authenticate(c) : CTL_OK;
+    int rc = g_ctl.tls ? start_tls(c, addr, deadline) : CTL_OK;
+    if (!rc && g_ctl.auth_user)
+        rc = authenticate(c);
     if (rc) {
         ctl_close(c);
         return rc;
@@ -197,6 +228,7 @@ void ctl_close(ctl_conn *c)
 {
     if (!c)
         return;
+    kura_tls_close(c->ssl, true);
     close(c->fd);
     free(c->buf);
     free(c);
@@ -212,7 +244,7 @@ int ctl_send(ctl_conn *c, const void *p, size_t n)
     const char *b = p;
     double deadline = now_s() + g_ctl.timeout;
     while (n > 0) {
-        ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL);
+        ssize_t w = c->ssl ? kura_tls_send(c->ssl, b, n) : send(c->fd, b, n, MSG_NOSIGNAL);
         if (w > 0) {
             b += w;
             n -= (size_t)w;
@@ -251,7 +283,8 @@ static int fill(ctl_conn *c, double deadline)
         }
     }
     for (;;) {
-        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        ssize_t r = c->ssl ? kura_tls_recv(c->ssl, c->buf + c->len, c->cap - c->len)
+                           : recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
         if (r > 0) {
             c->len += (size_t)r;
             return CTL_OK;

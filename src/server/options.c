@@ -137,6 +137,18 @@ static const opt options[] = {
       "SASL over the binary protocol (memcached's -S; libsasl2, memcached.conf): binary only" },
     { { "-D" }, OPT_STR, F(delimiter), 0, 0, "CHAR",
       "key prefix delimiter of \"stats detail\" (default :); turns its counting on" },
+    { { "-Z", "--enable-ssl" }, OPT_FLAG, F(ssl), 0, 0, NULL,
+      "TLS on the TCP ports (memcached's -Z; certificates with -o; notls:ADDR listeners not)" },
+    { { "-o" }, OPT_STR, F(ext_opts), 0, 0, "OPTS",
+      "memcached's ssl_* options: ssl_chain_cert=FILE,ssl_key=FILE,ssl_ca_cert=FILE,"
+      "ssl_verify_mode=N,ssl_keyformat=N,ssl_ciphers=LIST,ssl_min_version=N,ssl_wbuf_size=KB,"
+      "ssl_session_cache,ssl_kernel_tls" },
+    { { "-mtls" }, OPT_FLAG, F(mtls), 0, 0, NULL,
+      "as a replica, reach the master over TLS, verifying its certificate (-mtls-ca)" },
+    { { "-mtls-ca" }, OPT_STR, F(mtls_ca), 0, 0, "FILE",
+      "the CA certificates (PEM) the master's must chain to (default: the system's)" },
+    { { "-mtls-cert" }, OPT_STR, F(mtls_cert), 0, 0, "FILE",
+      "the replica's own certificate and key (PEM, one file), for a master that asks" },
     { { "-conf" }, OPT_CONF, F(conf_path), 0, 0, "FILE",
       "read options from FILE first (one per line; the command line overrides it)" },
     { { "-h", "-help", "--help" }, OPT_HELP, 0, 0, 0, NULL, "print this help and exit" },
@@ -157,7 +169,7 @@ static const struct {
     { "-ulim", "-ulog" }, { "-ulmax", "-ulog" },
     { "-mport", "-mhost" }, { "-rts", "-mhost" }, { "-rw", "-mhost" },
     { "-syncrepl-timeout", "-syncrepl" }, { "-syncrepl-fail", "-syncrepl" },
-    { "-repl-divergence", "-mhost" },
+    { "-repl-divergence", "-mhost" }, { "-mtls-ca", "-mtls" }, { "-mtls-cert", "-mtls" },
     { "-a", "-s" },
 };
 
