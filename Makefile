@@ -168,7 +168,8 @@ $(KURACTL): $(CTL_OBJ) $(BUILD)/libkura.a
 $(BUILD)/src/ctl/cab_tc.o $(BUILD)/src/ctl/cab_kc.o: CFLAGS_ALL += $(CAB_CFLAGS)
 $(BUILD)/src/proto/sasl.o: CFLAGS_ALL += $(if $(HAVE_SASL),-DKURA_HAVE_SASL $(SASL_CFLAGS))
 
-$(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o)
+# libkura.a for its TLS client (kura/tlsio.h: --tls-ca)
+$(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
 
 # In-process engine benchmark (bench/engine/); the library is linked whole so

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kura/tlsio.h"
@@ -62,6 +63,7 @@ typedef struct kura_conn {
     conn_entry *entry;                  /* "stats conns" (connlist.c) */
     struct ssl_st *ssl;                 /* a TLS port's (tls.c); NULL: plaintext */
     bool handshaking;                   /* TLS: the handshake is not done */
+    int64_t handshake_until;            /* ...by then (monotonic seconds; 0: no bound) */
 } kura_conn;
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
@@ -139,9 +141,29 @@ static void conn_handoff(kura_conn *c, const kura_handoff *req)
 }
 
 /* (Re)registers the connection's event for reading or for writing. */
+static int64_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+/* The event's timeout: -tout's idle time, or what is left of the
+ * handshake's time (counted from accept, not from the peer's last byte: a
+ * peer dripping a byte at a time gets no longer). */
+static int timeout_of(kura_conn *c)
+{
+    if (!c->handshaking)
+        return c->w->srv->settings->idle_timeout;
+    if (!c->handshake_until)
+        return 0;
+    int64_t left = c->handshake_until - mono_s();
+    return left > 0 ? (int)left : 1;
+}
+
 static void arm(kura_conn *c, bool write_mode)
 {
-    int tout = c->handshaking ? tls_handshake_timeout() : c->w->srv->settings->idle_timeout;
+    int tout = timeout_of(c);
     struct timeval tv = { tout, 0 };
     event_del(c->ev);
     event_assign(c->ev, c->w->base, c->fd, (write_mode ? EV_WRITE : EV_READ) | EV_PERSIST,
@@ -314,6 +336,12 @@ static void drive(kura_conn *c)
  * it failed (the connection is closed: nothing was sent, as memcached). */
 static bool handshake(kura_conn *c)
 {
+    if (c->handshake_until && mono_s() >= c->handshake_until) {
+        tls_conn_failed();
+        log_msg(KURA_LOG_VERBOSE, "closing connection %d: TLS handshake timed out", c->fd);
+        conn_close(c);
+        return false;
+    }
     int r = tls_conn_handshake(c->ssl);
     if (r == 1) {
         c->handshaking = false;
@@ -387,9 +415,11 @@ struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
     c->sess = kura_session_new(&sc);
     c->ssl = tls ? tls_conn_start(fd) : NULL;
     c->handshaking = tls;
+    int hs = tls_handshake_timeout();
+    c->handshake_until = tls && hs > 0 ? mono_s() + hs : 0;
     c->ev = c->sess && (c->ssl || !tls) ? event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c)
                                         : NULL;
-    int tout = tls ? tls_handshake_timeout() : w->srv->settings->idle_timeout;
+    int tout = timeout_of(c);
     struct timeval tv = { tout, 0 };
     if (!c->ev || event_add(c->ev, tout > 0 ? &tv : NULL) < 0) {
         if (c->ev)

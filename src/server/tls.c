@@ -19,8 +19,10 @@
  *
  * A handshake is bounded: HANDSHAKE_TIMEOUT seconds (or -tout's, if
  * shorter) from accept, while it holds a slot of -c; one that fails
- * (garbage, plaintext, a timeout) closes the connection without a byte
- * sent and counts in ssl_handshake_errors, as memcached's does.
+ * (garbage, plaintext, a timeout) closes the connection with no reply
+ * (OpenSSL's alert at most) and counts in ssl_handshake_errors, as
+ * memcached's does; a peer that closes without sending a byte (a port
+ * check) is not counted.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -44,7 +46,6 @@ static struct {
     int min_version;                    /* 0 tlsv1.0 .. 3 tlsv1.3 */
 } opt = { .keyformat = 1, .wbuf_kb = 16, .min_version = 2 };
 
-static bool enabled;                    /* -Z */
 static struct ssl_ctx_st *master_ctx;   /* -mtls: a replica's client context */
 
 /* The ssl_* keys of -o; anything else memcached's -o takes is refused
@@ -138,6 +139,8 @@ struct ssl_ctx_st *tls_master_ctx(void)
 
 #ifdef KURA_HAVE_OPENSSL
 
+static bool enabled;                    /* -Z */
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
@@ -193,8 +196,8 @@ static SSL_CTX *build_ctx(char *err, size_t len)
                                  | (opt.kernel_tls ? SSL_OP_ENABLE_KTLS : 0)
 #endif
                         );
-    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                              SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);     /* a read() per buffer, not two per record */
     int vm = opt.verify_mode == 0 ? SSL_VERIFY_NONE
            : opt.verify_mode == 1 ? SSL_VERIFY_PEER
            : opt.verify_mode == 2 ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
@@ -307,6 +310,12 @@ int tls_conn_handshake(struct ssl_st *ssl)
     case SSL_ERROR_WANT_WRITE:
         return 2;
     default:
+        if (BIO_number_read(SSL_get_rbio(ssl)) == 0) {
+            /* connected and closed without a byte: a port check, not a
+             * failed handshake (memcached does not count these either) */
+            ERR_clear_error();
+            return -1;
+        }
         if (ERR_peek_error()) {
             char why[256];
             ERR_error_string_n(ERR_peek_error(), why, sizeof(why));

@@ -5,7 +5,10 @@
  *
  * Renegotiation is off both ways (SSL_OP_NO_RENEGOTIATION), so after the
  * handshake a read only waits to read and a write only to write: the
- * callers' poll() on one direction is enough.
+ * callers' poll() on one direction is enough.  Reads read ahead (one
+ * read() takes what the socket has, not a record header and then its
+ * body), so what a poll() cannot see - bytes OpenSSL holds, decrypted or
+ * not - is kura_tls_pending()'s to say.
  */
 #include <errno.h>
 #include <poll.h>
@@ -140,6 +143,7 @@ struct ssl_ctx_st *kura_tls_client_ctx(const char *ca_file, const char *cert_fil
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);     /* a read() per buffer, not two per record */
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     if (ca_file ? !SSL_CTX_load_verify_locations(ctx, ca_file, NULL)
                 : !SSL_CTX_set_default_verify_paths(ctx)) {
@@ -236,7 +240,7 @@ ssize_t kura_tls_send(struct ssl_st *ssl, const void *buf, size_t n)
 
 bool kura_tls_pending(struct ssl_st *ssl)
 {
-    return SSL_pending(ssl) > 0;
+    return SSL_has_pending(ssl) == 1;   /* read ahead too, not only decrypted */
 }
 
 void kura_tls_close(struct ssl_st *ssl, bool established)
