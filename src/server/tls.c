@@ -48,6 +48,13 @@ static struct {
 
 static struct ssl_ctx_st *master_ctx;   /* -mtls: a replica's client context */
 
+/* A file name or list of -o (given twice: the last, as memcached) */
+static void set_str(const char **field, const char *v)
+{
+    free((char *)*field);
+    *field = strdup(v);
+}
+
 /* The ssl_* keys of -o; anything else memcached's -o takes is refused
  * (kura has no such setting). */
 static int parse_opts(const char *list)
@@ -66,13 +73,13 @@ static int parse_opts(const char *list)
         long n = v ? strtol(v, &end, 10) : 0;
         bool num = v && *v && end && *end == '\0';
         if (!strcmp(kv, "ssl_chain_cert") && v && *v) {
-            opt.chain_cert = strdup(v);
+            set_str(&opt.chain_cert, v);
         } else if (!strcmp(kv, "ssl_key") && v && *v) {
-            opt.key = strdup(v);
+            set_str(&opt.key, v);
         } else if (!strcmp(kv, "ssl_ca_cert") && v && *v) {
-            opt.ca_cert = strdup(v);
+            set_str(&opt.ca_cert, v);
         } else if (!strcmp(kv, "ssl_ciphers") && v && *v) {
-            opt.ciphers = strdup(v);
+            set_str(&opt.ciphers, v);
         } else if (!strcmp(kv, "ssl_keyformat")) {
             if (!num) {
                 fprintf(stderr, "could not parse argument to ssl_keyformat\n");
