@@ -63,7 +63,7 @@ typedef struct kura_conn {
     conn_entry *entry;                  /* "stats conns" (connlist.c) */
     struct ssl_st *ssl;                 /* a TLS port's (tls.c); NULL: plaintext */
     bool handshaking;                   /* TLS: the handshake is not done */
-    int64_t handshake_until;            /* ...by then (monotonic seconds; 0: no bound) */
+    int64_t handshake_until;            /* ...by then (monotonic ms; 0: no bound) */
 } kura_conn;
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
@@ -141,30 +141,30 @@ static void conn_handoff(kura_conn *c, const kura_handoff *req)
 }
 
 /* (Re)registers the connection's event for reading or for writing. */
-static int64_t mono_s(void)
+static int64_t mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The event's timeout: -tout's idle time, or what is left of the
- * handshake's time (counted from accept, not from the peer's last byte: a
- * peer dripping a byte at a time gets no longer). */
-static int timeout_of(kura_conn *c)
+/* The event's timeout in ms (0: none): -tout's idle time, or what is left
+ * of the handshake's time (counted from accept, not from the peer's last
+ * byte: a peer dripping a byte at a time gets no longer). */
+static int64_t timeout_of(kura_conn *c)
 {
     if (!c->handshaking)
-        return c->w->srv->settings->idle_timeout;
+        return (int64_t)c->w->srv->settings->idle_timeout * 1000;
     if (!c->handshake_until)
         return 0;
-    int64_t left = c->handshake_until - mono_s();
-    return left > 0 ? (int)left : 1;
+    int64_t left = c->handshake_until - mono_ms();
+    return left > 0 ? left : 1;
 }
 
 static void arm(kura_conn *c, bool write_mode)
 {
-    int tout = timeout_of(c);
-    struct timeval tv = { tout, 0 };
+    int64_t tout = timeout_of(c);
+    struct timeval tv = { (time_t)(tout / 1000), (suseconds_t)(tout % 1000 * 1000) };
     event_del(c->ev);
     event_assign(c->ev, c->w->base, c->fd, (write_mode ? EV_WRITE : EV_READ) | EV_PERSIST,
                  on_event, c);
@@ -336,7 +336,7 @@ static void drive(kura_conn *c)
  * it failed (the connection is closed: nothing was sent, as memcached). */
 static bool handshake(kura_conn *c)
 {
-    if (c->handshake_until && mono_s() >= c->handshake_until) {
+    if (c->handshake_until && mono_ms() >= c->handshake_until) {
         tls_conn_failed();
         log_msg(KURA_LOG_VERBOSE, "closing connection %d: TLS handshake timed out", c->fd);
         conn_close(c);
@@ -416,11 +416,11 @@ struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
     c->ssl = tls ? tls_conn_start(fd) : NULL;
     c->handshaking = tls;
     int hs = tls_handshake_timeout();
-    c->handshake_until = tls && hs > 0 ? mono_s() + hs : 0;
+    c->handshake_until = tls && hs > 0 ? mono_ms() + (int64_t)hs * 1000 : 0;
     c->ev = c->sess && (c->ssl || !tls) ? event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c)
                                         : NULL;
-    int tout = timeout_of(c);
-    struct timeval tv = { tout, 0 };
+    int64_t tout = timeout_of(c);
+    struct timeval tv = { (time_t)(tout / 1000), (suseconds_t)(tout % 1000 * 1000) };
     if (!c->ev || event_add(c->ev, tout > 0 ? &tv : NULL) < 0) {
         if (c->ev)
             event_free(c->ev);

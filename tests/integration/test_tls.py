@@ -270,7 +270,7 @@ class Tls(unittest.TestCase):
             return True
 
     def test_stalled_handshakes_bounded(self):
-        s = self.kurad(conns=12, env={"KURA_TEST_TLS_HANDSHAKE_TIMEOUT": "1"})
+        s = self.kurad(conns=12, env={"KURA_TEST_TLS_HANDSHAKE_TIMEOUT": "2"})
         before = self.errors(self.plain)
         # silent peers, and one that promises a 16 KB record and stops
         socks = self.stalled(s.port, 6) + self.stalled(s.port, 1, b"\x16\x03\x01\x40\x00\x01")
@@ -290,9 +290,11 @@ class Tls(unittest.TestCase):
                    what="the stalled handshakes closed by the timeout")
         poll_until(lambda: self.errors(self.plain) >= before + 8, what="counted")
         # their slots of -c are back: a full set of TLS clients is served
-        conns = [TlsConn(s.port, self.client_ctx()) for _ in range(8)]
+        conns = []
+        for _ in range(8):              # each held open: 8 slots at once
+            conns.append(TlsConn(s.port, self.client_ctx()))
+            self.assertEqual(conns[-1].request(b"version\r\n")[:8], b"VERSION ")
         for c in conns:
-            self.assertEqual(c.request(b"version\r\n")[:8], b"VERSION ")
             c.close()
         for x in socks:
             x.close()
