@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench/tls.py - what TLS costs: sets and gets over TLS (kurad -Z) as a
 ratio of the same over plaintext, one kurad serving both (a notls: listener
-beside the TLS port), 16 connections, in one run.
+beside the TLS port), 16 connections, in one run; then memcached -Z the
+same way, for reference (--servers kurad to leave it out).
 
 kurad is pinned to CPU 0 and kura-bench (--tls-ca for the TLS runs) to CPU
 1 when there are two; each cell is the median of --reps runs, TLS and
@@ -9,6 +10,7 @@ plaintext alternating so that a change in the machine's load falls on both.
 The certificates are made with the openssl command in a temp dir.
 
     python3 bench/tls.py --build build [--reps 3] [--ops 200000] [--value 32]
+                         [--servers kurad,memcached]
 """
 import argparse, csv, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 
@@ -43,15 +45,20 @@ def certs(d):
        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "san")
 
 
-def start(build, d):
+def start(build, d, server):
     tls, plain = free_port(), free_port()
-    argv = pin(0) + [os.path.join(build, "kurad"), "-p", str(tls), "-t", "4", "-m", "1024",
-                     "-host", "127.0.0.1,notls:127.0.0.1:%d" % plain, "-Z", "-o",
-                     "ssl_chain_cert=%s,ssl_key=%s" % (os.path.join(d, "srv.pem"),
-                                                       os.path.join(d, "srv.key"))]
+    certs = "ssl_chain_cert=%s,ssl_key=%s" % (os.path.join(d, "srv.pem"),
+                                              os.path.join(d, "srv.key"))
+    if server == "memcached":
+        argv = pin(0) + ["memcached", "-U", "0", "-p", str(tls), "-t", "4", "-m", "1024",
+                         "-l", "127.0.0.1,notls:127.0.0.1:%d" % plain, "-Z", "-o", certs]
+    else:
+        argv = pin(0) + [os.path.join(build, "kurad"), "-p", str(tls), "-t", "4", "-m", "1024",
+                         "-host", "127.0.0.1,notls:127.0.0.1:%d" % plain, "-Z", "-o", certs,
+                         "*"]
     if os.geteuid() == 0:
         argv += ["-u", "root"]
-    proc = subprocess.Popen(argv + ["*"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     end = time.monotonic() + 20
     while True:
         try:
@@ -59,7 +66,7 @@ def start(build, d):
             return proc, tls, plain
         except OSError:
             if proc.poll() is not None or time.monotonic() > end:
-                raise SystemExit("kurad -Z did not start")
+                raise SystemExit("%s -Z did not start" % server)
             time.sleep(0.05)
 
 
@@ -81,28 +88,36 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ops", type=int, default=200000)
     ap.add_argument("--value", type=int, default=32)
+    ap.add_argument("--servers", default="kurad,memcached",
+                    help="memcached -Z beside kurad: its own ratio, for reference")
     a = ap.parse_args()
     if not shutil.which("openssl"):
         raise SystemExit("bench/tls.py needs the openssl command (Debian: openssl)")
     d = tempfile.mkdtemp(prefix="kura-bench-tls-")
     try:
         certs(d)
-        proc, tls, plain = start(a.build, d)
-        try:
-            print("%d connections, %d-byte values, %d requests a run, median of %d"
-                  % (CONNS, a.value, a.ops, a.reps))
-            print("%-8s %14s %14s %7s" % ("cell", "plain ops/s", "TLS ops/s", "ratio"))
-            for name, args in CELLS:
-                p, t = [], []
-                for _ in range(a.reps):
-                    p.append(bench(a.build, plain, args, a.ops, a.value))
-                    t.append(bench(a.build, tls, args, a.ops, a.value,
-                                   os.path.join(d, "ca.pem")))
-                mp, mt = statistics.median(p), statistics.median(t)
-                print("%-8s %14.0f %14.0f %6.2fx" % (name, mp, mt, mt / mp), flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+        print("%d connections, %d-byte values, %d requests a run, median of %d"
+              % (CONNS, a.value, a.ops, a.reps))
+        print("%-10s %-8s %14s %14s %7s" % ("server", "cell", "plain ops/s", "TLS ops/s",
+                                           "ratio"))
+        for server in a.servers.split(","):
+            if server == "memcached" and not shutil.which("memcached"):
+                print("memcached: not installed, skipped")
+                continue
+            proc, tls, plain = start(a.build, d, server)
+            try:
+                for name, args in CELLS:
+                    p, t = [], []
+                    for _ in range(a.reps):
+                        p.append(bench(a.build, plain, args, a.ops, a.value))
+                        t.append(bench(a.build, tls, args, a.ops, a.value,
+                                       os.path.join(d, "ca.pem")))
+                    mp, mt = statistics.median(p), statistics.median(t)
+                    print("%-10s %-8s %14.0f %14.0f %6.2fx" % (server, name, mp, mt, mt / mp),
+                          flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(30)
     finally:
         shutil.rmtree(d, True)
 
