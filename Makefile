@@ -95,11 +95,20 @@ CAB_LIBS   = $(if $(HAVE_TOKYOCABINET),$(TOKYOCABINET_LIBS)) \
 HAVE_SASL ?= $(if $(wildcard /usr/include/sasl/sasl.h),1)
 SASL_LIBS ?= -lsasl2
 
+# OpenSSL, optional, for TLS (-Z, src/server/tls.c; replicas' -mtls and
+# kuractl -tls, src/util/tlsio.c): config.mk says whether configure found
+# it; without it, Debian's header says.  Without it -Z and -mtls are
+# refused at start and kuractl -tls says so.
+HAVE_OPENSSL ?= $(if $(wildcard /usr/include/openssl/ssl.h),1)
+OPENSSL_LIBS ?= -lssl -lcrypto
+
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra $(WERROR) -pthread \
               -Iinclude -fno-strict-aliasing $(SAN)
 CFLAGS_ALL  = $(CFLAGS_BASE) $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+CFLAGS_ALL += $(if $(HAVE_OPENSSL),-DKURA_HAVE_OPENSSL $(OPENSSL_CFLAGS))
 LIBS        = $(LDFLAGS) $(LIBEVENT_LIBS) $(ZLIB_LIBS) $(BZIP2_LIBS) $(LZO2_LIBS) -lm -pthread $(SAN)
 LIBS       += $(if $(HAVE_SASL),$(SASL_LIBS))
+LIBS       += $(if $(HAVE_OPENSSL),$(OPENSSL_LIBS))
 
 LIB_SRC    = $(sort $(filter-out src/server/% src/ctl/%,$(wildcard src/*/*.c src/*/*/*.c)))
 SERVER_SRC = $(sort $(wildcard src/server/*.c))
@@ -159,7 +168,8 @@ $(KURACTL): $(CTL_OBJ) $(BUILD)/libkura.a
 $(BUILD)/src/ctl/cab_tc.o $(BUILD)/src/ctl/cab_kc.o: CFLAGS_ALL += $(CAB_CFLAGS)
 $(BUILD)/src/proto/sasl.o: CFLAGS_ALL += $(if $(HAVE_SASL),-DKURA_HAVE_SASL $(SASL_CFLAGS))
 
-$(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o)
+# libkura.a for its TLS client (kura/tlsio.h: --tls-ca)
+$(BUILD)/kura-bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
 
 # In-process engine benchmark (bench/engine/); the library is linked whole so

@@ -51,6 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/tlsio.h"
+
 #define VERSION_STR "kura-bench 1.0"
 #define KEYBUF 300
 #define HDR_LEN 16              /* hex version header in values >= 16 bytes */
@@ -80,6 +82,7 @@ static struct {
     const char *label;
     uint64_t seed;
     double timeout;
+    const char *tls_ca;         /* --tls-ca: TLS (kurad -Z), verified against these CAs */
 } opt = {
     .host = "127.0.0.1", .port = "11211", .threads = 1, .conns = 1, .depth = 1,
     .multiget = 1, .keys = 100000, .pattern = PAT_UNIFORM, .zipf_s = 0.99,
@@ -123,6 +126,8 @@ static void usage(FILE *f)
 "                        own wake-up latency leaves the measurement; uses a\n"
 "                        full core per thread\n"
 "      --timeout S       give up when a connection is silent this long (default 10)\n"
+"      --tls-ca FILE     TLS (kurad -Z): the server's certificate must chain to\n"
+"                        FILE's CAs and name --host\n"
 "  -V, --version         print the version\n"
 "      --help            this text\n"
 "Exit: 0 ok, 1 protocol/connection error, 2 usage, 3 verify mismatches,\n"
@@ -450,6 +455,7 @@ struct worker;
 typedef struct conn {
     struct worker *w;
     int fd;
+    struct ssl_st *ssl;         /* --tls-ca; NULL: plaintext */
     int idx;
     bool want_out;              /* EPOLLOUT registered */
     bool done_issuing, synced, closed;
@@ -801,7 +807,8 @@ static void update_events(conn *c)
 static void flush_out(conn *c)
 {
     while (c->woff < c->wlen) {
-        ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+        ssize_t n = c->ssl ? kura_tls_send(c->ssl, c->wbuf + c->woff, c->wlen - c->woff)
+                           : send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
         if (n > 0) {
             c->woff += (size_t)n;
             c->w->c.bytes_out += (uint64_t)n;
@@ -1294,7 +1301,8 @@ static void on_readable(conn *c)
             if (!c->rbuf) die(1, "out of memory");
         }
         size_t room = c->rcap - c->rlen;
-        ssize_t n = recv(c->fd, c->rbuf + c->rlen, room, 0);
+        ssize_t n = c->ssl ? kura_tls_recv(c->ssl, c->rbuf + c->rlen, room)
+                           : recv(c->fd, c->rbuf + c->rlen, room, 0);
         if (n > 0) {
             c->rlen += (size_t)n;
             c->w->c.bytes_in += (uint64_t)n;
@@ -1302,8 +1310,10 @@ static void on_readable(conn *c)
             parse(c);
             if (c->w->fatal)
                 return;
-            if ((size_t)n < room)
-                break;              /* short read: the socket is drained */
+            if ((size_t)n < room && !(c->ssl && kura_tls_pending(c->ssl)))
+                break;              /* short read: the socket is drained (TLS: and
+                                       nothing decrypted is left, which epoll
+                                       would not report) */
             continue;
         }
         if (n == 0) {
@@ -1472,7 +1482,7 @@ static void sigint(int sig)
 int main(int argc, char **argv)
 {
     enum { O_PATTERN = 256, O_PREFIX, O_MISS, O_NOREPLY, O_PREFILL, O_VERIFY, O_CSV,
-           O_JSON, O_LABEL, O_SEED, O_TIMEOUT, O_HELP, O_SPIN, O_PROTO };
+           O_JSON, O_LABEL, O_SEED, O_TIMEOUT, O_HELP, O_SPIN, O_PROTO, O_TLS_CA };
     static const struct option lo[] = {
         { "host", 1, 0, 'h' }, { "port", 1, 0, 'p' }, { "socket", 1, 0, 's' },
         { "threads", 1, 0, 't' }, { "conns", 1, 0, 'c' }, { "pipeline", 1, 0, 'P' },
@@ -1482,7 +1492,7 @@ int main(int argc, char **argv)
         { "multiget", 1, 0, 'm' }, { "noreply", 0, 0, O_NOREPLY },
         { "prefill", 0, 0, O_PREFILL }, { "verify", 0, 0, O_VERIFY },
         { "quiet", 0, 0, 'q' }, { "csv", 0, 0, O_CSV }, { "json", 0, 0, O_JSON },
-        { "label", 1, 0, O_LABEL }, { "seed", 1, 0, O_SEED }, { "timeout", 1, 0, O_TIMEOUT }, { "spin", 0, 0, O_SPIN },
+        { "label", 1, 0, O_LABEL }, { "seed", 1, 0, O_SEED }, { "timeout", 1, 0, O_TIMEOUT }, { "spin", 0, 0, O_SPIN }, { "tls-ca", 1, 0, O_TLS_CA },
         { "proto", 1, 0, O_PROTO },
         { "version", 0, 0, 'V' }, { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 },
     };
@@ -1553,6 +1563,7 @@ int main(int argc, char **argv)
         case O_SEED: opt.seed = parse_u64("--seed", optarg); break;
         case O_TIMEOUT: opt.timeout = parse_double("--timeout", optarg); break;
         case O_SPIN: opt.spin = true; break;
+        case O_TLS_CA: opt.tls_ca = optarg; break;
         case O_PROTO:
             if (!strcmp(optarg, "text")) opt.proto = PROTO_TEXT;
             else if (!strcmp(optarg, "meta")) opt.proto = PROTO_META;
@@ -1618,6 +1629,13 @@ int main(int argc, char **argv)
             c->idx = t * opt.conns + i;
             c->fd = connect_one(err, sizeof(err));
             if (c->fd < 0) die(1, "connect: %s", err);
+            if (opt.tls_ca) {
+                static struct ssl_ctx_st *ctx;
+                if (!ctx && !(ctx = kura_tls_client_ctx(opt.tls_ca, NULL, err, sizeof(err))))
+                    die(2, "--tls-ca: %s", err);
+                c->ssl = kura_tls_connect(ctx, c->fd, opt.host, 10000, err, sizeof(err));
+                if (!c->ssl) die(1, "connect: %s", err);
+            }
             c->rcap = 65536;
             c->rbuf = malloc(c->rcap);
             c->qcap = qcap;

@@ -152,6 +152,9 @@ typedef struct kura_server_info {
     int unix_mode;                      /* -a (stats settings' umask) */
     const kura_auth *auth;              /* -Y: connections authenticate first; NULL: not */
     bool sasl;                          /* -S: binary protocol only, SASL first */
+    /* TLS's lines (src/server/tls.c): "stats settings"' ssl_* (settings
+     * true) and plain "stats"' ssl_* (false); NULL: none */
+    void (*tls_stats)(void *ctx, bool settings, kura_stat_fn emit, void *arg);
 
     /* Tokyo Tyrant's setmst (src/proto/tt.c): make this server a replica
      * of host:port from update-log timestamp ts (opts: ttserver's

@@ -140,6 +140,10 @@ typedef struct repl_config {
      * there), memcached's ASCII authentication; NULL: none (kept by the
      * caller for the replica's life) */
     const char *auth_user, *auth_pass;
+    /* replica: reach the master over TLS with this client context (-mtls:
+     * the master's certificate must verify and name the -mhost; tlsio.h);
+     * NULL: plaintext (kept by the caller for the replica's life) */
+    struct ssl_ctx_st *tls_ctx;
 } repl_config;
 
 #define REPL_MAX_DEFAULT 16

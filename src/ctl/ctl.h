@@ -55,6 +55,9 @@ typedef struct ctl_global {
     bool quiet;                 /* -q: no progress display */
     const char *auth_user;      /* -a FILE's first user:password (NULL: none): */
     const char *auth_pass;      /* sent on every connection to a server that asks */
+    bool tls;                   /* -tls: over TLS (kurad -Z), the certificate verified */
+    const char *tls_ca;         /* -tls-ca FILE: the CAs it must chain to (NULL: system's) */
+    const char *tls_cert;       /* -tls-cert FILE: kuractl's certificate and key (PEM) */
 } ctl_global;
 
 extern ctl_global g_ctl;

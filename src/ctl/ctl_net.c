@@ -13,6 +13,11 @@
  * binary protocol (kurad -S), as kura_login (src/proto/login.c) finds out.
  * A server that asks for neither gets no credentials (one without -Y would
  * store them as the item "auth"): the connection is made again, in text.
+ *
+ * With -tls (-tls-ca, -tls-cert) the connection is TLS (kurad -Z): the
+ * handshake within the same deadline, the server's certificate verified
+ * against the address's host name or IP (tlsio.h); the login, if any,
+ * goes over it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,9 +33,11 @@
 
 #include "ctl.h"
 #include "kura/proto.h"
+#include "kura/tlsio.h"
 
 struct ctl_conn {
     int fd;
+    struct ssl_st *ssl;         /* -tls; NULL: plaintext */
     char name[300];
     char *buf;                  /* unread bytes at buf[pos..len) */
     size_t pos, len, cap;
@@ -112,6 +119,29 @@ static int authenticate(ctl_conn *c)
     }
 }
 
+/* -tls: the handshake, within what is left of the connect's deadline; the
+ * client context is made once per run */
+static int start_tls(ctl_conn *c, const char *addr, double deadline)
+{
+    static struct ssl_ctx_st *ctx;
+    char err[400], host[256];
+    if (!ctx && !(ctx = kura_tls_client_ctx(g_ctl.tls_ca, g_ctl.tls_cert, err, sizeof(err))))
+        return ctl_err(CTL_USAGE, "-tls: %s", err);
+    /* the host the certificate must name: addr without its port */
+    const char *colon = strrchr(addr, ':'), *rb = strchr(addr, ']');
+    size_t hl = colon && strchr(addr, ':') == colon ? (size_t)(colon - addr) : strlen(addr);
+    if (addr[0] == '[' && rb) {         /* [V6]:PORT */
+        hl = (size_t)(rb - addr - 1);
+        addr++;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)(hl < sizeof(host) ? hl : sizeof(host) - 1), addr);
+    int ms = (int)((deadline - now_s()) * 1000);
+    c->ssl = kura_tls_connect(ctx, c->fd, host, ms > 0 ? ms : 1, err, sizeof(err));
+    if (!c->ssl)
+        return ctl_err(CTL_UNREACHABLE, "%s: %s", c->name, err);
+    return CTL_OK;
+}
+
 int ctl_connect(const char *addr, ctl_conn **out)
 {
     double deadline = now_s() + g_ctl.timeout;
@@ -191,7 +221,9 @@ int ctl_connect(const char *addr, ctl_conn **out)
     }
     c->fd = fd;
     snprintf(c->name, sizeof(c->name), "%s", addr);
-    int rc = g_ctl.auth_user ? authenticate(c) : CTL_OK;
+    int rc = g_ctl.tls ? start_tls(c, addr, deadline) : CTL_OK;
+    if (!rc && g_ctl.auth_user)
+        rc = authenticate(c);
     if (rc == CTL_AGAIN) {              /* no login asked for: again, in text */
         ctl_close(c);
         const char *user = g_ctl.auth_user;
@@ -212,6 +244,7 @@ void ctl_close(ctl_conn *c)
 {
     if (!c)
         return;
+    kura_tls_close(c->ssl, true);
     close(c->fd);
     free(c->buf);
     free(c);
@@ -227,7 +260,7 @@ int ctl_send(ctl_conn *c, const void *p, size_t n)
     const char *b = p;
     double deadline = now_s() + g_ctl.timeout;
     while (n > 0) {
-        ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL);
+        ssize_t w = c->ssl ? kura_tls_send(c->ssl, b, n) : send(c->fd, b, n, MSG_NOSIGNAL);
         if (w > 0) {
             b += w;
             n -= (size_t)w;
@@ -266,7 +299,8 @@ static int fill(ctl_conn *c, double deadline)
         }
     }
     for (;;) {
-        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        ssize_t r = c->ssl ? kura_tls_recv(c->ssl, c->buf + c->len, c->cap - c->len)
+                           : recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
         if (r > 0) {
             c->len += (size_t)r;
             return CTL_OK;

@@ -102,6 +102,9 @@ static void usage_all(FILE *f)
     fprintf(f, "usage: kuractl [-s HOST:PORT|SOCKET] [-a FILE] [-t SECONDS] [-q] COMMAND [ARGS]\n\n"
                "  -s ADDR   the server (default 127.0.0.1:11211; a path with '/' is a unix socket)\n"
                "  -a FILE   authenticate (kurad -Y) as FILE's first user:password line\n"
+               "  -tls      connect over TLS (kurad -Z), verifying the server's certificate\n"
+               "  -tls-ca FILE    the CA certificates it must chain to (implies -tls)\n"
+               "  -tls-cert FILE  kuractl's own certificate and key, one PEM (implies -tls)\n"
                "  -t SECS   connect and read timeout (default 10)\n"
                "  -q        no progress display\n"
                "  -h        this help; COMMAND -h: that command's\n\n"
@@ -186,7 +189,12 @@ static int global_opt(const char *cmd, int argc, char **argv, int i)
     bool s = strcmp(o, "-s") == 0 || strcmp(o, "--server") == 0;
     bool t = strcmp(o, "-t") == 0 || strcmp(o, "--timeout") == 0;
     bool a = strcmp(o, "-a") == 0 || strcmp(o, "--auth") == 0;
-    if (!s && !t && !a)
+    if (strcmp(o, "-tls") == 0) {
+        g_ctl.tls = true;
+        return 1;
+    }
+    bool tca = strcmp(o, "-tls-ca") == 0, tcert = strcmp(o, "-tls-cert") == 0;
+    if (!s && !t && !a && !tca && !tcert)
         return 0;
     if (i + 1 >= argc) {
         fprintf(stderr, "kuractl%s%s: option %s needs a value\n", cmd ? " " : "", cmd ? cmd : "",
@@ -195,6 +203,11 @@ static int global_opt(const char *cmd, int argc, char **argv, int i)
     }
     if (a)
         return auth_opt(argv[i + 1]);
+    if (tca || tcert) {                 /* either implies -tls */
+        *(tca ? &g_ctl.tls_ca : &g_ctl.tls_cert) = argv[i + 1];
+        g_ctl.tls = true;
+        return 2;
+    }
     if (s) {
         g_ctl.server = argv[i + 1];
         if (!*g_ctl.server) {

@@ -124,6 +124,8 @@ static void stats_general(const kura_stats_source *s, const stat_out *out)
     stat_u64(out, "time_in_listen_disabled_us", 0);
     stat_u64(out, "threads", (uint64_t)si->nthreads);
     stat_u64(out, "conn_yields", t.conn_yields);
+    if (si->tls_stats)                  /* memcached's place: after the log_* lines */
+        si->tls_stats(NULL, false, out->emit, out->arg);
     stat_u64(out, "bytes", u.bytes);
     stat_u64(out, "curr_items", u.curr_items);
     stat_u64(out, "total_items", t.total_items);
@@ -185,6 +187,8 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
     stat_str(out, "dump_enabled", "no");
     stat_str(out, "hash_algorithm", "kura");
     stat_u64(out, "idle_timeout", (uint64_t)si->idle_timeout);
+    if (si->tls_stats)                  /* memcached's place: after the ext_* lines */
+        si->tls_stats(NULL, true, out->emit, out->arg);
     stat_str(out, "kura_version", KURA_VERSION);
     stat_str(out, "kura_backend", engine_backend(s->engine));
     stat_str(out, "kura_database", si->dbname ? si->dbname : "*");

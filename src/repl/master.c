@@ -35,6 +35,7 @@
 #include "kura/journal.h"
 #include "kura/lockorder.h"
 #include "kura/thread.h"
+#include "kura/tlsio.h"
 #include "master_int.h"
 
 /* ul_set_notify's hook: under the log's append lock, so no lock here; the
@@ -286,7 +287,9 @@ static void peer_name(peer *p)
 int repl_master_serve(repl_master *m, int fd, const repl_hello *h)
 {
     peer *p = calloc(1, sizeof(*p));
+    struct ssl_st *ssl = kura_tls_unstash(fd);     /* a TLS port's connection */
     if (!p) {
+        kura_tls_close(ssl, true);
         close(fd);                      /* taken, as on every other failure */
         if (m->cfg.stream_end)
             m->cfg.stream_end(m->cfg.stream_end_arg);
@@ -294,6 +297,7 @@ int repl_master_serve(repl_master *m, int fd, const repl_hello *h)
     }
     p->m = m;
     p->fd = fd;
+    p->ssl = ssl;
     p->sid = h->sid;
     p->hello = *h;
     p->state = PEER_NEW;

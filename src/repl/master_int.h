@@ -53,6 +53,7 @@ typedef enum { PEER_NEW, PEER_COPY, PEER_STREAM } peer_state;
 typedef struct peer {
     struct repl_master *m;
     int fd;
+    struct ssl_st *ssl;                 /* the stream came over TLS (-Z); NULL: plaintext */
     uint32_t sid;
     repl_hello hello;                   /* what the replica asked */
     char name[64];                      /* its host:port as this side sees it */

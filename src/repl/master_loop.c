@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "kura/lockorder.h"
+#include "kura/tlsio.h"
 #include "master_int.h"
 
 int64_t mono_ms(void)
@@ -92,6 +93,7 @@ static void free_peer(peer *p)
         event_free(p->rev);
     if (p->wev)
         event_free(p->wev);
+    kura_tls_close(p->ssl, true);
     close(p->fd);
     free(p->out);
     free(p);
@@ -134,7 +136,9 @@ int peer_queue_row(peer *p, const ul_row *row)
 static int flush_peer(peer *p)
 {
     while (p->ooff < p->olen) {
-        ssize_t n = send(p->fd, p->out + p->ooff, p->olen - p->ooff, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = p->ssl ? kura_tls_send(p->ssl, p->out + p->ooff, p->olen - p->ooff)
+                           : send(p->fd, p->out + p->ooff, p->olen - p->ooff,
+                                  MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             p->ooff += (size_t)n;
             p->stalled_ms = 0;
@@ -285,7 +289,8 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     peer *p = arg;
     (void)what;
     for (;;) {
-        ssize_t r = recv(fd, p->ab + p->abn, sizeof(p->ab) - p->abn, MSG_DONTWAIT);
+        ssize_t r = p->ssl ? kura_tls_recv(p->ssl, p->ab + p->abn, sizeof(p->ab) - p->abn)
+                           : recv(fd, p->ab + p->abn, sizeof(p->ab) - p->abn, MSG_DONTWAIT);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             end_peer(p);
             return;

@@ -12,31 +12,11 @@
 #include <sys/socket.h>
 
 #include "kura/repl.h"
+#include "kura/tlsio.h"
 
 int repl_send_all(int fd, const void *buf, size_t len, int timeout_ms)
 {
-    const char *p = buf;
-    while (len) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        struct pollfd pf = { .fd = fd, .events = POLLOUT };
-        int r = poll(&pf, 1, timeout_ms);
-        if (r == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (r < 0 && errno != EINTR)
-            return -1;
-    }
-    return 0;
+    return kura_tls_send_all(fd, NULL, buf, len, timeout_ms);
 }
 
 int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *row)

@@ -55,6 +55,7 @@
 #include "kura/journal.h"
 #include "kura/proto.h"
 #include "kura/repl.h"
+#include "kura/tlsio.h"
 #include "kura/thread.h"
 #include "keyset.h"
 
@@ -429,6 +430,7 @@ static int connect_master(repl_slave *s, char *why, size_t whylen)
 typedef struct session {
     repl_slave *s;
     int fd;
+    struct ssl_st *ssl;                 /* -mtls: the stream's TLS; NULL: plaintext */
     unsigned char *buf;
     size_t len, cap;
     keyset *stale;                      /* while a copy arrives over the store: keys it
@@ -441,6 +443,13 @@ typedef struct session {
     bool has_hist;                      /* hist: the master's history, from its welcome */
     journal_hist hist;
 } session;
+
+/* Sends all of buf to the master (TLS or not), waiting for the socket at
+ * most 10 s at a time: 0 or -1. */
+static int send_all(session *ss, const void *buf, size_t len)
+{
+    return kura_tls_send_all(ss->fd, ss->ssl, buf, len, 10000);
+}
 
 /* Reads more into the buffer: 1 when bytes came, 0 on silence, -1 closed. */
 static int fill(session *ss, size_t want)
@@ -457,13 +466,16 @@ static int fill(session *ss, size_t want)
     }
     if (ss->len == ss->cap)
         return 1;
-    struct pollfd pf = { .fd = ss->fd, .events = POLLIN };
-    int r = poll(&pf, 1, SILENCE_MS);
-    if (r == 0)
-        return 0;
-    if (r < 0)
-        return errno == EINTR ? 1 : -1;
-    ssize_t n = recv(ss->fd, ss->buf + ss->len, ss->cap - ss->len, 0);
+    if (!(ss->ssl && kura_tls_pending(ss->ssl))) {     /* decrypted already: no wait */
+        struct pollfd pf = { .fd = ss->fd, .events = POLLIN };
+        int r = poll(&pf, 1, SILENCE_MS);
+        if (r == 0)
+            return 0;
+        if (r < 0)
+            return errno == EINTR ? 1 : -1;
+    }
+    ssize_t n = ss->ssl ? kura_tls_recv(ss->ssl, ss->buf + ss->len, ss->cap - ss->len)
+                        : recv(ss->fd, ss->buf + ss->len, ss->cap - ss->len, 0);
     if (n == 0)
         return -1;
     if (n < 0)
@@ -589,7 +601,7 @@ static int send_ack(session *ss)
     }
     char line[64];
     int n = snprintf(line, sizeof(line), "ACK %" PRIu64 "\r\n", pos);
-    return repl_send_all(ss->fd, line, (size_t)n, 10000);
+    return send_all(ss, line, (size_t)n);
 }
 
 /* Reads the master's first line; returns its length, or -1. */
@@ -687,7 +699,7 @@ static int welcome(session *ss, const char *line)
 /* kura_login's I/O on the stream's socket and buffer. */
 static int login_send(void *ss, const void *p, size_t n)
 {
-    return repl_send_all(((session *)ss)->fd, p, n, 10000);
+    return send_all(ss, p, n);
 }
 
 static int login_read(void *arg, void *p, size_t n)
@@ -748,11 +760,21 @@ static int session_run(repl_slave *s, int fd)
                          .copy = s->want_copy };
     atomic_store(&s->master_last, 0);
     atomic_store(&s->hb_at_ms, 0);
+    if (s->cfg.tls_ctx) {
+        char why[300];
+        ss.ssl = kura_tls_connect(s->cfg.tls_ctx, fd, s->host, CONNECT_TIMEOUT_MS, why,
+                                  sizeof(why));
+        if (!ss.ssl) {
+            fail(s, KURA_LOG_ERROR, "master %s:%d (-mtls): %s; retrying with backoff", s->host,
+                 s->port, why);
+            goto out;
+        }
+    }
     if ((res = authenticate(&ss)) != 0)
         goto out;
     res = SESS_FAILED;
     int n = repl_hello_format(line, sizeof(line), &hello);
-    if (n < 0 || repl_send_all(fd, line, (size_t)n, 10000) < 0 ||
+    if (n < 0 || send_all(&ss, line, (size_t)n) < 0 ||
         read_line(&ss, line, sizeof(line)) < 0) {
         fail(s, KURA_LOG_ERROR, "master %s:%d did not answer the repl command", s->host,
              s->port);
@@ -836,6 +858,7 @@ out:
     } else if (res != SESS_DIVERGED && res != SESS_FATAL) {
         rts_write(s, atomic_load(&s->pos));
     }
+    kura_tls_close(ss.ssl, true);
     free(ss.buf);
     return res == SESS_FAILED && ss.progressed ? SESS_WORKED : res;
 }

@@ -27,13 +27,19 @@
  * session says it paused, the connection sends what it has and waits for
  * its next turn of the event loop before it goes on, as memcached yields
  * after -R requests.
+ *
+ * A connection accepted on a TLS port (-Z) first finishes its handshake
+ * (bounded by tls_handshake_timeout(): tls.c), then reads and writes
+ * through OpenSSL (kura_tls_recv/send: tlsio.h) under the same bounds.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "kura/tlsio.h"
 #include "kura/watch.h"
 #include "server.h"
 
@@ -56,9 +62,22 @@ typedef struct kura_conn {
     uint64_t commit_target;
     struct kura_conn *held_next;        /* the worker's held list */
     conn_entry *entry;                  /* "stats conns" (connlist.c) */
+    struct ssl_st *ssl;                 /* a TLS port's (tls.c); NULL: plaintext */
+    bool handshaking;                   /* TLS: the handshake is not done */
+    int64_t handshake_until;            /* ...by then (monotonic ms; 0: no bound) */
 } kura_conn;
 
 static void on_event(evutil_socket_t fd, short what, void *arg);
+
+static ssize_t conn_send(kura_conn *c, const void *p, size_t n)
+{
+    return c->ssl ? kura_tls_send(c->ssl, p, n) : send(c->fd, p, n, MSG_NOSIGNAL);
+}
+
+static ssize_t conn_recv(kura_conn *c, void *p, size_t n)
+{
+    return c->ssl ? kura_tls_recv(c->ssl, p, n) : recv(c->fd, p, n, 0);
+}
 
 /* Why a connection is closed with its replies unsent (COMMIT_CLOSE). */
 static void log_close_unconfirmed(kura_conn *c)
@@ -90,6 +109,8 @@ static int conn_release(kura_conn *c, bool keep_count)
         c->next->prev = c->prev;
     connlist_remove(c->entry);
     event_free(c->ev);
+    if (c->ssl)
+        kura_tls_close(c->ssl, !c->handshaking && !keep_count);
     kura_session_free(c->sess);
     kura_buf_free(&c->rbuf);
     kura_buf_free(&c->wbuf);
@@ -120,15 +141,39 @@ static void conn_close(kura_conn *c)
 static void conn_handoff(kura_conn *c, const kura_handoff *req)
 {
     kura_handoff h = *req;              /* the session goes with the connection */
+    struct ssl_st *ssl = c->ssl;        /* TLS: the taker picks it up (kura_tls_unstash) */
+    c->ssl = NULL;
     int fd = conn_release(c, true);
+    if (ssl)
+        kura_tls_stash(fd, ssl);
     h.take(h.ctx, fd, h.arg);
 }
 
 /* (Re)registers the connection's event for reading or for writing. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The event's timeout in ms (0: none): -tout's idle time, or what is left
+ * of the handshake's time (counted from accept, not from the peer's last
+ * byte: a peer dripping a byte at a time gets no longer). */
+static int64_t timeout_of(kura_conn *c)
+{
+    if (!c->handshaking)
+        return (int64_t)c->w->srv->settings->idle_timeout * 1000;
+    if (!c->handshake_until)
+        return 0;
+    int64_t left = c->handshake_until - mono_ms();
+    return left > 0 ? left : 1;
+}
+
 static void arm(kura_conn *c, bool write_mode)
 {
-    int tout = c->w->srv->settings->idle_timeout;
-    struct timeval tv = { tout, 0 };
+    int64_t tout = timeout_of(c);
+    struct timeval tv = { (time_t)(tout / 1000), (suseconds_t)(tout % 1000 * 1000) };
     event_del(c->ev);
     event_assign(c->ev, c->w->base, c->fd, (write_mode ? EV_WRITE : EV_READ) | EV_PERSIST,
                  on_event, c);
@@ -160,7 +205,7 @@ static void hold(kura_conn *c, uint64_t target)
 static bool flush_out(kura_conn *c)
 {
     while (c->wpos < c->wbuf.len) {
-        ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos, MSG_NOSIGNAL);
+        ssize_t n = conn_send(c, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos);
         if (n > 0) {
             c->wpos += (size_t)n;
             KURA_STAT_ADD(c->w->stats, bytes_written, (uint64_t)n);
@@ -269,7 +314,7 @@ static void drive(kura_conn *c)
             return;
         }
         size_t space = c->rbuf.cap - c->rbuf.len;
-        ssize_t n = recv(c->fd, c->rbuf.data + c->rbuf.len, space, 0);
+        ssize_t n = conn_recv(c, c->rbuf.data + c->rbuf.len, space);
         if (n > 0) {
             c->rbuf.len += (size_t)n;
             KURA_STAT_ADD(c->w->stats, bytes_read, (uint64_t)n);
@@ -277,8 +322,10 @@ static void drive(kura_conn *c)
                 return;
             /* A short read almost always means the socket is drained; the
              * event loop (level-triggered) calls again if it is not, so the
-             * recv that would only say EAGAIN is saved. */
-            if ((size_t)n < space)
+             * recv that would only say EAGAIN is saved.  TLS: a record
+             * read is short too, and what OpenSSL holds decrypted is no
+             * readiness of the socket: it is taken now. */
+            if ((size_t)n < space && !(c->ssl && kura_tls_pending(c->ssl)))
                 return;
             continue;
         }
@@ -289,6 +336,34 @@ static void drive(kura_conn *c)
         conn_close_why(c, n == 0 ? "normal" : "error");   /* EOF, or an error */
         return;
     }
+    if (c->ssl && kura_tls_pending(c->ssl))
+        event_active(c->ev, EV_READ, 0);    /* the rest on the next turn */
+}
+
+/* TLS: one step of the handshake.  Returns true once it is done (the
+ * connection then carries on as any other), false while it waits or when
+ * it failed (the connection is closed: nothing was sent, as memcached). */
+static bool handshake(kura_conn *c)
+{
+    if (c->handshake_until && mono_ms() >= c->handshake_until) {
+        tls_conn_failed();
+        log_msg(KURA_LOG_VERBOSE, "closing connection %d: TLS handshake timed out", c->fd);
+        conn_close(c);
+        return false;
+    }
+    int r = tls_conn_handshake(c->ssl);
+    if (r == 1) {
+        c->handshaking = false;
+        arm(c, false);                  /* the idle timeout from now on */
+        return true;
+    }
+    if (r < 0) {
+        log_msg(KURA_LOG_VERBOSE, "closing connection %d: TLS handshake failed", c->fd);
+        conn_close(c);
+        return false;
+    }
+    set_mode(c, r == 2);
+    return false;
 }
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
@@ -296,10 +371,15 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
     kura_conn *c = arg;
     (void)fd;
     if (what & EV_TIMEOUT) {
-        log_msg(KURA_LOG_VERBOSE, "closing connection %d: idle", c->fd);
+        if (c->handshaking)
+            tls_conn_failed();
+        log_msg(KURA_LOG_VERBOSE, "closing connection %d: %s", c->fd,
+                c->handshaking ? "TLS handshake timed out" : "idle");
         conn_close_why(c, "idle_timeout");
         return;
     }
+    if (c->handshaking && !handshake(c))
+        return;
     if (c->write_mode) {
         if (!flush_out(c))
             return;
@@ -330,7 +410,7 @@ void conn_release_durable(kura_worker *w)
     }
 }
 
-struct kura_conn *conn_new(kura_worker *w, int fd)
+struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
 {
     kura_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -342,12 +422,19 @@ struct kura_conn *conn_new(kura_worker *w, int fd)
         .cmds = w->srv->cmds, .conn_id = fd,
     };
     c->sess = kura_session_new(&sc);
-    c->ev = c->sess ? event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c) : NULL;
-    int tout = w->srv->settings->idle_timeout;
-    struct timeval tv = { tout, 0 };
+    c->ssl = tls ? tls_conn_start(fd) : NULL;
+    c->handshaking = tls;
+    int hs = tls_handshake_timeout();
+    c->handshake_until = tls && hs > 0 ? mono_ms() + (int64_t)hs * 1000 : 0;
+    c->ev = c->sess && (c->ssl || !tls) ? event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c)
+                                        : NULL;
+    int64_t tout = timeout_of(c);
+    struct timeval tv = { (time_t)(tout / 1000), (suseconds_t)(tout % 1000 * 1000) };
     if (!c->ev || event_add(c->ev, tout > 0 ? &tv : NULL) < 0) {
         if (c->ev)
             event_free(c->ev);
+        if (c->ssl)
+            kura_tls_close(c->ssl, false);
         kura_session_free(c->sess);
         free(c);
         return NULL;
@@ -373,10 +460,9 @@ void conn_close_all(kura_worker *w)
          * changes were not made durable, so they must not be acknowledged. */
         bool durable = !c->held ||
                        commit_fate(w->srv->committer, c->commit_target) == COMMIT_SEND;
-        if (durable && c->wpos < c->wbuf.len) {
-            ssize_t n = send(c->fd, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)n;
+        if (durable && !c->handshaking && c->wpos < c->wbuf.len) {
+            ssize_t n = conn_send(c, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos);
+            (void)n;                    /* the socket is non-blocking */
         }
         conn_close_why(c, "shutdown");
     }

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -35,6 +36,7 @@
 
 static struct event *listen_events[MAX_LISTENERS];
 static int listen_fds[MAX_LISTENERS];
+static bool listen_tls[MAX_LISTENERS];  /* -Z, unless the address said notls: */
 static conn_entry *listen_entries[MAX_LISTENERS];   /* "stats conns" */
 static int nlisten;
 static struct event *backoff_timer;     /* re-enables accepting */
@@ -69,6 +71,10 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     kura_server *srv = arg;
     (void)what;
+    bool tls = false;
+    for (int i = 0; i < nlisten; i++)
+        if (listen_fds[i] == lfd)
+            tls = listen_tls[i];
     for (int i = 0; i < 64; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -92,11 +98,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  /* fails harmlessly on unix */
         atomic_fetch_add(&srv->info.curr_connections, 1);
         atomic_fetch_add(&srv->info.total_connections, 1);
-        worker_dispatch(srv, fd);
+        worker_dispatch(srv, fd, tls);
     }
 }
 
-static int add_listener(kura_server *srv, int fd)
+static int add_listener(kura_server *srv, int fd, bool tls)
 {
     if (nlisten == MAX_LISTENERS) {
         close(fd);
@@ -108,17 +114,17 @@ static int add_listener(kura_server *srv, int fd)
         return -1;
     }
     listen_entries[nlisten] = connlist_add(fd, true);
+    listen_tls[nlisten] = tls;
     listen_fds[nlisten++] = fd;
     return 0;
 }
 
-static int open_tcp(kura_server *srv, int tcp_port)
+static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
 {
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *res, *ai;
     char port[16];
-    const char *host = srv->settings->host;
     int opened = 0;
 
     snprintf(port, sizeof(port), "%d", tcp_port);
@@ -145,7 +151,7 @@ static int open_tcp(kura_server *srv, int tcp_port)
             freeaddrinfo(res);
             return -1;
         }
-        if (add_listener(srv, fd) == 0)
+        if (add_listener(srv, fd, tls) == 0)
             opened++;
     }
     freeaddrinfo(res);
@@ -199,7 +205,7 @@ static int open_unix(kura_server *srv)
         return -1;
     }
     unix_bound = path;
-    return add_listener(srv, fd);
+    return add_listener(srv, fd, false);    /* memcached: no TLS on a unix socket */
 }
 
 void listener_chown(uid_t uid, gid_t gid)
@@ -209,17 +215,50 @@ void listener_chown(uid_t uid, gid_t gid)
                 (int)uid, strerror(errno));
 }
 
+/* -l as memcached's: addresses separated by commas, each [notls:]HOST
+ * [:PORT] ([V6]:PORT), -p's port where none is given; TLS (-Z) on each
+ * but the notls: ones.  port2: the port of ktserver's memcached plug-in
+ * (-plex port=N), serving the same protocols, on each address without a
+ * port of its own. */
+static int open_addresses(kura_server *srv)
+{
+    const kura_settings *st = srv->settings;
+    char list[1024];
+    snprintf(list, sizeof(list), "%s", st->host ? st->host : "");
+    char *save = NULL, *item = strtok_r(list, ",", &save);
+    do {
+        char *host = item ? item : list;
+        bool tls = tls_enabled();
+        if (strncmp(host, "notls:", 6) == 0) {
+            host += 6;
+            tls = false;
+        }
+        int port = st->port, given = 0;
+        char *colon = strrchr(host, ':');
+        if (host[0] == '[' && colon && colon[-1] == ']') {
+            colon[-1] = '\0';                  /* [v6]:port */
+            host++;
+            given = atoi(colon + 1);
+        } else if (colon && strchr(host, ':') == colon) {
+            *colon = '\0';                     /* v4 or name:port */
+            given = atoi(colon + 1);
+        }
+        if (given > 0)
+            port = given;
+        if ((port > 0 && open_tcp(srv, host, port, tls) < 0) ||
+            (!given && st->port2 > 0 && open_tcp(srv, host, st->port2, tls) < 0))
+            return -1;
+    } while (item && (item = strtok_r(NULL, ",", &save)));
+    return 0;
+}
+
 /* Binds every address; listener_listen() then starts accepting. */
 int listener_open(kura_server *srv)
 {
     backoff_timer = evtimer_new(srv->base, on_backoff_done, srv);
     if (!backoff_timer)
         return -1;
-    /* port2: the port of ktserver's memcached plug-in (-plex port=N),
-     * serving the same protocols as the first */
-    if ((srv->settings->port > 0 && open_tcp(srv, srv->settings->port) < 0) ||
-        (srv->settings->port2 > 0 && open_tcp(srv, srv->settings->port2) < 0) ||
-        (srv->settings->unix_path && open_unix(srv) < 0)) {
+    if (open_addresses(srv) < 0 || (srv->settings->unix_path && open_unix(srv) < 0)) {
         event_free(backoff_timer);
         backoff_timer = NULL;
         return -1;

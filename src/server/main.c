@@ -42,6 +42,7 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 {
     (void)sig; (void)what; (void)arg;
     log_reopen();
+    tls_on_hup();                       /* -Z: the certificates, as refresh_certs */
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -296,7 +297,7 @@ static int register_commands(kura_server *srv)
     if (!srv->cmds || kura_cmdtab_add(srv->cmds, &shutdown) != KURA_OK ||
         digest_register(srv->cmds) != KURA_OK || listing_register(srv->cmds) != KURA_OK ||
         repl_register(srv) < 0 || connlist_register(srv->cmds) < 0 ||
-        watch_register(srv) < 0) {
+        watch_register(srv) < 0 || tls_register(srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot register the server's commands");
         return -1;
     }
@@ -352,6 +353,9 @@ int main(int argc, char **argv)
     if (rc)
         return rc;
     if (settings.sasl && (rc = sasl_setup(&settings)) != 0)
+        return rc;
+    /* -Z's certificates read now, as the starting user, as -Y's file */
+    if ((rc = tls_configure(&settings)) != 0)
         return rc;
     rc = daemon_check_user(&settings);
     if (rc)

@@ -177,6 +177,7 @@ void replctl_config(kura_server *srv, repl_config *out)
         .open_shadow = swap_open_shadow, .swap_in = swap_in, .shadow_arg = srv,
         .log = store_log,
         .divergence_refuse = st->divergence_refuse, .fatal = repl_fatal, .fatal_arg = srv,
+        .tls_ctx = tls_master_ctx(),    /* -mtls */
     };
     /* -mauth's first entry, else -Y's; kept for the process's life */
     if (kura_auth_first(st->mauth, &rc.auth_user, &rc.auth_pass) < 0)

@@ -74,6 +74,11 @@ typedef struct kura_settings {
                                    -Y's (NULL: none; read by options_parse) */
     bool sasl;                  /* -S: SASL over the binary protocol, which alone is served */
     kura_auth *sasl_pwdb;       /* -S: MEMCACHED_SASL_PWDB's entries; NULL: none */
+    bool ssl;                   /* -Z: TLS on the TCP ports (tls.c) */
+    const char *ext_opts;       /* -o: memcached's ssl_* options (tls.c) */
+    bool mtls;                  /* -mtls: a replica reaches its master over TLS */
+    const char *mtls_ca;        /* -mtls-ca: the CAs the master's certificate must chain to */
+    const char *mtls_cert;      /* -mtls-cert: the replica's own certificate and key (PEM) */
     const char *delimiter;      /* -D: "stats detail"'s prefix delimiter (its first
                                    character); given: counting starts on */
     uint64_t given;             /* options.c: bit i set when options[i] was given */
@@ -235,11 +240,31 @@ struct kura_server {
 int workers_start(kura_server *srv);
 void workers_stop(kura_server *srv);
 /* Hands an accepted socket to the next worker (listener thread only). */
-void worker_dispatch(kura_server *srv, int fd);
+void worker_dispatch(kura_server *srv, int fd, bool tls);
+
+/* tls.c: TLS on the TCP ports (-Z, memcached's -o ssl_* options).
+ * configure: from options_parse, as the starting user; 0, or 2 with one
+ * line printed (a bad option, a file that does not load).  register: the
+ * "refresh_certs" command and the ssl_* stats.  The tls_conn_* calls are
+ * a worker's, on its own connection. */
+struct ssl_st;
+int tls_configure(kura_settings *s);
+int tls_register(kura_server *srv);
+bool tls_enabled(void);
+int tls_refresh(char *err, size_t len);         /* 0, or -1 with memcached's message */
+void tls_on_hup(void);
+void tls_shutdown(void);
+struct ssl_ctx_st *tls_master_ctx(void);        /* -mtls's client context; NULL: none */
+int tls_handshake_timeout(void);                /* seconds; 0: none */
+struct ssl_st *tls_conn_start(int fd);          /* NULL: no memory */
+/* 1 done, 0 wants to read, 2 wants to write, -1 failed (counted) */
+int tls_conn_handshake(struct ssl_st *ssl);
+void tls_conn_failed(void);                     /* one more ssl_handshake_errors */
+/* then kura/tlsio.h's kura_tls_recv, _send, _pending and _close */
 
 /* conn.c: creates a connection on a worker's base (worker thread only). */
 struct kura_conn;
-struct kura_conn *conn_new(kura_worker *w, int fd);
+struct kura_conn *conn_new(kura_worker *w, int fd, bool tls);
 void conn_close_all(kura_worker *w);
 
 /* worker.c: wakes a worker so it looks at its held connections. */

@@ -28,13 +28,14 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
             pthread_mutex_unlock(&w->queue_lock);
             break;
         }
-        int cfd = w->queue[--w->queue_len];
+        int q = w->queue[--w->queue_len];
         pthread_mutex_unlock(&w->queue_lock);
-        if (cfd < 0) {                  /* the stop signal */
+        if (q < 0) {                    /* the stop signal */
             event_base_loopbreak(w->base);
             return;
         }
-        if (!conn_new(w, cfd)) {
+        int cfd = q >> 1;               /* the low bit: a TLS listener's (worker_dispatch) */
+        if (!conn_new(w, cfd, q & 1)) {
             close(cfd);
             atomic_fetch_sub(&w->srv->info.curr_connections, 1);
         }
@@ -82,10 +83,10 @@ void worker_wake(kura_worker *w)
     (void)n;                            /* a full pipe already means "look" */
 }
 
-void worker_dispatch(kura_server *srv, int fd)
+void worker_dispatch(kura_server *srv, int fd, bool tls)
 {
     kura_worker *w = &srv->workers[srv->next_worker++ % (unsigned)srv->nworkers];
-    if (queue_push(w, fd) < 0) {
+    if (queue_push(w, fd << 1 | (tls ? 1 : 0)) < 0) {
         close(fd);
         atomic_fetch_sub(&srv->info.curr_connections, 1);
     }
