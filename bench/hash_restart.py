@@ -13,13 +13,9 @@ mapped segments) per item over the same server started on an empty file.
 """
 import argparse, os, shutil, signal, socket, subprocess, tempfile, time
 
+from memory import fill, free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def status_kib(pid, field):
@@ -59,23 +55,6 @@ def serving(proc, port, key, deadline=600.0):
             raise SystemExit("key %r missing after the restart" % key)
         return s
     raise SystemExit("kurad did not serve within %.0f s" % deadline)
-
-
-def fill(sock, n, ksize, vsize):
-    val = b"v" * vsize
-    batch = []
-    for i in range(n):
-        batch.append(b"set %s 0 0 %d noreply\r\n%s\r\n" % (key_of(i, ksize), vsize, val))
-        if len(batch) == 2000:
-            sock.sendall(b"".join(batch))
-            batch = []
-    sock.sendall(b"".join(batch) + b"version\r\n")
-    buf = b""
-    while b"VERSION" not in buf:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise SystemExit("connection closed while filling")
-        buf += chunk
 
 
 def key_of(i, ksize):
@@ -124,7 +103,7 @@ def main():
             except OSError:
                 time.sleep(0.01)
         t = time.monotonic()
-        fill(s, a.items, a.key_size, a.value_size)
+        fill(s, a.items, a.value_size, lambda i: key_of(i, a.key_size))
         load = time.monotonic() - t
         s.close()
         stop(p)
