@@ -65,8 +65,6 @@ typedef struct wbuf {
     int fd;
     unsigned char *buf;
     size_t len, cap;
-    unsigned char *zbuf;        /* set: each flush is one compressed block */
-    size_t zcap;
     uint64_t off;               /* bytes written to the file so far */
     uint32_t crc;               /* of every byte written */
     int err;                    /* errno of the first failed write */
@@ -95,25 +93,13 @@ static void wb_write(wbuf *w, const unsigned char *p, size_t n)
         (void)sync_file_range(w->fd, (off_t)at, (off_t)done, SYNC_FILE_RANGE_WRITE);
 }
 
-/* Writes what is buffered: as it is, or (entries, version 5) as a block
- * "raw length u32, compressed length u32, LZO1X-1 bytes".  Entries never
- * straddle two blocks (wb_room flushes before an entry that would). */
+/* Writes what is buffered.  (Versions 5 and 6 wrote their entries in LZO
+ * blocks; version 7's slots are written as they are: docs/formats.md.) */
 static void wb_flush(wbuf *w)
 {
     if (!w->len || w->err)
         return;
-    if (w->zbuf) {
-        size_t zl;
-        if (codec_compress(KURA_CODEC_LZO, w->buf, w->len, w->zbuf + 8, w->zcap - 8, &zl)) {
-            w->err = ENOMEM;
-            return;
-        }
-        put32(w->zbuf, (uint32_t)w->len);
-        put32(w->zbuf + 4, (uint32_t)zl);
-        wb_write(w, w->zbuf, 8 + zl);
-    } else {
-        wb_write(w, w->buf, w->len);
-    }
+    wb_write(w, w->buf, w->len);
     w->len = 0;
 }
 
@@ -282,7 +268,6 @@ out:
     if (w.fd >= 0)
         db->io->close(db->io, w.fd);
     free(w.buf);
-    free(w.zbuf);
     if (rc) {
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
         atomic_store(&db->ckpt_lsn, saved_lsn);     /* counts from the last one again */

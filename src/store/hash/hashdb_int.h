@@ -7,9 +7,11 @@
  *     (00000001.seg, ...) to which records are only ever appended, two
  *     checkpoint files (checkpoint, checkpoint.prev) and a LOCK file;
  *   - an in-memory index, split into HD_STRIPES stripes each with its own
- *     rwlock and its own growable open-addressed hash table, maps every key
- *     to the place of its newest record;
- *   - a checkpoint is a dump of the index plus the engine's state and the
+ *     rwlock and its own growable open-addressed table of 16-byte slots,
+ *     maps every key to the place of its newest record (a slot holds a
+ *     tag of the key's hash and the place; the key and the rest are the
+ *     record's);
+ *   - a checkpoint is a dump of the slots plus the engine's state and the
  *     log position P from which replay must start; opening loads the newest
  *     valid checkpoint and replays only the records written after P;
  *   - compaction copies the live records out of old, fragmented segments to
