@@ -897,6 +897,61 @@ static void test_retired_segments(void)
     }
 }
 
+/* A version 7 checkpoint whose bytes pass its CRC but whose tables do not
+ * hold together (a slot naming segment 0; a table size that is no power of
+ * two) is refused at open with the place named, never loaded. */
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void test_checkpoint_v7_checked(void)
+{
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], k[32], ck[600];
+    for (int variant = 0; variant < 2; variant++) {
+        kura_store *s = NULL;
+        const char *p = t_path(variant ? "v7-table" : "v7-slot");
+        REQUIRE(t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        for (int i = 0; i < 200; i++) {
+            snprintf(k, sizeof(k), "c7:%d", i);
+            CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        }
+        CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+        kura_store_close(s);
+        snprintf(ck, sizeof(ck), "%s/checkpoint", p);
+        FILE *f = fopen(ck, "r+b");
+        REQUIRE(f);
+        static unsigned char b[1 << 20];
+        size_t len = fread(b, 1, sizeof(b), f);
+        REQUIRE(len > 104 + 24 && len < sizeof(b));
+        CHECK_EQ_INT(b[8], 7);
+        /* the first stripe with a slot */
+        size_t at = 104;
+        while (at + 32 <= len - 24 && le64(b + at + 8) == 0)
+            at += 32;
+        REQUIRE(at + 32 + 16 <= len - 24);
+        if (variant)
+            b[at] = 12;                                 /* 12 slots: no power of two */
+        else
+            memset(b + at + 32 + 4, 0, 4);              /* its first slot: segment 0 */
+        uint32_t c = crc32c_update(0, b, len - 8);
+        memcpy(b + len - 8, &c, 4);                     /* little-endian host */
+        REQUIRE(fseek(f, 0, SEEK_SET) == 0 && fwrite(b, 1, len, f) == len);
+        fclose(f);
+        int rc = t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err));
+        printf("# %s: %s\n", variant ? "a table of 12 slots" : "a slot of segment 0",
+               rc ? err : "opened");
+        CHECK(rc == KURA_ECORRUPT);
+        CHECK(strstr(err, variant ? "bad table of stripe" : "bad slot at offset") != NULL);
+        if (rc == KURA_OK)
+            kura_store_close(s);
+    }
+}
+
 /* ---- the sweep's budget, the counters behind stats ---------------------- */
 
 /* n keys "<prefix><i>" that fall into the given stripe; returns them in
@@ -1036,6 +1091,7 @@ int main(void)
     RUN(test_hash_flooding);
     RUN(test_rekey_reopen);
     RUN(test_retired_segments);
+    RUN(test_checkpoint_v7_checked);
     RUN(test_sweep_budget_in_stripe);
     t_teardown();
     UNIT_DONE();
