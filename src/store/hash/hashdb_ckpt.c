@@ -489,12 +489,11 @@ static int ck_load_tables(hashdb *db, ck_file *ck, const unsigned char *p,
 static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
                           const unsigned char *end, char *err, size_t errlen);
 
-/* Loads a checked checkpoint into the (empty) index. */
-/* Entries are inserted in the order of the dump: stripe by stripe, so each
- * stripe's table and slab stay in cache while they fill, provided the hash
- * key is the one the dump was made under (it is kept in the checkpoint,
- * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or a
- * test's kura_test.hashdb_fresh_key) the same loop is right, only slower. */
+/* Loads a checked checkpoint into the (empty) index: version 7's tables
+ * stripe by stripe (each in cache while it fills); an older one's entries
+ * converted to slots, each key hashed under the open's key (a version 1 or
+ * 2 checkpoint holds none, and kura_test.hashdb_fresh_key ignores an older
+ * one's), and a version 7 checkpoint asked for at once. */
 static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 {
     const unsigned char *p = ck->map, *end = ck->map + ck->len - CK_TRAILER;
