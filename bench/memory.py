@@ -39,11 +39,11 @@ def connect(port, proc, deadline=10.0):
     raise SystemExit("server did not listen on port %d" % port)
 
 
-def fill(sock, n, vsize):
+def fill(sock, n, vsize, key=lambda i: b"key:%08d" % i):
     val = b"v" * vsize
     batch = []
     for i in range(n):
-        batch.append(b"set key:%08d 0 0 %d noreply\r\n%s\r\n" % (i, vsize, val))
+        batch.append(b"set %s 0 0 %d noreply\r\n%s\r\n" % (key(i), vsize, val))
         if len(batch) == 2000:
             sock.sendall(b"".join(batch))
             batch = []

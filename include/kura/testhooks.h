@@ -39,6 +39,10 @@ typedef struct kura_testhooks {
      * the checkpoint's, as an open of an older checkpoint or a rebuild
      * does; the open clears it. */
     bool hashdb_fresh_key;
+    /* Hash file compaction removes a compacted segment's file at once, as
+     * before checkpoint version 7, instead of after two checkpoints: the
+     * negative check of test_hashdb's test_retired_segments. */
+    bool hashdb_drop_compacted;
     /* Called by a hash file writer copying a large value while the
      * readers of its stripe are let in (hd_append_put), so that a test
      * can hold the copy there and read meanwhile.  Set before the writer

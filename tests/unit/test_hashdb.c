@@ -471,15 +471,15 @@ static void test_format_v1(void)
         CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
         if (f)
             fclose(f);
-        CHECK_EQ_INT(h[8], 6);      /* the version now in place */
+        CHECK_EQ_INT(h[8], 7);      /* the version now in place */
     }
 }
 
 /* A database whose checkpoint is version 4 (entries not compressed;
  * tests/fixtures/hash-v4.kh, written by kurad before version 5: k0..k99
  * with flags i and value "v<i>", k7 with an exptime, k5 deleted, a clean
- * stop) opens from that checkpoint whole; its next checkpoint is version 6
- * (entries in LZO blocks, as since 5), and the database opens from that
+ * stop) opens from that checkpoint whole, converted; its next checkpoint is
+ * version 7 (the index's tables, flat), and the database opens from that
  * whole too. */
 static void test_checkpoint_v4(void)
 {
@@ -498,7 +498,7 @@ static void test_checkpoint_v4(void)
         CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
         if (f)
             fclose(f);
-        CHECK_EQ_INT(h[8], round == 0 ? 4 : 6);
+        CHECK_EQ_INT(h[8], round == 0 ? 4 : 7);
         kura_store *s = NULL;
         REQUIRE(t_open(copy, "#segsiz=64k", &cfg, &s, err, sizeof(err)) == KURA_OK);
         CHECK_EQ_INT(t_stat(s, "hash_recovered_records"), 0);  /* from the checkpoint */
@@ -781,9 +781,11 @@ static void test_hash_flooding(void)
     kura_store_close(s);
 }
 
-/* Nothing on disk depends on the hash: under a new key (a restart draws
- * one) every key is found again, whether it comes back from the checkpoint
- * or from the log's replay, though its stripe and slot have changed. */
+/* The hash key is the database's, kept in the checkpoint: a reopen finds
+ * every key, whether it comes back from the checkpoint or from the log's
+ * replay.  A version 7 checkpoint's tables are laid out by its key, so it
+ * keeps it even where an open of an older checkpoint would draw a new one
+ * (the hook); test_format_v1 opens one that holds no key. */
 static void test_rekey_reopen(void)
 {
     enum { N = 5000 };
@@ -820,14 +822,16 @@ static void test_rekey_reopen(void)
     kura_store_close(s);
     const char *paths[2] = { t_path("rekey"), crash };
     for (int p = 0; p < 2; p++) {
-        kura_test.hashdb_fresh_key = true;  /* as an open of an older checkpoint draws one */
+        /* as an open of an older checkpoint draws one; a version 7
+         * checkpoint's tables are laid out by its key, which it keeps */
+        kura_test.hashdb_fresh_key = true;
         REQUIRE(t_open(paths[p], "", &cfg, &s, err, sizeof(err)) == KURA_OK);
         moved = 0;
         for (int i = 0; i < 64; i++) {
             snprintf(k, sizeof(k), "rk:%d", i);
             moved += hashdb_debug_hash(s, k, strlen(k)) != before[i];
         }
-        CHECK_EQ_INT(moved, 64);
+        CHECK_EQ_INT(moved, 0);
         int bad = 0;
         for (int i = 0; i < N; i++) {
             snprintf(k, sizeof(k), "rk:%d", i);
@@ -839,6 +843,112 @@ static void test_rekey_reopen(void)
         s->ops->usage(s, &u);
         CHECK_EQ_INT(u.curr_items, N);
         kura_store_close(s);
+    }
+}
+
+/* A compacted segment's file stays until two checkpoints are written after
+ * the compaction: a checkpoint names records by place (a slot holds no
+ * key), so a crash image taken after a compaction, whose checkpoints were
+ * both written before it, must still find the records they name.  Negative
+ * check: with the hook that removes the file at once (as before version 7),
+ * that image does not open. */
+static void test_retired_segments(void)
+{
+    enum { N = 2000 };
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], k[32], crash[600];
+    t_val v;
+    for (int neg = 0; neg < 2; neg++) {
+        kura_store *s = NULL;
+        const char *p = t_path(neg ? "retire-neg" : "retire");
+        REQUIRE(t_open(p, "#segsiz=64k", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        for (int round = 0; round < 2; round++)
+            for (int i = 0; i < N; i++) {
+                snprintf(k, sizeof(k), "rt:%d", i);
+                CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)(round * N + i), KURA_PUT_ANY, 0,
+                            &CLK) == KURA_OK);
+            }
+        CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+        kura_test.hashdb_drop_compacted = neg;
+        CHECK(hashdb_debug_maintain(s, true, true) == KURA_OK);
+        kura_test.hashdb_drop_compacted = false;
+        CHECK(t_stat(s, "hash_compactions") >= 1);
+        snprintf(crash, sizeof(crash), "%s/retire-crash-%d.kh", t_root, neg);
+        CHECK(t_copy_dir(p, crash) == 0);
+        kura_store_close(s);
+        int rc = t_open(crash, "#segsiz=64k", &cfg, &s, err, sizeof(err));
+        if (neg) {
+            printf("# segments removed at once: the crash image %s (%s)\n",
+                   rc ? "is refused" : "opens", rc ? err : "");
+            CHECK(rc != KURA_OK);
+            if (rc == KURA_OK)
+                kura_store_close(s);
+            continue;
+        }
+        REQUIRE(rc == KURA_OK);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            snprintf(k, sizeof(k), "rt:%d", i);
+            bad += t_get(s, k, &CLK, &v) != KURA_OK || v.len != strlen(k) ||
+                   memcmp(v.buf, k, v.len) || v.cas != 1 + (uint64_t)(N + i);
+        }
+        CHECK_EQ_INT(bad, 0);
+        kura_store_close(s);
+    }
+}
+
+/* A version 7 checkpoint whose bytes pass its CRC but whose tables do not
+ * hold together (a slot naming segment 0; a table size that is no power of
+ * two) is refused at open with the place named, never loaded. */
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void test_checkpoint_v7_checked(void)
+{
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], k[32], ck[600];
+    for (int variant = 0; variant < 2; variant++) {
+        kura_store *s = NULL;
+        const char *p = t_path(variant ? "v7-table" : "v7-slot");
+        REQUIRE(t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        for (int i = 0; i < 200; i++) {
+            snprintf(k, sizeof(k), "c7:%d", i);
+            CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        }
+        CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+        kura_store_close(s);
+        snprintf(ck, sizeof(ck), "%s/checkpoint", p);
+        FILE *f = fopen(ck, "r+b");
+        REQUIRE(f);
+        static unsigned char b[1 << 20];
+        size_t len = fread(b, 1, sizeof(b), f);
+        REQUIRE(len > 104 + 24 && len < sizeof(b));
+        CHECK_EQ_INT(b[8], 7);
+        /* the first stripe with a slot */
+        size_t at = 104;
+        while (at + 32 <= len - 24 && le64(b + at + 8) == 0)
+            at += 32;
+        REQUIRE(at + 32 + 16 <= len - 24);
+        if (variant)
+            b[at] = 12;                                 /* 12 slots: no power of two */
+        else
+            memset(b + at + 32 + 4, 0, 4);              /* its first slot: segment 0 */
+        uint32_t c = crc32c_update(0, b, len - 8);
+        memcpy(b + len - 8, &c, 4);                     /* little-endian host */
+        REQUIRE(fseek(f, 0, SEEK_SET) == 0 && fwrite(b, 1, len, f) == len);
+        fclose(f);
+        int rc = t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err));
+        printf("# %s: %s\n", variant ? "a table of 12 slots" : "a slot of segment 0",
+               rc ? err : "opened");
+        CHECK(rc == KURA_ECORRUPT);
+        CHECK(strstr(err, variant ? "bad table of stripe" : "bad slot at offset") != NULL);
+        if (rc == KURA_OK)
+            kura_store_close(s);
     }
 }
 
@@ -980,6 +1090,8 @@ int main(void)
     RUN(test_read_only);
     RUN(test_hash_flooding);
     RUN(test_rekey_reopen);
+    RUN(test_retired_segments);
+    RUN(test_checkpoint_v7_checked);
     RUN(test_sweep_budget_in_stripe);
     t_teardown();
     UNIT_DONE();

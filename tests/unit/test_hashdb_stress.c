@@ -65,7 +65,10 @@ static void test_compaction_bounded(void)
     printf("# 30000 overwrites of 100 keys (%d MB written): largest size %llu bytes, "
            "%llu compactions\n", (int)(30000 * 245 >> 20), (unsigned long long)maxfile,
            (unsigned long long)t_stat(s, "hash_compactions"));
-    CHECK(maxfile < 400 * 1024);
+    /* a compacted segment's file stays until two more checkpoints (the
+     * checkpoints name records by place): two rounds' writes more than
+     * the live data and one round's */
+    CHECK(maxfile < 800 * 1024);
     CHECK(t_stat(s, "hash_compactions") > 50);
     int bad = 0;
     for (int k = 0; k < 100; k++)

@@ -72,7 +72,7 @@ static inline void stripe_add(_Atomic uint64_t *c, uint64_t d)
 
 void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 {
-    hd_seg *sg = hd_seg_get(db, e->seg);
+    hd_seg *sg = db->recovering ? NULL : hd_seg_get(db, e->seg);
     if (sg)
         atomic_fetch_add_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
@@ -82,7 +82,7 @@ void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
 {
-    hd_seg *sg = hd_seg_get(db, e->seg);
+    hd_seg *sg = db->recovering ? NULL : hd_seg_get(db, e->seg);
     if (sg)
         atomic_fetch_sub_explicit(&sg->live, hd_rec_size(e->hlen, e->klen, e->vlen),
                                   memory_order_relaxed);
@@ -113,6 +113,21 @@ static bool too_big(hashdb *db, size_t klen, size_t vlen)
     return vlen > UINT32_MAX - 1024 || kura_item_wire_total(klen, vlen, 0) > db->cfg.item_size_max;
 }
 
+/* A get that found no entry but passed over a slot of its key's tag
+ * whose record cannot be read (hdx_find): nearly surely the key's (28 bits
+ * of tag), so an error rather than a miss, logged and counted as
+ * hd_read_record does. */
+static int unreadable(hashdb *db, const hd_ent *e)
+{
+    if (e->unreadable == KURA_EIO || e->unreadable == KURA_ENOMEM)
+        return e->unreadable;
+    atomic_fetch_add(&db->corrupt_reads, 1);
+    hd_log(db, KURA_LOG_ERROR, "%s in %s/%08x.seg at offset %llu",
+           e->unreadable == KURA_NOTFOUND ? "missing segment: a record" : "corrupt record",
+           db->dir, e->seg, (unsigned long long)e->off);
+    return KURA_ECORRUPT;
+}
+
 static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                       kura_item_fn fn, void *arg)
 {
@@ -124,9 +139,12 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
     hdx_prefetch(db, h);
     note_clock(db, clk);
     int rc;
+    hd_ent ev;
     pthread_rwlock_rdlock(&st->lock);
-    hd_ent *e = hdx_find(st, h, key, klen);
-    if (!e) {
+    hd_ent *e = hdx_find(db, st, h, key, klen, &ev);
+    if (!e && ev.unreadable) {
+        rc = unreadable(db, &ev);
+    } else if (!e) {
         rc = KURA_NOTFOUND;
     } else {
         int lv = kura_item_liveness(e->exptime, e->cas, clk);
@@ -138,9 +156,9 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
             kura_item it;
             rc = hd_read_item(db, e, &it, &rec, &r);
             if (rc == KURA_OK) {
-                uint8_t m = __atomic_load_n(&e->marks, __ATOMIC_RELAXED);
-                if (!(m & HD_FETCHED))
-                    __atomic_store_n(&e->marks, m | HD_FETCHED, __ATOMIC_RELAXED);
+                uint32_t t = __atomic_load_n(&e->sl->tag, __ATOMIC_RELAXED);
+                if (!(t & HD_FETCHED))
+                    __atomic_store_n(&e->sl->tag, t | HD_FETCHED, __ATOMIC_RELAXED);
                 rc = fn ? fn(arg, &it) : KURA_OK;
             }
         }
@@ -154,7 +172,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
          * busy stripe, only leaves the dead entry for the sweep. */
         pthread_rwlock_wrlock(&st->lock);
         if (!st->copying) {
-            e = hdx_find(st, h, key, klen);
+            e = hdx_find(db, st, h, key, klen, &ev);
             int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
             if (lv != KURA_LIVE)
                 (void)hd_drop_dead(db, st, e, lv);
@@ -164,51 +182,35 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
     return rc;
 }
 
-/* Points e at a freshly appended PUT record of vlen stored bytes (z: how
- * they were compressed, if they were; e is of that kind: hdx_fits).
- * Stripe write lock held; e is not counted in the totals on entry and is
- * on return. */
-static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, const hd_loc *loc, size_t vlen,
-                      const hd_zval *z, uint32_t flags, int64_t exptime, uint64_t cas)
+/* Points the key's slot at a freshly appended PUT record of vlen stored
+ * bytes (z: how they were compressed, if they were): e's slot, or when e is
+ * NULL a new one (room made by hdx_room before the append).  Stripe write
+ * lock held; the old entry is not counted in the totals on entry and the
+ * new one is on return. */
+static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, uint64_t h, size_t klen,
+                      const hd_loc *loc, size_t vlen, const hd_zval *z, uint32_t flags)
 {
+    hd_ent ev;
+    if (!e) {
+        e = &ev;
+        e->sl = hdx_insert(st, h);
+    }
     e->seg = loc->seg;
     e->hlen = (uint8_t)loc->hlen;
+    e->klen = (uint8_t)klen;
     e->off = (uint32_t)loc->off;
-    e->seq = loc->seq;
     e->vlen = (uint32_t)vlen;
-    e->exptime = exptime;
-    e->cas = cas;
-    e->dead = 0;
+    e->rawlen = z->codec ? z->rawlen : (uint32_t)vlen;
     e->marks = (uint8_t)((flags ? HD_FLAGGED : 0) | (z->codec ? HD_ZCOMP : 0));
-    hd_ent_set_rawlen(e, z->rawlen);
+    hdx_set(e->sl, e->seg, e->off, hd_rec_size(e->hlen, klen, vlen), e->marks);
     hd_ent_ref_bytes(db, st, e);
 }
 
-/* The entry a PUT of this kind (compressed or not) will point at, made
- * before the append so that running out of memory changes nothing: NULL
- * in *fresh when e serves as it is.  KURA_OK or KURA_ENOMEM. */
-static int entry_for(hd_stripe *st, hd_ent *e, const char *key, size_t klen, bool zcomp,
-                     hd_ent **fresh)
+/* Room for the slot a PUT will fill when the key has none (e NULL), made
+ * before the append so that running out of memory changes nothing. */
+static int entry_room(hd_stripe *st, const hd_ent *e)
 {
-    *fresh = NULL;
-    if (e && hdx_fits(e, zcomp))
-        return KURA_OK;
-    *fresh = hdx_new(st, key, klen, zcomp);
-    return *fresh ? KURA_OK : KURA_ENOMEM;
-}
-
-/* After the append: fresh (if any) takes e's place, or is inserted when
- * there was no e; returns the entry to fill (set_entry).  e, if still
- * there, must be uncounted first. */
-static hd_ent *entry_place(hd_stripe *st, hd_ent *e, hd_ent *fresh, uint64_t h)
-{
-    if (!fresh)
-        return e;
-    if (e)
-        hdx_replace(st, e, fresh, h);
-    else
-        hdx_insert(st, fresh, h);
-    return fresh;
+    return e || hdx_room(st) ? KURA_OK : KURA_ENOMEM;
 }
 
 /* Counts a compressed record just written. */
@@ -274,28 +276,23 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     bool wrote = false;
     int rc = KURA_OK;
 
+    hd_ent ev;
     hd_write_lock(st);
-    hd_ent *e = hdx_find(st, h, it->key, it->klen), *fresh = NULL;
+    hd_ent *e = hdx_find(db, st, h, it->key, it->klen, &ev);
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     bool live = lv == KURA_LIVE;
     rc = kura_put_cond_check(cond, live, e ? e->cas : 0, cmp_cas);
     if (rc)
         goto out;
-    if ((rc = entry_for(st, e, it->key, it->klen, z.codec, &fresh)) != KURA_OK)
+    if ((rc = entry_room(st, e)) != KURA_OK)
         goto out;
     kura_item stamped = *it;
-    if ((rc = kura_feed_put(s, &stamped)) != KURA_OK) {
-        if (fresh)
-            hdx_release(st, fresh);
+    if ((rc = kura_feed_put(s, &stamped)) != KURA_OK)
         goto out;
-    }
     rc = hd_append_put(db, st, it->key, it->klen, sval, slen, NULL, 0, bcrc, it->flags,
                        it->exptime, stamped.cas, 0, &z, &loc);
-    if (rc) {
-        if (fresh)
-            hdx_release(st, fresh);
+    if (rc)
         goto out;
-    }
     wrote = true;
     if (e) {
         if (!live) {
@@ -305,8 +302,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
         }
         hd_ent_unref_bytes(db, st, e);
     }
-    e = entry_place(st, e, fresh, h);
-    set_entry(db, st, e, &loc, slen, &z, it->flags, it->exptime, stamped.cas);
+    set_entry(db, st, e, h, it->klen, &loc, slen, &z, it->flags);
     count_zcomp(db, &z, slen);
 out:
     hd_write_unlock(st);
@@ -328,8 +324,9 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
     bool wrote = false;
     int rc = KURA_OK;
 
+    hd_ent ev;
     hd_write_lock(st);
-    hd_ent *e = hdx_find(st, h, key, klen);
+    hd_ent *e = hdx_find(db, st, h, key, klen, &ev);
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     if (!e) {
         rc = KURA_NOTFOUND;
@@ -344,7 +341,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
         if (rc == KURA_OK) {
             wrote = true;
             hd_ent_unref_bytes(db, st, e);
-            hdx_remove(st, e);
+            hdx_remove(st, e->sl);
         }
     }
     hd_write_unlock(st);
@@ -367,8 +364,9 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
     kura_update up;
     const unsigned char *rec = NULL;
 
+    hd_ent ev;
     hd_write_lock(st);
-    hd_ent *e = hdx_find(st, h, key, klen);
+    hd_ent *e = hdx_find(db, st, h, key, klen, &ev);
     int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
     hd_rec r;
     if (e && lv == KURA_LIVE) {
@@ -418,27 +416,22 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
             v1 = NULL;
             l1 = 0;
         }
-        hd_ent *fresh;
-        if ((src = entry_for(st, e, key, klen, z.codec, &fresh)) != KURA_OK)
+        if ((src = entry_room(st, e)) != KURA_OK)
             break;
         uint32_t bcrc = crc32c_update(0, key, klen);
         bcrc = crc32c_update(bcrc, v0, l0);
         bcrc = crc32c_update(bcrc, v1, l1);
         src = hd_append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, flags, up.exptime, cas, 0,
                             &z, &loc);
-        if (src) {
-            if (fresh)
-                hdx_release(st, fresh);
+        if (src)
             break;
-        }
         wrote = true;
         if (e) {
             if (lv != KURA_LIVE)
                 atomic_fetch_add(&db->reclaimed, 1);
             hd_ent_unref_bytes(db, st, e);
         }
-        e = entry_place(st, e, fresh, h);
-        set_entry(db, st, e, &loc, l0 + l1, &z, flags, up.exptime, cas);
+        set_entry(db, st, e, h, klen, &loc, l0 + l1, &z, flags);
         if (up.action != KURA_UPDATE_TOUCH)
             count_zcomp(db, &z, l0 + l1);
         break;
@@ -459,7 +452,7 @@ static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura
         if (src == KURA_OK) {
             wrote = true;
             hd_ent_unref_bytes(db, st, e);
-            hdx_remove(st, e);
+            hdx_remove(st, e->sl);
         }
         break;
     default:
@@ -481,8 +474,15 @@ static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_it
     int rc = 0;
     pthread_rwlock_rdlock(&st->lock);
     for (size_t j = 0; j < st->nslot && rc == 0; j++) {
-        hd_ent *e = hdx_at(st, j);
-        if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+        hd_ent ev, *e = &ev;
+        int arc = hdx_at(db, st, j, e);
+        if (arc == KURA_NOTFOUND)
+            continue;
+        if (arc) {
+            *bad = arc;
+            continue;
+        }
+        if (kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
             continue;
         const unsigned char *rec;
         hd_rec r;
@@ -498,9 +498,9 @@ static int walk_stripe(hashdb *db, unsigned part, const kura_clock *clk, kura_it
     return rc;
 }
 
-/* A part's keys and metadata from the index alone, no record read (val
- * NULL; flags only as "not 0", which the index keeps for memcached's size
- * count), so that a listing costs memory reads, not disk reads. */
+/* A part's keys and metadata from the record headers, no value read or
+ * checked (val NULL; flags only as "not 0", as before the index held no
+ * keys), so that a listing reads no more than it must. */
 static int walk_stripe_keys(hashdb *db, unsigned part, const kura_clock *clk, kura_item_fn fn,
                             void *arg)
 {
@@ -508,11 +508,11 @@ static int walk_stripe_keys(hashdb *db, unsigned part, const kura_clock *clk, ku
     int rc = 0;
     pthread_rwlock_rdlock(&st->lock);
     for (size_t j = 0; j < st->nslot && rc == 0; j++) {
-        hd_ent *e = hdx_at(st, j);
-        if (!e || kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
+        hd_ent ev, *e = &ev;
+        if (hdx_at(db, st, j, e) != KURA_OK ||
+            kura_item_liveness(e->exptime, e->cas, clk) != KURA_LIVE)
             continue;
-        /* marks: readers set HD_FETCHED under the read lock (hd_ent) */
-        bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
+        bool flagged = e->marks & HD_FLAGGED;
         kura_item it = {
             .key = e->key, .klen = e->klen, .val = NULL, .vlen = hd_ent_rawlen(e),
             .flags = flagged ? 1 : 0, .exptime = e->exptime, .cas = e->cas,
@@ -694,10 +694,10 @@ static int hashdb_save_state(kura_store *s, const kura_store_state *st)
 
 /* ---- background work: interval sync, checkpoints, compaction ---------- */
 
-/* About how many bytes a checkpoint of the index takes now. */
+/* About how many bytes a checkpoint of the index takes now: its slots. */
 static uint64_t ckpt_estimate(hashdb *db)
 {
-    return hdx_items(db, NULL) * 64;
+    return hdx_items(db, NULL) * sizeof(hd_slot);
 }
 
 /* A checkpoint is due when the log written since the last one passes both
@@ -792,6 +792,7 @@ static void destroy(hashdb *db)
         db->io->close(db->io, db->dirfd);
     pthread_mutex_destroy(&db->ckpt_mu);
     kura_bg_destroy(&db->bg);
+    free(db->retired);
     free(db->dir);
     free(db);
 }

@@ -147,8 +147,9 @@ static void check_against_index(check *c, hd_seg *sg, uint64_t off, const hd_rec
     const char *key = (const char *)p + r->hlen;
     uint64_t h = hd_hash(db, key, r->klen);
     hd_stripe *st = hd_stripe_of(db, h);
+    hd_ent ev;
     pthread_rwlock_rdlock(&st->lock);
-    hd_ent *e = hdx_find(st, h, key, r->klen);
+    hd_ent *e = hdx_find(db, st, h, key, r->klen, &ev);
     uint64_t eseq = e ? e->seq : 0;
     pthread_rwlock_unlock(&st->lock);
     if (e && r->seq > eseq) {
@@ -251,6 +252,17 @@ static void check_entry(check *c, hd_ent *e)
     c->rep->index_bad++;
 }
 
+/* A slot whose record cannot be read back at all (the index holds no key
+ * to name it by). */
+static void bad_slot(check *c, const hd_slot *sl, int rc)
+{
+    c->rep->entries++;
+    say(c, "index slot -> %s/%08x.seg offset %" PRIu32 ": %s", c->db->dir, sl->seg, sl->off,
+        rc == KURA_NOTFOUND ? "its segment is missing"
+        : rc == KURA_ECORRUPT ? "no record of its length there" : kura_strerror(rc));
+    c->rep->index_bad++;
+}
+
 int hashdb_check(kura_store *s, kura_check_report *rep, const kura_check_cb *cb)
 {
     hashdb *db = (hashdb *)s;
@@ -273,9 +285,12 @@ int hashdb_check(kura_store *s, kura_check_report *rep, const kura_check_cb *cb)
         hd_stripe *st = &db->stripes[i];
         pthread_rwlock_rdlock(&st->lock);
         for (size_t j = 0; j < st->nslot; j++) {
-            hd_ent *e = hdx_at(st, j);
-            if (e && !e->dead)
-                check_entry(&c, e);
+            hd_ent ev;
+            int arc = hdx_at(db, st, j, &ev);
+            if (arc == KURA_OK && !ev.dead)
+                check_entry(&c, &ev);
+            else if (arc != KURA_NOTFOUND)
+                bad_slot(&c, &st->slot[j], arc);
         }
         pthread_rwlock_unlock(&st->lock);
     }

@@ -2,12 +2,17 @@
  * hashdb_ckpt.c - checkpoints: the index saved, so opening replays little.
  *
  * A checkpoint holds the replay position P (segment, offset) taken when it
- * began, the engine's state and every index entry.  Entries are dumped one
- * stripe at a time under its read lock while writers keep going, so the dump
- * is fuzzy; that is safe because replay applies records by sequence number
- * (a record changes an entry only if it is at least as new), so replaying
- * from P over any state between P and the end of the dump gives the state at
- * the end of the log.  Before the checkpoint is renamed into place the log
+ * began, the engine's state and the index's slots as they are in memory
+ * (version 7: each stripe's used slots, flat, with its table size and its
+ * item and byte counts), so that opening puts them back by their tags
+ * without reading or hashing a key.  Tables
+ * are dumped one stripe at a time under its read lock while writers keep
+ * going, so the dump is fuzzy; that is safe because replay applies records
+ * by sequence number (a record changes an entry only if it is at least as
+ * new; the entry's is read from its record), so replaying from P over any
+ * state between P and the end of the dump gives the state at the end of the
+ * log.  Older checkpoints (versions 1 to 6: one entry per key, with the key)
+ * are converted as they are loaded, and a version 7 one written at once.  Before the checkpoint is renamed into place the log
  * is synced, so every record it points at is on disk first.
  *
  * It is written beside (checkpoint.tmp), fdatasynced, the previous one is
@@ -46,7 +51,9 @@
 #define CK_ENT_MAX (2 + 7 * 10) /* version 2: klen, hlen and flagged, six varints
                                    (seven for a compressed record's), the key */
 #define CK_TRAILER 24
-#define CK_VERSION 6            /* written; 1 to 5 are still read */
+#define CK_VERSION 7            /* written; 1 to 6 are still read (converted) */
+#define CK_STRIPE_HDR 32        /* version 7: nslot, used slots, items, bytes
+                                   before each stripe's slots */
 #define CK_FLAGGED 0x80         /* in the hlen byte: client flags not 0 */
 #define CK_ZCOMP 0x40           /* version 6, in the hlen byte: a compressed
                                    record's, its raw length after seq */
@@ -58,8 +65,6 @@ typedef struct wbuf {
     int fd;
     unsigned char *buf;
     size_t len, cap;
-    unsigned char *zbuf;        /* set: each flush is one compressed block */
-    size_t zcap;
     uint64_t off;               /* bytes written to the file so far */
     uint32_t crc;               /* of every byte written */
     int err;                    /* errno of the first failed write */
@@ -88,25 +93,13 @@ static void wb_write(wbuf *w, const unsigned char *p, size_t n)
         (void)sync_file_range(w->fd, (off_t)at, (off_t)done, SYNC_FILE_RANGE_WRITE);
 }
 
-/* Writes what is buffered: as it is, or (entries, version 5) as a block
- * "raw length u32, compressed length u32, LZO1X-1 bytes".  Entries never
- * straddle two blocks (wb_room flushes before an entry that would). */
+/* Writes what is buffered.  (Versions 5 and 6 wrote their entries in LZO
+ * blocks; version 7's slots are written as they are: docs/formats.md.) */
 static void wb_flush(wbuf *w)
 {
     if (!w->len || w->err)
         return;
-    if (w->zbuf) {
-        size_t zl;
-        if (codec_compress(KURA_CODEC_LZO, w->buf, w->len, w->zbuf + 8, w->zcap - 8, &zl)) {
-            w->err = ENOMEM;
-            return;
-        }
-        put32(w->zbuf, (uint32_t)w->len);
-        put32(w->zbuf + 4, (uint32_t)zl);
-        wb_write(w, w->zbuf, 8 + zl);
-    } else {
-        wb_write(w, w->buf, w->len);
-    }
+    wb_write(w, w->buf, w->len);
     w->len = 0;
 }
 
@@ -124,38 +117,30 @@ static void wb_put(wbuf *w, const void *p, size_t n)
     w->len += n;
 }
 
-typedef struct ck_dump {
-    wbuf *w;
-    uint64_t count;
-} ck_dump;
-
-static void dump_ent(void *arg, hd_ent *e)
+/* A stripe's used slots into the checkpoint (16 bytes each, in the byte
+ * order of hd_slot: little-endian on every machine kurad builds for,
+ * checked below), HD_FETCHED cleared: it is this run's statistic. */
+static void dump_stripe(wbuf *w, hd_stripe *s)
 {
-    ck_dump *d = arg;
-    unsigned char *eb = wb_room(d->w, CK_ENT_MAX + e->klen), *o = eb;
-    *o++ = e->klen;
-    /* marks: an atomic load, readers may be setting HD_FETCHED */
-    bool flagged = __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_FLAGGED;
-    bool zcomp = hd_ent_zcomp(e);
-    *o++ = (unsigned char)(e->hlen | (flagged ? CK_FLAGGED : 0) | (zcomp ? CK_ZCOMP : 0));
-    o = put_varint(o, e->seg);
-    o = put_varint(o, e->off);
-    o = put_varint(o, e->vlen);
-    o = put_varint(o, zigzag(e->exptime));
-    o = put_varint(o, e->cas);
-    o = put_varint(o, e->seq);
-    if (zcomp)
-        o = put_varint(o, hd_ent_rawlen(e));
-    /* not memcpy: for a key this short the compiler's inline copy
-     * (rep movsq) costs more than the rest of the entry */
-    const char *k = e->key;
-    size_t n = e->klen;
-    for (; n >= 8; n -= 8, k += 8, o += 8)
-        memcpy(o, k, 8);
-    for (; n; n--)
-        *o++ = (unsigned char)*k++;
-    d->w->len += (size_t)(o - eb);
-    d->count++;
+    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                   "version 7 checkpoints store slots as they are in memory");
+    unsigned char *o = wb_room(w, CK_STRIPE_HDR);
+    put64(o, s->nslot);
+    put64(o + 8, s->count);
+    put64(o + 16, atomic_load_explicit(&s->items, memory_order_relaxed));
+    put64(o + 24, atomic_load_explicit(&s->bytes, memory_order_relaxed));
+    w->len += CK_STRIPE_HDR;
+    for (size_t i = 0; i < s->nslot; i++) {
+        if (!hd_slot_used(&s->slot[i]))
+            continue;
+        hd_slot v;
+        v.tag = __atomic_load_n(&s->slot[i].tag, __ATOMIC_RELAXED) & ~(uint32_t)HD_FETCHED;
+        v.seg = s->slot[i].seg;
+        v.off = s->slot[i].off;
+        v.rlen = s->slot[i].rlen;
+        memcpy(wb_room(w, sizeof(v)), &v, sizeof(v));
+        w->len += sizeof(v);
+    }
 }
 
 /* The checkpoint's header, filled under the log's append lock. */
@@ -227,29 +212,17 @@ int hd_ckpt_write(hashdb *db)
      * start its writeback now, to overlap the dump (hd_sync_now waits) */
     sl_writeback_hint(&db->log);
     wb_put(&w, h, sizeof(h));
-    wb_flush(&w);
-    /* version 5: the entries in compressed blocks (docs/formats.md) */
-    w.zcap = codec_bound(KURA_CODEC_LZO, w.cap) + 8;
-    w.zbuf = malloc(w.zcap);
-    if (!w.zbuf) {
-        rc = KURA_ENOMEM;
-        goto out;
-    }
-
-    ck_dump d = { &w, 0 };
     for (int i = 0; i < HD_STRIPES && !w.err; i++) {
         hd_stripe *s = &db->stripes[i];
         /* settled: a writer copying a large value lets readers in, and
          * the dump must not see the entry it is about to change (its
          * record may lie before P, where replay won't find it) */
         hd_lock_settled(s, false);
-        hdx_walk(s, dump_ent, &d);
+        count += atomic_load_explicit(&s->items, memory_order_relaxed);
+        dump_stripe(&w, s);
         pthread_rwlock_unlock(&s->lock);
     }
-    count = d.count;
     wb_flush(&w);
-    free(w.zbuf);
-    w.zbuf = NULL;
     memcpy(t, HD_CKPT_END, 8);
     put64(t + 8, count);
     wb_put(&w, t, 16);
@@ -290,11 +263,11 @@ int hd_ckpt_write(hashdb *db)
     db->ckpt_cur = P;
     db->ckpt_count++;
     atomic_fetch_add(&db->checkpoints, 1);
+    hd_retired_drop(db);
 out:
     if (w.fd >= 0)
         db->io->close(db->io, w.fd);
     free(w.buf);
-    free(w.zbuf);
     if (rc) {
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
         atomic_store(&db->ckpt_lsn, saved_lsn);     /* counts from the last one again */
@@ -446,45 +419,81 @@ static const unsigned char *ck_ent_v2(const unsigned char *p, const unsigned cha
     return p + f->klen;
 }
 
-/* One entry into the index. */
+/* One entry of an older checkpoint into the index: a slot, counted.  A
+ * checkpoint names each key once, so no lookup (which would read records
+ * of segments not open yet). */
 static int ck_put(hashdb *db, const ck_ent *f)
 {
-    size_t klen = f->klen;
-    const char *key = f->key;
-    uint64_t hv = hd_hash(db, key, klen);
+    uint64_t hv = hd_hash(db, f->key, f->klen);
     hd_stripe *s = hd_stripe_of(db, hv);
-    hd_ent *e = hdx_find(s, hv, key, klen);
-    if (!e) {
-        e = hdx_new(s, key, klen, f->zcomp);
-        if (!e)
-            return KURA_ENOMEM;
-        hdx_insert(s, e, hv);
-    } else if (!(e = hdx_reshape(s, e, hv, f->zcomp))) {
+    if (!hdx_room(s))
         return KURA_ENOMEM;
+    hd_ent ev = { .sl = hdx_insert(s, hv), .seg = f->seg, .off = f->off, .vlen = f->vlen,
+                  .rawlen = f->rawlen, .hlen = (uint8_t)f->hlen, .klen = (uint8_t)f->klen,
+                  .marks = (uint8_t)((f->flagged ? HD_FLAGGED : 0) | (f->zcomp ? HD_ZCOMP : 0)) };
+    hdx_set(ev.sl, f->seg, f->off, hd_rec_size(f->hlen, f->klen, f->vlen), ev.marks);
+    hd_ent_ref_bytes(db, s, &ev);
+    if (f->seq > db->seq)
+        db->seq = f->seq;
+    return KURA_OK;
+}
+
+/* Version 7: each stripe's table made at the size it had, and its slots
+ * put back by their tags; each checked on the way (a used slot names a
+ * record: a segment, a length, no replay mark). */
+static int ck_load_tables(hashdb *db, ck_file *ck, const unsigned char *p,
+                          const unsigned char *end, char *err, size_t errlen)
+{
+    uint64_t items = 0;
+    for (int i = 0; i < HD_STRIPES; i++) {
+        hd_stripe *s = &db->stripes[i];
+        size_t at = (size_t)(p - ck->map);
+        uint64_t nslot = 0, used = 0;
+        if ((size_t)(end - p) >= CK_STRIPE_HDR) {
+            nslot = get64(p);
+            used = get64(p + 8);
+        }
+        if (nslot < 8 || nslot > ((uint64_t)1 << 31) || (nslot & (nslot - 1)) ||
+            used * 4 > nslot * 3 || used > (uint64_t)(end - p - CK_STRIPE_HDR) / sizeof(hd_slot)) {
+            snprintf(err, errlen, "%s/checkpoint: bad table of stripe %d at offset %zu",
+                     db->dir, i, at);
+            return KURA_ECORRUPT;
+        }
+        uint64_t sitems = get64(p + 16), sbytes = get64(p + 24);
+        p += CK_STRIPE_HDR;
+        if (!hdx_load(s, (size_t)nslot))
+            return KURA_ENOMEM;
+        for (uint64_t j = 0; j < used; j++, p += sizeof(hd_slot)) {
+            hd_slot v;
+            memcpy(&v, p, sizeof(v));
+            if (!hd_slot_used(&v) || v.rlen == 0 || (v.tag & HD_DEAD)) {
+                snprintf(err, errlen, "%s/checkpoint: bad slot at offset %zu", db->dir,
+                         (size_t)(p - ck->map));
+                return KURA_ECORRUPT;
+            }
+            hdx_put(s, &v);
+        }
+        atomic_store_explicit(&s->items, sitems, memory_order_relaxed);
+        atomic_store_explicit(&s->bytes, sbytes, memory_order_relaxed);
+        items += sitems;
     }
-    e->seg = f->seg;
-    e->hlen = (uint8_t)f->hlen;
-    e->marks = (uint8_t)((f->flagged ? HD_FLAGGED : 0) | (f->zcomp ? HD_ZCOMP : 0));
-    e->off = f->off;
-    e->vlen = f->vlen;
-    hd_ent_set_rawlen(e, f->rawlen);
-    e->exptime = f->exptime;
-    e->cas = f->cas;
-    e->seq = f->seq;
-    if (e->seq > db->seq)
-        db->seq = e->seq;
+    if (p != end || items != ck->count) {
+        snprintf(err, errlen, "%s/checkpoint: %llu entries and %zu bytes left, its trailer "
+                 "says %llu", db->dir, (unsigned long long)items, (size_t)(end - p),
+                 (unsigned long long)ck->count);
+        return KURA_ECORRUPT;
+    }
     return KURA_OK;
 }
 
 static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
                           const unsigned char *end, char *err, size_t errlen);
 
-/* Loads a checked checkpoint into the (empty) index. */
-/* Entries are inserted in the order of the dump: stripe by stripe, so each
- * stripe's table and slab stay in cache while they fill, provided the hash
- * key is the one the dump was made under (it is kept in the checkpoint,
- * hashdb_index.c).  Under another key (a version 1 or 2 checkpoint, or a
- * test's kura_test.hashdb_fresh_key) the same loop is right, only slower. */
+/* Loads a checked checkpoint into the (empty) index: version 7's tables
+ * stripe by stripe (each in cache while it fills); an older one's entries
+ * converted to slots, each key hashed under the open's key (a version 1 or
+ * 2 checkpoint holds none, and kura_test.hashdb_fresh_key ignores an older
+ * one's), and a version 7 checkpoint asked for at once. */
 static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
 {
     const unsigned char *p = ck->map, *end = ck->map + ck->len - CK_TRAILER;
@@ -496,6 +505,12 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     db->max_cas_seen = get64(p + 72);
     db->state.ulog_ts = ck->version >= 4 ? get64(p + 96) : 0;
     p += ck->version >= 4 ? CK_HDR : ck->version == 3 ? CK_HDR_V3 : CK_HDR_V2;
+    if (ck->version >= 7)
+        return ck_load_tables(db, ck, p, end, err, errlen);
+    hd_log(db, KURA_LOG_INFO, "checkpoint version %u (an entry per key): converting it to "
+           "version %d (the index's tables), %llu entries", ck->version, CK_VERSION,
+           (unsigned long long)ck->count);
+    db->need_ckpt = true;
     hdx_reserve(db, ck->count);
     if (ck->version >= 5)
         return ck_load_blocks(db, ck, p, end, err, errlen);
@@ -586,34 +601,28 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     uint64_t hv = hd_hash(db, key, r->klen);
     hd_stripe *s = hd_stripe_of(db, hv);
     bool zcomp = r->type == HD_REC_ZPUT;
-    hd_ent *e = hdx_find(s, hv, key, r->klen);
-    if (!e) {
-        e = hdx_new(s, key, r->klen, zcomp);
-        if (!e)
-            return KURA_ENOMEM;
-        e->seq = 0;
-        hdx_insert(s, e, hv);
-    } else if (hd_rec_is_put(r->type) ? r->seq < e->seq : r->seq <= e->seq) {
+    hd_ent ev, *e = hdx_find(db, s, hv, key, r->klen, &ev);
+    if (e && (hd_rec_is_put(r->type) ? r->seq < e->seq : r->seq <= e->seq))
         return KURA_OK;     /* an older version, or a copy of one */
-    } else if (r->type != HD_REC_DEL && !(e = hdx_reshape(s, e, hv, zcomp))) {
+    if (!e && !hdx_room(s))
         return KURA_ENOMEM;
-    }
-    e->seq = r->seq;
+    if (e && !e->dead)
+        hd_ent_unref_bytes(db, s, e);
+    hd_slot *sl = e ? e->sl : hdx_insert(s, hv);
+    uint64_t rlen = hd_rec_size(r->hlen, r->klen, r->vlen);
     if (r->type == HD_REC_DEL) {
-        e->dead = 1;
+        /* kept, naming the deletion, until the end of replay: an older
+         * version met later (a compacted copy) must not bring it back */
+        hdx_set(sl, seg, off, rlen, HD_DEAD);
         return KURA_OK;
     }
     if (r->cas > db->max_cas_seen)
         db->max_cas_seen = r->cas;
-    e->dead = 0;
-    e->marks = (uint8_t)((r->flags ? HD_FLAGGED : 0) | (zcomp ? HD_ZCOMP : 0));
-    e->seg = seg;
-    e->hlen = r->hlen;
-    e->off = (uint32_t)off;
-    e->vlen = r->vlen;
-    hd_ent_set_rawlen(e, r->rawlen);
-    e->exptime = r->exptime;
-    e->cas = r->cas;
+    hd_ent n = { .sl = sl, .seg = seg, .off = (uint32_t)off, .vlen = r->vlen,
+                 .rawlen = r->rawlen, .hlen = r->hlen, .klen = r->klen,
+                 .marks = (uint8_t)((r->flags ? HD_FLAGGED : 0) | (zcomp ? HD_ZCOMP : 0)) };
+    hdx_set(sl, seg, off, rlen, n.marks);
+    hd_ent_ref_bytes(db, s, &n);
     return KURA_OK;
 }
 
@@ -731,65 +740,63 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
 }
 
 /* After replay: drop tombstones, check every entry's segment exists (and
- * with recovery, that its record is intact), count live bytes. */
+ * with recovery, that its record is intact, counting the totals again),
+ * sum the segments' live bytes from the slots (no record read). */
 static int finish_index(hashdb *db, char *err, size_t errlen)
 {
-    kura_clock clk = { .now = time(NULL), .oldest_cas = db->state.oldest_cas };
     hd_seg *live_sg = NULL;
     uint64_t live = 0;
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         uint64_t items = 0, bytes = 0;
-        for (size_t i = 0; i < s->nslot; i++) {
-            hd_ent *e = hdx_at(s, i);
-            if (e) {
-                hd_seg *sg = e->dead ? NULL : hd_seg_get(db, e->seg);
-                bool drop = e->dead;
-                if (!drop && !sg) {
-                    if (kura_item_liveness(e->exptime, e->cas, &clk) != KURA_LIVE) {
-                        drop = true;    /* compaction removed it as dead */
-                    } else if (db->cfg.recover) {
-                        hd_log(db, KURA_LOG_ERROR, "segment %08x missing: key '%.*s' lost", e->seg,
-                               e->klen, e->key);
-                        db->recovery_lost++;
-                        drop = true;
-                    } else {
-                        snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
-                                 "into it (start with recovery to salvage the rest)",
-                                 db->dir, e->seg);
-                        return KURA_ECORRUPT;
-                    }
-                }
-                if (!drop && db->cfg.recover) {
-                    const unsigned char *p;
-                    hd_rec r;
-                    kura_item it;
-                    if (hd_read_item(db, e, &it, &p, &r) != KURA_OK) {
-                        db->recovery_lost++;
-                        drop = true;
-                    }
-                }
-                if (drop) {
-                    hdx_remove(s, e);
-                } else {
-                    /* hd_ent_ref_bytes() summed: runs of entries share a
-                     * segment, and nothing else runs during open */
-                    if (sg != live_sg) {
-                        if (live_sg)
-                            atomic_fetch_add_explicit(&live_sg->live, live,
-                                                      memory_order_relaxed);
-                        live_sg = sg;
-                        live = 0;
-                    }
-                    live += hd_rec_size(e->hlen, e->klen, e->vlen);
-                    items++;
-                    bytes += kura_item_wire_total(e->klen, hd_ent_rawlen(e),
-                                                  e->marks & HD_FLAGGED);
-                }
+        for (size_t j = 0; j < s->nslot; j++) {
+            hd_slot *sl = &s->slot[j];
+            if (!hd_slot_used(sl))
+                continue;
+            if (sl->tag & HD_DEAD) {
+                hdx_remove(s, sl);
+                continue;
             }
+            hd_seg *sg = hd_seg_get(db, sl->seg);
+            if (!sg && !db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
+                         "into it (start with recovery to salvage the rest)",
+                         db->dir, sl->seg);
+                return KURA_ECORRUPT;
+            }
+            if (db->cfg.recover) {
+                hd_ent ev;
+                const unsigned char *p;
+                hd_rec r;
+                kura_item it;
+                int rc = sg ? hdx_decode(db, sl, &ev) : KURA_NOTFOUND;
+                if (rc == KURA_OK)
+                    rc = hd_read_item(db, &ev, &it, &p, &r);
+                if (rc != KURA_OK) {
+                    hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg offset %u: %s: an item lost",
+                           db->dir, sl->seg, sl->off,
+                           sg ? "its record is damaged" : "segment missing");
+                    db->recovery_lost++;
+                    hdx_remove(s, sl);
+                    continue;
+                }
+                items++;
+                bytes += kura_item_wire_total(ev.klen, ev.rawlen, ev.marks & HD_FLAGGED);
+            }
+            /* runs of entries share a segment, and nothing else runs
+             * during open */
+            if (sg != live_sg) {
+                if (live_sg)
+                    atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
+                live_sg = sg;
+                live = 0;
+            }
+            live += sl->rlen;
         }
-        atomic_fetch_add_explicit(&s->items, items, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
+        if (db->cfg.recover) {
+            atomic_store_explicit(&s->items, items, memory_order_relaxed);
+            atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
+        }
     }
     if (live_sg)
         atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
@@ -801,10 +808,12 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     uint32_t *ids = NULL;
     size_t nids = 0;
     ck_file cur, prev, *use = NULL;
+    hd_seg **segs = NULL;
     hd_pos P = { 1, HD_SEG_HDR };
     int rc;
     char tmp[4200];
 
+    db->recovering = true;      /* live bytes summed by finish_index */
     snprintf(tmp, sizeof(tmp), "%s/checkpoint.tmp", db->dir);
     if (!db->cfg.read_only)
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
@@ -827,8 +836,8 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         P = use->P;
         /* the database's hash key, before anything is hashed (else the
          * one hdx_init drew stays, and the next checkpoint keeps it) */
-        if (use->has_key && !kura_test.hashdb_fresh_key)
-            db->arena.key = use->key;
+        if (use->has_key && (!kura_test.hashdb_fresh_key || use->version >= 7))
+            db->arena.key = use->key;   /* version 7's tables are laid out by it */
         kura_test.hashdb_fresh_key = false;
         rc = ck_load(db, use, err, errlen);
         if (rc)
@@ -858,8 +867,15 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         P.seg = nids ? ids[0] : 1;   /* never checkpointed: a full replay is exact */
     }
 
-    /* open the segments; replay those at or after P */
-    uint32_t expect = P.seg;
+    /* open every segment first (a lookup in replay reads the record an
+     * entry names, which may lie in any of them); then replay those at or
+     * after P */
+    segs = calloc(nids ? nids : 1, sizeof(*segs));
+    if (!segs) {
+        snprintf(err, errlen, "out of memory");
+        rc = KURA_ENOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < nids; i++) {
         hd_seg *sg;
         char e2[300];
@@ -879,7 +895,12 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
             sl_set_aside(&db->log, ids[i]);
             continue;
         }
-        if (ids[i] < P.seg)
+        segs[i] = sg;
+    }
+    uint32_t expect = P.seg;
+    for (size_t i = 0; i < nids; i++) {
+        hd_seg *sg = segs[i];
+        if (!sg || ids[i] < P.seg)
             continue;
         if (ids[i] != expect) {
             if (!db->cfg.recover) {
@@ -937,8 +958,10 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         db->need_ckpt = true;
     rc = KURA_OK;
 out:
+    db->recovering = false;
     ck_release(db, &cur);
     ck_release(db, &prev);
+    free(segs);
     free(ids);
     return rc;
 }

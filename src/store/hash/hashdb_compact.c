@@ -11,13 +11,18 @@
  * the entry, then lets go: a request waits at most for one record copy.
  * Dead items met on the way are dropped instead.  After the last record the
  * log is synced (the copies are durable before the original goes) and the
- * segment file is unlinked.  Every `dfunit` records it yields the CPU.
+ * segment is retired: no entry names it any more, but the checkpoints on
+ * disk may (a slot names its record by place, not by key, so replay could
+ * not tell which slot a copy replaces), so its file is unlinked once two
+ * more checkpoints are written (hd_retired_drop).  Every `dfunit` records
+ * it yields the CPU.
  *
  * Segments are the log's (src/log/): this file reads them with the log's
  * scanner, judges records with the hash file's codec, and drops them with
  * sl_seg_drop.
  *
- * The sweep walks the index stripe by stripe, slot by slot, and drops dead
+ * The sweep walks the index stripe by stripe, slot by slot, reads each
+ * entry's record header (the index keeps no expiry time) and drops dead
  * entries, each with a tombstone (their records become garbage for
  * compaction).  A call stops where its budget runs out, inside a stripe if
  * need be, and the next goes on from that stripe and slot (hd_sweeper), so
@@ -30,9 +35,11 @@
  * late, never wrong: a dead entry is invisible to every read meanwhile.
  */
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kura/crc32c.h"
+#include "kura/testhooks.h"
 #include "hashdb_int.h"
 
 /* Returns 1 if it removed a segment, 0 if there was nothing to do, or a
@@ -100,8 +107,11 @@ int hd_compact_one(hashdb *db, bool force)
             const char *key = (const char *)p + r.hlen;
             uint64_t h = hd_hash(db, key, r.klen);
             hd_stripe *st = hd_stripe_of(db, h);
+            hd_ent ev;
             hd_write_lock(st);
-            hd_ent *e = hdx_find(st, h, key, r.klen);
+            /* the record's bytes at p are the scanner's: hdx_find's read
+             * goes through the mapping or this thread's read buffer */
+            hd_ent *e = hdx_find(db, st, h, key, r.klen, &ev);
             if (e && e->seg == x->id && e->off == off) {
                 int lv = have_clk ? kura_item_liveness(e->exptime, e->cas, &clk) : KURA_LIVE;
                 if (lv != KURA_LIVE) {
@@ -119,6 +129,8 @@ int hd_compact_one(hashdb *db, bool force)
                         e->seg = loc.seg;
                         e->hlen = (uint8_t)loc.hlen;
                         e->off = (uint32_t)loc.off;
+                        hdx_set(e->sl, e->seg, e->off, hd_rec_size(e->hlen, e->klen, e->vlen),
+                                hd_slot_marks(e->sl));
                         hd_ent_ref_bytes(db, st, e);
                     }
                 }
@@ -145,17 +157,45 @@ int hd_compact_one(hashdb *db, bool force)
     }
     if (rc == KURA_OK)
         rc = hd_sync_now(db);     /* the copies are durable before the original goes */
-    if (rc == KURA_OK) {
-        uint64_t sz = x->size;
-        uint32_t id = x->id;
-        sl_seg_drop(&db->log, x);
+    if (rc == KURA_OK && db->nretired == db->retired_cap) {
+        size_t cap = db->retired_cap ? 2 * db->retired_cap : 16;
+        struct hd_retired *n = realloc(db->retired, cap * sizeof(*n));
+        if (n) {
+            db->retired = n;
+            db->retired_cap = cap;
+        } else {
+            rc = KURA_ENOMEM;
+        }
+    }
+    if (rc == KURA_OK && kura_test.hashdb_drop_compacted) {
         atomic_fetch_add(&db->compactions, 1);
-        atomic_fetch_add(&db->compacted_bytes, sz);
-        if (id == first)
-            sl_first_advance(&db->log, limit);
+        atomic_fetch_add(&db->compacted_bytes, x->size);
+        sl_seg_drop(&db->log, x);
+        sl_first_advance(&db->log, limit);
+    } else if (rc == KURA_OK) {
+        x->keep = true;         /* not compacted again meanwhile */
+        db->retired[db->nretired++] = (struct hd_retired){ x->id, db->ckpt_count };
+        atomic_fetch_add(&db->compactions, 1);
+        atomic_fetch_add(&db->compacted_bytes, x->size);
     }
     pthread_mutex_unlock(&db->ckpt_mu);
     return rc == KURA_OK ? 1 : rc;
+}
+
+void hd_retired_drop(hashdb *db)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < db->nretired; i++) {
+        struct hd_retired r = db->retired[i];
+        hd_seg *sg = hd_seg_get(db, r.id);
+        if (sg && db->ckpt_count < r.at + 2)
+            db->retired[j++] = r;
+        else if (sg)
+            sl_seg_drop(&db->log, sg);
+    }
+    db->nretired = j;
+    uint32_t limit = db->ckpt_prev.seg < db->ckpt_cur.seg ? db->ckpt_prev.seg : db->ckpt_cur.seg;
+    sl_first_advance(&db->log, limit);
 }
 
 /* Removes a dead entry, first logging a tombstone for it: a checkpoint
@@ -174,7 +214,7 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
     if (liveness == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
         atomic_fetch_add(&db->expired_unfetched, 1);
     hd_ent_unref_bytes(db, st, e);
-    hdx_remove(st, e);
+    hdx_remove(st, e->sl);
     return KURA_OK;
 }
 
@@ -206,11 +246,14 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
         /* i may lie past the end (the table shrank: it does not today) */
         for (; i < st->nslot && seen < budget && held < SWEEP_HOLD_ENTRIES &&
                scanned < SWEEP_HOLD_SLOTS; i++, scanned++) {
-            hd_ent *e = hdx_at(st, i);
-            if (!e)
+            hd_ent ev, *e = &ev;
+            int arc = hdx_at(db, st, i, e);
+            if (arc == KURA_NOTFOUND)
                 continue;
             seen++;
             held++;
+            if (arc)
+                continue;       /* unreadable: left for a read to report */
             int lv = kura_item_liveness(e->exptime, e->cas, clk);
             if (lv != KURA_LIVE) {
                 uint64_t bytes = hd_rec_size(e->hlen, e->klen, e->vlen);

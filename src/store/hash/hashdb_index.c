@@ -1,15 +1,18 @@
 /*
  * hashdb_index.c - the hash file's in-memory index: key -> newest record.
  *
- * HD_STRIPES independent open-addressed hash tables (hd_stripe in
- * hashdb_int.h says how a table is laid out), each behind its own rwlock.
- * A key's stripe is chosen by the low bits of its 64-bit hash (SipHash-1-3
- * under a key random per process, so that clients cannot choose keys that
- * collide), its line of slots by the middle bits, its tag by the top 16.
+ * HD_STRIPES independent open-addressed hash tables of 16-byte slots
+ * (hd_slot and hd_stripe in hashdb_int.h say how a table is laid out), each
+ * behind its own rwlock.  A key's stripe is chosen by the low bits of its
+ * 64-bit hash (SipHash-1-3 under the database's random key, so that clients
+ * cannot choose keys that collide), its line of slots and its tag by bits
+ * 20..47.  A slot holds no key: a tag that matches is checked against the
+ * record it names, read through the log's read mapping.
  * A table doubles when its used slots (entries and tombstones) would pass
  * 3/4, or is rebuilt at its size when tombstones are most of them, under
  * its own write lock: growth is online and touches 1/HD_STRIPES of the keys
- * at a time, so `bnum` is only a starting size.  Every function here
+ * at a time (their tags, not their records), so `bnum` is only a starting
+ * size.  Every function here
  * expects the caller to hold the stripe's lock (a write lock for the ones
  * that change it).
  */
@@ -86,13 +89,6 @@ static void *arena_alloc(hd_arena *a, size_t n)
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
-        if ((uintptr_t)m + len > HD_SLOT_PTR) {
-            /* a slot keeps 48 bits of an entry's address; user space
-             * addresses are below 2^47 unless asked for otherwise */
-            munmap(m, len);
-            pthread_mutex_unlock(&a->mu);
-            return NULL;
-        }
         struct hd_chunk *c = m;
         c->next = a->chunks;
         c->len = len;
@@ -153,33 +149,11 @@ static void arena_destroy(hd_arena *a)
  * one probe sequence (include/kura/siphash.h).  The key is the database's,
  * not the process's: drawn at random when the database is created (or when
  * no checkpoint holds one: an older format, a rebuild) and kept in the
- * checkpoint, whose entries are listed stripe by stripe.  Under the same
- * key they load stripe by stripe again, each stripe's table in cache while
- * it fills; under a new key every insert would land on a random stripe
- * and miss the cache (1M keys: open took 0.19-0.33 s instead of 0.10 s).
- * The key is as secret as the checkpoint file (0600), which a remote
- * client never sees. */
-static uint64_t arena_hash(const hd_arena *a, const char *key, size_t klen)
-{
-    return siphash13(&a->key, key, klen);
-}
+ * checkpoint, whose tables are laid out by it: a checkpoint is loaded by
+ * copying them, which only the same key makes right.  The key is as secret
+ * as the checkpoint file (0600), which a remote client never sees. */
 
-static inline uint64_t tag_of(uint64_t h)
-{
-    return h & ~HD_SLOT_PTR;
-}
-
-static inline uint64_t slot_of(const hd_ent *e, uint64_t h)
-{
-    return tag_of(h) | (uint64_t)(uintptr_t)e;
-}
-
-static inline hd_ent *ent_in(uint64_t v)
-{
-    return (hd_ent *)(uintptr_t)(v & HD_SLOT_PTR);
-}
-
-static void publish(hd_stripe *s, uint64_t *slot, size_t nslot)
+static void publish(hd_stripe *s, hd_slot *slot, size_t nslot)
 {
     /* the total for stats, changed by the difference (mod 2^64: a table
      * never shrinks today, but the sum stays right if one does) */
@@ -205,6 +179,7 @@ int hdx_init(hashdb *db, uint64_t bnum)
     _Static_assert(sizeof(hd_stripe) % 64 == 0, "stripes are line-aligned");
     _Static_assert(offsetof(hd_stripe, bytes) + sizeof(uint64_t) <= 128,
                    "what every operation touches is in a stripe's first two lines");
+    _Static_assert(sizeof(hd_slot) == 16, "a slot is 16 bytes (docs/formats.md)");
     db->stripes = aligned_alloc(64, HD_STRIPES * sizeof(hd_stripe));
     db->bdir = aligned_alloc(64, HD_STRIPES * sizeof(hd_bdir));
     if (!db->stripes || !db->bdir)
@@ -217,7 +192,7 @@ int hdx_init(hashdb *db, uint64_t bnum)
         pthread_mutex_init(&s->wlock, NULL);
         s->arena = &db->arena;
         s->dir = &db->bdir[i];
-        uint64_t *slot = arena_alloc(&db->arena, per * sizeof(uint64_t));
+        hd_slot *slot = arena_alloc(&db->arena, per * sizeof(hd_slot));
         if (!slot)
             return KURA_ENOMEM;   /* hdx_free() releases the rest */
         publish(s, slot, per);
@@ -257,8 +232,8 @@ uint64_t hdx_slots(hashdb *db)
     return atomic_load_explicit(&db->arena.nslots, memory_order_relaxed);
 }
 
-/* Key equality without a call: keys are short (most fit an entry's line)
- * and the hashes already matched, so this nearly always succeeds. */
+/* Key equality without a call: keys are short and the tags already
+ * matched, so this nearly always succeeds. */
 static inline bool key_eq(const char *a, const char *b, size_t n)
 {
     while (n >= 8) {
@@ -277,47 +252,108 @@ static inline bool key_eq(const char *a, const char *b, size_t n)
     return true;
 }
 
-hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen)
+/* The record sl names: its bytes (through the read mapping, or this
+ * thread's read buffer) with the header decoded into e.  No checksum: a
+ * read of the value checks it (hd_read_record). */
+static int decode_at(hashdb *db, hd_slot *sl, hd_ent *e, const unsigned char **pp)
+{
+    const unsigned char *p;
+    uint32_t version;
+    hd_rec r;
+    unsigned marks = hd_slot_marks(sl);
+    e->sl = sl;
+    e->seg = sl->seg;
+    e->off = sl->off;
+    e->marks = (uint8_t)(marks & (HD_FETCHED | HD_FLAGGED | HD_ZCOMP));
+    e->dead = marks & HD_DEAD ? 1 : 0;
+    int rc = sl_read(&db->log, sl->seg, sl->off, sl->rlen, &p, &version);
+    if (rc)
+        return rc;
+    if (hd_rec_decode(p, sl->rlen, version, &r) != 0 ||
+        hd_rec_size(r.hlen, r.klen, r.vlen) != sl->rlen)
+        return KURA_ECORRUPT;
+    e->cas = r.cas;
+    e->exptime = r.exptime;
+    e->seq = r.seq;
+    e->vlen = r.vlen;
+    e->rawlen = r.rawlen;
+    e->flags = r.flags;
+    e->hlen = r.hlen;
+    e->klen = r.klen;
+    *pp = p;
+    return KURA_OK;
+}
+
+int hdx_decode(hashdb *db, hd_slot *sl, hd_ent *e)
+{
+    const unsigned char *p;
+    int rc = decode_at(db, sl, e, &p);
+    if (rc)
+        return rc;
+    memcpy(e->kbuf, p + e->hlen, e->klen);
+    e->kbuf[e->klen] = 0;
+    e->key = e->kbuf;
+    return KURA_OK;
+}
+
+hd_ent *hdx_find(hashdb *db, hd_stripe *s, uint64_t h, const char *key, size_t klen, hd_ent *e)
 {
     size_t mask = s->nslot - 1, i = hd_slot_home(h, s->nslot);
-    uint64_t tag = tag_of(h);
+    uint32_t tag = hd_tag_of(h);
+    int bad = 0;
     for (;; i = (i + 1) & mask) {
-        uint64_t v = s->slot[i];
-        if (v == 0)
+        hd_slot *sl = &s->slot[i];
+        if (sl->seg == 0) {
+            e->unreadable = bad;
             return NULL;
-        if ((v & ~HD_SLOT_PTR) == tag && v != HD_SLOT_TOMB) {
-            hd_ent *e = ent_in(v);
-            if (e->klen == klen && key_eq(e->key, key, klen))
-                return e;
         }
+        if ((__atomic_load_n(&sl->tag, __ATOMIC_RELAXED) & ~HD_TAG_MARKS) != tag ||
+            sl->seg == HD_SEG_TOMB)
+            continue;
+        const unsigned char *p;
+        int rc = decode_at(db, sl, e, &p);
+        if (rc == KURA_OK && e->klen == klen && key_eq((const char *)p + e->hlen, key, klen)) {
+            e->key = key;
+            e->unreadable = 0;
+            return e;
+        }
+        if (rc && !bad)
+            bad = rc;
     }
 }
 
-/* The first free (empty or tombstone) slot of h's probe; one exists. */
-static size_t free_slot(const uint64_t *slot, size_t nslot, uint64_t h)
+int hdx_at(hashdb *db, hd_stripe *s, size_t i, hd_ent *e)
 {
-    size_t mask = nslot - 1, i = hd_slot_home(h, nslot);
-    while (slot[i] > HD_SLOT_TOMB)
+    hd_slot *sl = &s->slot[i];
+    if (!hd_slot_used(sl))
+        return KURA_NOTFOUND;
+    return hdx_decode(db, sl, e);
+}
+
+/* The first free (empty or tombstone) slot of a probe from home; one
+ * exists. */
+static size_t free_slot(const hd_slot *slot, size_t nslot, size_t home)
+{
+    size_t mask = nslot - 1, i = home;
+    while (hd_slot_used(&slot[i]))
         i = (i + 1) & mask;
     return i;
 }
 
-/* Rebuilds the table with nn slots, dropping the tombstones; O(entries of
- * this stripe), each hashed again.  False when memory is out (the table
+/* Rebuilds the table with nn slots, dropping the tombstones; O(slots of
+ * this stripe), from the tags alone.  False when memory is out (the table
  * stays as it was). */
 static bool rebuild(hd_stripe *s, size_t nn)
 {
-    uint64_t *ns = arena_alloc(s->arena, nn * sizeof(uint64_t));
+    hd_slot *ns = arena_alloc(s->arena, nn * sizeof(hd_slot));
     if (!ns)
         return false;
     for (size_t i = 0; i < s->nslot; i++) {
-        uint64_t v = s->slot[i];
-        if (v > HD_SLOT_TOMB) {
-            const hd_ent *e = ent_in(v);
-            ns[free_slot(ns, nn, arena_hash(s->arena, e->key, e->klen))] = v;
-        }
+        const hd_slot *sl = &s->slot[i];
+        if (hd_slot_used(sl))
+            ns[free_slot(ns, nn, hd_tag_home(sl->tag, nn))] = *sl;
     }
-    arena_free(s->arena, s->slot, s->nslot * sizeof(uint64_t));
+    arena_free(s->arena, s->slot, s->nslot * sizeof(hd_slot));
     publish(s, ns, nn);
     s->tombs = 0;
     return true;
@@ -326,181 +362,80 @@ static bool rebuild(hd_stripe *s, size_t nn)
 /* Room for one more entry: used slots stay at most 3/4 (a missing key's
  * probe then ends within its line nearly always).  Doubles, or rebuilds at
  * the same size when removals left tombstones as most of the used slots. */
-static bool make_room(hd_stripe *s)
+bool hdx_room(hd_stripe *s)
 {
     if ((s->count + s->tombs + 1) * 4 <= s->nslot * 3)
         return true;
     size_t nn = s->nslot;
     if ((s->count + 1) * 8 > s->nslot * 3)
         nn *= 2;
-    if (nn <= ((size_t)1 << 40) && rebuild(s, nn))
+    if (nn <= ((size_t)1 << 31) && rebuild(s, nn))
         return true;
     /* out of memory: go on filling while an empty slot remains */
     return s->count + s->tombs + 2 < s->nslot;
 }
 
-/* Room for count keys at about half the slots: what a checkpoint load
- * asks, sizing once instead of doubling on the way. */
+/* Room for count keys at most 3/4 full: what a conversion asks, sizing
+ * once instead of doubling on the way. */
 void hdx_reserve(hashdb *db, uint64_t count)
 {
-    uint64_t per = 2 * (count / HD_STRIPES + 1);
+    uint64_t per = count / HD_STRIPES + 1;
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         size_t nn = s->nslot;
-        while (nn < per && nn < ((size_t)1 << 40))
+        while (nn * 3 / 4 < per * 5 / 4 && nn < ((size_t)1 << 31))
             nn <<= 1;
         if (nn != s->nslot)
             (void)rebuild(s, nn);
     }
 }
 
-void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h)
+bool hdx_load(hd_stripe *s, size_t nslot)
 {
-    size_t i = free_slot(s->slot, s->nslot, h);
-    if (s->slot[i] == HD_SLOT_TOMB)
-        s->tombs--;
-    s->slot[i] = slot_of(e, h);
+    /* the table open made, if it has the size (its memory is kept for
+     * reuse, never given back: a new one would be heap for nothing) */
+    if (nslot != s->nslot) {
+        hd_slot *ns = arena_alloc(s->arena, nslot * sizeof(hd_slot));
+        if (!ns)
+            return false;
+        arena_free(s->arena, s->slot, s->nslot * sizeof(hd_slot));
+        publish(s, ns, nslot);
+    }
+    s->count = s->tombs = 0;
+    return true;
+}
+
+void hdx_put(hd_stripe *s, const hd_slot *v)
+{
+    s->slot[free_slot(s->slot, s->nslot, hd_tag_home(v->tag, s->nslot))] = *v;
     s->count++;
 }
 
-void hdx_remove(hd_stripe *s, hd_ent *e)
+hd_slot *hdx_insert(hd_stripe *s, uint64_t h)
 {
-    uint64_t h = arena_hash(s->arena, e->key, e->klen);
-    size_t mask = s->nslot - 1, i = hd_slot_home(h, s->nslot);
-    uint64_t v = slot_of(e, h);
-    for (; s->slot[i]; i = (i + 1) & mask) {
-        if (s->slot[i] == v) {
-            /* a slot before an empty one can be emptied: no probe passes
-             * it; otherwise it must stay a tombstone */
-            if (s->slot[(i + 1) & mask] == 0) {
-                s->slot[i] = 0;
-            } else {
-                s->slot[i] = HD_SLOT_TOMB;
-                s->tombs++;
-            }
-            s->count--;
-            break;
-        }
-    }
-    hdx_release(s, e);
+    size_t i = free_slot(s->slot, s->nslot, hd_slot_home(h, s->nslot));
+    hd_slot *sl = &s->slot[i];
+    if (sl->seg == HD_SEG_TOMB)
+        s->tombs--;
+    sl->tag = hd_tag_of(h);
+    sl->seg = HD_SEG_TOMB;      /* used once the caller sets it */
+    s->count++;
+    return sl;
 }
 
-/* Entries are carved from per-stripe slabs of SLAB bytes (themselves cut
- * from the arena), with one free list per size class (linked through the
- * cas field: klen and dead stay readable for hdx_walk). */
-#define SLAB (64 * 1024)
-
-/* An entry's size in 8-byte units: with room for a raw length after the
- * key for a compressed record's (hd_ent_rawlen). */
-static size_t ent_class(size_t klen, bool zcomp)
+void hdx_remove(hd_stripe *s, hd_slot *sl)
 {
-    return (offsetof(hd_ent, key) + klen + (zcomp ? 4 : 0) + 7) / 8;
-}
-static size_t ent_class_of(const hd_ent *e)
-{
-    return ent_class(e->klen, hd_ent_zcomp(e));
-}
-
-static hd_ent *free_next(const hd_ent *e)
-{
-    return (hd_ent *)(uintptr_t)e->cas;
-}
-
-/* The head of each slab: the stripe's list of slabs and how much of this
- * one is carved; entries follow it. */
-typedef struct hd_slab {
-    struct hd_slab *next;
-    size_t used;
-    char pad[48];
-} hd_slab;
-
-hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen, bool zcomp)
-{
-    if (!make_room(s))
-        return NULL;
-    size_t cls = ent_class(klen, zcomp), sz = cls * 8;
-    hd_ent *e = s->free_mask & ((uint64_t)1 << cls) ? s->free_ents[cls] : NULL;
-    if (e) {
-        s->free_ents[cls] = free_next(e);
-        if (!s->free_ents[cls])
-            s->free_mask &= ~((uint64_t)1 << cls);
+    size_t mask = s->nslot - 1, i = (size_t)(sl - s->slot);
+    /* a slot before an empty one can be emptied: no probe passes it;
+     * otherwise it must stay a tombstone */
+    if (s->slot[(i + 1) & mask].seg == 0) {
+        memset(sl, 0, sizeof(*sl));
     } else {
-        if (s->slab_left < sz) {
-            hd_slab *sl = arena_alloc(s->arena, SLAB);
-            if (!sl) {
-                s->slab_left = 0;
-                return NULL;
-            }
-            sl->next = s->slabs;
-            sl->used = 0;
-            s->slabs = sl;
-            s->slab = (unsigned char *)(sl + 1);
-            s->slab_left = SLAB - sizeof(hd_slab);
-        }
-        e = (hd_ent *)s->slab;
-        s->slab += sz;
-        s->slab_left -= sz;
-        s->slabs->used += sz;
-        /* The next entry's line, fetched for writing now: by the time this
-         * stripe allocates again it waits in cache (1024 stripes' next
-         * lines are 64 KiB).  Fetched at that allocation instead, its
-         * miss would stall the locked instructions that follow. */
-        __builtin_prefetch(s->slab, 1);
+        memset(sl, 0, sizeof(*sl));
+        sl->seg = HD_SEG_TOMB;
+        s->tombs++;
     }
-    memset(e, 0, sizeof(*e));
-    e->klen = (uint8_t)klen;
-    e->marks = zcomp ? HD_ZCOMP : 0;
-    memcpy(e->key, key, klen);
-    return e;
-}
-
-void hdx_replace(hd_stripe *s, hd_ent *e, hd_ent *fresh, uint64_t h)
-{
-    size_t mask = s->nslot - 1, i = hd_slot_home(h, s->nslot);
-    uint64_t v = slot_of(e, h);
-    for (; s->slot[i]; i = (i + 1) & mask) {
-        if (s->slot[i] == v) {
-            s->slot[i] = slot_of(fresh, h);
-            hdx_release(s, e);
-            return;
-        }
-    }
-}
-
-hd_ent *hdx_reshape(hd_stripe *s, hd_ent *e, uint64_t h, bool zcomp)
-{
-    if (hdx_fits(e, zcomp))
-        return e;
-    hd_ent *n = hdx_new(s, e->key, e->klen, zcomp);
-    if (!n)
-        return NULL;
-    uint8_t marks = n->marks;
-    memcpy(n, e, offsetof(hd_ent, key));
-    n->marks = (uint8_t)((e->marks & ~HD_ZCOMP) | (marks & HD_ZCOMP));
-    hdx_replace(s, e, n, h);
-    return n;
-}
-
-void hdx_release(hd_stripe *s, hd_ent *e)
-{
-    size_t cls = ent_class_of(e);
-    e->dead = 2;
-    e->cas = (uint64_t)(uintptr_t)s->free_ents[cls];
-    s->free_ents[cls] = e;
-    s->free_mask |= (uint64_t)1 << cls;
-}
-
-void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg)
-{
-    for (hd_slab *sl = s->slabs; sl; sl = sl->next) {
-        unsigned char *p = (unsigned char *)(sl + 1), *end = p + sl->used;
-        while (p < end) {
-            hd_ent *e = (hd_ent *)p;
-            p += ent_class_of(e) * 8;
-            if (e->dead != 2)
-                fn(arg, e);
-        }
-    }
+    s->count--;
 }
 
 
@@ -520,10 +455,10 @@ size_t hashdb_debug_probe_max(kura_store *store)
         hd_stripe *s = &db->stripes[k];
         pthread_rwlock_rdlock(&s->lock);
         for (size_t i = 0; i < s->nslot; i++) {
-            const hd_ent *e = hdx_at(s, i);
-            if (!e)
+            const hd_slot *sl = &s->slot[i];
+            if (!hd_slot_used(sl))
                 continue;
-            size_t home = hd_slot_home(arena_hash(s->arena, e->key, e->klen), s->nslot);
+            size_t home = hd_tag_home(sl->tag, s->nslot);
             size_t d = (i - home) & (s->nslot - 1);
             if (d > max)
                 max = d;

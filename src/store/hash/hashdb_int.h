@@ -7,9 +7,11 @@
  *     (00000001.seg, ...) to which records are only ever appended, two
  *     checkpoint files (checkpoint, checkpoint.prev) and a LOCK file;
  *   - an in-memory index, split into HD_STRIPES stripes each with its own
- *     rwlock and its own growable open-addressed hash table, maps every key
- *     to the place of its newest record;
- *   - a checkpoint is a dump of the index plus the engine's state and the
+ *     rwlock and its own growable open-addressed table of 16-byte slots,
+ *     maps every key to the place of its newest record (a slot holds a
+ *     tag of the key's hash and the place; the key and the rest are the
+ *     record's);
+ *   - a checkpoint is a dump of the slots plus the engine's state and the
  *     log position P from which replay must start; opening loads the newest
  *     valid checkpoint and replays only the records written after P;
  *   - compaction copies the live records out of old, fragmented segments to
@@ -89,72 +91,74 @@ static inline uint64_t hd_rec_size(size_t hlen, size_t klen, size_t vlen)
     return (uint64_t)hlen + klen + vlen;
 }
 
-/* One key in the index.  Guarded by its stripe's lock.  40 bytes + key,
- * carved in 8-byte steps: 48 bytes for a key of up to 8 bytes.  The key's
- * hash is not kept: whoever needs it has it at hand (a lookup) or computes
- * it again (rare: a table rebuild, a removal).
+/* One key in the index: a slot of its stripe's open-addressed table, 16
+ * bytes and nothing else on the heap (docs/design.md says why).  The key,
+ * cas, expiry time, flags, lengths and sequence number are the record's:
+ * read through the log's read mapping (sl_read) when the tag matches.
  *
- * An entry of a compressed record (HD_ZCOMP) carries the value's own
- * length, 4 bytes after the key (hd_ent_rawlen): only those entries pay
- * for it, as most are not compressed; vlen stays the stored length, the
- * record's extent. */
+ * tag: bits 20..47 of the key's hash above 4 bits of marks (HD_FETCHED...);
+ * the hash bits place the slot (hd_slot_home), so a table is rebuilt, and a
+ * checkpoint reloaded, without reading a key.  seg: 0 in an empty slot,
+ * HD_SEG_TOMB in a removed one.  rlen: the record's bytes (header, key,
+ * value), so one read fetches it whole. */
+typedef struct hd_slot {
+    uint32_t tag;
+    uint32_t seg;
+    uint32_t off;               /* < 2^32: a record starts below segsiz <= 2 GiB */
+    uint32_t rlen;
+} hd_slot;
+#define HD_SEG_TOMB     UINT32_MAX
+#define HD_TAG_MARKS    0xfu
+
+/* What an operation knows of one key: its slot and the fields of the record
+ * it names, decoded (hdx_find, hdx_at).  On the caller's stack; valid while
+ * the stripe's lock is held and no slot is added to the table. */
 typedef struct hd_ent {
+    hd_slot *sl;
     uint64_t cas;
     int64_t exptime;
     uint64_t seq;               /* sequence number of the record pointed at */
-    uint32_t off;               /* record offset in its segment (< 2^32:
-                                   a record starts below segsiz <= 2 GiB) */
-    uint32_t seg;               /* segment id */
-    uint32_t vlen;              /* of the value as stored (the record's extent;
-                                   hd_ent_rawlen is the client's length) */
-    uint8_t hlen;               /* the record's header length */
-    uint8_t klen;
-    uint8_t dead;               /* 1: a tombstone seen in replay (recovery only);
-                                   2: free (on a free list) */
-    uint8_t marks;              /* HD_FETCHED | HD_FLAGGED */
-    char key[];
+    uint32_t off, seg;
+    uint32_t vlen;              /* of the value as stored (the record's extent) */
+    uint32_t rawlen;            /* the value's own length (compressed: its raw one) */
+    uint32_t flags;
+    uint8_t hlen, klen;
+    uint8_t dead;               /* 1: a tombstone seen in replay (recovery only) */
+    uint8_t marks;              /* HD_FETCHED | HD_FLAGGED | HD_ZCOMP */
+    const char *key;            /* the key: the caller's, or kbuf */
+    int unreadable;             /* hdx_find found no entry, but passed over a
+                                   slot of the key's tag whose record could
+                                   not be read: the status of that read */
+    char kbuf[256];
 } hd_ent;
 
-/* hd_ent.marks.  HD_FLAGGED changes under the stripe's write lock only;
- * HD_FETCHED is also set by readers, under the read lock, with an atomic
- * load and store: no locked instruction (a read costs one less), and
- * concurrent readers store the same value, as nothing else changes marks
- * while the read lock is held. */
+/* Marks, in a slot's tag.  HD_FLAGGED and HD_ZCOMP change under the
+ * stripe's write lock only; HD_FETCHED is also set by readers, under the
+ * read lock, with an atomic load and store of the tag: no locked
+ * instruction, and concurrent readers store the same value, as nothing else
+ * changes the tag while the read lock is held. */
 #define HD_FETCHED      1       /* read at least once (stats only) */
 #define HD_FLAGGED      2       /* its client flags are not 0: memcached counts
                                    4 more bytes for such an item */
-#define HD_ZCOMP        4       /* its record is an HD_REC_ZPUT, and the entry
-                                   holds the value's raw length after the key
-                                   (set when the entry is made: it sizes it) */
+#define HD_ZCOMP        4       /* its record is an HD_REC_ZPUT */
+#define HD_DEAD         8       /* a tombstone seen in replay (recovery only):
+                                   the slot names the DEL record */
 
-/* Whether e's record is compressed.  An atomic load: readers holding the
- * read lock may be setting HD_FETCHED beside it (hd_ent.marks). */
+/* Whether e's record is compressed. */
 static inline bool hd_ent_zcomp(const hd_ent *e)
 {
-    return __atomic_load_n(&e->marks, __ATOMIC_RELAXED) & HD_ZCOMP;
+    return e->marks & HD_ZCOMP;
 }
 /* The value's length as clients know it (memcached's sizes, listings,
  * "bytes"): the stored length, or for a compressed record its raw length. */
 static inline uint32_t hd_ent_rawlen(const hd_ent *e)
 {
-    uint32_t n;
-    if (!hd_ent_zcomp(e))
-        return e->vlen;
-    memcpy(&n, e->key + e->klen, 4);
-    return n;
+    return e->rawlen;
 }
-static inline void hd_ent_set_rawlen(hd_ent *e, uint32_t n)
-{
-    if (hd_ent_zcomp(e))
-        memcpy(e->key + e->klen, &n, 4);
-}
-
-#define HD_ENT_CLASSES 38          /* entry sizes in 8-byte steps: up to
-                                      (39 + 250 + 7) / 8 = 37 */
 
 /* Memory for the index: large mappings (advised to use huge pages once
  * they are some seconds old: hashdb_index.c says why), carved into slot
- * arrays and entry slabs.  Freed slot arrays are kept for reuse by size;
+ * arrays.  Freed slot arrays are kept for reuse by size;
  * everything is unmapped at close. */
 typedef struct hd_arena {
     pthread_mutex_t mu;
@@ -175,7 +179,7 @@ typedef struct hd_arena {
  * after the other.  A copy of hd_stripe's slot and nslot, written with them
  * under the stripe's write lock; read without the lock, as a hint. */
 typedef struct hd_bdir {
-    uint64_t *slot;
+    hd_slot *slot;
     size_t nslot;
 } hd_bdir;
 
@@ -197,31 +201,24 @@ typedef struct hd_sweeper {
  * (the lock and slot, then nslot to bytes; the static assert in
  * hashdb_index.c keeps them there).
  *
- * The table is open-addressed: nslot 8-byte slots (a power of two, at least
- * 8), each 0 (empty), HD_SLOT_TOMB (an entry was removed here) or an entry's
- * address in the low 48 bits with 16 bits of its hash above (the tag).  A
- * key's probe starts at the first slot of a 64-byte line chosen by its hash
- * and goes on slot by slot; it ends at an empty slot.  So a lookup reads one
- * line of slots (all a missing key costs) and only the entries whose tag
- * matches: one entry, nearly always.  Chained buckets cost a cache miss
- * more per lookup, following the chain. */
+ * The table is open-addressed: nslot 16-byte slots (hd_slot; a power of
+ * two, at least 8).  A key's probe starts at the first slot of a line of 8
+ * (two cache lines) chosen by its hash and goes on slot by slot; it ends at
+ * an empty slot.  So a lookup reads a line of slots (all a missing key
+ * costs) and only the records whose 28-bit tag matches: one record, nearly
+ * always, which a get reads anyway. */
 typedef struct hd_stripe {
     pthread_rwlock_t lock;      /* readers; writers (see hd_write_lock) */
-    uint64_t *slot;
+    hd_slot *slot;
     size_t nslot;               /* power of two, >= 8 */
-    size_t count;               /* entries in the table */
-    size_t tombs;               /* HD_SLOT_TOMB slots */
-    uint64_t free_mask;         /* bit c: free_ents[c] is not empty */
-    unsigned char *slab;        /* entries are carved from here */
-    size_t slab_left;
+    size_t count;               /* used slots (entries, dead ones included) */
+    size_t tombs;               /* HD_SEG_TOMB slots */
     _Atomic uint64_t items, bytes;  /* usage: counted entries, memcached bytes */
-    struct hd_slab *slabs;      /* every slab of this stripe, newest first */
     hd_arena *arena;
     hd_bdir *dir;               /* this stripe's copy of slot and nslot */
-    hd_ent *free_ents[HD_ENT_CLASSES];
     pthread_mutex_t wlock;      /* held through a large value's copy */
     bool copying;               /* a writer is in that copy; under `lock` */
-    char pad[15];
+    char pad[31];
 } hd_stripe;
 
 /* Locking a stripe.  Readers take `lock` for reading; whoever changes the
@@ -340,6 +337,12 @@ typedef struct hashdb {
     pthread_mutex_t ckpt_mu;    /* one checkpoint or compaction at a time */
     hd_pos ckpt_cur, ckpt_prev;
     uint64_t ckpt_count;
+    /* compacted segments whose files wait for two checkpoints (ckpt_mu):
+     * a checkpoint's slots name records by place, not by key, so a segment
+     * one of the checkpoints may name must stay until neither can
+     * (hashdb_compact.c) */
+    struct hd_retired { uint32_t id; uint64_t at; } *retired;
+    size_t nretired, retired_cap;
     bool need_ckpt;             /* open wants a checkpoint written at once */
 
     /* background thread; and the interval syncer (-sync interval only) */
@@ -357,6 +360,8 @@ typedef struct hashdb {
     _Atomic uint64_t zcomp_records, zcomp_saved;    /* written since open */
     hd_sweeper sweep;
     uint64_t recovered_records, recovery_lost, truncated_bytes;
+    bool recovering;            /* open: segments' live bytes are summed at
+                                   the end (finish_index), not kept */
 } hashdb;
 
 /* hashdb_index.c - caller holds the stripe's lock (write lock to change). */
@@ -371,12 +376,30 @@ static inline hd_stripe *hd_stripe_of(hashdb *db, uint64_t h)
 {
     return &db->stripes[h & (HD_STRIPES - 1)];
 }
-#define HD_SLOT_TOMB    ((uint64_t)1)
-#define HD_SLOT_PTR     (((uint64_t)1 << 48) - 1)
-/* The first slot of h's probe: the start of a line of 8 slots. */
+/* The hash bits a slot keeps (bits 20..47), shifted above the marks. */
+static inline uint32_t hd_tag_of(uint64_t h)
+{
+    return (uint32_t)(h >> 20) << 4;
+}
+/* The first slot of a probe: the start of a line of 8 slots.  From the
+ * tag alone (bits 20.. of the hash), so tables up to 2^31 slots can be
+ * rebuilt without the keys. */
+static inline size_t hd_tag_home(uint32_t tag, size_t nslot)
+{
+    return (size_t)(tag >> 4) * 8 & (nslot - 1);
+}
 static inline size_t hd_slot_home(uint64_t h, size_t nslot)
 {
-    return (size_t)(h >> 20) * 8 & (nslot - 1);
+    return hd_tag_home(hd_tag_of(h), nslot);
+}
+static inline bool hd_slot_used(const hd_slot *sl)
+{
+    return sl->seg != 0 && sl->seg != HD_SEG_TOMB;
+}
+/* A slot's marks: an atomic load, readers may be setting HD_FETCHED. */
+static inline unsigned hd_slot_marks(const hd_slot *sl)
+{
+    return __atomic_load_n(&sl->tag, __ATOMIC_RELAXED) & HD_TAG_MARKS;
 }
 /* Starts loading h's stripe and slot line before the stripe lock is taken
  * (no lock needed: a stale table only prefetches a line that is still
@@ -386,49 +409,52 @@ static inline void hdx_prefetch(hashdb *db, uint64_t h)
 {
     hd_stripe *s = hd_stripe_of(db, h);
     hd_bdir *d = &db->bdir[h & (HD_STRIPES - 1)];
-    uint64_t *slot = __atomic_load_n(&d->slot, __ATOMIC_RELAXED);
+    hd_slot *slot = __atomic_load_n(&d->slot, __ATOMIC_RELAXED);
     size_t nslot = __atomic_load_n(&d->nslot, __ATOMIC_RELAXED);
     __builtin_prefetch(s, 1);
     __builtin_prefetch((char *)s + 64, 1);
     __builtin_prefetch(&slot[hd_slot_home(h, nslot)]);
 }
-/* The entry in slot i, or NULL: for walking a table by index (an entry may
- * be removed while its table is walked so; none may be inserted). */
-static inline hd_ent *hdx_at(const hd_stripe *s, size_t i)
-{
-    uint64_t v = s->slot[i];
-    return v > HD_SLOT_TOMB ? (hd_ent *)(uintptr_t)(v & HD_SLOT_PTR) : NULL;
-}
 int hdx_init(hashdb *db, uint64_t bnum);
 void hdx_free(hashdb *db);
-hd_ent *hdx_find(hd_stripe *s, uint64_t h, const char *key, size_t klen);
-/* A new entry for key, not yet in the table, and room in the table for it
- * (hdx_insert then puts it there); NULL when memory is out.  zcomp: for a
- * compressed record (HD_ZCOMP set, room for the raw length). */
-hd_ent *hdx_new(hd_stripe *s, const char *key, size_t klen, bool zcomp);
-/* Whether e can point at a record of that kind as it is (else a new entry
- * must take its place: hdx_replace). */
-static inline bool hdx_fits(const hd_ent *e, bool zcomp)
+/* The key's entry, decoded into *e (e->key is the caller's key), or NULL.
+ * A slot whose tag matches but whose record cannot be read is passed over. */
+hd_ent *hdx_find(hashdb *db, hd_stripe *s, uint64_t h, const char *key, size_t klen, hd_ent *e);
+/* Slot i decoded into *e (its key copied): KURA_OK, KURA_NOTFOUND for an
+ * empty slot, or the status of reading its record (e->sl, seg, off and
+ * marks are set then).  For walking a table by index (an entry may be
+ * removed while its table is walked so; none may be inserted). */
+int hdx_at(hashdb *db, hd_stripe *s, size_t i, hd_ent *e);
+/* Decodes the record sl names into *e; KURA_OK or why not. */
+int hdx_decode(hashdb *db, hd_slot *sl, hd_ent *e);
+/* Room for one more slot (hdx_insert), made before an append so that
+ * running out of memory changes nothing: false when memory is out.  May
+ * rebuild the table: views taken before are stale. */
+bool hdx_room(hd_stripe *s);
+/* A new slot for a key of hash h, after hdx_room; the caller fills it
+ * (hdx_set). */
+hd_slot *hdx_insert(hd_stripe *s, uint64_t h);
+/* Points sl at a record (its tag's hash bits stay). */
+static inline void hdx_set(hd_slot *sl, uint32_t seg, uint64_t off, uint64_t rlen,
+                           unsigned marks)
 {
-    return !hd_ent_zcomp(e) == !zcomp;
+    sl->seg = seg;
+    sl->off = (uint32_t)off;
+    sl->rlen = (uint32_t)rlen;
+    __atomic_store_n(&sl->tag, (sl->tag & ~HD_TAG_MARKS) | (marks & HD_TAG_MARKS),
+                     __ATOMIC_RELAXED);
 }
-/* Puts fresh (from hdx_new, same key) in e's slot and frees e; h: the
- * key's hash.  fresh's fields are the caller's to fill. */
-void hdx_replace(hd_stripe *s, hd_ent *e, hd_ent *fresh, uint64_t h);
-/* e, or an entry of the other kind in its place with its fields copied
- * (the raw length is left for the caller); NULL when memory is out.  For
- * open's replay and checkpoint load. */
-hd_ent *hdx_reshape(hd_stripe *s, hd_ent *e, uint64_t h, bool zcomp);
-void hdx_release(hd_stripe *s, hd_ent *e);  /* frees an entry not in the table */
-/* Calls fn for every entry of the stripe in memory order (faster than the
- * slot order, which visits entries at random); lock held by the caller. */
-void hdx_walk(hd_stripe *s, void (*fn)(void *arg, hd_ent *e), void *arg);
-void hdx_insert(hd_stripe *s, hd_ent *e, uint64_t h);    /* h: e's key's hash */
-void hdx_reserve(hashdb *db, uint64_t count);   /* sizes every stripe for count keys */
+void hdx_remove(hd_stripe *s, hd_slot *sl);
+/* Sizes every stripe for count keys: what a conversion asks first. */
+void hdx_reserve(hashdb *db, uint64_t count);
+/* Gives the (empty) stripe s an empty table of nslot slots, for a
+ * checkpoint's (hdx_put); false when memory is out. */
+bool hdx_load(hd_stripe *s, size_t nslot);
+/* Puts a checkpoint's slot back, placed by its tag (room made by hdx_load). */
+void hdx_put(hd_stripe *s, const hd_slot *v);
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
-void hdx_remove(hd_stripe *s, hd_ent *e);   /* unlinks and frees */
 
 static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 {
@@ -536,6 +562,9 @@ int hd_recover(hashdb *db, char *err, size_t errlen);
 
 /* hashdb_compact.c */
 int hd_compact_one(hashdb *db, bool force);
+/* After a checkpoint (ckpt_mu held): removes the retired segments that no
+ * checkpoint on disk can name any more. */
+void hd_retired_drop(hashdb *db);
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget);
 int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
 
