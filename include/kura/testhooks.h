@@ -39,6 +39,10 @@ typedef struct kura_testhooks {
      * the checkpoint's, as an open of an older checkpoint or a rebuild
      * does; the open clears it. */
     bool hashdb_fresh_key;
+    /* A hash file checkpoint keeps checkpoint.prev beside it, as before
+     * the previous one was removed once the new one read back: the
+     * negative check of test_hashdb_crash's test_ckpt_retention. */
+    bool hashdb_keep_ckpt_prev;
     /* Called by a hash file writer copying a large value while the
      * readers of its stripe are let in (hd_append_put), so that a test
      * can hold the copy there and read meanwhile.  Set before the writer
