@@ -631,6 +631,71 @@ static bool file_exists(const char *dir, const char *name)
     return stat(p, &st) == 0;
 }
 
+/* What a clean stop leaves: every segment file ends at its last record,
+ * the sealed ones and the active one alike, with no block allocated past
+ * it (sl_unmap_active at close, the trim when a segment is sealed).  While
+ * the store is open the active segment is preallocated past its records,
+ * for appends through the mapping: the same check fails there, showing it
+ * sees a tail. */
+static int seg_tails(const char *dir, int *segs, bool want_trimmed)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int bad = 0;
+    *segs = 0;
+    if (!d)
+        return -1;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".seg"))
+            continue;
+        char p[900];
+        struct stat st;
+        uint64_t offs[4001];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        int n = t_seg_records(p, offs, 4000);
+        if (stat(p, &st) != 0 || n < 1)
+            continue;
+        (*segs)++;
+        bool trimmed = (uint64_t)st.st_size == offs[n] &&
+                       (uint64_t)st.st_blocks * 512 <= (uint64_t)st.st_size + 65536;
+        if (trimmed != want_trimmed) {
+            printf("# %s: %llu bytes of records, file %llu bytes, %llu allocated\n", p,
+                   (unsigned long long)offs[n], (unsigned long long)st.st_size,
+                   (unsigned long long)st.st_blocks * 512);
+            bad++;
+        }
+    }
+    closedir(d);
+    return bad;
+}
+
+static void test_clean_stop_no_tails(void)
+{
+    const char *dir = t_path("tails");
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_store *s;
+    char err[512], key[32], val[1001];
+    int segs = 0;
+    memset(val, 'v', 1000);
+    val[1000] = '\0';
+    REQUIRE(t_open(dir, "#segsiz=1m#ckpt=1g#mapwrite=1", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    for (int i = 0; i < 2500; i++) {
+        snprintf(key, sizeof(key), "t%d", i);
+        REQUIRE(t_put(s, key, val, 0, 0, (uint64_t)i + 1, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    }
+    REQUIRE(s->ops->sync(s) == KURA_OK);
+    /* open: the sealed segments trimmed, the active one not */
+    CHECK_EQ_INT(seg_tails(dir, &segs, true), 1);
+    kura_store_close(s);
+    CHECK_EQ_INT(seg_tails(dir, &segs, true), 0);
+    CHECK(segs >= 3);
+    /* and again after a reopen (which preallocates the active one anew) */
+    REQUIRE(t_open(dir, "#segsiz=1m#ckpt=1g#mapwrite=1", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_put(s, "one more", "v", 0, 0, 9999, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    kura_store_close(s);
+    CHECK_EQ_INT(seg_tails(dir, &segs, true), 0);
+}
+
 /* One checkpoint on disk: once a new one is in place and reads back whole,
  * checkpoint.prev (a second copy of the index) is removed, at every
  * checkpoint, also after a reopen.  With the test hook that keeps it (as
@@ -1053,6 +1118,7 @@ int main(void)
     RUN(test_torn_tail);
     RUN(test_flipped_bytes);
     RUN(test_ckpt_retention);
+    RUN(test_clean_stop_no_tails);
     RUN(test_unwritten_page);
     RUN(test_segment_headers);
     RUN(test_disk_full_mapped);
