@@ -83,23 +83,29 @@ static int decode_v1(const unsigned char *h, size_t avail, hd_rec *r)
     return 0;
 }
 
-/* A compressed PUT's header ends with the codec and the raw length (from
- * version 3 on): a known codec and a length the stored bytes could come
- * from, else it is no record.  Returns the end of the header, or NULL. */
-static const unsigned char *decode_ztail(const unsigned char *p, const unsigned char *end,
-                                         uint32_t version, uint64_t vlen, hd_rec *r)
+/* The end of a version 2 to 4 header, once its varints are read: for a
+ * compressed PUT (from version 3 on) the codec and the raw length, which
+ * must be a known codec and a length the stored bytes could come from,
+ * else it is no record; then the fields into r.  0, or -1. */
+static int decode_finish(const unsigned char *h, const unsigned char *p,
+                         const unsigned char *end, uint32_t version, uint64_t vlen,
+                         uint64_t flags, uint64_t exp, hd_rec *r)
 {
     uint64_t raw = vlen;
     r->codec = 0;
     if (r->type == HD_REC_ZPUT) {
         if (version < 3 || p >= end || *p == KURA_CODEC_NONE || *p >= KURA_CODEC_COUNT)
-            return NULL;
+            return -1;
         r->codec = *p++;
         if (!(p = get_varint(p, end, &raw)) || raw > UINT32_MAX || raw <= vlen)
-            return NULL;
+            return -1;
     }
     r->rawlen = (uint32_t)raw;
-    return p;
+    r->hlen = (uint8_t)(p - h);
+    r->vlen = (uint32_t)vlen;
+    r->flags = (uint32_t)flags;
+    r->exptime = unzigzag(exp);
+    return 0;
 }
 
 /* Versions 2 and 3 (3 adds HD_REC_ZPUT). */
@@ -114,13 +120,7 @@ static int decode_v2(const unsigned char *h, size_t avail, uint32_t version, hd_
         return -1;
     r->type = h[6];
     r->klen = h[7];
-    if (!(p = decode_ztail(p, end, version, vlen, r)))
-        return -1;
-    r->hlen = (uint8_t)(p - h);
-    r->vlen = (uint32_t)vlen;
-    r->flags = (uint32_t)flags;
-    r->exptime = unzigzag(exp);
-    return 0;
+    return decode_finish(h, p, end, version, vlen, flags, exp, r);
 }
 
 /* Version 4.  Only the canonical encoding is a record (an optional field
@@ -153,13 +153,7 @@ static int decode_v4(const unsigned char *h, size_t avail, uint32_t version, hd_
     }
     if (r->cas == 0 && (d & HD_V4_CAS) != HD_V4_CAS_ZERO)
         return -1;
-    if (!(p = decode_ztail(p, end, version, vlen, r)))
-        return -1;
-    r->hlen = (uint8_t)(p - h);
-    r->vlen = (uint32_t)vlen;
-    r->flags = (uint32_t)flags;
-    r->exptime = unzigzag(exp);
-    return 0;
+    return decode_finish(h, p, end, version, vlen, flags, exp, r);
 }
 
 int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec *r)
