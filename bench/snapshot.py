@@ -26,6 +26,13 @@ running.
              snapshot, and the same load alone for as long: p50/p99/p999
              and the largest reply time of each.
 
+With --load-only, the load alone, and where the database's bytes go:
+segment files (record headers: their bytes less the segment headers and
+the keys and values), checkpoints, and blocks allocated past the files'
+ends (a preallocated tail), each in bytes an item.
+
+    bench/snapshot.py --load-only --no-docs     # the hash file's footprint
+
 Servers run pinned to CPU 0, kura-bench to CPU 1, as bench/run.py does.
 Results: a table on stdout, bench/results/snapshot.csv and .png, and the
 section of docs/benchmarks.md between its SNAPSHOT RESULTS markers.
@@ -98,6 +105,32 @@ def peak_rss(pid):
     return 0
 
 
+def breakdown(path, items, keys):
+    """Where a hash file's bytes go, in bytes an item: each part's size, and
+    the segments' record headers (segment bytes less their 32-byte headers
+    and the keys and values; a few state records included)."""
+    parts = {"segments": 0, "checkpoint": 0, "checkpoint.prev": 0, "other": 0}
+    nseg, alloc, apparent = 0, 0, 0
+    for f in sorted(os.listdir(path)):
+        st = os.lstat(os.path.join(path, f))
+        apparent += st.st_size
+        alloc += st.st_blocks * 512
+        if f.endswith(".seg"):
+            parts["segments"] += st.st_size
+            nseg += 1
+        elif f in parts:
+            parts[f] += st.st_size
+        else:
+            parts["other"] += st.st_size
+    body = sum(len(PREFIX) + len(str(i)) + 150 for i in range(keys))
+    n = max(items, 1)
+    rows = [(k, v / n) for k, v in parts.items()]
+    rows.insert(1, ("  record headers", (parts["segments"] - 32 * nseg - body) / n))
+    rows.append(("blocks allocated past the ends", max(alloc - apparent, 0) / n))
+    rows.append(("whole directory (apparent size)", apparent / n))
+    return rows
+
+
 def bench_cmd(a, port, extra):
     return R.taskset(a.client_cpus) + [a.bench, "-p", str(port), "--threads", "1",
                                        "--conns", "16", "--value-size", "150",
@@ -141,6 +174,8 @@ def main():
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--baseline", default=None,
                     help="another build directory whose kurad is measured beside (speed ratios)")
+    ap.add_argument("--load-only", action="store_true",
+                    help="the load and the database's footprint, no snapshots")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)     # servers run in their own directories
     a.kurad = os.path.join(a.build, "kurad")
@@ -175,6 +210,10 @@ def main():
         db_bytes = du(os.path.join(data, "data.kh"))
         R.log("  %d items in %.1f s (%s sets/s); database %.2f GB on disk" % (
             items, load_s, R.fmt_rate(j["ops_per_sec"]), db_bytes / 1e9))
+        if a.load_only:
+            for name, per in breakdown(os.path.join(data, "data.kh"), items, a.items):
+                R.log("  %-32s %7.1f bytes an item" % (name, per))
+            return
         rawp = os.path.join(tmp, "raw.kv")
         raw = {"none": raw_stream(a, os.path.join(data, "data.kh"), rawp)}
         R.log("  raw key-value stream %.1f MB (%.1f bytes an item)" % (raw["none"] / 1e6,

@@ -43,6 +43,10 @@ typedef struct kura_testhooks {
      * before checkpoint version 7, instead of after two checkpoints: the
      * negative check of test_hashdb's test_retired_segments. */
     bool hashdb_drop_compacted;
+    /* A hash file checkpoint keeps checkpoint.prev beside it, as before
+     * the previous one was removed once the new one read back: the
+     * negative check of test_hashdb_crash's test_ckpt_retention. */
+    bool hashdb_keep_ckpt_prev;
     /* Called by a hash file writer copying a large value while the
      * readers of its stripe are let in (hd_append_put), so that a test
      * can hold the copy there and read meanwhile.  Set before the writer

@@ -395,10 +395,14 @@ void sl_seg_each(sl_log *log, void (*fn)(void *arg, sl_seg *sg), void *arg)
     lockorder_lock(&log->mu, log->cfg.lock_rank);
     uint32_t hi = log->active->id;
     pthread_mutex_lock(&log->seg_mu);
+    /* up to hi and no further: with hi the largest id (a file named
+     * ffffffff.seg), "id <= hi" would hold for ever (found by fuzz_hash) */
     for (uint32_t id = sl_first(log); id <= hi; id++) {
         sl_seg *sg = sl_seg_get(log, id);
         if (sg)
             fn(arg, sg);
+        if (id == hi)
+            break;
     }
     pthread_mutex_unlock(&log->seg_mu);
     lockorder_unlock(&log->mu, log->cfg.lock_rank);

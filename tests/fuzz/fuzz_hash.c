@@ -1,6 +1,6 @@
 /*
  * fuzz_hash.c - the hash file's decoders (src/store/hash/): a segment
- * file's header, its records (hd_rec_decode, versions 1 to 3, compressed
+ * file's header, its records (hd_rec_decode, versions 1 to 4, compressed
  * values) as the recovery scan and reads meet them, and the checkpoint
  * (header, entries of every version, LZO blocks, trailer) that an open
  * loads the index from, then replays the segment after it.

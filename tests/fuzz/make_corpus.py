@@ -112,6 +112,8 @@ def main():
         seed("snapshot", "none", ASIS + snap)
         seed("snapshot", "none-fix", FIX + snap)
 
+        # hash/v3-*: the same seeds from a kurad that wrote record format 3,
+        # left alone (old segments still open)
         hseg = trimmed(sorted(glob.glob(os.path.join(h, "*.seg")))[-1])
         ckpt = open(os.path.join(h, "checkpoint"), "rb").read()
         seed("hash", "segment", FIX + hseg)

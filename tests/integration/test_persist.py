@@ -113,21 +113,48 @@ def varint(data, pos):
 def records(path):
     """[(offset, type, key, vlen, value offset)] of the records in a segment
     file, read as docs/formats.md describes them (stops at the first
-    non-record, e.g. the zeros of the preallocated tail)."""
+    non-record, e.g. the zeros of the preallocated tail): record format 4
+    (a descriptor byte, then klen, vlen, the fields it says are there, seq)
+    or 2 and 3 ("Kr", type, klen, then five varints)."""
     with open(path, "rb") as f:
         data = f.read()
+    version = struct.unpack_from("<I", data, 8)[0] if len(data) >= 12 else 0
     off, out = 32, []
-    while off + 13 <= len(data) and data[off + 4:off + 6] == b"Kr":
-        typ, klen = data[off + 6], data[off + 7]
-        vlen, pos = varint(data, off + 8)
-        for _ in range(4):          # flags, exptime, cas, seq
-            _, pos = varint(data, pos)
+    while off + 8 <= len(data):
+        try:
+            typ, klen, vlen, pos = header(data, off, version)
+        except (IndexError, ValueError):
+            break
         end = pos + klen + vlen
         if end > len(data):
             break
         out.append((off, typ, data[pos:pos + klen], vlen, pos + klen))
         off = end
     return out
+
+
+def header(data, off, version):
+    """(type, klen, vlen, end of header) of the record header at off;
+    ValueError where there is none."""
+    if version >= 4:
+        d = data[off + 4]
+        if d & 0xC0 != 0x80 or d & 0x30 == 0x30:
+            raise ValueError("no version 4 header")
+        typ, klen = (d & 3) + 1, data[off + 5]
+        vlen, pos = varint(data, off + 6)
+        # flags, exptime if present; seq; a cas delta if present
+        for _ in range(bool(d & 4) + bool(d & 8) + 1 + (d & 0x30 == 0x20)):
+            _, pos = varint(data, pos)
+    else:
+        if data[off + 4:off + 6] != b"Kr":
+            raise ValueError("no version 2 or 3 header")
+        typ, klen = data[off + 6], data[off + 7]
+        vlen, pos = varint(data, off + 8)
+        for _ in range(4):          # flags, exptime, cas, seq
+            _, pos = varint(data, pos)
+    if typ == 4:                    # a compressed PUT: codec, raw length
+        _, pos = varint(data, pos + 1)
+    return typ, klen, vlen, pos
 
 
 def checkpoint_pos(db):

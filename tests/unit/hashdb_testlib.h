@@ -171,10 +171,70 @@ __attribute__((unused)) static int t_last_segment(const char *dir, char *out, si
     return best[0] ? 0 : -1;
 }
 
-/* Where the PUT records of a segment file begin, as docs/formats.md
- * describes them (read here independently of the store's own code): offs
- * gets up to max offsets and, after them, the end of the last record;
- * returns how many.  Reading stops at the first bytes that are no record. */
+/* One record's header as docs/formats.md describes it, read here
+ * independently of the store's own code (versions 2 to 4; no checks
+ * beyond the shape): 0 and its type, key and value lengths and header
+ * length, or -1 where the bytes are no header of that version. */
+typedef struct t_rec {
+    int type;
+    size_t hlen, klen, vlen;
+} t_rec;
+
+static const unsigned char *t_varint(const unsigned char *p, const unsigned char *end,
+                                     uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; p < end && shift < 64; shift += 7) {
+        *v |= (uint64_t)(*p & 0x7f) << shift;
+        if (!(*p++ & 0x80))
+            return p;
+    }
+    return NULL;
+}
+
+__attribute__((unused)) static int t_rec_parse(const unsigned char *b, size_t len,
+                                               uint32_t version, t_rec *r)
+{
+    const unsigned char *p, *end = b + len;
+    uint64_t v, vlen;
+    if (len < 8)
+        return -1;
+    if (version >= 4) {
+        /* crc, descriptor (10 ffff ccc tt: type - 1, flags and exptime
+         * present, cas mode), klen, vlen, [flags], [exptime], seq, [cas] */
+        unsigned d = b[4];
+        if ((d & 0xc0) != 0x80 || (d & 0x30) == 0x30)
+            return -1;
+        r->type = (int)(d & 3) + 1;
+        r->klen = b[5];
+        if (!(p = t_varint(b + 6, end, &vlen)))
+            return -1;
+        int more = 1 + !!(d & 4) + !!(d & 8) + ((d & 0x30) == 0x20);
+        while (more-- > 0)
+            if (!(p = t_varint(p, end, &v)))
+                return -1;
+    } else {
+        /* crc, "Kr", type, klen, vlen, flags, exptime, cas, seq */
+        if (b[4] != 'K' || b[5] != 'r')
+            return -1;
+        r->type = b[6];
+        r->klen = b[7];
+        if (!(p = t_varint(b + 8, end, &vlen)))
+            return -1;
+        for (int i = 0; i < 4; i++)
+            if (!(p = t_varint(p, end, &v)))
+                return -1;
+    }
+    if (r->type == 4 && (p >= end || !(p = t_varint(p + 1, end, &v))))   /* codec, rawlen */
+        return -1;
+    r->hlen = (size_t)(p - b);
+    r->vlen = (size_t)vlen;
+    return 0;
+}
+
+/* Where the PUT records of a segment file begin (t_rec_parse): offs gets
+ * up to max offsets and, after them, the end of the last record; returns
+ * how many.  Reading stops at the first bytes that are no record. */
 __attribute__((unused)) static int t_seg_records(const char *seg, uint64_t *offs, int max)
 {
     FILE *f = fopen(seg, "rb");
@@ -184,21 +244,12 @@ __attribute__((unused)) static int t_seg_records(const char *seg, uint64_t *offs
         fclose(f);
     int n = 0;
     uint64_t off = 32;
-    while (off + 8 <= len && buf[off + 4] == 'K' && buf[off + 5] == 'r') {
-        const unsigned char *p = buf + off + 8;
-        uint64_t v[5];
-        for (int i = 0; i < 5; i++) {
-            v[i] = 0;
-            for (int shift = 0;; shift += 7) {
-                v[i] |= (uint64_t)(*p & 0x7f) << shift;
-                if (!(*p++ & 0x80))
-                    break;
-            }
-        }
-        uint64_t rlen = (uint64_t)(p - (buf + off)) + buf[off + 7] + v[0];
-        if (buf[off + 6] == 1 && n < max)
+    uint32_t version = len >= 12 ? (uint32_t)buf[8] | (uint32_t)buf[9] << 8 : 0;
+    t_rec r;
+    while (off + 8 <= len && t_rec_parse(buf + off, len - off, version, &r) == 0) {
+        if (r.type == 1 && n < max)
             offs[n++] = off;
-        off += rlen;
+        off += r.hlen + r.klen + r.vlen;
     }
     offs[n] = off;
     return n;

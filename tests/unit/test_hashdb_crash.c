@@ -5,7 +5,8 @@
  * reopens the files and compares every key with an in-memory reference;
  * kill -9 under multithreaded load; torn tails cut at every kind of
  * position; flipped bytes in the log tail, in checkpointed data and in the
- * checkpoint itself (refused with the offset, salvaged with recovery); and
+ * checkpoint itself (refused with the offset, salvaged with recovery); one
+ * checkpoint kept (checkpoint.prev removed once the new one reads back); and
  * a full disk (RLIMIT_FSIZE) that fails writes cleanly while reads go on.
  */
 #include <signal.h>
@@ -528,6 +529,22 @@ static void flip(const char *file, uint64_t off)
     close(fd);
 }
 
+/* A database with no intact checkpoint: a plain open refused, saying so;
+ * recovery rebuilds the index from the log, every record back. */
+static void refused_then_recovered(const char *dir)
+{
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_store *s;
+    char err[512];
+    int fm;
+    CHECK(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_ECORRUPT);
+    CHECK(strstr(err, "checkpoint") != NULL);
+    cfg.recover = true;
+    REQUIRE(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK_EQ_INT(count_present(s, &fm), NREC);
+    kura_store_close(s);
+}
+
 static void test_flipped_bytes(void)
 {
     char base[600], img[600], dir[700], seg[800];
@@ -580,26 +597,140 @@ static void test_flipped_bytes(void)
     kura_store_close(s);
     cfg.recover = false;
 
-    /* (3) in the checkpoint: the previous one and a longer replay serve */
+    /* (3) in the checkpoint: only one is kept (test_ckpt_retention), so a
+     * damaged one is refused with a clear message; recovery rebuilds the
+     * index from the log */
     snprintf(dir, sizeof(dir), "%s/flip3.kh", t_root);
     fill_store(dir, true, NULL);
     char ck[800];
     snprintf(ck, sizeof(ck), "%s/checkpoint", dir);
     flip(ck, 100);
+    refused_then_recovered(dir);
+
+    /* (4) in the checkpoint while the previous one is still there (a crash
+     * between the renames and its removal, made here by the test hook):
+     * the previous one and a longer replay serve */
+    snprintf(dir, sizeof(dir), "%s/flip4.kh", t_root);
+    kura_test.hashdb_keep_ckpt_prev = true;
+    fill_store(dir, true, NULL);
+    kura_test.hashdb_keep_ckpt_prev = false;
+    snprintf(ck, sizeof(ck), "%s/checkpoint", dir);
+    flip(ck, 100);
     REQUIRE(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_OK);
     CHECK_EQ_INT(count_present(s, &fm), NREC);
     kura_store_close(s);
-    /* both checkpoints damaged: refused; recovery rebuilds from the log */
+    /* both checkpoints damaged: refused; recovery rebuilds from the log.
+     * (The open above wrote no checkpoint: nothing was appended.) */
     snprintf(ck, sizeof(ck), "%s/checkpoint", dir);
     flip(ck, 120);
     snprintf(ck, sizeof(ck), "%s/checkpoint.prev", dir);
     flip(ck, 90);
-    CHECK(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_ECORRUPT);
-    CHECK(strstr(err, "checkpoint") != NULL);
-    cfg.recover = true;
-    REQUIRE(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_OK);
-    CHECK_EQ_INT(count_present(s, &fm), NREC);
+    refused_then_recovered(dir);
+}
+
+static bool file_exists(const char *dir, const char *name)
+{
+    char p[900];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+/* What a clean stop leaves: every segment file ends at its last record,
+ * the sealed ones and the active one alike, with no block allocated past
+ * it (sl_unmap_active at close, the trim when a segment is sealed).  While
+ * the store is open the active segment is preallocated past its records,
+ * for appends through the mapping: the same check fails there, showing it
+ * sees a tail. */
+static int seg_tails(const char *dir, int *segs, bool want_trimmed)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int bad = 0;
+    *segs = 0;
+    if (!d)
+        return -1;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, ".seg"))
+            continue;
+        char p[900];
+        struct stat st;
+        uint64_t offs[4001];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        int n = t_seg_records(p, offs, 4000);
+        if (stat(p, &st) != 0 || n < 1)
+            continue;
+        (*segs)++;
+        bool trimmed = (uint64_t)st.st_size == offs[n] &&
+                       (uint64_t)st.st_blocks * 512 <= (uint64_t)st.st_size + 65536;
+        if (trimmed != want_trimmed) {
+            printf("# %s: %llu bytes of records, file %llu bytes, %llu allocated\n", p,
+                   (unsigned long long)offs[n], (unsigned long long)st.st_size,
+                   (unsigned long long)st.st_blocks * 512);
+            bad++;
+        }
+    }
+    closedir(d);
+    return bad;
+}
+
+static void test_clean_stop_no_tails(void)
+{
+    const char *dir = t_path("tails");
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    kura_store *s;
+    char err[512], key[32], val[1001];
+    int segs = 0;
+    memset(val, 'v', 1000);
+    val[1000] = '\0';
+    REQUIRE(t_open(dir, "#segsiz=1m#ckpt=1g#mapwrite=1", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    for (int i = 0; i < 2500; i++) {
+        snprintf(key, sizeof(key), "t%d", i);
+        REQUIRE(t_put(s, key, val, 0, 0, (uint64_t)i + 1, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    }
+    REQUIRE(s->ops->sync(s) == KURA_OK);
+    /* open: the sealed segments trimmed, the active one not */
+    CHECK_EQ_INT(seg_tails(dir, &segs, true), 1);
     kura_store_close(s);
+    CHECK_EQ_INT(seg_tails(dir, &segs, true), 0);
+    CHECK(segs >= 3);
+    /* and again after a reopen (which preallocates the active one anew) */
+    REQUIRE(t_open(dir, "#segsiz=1m#ckpt=1g#mapwrite=1", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK(t_put(s, "one more", "v", 0, 0, 9999, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    kura_store_close(s);
+    CHECK_EQ_INT(seg_tails(dir, &segs, true), 0);
+}
+
+/* One checkpoint on disk: once a new one is in place and reads back whole,
+ * checkpoint.prev (a second copy of the index) is removed, at every
+ * checkpoint, also after a reopen.  With the test hook that keeps it (as
+ * before), the check sees it: the negative check. */
+static void test_ckpt_retention(void)
+{
+    char dir[600];
+    for (int keep = 0; keep <= 1; keep++) {
+        snprintf(dir, sizeof(dir), "%s/retain%d.kh", t_root, keep);
+        kura_test.hashdb_keep_ckpt_prev = keep;
+        fill_store(dir, true, NULL);
+        CHECK(file_exists(dir, "checkpoint"));
+        CHECK(file_exists(dir, "checkpoint.prev") == (keep == 1));
+        /* again after a reopen, and more writes and a checkpoint */
+        kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+        kura_store *s;
+        char err[512];
+        REQUIRE(t_open(dir, "#ckpt=1g", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        CHECK(t_put(s, "more", "value", 0, 0, 1000, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        hashdb_debug_maintain(s, true, false);
+        CHECK(file_exists(dir, "checkpoint.prev") == (keep == 1));
+        kura_store_close(s);
+        int fm;
+        REQUIRE(t_open(dir, "", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        CHECK_EQ_INT(count_present(s, &fm), NREC);
+        t_val v;
+        CHECK(t_get(s, "more", &CLK, &v) == KURA_OK);
+        kura_store_close(s);
+    }
+    kura_test.hashdb_keep_ckpt_prev = false;
 }
 
 /* A client's value made of record heads (as a hostile client could
@@ -1063,6 +1194,8 @@ int main(void)
     RUN(test_torn_tail);
     RUN(test_flipped_bytes);
     RUN(test_salvage_past_fake_heads);
+    RUN(test_ckpt_retention);
+    RUN(test_clean_stop_no_tails);
     RUN(test_unwritten_page);
     RUN(test_segment_headers);
     RUN(test_disk_full_mapped);

@@ -923,7 +923,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     /* the log's record framing is this file's: the hash file's format
      * (docs/formats.md) stays as it was (hashdb_rec.c) */
     sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
-                     .version = HD_VERSION, .versions = 1u << 1 | 1u << 2 | 1u << HD_VERSION,
+                     .version = HD_VERSION, .versions = HD_VERSIONS,
                      .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
                      .check = hd_rec_check, .log = log_line, .log_arg = db,

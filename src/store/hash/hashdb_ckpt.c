@@ -18,8 +18,14 @@
  * It is written beside (checkpoint.tmp), fdatasynced, the previous one is
  * renamed to checkpoint.prev, the new one renamed into place and the
  * directory fsynced: at every instant at least one complete checkpoint
- * exists.  Compaction only removes segments older than the older of the two
- * replay positions, so falling back to checkpoint.prev is always possible.
+ * exists.  The new one is then read back and checked whole, and once it
+ * passes checkpoint.prev is removed (retire_prev): recovery needs one
+ * intact checkpoint and the log from its P, and a second copy of the index
+ * (about 20 bytes an item) kept besides, with the segments back to its
+ * older P, was a tenth of the database.  Compaction only removes segments
+ * older than the older of the two replay positions, so while both files
+ * exist (a crash between the renames and the removal) falling back to
+ * checkpoint.prev is possible.
  *
  * Recovery decides here what a damaged or torn spot means (the policy);
  * the mechanics it calls on are the log's (src/log/): listing segments,
@@ -174,6 +180,8 @@ static void ck_head_locked(void *arg, const sl_tail *t)
     atomic_store(&db->ckpt_rolls, t->rolls);
 }
 
+static bool retire_prev(hashdb *db, const char *prev, hd_pos P);
+
 int hd_ckpt_write(hashdb *db)
 {
     char tmp[4200], cur[4200], prev[4200];
@@ -259,7 +267,7 @@ int hd_ckpt_write(hashdb *db)
     }
     if ((rc = hd_fsync_dir(db)))
         goto out;       /* sticky: the renames may not be durable */
-    db->ckpt_prev = db->ckpt_cur;
+    db->ckpt_prev = retire_prev(db, prev, P) ? P : db->ckpt_cur;
     db->ckpt_cur = P;
     db->ckpt_count++;
     atomic_fetch_add(&db->checkpoints, 1);
@@ -353,6 +361,31 @@ static void ck_release(hashdb *db, ck_file *ck)
     if (ck->map)
         db->io->munmap(db->io, (void *)ck->map, ck->len);
     ck->map = NULL;
+}
+
+/* After a checkpoint at P is in place: true when it reads back whole
+ * (its checksum, from the file) and checkpoint.prev is gone, so that only
+ * the log from P need be kept.  Not durable by itself: a removal lost to a
+ * crash leaves a fallback that the next checkpoint removes.  A checkpoint
+ * that does not read back keeps the previous one, with an ERROR line. */
+static bool retire_prev(hashdb *db, const char *prev, hd_pos P)
+{
+    ck_file ck;
+    if (kura_test.hashdb_keep_ckpt_prev)
+        return false;
+    ck_check(db, "checkpoint", &ck);
+    bool ok = ck.valid && ck.P.seg == P.seg && ck.P.off == P.off;
+    ck_release(db, &ck);
+    if (!ok) {
+        hd_log(db, KURA_LOG_ERROR, "the checkpoint just written does not read back (%s): "
+               "keeping checkpoint.prev", ck.why[0] ? ck.why : "another replay position");
+        return false;
+    }
+    if (db->io->unlinkat(db->io, AT_FDCWD, prev, 0) != 0 && errno != ENOENT) {
+        hd_log(db, KURA_LOG_ERROR, "cannot remove %s: %s", prev, strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 /* One checkpoint entry, decoded. */

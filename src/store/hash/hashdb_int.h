@@ -52,15 +52,32 @@
 #define HD_REC_HDR_V1   40              /* bytes of a version 1 record header */
 #define HD_REC_HDR_MAX  54              /* of a version 2 or 3 header: 8 + five varints,
                                            and for a compressed PUT a codec byte
-                                           and a varint (48 without them) */
+                                           and a varint (48 without them); a
+                                           version 4 header is at most 53 */
 #define HD_REC_MAGIC_V1 0x684b          /* "Kh" little-endian, bytes 4..5 */
 #define HD_REC_MAGIC    0x724b          /* "Kr": a version 2 record */
 #define HD_SEG_MAGIC    "KURAHSEG"
 #define HD_CKPT_MAGIC   "KURAHCKP"
 #define HD_CKPT_END     "KURAHEND"
-#define HD_VERSION      3               /* of new segments (records); 1 and 2 are
-                                           read.  3 may hold HD_REC_ZPUT, so an
-                                           older kurad refuses it (formats.md) */
+#define HD_VERSION      4               /* of new segments (records); 1 to 3 are
+                                           read.  3 may hold HD_REC_ZPUT, 4 has
+                                           the short header (HD_V4_*): an older
+                                           kurad refuses either (formats.md) */
+#define HD_VERSIONS     (1u << 1 | 1u << 2 | 1u << 3 | 1u << 4)   /* read */
+
+/* A version 4 header's descriptor, its byte 4: which optional fields
+ * follow (hashdb_rec.c, docs/formats.md). */
+#define HD_V4_TYPE      0x03            /* the record's type - 1 */
+#define HD_V4_FLAGS     0x04            /* a varint of the flags (not 0) */
+#define HD_V4_EXPTIME   0x08            /* a varint of the exptime (zigzag, not 0) */
+#define HD_V4_CAS       0x30            /* how the cas is had: */
+#define HD_V4_CAS_ZERO  0x00            /*   0 */
+#define HD_V4_CAS_SEQ   0x10            /*   the sequence number */
+#define HD_V4_CAS_DELTA 0x20            /*   seq + a varint (zigzag, not 0) */
+#define HD_V4_CAS_BAD   0x30            /*   (no record) */
+#define HD_V4_MARK_MASK 0xc0
+#define HD_V4_MARK      0x80            /* the top two bits: 10 (a byte of a
+                                           zeroed tail is no header) */
 
 /* HD_REC_ZPUT: a PUT whose value is stored compressed (hashdb_zcomp.c);
  * only in segments of version 3 and later. */
@@ -74,7 +91,8 @@ static inline bool hd_rec_is_put(int type)
 typedef struct hd_rec {
     uint32_t crc;
     uint8_t hlen;               /* bytes of the header: 40 in version 1,
-                                   13 to 48 in version 2 */
+                                   13 to 54 in versions 2 and 3, 8 to 53
+                                   in version 4 */
     uint8_t type;
     uint8_t klen;
     uint8_t codec;              /* HD_REC_ZPUT: its kura_codec (else 0) */
@@ -462,7 +480,8 @@ static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 }
 
 /* hashdb_rec.c - the record codec, and the log's framing callbacks */
-/* Writes r's header (version 2, crc left 0) and returns its length. */
+/* Writes r's header (version 4, HD_VERSION; crc left 0) and returns its
+ * length. */
 size_t hd_rec_encode(unsigned char *hdr, const hd_rec *r);
 /* Decodes a header of the given record format from the avail bytes at
  * hdr; 0 if it is sane (and fits), -1 if not. */
