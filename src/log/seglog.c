@@ -694,6 +694,23 @@ static void fault_in_outside(sl_log *log, uint64_t rlen)
 #endif
 }
 
+/* Seals the active segment if it holds records, so that a user whose
+ * checkpoint covers everything appended so far can drop it (the B+ tree's
+ * log stays bounded by its checkpoints instead of by segsiz). */
+int sl_roll(sl_log *log)
+{
+    if (log->cfg.read_only)
+        return KURA_EREADONLY;
+    int rc = sl_failed(log);
+    if (rc)
+        return rc;
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
+    if (log->active && log->active->size > SL_SEG_HDR)
+        rc = do_roll(log, 0);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
+    return rc;
+}
+
 int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t body_len,
               bool numbered, sl_frame_fn frame, void *arg, sl_loc *out)
 {
