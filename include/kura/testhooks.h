@@ -65,7 +65,7 @@ typedef struct kura_testhooks {
      * the meta page that stops reaching it is durable (unsafe: the
      * power-loss images must catch it); inserts split a full leaf without
      * first sharing its cells with a sibling; the free pages that end the
-     * file stay in it; new pages always come from the file's end; every
+     * file stay in it; a freed page is never reused (it is lost); every
      * split is even (none of the right-most split's full pages). */
     bool tree_keep_wal;
     bool tree_keep_tail;

@@ -326,6 +326,8 @@ void do_page_free(btree *bt, bt_page *p)
 
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
 {
+    if (kura_test.tree_no_reuse)
+        return;                 /* (the negative check: the pages are lost) */
     for (uint64_t i = 0; i < n; i++) {
         /* a push that fails leaks the page until a rebuild: never unsafe */
         if (reusable_now || kura_test.tree_reuse_pending) {
@@ -369,7 +371,7 @@ static void sort_free(btree *bt)
 uint64_t do_alloc_run(btree *bt, uint64_t n)
 {
     bt_vec *v = &bt->freev;
-    if (v->n >= n && !kura_test.tree_no_reuse) {
+    if (v->n >= n) {
         sort_free(bt);
         if (n == 1)
             return v->v[--v->n];
