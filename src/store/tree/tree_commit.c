@@ -207,7 +207,7 @@ static void roll_log(btree *bt)
     sl_locked(&bt->log, get_tail, &ta);
     uint64_t held = ta.t.off > SL_SEG_HDR ? ta.t.off - SL_SEG_HDR : 0;
     if (held && (bt->closing || held >= bt->wal_roll_min))
-        (void)sl_roll(&bt->log);
+        (void)sl_roll(&bt->log, bt->closing ? SL_SEG_HDR : 0);
 }
 
 /* True when the file ends in free pages a checkpoint would cut off. */
