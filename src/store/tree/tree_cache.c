@@ -354,6 +354,10 @@ static void sort_free(btree *bt)
     bt_vec *v = &bt->freev;
     if (bt->free_sorted)
         return;
+    if (v->n < 2) {             /* (qsort takes no NULL, even for 0) */
+        bt->free_sorted = true;
+        return;
+    }
     qsort(v->v, v->n, sizeof(v->v[0]), cmp_u64_desc);
     size_t j = 0;
     for (size_t i = 0; i < v->n; i++) {
