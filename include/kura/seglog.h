@@ -227,6 +227,11 @@ typedef struct sl_tail {
 } sl_tail;
 void sl_locked(sl_log *log, void (*fn)(void *arg, const sl_tail *t), void *arg);
 void sl_set_recno(sl_log *log, uint64_t recno);     /* at open, before appends */
+/* Seals the active segment now if it holds records (a new one takes the
+ * next, with cap bytes reserved: 0 for segsiz; a user about to close
+ * passes SL_SEG_HDR, as the next open reserves the active segment's room
+ * anyway); 0 or KURA_E* as for a roll by sl_append. */
+int sl_roll(sl_log *log, uint64_t cap);
 static inline uint64_t sl_lsn(sl_log *log)
 {
     return atomic_load(&log->lsn);

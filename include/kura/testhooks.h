@@ -69,6 +69,21 @@ typedef struct kura_testhooks {
     /* sl_scan_crc checksums every range afresh, as checks did before the
      * prefix checksums: test_seglog's negative check (quadratic). */
     bool sl_scan_crc_direct;
+    /* The B+ tree's negative checks (test_tree_pack.c, test_powerloss.c):
+     * its checkpoints leave the log's active segment as it is, as before
+     * they sealed it (the log then grows with segsiz, not checkpoints);
+     * a page freed since the last checkpoint is reusable at once, before
+     * the meta page that stops reaching it is durable (unsafe: the
+     * power-loss images must catch it); inserts split a full leaf without
+     * first sharing its cells with a sibling; the free pages that end the
+     * file stay in it; a freed page is never reused (it is lost); every
+     * split is even (none of the right-most split's full pages). */
+    bool tree_keep_wal;
+    bool tree_keep_tail;
+    bool tree_no_reuse;
+    bool tree_even_split;
+    bool tree_reuse_pending;
+    bool tree_no_share;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -591,15 +591,16 @@ int sl_seg_cut(sl_log *log, sl_seg *sg, uint64_t off, const char *why, uint64_t 
 /* ---- appends ------------------------------------------------------------- */
 
 /* Seals the active segment and starts the next, large enough for a record
- * of rlen bytes; log->mu held.  The old segment is trimmed and synced
+ * of rlen bytes (cap: that many bytes reserved instead of segsiz, if not
+ * 0); log->mu held.  The old segment is trimmed and synced
  * first: a failed sync stops every write (sl_fail) and nothing is sealed; a
  * failed creation (a full disk) leaves the old segment active, synced, and
  * taking no records until a later roll succeeds. */
-static int do_roll(sl_log *log, uint64_t rlen)
+static int do_roll(sl_log *log, uint64_t rlen, uint64_t want)
 {
     const kura_io *io = log->cfg.io;
     sl_seg *old = log->active, *nw;
-    uint64_t segsiz = log->cfg.segsiz;
+    uint64_t segsiz = want ? want : log->cfg.segsiz;
     uint64_t cap = segsiz > SL_SEG_HDR + rlen ? segsiz : SL_SEG_HDR + rlen;
     if (atomic_load(&log->segs[(old->id + 1) % SL_SEG_SLOTS])) {
         /* the user's compaction keeps the span of live ids far below this */
@@ -698,6 +699,23 @@ static void fault_in_outside(sl_log *log, uint64_t rlen)
 #endif
 }
 
+/* Seals the active segment if it holds records, so that a user whose
+ * checkpoint covers everything appended so far can drop it (the B+ tree's
+ * log stays bounded by its checkpoints instead of by segsiz). */
+int sl_roll(sl_log *log, uint64_t cap)
+{
+    if (log->cfg.read_only)
+        return KURA_EREADONLY;
+    int rc = sl_failed(log);
+    if (rc)
+        return rc;
+    lockorder_lock(&log->mu, log->cfg.lock_rank);
+    if (log->active && log->active->size > SL_SEG_HDR)
+        rc = do_roll(log, 0, cap);
+    lockorder_unlock(&log->mu, log->cfg.lock_rank);
+    return rc;
+}
+
 int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t body_len,
               bool numbered, sl_frame_fn frame, void *arg, sl_loc *out)
 {
@@ -719,7 +737,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
      * no new records: they go to a new segment */
     if (a->version != log->cfg.version ||
         (a->size > SL_SEG_HDR && a->size + rlen > log->cfg.segsiz)) {
-        rc = do_roll(log, rlen);
+        rc = do_roll(log, rlen, 0);
         if (rc)
             goto out;
         a = log->active;

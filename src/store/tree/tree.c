@@ -682,6 +682,9 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_splits", LOAD(splits));
     kura_emit_u64(emit, arg, "tree_merges", LOAD(merges));
     kura_emit_u64(emit, arg, "tree_redistributions", LOAD(redistributions));
+    kura_emit_u64(emit, arg, "tree_shares", LOAD(shares));
+    kura_emit_u64(emit, arg, "tree_trimmed_pages", LOAD(trimmed_pages));
+    kura_emit_u64(emit, arg, "tree_packed_pages", LOAD(packed_pages));
     kura_emit_u64(emit, arg, "tree_skipped_rebalances", LOAD(skipped_rebalances));
     kura_emit_u64(emit, arg, "tree_corrupt_reads", LOAD(corrupt_reads));
     kura_emit_u64(emit, arg, "tree_read_errors", LOAD(read_errors));
@@ -818,7 +821,8 @@ static void bt_close_op(kura_store *s)
     kura_bg_stop(&bt->bg);
     if (!bt->cfg.read_only) {
         lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
-        int rc = do_checkpoint(bt);
+        bt->closing = true;
+        int rc = do_pack(bt);
         lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
         sl_unmap_active(&bt->log);
         if (rc == KURA_OK)
@@ -949,6 +953,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->psiz = psiz;
     bt->psiz_given = psiz_given;
     bt->ckpt_bytes = ckpt;
+    bt->wal_roll_min = (ckpt < segsiz ? ckpt : segsiz) / 4;
     pthread_mutex_init(&bt->mu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);
     pthread_cond_init(&bt->ckpt_cv, NULL);

@@ -16,7 +16,8 @@
  * only once the next meta page is durable (a crash before that recovers
  * the old root, which still needs it).  Pages made since the last
  * checkpoint are reusable at once when freed.  New numbers come from
- * `freev`, else from the end of the file.
+ * `freev`, the lowest first, else from the end of the file; free pages at
+ * the file's end are cut off by the next checkpoint (do_free_trim_tail).
  *
  * Values too large for a cell go to an overflow run: contiguous pages
  * written at once with pwritev (a run is new, so no committed root reaches
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include "kura/crc32c.h"
+#include "kura/testhooks.h"
 #include "tree_int.h"
 
 static unsigned char zeros[65536];
@@ -324,9 +326,11 @@ void do_page_free(btree *bt, bt_page *p)
 
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
 {
+    if (kura_test.tree_no_reuse)
+        return;                 /* (the negative check: the pages are lost) */
     for (uint64_t i = 0; i < n; i++) {
         /* a push that fails leaks the page until a rebuild: never unsafe */
-        if (reusable_now) {
+        if (reusable_now || kura_test.tree_reuse_pending) {
             if (bt_vec_push(&bt->freev, pgno + i) == KURA_OK)
                 bt->free_sorted = false;
         } else {
@@ -335,20 +339,26 @@ void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
     }
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int cmp_u64_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    return x > y ? -1 : x < y;
 }
 
-/* Sorts the free pages (descending order of use: pops take the highest),
- * dropping duplicates, which would be a bug: logged. */
+/* Sorts the free pages in descending order, so that a pop takes the lowest
+ * (the file fills from its start and its end falls free, to be cut off at
+ * a checkpoint: do_free_trim_tail), dropping duplicates, which would be a
+ * bug: logged. */
 static void sort_free(btree *bt)
 {
     bt_vec *v = &bt->freev;
     if (bt->free_sorted)
         return;
-    qsort(v->v, v->n, sizeof(v->v[0]), cmp_u64);
+    if (v->n < 2) {             /* (qsort takes no NULL, even for 0) */
+        bt->free_sorted = true;
+        return;
+    }
+    qsort(v->v, v->n, sizeof(v->v[0]), cmp_u64_desc);
     size_t j = 0;
     for (size_t i = 0; i < v->n; i++) {
         if (j && v->v[j - 1] == v->v[i]) {
@@ -365,13 +375,14 @@ static void sort_free(btree *bt)
 uint64_t do_alloc_run(btree *bt, uint64_t n)
 {
     bt_vec *v = &bt->freev;
-    if (n == 1 && v->n)
-        return v->v[--v->n];
-    if (n > 1 && v->n >= n) {
+    if (v->n >= n) {
         sort_free(bt);
-        for (size_t i = 0; i + n <= v->n; i++) {
-            if (v->v[i + n - 1] - v->v[i] == n - 1) {
-                uint64_t start = v->v[i];
+        if (n == 1)
+            return v->v[--v->n];
+        /* the lowest run of n neighbours: v[i] down to v[i + n - 1] */
+        for (size_t i = v->n - n + 1; i-- > 0;) {
+            if (v->v[i] - v->v[i + n - 1] == n - 1) {
+                uint64_t start = v->v[i + n - 1];
                 memmove(v->v + i, v->v + i + n, (v->n - i - n) * sizeof(v->v[0]));
                 v->n -= n;
                 return start;
@@ -381,6 +392,27 @@ uint64_t do_alloc_run(btree *bt, uint64_t n)
     uint64_t start = bt->npages;
     bt->npages += n;
     return start;
+}
+
+uint64_t do_free_lowest(btree *bt)
+{
+    sort_free(bt);
+    return bt->freev.n ? bt->freev.v[bt->freev.n - 1] : UINT64_MAX;
+}
+
+uint64_t do_free_trim_tail(btree *bt)
+{
+    bt_vec *v = &bt->freev;
+    sort_free(bt);
+    size_t k = 0;
+    while (k < v->n && v->v[k] == bt->npages - 1 - k && bt->npages - 1 - k > 2)
+        k++;
+    if (k) {
+        memmove(v->v, v->v + k, (v->n - k) * sizeof(v->v[0]));
+        v->n -= k;
+        bt->npages -= k;
+    }
+    return k;
 }
 
 size_t bt_ovf_pages(btree *bt, size_t vlen)

@@ -38,6 +38,7 @@
 #include "kura/crc32c.h"
 #include "tree_int.h"
 #include "kura/lockorder.h"
+#include "kura/testhooks.h"
 
 #define META_LEN 512
 
@@ -191,6 +192,63 @@ static void vec_append(bt_vec *to, const bt_vec *v)
         (void)bt_vec_push(to, v->v[j]);
 }
 
+/* Seals the log's active segment before P is taken, when it holds at
+ * least wal_roll_min bytes (at a close: any record), so that P falls at
+ * the start of a new segment and the whole of the old one goes once this
+ * checkpoint is durable: the log on disk stays within about a checkpoint's
+ * worth of records instead of growing a segment to segsiz.  A failed roll
+ * (a full disk) only keeps the log longer; a failed sync is sticky and
+ * fails the checkpoint below. */
+static void roll_log(btree *bt)
+{
+    if (bt->replaying || !bt->wal_started || kura_test.tree_keep_wal)
+        return;
+    tail_arg ta;
+    sl_locked(&bt->log, get_tail, &ta);
+    uint64_t held = ta.t.off > SL_SEG_HDR ? ta.t.off - SL_SEG_HDR : 0;
+    if (held && (bt->closing || held >= bt->wal_roll_min))
+        (void)sl_roll(&bt->log, bt->closing ? SL_SEG_HDR : 0);
+}
+
+/* True when the file ends in free pages a checkpoint would cut off. */
+static bool tail_free(btree *bt)
+{
+    if (kura_test.tree_keep_tail)
+        return false;
+    for (size_t j = 0; j < bt->freev.n; j++)
+        if (bt->freev.v[j] == bt->npages - 1 && bt->npages > 3)
+            return true;
+    return false;
+}
+
+/* A checkpoint that cut `trimmed` pages off the file's end (from
+ * np_before) failed: the pages not taken from the end since go back to the
+ * free ones (those taken are in use; they were free in the durable meta
+ * page). */
+static void untrim(btree *bt, uint64_t np_before, uint64_t trimmed)
+{
+    if (!trimmed || bt->npages >= np_before)
+        return;
+    do_free_pgno(bt, bt->npages, np_before - bt->npages, true);
+    bt->npages = np_before;
+}
+
+/* After a durable meta page that names a shorter file: the file is cut to
+ * the used part (pages taken from the end since, an overflow run written
+ * there included, lie below bt->npages).  A failure only costs the space;
+ * a cut that does not reach the disk leaves pages past the meta page's
+ * count, which nothing reads and the next pages taken from the end
+ * overwrite. */
+static void cut_file(btree *bt)
+{
+    struct stat st;
+    off_t used = (off_t)(bt->npages * bt->psiz);
+    if (fstat(bt->fd, &st) == 0 && st.st_size > used &&
+        bt->io->ftruncate(bt->io, bt->fd, used) != 0)
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: cannot cut the file's free end: %s", bt->dir,
+               strerror(errno));
+}
+
 int do_checkpoint(btree *bt)
 {
     int rc;
@@ -201,6 +259,7 @@ int do_checkpoint(btree *bt)
         return rc;
     tail_arg ta;
     kura_store_state state;
+    roll_log(bt);
     lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);     /* P and the state together */
     if (bt->replaying) {
         memset(&ta, 0, sizeof(ta));
@@ -211,8 +270,16 @@ int do_checkpoint(btree *bt)
     }
     state = bt->state;
     lockorder_unlock(&bt->state_mu, LOCK_RANK_STORE_STATE);
-    if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off)
+    if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off &&
+        !tail_free(bt))
         return KURA_OK;
+
+    /* 1a. free pages that end the file leave it: the meta page names the
+     * shorter file, which is cut once that is durable (their numbers are
+     * free in the durable meta page too, so a page taken from the end
+     * meanwhile may reuse them) */
+    uint64_t np_before = bt->npages;
+    uint64_t trimmed = kura_test.tree_keep_tail ? 0 : do_free_trim_tail(bt);
 
     /* 1. the free list: what is free now and what becomes free with this
      * meta page (freed since the last one, and the old list's pages) */
@@ -327,6 +394,7 @@ int do_checkpoint(btree *bt)
         vec_append(&bt->pend, &pend);
         if (!stopped)
             vec_append(&bt->pend, &chain);
+        untrim(bt, np_before, trimmed);
         free(pend.v);
         free(chain.v);
         free(all.v);
@@ -352,6 +420,10 @@ int do_checkpoint(btree *bt)
     free(fl);
     do_evict(bt);
     do_wal_trim(bt);
+    if (trimmed) {
+        atomic_fetch_add_explicit(&bt->trimmed_pages, trimmed, memory_order_relaxed);
+        cut_file(bt);
+    }
     return KURA_OK;
 
 ioerr:
@@ -362,6 +434,7 @@ undo:
     /* the list's pages go back; nothing else changed */
     for (size_t j = 0; j < chain.n; j++)
         do_free_pgno(bt, chain.v[j], 1, true);
+    untrim(bt, np_before, trimmed);
     free(chain.v);
     free(all.v);
     free(pages);

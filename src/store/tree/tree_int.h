@@ -24,7 +24,8 @@
  * checkpoints and meta pages, tree_wal.c the log's records and replay,
  * tree_zcomp.c compressed overflow runs, tree_pzcomp.c compressed leaf and
  * branch pages and reading a page, tree_check.c the structure check,
- * tree_salvage.c -recover, tree.c the store operations, threads and
+ * tree_salvage.c -recover, tree_pack.c moving pages off the file's end at
+ * a close, tree.c the store operations, threads and
  * open/close.
  *
  * Concurrency (correct first): one mutex, bt->mu, serializes every
@@ -187,6 +188,8 @@ typedef struct btree {
     uint32_t ckpt_seg;          /* where the meta page's tree is complete up to */
     uint64_t ckpt_off;
     uint64_t ckpt_lsn;          /* sl_lsn at the last checkpoint */
+    uint64_t wal_roll_min;      /* a checkpoint seals a segment holding this much */
+    bool closing;               /* the close's checkpoint: it seals any records */
     bool ckpt_busy;             /* a checkpoint is in its syncs, mu let go */
     pthread_cond_t ckpt_cv;     /* with mu: ckpt_busy went false */
     bool wal_started;           /* sl_start done: appends and trims allowed */
@@ -222,7 +225,7 @@ typedef struct btree {
     /* statistics (written under mu, read relaxed) */
     _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
                      cache_misses, corrupt_reads, read_errors, skipped_rebalances,
-                     recovered_records, ckpt_errors,
+                     recovered_records, ckpt_errors, shares, trimmed_pages, packed_pages,
                      zcomp_runs, zcomp_saved,   /* compressed runs written, bytes saved */
                      zcomp_pages, zcomp_page_saved, /* ... pages, bytes punched out */
                      punch_errors;
@@ -295,6 +298,12 @@ uint64_t do_page_touch(btree *bt, bt_page *p);
 void do_page_free(btree *bt, bt_page *p);
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now);
 uint64_t do_alloc_run(btree *bt, uint64_t n);
+/* Takes the free pages that end the file out of freev and the file's
+ * used part (never pages 0 to 2); returns how many.  A checkpoint calls it
+ * before its free list, so that the meta page names the shorter file. */
+uint64_t do_free_trim_tail(btree *bt);
+/* The lowest page free now (UINT64_MAX: none). */
+uint64_t do_free_lowest(btree *bt);
 /* page objects reserved so that a change can complete without malloc */
 int do_reserve(btree *bt, size_t n);
 void do_evict(btree *bt);
@@ -382,6 +391,13 @@ unsigned bt_split_point(const uint16_t *lens, unsigned n, size_t room, bool bran
 int do_checkpoint(btree *bt);
 int bt_meta_read(btree *bt, char *err, size_t errlen);
 int bt_create_file(btree *bt, char *err, size_t errlen);
+
+/* ---- tree_pack.c --------------------------------------------------------- */
+
+/* At a close: a checkpoint; then, if much of the file is free, the pages
+ * near its end moved to the lowest free numbers, and checkpoints that
+ * make that durable and cut the file's free end. */
+int do_pack(btree *bt);
 
 /* ---- tree_wal.c ---------------------------------------------------------- */
 
