@@ -243,8 +243,11 @@ FUZZ_SAN = -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=und
 # clang names a GNU extension gcc takes silently (tree_int.h's page header
 # in the page cache's structs) and a static inline helper left unused in a .c file
 # and a cache of 4 stripes, not 256 (src/store/cache/cache.c): the
-# protocol targets open one per input and a listing in an input visits each
-FUZZ_CFLAGS = -Wno-gnu-variable-sized-type-not-at-end -Wno-unused-function -DCACHE_STRIPE_BITS=2
+# protocol targets open one per input and a listing in an input visits each;
+# 4 journal slots and 4 access-mark locks (made and cleared per input, for
+# one thread), Tokyo Tyrant's walks paused every 16 keys (a short seed pauses)
+FUZZ_CFLAGS = -Wno-gnu-variable-sized-type-not-at-end -Wno-unused-function -DCACHE_STRIPE_BITS=2 \
+              -DJOURNAL_SLOTS=4 -DMARKS_LOCKS=4 -DTT_WALK_SLICE=16
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" FUZZ_ENGINE=-fsanitize=fuzzer \
 	    CFLAGS="$(FUZZ_CFLAGS)" fuzz-build

@@ -19,8 +19,12 @@
 #include "../engine/engine_int.h"
 
 /* Threads that may be inside a change at once, each with a slot of its own
- * (watermark.c); a thread beyond them waits for the one overflow slot. */
+ * (watermark.c); a thread beyond them waits for the one overflow slot.
+ * make fuzz builds 4 (-DJOURNAL_SLOTS=4): its targets are one thread, and
+ * the protocol targets clear an engine's 16 KB of slots per input. */
+#ifndef JOURNAL_SLOTS
 #define JOURNAL_SLOTS 256
+#endif
 
 typedef struct journal_slot {
     _Atomic uint64_t ts;                /* 0, or a bound below the row in flight */

@@ -34,8 +34,12 @@
 #define TT_LIST_BYTES (64u << 20)
 /* Keys one call walks for such a reply before the worker's other
  * connections get a turn (the request then stays unconsumed, resumed on
- * the connection's next turn, as a memcached listing is). */
+ * the connection's next turn, as a memcached listing is).  make fuzz
+ * builds 16 (-DTT_WALK_SLICE=16), so that a seed of a few dozen records
+ * pauses and resumes its walks. */
+#ifndef TT_WALK_SLICE
 #define TT_WALK_SLICE 1024
+#endif
 
 enum tt_cmd {
     TT_PUT = 0x10, TT_PUTKEEP = 0x11, TT_PUTCAT = 0x12, TT_PUTSHL = 0x13, TT_PUTNR = 0x18,

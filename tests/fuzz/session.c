@@ -15,7 +15,8 @@
  * What the fresh engine costs is most of an input's time under the
  * sanitizers, so it is kept small: a cache of 4 stripes under make fuzz
  * (the Makefile's FUZZ_CFLAGS; 256 in the replay build) with one block of
- * 64 buckets, a table of 64 sets of access marks (fuzz_engine_open).  A
+ * 64 buckets, a table of 64 sets of access marks (fuzz_engine_open), 4
+ * journal slots and 4 locks of access marks (FUZZ_CFLAGS again).  A
  * `keys`, metadump or digest in an input visits every stripe: at 256 they
  * were most of the text and Tokyo Tyrant targets' time.
  */
