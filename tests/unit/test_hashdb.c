@@ -861,8 +861,6 @@ static void test_retired_segments(void)
     for (int neg = 0; neg < 2; neg++) {
         kura_store *s = NULL;
         const char *p = t_path(neg ? "retire-neg" : "retire");
-        /* set before the store's threads exist (its compactor reads it) */
-        kura_test.hashdb_drop_compacted = neg;
         REQUIRE(t_open(p, "#segsiz=64k", &cfg, &s, err, sizeof(err)) == KURA_OK);
         for (int round = 0; round < 2; round++)
             for (int i = 0; i < N; i++) {
@@ -871,12 +869,13 @@ static void test_retired_segments(void)
                             &CLK) == KURA_OK);
             }
         CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
+        kura_test.hashdb_drop_compacted = neg;
         CHECK(hashdb_debug_maintain(s, true, true) == KURA_OK);
+        kura_test.hashdb_drop_compacted = false;
         CHECK(t_stat(s, "hash_compactions") >= 1);
         snprintf(crash, sizeof(crash), "%s/retire-crash-%d.kh", t_root, neg);
         CHECK(t_copy_dir(p, crash) == 0);
         kura_store_close(s);
-        kura_test.hashdb_drop_compacted = false;
         int rc = t_open(crash, "#segsiz=64k", &cfg, &s, err, sizeof(err));
         if (neg) {
             printf("# segments removed at once: the crash image %s (%s)\n",
