@@ -70,7 +70,8 @@ static void drop_front(sl_scan *sc, uint64_t off)
         }
     }
     size_t drop = (size_t)(to - sc->base);
-    memmove(sc->buf, sc->buf + drop, sc->len - drop);
+    if (drop)                           /* (an empty window may have no buffer yet) */
+        memmove(sc->buf, sc->buf + drop, sc->len - drop);
     sc->base = to;
     sc->len -= drop;
 }
