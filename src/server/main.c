@@ -20,14 +20,12 @@
  * systemd).
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kura/watch.h"
@@ -64,37 +62,16 @@ static void on_ignored(evutil_socket_t sig, short what, void *arg)
     log_msg(KURA_LOG_INFO, "signal %d (%s) ignored", (int)sig, strsignal((int)sig));
 }
 
-/* SIGPIPE: a write to a peer that closed fails with EPIPE, which the
- * connection handles, so the signal is only worth a line: the first one,
- * then at most one a minute with how many came meanwhile (a line for each
- * would be noise under clients that hang up).  Runs on the main loop. */
-static void on_pipe(evutil_socket_t sig, short what, void *arg)
-{
-    static uint64_t seen;
-    static time_t last_line;
-    static bool logged;
-    (void)what; (void)arg;
-    seen++;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (logged && ts.tv_sec - last_line < 60)
-        return;
-    log_msg(KURA_LOG_INFO, "signal %d (%s) ignored (%" PRIu64 " since the last line)",
-            (int)sig, strsignal((int)sig), seen);
-    seen = 0;
-    last_line = ts.tv_sec;
-    logged = true;
-}
-
 /* What each signal does (docs/options.md, "Signals").  SIGUSR1 stops as
- * SIGTERM does, as memcached's does. */
+ * SIGTERM does, as memcached's does.  SIGPIPE is ignored outright (not
+ * here): a peer that closes makes a write fail with EPIPE, which the
+ * connection handles; a log line for each would be noise. */
 static const struct {
     int sig;
     event_callback_fn fn;
 } signal_actions[] = {
     { SIGTERM, on_signal }, { SIGINT, on_signal }, { SIGUSR1, on_signal },
     { SIGHUP, on_hup }, { SIGUSR2, on_ignored }, { SIGALRM, on_ignored },
-    { SIGPIPE, on_pipe },
 };
 #define NSIGNALS (sizeof(signal_actions) / sizeof(signal_actions[0]))
 
@@ -405,7 +382,7 @@ int main(int argc, char **argv)
     log_init(settings.log_base, settings.verbosity);
     if (settings.log_path && log_open(settings.log_path) < 0)
         return 1;
-    signal(SIGPIPE, SIG_IGN);           /* until on_pipe catches it (signals_setup) */
+    signal(SIGPIPE, SIG_IGN);
     /* A file size limit (ulimit -f) must fail the write with EFBIG, which
      * the store reports as a full disk, not kill the server. */
     signal(SIGXFSZ, SIG_IGN);
