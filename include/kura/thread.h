@@ -1,13 +1,14 @@
 /*
  * thread.h - the chores every module with a thread of its own repeats:
- * a condition variable that times its waits by the monotonic clock, and
- * stopping a thread that sleeps on one.
+ * a condition variable that times its waits by the monotonic clock,
+ * stopping a thread that sleeps on one, and that clock in milliseconds.
  */
 #ifndef KURA_THREAD_H
 #define KURA_THREAD_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Initializes c so that pthread_cond_timedwait's deadlines are
  * CLOCK_MONOTONIC times: a step of the wall clock neither stretches nor
@@ -18,5 +19,9 @@ int kura_cond_init_mono(pthread_cond_t *c);
  * it (under lock), wakes every waiter and joins the thread.  The caller
  * knows the thread runs. */
 void kura_thread_stop(pthread_t t, pthread_mutex_t *lock, pthread_cond_t *wake, bool *stop);
+
+/* CLOCK_MONOTONIC in milliseconds: deadlines and timeouts that a step of
+ * the wall clock must not move. */
+int64_t kura_mono_ms(void);
 
 #endif

@@ -41,6 +41,7 @@
 
 #include "kura/tlsio.h"
 #include "kura/watch.h"
+#include "kura/thread.h"
 #include "server.h"
 
 #define READ_CHUNK (16 * 1024)
@@ -149,14 +150,6 @@ static void conn_handoff(kura_conn *c, const kura_handoff *req)
     h.take(h.ctx, fd, h.arg);
 }
 
-/* (Re)registers the connection's event for reading or for writing. */
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The event's timeout in ms (0: none): -tout's idle time, or what is left
  * of the handshake's time (counted from accept, not from the peer's last
  * byte: a peer dripping a byte at a time gets no longer). */
@@ -166,10 +159,11 @@ static int64_t timeout_of(kura_conn *c)
         return (int64_t)c->w->srv->settings->idle_timeout * 1000;
     if (!c->handshake_until)
         return 0;
-    int64_t left = c->handshake_until - mono_ms();
+    int64_t left = c->handshake_until - kura_mono_ms();
     return left > 0 ? left : 1;
 }
 
+/* (Re)registers the connection's event for reading or for writing. */
 static void arm(kura_conn *c, bool write_mode)
 {
     int64_t tout = timeout_of(c);
@@ -345,7 +339,7 @@ static void drive(kura_conn *c)
  * it failed (the connection is closed: nothing was sent, as memcached). */
 static bool handshake(kura_conn *c)
 {
-    if (c->handshake_until && mono_ms() >= c->handshake_until) {
+    if (c->handshake_until && kura_mono_ms() >= c->handshake_until) {
         tls_conn_failed();
         log_msg(KURA_LOG_VERBOSE, "closing connection %d: TLS handshake timed out", c->fd);
         conn_close(c);
@@ -425,7 +419,7 @@ struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
     c->ssl = tls ? tls_conn_start(fd) : NULL;
     c->handshaking = tls;
     int hs = tls_handshake_timeout();
-    c->handshake_until = tls && hs > 0 ? mono_ms() + (int64_t)hs * 1000 : 0;
+    c->handshake_until = tls && hs > 0 ? kura_mono_ms() + (int64_t)hs * 1000 : 0;
     c->ev = c->sess && (c->ssl || !tls) ? event_new(w->base, fd, EV_READ | EV_PERSIST, on_event, c)
                                         : NULL;
     int64_t tout = timeout_of(c);

@@ -46,13 +46,6 @@ static struct {
 
 /* ---- taking ------------------------------------------------------------ */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int take_one(kura_server *srv, const char *why)
 {
     kura_settings *st = srv->settings;
@@ -62,13 +55,13 @@ static int take_one(kura_server *srv, const char *why)
     };
     snap_info info;
     char path[4200] = "", err[300] = "";
-    int64_t t0 = mono_ms();
+    int64_t t0 = kura_mono_ms();
     pthread_mutex_lock(&sd.mu);
     sd.running = true;
     pthread_mutex_unlock(&sd.mu);
     log_msg(KURA_LOG_INFO, "snapshot (%s): starting, %s", why, codec_name(cfg.codec));
     int rc = snap_take(srv->engine, &cfg, &info, path, sizeof(path), err, sizeof(err));
-    int64_t ms = mono_ms() - t0;
+    int64_t ms = kura_mono_ms() - t0;
     pthread_mutex_lock(&sd.mu);
     sd.running = false;
     if (rc) {
@@ -101,13 +94,13 @@ static void *snapd_main(void *arg)
     /* below the workers: a snapshot's compression waits for requests */
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     int interval = srv->settings->bgsi;
-    int64_t next = interval ? mono_ms() + (int64_t)interval * 1000 : INT64_MAX;
+    int64_t next = interval ? kura_mono_ms() + (int64_t)interval * 1000 : INT64_MAX;
     pthread_mutex_lock(&sd.mu);
     while (!sd.stop) {
-        if (!sd.requested && mono_ms() < next) {
+        if (!sd.requested && kura_mono_ms() < next) {
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
-            int64_t wait = next == INT64_MAX ? 3600000 : next - mono_ms();
+            int64_t wait = next == INT64_MAX ? 3600000 : next - kura_mono_ms();
             if (wait > 3600000)
                 wait = 3600000;
             dl.tv_sec += wait / 1000;
@@ -124,7 +117,7 @@ static void *snapd_main(void *arg)
         pthread_mutex_unlock(&sd.mu);
         take_one(srv, asked ? "asked for" : "periodic");
         if (interval)
-            next = mono_ms() + (int64_t)interval * 1000;
+            next = kura_mono_ms() + (int64_t)interval * 1000;
         pthread_mutex_lock(&sd.mu);
     }
     pthread_mutex_unlock(&sd.mu);
@@ -305,12 +298,12 @@ int snapd_restore(kura_server *srv, kura_store **store, uint64_t *max_cas)
     for (size_t i = 0; i < n; i++) {
         snap_info info;
         char err[600] = "";
-        int64_t t0 = mono_ms();
+        int64_t t0 = kura_mono_ms();
         int rc = load_into(srv, v[i].path, store, &info, max_cas, err, sizeof(err));
         if (rc == KURA_OK) {
             log_msg(KURA_LOG_INFO, "restored %" PRIu64 " items from snapshot %s (%s, taken by "
                     "server %u, update log from %" PRIu64 ") in %" PRId64 " ms", info.items,
-                    v[i].path, info.backend, info.sid, info.start_ts, mono_ms() - t0);
+                    v[i].path, info.backend, info.sid, info.start_ts, kura_mono_ms() - t0);
             /* a file's state holds the cas; the cache has none to hold it */
             if (!in_memory(st->dbname))
                 *max_cas = 0;

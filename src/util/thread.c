@@ -27,3 +27,10 @@ void kura_thread_stop(pthread_t t, pthread_mutex_t *lock, pthread_cond_t *wake, 
     pthread_mutex_unlock(lock);
     pthread_join(t, NULL);
 }
+
+int64_t kura_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "kura/tlsio.h"
+#include "kura/thread.h"
 
 /* ---- the hand-off stash: a few entries at most (replication streams
  * being handed over), a list under a lock ----------------------------- */
@@ -66,19 +67,12 @@ struct ssl_st *kura_tls_unstash(int fd)
     return ssl;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for fd to be ready for events until the deadline: 1, 0 (timed
  * out, errno ETIMEDOUT) or -1. */
 static int wait_fd(int fd, short events, int64_t until)
 {
     for (;;) {
-        int64_t left = until - mono_ms();
+        int64_t left = until - kura_mono_ms();
         if (left <= 0) {
             errno = ETIMEDOUT;
             return 0;
@@ -106,7 +100,7 @@ int kura_tls_send_all(int fd, struct ssl_st *ssl, const void *buf, size_t len, i
             continue;
         if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
             return -1;
-        if (wait_fd(fd, POLLOUT, mono_ms() + timeout_ms) <= 0)
+        if (wait_fd(fd, POLLOUT, kura_mono_ms() + timeout_ms) <= 0)
             return -1;
     }
     return 0;
@@ -183,7 +177,7 @@ struct ssl_st *kura_tls_connect(struct ssl_ctx_st *ctx, int fd, const char *host
         SSL_set_tlsext_host_name(ssl, host);
     }
     ERR_clear_error();
-    int64_t until = mono_ms() + timeout_ms;
+    int64_t until = kura_mono_ms() + timeout_ms;
     for (;;) {
         int r = SSL_connect(ssl);
         if (r == 1)

@@ -33,7 +33,7 @@
 import os, resource, selectors, socket, sys, threading, time, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import Server, stats, poll_until, kura_only, deadline
+from kuratest import Server, stats, poll_until, kura_only, deadline, digest
 
 MB = 1024 * 1024
 TOO_MANY = b"ERROR Too many open connections\r\n"
@@ -624,17 +624,6 @@ def run_soak(kind, seconds, report):
             if s:
                 s.stop(check=False)
         shutil.rmtree(d, True)
-
-
-def digest(server):
-    with server.conn() as c:
-        c.send(b"digest 64\r\n")
-        lines = []
-        while True:
-            ln = c.line()
-            if ln == b"END\r\n":
-                return lines
-            lines.append(ln)
 
 
 class Soak(unittest.TestCase):
