@@ -700,17 +700,35 @@ static uint64_t ckpt_estimate(hashdb *db)
     return hdx_items(db, NULL) * sizeof(hd_slot);
 }
 
+/* Bytes of compacted segments still on disk, waiting for two checkpoints
+ * past their compaction (hd_retired_drop). */
+static uint64_t retired_bytes(hashdb *db)
+{
+    uint64_t n = 0;
+    pthread_mutex_lock(&db->ckpt_mu);
+    for (size_t i = 0; i < db->nretired; i++) {
+        hd_seg *sg = hd_seg_get(db, db->retired[i].id);
+        n += sg ? sg->size : 0;
+    }
+    pthread_mutex_unlock(&db->ckpt_mu);
+    return n;
+}
+
 /* A checkpoint is due when the log written since the last one passes both
  * `ckpt` bytes and the size of a checkpoint (so writing checkpoints never
  * costs more than the writes themselves, and replay at open stays bounded
  * by the larger of the two), or when a segment was sealed a while ago (so
- * compaction, which needs two checkpoints past a segment, can proceed). */
+ * compaction, which needs two checkpoints past a segment, can proceed), or
+ * when compacted segments wait for their two checkpoints a while and
+ * outweigh an eighth of one: a store that stopped taking writes writes no
+ * other, and kept their files until writes came again. */
 static bool want_checkpoint(hashdb *db, double since)
 {
     uint64_t est = ckpt_estimate(db);
     uint64_t a = sl_lsn(&db->log) - atomic_load(&db->ckpt_lsn);
     bool sealed = sl_rolls(&db->log) != atomic_load(&db->ckpt_rolls);
-    return (a >= db->ckpt_bytes && a >= est) || (sealed && since >= 2.0 && a >= est / 8);
+    return (a >= db->ckpt_bytes && a >= est) || (sealed && since >= 2.0 && a >= est / 8) ||
+           (since >= 2.0 && retired_bytes(db) >= est / 8 + 1);
 }
 
 /* -sync interval, once a second (kura_bg): after a failed sync hd_sync_now
