@@ -17,7 +17,10 @@
  *   2. every index entry's record read back and compared: a PUT, the same
  *      key, lengths, cas and expiry time, its checksum right.
  * The store is open read-only and nothing else uses it, so the stripe
- * locks are taken only to keep the contract of hdx_find.
+ * locks are taken only to keep the contract of hdx_find.  ckpt_mu is held
+ * throughout all the same: a store opened for writing (a test's) has a
+ * background thread whose checkpoint may remove a compacted segment's file
+ * (hd_retired_drop) while the scan reads it.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -270,6 +273,7 @@ int hashdb_check(kura_store *s, kura_check_report *rep, const kura_check_cb *cb)
     seg_list l = { 0 };
     int rc = KURA_OK;
     memset(rep, 0, sizeof(*rep));
+    pthread_mutex_lock(&db->ckpt_mu);
     sl_seg_each(&db->log, collect, &l);
     c.total = l.bytes;
     for (size_t i = 0; i < l.n && rc == KURA_OK; i++) {
@@ -294,5 +298,6 @@ int hashdb_check(kura_store *s, kura_check_report *rep, const kura_check_cb *cb)
         }
         pthread_rwlock_unlock(&st->lock);
     }
+    pthread_mutex_unlock(&db->ckpt_mu);
     return rc;
 }
