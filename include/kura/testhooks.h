@@ -69,6 +69,9 @@ typedef struct kura_testhooks {
     /* sl_scan_crc checksums every range afresh, as checks did before the
      * prefix checksums: test_seglog's negative check (quadratic). */
     bool sl_scan_crc_direct;
+    /* The hash file's sweep is never quiet: it reads every entry's record
+     * pass after pass, as it did before (test_hashdb's negative check). */
+    bool hd_sweep_never_quiet;
     /* The B+ tree's negative checks (test_tree_pack.c, test_powerloss.c):
      * its checkpoints leave the log's active segment as it is, as before
      * they sealed it (the log then grows with segsiz, not checkpoints);

@@ -305,6 +305,7 @@ void sl_seg_map(sl_log *log, sl_seg *sg)
     if (log->mapped + sg->size <= log->cfg.msiz) {
         void *m = log->cfg.io->mmap(log->cfg.io, sg->size, PROT_READ, MAP_SHARED, sg->fd, 0);
         if (m != MAP_FAILED) {
+            (void)madvise(m, sg->size, MADV_RANDOM);
             sg->maplen = sg->size;
             log->mapped += sg->size;
             /* readers (sl_read) load it without seg_mu: maplen before it */

@@ -111,16 +111,11 @@ def sample(pid):
 
 
 def sanitized():
-    """kurad built with a sanitizer: AddressSanitizer's quarantine keeps
-    freed memory resident and ThreadSanitizer's shadow grows with what it
-    sees, so the heap's bounds are measured without one (descriptors,
-    threads, errors and digests are checked either way)."""
-    try:
-        with open(kuratest.kurad_path(), "rb") as f:
-            exe = f.read()
-        return b"__asan_init" in exe or b"__tsan_init" in exe
-    except OSError:
-        return False
+    """AddressSanitizer's quarantine keeps freed memory resident and
+    ThreadSanitizer's shadow grows with what it sees, so the heap's bounds
+    are measured without one (descriptors, threads, errors and digests are
+    checked either way)."""
+    return kuratest.sanitized()
 
 
 def raise_nofile(need):

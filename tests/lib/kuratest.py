@@ -64,6 +64,18 @@ def require_all():
     return os.environ.get("CI") == "true" or os.environ.get("KURA_REQUIRE_ALL") == "1"
 
 
+def sanitized():
+    """kurad built with AddressSanitizer or ThreadSanitizer: its heap and
+    resident size are not glibc's (ASan's quarantine keeps freed memory
+    resident, TSan's shadow grows with what it sees)."""
+    try:
+        with open(kurad_path(), "rb") as f:
+            exe = f.read()
+        return b"__asan_init" in exe or b"__tsan_init" in exe
+    except OSError:
+        return False
+
+
 def not_applicable(why):
     """Skip reason for a test that cannot apply to this run (a kura-only test
     against memcached, a cache-only one on the hash file, root-only as a

@@ -1064,7 +1064,9 @@ static void test_sweep_budget_in_stripe(void)
     while (t_stat(s, "hash_sweep_passes") == passes)
         s->ops->sweep(s, &c, 1000);
     CHECK_EQ_INT(t_stat(s, "hash_expired_bytes"), 0);
-    /* the smallest budget still gets round: each call moves on */
+    /* the smallest budget still gets round: each call moves on (an item
+     * that can expire keeps the sweep from going quiet) */
+    bad += t_put(s, "far", "f", 0, c.now + 100000, 1, KURA_PUT_ANY, 0, &c) != KURA_OK;
     passes = t_stat(s, "hash_sweep_passes");
     for (int n = 0; n < LIVE + MORE + 1024 + 10 && t_stat(s, "hash_sweep_passes") == passes; n++)
         s->ops->sweep(s, &c, 1);
@@ -1079,6 +1081,71 @@ static void test_sweep_budget_in_stripe(void)
     kura_store_close(s);
 }
 
+/* A sweep has nothing to do once a complete pass met no item that can
+ * die: it reads nothing more (each entry examined is a record read) until
+ * an item with an expiry time is written or a flush_all comes.  Negative
+ * check: with kura_test.hd_sweep_never_quiet the passes go on. */
+static int sweep_passes_in(kura_store *s, kura_clock *c, int calls)
+{
+    uint64_t before = t_stat(s, "hash_sweep_passes");
+    for (int i = 0; i < calls; i++)
+        s->ops->sweep(s, c, 1000);
+    return (int)(t_stat(s, "hash_sweep_passes") - before);
+}
+
+static void test_sweep_goes_quiet(void)
+{
+    kura_store *s = NULL;
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512];
+    t_val v;
+    REQUIRE(t_open(t_path("sweepq"), "#bnum=1024", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    kura_clock c = CLK;
+    int bad = 0;
+    for (int i = 0; i < 500; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "q%d", i);
+        bad += t_put(s, k, "v", 0, 0, 10 + (uint64_t)i, KURA_PUT_ANY, 0, &c) != KURA_OK;
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* a pass of 1,024 stripes and 500 entries takes two calls of 1,000 */
+    CHECK(sweep_passes_in(s, &c, 10) >= 1);
+    CHECK_EQ_INT(sweep_passes_in(s, &c, 10), 0);                /* quiet */
+    kura_test.hd_sweep_never_quiet = true;
+    CHECK(sweep_passes_in(s, &c, 10) >= 2);                     /* negative */
+    kura_test.hd_sweep_never_quiet = false;
+    CHECK(sweep_passes_in(s, &c, 10) <= 1);
+    CHECK_EQ_INT(sweep_passes_in(s, &c, 10), 0);
+    /* an item that will expire: passes again, and it is dropped in time */
+    CHECK(t_put(s, "soon", "v", 0, c.now + 5, 900, KURA_PUT_ANY, 0, &c) == KURA_OK);
+    CHECK(sweep_passes_in(s, &c, 10) >= 2);
+    c.now += 10;
+    long r = 0;
+    for (int i = 0; i < 10; i++)
+        r += s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(r, 1);
+    CHECK(t_get(s, "soon", &c, &v) != KURA_OK);
+    sweep_passes_in(s, &c, 10);
+    CHECK_EQ_INT(sweep_passes_in(s, &c, 10), 0);                /* quiet again */
+    /* a flush_all: the flushed are dropped */
+    c.oldest_cas = 100;
+    r = 0;
+    for (int i = 0; i < 10; i++)
+        r += s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(r, 90);                /* cas 10 to 99 */
+    sweep_passes_in(s, &c, 10);
+    CHECK_EQ_INT(sweep_passes_in(s, &c, 10), 0);
+    /* a delayed flush_all keeps it awake until it is done */
+    c.flush_at = c.now + 5;
+    CHECK(sweep_passes_in(s, &c, 10) >= 2);
+    c.now += 10;
+    r = 0;
+    for (int i = 0; i < 10; i++)
+        r += s->ops->sweep(s, &c, 1000);
+    CHECK_EQ_INT(r, 410);
+    kura_store_close(s);
+}
+
 int main(void)
 {
     t_setup();
@@ -1086,6 +1153,7 @@ int main(void)
     RUN(test_names_and_params);
     RUN(test_operations);
     RUN(test_liveness_and_sweep);
+    RUN(test_sweep_goes_quiet);
     RUN(test_persistence);
     RUN(test_index_growth);
     RUN(test_index_churn);

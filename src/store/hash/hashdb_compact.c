@@ -226,14 +226,43 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
 #define SWEEP_HOLD_ENTRIES 64
 #define SWEEP_HOLD_SLOTS 1024
 
+/* Whether a pass could drop anything: not when the last complete pass met
+ * no entry with an expiry time and nothing changed since (sw->quiet). */
+static bool sweep_quiet(hashdb *db, hd_sweeper *sw, const kura_clock *clk)
+{
+    uint64_t writes = atomic_load_explicit(&db->expiry_writes, memory_order_relaxed);
+    if (sw->quiet && writes == sw->pass_writes && clk->oldest_cas == sw->pass_oldest_cas &&
+        clk->flush_at == 0 && sw->pass_flush_at == 0 && !kura_test.hd_sweep_never_quiet)
+        return true;
+    sw->quiet = false;
+    return false;
+}
+
+static void sweep_pass_begins(hashdb *db, hd_sweeper *sw, const kura_clock *clk)
+{
+    sw->pass_expiring = 0;
+    sw->pass_writes = atomic_load_explicit(&db->expiry_writes, memory_order_relaxed);
+    sw->pass_oldest_cas = clk->oldest_cas;
+    sw->pass_flush_at = clk->flush_at;
+}
+
 /* A budget unit is an entry examined, or a stripe finished (so that empty
  * stripes cost too).  Every call moves the cursor forward, whatever its
- * budget (at least one entry examined or one stripe's emptiness seen). */
+ * budget (at least one entry examined or one stripe's emptiness seen).
+ * Each entry examined is a record read: a disk read when the file is
+ * larger than memory, so kurad calls this with small budgets and stops
+ * when its time is up (main.c's on_tick). */
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
 {
     hd_sweeper *sw = &db->sweep;
     if (atomic_exchange(&sw->busy, true))
         return 0;               /* another thread is sweeping */
+    if (sweep_quiet(db, sw, clk)) {
+        atomic_store(&sw->busy, false);
+        return 0;
+    }
+    if (sw->stripe == 0 && sw->slot == 0)
+        sweep_pass_begins(db, sw, clk);
     long reclaimed = 0;
     size_t seen = 0;
     int rc = KURA_OK;
@@ -254,6 +283,8 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
             held++;
             if (arc)
                 continue;       /* unreadable: left for a read to report */
+            if (e->exptime != 0)
+                sw->pass_expiring++;
             int lv = kura_item_liveness(e->exptime, e->cas, clk);
             if (lv != KURA_LIVE) {
                 uint64_t bytes = hd_rec_size(e->hlen, e->klen, e->vlen);
@@ -279,6 +310,7 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
             atomic_store_explicit(&sw->last_pass_bytes, sw->pass_bytes, memory_order_relaxed);
             atomic_fetch_add_explicit(&sw->passes, 1, memory_order_relaxed);
             sw->pass_bytes = 0;
+            sw->quiet = sw->pass_expiring == 0;     /* sweep_quiet checks the rest */
         }
     }
     atomic_store(&sw->busy, false);

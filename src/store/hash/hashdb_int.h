@@ -213,6 +213,16 @@ typedef struct hd_sweeper {
                                    in this pass */
     _Atomic uint64_t last_pass_bytes;   /* ... in the last complete pass */
     _Atomic uint64_t passes;    /* complete passes over the index */
+    /* Quiet: the last complete pass met no entry that could ever die (none
+     * with an expiry time) and, since that pass began, no record with one
+     * was written and no flush_all came.  A quiet sweep reads nothing: with
+     * 16-byte slots every entry examined is a record read, which on a file
+     * larger than memory is a disk read. */
+    uint64_t pass_expiring;     /* entries with an expiry time, this pass */
+    uint64_t pass_writes;       /* expiry_writes when this pass began */
+    uint64_t pass_oldest_cas;   /* the clock's flush watermark then */
+    int64_t pass_flush_at;
+    bool quiet;
 } hd_sweeper;
 
 /* Line-aligned; what every operation touches is in its first two lines
@@ -374,6 +384,7 @@ typedef struct hashdb {
 
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
+    _Atomic uint64_t expiry_writes; /* records written with an expiry time (the sweep's quiet) */
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
     _Atomic uint64_t zcomp_records, zcomp_saved;    /* written since open */
     hd_sweeper sweep;

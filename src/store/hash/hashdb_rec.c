@@ -234,6 +234,8 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
                        &f, &loc);
     if (rc)
         return rc;
+    if (exptime != 0)
+        atomic_fetch_add_explicit(&db->expiry_writes, 1, memory_order_relaxed);
     out->seg = loc.seg;
     out->hlen = loc.hlen;
     out->off = loc.off;
