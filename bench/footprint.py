@@ -11,7 +11,8 @@ engine  kura-enginebench [-rnd] DB N (hash file and B+ tree) beside
         `kchashtest order [-rnd] -set/-get` and `kctreetest ...` (Kyoto
         Cabinet, Debian's kyotocabinet-utils), N = 1M records of 8-byte
         keys and values, key order and random order; the ratio is Kyoto's
-        time over kura's (write + read; > 1: kura faster).  Kyoto's -rnd
+        time over kura's (write + read; > 1: kura faster), and beside it the
+        same for the processes' CPU time (user + sys), steadier under load.  Kyoto's -rnd
         draws keys at random with repeats (about 63% of N distinct
         records), kura's visits a permutation of all N.
 cpu     20 KB gets from kurad's tree and from memcached, one worker each on
@@ -34,7 +35,8 @@ Writes bench/results/footprint.{md,csv,png}, footprint-runs.csv, and the
 generated part of docs/benchmarks.md's "Issue 23's figures" section
 (between its FOOTPRINT markers).  Exit 1 if a run failed.
 """
-import argparse, datetime, json, os, re, shutil, signal, subprocess, sys, tempfile, time
+import argparse, datetime, json, os, re, resource, shutil, signal, subprocess, sys, tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as R          # noqa: E402  (bench/run.py: servers, pinning, plots)
@@ -64,6 +66,19 @@ def proc_write_bytes(pid):
     except OSError:
         pass
     return -1
+
+
+def children_cpu_s():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def cpu_timed(cmd, cwd, cpus):
+    """run.py's timed(), and the CPU (user + sys) the command used: steadier
+    than the wall clock while other work shares the cores."""
+    c0 = children_cpu_s()
+    rc, secs, out = R.timed(cmd, cwd, cpus)
+    return rc, secs, out, children_cpu_s() - c0
 
 
 def bench_run(a, port, args, cpus, threads=1, conns=16):
@@ -134,28 +149,31 @@ def part_engine(a, tmp, rep, raw):
                                          ("tree", "bench.kb", "kctreetest", "casket.kct")):
             d = tempfile.mkdtemp(prefix="engine-", dir=tmp)
             try:
-                rc, _, out = R.timed([eb] + rnd + [kdb, n], d, a.server_cpus)
+                rc, _, out, kcpu = cpu_timed([eb] + rnd + [kdb, n], d, a.server_cpus)
                 m = re.search(r"write_s=([0-9.]+) read_s=([0-9.]+)", out)
                 if rc != 0 or not m:
                     raise RuntimeError("kura-enginebench %s: exit %d: %s" % (kdb, rc, out[-300:]))
                 kw, kr = float(m.group(1)), float(m.group(2))
                 if not shutil.which(tool):
                     raise RuntimeError("%s missing (apt-get install kyotocabinet-utils)" % tool)
-                times = []
+                times, ccpu = [], 0.0
                 for phase in ("-set", "-get"):
-                    rc, secs, out = R.timed([tool, "order"] + rnd + [phase, kfile, n], d,
-                                            a.server_cpus)
+                    rc, secs, out, c = cpu_timed([tool, "order"] + rnd + [phase, kfile, n], d,
+                                                 a.server_cpus)
                     if rc != 0:
                         raise RuntimeError("%s %s: exit %d: %s" % (tool, phase, rc, out[-300:]))
                     times.append(secs)
+                    ccpu += c
             finally:
                 shutil.rmtree(d, ignore_errors=True)
             raw.append(dict(rep=rep, part="engine", cell="%s-%s" % (family, order),
                             kura_write_s=kw, kura_read_s=kr, kc_write_s=times[0],
-                            kc_read_s=times[1], ratio=(times[0] + times[1]) / (kw + kr)))
+                            kc_read_s=times[1], kura_cpu_s=kcpu, kc_cpu_s=ccpu,
+                            cpu_ratio=ccpu / kcpu if kcpu else float("nan"),
+                            ratio=(times[0] + times[1]) / (kw + kr)))
             if a.verbose:
-                log("    engine %s %s: kura %.3f + %.3f s, %s %.3f + %.3f s" % (
-                    family, order, kw, kr, tool, times[0], times[1]))
+                log("    engine %s %s: kura %.3f + %.3f s (CPU %.2f s), %s %.3f + %.3f s (CPU %.2f s)"
+                    % (family, order, kw, kr, kcpu, tool, times[0], times[1], ccpu))
 
 
 def part_cpu(a, tmp, rep, raw):
@@ -290,8 +308,11 @@ def figures(raw, a):
             add(rs, "%s %s order" % (family, order),
                 "%s engine, %s records in %s order, write + read: %s time / kura time" % (
                     family, n, order, tool),
-                "write %.3f s, read %.3f s" % (med(rs, "kura_write_s"), med(rs, "kura_read_s")),
-                "write %.3f s, read %.3f s" % (med(rs, "kc_write_s"), med(rs, "kc_read_s")),
+                "write %.3f s, read %.3f s; CPU %.2f s" % (
+                    med(rs, "kura_write_s"), med(rs, "kura_read_s"), med(rs, "kura_cpu_s")),
+                "write %.3f s, read %.3f s; CPU %.2f s (CPU ratio %.2f)" % (
+                    med(rs, "kc_write_s"), med(rs, "kc_read_s"), med(rs, "kc_cpu_s"),
+                    med(rs, "cpu_ratio")),
                 1.5, ">=", "kura-enginebench%s bench.k%s %d ; %s order%s -set/-get casket.kc%s %d" % (
                     flag, "h" if family == "hash" else "b", a.engine_rnum, tool, flag,
                     "h" if family == "hash" else "t", a.engine_rnum))
@@ -305,7 +326,7 @@ def figures(raw, a):
     for name, what in (("tree", "20 KB tree gets, kurad -th 2 / -th 1"),
                        ("memcached", "memcached -t 2 / -t 1, the same load (for reference)")):
         rs = [r for r in raw if r["cell"] == "20k-get-th2-" + name]
-        add(rs, "%s -th 2 / -th 1" % name, what, "%s ops/s" % R.fmt_rate(med(rs, "th2_ops_s")) if rs else "",
+        add(rs, "tree -th 2 / -th 1" if name == "tree" else "memcached -t 2 / -t 1", what, "%s ops/s" % R.fmt_rate(med(rs, "th2_ops_s")) if rs else "",
             "%s ops/s" % R.fmt_rate(med(rs, "th1_ops_s")) if rs else "",
             1.7 if name == "tree" else None, ">=",
             "%s; kura-bench -t 2 -c 8 -v %d --ratio 0:1 --keys %d --ops %d, nothing pinned" % (
