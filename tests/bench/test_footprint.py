@@ -22,7 +22,8 @@ TOY = ["--reps", "1", "--engine-rnum", "2000", "--keys", "200", "--get-ops", "10
        "--set-keys", "200", "--dd-mib", "8", "--no-docs"]
 FIGURES = ["hash key order", "hash random order", "tree key order", "tree random order",
            "tree 20 KB get CPU", "tree -th 2 / -th 1", "memcached -t 2 / -t 1",
-           "hash 20 KB sets / dd", "tree 20 KB sets / dd"]
+           "hash 20 KB sets / dd", "tree 20 KB sets / dd",
+           "memcached 20 KB sets / dd"]
 
 n_test = failed = 0
 
