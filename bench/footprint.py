@@ -325,21 +325,29 @@ def figures(raw, a):
                 "write %.3f s, read %.3f s; CPU %.2f s (CPU ratio %.2f)" % (
                     med(rs, "kc_write_s"), med(rs, "kc_read_s"), med(rs, "kc_cpu_s"),
                     med(rs, "cpu_ratio")),
-                1.5, ">=", "kura-enginebench%s bench.k%s %d ; %s order%s -set/-get casket.kc%s %d" % (
+                1.5, ">=",
+                "kura-enginebench%s bench.k%s %d ; %s order%s -set/-get casket.kc%s %d" % (
                     flag, "h" if family == "hash" else "b", a.engine_rnum, tool, flag,
                     "h" if family == "hash" else "t", a.engine_rnum), also="cpu_ratio")
     rs = [r for r in raw if r["cell"] == "20k-get-cpu"]
-    add(rs, "tree 20 KB get CPU", "20 KB gets from the tree: server CPU per request, kura / memcached",
-        "%.1f us (%s ops/s)" % (med(rs, "kura_us"), R.fmt_rate(med(rs, "kura_ops_s"))) if rs else "",
-        "%.1f us (%s ops/s)" % (med(rs, "memcached_us"), R.fmt_rate(med(rs, "memcached_ops_s"))) if rs else "",
-        1.1, "<=", "kurad -th 1 DIR/bench.kb | memcached -t 1 (CPU %s); kura-bench -c 16 -v %d "
-        "--ratio 0:1 --pattern uniform --keys %d --ops %d (CPU %s)" % (
-            a.server_cpus or "any", VALUE, a.keys, a.get_ops, a.client_cpus or "any"))
-    for name, what in (("tree", "20 KB tree gets, kurad -th 2 / -th 1"),
-                       ("memcached", "memcached -t 2 / -t 1, the same load (for reference)")):
+    if rs:
+        add(rs, "tree 20 KB get CPU",
+            "20 KB gets from the tree: server CPU per request, kura / memcached",
+            "%.1f us (%s ops/s)" % (med(rs, "kura_us"), R.fmt_rate(med(rs, "kura_ops_s"))),
+            "%.1f us (%s ops/s)" % (med(rs, "memcached_us"),
+                                    R.fmt_rate(med(rs, "memcached_ops_s"))),
+            1.1, "<=", "kurad -th 1 DIR/bench.kb | memcached -t 1 (CPU %s); kura-bench -c 16 "
+            "-v %d --ratio 0:1 --pattern uniform --keys %d --ops %d (CPU %s)" % (
+                a.server_cpus or "any", VALUE, a.keys, a.get_ops, a.client_cpus or "any"))
+    for name, label, what in (
+            ("tree", "tree -th 2 / -th 1", "20 KB tree gets, kurad -th 2 / -th 1"),
+            ("memcached", "memcached -t 2 / -t 1",
+             "memcached -t 2 / -t 1, the same load (for reference)")):
         rs = [r for r in raw if r["cell"] == "20k-get-th2-" + name]
-        add(rs, "tree -th 2 / -th 1" if name == "tree" else "memcached -t 2 / -t 1", what, "%s ops/s" % R.fmt_rate(med(rs, "th2_ops_s")) if rs else "",
-            "%s ops/s" % R.fmt_rate(med(rs, "th1_ops_s")) if rs else "",
+        if not rs:
+            continue
+        add(rs, label, what, "%s ops/s" % R.fmt_rate(med(rs, "th2_ops_s")),
+            "%s ops/s" % R.fmt_rate(med(rs, "th1_ops_s")),
             1.7 if name == "tree" else None, ">=",
             "%s; kura-bench -t 2 -c 8 -v %d --ratio 0:1 --keys %d --ops %d, nothing pinned" % (
                 "kurad -th N DIR/bench.kb" if name == "tree" else "memcached -t N", VALUE,
