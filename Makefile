@@ -137,7 +137,8 @@ KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
-        distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build soak
+        distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build soak \
+        bench-footprint
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
      $(FUZZ_BIN)
@@ -207,6 +208,11 @@ bench-repl: $(KURAD) $(BUILD)/kura-bench
 # latency during one (bench/snapshot.py --help; about 10 minutes, 4 GB of disk).
 bench-snapshot: $(KURAD) $(BUILD)/kura-bench
 	/usr/bin/python3 bench/snapshot.py --build $(BUILD) $(SNAPSHOT_BENCH_ARGS)
+
+# Issue 23's figures beside their yardsticks: the engine in both orders, 20 KB
+# gets' server CPU, -th 2, 20 KB sets against dd (bench/footprint.py --help).
+bench-footprint: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
+	/usr/bin/python3 bench/footprint.py --build $(BUILD) $(FOOTPRINT_BENCH_ARGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)

@@ -25,6 +25,7 @@ note if the time budget would be exceeded.
     bench/run.py --self               # memcached against itself (no kurad yet)
     bench/run.py --quick              # 1 rep, 1/10 of the ops: checks the pipeline
     bench/run.py --servers memcached,kura-hash --only net
+    bench/run.py --footprint          # then issue 23's figures (bench/footprint.py)
 """
 import argparse, csv, datetime, json, os, platform, re, shutil, signal, socket
 import statistics, subprocess, sys, tempfile, time
@@ -235,7 +236,8 @@ class Server:
         db = self.args["db"]
         if db != "*":
             db = os.path.join(datadir, db)
-        base = [self.args["bin"], "-port", str(port), "-th", t]
+        # "extra": options of one measurement (bench/footprint.py: -sync interval)
+        base = [self.args["bin"], "-port", str(port), "-th", t] + self.args.get("extra", [])
         # the same memory limit as memcached; as root kurad wants -u, and
         # "-u root" keeps the data files writable in our root-owned temp dir
         user = ["-u", "root"] if os.geteuid() == 0 else []
@@ -666,8 +668,9 @@ def write_csv(path, rows):
             w.writerow(r)
 
 
-def gnuplot_bars(dat_rows, series, out_png, title, ylabel, logscale=True):
-    """dat_rows: [(label, [value per series])]."""
+def gnuplot_bars(dat_rows, series, out_png, title, ylabel, logscale=True, yformat="%.0s%c"):
+    """dat_rows: [(label, [value per series])]; yformat: the y tics' gnuplot format
+    (the default: 1k, 10k...; "%.1f" for ratios)."""
     if not shutil.which("gnuplot") or not dat_rows:
         return False
     with tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False) as f:
@@ -688,13 +691,13 @@ set boxwidth 0.9
 set xtics rotate by -35 scale 0
 set ylabel '%s'
 set grid ytics
-set format y '%%.0s%%c'
+set format y '%s'
 set key top left
 set bmargin 8
 %s
 set yrange [%s:*]
 plot %s
-""" % (out_png, title, ylabel, "set logscale y" if logscale else "", "1000" if logscale else "0", cols)
+""" % (out_png, title, ylabel, yformat, "set logscale y" if logscale else "", "1000" if logscale else "0", cols)
     p = subprocess.run(["gnuplot"], input=script, text=True, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
     os.unlink(dat)
@@ -704,13 +707,14 @@ plot %s
     return True
 
 
-def splice_docs(md):
+def splice_docs(md, b="<!-- BEGIN RESULTS (bench/run.py rewrites this part) -->",
+                e="<!-- END RESULTS -->"):
+    """Puts md between the markers b and e of docs/benchmarks.md."""
     path = os.path.join(ROOT, "docs", "benchmarks.md")
     try:
         text = open(path).read()
     except OSError:
         return False
-    b, e = "<!-- BEGIN RESULTS (bench/run.py rewrites this part) -->", "<!-- END RESULTS -->"
     i, j = text.find(b), text.find(e)
     if i < 0 or j < i:
         return False
@@ -732,7 +736,11 @@ def main():
     ap.add_argument("--self", action="store_true",
                     help="memcached against itself (= --servers memcached,memcached): "
                          "validates the pipeline before kurad exists; ratios should be ~1")
-    ap.add_argument("--only", choices=["net", "engine"], help="run only one part")
+    ap.add_argument("--only", choices=["net", "engine", "footprint"], help="run only one part")
+    ap.add_argument("--footprint", action="store_true",
+                    help="then bench/footprint.py: issue 23's figures (engine in random order, "
+                         "20 KB gets' server CPU, -th 2 scaling, 20 KB sets against dd; "
+                         "about 5 more minutes)")
     ap.add_argument("--cells", default=None,
                     help="comma list of network cell ids (or id prefixes, e.g. meta-,bin-) to run")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per cell (default 3)")
@@ -785,7 +793,7 @@ def main():
     try:
         # ---- engine
         eng_rows, eng_raw = [], []
-        if a.only != "net":
+        if a.only not in ("net", "footprint"):
             log("\n== engine: %s records, 8-byte keys and values, %d rep(s)" % (fmt_ops(a.engine_rnum), a.reps))
             tools = run_engine(a, tmp, eng_raw, failures, skipped)
             eng_rows = summarize_engine(tools, eng_raw)
@@ -794,7 +802,7 @@ def main():
 
         # ---- network
         net_rows, net_raw, servers, plan = [], [], [], []
-        if a.only != "engine":
+        if a.only not in ("engine", "footprint"):
             if not os.access(a.bench, os.X_OK):
                 sys.exit("run.py: %s not built (make %s)" % (a.bench, os.path.relpath(a.bench, ROOT)))
             cand = make_servers(names, a.build, a.threads, a.server_cpus, tmp)
@@ -895,11 +903,21 @@ def main():
     if failures:
         md.append("**Failures:**\n\n" + "\n".join("- " + f.replace("\n", " ") for f in failures) + "\n")
     md_text = "\n".join(md)
-    with open(os.path.join(a.out, "latest.md"), "w") as f:
-        f.write(md_text)
-    if not a.no_docs and os.path.abspath(a.out) == os.path.abspath(RESULTS):
-        if splice_docs(md_text):
-            log("\ndocs/benchmarks.md updated")
+    if a.only != "footprint":
+        with open(os.path.join(a.out, "latest.md"), "w") as f:
+            f.write(md_text)
+        if not a.no_docs and os.path.abspath(a.out) == os.path.abspath(RESULTS):
+            if splice_docs(md_text):
+                log("\ndocs/benchmarks.md updated")
+    if a.footprint or a.only == "footprint":
+        # its own results (footprint.md, the FOOTPRINT part of benchmarks.md)
+        log("\n== issue 23's figures (bench/footprint.py)")
+        cmd = [sys.executable, os.path.join(ROOT, "bench", "footprint.py"), "--build", a.build,
+               "--out", a.out, "--server-cpus", a.server_cpus, "--client-cpus", a.client_cpus]
+        cmd += (["--quick"] if a.quick else []) + (["--no-docs"] if a.no_docs else [])
+        cmd += ["-v"] if a.verbose else []
+        if subprocess.run(cmd).returncode != 0:
+            failures.append("bench/footprint.py failed (its output above)")
     log("\nresults in %s (%.0f s)" % (os.path.relpath(a.out, ROOT), elapsed))
     for sk in skipped:
         log("skipped: " + sk)
