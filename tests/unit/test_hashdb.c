@@ -1111,6 +1111,7 @@ static void test_sweep_goes_quiet(void)
     /* a pass of 1,024 stripes and 500 entries takes two calls of 1,000 */
     CHECK(sweep_passes_in(s, &c, 10) >= 1);
     CHECK_EQ_INT(sweep_passes_in(s, &c, 10), 0);                /* quiet */
+    CHECK_EQ_INT(t_stat(s, "hash_sweep_idle"), 1);
     kura_test.hd_sweep_never_quiet = true;
     CHECK(sweep_passes_in(s, &c, 10) >= 2);                     /* negative */
     kura_test.hd_sweep_never_quiet = false;
@@ -1119,6 +1120,7 @@ static void test_sweep_goes_quiet(void)
     /* an item that will expire: passes again, and it is dropped in time */
     CHECK(t_put(s, "soon", "v", 0, c.now + 5, 900, KURA_PUT_ANY, 0, &c) == KURA_OK);
     CHECK(sweep_passes_in(s, &c, 10) >= 2);
+    CHECK_EQ_INT(t_stat(s, "hash_sweep_idle"), 0);
     c.now += 10;
     long r = 0;
     for (int i = 0; i < 10; i++)

@@ -608,6 +608,8 @@ static void hashdb_stats(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "hash_expired_bytes", expired);
     kura_emit_u64(emit, arg, "hash_sweep_passes",
              atomic_load_explicit(&db->sweep.passes, memory_order_relaxed));
+    kura_emit_u64(emit, arg, "hash_sweep_idle",
+             atomic_load_explicit(&db->sweep.idle, memory_order_relaxed));
     kura_emit_u64(emit, arg, "hash_dead_bytes", file - live);
     emit(arg, "hash_fragmentation", frag);
     kura_emit_u64(emit, arg, "hash_segments", nseg);

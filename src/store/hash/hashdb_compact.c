@@ -257,7 +257,9 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
     hd_sweeper *sw = &db->sweep;
     if (atomic_exchange(&sw->busy, true))
         return 0;               /* another thread is sweeping */
-    if (sweep_quiet(db, sw, clk)) {
+    bool quiet = sweep_quiet(db, sw, clk);
+    atomic_store_explicit(&sw->idle, quiet, memory_order_relaxed);
+    if (quiet) {
         atomic_store(&sw->busy, false);
         return 0;
     }

@@ -223,6 +223,7 @@ typedef struct hd_sweeper {
     uint64_t pass_oldest_cas;   /* the clock's flush watermark then */
     int64_t pass_flush_at;
     bool quiet;
+    _Atomic bool idle;          /* the last call found it quiet (stats) */
 } hd_sweeper;
 
 /* Line-aligned; what every operation touches is in its first two lines
