@@ -712,13 +712,91 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
     return rc;
 }
 
+/* Live bytes summed for up to LIVE_IDS segments (by id modulo: segments
+ * are numbered in order, so the ones a store keeps rarely collide) before
+ * they are added to theirs: a table's slots name segments in no order, and
+ * an atomic add for each would have the threads of hd_each_stripe fight
+ * over a few lines. */
+#define LIVE_IDS 64
+typedef struct live_sums {
+    uint32_t id[LIVE_IDS];      /* 0: none (no segment is 0) */
+    uint64_t bytes[LIVE_IDS];
+} live_sums;
+
+static void live_put(hashdb *db, live_sums *ls, int k)
+{
+    hd_seg *sg = hd_seg_get(db, ls->id[k]);
+    atomic_fetch_add_explicit(&sg->live, ls->bytes[k], memory_order_relaxed);
+    ls->id[k] = 0;
+}
+
+static void live_flush(hashdb *db, live_sums *ls)
+{
+    for (int k = 0; k < LIVE_IDS; k++)
+        if (ls->id[k])
+            live_put(db, ls, k);
+}
+
+static inline void live_add(hashdb *db, live_sums *ls, uint32_t id, uint64_t bytes)
+{
+    int k = (int)(id % LIVE_IDS);
+    if (ls->id[k] != id) {
+        if (ls->id[k])
+            live_put(db, ls, k);
+        ls->id[k] = id;
+        ls->bytes[k] = 0;
+    }
+    ls->bytes[k] += bytes;
+}
+
+/* One stripe after replay (without recovery): its tombstones dropped, its
+ * entries' segments checked (the first missing one kept in missing[i]),
+ * their live bytes summed. */
+static void finish_stripe(hashdb *db, int i, void *arg)
+{
+    uint32_t *missing = arg;
+    hd_stripe *s = &db->stripes[i];
+    live_sums ls = { 0 };
+    for (size_t j = 0; j < s->nslot; j++) {
+        hd_slot *sl = &s->slot[j];
+        if (!hd_slot_used(sl))
+            continue;
+        if (sl->tag & HD_DEAD)
+            hdx_remove(s, sl);
+        else if (!hd_seg_get(db, sl->seg))
+            missing[i] = missing[i] ? missing[i] : sl->seg;
+        else
+            live_add(db, &ls, sl->seg, sl->rlen);
+    }
+    live_flush(db, &ls);
+}
+
 /* After replay: drop tombstones, check every entry's segment exists (and
  * with recovery, that its record is intact, counting the totals again),
- * sum the segments' live bytes from the slots (no record read). */
+ * sum the segments' live bytes from the slots (no record read).  Without
+ * recovery, on the stripes in parallel (hd_each_stripe): it reads every
+ * slot of the index. */
 static int finish_index(hashdb *db, char *err, size_t errlen)
 {
-    hd_seg *live_sg = NULL;
-    uint64_t live = 0;
+    if (!db->cfg.recover) {
+        uint32_t *missing = calloc(HD_STRIPES, sizeof(*missing));
+        if (!missing) {
+            snprintf(err, errlen, "out of memory");
+            return KURA_ENOMEM;
+        }
+        hd_each_stripe(db, hdx_slots(db), finish_stripe, missing);
+        int rc = KURA_OK;
+        for (int i = 0; i < HD_STRIPES && !rc; i++)
+            if (missing[i]) {
+                snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
+                         "into it (start with recovery to salvage the rest)",
+                         db->dir, missing[i]);
+                rc = KURA_ECORRUPT;
+            }
+        free(missing);
+        return rc;
+    }
+    live_sums ls = { 0 };
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         uint64_t items = 0, bytes = 0;
@@ -731,48 +809,29 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                 continue;
             }
             hd_seg *sg = hd_seg_get(db, sl->seg);
-            if (!sg && !db->cfg.recover) {
-                snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
-                         "into it (start with recovery to salvage the rest)",
-                         db->dir, sl->seg);
-                return KURA_ECORRUPT;
+            hd_ent ev;
+            const unsigned char *p;
+            hd_rec r;
+            kura_item it;
+            int rc = sg ? hdx_decode(db, sl, &ev) : KURA_NOTFOUND;
+            if (rc == KURA_OK)
+                rc = hd_read_item(db, &ev, &it, &p, &r);
+            if (rc != KURA_OK) {
+                hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg offset %u: %s: an item lost",
+                       db->dir, sl->seg, sl->off,
+                       sg ? "its record is damaged" : "segment missing");
+                db->recovery_lost++;
+                hdx_remove(s, sl);
+                continue;
             }
-            if (db->cfg.recover) {
-                hd_ent ev;
-                const unsigned char *p;
-                hd_rec r;
-                kura_item it;
-                int rc = sg ? hdx_decode(db, sl, &ev) : KURA_NOTFOUND;
-                if (rc == KURA_OK)
-                    rc = hd_read_item(db, &ev, &it, &p, &r);
-                if (rc != KURA_OK) {
-                    hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg offset %u: %s: an item lost",
-                           db->dir, sl->seg, sl->off,
-                           sg ? "its record is damaged" : "segment missing");
-                    db->recovery_lost++;
-                    hdx_remove(s, sl);
-                    continue;
-                }
-                items++;
-                bytes += kura_item_wire_total(ev.klen, ev.rawlen, ev.marks & HD_FLAGGED);
-            }
-            /* runs of entries share a segment, and nothing else runs
-             * during open */
-            if (sg != live_sg) {
-                if (live_sg)
-                    atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
-                live_sg = sg;
-                live = 0;
-            }
-            live += sl->rlen;
+            items++;
+            bytes += kura_item_wire_total(ev.klen, ev.rawlen, ev.marks & HD_FLAGGED);
+            live_add(db, &ls, sl->seg, sl->rlen);
         }
-        if (db->cfg.recover) {
-            atomic_store_explicit(&s->items, items, memory_order_relaxed);
-            atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
-        }
+        atomic_store_explicit(&s->items, items, memory_order_relaxed);
+        atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
     }
-    if (live_sg)
-        atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
+    live_flush(db, &ls);
     return KURA_OK;
 }
 

@@ -13,11 +13,12 @@
  * writer waits for a memcpy of its slots, not for the encoding.
  *
  * At open the stripes' headers are checked first (their sizes, counts and
- * encoded lengths must add up to the file), then up to CK_LOADERS threads
- * decode and place them, each stripe whole on one thread: most of a load
- * is the kernel clearing the tables' fresh pages and the random writes into
- * them, which two cores do in about half the time.  The threads are joined
- * before open goes on; nothing else runs meanwhile.
+ * encoded lengths must add up to the file) and every table is made, then
+ * up to PAR_MAX threads decode and place the slots (hd_each_stripe), each
+ * stripe whole on one thread: most of a load is the kernel clearing the
+ * tables' fresh pages and the random writes into them, which two cores do
+ * in about half the time.  The threads are joined before open goes on;
+ * nothing else runs meanwhile.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -28,8 +29,10 @@
 #include "kura/bytes.h"
 #include "hashdb_int.h"
 
-#define CK_LOADERS 4            /* threads that load the tables, at most */
-#define CK_PAR_MIN 65536        /* slots below which one thread loads them */
+#define PAR_MAX 4               /* threads that work on the stripes, at most */
+#define PAR_MIN_SLOTS 65536     /* below this, one thread does it all */
+#define PAR_RANGE 32            /* stripes a thread takes at a time: 8 MiB of
+                                   tables of 16384 slots, four huge pages */
 #define CK8_SLOT_MAX 19         /* tag 4, offset and segment and length <= 5 each */
 
 /* ---- writing ----------------------------------------------------------- */
@@ -171,10 +174,8 @@ typedef struct ck_part {
 } ck_part;
 
 typedef struct ck_loader {
-    hashdb *db;
     int version;
     ck_part *part;
-    _Atomic int next;           /* the next stripe to take */
 } ck_loader;
 
 static bool load_v7(hd_stripe *s, ck_part *c)
@@ -232,30 +233,54 @@ static bool load_v8(hd_stripe *s, ck_part *c)
     return true;
 }
 
-static void *loader_main(void *arg)
+/* One stripe's slots into its table (made by hd_cktab_load). */
+static void load_stripe(hashdb *db, int i, void *arg)
 {
     ck_loader *L = arg;
-    int i;
-    while ((i = atomic_fetch_add_explicit(&L->next, 1, memory_order_relaxed)) < HD_STRIPES) {
-        hd_stripe *s = &L->db->stripes[i];
-        ck_part *c = &L->part[i];
-        /* the table at the size it had: no growth while it fills */
-        if (!hdx_load(s, (size_t)c->nslot)) {
-            c->nomem = true;
-            continue;
-        }
-        if (!(L->version == 7 ? load_v7(s, c) : load_v8(s, c)))
-            continue;
+    hd_stripe *s = &db->stripes[i];
+    ck_part *c = &L->part[i];
+    if (!c->nomem && (L->version == 7 ? load_v7(s, c) : load_v8(s, c))) {
         atomic_store_explicit(&s->items, c->items, memory_order_relaxed);
         atomic_store_explicit(&s->bytes, c->bytes, memory_order_relaxed);
     }
+}
+
+/* ---- stripes in parallel ------------------------------------------------ */
+
+typedef struct par_run {
+    hashdb *db;
+    hd_stripe_fn *fn;
+    void *arg;
+    _Atomic int next;           /* the first stripe of the next range to take */
+} par_run;
+
+static void *par_main(void *arg)
+{
+    par_run *R = arg;
+    int i;
+    while ((i = atomic_fetch_add_explicit(&R->next, PAR_RANGE, memory_order_relaxed)) <
+           HD_STRIPES)
+        for (int j = i; j < i + PAR_RANGE && j < HD_STRIPES; j++)
+            R->fn(R->db, j, R->arg);
     return NULL;
 }
 
-static int loaders(void)
+static int par_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > CK_LOADERS ? CK_LOADERS : (int)n;
+    return n < 1 ? 1 : n > PAR_MAX ? PAR_MAX : (int)n;
+}
+
+void hd_each_stripe(hashdb *db, uint64_t slots, hd_stripe_fn *fn, void *arg)
+{
+    par_run R = { .db = db, .fn = fn, .arg = arg };
+    pthread_t th[PAR_MAX];
+    int n = slots < PAR_MIN_SLOTS ? 1 : par_threads(), started = 0;
+    while (started < n - 1 && pthread_create(&th[started], NULL, par_main, &R) == 0)
+        started++;
+    par_main(&R);               /* this thread too; alone if no create succeeded */
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
 }
 
 int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsigned char *p,
@@ -298,14 +323,14 @@ int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsig
         return KURA_ECORRUPT;
     }
 
-    ck_loader L = { .db = db, .version = version, .part = part };
-    pthread_t th[CK_LOADERS];
-    int n = slots < CK_PAR_MIN ? 1 : loaders(), started = 0;
-    while (started < n - 1 && pthread_create(&th[started], NULL, loader_main, &L) == 0)
-        started++;
-    loader_main(&L);            /* this thread too; fewer if a create failed */
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    /* every table made here, in stripe order, so that a range of stripes
+     * has its tables together in memory (a thread filling them faults in
+     * huge pages no other thread touches); their pages are cleared by the
+     * kernel as the threads first write them */
+    for (int i = 0; i < HD_STRIPES; i++)
+        part[i].nomem = !hdx_load(&db->stripes[i], (size_t)part[i].nslot);
+    ck_loader L = { .version = version, .part = part };
+    hd_each_stripe(db, slots, load_stripe, &L);
 
     int rc = KURA_OK;
     for (int i = 0; i < HD_STRIPES && !rc; i++) {
