@@ -178,17 +178,44 @@ typedef struct ck_loader {
     ck_part *part;
 } ck_loader;
 
+/* Slots decoded but not yet put: each one's line is prefetched when it is
+ * decoded and written PUT_AHEAD slots later, so the misses on a table
+ * just cleared by the kernel overlap instead of stalling each store (they
+ * were most of hdx_put's time at 10M keys). */
+#define PUT_AHEAD 16
+typedef struct put_batch {
+    int n;
+    hd_slot v[PUT_AHEAD];
+} put_batch;
+
+static void put_flush(hd_stripe *s, put_batch *b)
+{
+    for (int k = 0; k < b->n; k++)
+        hdx_put(s, &b->v[k]);
+    b->n = 0;
+}
+
+static inline void put_add(hd_stripe *s, put_batch *b, const hd_slot *v)
+{
+    __builtin_prefetch(&s->slot[hd_tag_home(v->tag, s->nslot)], 1);
+    b->v[b->n++] = *v;
+    if (b->n == PUT_AHEAD)
+        put_flush(s, b);
+}
+
 static bool load_v7(hd_stripe *s, ck_part *c)
 {
     const unsigned char *p = c->p;
+    put_batch b = { 0 };
     for (uint64_t j = 0; j < c->used; j++, p += 16) {
         hd_slot v = { get32(p), get32(p + 4), get32(p + 8), get32(p + 12) };
         if (!hd_slot_used(&v) || v.rlen == 0 || (v.tag & HD_DEAD)) {
             c->bad = p;
             return false;
         }
-        hdx_put(s, &v);
+        put_add(s, &b, &v);
     }
+    put_flush(s, &b);
     return true;
 }
 
@@ -196,6 +223,7 @@ static bool load_v8(hd_stripe *s, ck_part *c)
 {
     const unsigned char *p = c->p, *end = c->p + c->len;
     uint64_t seg = 0, off = 0, rlen = 0;
+    put_batch b = { 0 };
     for (uint64_t j = 0; j < c->used; j++) {
         const unsigned char *at = p;
         uint64_t a, d, z;
@@ -224,8 +252,9 @@ static bool load_v8(hd_stripe *s, ck_part *c)
         v.seg = (uint32_t)seg;
         v.off = (uint32_t)off;
         v.rlen = (uint32_t)rlen;
-        hdx_put(s, &v);
+        put_add(s, &b, &v);
     }
+    put_flush(s, &b);
     if (p != end) {
         c->bad = p;
         return false;
