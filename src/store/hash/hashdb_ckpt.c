@@ -752,8 +752,9 @@ static inline void live_add(hashdb *db, live_sums *ls, uint32_t id, uint64_t byt
 /* One stripe after replay (without recovery): its tombstones dropped, its
  * entries' segments checked (the first missing one kept in missing[i]),
  * their live bytes summed. */
-static void finish_stripe(hashdb *db, int i, void *arg)
+static void finish_stripe(hashdb *db, int i, int worker, void *arg)
 {
+    (void)worker;
     uint32_t *missing = arg;
     hd_stripe *s = &db->stripes[i];
     live_sums ls = { 0 };
