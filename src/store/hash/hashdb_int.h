@@ -599,8 +599,9 @@ void hd_ckscratch_free(hd_ckscratch *sc);
 int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsigned char *p,
                   const unsigned char *end, uint64_t count, char *err, size_t errlen);
 /* At open only: fn(db, i, worker, arg) for every stripe i, on up to 4
- * threads (this one among them; worker numbers them from 0) when the index
- * holds at least 65536 slots, each taking ranges of neighbouring stripes;
+ * threads (this one among them; worker numbers them from 0) when `slots`
+ * (the used slots the work covers) is at least 65536, each taking ranges
+ * of neighbouring stripes;
  * all joined before it returns.  fn may change stripe i's table and counts
  * without its lock. */
 typedef void hd_stripe_fn(hashdb *db, int i, int worker, void *arg);
