@@ -15,10 +15,11 @@
  * At open the stripes' headers are checked first (their sizes, counts and
  * encoded lengths must add up to the file) and every table is made, then
  * up to PAR_MAX threads decode and place the slots (hd_each_stripe), each
- * stripe whole on one thread: most of a load is the kernel clearing the
- * tables' fresh pages and the random writes into them, which two cores do
- * in about half the time.  The threads are joined before open goes on;
- * nothing else runs meanwhile.
+ * stripe whole on one thread, its slots put in the order of their home
+ * lines: much of a load is the kernel clearing the tables' fresh pages as
+ * they are first written, which two threads do side by side when two cores
+ * are free.  The threads are joined before open goes on; nothing else runs
+ * meanwhile.
  */
 #include <pthread.h>
 #include <stdio.h>
