@@ -9,7 +9,14 @@ its anonymous resident memory (RssAnon: the heap, not the page cache's
 mapped segments) per item over the same server started on an empty file.
 
     bench/hash_restart.py [--items N] [--key-size B] [--value-size B]
-                          [--build DIR] [--dir DIR]
+                          [--build DIR] [--dir DIR] [--keep DB] [--restarts N]
+
+With --keep DB the database is loaded only if DB does not exist, and kept:
+restarts of two builds then compare the same files (a clean stop writes a
+checkpoint or not depending on when the last background one was, so two
+fresh loads may leave different amounts of log to replay).  --restarts N
+restarts it N times, each line with kurad's CPU (utime + stime) by its
+first get.
 """
 import argparse, os, shutil, signal, socket, subprocess, tempfile, time
 
@@ -73,6 +80,8 @@ def main():
     ap.add_argument("--value-size", type=int, default=150)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--dir", default=None, help="where the hash file goes (a temp dir)")
+    ap.add_argument("--keep", default=None, help="the database to load once and keep")
+    ap.add_argument("--restarts", type=int, default=1)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kura-restart-", dir=a.dir)
     try:
@@ -92,7 +101,9 @@ def main():
         s.close()
         stop(p)
 
-        db = os.path.join(tmp, "data.kh")
+        db = a.keep or os.path.join(tmp, "data.kh")
+        if a.keep and os.path.exists(db):
+            return restarts(a, db, base)
         port = free_port()
         p = start(a.build, db, port)
         end = time.monotonic() + 60
@@ -108,22 +119,30 @@ def main():
         s.close()
         stop(p)
         files = sum(os.path.getsize(os.path.join(db, f)) for f in os.listdir(db))
+        print("items %d (keys %d B, values %d B): load %.2f s; files %.1f MB (%.0f B/item)"
+              % (a.items, a.key_size, a.value_size, load, files / 1e6, files / a.items))
+        restarts(a, db, base)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
+
+def restarts(a, db, base):
+    for _ in range(a.restarts):
         port = free_port()
         t = time.monotonic()
         p = start(a.build, db, port)
         s = serving(p, port, key_of(a.items - 1, a.key_size))
         up = time.monotonic() - t
         anon = status_kib(p.pid, "RssAnon")
+        with open("/proc/%d/stat" % p.pid) as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
         s.close()
         stop(p)
-        print("items %d (keys %d B, values %d B): load %.2f s; files %.1f MB (%.0f B/item)"
-              % (a.items, a.key_size, a.value_size, load, files / 1e6, files / a.items))
-        print("restart to serving: %.3f s; heap (RssAnon) after it: %.1f MB over an empty "
-              "file's %.1f MB, %.1f B/item"
-              % (up, (anon - base) / 1024, base / 1024, (anon - base) * 1024.0 / a.items))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        print("restart to serving: %.3f s (kurad's CPU %.2f s; load average %s); heap "
+              "(RssAnon) after it: %.1f MB over an empty file's %.1f MB, %.1f B/item"
+              % (up, cpu, open("/proc/loadavg").read().split()[0], (anon - base) / 1024,
+                 base / 1024, (anon - base) * 1024.0 / a.items))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ typedef struct kura_testhooks {
      * the previous one was removed once the new one read back: the
      * negative check of test_hashdb_crash's test_ckpt_retention. */
     bool hashdb_keep_ckpt_prev;
+    /* Hash file checkpoints are written in version 7 (16-byte slots, as
+     * before version 8), for the tests that open one. */
+    bool hashdb_ckpt_v7;
     /* Called by a hash file writer copying a large value while the
      * readers of its stripe are let in (hd_append_put), so that a test
      * can hold the copy there and read meanwhile.  Set before the writer

@@ -471,7 +471,7 @@ static void test_format_v1(void)
         CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
         if (f)
             fclose(f);
-        CHECK_EQ_INT(h[8], 7);      /* the version now in place */
+        CHECK_EQ_INT(h[8], 8);      /* the version now in place */
     }
 }
 
@@ -498,7 +498,7 @@ static void test_checkpoint_v4(void)
         CHECK(f && fread(h, 1, sizeof(h), f) == sizeof(h));
         if (f)
             fclose(f);
-        CHECK_EQ_INT(h[8], round == 0 ? 4 : 7);
+        CHECK_EQ_INT(h[8], round == 0 ? 4 : 8);
         kura_store *s = NULL;
         REQUIRE(t_open(copy, "#segsiz=64k", &cfg, &s, err, sizeof(err)) == KURA_OK);
         CHECK_EQ_INT(t_stat(s, "hash_recovered_records"), 0);  /* from the checkpoint */
@@ -903,8 +903,9 @@ static void test_retired_segments(void)
     kura_test.bg_hold = false;
 }
 
-/* A version 7 checkpoint whose bytes pass its CRC but whose tables do not
- * hold together (a slot naming segment 0; a table size that is no power of
+/* A checkpoint (version 8, and version 7 written by the test hook) whose
+ * bytes pass its CRC but whose tables do not hold together (a slot with the
+ * replay-only dead mark, or of segment 0; a table size that is no power of
  * two) is refused at open with the place named, never loaded. */
 static uint64_t le64(const unsigned char *p)
 {
@@ -914,48 +915,130 @@ static uint64_t le64(const unsigned char *p)
     return v;
 }
 
-static void test_checkpoint_v7_checked(void)
+static void test_checkpoint_tables_checked(void)
 {
     kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
     char err[512], k[32], ck[600];
-    for (int variant = 0; variant < 2; variant++) {
-        kura_store *s = NULL;
-        const char *p = t_path(variant ? "v7-table" : "v7-slot");
-        REQUIRE(t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err)) == KURA_OK);
-        for (int i = 0; i < 200; i++) {
-            snprintf(k, sizeof(k), "c7:%d", i);
-            CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
-        }
-        CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
-        kura_store_close(s);
-        snprintf(ck, sizeof(ck), "%s/checkpoint", p);
-        FILE *f = fopen(ck, "r+b");
-        REQUIRE(f);
-        static unsigned char b[1 << 20];
-        size_t len = fread(b, 1, sizeof(b), f);
-        REQUIRE(len > 104 + 24 && len < sizeof(b));
-        CHECK_EQ_INT(b[8], 7);
-        /* the first stripe with a slot */
-        size_t at = 104;
-        while (at + 32 <= len - 24 && le64(b + at + 8) == 0)
-            at += 32;
-        REQUIRE(at + 32 + 16 <= len - 24);
-        if (variant)
-            b[at] = 12;                                 /* 12 slots: no power of two */
-        else
-            memset(b + at + 32 + 4, 0, 4);              /* its first slot: segment 0 */
-        uint32_t c = crc32c_update(0, b, len - 8);
-        memcpy(b + len - 8, &c, 4);                     /* little-endian host */
-        REQUIRE(fseek(f, 0, SEEK_SET) == 0 && fwrite(b, 1, len, f) == len);
-        fclose(f);
-        int rc = t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err));
-        printf("# %s: %s\n", variant ? "a table of 12 slots" : "a slot of segment 0",
-               rc ? err : "opened");
-        CHECK(rc == KURA_ECORRUPT);
-        CHECK(strstr(err, variant ? "bad table of stripe" : "bad slot at offset") != NULL);
-        if (rc == KURA_OK)
+    for (int version = 7; version <= 8; version++)
+        for (int variant = 0; variant < 2; variant++) {
+            kura_store *s = NULL;
+            char name[32];
+            snprintf(name, sizeof(name), "v%d-%s", version, variant ? "table" : "slot");
+            const char *p = t_path(name);
+            kura_test.hashdb_ckpt_v7 = version == 7;
+            REQUIRE(t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err)) == KURA_OK);
+            for (int i = 0; i < 200; i++) {
+                snprintf(k, sizeof(k), "c7:%d", i);
+                CHECK(t_put(s, k, k, 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+            }
+            CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
             kura_store_close(s);
+            kura_test.hashdb_ckpt_v7 = false;
+            snprintf(ck, sizeof(ck), "%s/checkpoint", p);
+            FILE *f = fopen(ck, "r+b");
+            REQUIRE(f);
+            static unsigned char b[1 << 20];
+            size_t len = fread(b, 1, sizeof(b), f);
+            REQUIRE(len > 104 + 24 && len < sizeof(b));
+            CHECK_EQ_INT(b[8], version);
+            /* the first stripe with a slot */
+            size_t at = 104, hdr = version == 7 ? 32 : 40;
+            while (at + hdr <= len - 24 && le64(b + at + 8) == 0)
+                at += hdr + (version == 7 ? 0 : le64(b + at + 32));
+            REQUIRE(at + hdr + 16 <= len - 24);
+            if (variant)
+                b[at] = 12;                             /* 12 slots: no power of two */
+            else if (version == 7)
+                memset(b + at + 32 + 4, 0, 4);          /* its first slot: segment 0 */
+            else
+                b[at + 40] |= 8;                        /* its first slot: HD_DEAD */
+            uint32_t c = crc32c_update(0, b, len - 8);
+            memcpy(b + len - 8, &c, 4);                 /* little-endian host */
+            REQUIRE(fseek(f, 0, SEEK_SET) == 0 && fwrite(b, 1, len, f) == len);
+            fclose(f);
+            int rc = t_open(p, "#bnum=1000", &cfg, &s, err, sizeof(err));
+            printf("# version %d, %s: %s\n", version,
+                   variant ? "a table of 12 slots" : "a bad slot", rc ? err : "opened");
+            CHECK(rc == KURA_ECORRUPT);
+            CHECK(strstr(err, variant ? "bad table of stripe" : "bad slot at offset") != NULL);
+            if (rc == KURA_OK)
+                kura_store_close(s);
+        }
+}
+
+static long file_size(const char *dir, const char *name)
+{
+    char path[600];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static int checkpoint_version(const char *dir)
+{
+    char path[600];
+    unsigned char h[12] = { 0 };
+    snprintf(path, sizeof(path), "%s/checkpoint", dir);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(h, 1, sizeof(h), f) : 0;
+    if (f)
+        fclose(f);
+    return got == sizeof(h) ? h[8] : -1;
+}
+
+/* A store whose checkpoint is version 7 (16-byte slots, written by the test
+ * hook as kurad did before version 8) opens whole, the keys after its
+ * replay position replayed; the open writes a version 8 checkpoint at once,
+ * smaller, which the next open loads.  Enough keys (and small segments)
+ * that the tables load on several threads and the slots span segments. */
+static void test_checkpoint_v7_opens(void)
+{
+    enum { N = 120000 };
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], k[32];
+    t_val v;
+    kura_store *s = NULL;
+    const char *p = t_path("v7-opens");
+    kura_test.bg_hold = true;       /* the checkpoints asked for, no others */
+    kura_test.hashdb_ckpt_v7 = true;
+    REQUIRE(t_open(p, "#segsiz=1m", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "v7:%d", i);
+        CHECK(t_put(s, k, k, (uint32_t)i, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        if (i == N - 101)   /* the last 100 replayed after the checkpoint */
+            CHECK(hashdb_debug_maintain(s, true, false) == KURA_OK);
     }
+    /* a crash image: the version 7 checkpoint and the log after it */
+    char crash[600];
+    snprintf(crash, sizeof(crash), "%s/v7-crash.kh", t_root);
+    CHECK(t_copy_dir(p, crash) == 0);
+    kura_store_close(s);
+    kura_test.hashdb_ckpt_v7 = false;
+    CHECK_EQ_INT(checkpoint_version(crash), 7);
+    long v7size = file_size(crash, "checkpoint");
+    for (int round = 0; round < 2; round++) {
+        REQUIRE(t_open(crash, "#segsiz=1m", &cfg, &s, err, sizeof(err)) == KURA_OK);
+        if (round == 0)
+            CHECK_EQ_INT(t_stat(s, "hash_recovered_records"), 100);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            snprintf(k, sizeof(k), "v7:%d", i);
+            bad += t_get(s, k, &CLK, &v) != KURA_OK || v.len != strlen(k) ||
+                   memcmp(v.buf, k, v.len) || v.flags != (uint32_t)i ||
+                   v.cas != 1 + (uint64_t)i;
+        }
+        CHECK_EQ_INT(bad, 0);
+        kura_store_usage u;
+        s->ops->usage(s, &u);
+        CHECK_EQ_INT(u.curr_items, N);
+        kura_store_close(s);
+        CHECK_EQ_INT(checkpoint_version(crash), 8);
+        long v8size = file_size(crash, "checkpoint");
+        printf("# checkpoint of %d keys: version 7 %ld bytes, version 8 %ld\n", N, v7size,
+               v8size);
+        CHECK(v8size > 0 && v8size * 3 < v7size * 2);
+    }
+    kura_test.bg_hold = false;
 }
 
 /* ---- the sweep's budget, the counters behind stats ---------------------- */
@@ -1167,7 +1250,8 @@ int main(void)
     RUN(test_hash_flooding);
     RUN(test_rekey_reopen);
     RUN(test_retired_segments);
-    RUN(test_checkpoint_v7_checked);
+    RUN(test_checkpoint_tables_checked);
+    RUN(test_checkpoint_v7_opens);
     RUN(test_sweep_budget_in_stripe);
     t_teardown();
     UNIT_DONE();

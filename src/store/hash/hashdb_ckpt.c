@@ -2,17 +2,18 @@
  * hashdb_ckpt.c - checkpoints: the index saved, so opening replays little.
  *
  * A checkpoint holds the replay position P (segment, offset) taken when it
- * began, the engine's state and the index's slots as they are in memory
- * (version 7: each stripe's used slots, flat, with its table size and its
- * item and byte counts), so that opening puts them back by their tags
- * without reading or hashing a key.  Tables
- * are dumped one stripe at a time under its read lock while writers keep
+ * began, the engine's state and the index's slots (version 8: each
+ * stripe's used slots, sorted by place and delta-coded, with its table size
+ * and its item and byte counts: hashdb_cktab.c), so that opening puts them
+ * back by their tags without reading or hashing a key.  Tables
+ * are copied one stripe at a time under its read lock while writers keep
  * going, so the dump is fuzzy; that is safe because replay applies records
  * by sequence number (a record changes an entry only if it is at least as
  * new; the entry's is read from its record), so replaying from P over any
  * state between P and the end of the dump gives the state at the end of the
  * log.  Older checkpoints (versions 1 to 6: one entry per key, with the key)
- * are converted as they are loaded, and a version 7 one written at once.  Before the checkpoint is renamed into place the log
+ * are converted as they are loaded, version 7's 16-byte slots loaded as
+ * they are, and a version 8 one written at once.  Before the checkpoint is renamed into place the log
  * is synced, so every record it points at is on disk first.
  *
  * It is written beside (checkpoint.tmp), fdatasynced, the previous one is
@@ -57,9 +58,7 @@
 #define CK_ENT_MAX (2 + 7 * 10) /* version 2: klen, hlen and flagged, six varints
                                    (seven for a compressed record's), the key */
 #define CK_TRAILER 24
-#define CK_VERSION 7            /* written; 1 to 6 are still read (converted) */
-#define CK_STRIPE_HDR 32        /* version 7: nslot, used slots, items, bytes
-                                   before each stripe's slots */
+#define CK_VERSION 8            /* written; 7 loaded as it is, 1 to 6 converted */
 #define CK_FLAGGED 0x80         /* in the hlen byte: client flags not 0 */
 #define CK_ZCOMP 0x40           /* version 6, in the hlen byte: a compressed
                                    record's, its raw length after seq */
@@ -100,7 +99,7 @@ static void wb_write(wbuf *w, const unsigned char *p, size_t n)
 }
 
 /* Writes what is buffered.  (Versions 5 and 6 wrote their entries in LZO
- * blocks; version 7's slots are written as they are: docs/formats.md.) */
+ * blocks; versions 7 and 8 write their tables: hashdb_cktab.c.) */
 static void wb_flush(wbuf *w)
 {
     if (!w->len || w->err)
@@ -119,34 +118,13 @@ static unsigned char *wb_room(wbuf *w, size_t n)
 
 static void wb_put(wbuf *w, const void *p, size_t n)
 {
-    memcpy(wb_room(w, n), p, n);        /* n <= CK_ENT + 255 < cap */
-    w->len += n;
-}
-
-/* A stripe's used slots into the checkpoint (16 bytes each, in the byte
- * order of hd_slot: little-endian on every machine kurad builds for,
- * checked below), HD_FETCHED cleared: it is this run's statistic. */
-static void dump_stripe(wbuf *w, hd_stripe *s)
-{
-    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-                   "version 7 checkpoints store slots as they are in memory");
-    unsigned char *o = wb_room(w, CK_STRIPE_HDR);
-    put64(o, s->nslot);
-    put64(o + 8, s->count);
-    put64(o + 16, atomic_load_explicit(&s->items, memory_order_relaxed));
-    put64(o + 24, atomic_load_explicit(&s->bytes, memory_order_relaxed));
-    w->len += CK_STRIPE_HDR;
-    for (size_t i = 0; i < s->nslot; i++) {
-        if (!hd_slot_used(&s->slot[i]))
-            continue;
-        hd_slot v;
-        v.tag = __atomic_load_n(&s->slot[i].tag, __ATOMIC_RELAXED) & ~(uint32_t)HD_FETCHED;
-        v.seg = s->slot[i].seg;
-        v.off = s->slot[i].off;
-        v.rlen = s->slot[i].rlen;
-        memcpy(wb_room(w, sizeof(v)), &v, sizeof(v));
-        w->len += sizeof(v);
+    if (n >= w->cap) {                  /* a stripe's slots may be more */
+        wb_flush(w);
+        wb_write(w, p, n);
+        return;
     }
+    memcpy(wb_room(w, n), p, n);
+    w->len += n;
 }
 
 /* The checkpoint's header, filled under the log's append lock. */
@@ -190,6 +168,8 @@ int hd_ckpt_write(hashdb *db)
     hd_pos P;
     uint64_t count = 0;
     int rc = KURA_OK;
+    hd_ckscratch sc = { 0 };
+    int version = kura_test.hashdb_ckpt_v7 ? 7 : CK_VERSION;
 
     if (db->cfg.read_only)
         return KURA_OK;
@@ -219,18 +199,19 @@ int hd_ckpt_write(hashdb *db)
     /* the log must be on disk before the checkpoint is renamed into place:
      * start its writeback now, to overlap the dump (hd_sync_now waits) */
     sl_writeback_hint(&db->log);
+    if (version != CK_VERSION)
+        put32(h + 8, version);
     wb_put(&w, h, sizeof(h));
     for (int i = 0; i < HD_STRIPES && !w.err; i++) {
-        hd_stripe *s = &db->stripes[i];
-        /* settled: a writer copying a large value lets readers in, and
-         * the dump must not see the entry it is about to change (its
-         * record may lie before P, where replay won't find it) */
-        hd_lock_settled(s, false);
-        count += atomic_load_explicit(&s->items, memory_order_relaxed);
-        dump_stripe(&w, s);
-        pthread_rwlock_unlock(&s->lock);
+        uint64_t items;
+        size_t n = hd_cktab_encode(&db->stripes[i], version, &sc, &items);
+        if (!n) {
+            rc = KURA_ENOMEM;
+            goto out;
+        }
+        count += items;
+        wb_put(&w, sc.out, n);
     }
-    wb_flush(&w);
     memcpy(t, HD_CKPT_END, 8);
     put64(t + 8, count);
     wb_put(&w, t, 16);
@@ -276,6 +257,7 @@ out:
     if (w.fd >= 0)
         db->io->close(db->io, w.fd);
     free(w.buf);
+    hd_ckscratch_free(&sc);
     if (rc) {
         db->io->unlinkat(db->io, AT_FDCWD, tmp, 0);
         atomic_store(&db->ckpt_lsn, saved_lsn);     /* counts from the last one again */
@@ -471,54 +453,6 @@ static int ck_put(hashdb *db, const ck_ent *f)
     return KURA_OK;
 }
 
-/* Version 7: each stripe's table made at the size it had, and its slots
- * put back by their tags; each checked on the way (a used slot names a
- * record: a segment, a length, no replay mark). */
-static int ck_load_tables(hashdb *db, ck_file *ck, const unsigned char *p,
-                          const unsigned char *end, char *err, size_t errlen)
-{
-    uint64_t items = 0;
-    for (int i = 0; i < HD_STRIPES; i++) {
-        hd_stripe *s = &db->stripes[i];
-        size_t at = (size_t)(p - ck->map);
-        uint64_t nslot = 0, used = 0;
-        if ((size_t)(end - p) >= CK_STRIPE_HDR) {
-            nslot = get64(p);
-            used = get64(p + 8);
-        }
-        if (nslot < 8 || nslot > ((uint64_t)1 << 31) || (nslot & (nslot - 1)) ||
-            used * 4 > nslot * 3 || used > (uint64_t)(end - p - CK_STRIPE_HDR) / sizeof(hd_slot)) {
-            snprintf(err, errlen, "%s/checkpoint: bad table of stripe %d at offset %zu",
-                     db->dir, i, at);
-            return KURA_ECORRUPT;
-        }
-        uint64_t sitems = get64(p + 16), sbytes = get64(p + 24);
-        p += CK_STRIPE_HDR;
-        if (!hdx_load(s, (size_t)nslot))
-            return KURA_ENOMEM;
-        for (uint64_t j = 0; j < used; j++, p += sizeof(hd_slot)) {
-            hd_slot v;
-            memcpy(&v, p, sizeof(v));
-            if (!hd_slot_used(&v) || v.rlen == 0 || (v.tag & HD_DEAD)) {
-                snprintf(err, errlen, "%s/checkpoint: bad slot at offset %zu", db->dir,
-                         (size_t)(p - ck->map));
-                return KURA_ECORRUPT;
-            }
-            hdx_put(s, &v);
-        }
-        atomic_store_explicit(&s->items, sitems, memory_order_relaxed);
-        atomic_store_explicit(&s->bytes, sbytes, memory_order_relaxed);
-        items += sitems;
-    }
-    if (p != end || items != ck->count) {
-        snprintf(err, errlen, "%s/checkpoint: %llu entries and %zu bytes left, its trailer "
-                 "says %llu", db->dir, (unsigned long long)items, (size_t)(end - p),
-                 (unsigned long long)ck->count);
-        return KURA_ECORRUPT;
-    }
-    return KURA_OK;
-}
-
 static int ck_load_blocks(hashdb *db, ck_file *ck, const unsigned char *p,
                           const unsigned char *end, char *err, size_t errlen);
 
@@ -538,8 +472,14 @@ static int ck_load(hashdb *db, ck_file *ck, char *err, size_t errlen)
     db->max_cas_seen = get64(p + 72);
     db->state.ulog_ts = ck->version >= 4 ? get64(p + 96) : 0;
     p += ck->version >= 4 ? CK_HDR : ck->version == 3 ? CK_HDR_V3 : CK_HDR_V2;
-    if (ck->version >= 7)
-        return ck_load_tables(db, ck, p, end, err, errlen);
+    if (ck->version >= 7) {
+        if (ck->version < CK_VERSION) {
+            hd_log(db, KURA_LOG_INFO, "checkpoint version %u: writing version %d (smaller) "
+                   "after loading it", ck->version, CK_VERSION);
+            db->need_ckpt = true;
+        }
+        return hd_cktab_load(db, (int)ck->version, ck->map, p, end, ck->count, err, errlen);
+    }
     hd_log(db, KURA_LOG_INFO, "checkpoint version %u (an entry per key): converting it to "
            "version %d (the index's tables), %llu entries", ck->version, CK_VERSION,
            (unsigned long long)ck->count);
@@ -772,13 +712,97 @@ static int replay_segment(hashdb *db, hd_seg *sg, uint64_t off, bool last,
     return rc;
 }
 
+/* Live bytes summed for up to LIVE_IDS segments (by id modulo: segments
+ * are numbered in order, so the ones a store keeps rarely collide) before
+ * they are added to theirs: a table's slots name segments in no order, and
+ * an atomic add for each would have the threads of hd_each_stripe fight
+ * over a few lines. */
+#define LIVE_IDS 64
+typedef struct live_sums {
+    uint32_t id[LIVE_IDS];      /* 0: none (no segment is 0) */
+    uint64_t bytes[LIVE_IDS];
+} live_sums;
+
+static void live_put(hashdb *db, live_sums *ls, int k)
+{
+    hd_seg *sg = hd_seg_get(db, ls->id[k]);
+    atomic_fetch_add_explicit(&sg->live, ls->bytes[k], memory_order_relaxed);
+    ls->id[k] = 0;
+}
+
+static void live_flush(hashdb *db, live_sums *ls)
+{
+    for (int k = 0; k < LIVE_IDS; k++)
+        if (ls->id[k])
+            live_put(db, ls, k);
+}
+
+static inline void live_add(hashdb *db, live_sums *ls, uint32_t id, uint64_t bytes)
+{
+    int k = (int)(id % LIVE_IDS);
+    if (ls->id[k] != id) {
+        if (ls->id[k])
+            live_put(db, ls, k);
+        ls->id[k] = id;
+        ls->bytes[k] = 0;
+    }
+    ls->bytes[k] += bytes;
+}
+
+/* One stripe after replay (without recovery): its tombstones dropped, its
+ * entries' segments checked (the first missing one kept in missing[i]),
+ * their live bytes summed. */
+static void finish_stripe(hashdb *db, int i, int worker, void *arg)
+{
+    (void)worker;
+    uint32_t *missing = arg;
+    hd_stripe *s = &db->stripes[i];
+    live_sums ls = { 0 };
+    for (size_t j = 0; j < s->nslot; j++) {
+        hd_slot *sl = &s->slot[j];
+        if (!hd_slot_used(sl))
+            continue;
+        if (sl->tag & HD_DEAD)
+            hdx_remove(s, sl);
+        else if (!hd_seg_get(db, sl->seg))
+            missing[i] = missing[i] ? missing[i] : sl->seg;
+        else
+            live_add(db, &ls, sl->seg, sl->rlen);
+    }
+    live_flush(db, &ls);
+}
+
 /* After replay: drop tombstones, check every entry's segment exists (and
  * with recovery, that its record is intact, counting the totals again),
- * sum the segments' live bytes from the slots (no record read). */
+ * sum the segments' live bytes from the slots (no record read).  Without
+ * recovery, on the stripes in parallel (hd_each_stripe): it reads every
+ * slot of the index. */
 static int finish_index(hashdb *db, char *err, size_t errlen)
 {
-    hd_seg *live_sg = NULL;
-    uint64_t live = 0;
+    if (!db->cfg.recover) {
+        uint32_t *missing = calloc(HD_STRIPES, sizeof(*missing));
+        if (!missing) {
+            snprintf(err, errlen, "out of memory");
+            return KURA_ENOMEM;
+        }
+        /* threads only for an index worth them: a small store's open
+         * (every test's) starts none */
+        uint64_t used = 0;
+        for (int i = 0; i < HD_STRIPES; i++)
+            used += db->stripes[i].count;
+        hd_each_stripe(db, used, finish_stripe, missing);
+        int rc = KURA_OK;
+        for (int i = 0; i < HD_STRIPES && !rc; i++)
+            if (missing[i]) {
+                snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
+                         "into it (start with recovery to salvage the rest)",
+                         db->dir, missing[i]);
+                rc = KURA_ECORRUPT;
+            }
+        free(missing);
+        return rc;
+    }
+    live_sums ls = { 0 };
     for (int i = 0; i < HD_STRIPES; i++) {
         hd_stripe *s = &db->stripes[i];
         uint64_t items = 0, bytes = 0;
@@ -791,48 +815,29 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
                 continue;
             }
             hd_seg *sg = hd_seg_get(db, sl->seg);
-            if (!sg && !db->cfg.recover) {
-                snprintf(err, errlen, "%s/%08x.seg: missing, but the index points "
-                         "into it (start with recovery to salvage the rest)",
-                         db->dir, sl->seg);
-                return KURA_ECORRUPT;
+            hd_ent ev;
+            const unsigned char *p;
+            hd_rec r;
+            kura_item it;
+            int rc = sg ? hdx_decode(db, sl, &ev) : KURA_NOTFOUND;
+            if (rc == KURA_OK)
+                rc = hd_read_item(db, &ev, &it, &p, &r);
+            if (rc != KURA_OK) {
+                hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg offset %u: %s: an item lost",
+                       db->dir, sl->seg, sl->off,
+                       sg ? "its record is damaged" : "segment missing");
+                db->recovery_lost++;
+                hdx_remove(s, sl);
+                continue;
             }
-            if (db->cfg.recover) {
-                hd_ent ev;
-                const unsigned char *p;
-                hd_rec r;
-                kura_item it;
-                int rc = sg ? hdx_decode(db, sl, &ev) : KURA_NOTFOUND;
-                if (rc == KURA_OK)
-                    rc = hd_read_item(db, &ev, &it, &p, &r);
-                if (rc != KURA_OK) {
-                    hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg offset %u: %s: an item lost",
-                           db->dir, sl->seg, sl->off,
-                           sg ? "its record is damaged" : "segment missing");
-                    db->recovery_lost++;
-                    hdx_remove(s, sl);
-                    continue;
-                }
-                items++;
-                bytes += kura_item_wire_total(ev.klen, ev.rawlen, ev.marks & HD_FLAGGED);
-            }
-            /* runs of entries share a segment, and nothing else runs
-             * during open */
-            if (sg != live_sg) {
-                if (live_sg)
-                    atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
-                live_sg = sg;
-                live = 0;
-            }
-            live += sl->rlen;
+            items++;
+            bytes += kura_item_wire_total(ev.klen, ev.rawlen, ev.marks & HD_FLAGGED);
+            live_add(db, &ls, sl->seg, sl->rlen);
         }
-        if (db->cfg.recover) {
-            atomic_store_explicit(&s->items, items, memory_order_relaxed);
-            atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
-        }
+        atomic_store_explicit(&s->items, items, memory_order_relaxed);
+        atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
     }
-    if (live_sg)
-        atomic_fetch_add_explicit(&live_sg->live, live, memory_order_relaxed);
+    live_flush(db, &ls);
     return KURA_OK;
 }
 

@@ -589,6 +589,35 @@ uint64_t hd_scan_resync(hd_scan *sc, uint64_t off);   /* next valid record after
 
 /* hashdb_ckpt.c */
 int hd_ckpt_write(hashdb *db);
+
+/* hashdb_cktab.c - the tables in a checkpoint (docs/formats.md) */
+#define CK7_STRIPE_HDR 32       /* nslot, used slots, items, bytes */
+#define CK8_STRIPE_HDR 40       /* the same, then the encoded slots' length */
+/* A checkpoint writer's buffers, reused from stripe to stripe. */
+typedef struct hd_ckscratch {
+    hd_slot *slots, *tmp;
+    unsigned char *out;         /* the stripe as it goes in the file */
+    size_t cap;                 /* slots each holds */
+} hd_ckscratch;
+/* Stripe s as checkpoint version `version` (7 or 8) writes it, header
+ * first, in sc->out; its length (0: out of memory) and its items.  Takes
+ * the stripe's read lock (settled) while it copies the slots. */
+size_t hd_cktab_encode(hd_stripe *s, int version, hd_ckscratch *sc, uint64_t *items);
+void hd_ckscratch_free(hd_ckscratch *sc);
+/* Loads the tables of a checked version 7 or 8 checkpoint (p to end, in
+ * the file mapped at map) into the empty index, stripes in parallel; each
+ * header, slot and the total against count checked, the first bad place
+ * named in err. */
+int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsigned char *p,
+                  const unsigned char *end, uint64_t count, char *err, size_t errlen);
+/* At open only: fn(db, i, worker, arg) for every stripe i, on up to 4
+ * threads (this one among them; worker numbers them from 0) when `slots`
+ * (the used slots the work covers) is at least 65536, each taking ranges
+ * of neighbouring stripes;
+ * all joined before it returns.  fn may change stripe i's table and counts
+ * without its lock. */
+typedef void hd_stripe_fn(hashdb *db, int i, int worker, void *arg);
+void hd_each_stripe(hashdb *db, uint64_t slots, hd_stripe_fn *fn, void *arg);
 int hd_recover(hashdb *db, char *err, size_t errlen);
 
 /* hashdb_compact.c */
