@@ -267,6 +267,8 @@ static bool decode_v8(ck_part *c, hd_slot *out)
  * the other loaders), then into the table. */
 static bool load_v8(hd_stripe *s, ck_part *c, ck_loader *L, int worker)
 {
+    if (c->used == 0)           /* nothing to put (and no buffer yet: NULL + 0) */
+        return decode_v8(c, NULL);
     size_t need = (size_t)c->used * 2;
     if (need > L->cap[worker]) {
         free(L->buf[worker]);
