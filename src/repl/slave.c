@@ -899,7 +899,12 @@ static void *slave_main(void *arg)
             break;
         char why[200] = "";
         int res = SESS_FAILED;
-        set_state(s, REPL_ST_CONNECTING);
+        /* A refused replica stays "refused" through its next attempts, until
+         * one connects (the session says "connected") or fails otherwise:
+         * shown as "connecting" for each attempt, /health and kuractl said
+         * it was well for the length of every retry. */
+        if (atomic_load(&s->state) != REPL_ST_REFUSED)
+            set_state(s, REPL_ST_CONNECTING);
         int fd = connect_master(s, why, sizeof(why));
         if (fd >= 0) {
             atomic_fetch_add(&s->connects, 1);

@@ -103,13 +103,22 @@ class ReplAuth(unittest.TestCase):
 
     def refused(self, r, why):
         with r.conn() as c:
-            # between attempts the state is "refused" (during one, "connecting")
+            # "refused" from the first refusal on, through the next attempts
             got = {}
             def seen():
                 got.update(stats(c, b"repl"))
                 return got["repl_state"] == "refused" and int(got["repl_connects"]) >= 4
             poll_until(seen, timeout=30, what="refused, after four attempts")
-            st = got
+            st = dict(got)
+            # and it stays "refused" through the next attempt (it showed
+            # "connecting" for each, when /health said all was well)
+            states = set()
+            def next_attempt():
+                s2 = stats(c, b"repl")
+                states.add(s2["repl_state"])
+                return int(s2["repl_connects"]) > int(st["repl_connects"])
+            poll_until(next_attempt, timeout=30, interval=0.001, what="another attempt")
+            self.assertEqual(states, {"refused"})
             self.assertIn(why, st["repl_last_error"])
             # the backoff: 100, 200, 400 ms, ... between attempts, not a loop
             self.assertLess(int(st["repl_connects"]), 10)
