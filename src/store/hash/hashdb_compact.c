@@ -230,8 +230,8 @@ int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
  * no entry with an expiry time and nothing changed since (sw->quiet). */
 static bool sweep_quiet(hashdb *db, hd_sweeper *sw, const kura_clock *clk)
 {
-    uint64_t writes = atomic_load_explicit(&db->expiry_writes, memory_order_relaxed);
-    if (sw->quiet && writes == sw->pass_writes && clk->oldest_cas == sw->pass_oldest_cas &&
+    if (sw->quiet && !atomic_load_explicit(&db->expiry_written, memory_order_relaxed) &&
+        clk->oldest_cas == sw->pass_oldest_cas &&
         clk->flush_at == 0 && sw->pass_flush_at == 0 && !kura_test.hd_sweep_never_quiet)
         return true;
     sw->quiet = false;
@@ -241,7 +241,7 @@ static bool sweep_quiet(hashdb *db, hd_sweeper *sw, const kura_clock *clk)
 static void sweep_pass_begins(hashdb *db, hd_sweeper *sw, const kura_clock *clk)
 {
     sw->pass_expiring = 0;
-    sw->pass_writes = atomic_load_explicit(&db->expiry_writes, memory_order_relaxed);
+    atomic_store_explicit(&db->expiry_written, false, memory_order_relaxed);
     sw->pass_oldest_cas = clk->oldest_cas;
     sw->pass_flush_at = clk->flush_at;
 }

@@ -219,7 +219,6 @@ typedef struct hd_sweeper {
      * 16-byte slots every entry examined is a record read, which on a file
      * larger than memory is a disk read. */
     uint64_t pass_expiring;     /* entries with an expiry time, this pass */
-    uint64_t pass_writes;       /* expiry_writes when this pass began */
     uint64_t pass_oldest_cas;   /* the clock's flush watermark then */
     int64_t pass_flush_at;
     bool quiet;
@@ -385,7 +384,8 @@ typedef struct hashdb {
 
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
-    _Atomic uint64_t expiry_writes; /* records written with an expiry time (the sweep's quiet) */
+    _Atomic bool expiry_written; /* a record with an expiry time was written
+                                    since the sweep's pass began (its quiet) */
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
     _Atomic uint64_t zcomp_records, zcomp_saved;    /* written since open */
     hd_sweeper sweep;

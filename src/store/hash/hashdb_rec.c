@@ -234,8 +234,10 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
                        &f, &loc);
     if (rc)
         return rc;
-    if (exptime != 0)
-        atomic_fetch_add_explicit(&db->expiry_writes, 1, memory_order_relaxed);
+    /* a flag, set once, rather than a count: every writer thread adding
+     * to one shared word would bounce its cache line per write */
+    if (exptime != 0 && !atomic_load_explicit(&db->expiry_written, memory_order_relaxed))
+        atomic_store_explicit(&db->expiry_written, true, memory_order_relaxed);
     out->seg = loc.seg;
     out->hlen = loc.hlen;
     out->off = loc.off;
