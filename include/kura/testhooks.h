@@ -87,6 +87,10 @@ typedef struct kura_testhooks {
     bool tree_even_split;
     bool tree_reuse_pending;
     bool tree_no_share;
+    /* The B+ tree's reads take the tree lock exclusive, as before they
+     * shared it (test_tree_readers' negative check: two gets are never
+     * inside the store at once). */
+    bool tree_read_exclusive;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -2,7 +2,7 @@
  * tree_commit.c - checkpoints: the B+ tree's pages and a meta page made
  * durable, in that order; and reading the meta pages at open.
  *
- * A checkpoint (under bt->mu, so it sees the tree exactly as of one log
+ * A checkpoint (under bt->rw exclusive, so it sees the tree exactly as of one log
  * position P):
  *   0. syncs the log up to P (without it, after a power loss under -sync
  *      none or interval the log could end before P, and records appended
@@ -252,9 +252,8 @@ static void cut_file(btree *bt)
 int do_checkpoint(btree *bt)
 {
     int rc;
-    /* one at a time: another may be in its syncs, with mu let go */
-    while (bt->ckpt_busy)
-        pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
+    /* one at a time: another may be in its syncs, with the lock let go */
+    do_ckpt_wait(bt);
     if ((rc = sl_failed(&bt->log)))
         return rc;
     tail_arg ta;
@@ -350,8 +349,10 @@ int do_checkpoint(btree *bt)
     bt->txn++;
     pend = bt->pend;
     memset(&bt->pend, 0, sizeof(bt->pend));
+    pthread_mutex_lock(&bt->ckpt_mu);
     bt->ckpt_busy = true;
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    pthread_mutex_unlock(&bt->ckpt_mu);
+    bt_unlock(bt);
 
     /* 0. the log up to P durable: the meta page says "replay from P", so a
      * log cut short of P by a power loss (-sync none, interval) would
@@ -383,9 +384,11 @@ int do_checkpoint(btree *bt)
         rc = KURA_EFAILED;
         stopped = true;
     }
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
+    pthread_mutex_lock(&bt->ckpt_mu);
     bt->ckpt_busy = false;
     pthread_cond_broadcast(&bt->ckpt_cv);
+    pthread_mutex_unlock(&bt->ckpt_mu);
     if (rc) {
         /* the previous meta page is the durable one: the pages freed wait
          * for the next, and so do the list's pages (a meta page that may

@@ -39,6 +39,7 @@
 
 #include "kura/codec.h"
 #include "kura/crc32c.h"
+#include "kura/tlbuf.h"
 #include "tree_int.h"
 
 #define PZ_PLAIN_AT 24                  /* where the compressed part of a page starts */
@@ -142,8 +143,11 @@ static int unpack(btree *bt, unsigned char *d)
         z > psiz - BT_HDR || bt_get64(d + 32) != 0 ||
         bt_get32(d) != crc32c_update(0, d + 4, BT_HDR - 4 + z))
         return KURA_ECORRUPT;
-    memcpy(bt->pz_in, d, BT_HDR + z);
-    if (codec_decompress((kura_codec)codec, bt->pz_in + BT_HDR, z, d + PZ_PLAIN_AT,
+    unsigned char *in = tlbuf(TLB_TREE_PAGE, psiz);   /* the thread's own */
+    if (!in)
+        return KURA_ENOMEM;
+    memcpy(in, d, BT_HDR + z);
+    if (codec_decompress((kura_codec)codec, in + BT_HDR, z, d + PZ_PLAIN_AT,
                          psiz - PZ_PLAIN_AT) != KURA_OK)
         return KURA_ECORRUPT;
     d[5] = 0;
