@@ -270,6 +270,77 @@ void bt_read_bufs_trim(void)
 
 /* ---- the store operations --------------------------------------------- */
 
+/* True if the path's cell still names the run `was` read (same page, bytes
+ * and cas).  A run is freed only when its cell changes (a put with a new
+ * cas, a delete), so a cell that still names it proves the run was
+ * neither freed nor rewritten meanwhile. */
+static bool same_run(const bt_path *path, const bt_cell *was)
+{
+    if (!path->found)
+        return false;
+    bt_cell c;
+    pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
+                            (unsigned)path->idx[path->depth - 1]), &c);
+    return c.ovf && c.ovf_pgno == was->ovf_pgno && c.ovf_bytes == was->ovf_bytes &&
+           c.ovf_codec == was->ovf_codec && c.vlen == was->vlen && c.cas == was->cas;
+}
+
+#define OVF_TRIES 3     /* unlocked reads of a key's run before one under the lock */
+
+/* A get whose live cell c (at the path, shared lock held) has its value in
+ * an overflow run: the run is read with the lock let go (a 1 GiB value
+ * holds up no writer), then, under the lock again, the key is looked up
+ * and must still name the same run (same_run); if it changed meanwhile,
+ * the get answers from the new cell (tried OVF_TRIES times, then read
+ * under the lock).  The callback runs under the lock, as for any get.
+ * Returns with the shared lock held and the path released. */
+static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t klen,
+                   const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    const unsigned char *val;
+    int rc;
+    for (int tries = 0;; tries++) {
+        if (!c->ovf || tries == OVF_TRIES) {
+            rc = do_read_cell(bt, path, c, &val);  /* inline, or under the lock */
+            break;
+        }
+        bt_cell was = *c;
+        uint64_t npages = bt->npages;
+        do_path_release(bt, path);
+        bt_unlock(bt);
+        rc = bt_ovf_read_quiet(bt, bt->fd, npages, &was, &val);
+        bt_rdlock(bt);
+        int d = do_descend(bt, key, klen, path);
+        if (d)
+            return d;
+        if (same_run(path, &was)) {
+            pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
+                                    (unsigned)path->idx[path->depth - 1]), c);
+            if (rc)
+                bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
+            break;
+        }
+        if (!path->found) {
+            rc = KURA_NOTFOUND;             /* deleted meanwhile */
+            break;
+        }
+        pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
+                                (unsigned)path->idx[path->depth - 1]), c);
+        int lv = kura_item_liveness(c->exptime, c->cas, clk);
+        if (lv != KURA_LIVE) {
+            rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
+            break;
+        }
+    }
+    if (rc == KURA_OK) {
+        kura_item it;
+        fill_item(&it, c, val);
+        rc = fn ? fn(arg, &it) : KURA_OK;
+    }
+    do_path_release(bt, path);
+    return rc;
+}
+
 static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                      kura_item_fn fn, void *arg)
 {
@@ -311,6 +382,11 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
             }
             do_path_release(bt, &path);
         }
+        goto out;
+    }
+    if (c.ovf) {
+        rc = get_ovf(bt, &path, &c, key, klen, clk, fn, arg);
+        bt_read_bufs_trim();
         goto out;
     }
     rc = do_read_cell(bt, &path, &c, &val);

@@ -562,13 +562,22 @@ int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val)
 int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
                    const unsigned char **val)
 {
+    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val);
+    if (rc)
+        bt_count_error(bt, rc, c->ovf_pgno,
+                       c->ovf_pgno < 2 || c->ovf_pgno + bt_ovf_pages(bt, c->ovf_bytes) > npages
+                           ? "an overflow run past the file's pages" : "an overflow run");
+    return rc;
+}
+
+int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                      const unsigned char **val)
+{
     uint64_t pgno = c->ovf_pgno;
     size_t vlen = c->ovf_bytes;
     size_t n = bt_ovf_pages(bt, vlen), len = n * bt->psiz;
-    if (pgno < 2 || pgno + n > npages) {
-        bt_count_error(bt, KURA_ECORRUPT, pgno, "an overflow run past the file's pages");
+    if (pgno < 2 || pgno + n > npages)
         return KURA_ECORRUPT;
-    }
     unsigned char *vb = tlbuf(TLB_TREE_OVF, len);   /* the thread's own */
     if (!vb)
         return KURA_ENOMEM;
@@ -583,9 +592,5 @@ int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
         rc = bt_zcomp_unpack(bt, c->ovf_codec, vb + BT_HDR, vlen, c->vlen, val);
     else
         *val = vb + BT_HDR;
-    if (rc) {
-        bt_count_error(bt, rc, pgno, "an overflow run");
-        return rc;
-    }
-    return KURA_OK;
+    return rc;
 }

@@ -340,6 +340,11 @@ int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val);
 /* the same from another file of npages pages (a salvage's damaged one) */
 int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
                    const unsigned char **val);
+/* the same, neither counted nor logged: for a read made with the tree
+ * lock let go, which may meet a run freed and rewritten meanwhile (the
+ * caller finds out under the lock whether it was; tree.c) */
+int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                      const unsigned char **val);
 void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what);
 /* pwritev of every byte to the tree file (short writes continued);
  * 0 or -1 with errno */
