@@ -20,7 +20,8 @@
  * exclusive.  A get that meets a dead item lets the shared lock go and
  * takes it exclusive to reclaim the item, looked up again.  Waits for the
  * group commit are made outside the lock; checkpoints hold it exclusive
- * while they write their pages and let it go for their syncs.
+ * to take the tree's state and let it go for their writes and syncs
+ * (tree_commit.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -104,16 +105,36 @@ void bt_unlock(btree *bt)
     lockorder_release(LOCK_RANK_STRIPE);
 }
 
-void do_ckpt_wait(btree *bt)
+/* Waits (rw let go) until *flag is false. */
+static void wait_flag(btree *bt, const bool *flag)
 {
-    while (bt->ckpt_busy) {
+    while (*flag) {
         bt_unlock(bt);
         pthread_mutex_lock(&bt->ckpt_mu);
-        while (bt->ckpt_busy)
+        while (*flag)
             pthread_cond_wait(&bt->ckpt_cv, &bt->ckpt_mu);
         pthread_mutex_unlock(&bt->ckpt_mu);
         bt_wrlock(bt);
     }
+}
+
+void do_ckpt_wait(btree *bt)
+{
+    wait_flag(bt, &bt->ckpt_busy);
+}
+
+void do_ckpt_write_wait(btree *bt)
+{
+    wait_flag(bt, &bt->ckpt_writing);
+}
+
+void do_ckpt_flag(btree *bt, bool *flag, bool on)
+{
+    pthread_mutex_lock(&bt->ckpt_mu);
+    *flag = on;
+    if (!on)
+        pthread_cond_broadcast(&bt->ckpt_cv);
+    pthread_mutex_unlock(&bt->ckpt_mu);
 }
 
 /* ---- applying changes ------------------------------------------------- */
@@ -182,6 +203,10 @@ static int do_write_begin(btree *bt)
     int rc = sl_failed(&bt->log);
     if (rc)
         return rc;
+    /* the pages a checkpoint is writing are pinned: while they hold the
+     * cache past its bound, changes wait for the writes (not the syncs) */
+    if (bt->ckpt_writing && bt->ncached > bt->cap)
+        do_ckpt_write_wait(bt);
     if (bt->ndirty >= bt->cap * 3 / 4) {
         double now = kura_mono();
         if (now >= bt->inline_retry_at || bt->ndirty >= bt->cap) {

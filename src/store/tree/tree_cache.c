@@ -345,10 +345,37 @@ bt_page *do_page_new(btree *bt, int type)
     return p;
 }
 
-uint64_t do_page_touch(btree *bt, bt_page *p)
+/* p, which a checkpoint is writing, left to it (out of the cache: the
+ * checkpoint frees it) and a copy in its place, with the caller's pin. */
+static bt_page *copy_for_change(btree *bt, bt_page *p)
 {
+    bt_page *q = obj_get(bt);
+    if (!q) {
+        /* do_reserve() before every change makes this unreachable */
+        bt_log(bt, KURA_LOG_ERROR, "out of memory for a page with none reserved");
+        abort();
+    }
+    memcpy(q->data, p->data, bt->psiz);
+    q->pgno = p->pgno;
+    q->txn = p->txn;
+    q->pins = 1;
+    q->ref = true;
+    p->pins--;
+    hash_del(bt, p);
+    list_del(p);
+    p->orphan = true;
+    hash_add(bt, q);
+    list_add(&bt->lru, q);
+    return q;
+}
+
+uint64_t do_page_touch(btree *bt, bt_page **pp)
+{
+    bt_page *p = *pp;
     if (p->txn != bt->txn) {
         uint64_t old = p->pgno;
+        if (p->writing)
+            *pp = p = copy_for_change(bt, p);
         hash_del(bt, p);
         p->pgno = do_alloc_run(bt, 1);
         p->txn = bt->txn;
@@ -374,7 +401,32 @@ void do_page_free(btree *bt, bt_page *p)
         bt->ndirty--;
     bt->ncached--;
     do_free_pgno(bt, p->pgno, 1, p->txn == bt->txn);
-    obj_put(bt, p);
+    if (p->writing)
+        p->orphan = true;       /* the checkpoint frees it after its write */
+    else
+        obj_put(bt, p);
+}
+
+void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written)
+{
+    for (size_t j = 0; j < n; j++) {
+        bt_page *p = pages[j];
+        p->writing = false;
+        if (p->orphan) {        /* (counted out of the cache when orphaned) */
+            obj_put(bt, p);
+            continue;
+        }
+        if (p->pins)
+            p->pins--;
+        if (!written) {
+            p->txn = bt->txn;
+            bt_put64(p->data + 16, p->txn);
+            list_del(p);
+            list_add(&bt->dirty, p);
+            p->dirty = true;
+            bt->ndirty++;
+        }
+    }
 }
 
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)

@@ -38,8 +38,9 @@
  * compressed page).  A page's bytes change only under the exclusive lock,
  * so a reader reads a pinned page with no lock but the shared one.  The
  * log's group commit waits happen outside the lock, and so do a
- * checkpoint's syncs (it lets the lock go for them: whoever calls
- * do_checkpoint, or do_write_begin, must hold no path across the call).
+ * checkpoint's writes and syncs (it lets the lock go for them: whoever
+ * calls do_checkpoint, or do_write_begin, must hold no path across the
+ * call; a page it writes is pinned and changed only through a copy).
  * Functions named do_* run with bt->rw held: exclusive, unless they say
  * "shared" (do_descend, do_next_leaf, do_page_get, do_page_unpin,
  * do_path_release, do_ovf_read, bt_page_load may run shared).
@@ -93,6 +94,11 @@ typedef struct bt_page {
     unsigned pins;
     bool dirty;
     bool ref;                   /* used since eviction last passed it */
+    bool writing;               /* a checkpoint writes it with rw let go: its
+                                   bytes and number do not change (a change
+                                   goes to a copy: do_page_touch) */
+    bool orphan;                /* writing, and out of the cache since (touched
+                                   or freed): the checkpoint frees it */
     unsigned char data[];       /* psiz bytes */
 } bt_page;
 
@@ -204,8 +210,10 @@ typedef struct btree {
     bool closing;               /* the close's checkpoint: it seals any records */
     bool ckpt_busy;             /* a checkpoint is in its syncs, rw let go
                                    (written under rw exclusive and ckpt_mu) */
+    bool ckpt_writing;          /* ... and in its writes, its pages pinned
+                                   (written as ckpt_busy) */
     pthread_mutex_t ckpt_mu;    /* for ckpt_cv */
-    pthread_cond_t ckpt_cv;     /* ckpt_busy went false */
+    pthread_cond_t ckpt_cv;     /* ckpt_busy or ckpt_writing went false */
     bool wal_started;           /* sl_start done: appends and trims allowed */
     bool replaying;             /* open: a checkpoint is as of wal_at */
     uint32_t wal_at_seg;
@@ -250,6 +258,11 @@ void bt_unlock(btree *bt);
 /* Exclusive: returns once no checkpoint is in its syncs (rw let go while
  * it waits, so the tree may change meanwhile). */
 void do_ckpt_wait(btree *bt);
+/* The same until no checkpoint is in its writes. */
+void do_ckpt_write_wait(btree *bt);
+/* Sets a flag of the checkpoint's (ckpt_busy, ckpt_writing): rw exclusive;
+ * false wakes its waiters. */
+void do_ckpt_flag(btree *bt, bool *flag, bool on);
 /* Gives back a thread's read buffers grown past 1 MiB by a large value. */
 void bt_read_bufs_trim(void);
 
@@ -313,9 +326,15 @@ void do_page_unpin(btree *bt, bt_page *p);
 void do_pages_unpin(btree *bt, bt_page *const *pg, int n);    /* one cmu for all */
 /* a new page of type, pinned and dirty, its number allocated */
 bt_page *do_page_new(btree *bt, int type);
-/* makes p changeable in this checkpoint: a copy at a new number if it is
- * an older one's (the old number freed); returns its (maybe new) number */
-uint64_t do_page_touch(btree *bt, bt_page *p);
+/* makes *pp changeable in this checkpoint: at a new number if it is an
+ * older one's (the old number freed); returns its (maybe new) number.  A
+ * page a checkpoint is writing is left to it, and *pp becomes a copy
+ * (holding the caller's pin). */
+uint64_t do_page_touch(btree *bt, bt_page **pp);
+/* The checkpoint's pages after their write (rw exclusive again): orphans
+ * freed, the others unpinned, and, if they were not written, dirty again
+ * (in this checkpoint: their numbers are in no durable meta page). */
+void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written);
 /* frees the page: out of the cache, its number freed */
 void do_page_free(btree *bt, bt_page *p);
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now);
@@ -366,11 +385,14 @@ int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen,
 
 /* The bytes bt->pz_out needs (0 without zcomp). */
 size_t bt_pz_out_size(btree *bt);
-/* At a checkpoint, before the page is sealed: the page d compressed into
- * bt->pz_out (*out), header included, and the bytes to write, or 0 (write
- * it as it is: no zcomp, not a leaf or branch, or no block would be
- * freed).  Zeroes the unused gap of d (it is sealed after). */
-size_t bt_pz_pack(btree *bt, unsigned char *d, const unsigned char **out);
+/* At a checkpoint, under the lock, before the page is sealed: zeroes the
+ * unused gap of a page that may be stored compressed (zeros compress). */
+void bt_pz_prep(btree *bt, unsigned char *d);
+/* Then, with the lock let go (the page is only read): the page d
+ * compressed into bt->pz_out (*out), header included, and the bytes to
+ * write, or 0 (write it as it is: no zcomp, not a leaf or branch, or no
+ * block would be freed). */
+size_t bt_pz_pack(btree *bt, const unsigned char *d, const unsigned char **out);
 /* After pgno was written compressed (written bytes): counts it and punches
  * the rest of its slot (a failure only costs the space), unless the slot
  * lay past file_end, where the file ended before the write (-1: unknown). */

@@ -86,7 +86,7 @@ int do_next_leaf(btree *bt, bt_path *path)
 int do_touch_path(btree *bt, bt_path *path)
 {
     for (int l = 0; l < path->depth; l++) {
-        uint64_t no = do_page_touch(bt, path->pg[l]);
+        uint64_t no = do_page_touch(bt, &path->pg[l]);
         if (l == 0)
             bt->root = no;
         else
