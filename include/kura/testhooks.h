@@ -91,6 +91,13 @@ typedef struct kura_testhooks {
      * shared it (test_tree_readers' negative check: two gets are never
      * inside the store at once). */
     bool tree_read_exclusive;
+    /* Called by a B+ tree get between letting the lock go and reading its
+     * overflow run (tree.c, get_ovf), so that a test can change the key
+     * and reuse the run's pages meanwhile; and the negative check: the
+     * get answers with what it read, without looking the key up again. */
+    void (*tree_ovf_unlocked)(void *arg);
+    void *tree_ovf_unlocked_arg;
+    bool tree_ovf_no_recheck;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

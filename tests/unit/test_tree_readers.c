@@ -8,6 +8,12 @@
  * kura_test.tree_read_exclusive takes the lock exclusive for reads, and
  * then the two never meet).
  *
+ * An overflow run reused under a get: between the get's unlock and its
+ * read of the run (a test hook), the key gets a new value, a checkpoint
+ * makes the old run's pages free and other values take them; the get
+ * must answer the new value (negative: kura_test.tree_ovf_no_recheck,
+ * answering what it read, gives another key's bytes or a damaged run).
+ *
  * Readers and a writer: three threads get and iterate while one writes,
  * on a tree whose file is larger than its cache (#pccap=1m of 4 KiB
  * pages: pages are evicted and loaded while readers hold others), with
@@ -205,6 +211,104 @@ static void test_two_gets_at_once(void)
     printf("# exclusive reads (test hook): the two gets %s\n", met == 1 ? "met" : "did not meet");
     CHECK_EQ_INT(met, 0);
     kura_store_close(s);
+}
+
+/* ---- an overflow run reused while a get reads it ----------------------- */
+
+#define RUNLEN 5000             /* a two-page run at psiz 4096 */
+
+static unsigned char run_a[RUNLEN], run_b[RUNLEN], run_x[RUNLEN];
+
+static int put_run(kura_store *s, const char *key, const unsigned char *v, uint64_t cas)
+{
+    kura_item it = { .key = key, .klen = strlen(key), .val = v, .vlen = RUNLEN, .cas = cas };
+    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+}
+
+typedef struct reuse {
+    kura_store *s;
+    int calls, bad;
+} reuse;
+
+/* Once, between the get's unlock and its read: the key gets a new value
+ * (its old run freed), a checkpoint makes the run reusable, and other
+ * keys' values of the same size take the free pages, the old run's too. */
+static void reuse_hook(void *arg)
+{
+    reuse *r = arg;
+    if (r->calls++)
+        return;
+    if (put_run(r->s, "big", run_b, 100) != KURA_OK || btree_debug_checkpoint(r->s) != KURA_OK)
+        r->bad++;
+    for (int i = 0; i < 8; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "other%d", i);
+        if (put_run(r->s, k, run_x, 200 + (uint64_t)i) != KURA_OK)
+            r->bad++;
+    }
+}
+
+typedef struct runval {
+    int rc;
+    char what;                  /* 'A', 'B': all bytes that; '?': others */
+} runval;
+
+static int runval_cb(void *arg, const kura_item *it)
+{
+    runval *v = arg;
+    v->what = it->vlen == RUNLEN && !memcmp(it->val, run_a, RUNLEN) ? 'A'
+            : it->vlen == RUNLEN && !memcmp(it->val, run_b, RUNLEN) ? 'B' : '?';
+    return 0;
+}
+
+/* One get of "big" with the run reused under it: what it answered. */
+static runval get_reused(bool recheck)
+{
+    runval v = { -1, 0 };
+    char name[32];
+    snprintf(name, sizeof(name), "reuse%d", recheck);
+    kura_store *s = open_tree(tpath(name), "#psiz=4096");
+    if (!s)
+        return v;
+    reuse r = { .s = s };
+    if (put_run(s, "big", run_a, 10) != KURA_OK || btree_debug_checkpoint(s) != KURA_OK) {
+        kura_store_close(s);
+        return v;
+    }
+    kura_test.tree_ovf_unlocked_arg = &r;
+    kura_test.tree_ovf_unlocked = reuse_hook;
+    kura_test.tree_ovf_no_recheck = !recheck;
+    v.rc = s->ops->get(s, "big", 3, &CLK, runval_cb, &v);
+    kura_test.tree_ovf_unlocked = NULL;
+    kura_test.tree_ovf_no_recheck = false;
+    if (r.calls < 1 || r.bad)
+        v.rc = -1000;           /* the hook did not run, or its changes failed */
+    kura_store_close(s);
+    return v;
+}
+
+/* A get reads an overflow run with the lock let go, then looks its key up
+ * again: when the key changed meanwhile and its old run's pages went to
+ * other values, the get answers the new value, never the bytes it read.
+ * The negative check: answering what it read gives another key's bytes
+ * (or a damaged run). */
+static void test_run_reused_under_a_get(void)
+{
+    memset(run_a, 'A', RUNLEN);
+    memset(run_b, 'B', RUNLEN);
+    memset(run_x, 'X', RUNLEN);
+    kura_test.bg_hold = true;           /* the checkpoints are the test's */
+    runval v = get_reused(true);
+    printf("# run reused under a get: rc %d, value %c\n", v.rc, v.what ? v.what : '-');
+    CHECK_EQ_INT(v.rc, KURA_OK);
+    CHECK_EQ_INT(v.what, 'B');
+    n_errors = 0;
+    v = get_reused(false);
+    printf("# ... without the second look (test hook): rc %d, value %c, %d errors logged\n",
+           v.rc, v.what ? v.what : '-', n_errors);
+    CHECK(v.rc != -1000);
+    CHECK(v.rc != KURA_OK || v.what == '?');
+    kura_test.bg_hold = false;
 }
 
 /* ---- readers and a writer ---------------------------------------------- */
@@ -410,6 +514,7 @@ int main(void)
 {
     t_setup();
     RUN(test_two_gets_at_once);
+    RUN(test_run_reused_under_a_get);
     RUN(test_readers_and_a_writer);
     t_teardown();
     UNIT_DONE();
