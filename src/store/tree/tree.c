@@ -348,22 +348,21 @@ static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t
                 bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
             break;
         }
-        if (same_run(path, &was)) {
-            pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
-                                    (unsigned)path->idx[path->depth - 1]), c);
-            if (rc)
-                bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
-            break;
-        }
         if (!path->found) {
             rc = KURA_NOTFOUND;             /* deleted meanwhile */
             break;
         }
+        bool same = same_run(path, &was);
         pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
                                 (unsigned)path->idx[path->depth - 1]), c);
         int lv = kura_item_liveness(c->exptime, c->cas, clk);
-        if (lv != KURA_LIVE) {
+        if (lv != KURA_LIVE) {              /* (a touch may have expired it) */
             rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
+            break;
+        }
+        if (same) {
+            if (rc)
+                bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
             break;
         }
     }
