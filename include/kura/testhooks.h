@@ -98,6 +98,14 @@ typedef struct kura_testhooks {
     void (*tree_ovf_unlocked)(void *arg);
     void *tree_ovf_unlocked_arg;
     bool tree_ovf_no_recheck;
+    /* Called by a B+ tree checkpoint once it let the lock go and before it
+     * writes its pages (tree_commit.c), so that a test can change the
+     * pages it is about to write; and the negative check: a change to a
+     * page being written renames the page object in place (as before
+     * checkpoints wrote outside the lock), not a copy of it. */
+    void (*tree_ckpt_writing)(void *arg);
+    void *tree_ckpt_writing_arg;
+    bool tree_ckpt_no_copy;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -14,6 +14,15 @@
  * must answer the new value (negative: kura_test.tree_ovf_no_recheck,
  * answering what it read, gives another key's bytes or a damaged run).
  *
+ * Changes while a checkpoint writes: once the checkpoint has let the lock
+ * go and before it writes (a test hook), every page it is about to write
+ * is changed and a fifth of the keys deleted; the process then ends with
+ * no close (kill -9), and the open that starts from that checkpoint and
+ * replays the log after it must give every key as last written (the
+ * pages written were the checkpoint's, not the changed ones).  Negative:
+ * kura_test.tree_ckpt_no_copy renames the pages in place instead of
+ * copying them, and the open fails.
+ *
  * Readers and a writer: three threads get and iterate while one writes,
  * on a tree whose file is larger than its cache (#pccap=1m of 4 KiB
  * pages: pages are evicted and loaded while readers hold others), with
@@ -26,6 +35,8 @@
  * ThreadSanitizer by `make test-tsan TESTS=test_tree`.
  */
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -129,6 +140,23 @@ static int state_at(int k, int j)
         if (op == OP_DEL || op == OP_EXPIRED)
             return 0;
     }
+    return 0;
+}
+
+/* a value copied out (up to 3000 bytes), with its flags */
+typedef struct got3 {
+    size_t len;
+    uint32_t flags;
+    unsigned char buf[3000];
+} got3;
+
+static int got3_cb(void *arg, const kura_item *it)
+{
+    got3 *g = arg;
+    g->len = it->vlen;
+    g->flags = it->flags;
+    if (it->vlen <= sizeof(g->buf))
+        memcpy(g->buf, it->val, it->vlen);
     return 0;
 }
 
@@ -309,6 +337,123 @@ static void test_run_reused_under_a_get(void)
     CHECK(v.rc != -1000);
     CHECK(v.rc != KURA_OK || v.what == '?');
     kura_test.bg_hold = false;
+}
+
+/* ---- changes while a checkpoint writes --------------------------------- */
+
+#define NCK 2000
+
+static size_t ck_len(int k)
+{
+    return k % 10 == 0 ? 3000 : 60 + (size_t)(k % 50);      /* some in runs */
+}
+
+static void ck_val(unsigned char *p, int k, int v)
+{
+    size_t n = ck_len(k);
+    uint64_t x = (uint64_t)k * 10 + (uint64_t)v;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        p[i] = (unsigned char)(x >> 56);
+    }
+}
+
+/* version v of every key (every fifth deleted instead if del) */
+static int ck_round(kura_store *s, int v, bool del)
+{
+    static unsigned char buf[3000];
+    for (int k = 0; k < NCK; k++) {
+        char key[16];
+        int kl = snprintf(key, sizeof(key), "c%05d", k);
+        if (del && k % 5 == 0) {
+            if (s->ops->del(s, key, (size_t)kl, 0, &CLK) != KURA_OK)
+                return -1;
+            continue;
+        }
+        ck_val(buf, k, v);
+        kura_item it = { .key = key, .klen = (size_t)kl, .val = buf, .vlen = ck_len(k),
+                         .flags = (uint32_t)v, .cas = (uint64_t)(v * NCK + k + 1) };
+        if (s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK)
+            return -1;
+    }
+    return 0;
+}
+
+static int ck_hook_bad;
+
+/* Once, with the checkpoint's pages frozen and not yet written: every
+ * page it is about to write is changed (version 3, every fifth key
+ * deleted: merges free pages too). */
+static void ck_hook(void *arg)
+{
+    kura_test.tree_ckpt_writing = NULL;
+    if (ck_round(arg, 3, true) != 0)
+        ck_hook_bad++;
+}
+
+/* A child writes version 2 of every key, and a checkpoint of it, during
+ * whose write (the hook) version 3 and the deletes are made; it ends
+ * without a close, as kill -9 leaves it.  The open that follows starts
+ * from that checkpoint's meta page and replays the log after it.
+ * Returns the keys wrong (-1: the child failed, -2: the open did). */
+static int ck_crash(const char *name, bool copy)
+{
+    const char *p = tpath(name);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        kura_test.bg_hold = true;       /* the checkpoints are the test's */
+        kura_store *s = open_tree(p, "#psiz=4096");
+        if (!s || ck_round(s, 1, false) || btree_debug_checkpoint(s) ||
+            ck_round(s, 2, false))
+            _exit(3);
+        kura_test.tree_ckpt_no_copy = !copy;
+        kura_test.tree_ckpt_writing_arg = s;
+        kura_test.tree_ckpt_writing = ck_hook;
+        int rc = btree_debug_checkpoint(s);
+        _exit(rc || ck_hook_bad || kura_test.tree_ckpt_writing ? 4 : 0);  /* no close */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("# the child failed (status %d)\n", status);
+        return -1;
+    }
+    n_errors = 0;
+    kura_store *s = open_tree(p, NULL);
+    if (!s)
+        return -2;
+    int bad = 0;
+    static unsigned char want[3000];
+    for (int k = 0; k < NCK; k++) {
+        char key[16];
+        int kl = snprintf(key, sizeof(key), "c%05d", k);
+        static got3 g;
+        g.len = 0;
+        g.flags = 0;
+        int rc = s->ops->get(s, key, (size_t)kl, &CLK, got3_cb, &g);
+        ck_val(want, k, 3);
+        if (k % 5 == 0 ? rc != KURA_NOTFOUND
+                       : rc != KURA_OK || g.len != ck_len(k) || g.flags != 3 ||
+                         memcmp(g.buf, want, g.len) != 0)
+            bad++;
+    }
+    int chk = check_tree(s);
+    printf("# %s: %d keys wrong, %llu records replayed, structure check %d, %d errors logged\n",
+           copy ? "changes during a checkpoint's write" : "... renamed in place (test hook)",
+           bad, (unsigned long long)t_stat(s, "tree_recovered_records"), chk, n_errors);
+    kura_store_close(s);
+    return bad + (chk != 0);
+}
+
+static void test_changes_while_a_checkpoint_writes(void)
+{
+    CHECK_EQ_INT(ck_crash("ckwrite", true), 0);
+    /* the negative check: the pages written are not the checkpoint's */
+    int r = ck_crash("ckwrite_nocopy", false);
+    CHECK(r != 0 && r != -1);
 }
 
 /* ---- readers and a writer ---------------------------------------------- */
@@ -515,6 +660,7 @@ int main(void)
     t_setup();
     RUN(test_two_gets_at_once);
     RUN(test_run_reused_under_a_get);
+    RUN(test_changes_while_a_checkpoint_writes);
     RUN(test_readers_and_a_writer);
     t_teardown();
     UNIT_DONE();

@@ -374,7 +374,7 @@ uint64_t do_page_touch(btree *bt, bt_page **pp)
     bt_page *p = *pp;
     if (p->txn != bt->txn) {
         uint64_t old = p->pgno;
-        if (p->writing)
+        if (p->writing && !kura_test.tree_ckpt_no_copy)
             *pp = p = copy_for_change(bt, p);
         hash_del(bt, p);
         p->pgno = do_alloc_run(bt, 1);

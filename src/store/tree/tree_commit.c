@@ -382,6 +382,9 @@ int do_checkpoint(btree *bt)
     do_ckpt_flag(bt, &bt->ckpt_writing, true);
     bt_unlock(bt);
 
+    if (kura_test.tree_ckpt_writing)
+        kura_test.tree_ckpt_writing(kura_test.tree_ckpt_writing_arg);
+
     /* 2. the pages, then the free list's */
     bool stopped = false, zipped = false, written = false;
     rc = write_tree(bt, pages, nd, &chain, &all, fl, mt.txn, &zipped, &written);
