@@ -216,7 +216,9 @@ static int do_write_begin(btree *bt)
                 return rc;
         }
     }
-    return do_reserve(bt, 2 * (size_t)bt->height + 8);
+    /* new pages (splits), and copies of pages a checkpoint is writing
+     * meanwhile (a path's and a sibling's: do_page_touch) */
+    return do_reserve(bt, 3 * (size_t)bt->height + 10);
 }
 
 /* A put's or update's new version: overflow run, log record, tree. */
