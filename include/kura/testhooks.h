@@ -90,6 +90,25 @@ typedef struct kura_testhooks {
     bool tree_even_split;
     bool tree_reuse_pending;
     bool tree_no_share;
+    /* The B+ tree's reads take the tree lock exclusive, as before they
+     * shared it (test_tree_readers' negative check: two gets are never
+     * inside the store at once). */
+    bool tree_read_exclusive;
+    /* Called by a B+ tree get between letting the lock go and reading its
+     * overflow run (tree.c, get_ovf), so that a test can change the key
+     * and reuse the run's pages meanwhile; and the negative check: the
+     * get answers with what it read, without looking the key up again. */
+    void (*tree_ovf_unlocked)(void *arg);
+    void *tree_ovf_unlocked_arg;
+    bool tree_ovf_no_recheck;
+    /* Called by a B+ tree checkpoint once it let the lock go and before it
+     * writes its pages (tree_commit.c), so that a test can change the
+     * pages it is about to write; and the negative check: a change to a
+     * page being written renames the page object in place (as before
+     * checkpoints wrote outside the lock), not a copy of it. */
+    void (*tree_ckpt_writing)(void *arg);
+    void *tree_ckpt_writing_arg;
+    bool tree_ckpt_no_copy;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -20,6 +20,9 @@ typedef enum tlbuf_slot {
     TLB_ZCOMP_OUT,          /* hash file: a value compressed */
     TLB_ZCOMP_RAW,          /* hash file: a value decompressed */
     TLB_LZO_WORK,           /* LZO1X-1's dictionary */
+    TLB_TREE_OVF,           /* B+ tree: an overflow run read */
+    TLB_TREE_ZRAW,          /* B+ tree: a value decompressed */
+    TLB_TREE_PAGE,          /* B+ tree: a compressed page read */
     TLB_NSLOTS
 } tlbuf_slot;
 
@@ -27,5 +30,9 @@ typedef enum tlbuf_slot {
  * kept when it grows), or NULL when memory runs out.  Valid until the next
  * call for the same slot on this thread. */
 unsigned char *tlbuf(tlbuf_slot slot, size_t n);
+
+/* Frees this thread's buffer for slot if it holds more than keep bytes
+ * (a caller that knows a large value is done with). */
+void tlbuf_trim(tlbuf_slot slot, size_t keep);
 
 #endif

@@ -60,3 +60,14 @@ unsigned char *tlbuf(tlbuf_slot slot, size_t n)
     }
     return s->p[slot];
 }
+
+void tlbuf_trim(tlbuf_slot slot, size_t keep)
+{
+    pthread_once(&tl_once, tl_init);
+    tl_slots *s = tl_key_ok ? pthread_getspecific(tl_key) : NULL;
+    if (s && s->cap[slot] > keep) {
+        free(s->p[slot]);
+        s->p[slot] = NULL;
+        s->cap[slot] = 0;
+    }
+}

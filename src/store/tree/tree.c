@@ -14,11 +14,14 @@
  * its group commit, interval's thread syncs the log once a second); the
  * pages reach the file at the next checkpoint (tree_commit.c).
  *
- * Concurrency, correct first: bt->mu serializes every operation, reads
- * included (a read may load pages into the cache).  Waits for the group
- * commit are made outside it.  Checkpoints hold it while they write and
- * sync, which stalls operations for that long; readers on committed
- * snapshots are the next step (docs/formats.md, "Not done yet").
+ * Concurrency (tree_int.h; docs/design.md, "Tree reads in parallel"):
+ * reads (get, iterate, usage, stats) hold the tree lock bt->rw shared and
+ * run side by side; changes, the sweep, checkpoints and close hold it
+ * exclusive.  A get that meets a dead item lets the shared lock go and
+ * takes it exclusive to reclaim the item, looked up again.  Waits for the
+ * group commit are made outside the lock; checkpoints hold it exclusive
+ * to take the tree's state and let it go for their writes and syncs
+ * (tree_commit.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +38,7 @@
 #include "kura/codec.h"
 #include "tree_int.h"
 #include "kura/lockorder.h"
+#include "kura/tlbuf.h"
 
 static inline btree *B(kura_store *s) { return (btree *)s; }
 
@@ -76,6 +80,61 @@ static bool too_big(btree *bt, size_t klen, size_t vlen)
 {
     return vlen > UINT32_MAX - 1024 ||
            kura_item_wire_total(klen, vlen, 0) > bt->cfg.item_size_max;
+}
+
+/* ---- the tree lock ----------------------------------------------------- */
+
+void bt_rdlock(btree *bt)
+{
+    lockorder_acquire(LOCK_RANK_STRIPE);
+    if (kura_test.tree_read_exclusive)
+        pthread_rwlock_wrlock(&bt->rw);
+    else
+        pthread_rwlock_rdlock(&bt->rw);
+}
+
+void bt_wrlock(btree *bt)
+{
+    lockorder_acquire(LOCK_RANK_STRIPE);
+    pthread_rwlock_wrlock(&bt->rw);
+}
+
+void bt_unlock(btree *bt)
+{
+    pthread_rwlock_unlock(&bt->rw);
+    lockorder_release(LOCK_RANK_STRIPE);
+}
+
+/* Waits (rw let go) until *flag is false. */
+static void wait_flag(btree *bt, const bool *flag)
+{
+    while (*flag) {
+        bt_unlock(bt);
+        pthread_mutex_lock(&bt->ckpt_mu);
+        while (*flag)
+            pthread_cond_wait(&bt->ckpt_cv, &bt->ckpt_mu);
+        pthread_mutex_unlock(&bt->ckpt_mu);
+        bt_wrlock(bt);
+    }
+}
+
+void do_ckpt_wait(btree *bt)
+{
+    wait_flag(bt, &bt->ckpt_busy);
+}
+
+void do_ckpt_write_wait(btree *bt)
+{
+    wait_flag(bt, &bt->ckpt_writing);
+}
+
+void do_ckpt_flag(btree *bt, bool *flag, bool on)
+{
+    pthread_mutex_lock(&bt->ckpt_mu);
+    *flag = on;
+    if (!on)
+        pthread_cond_broadcast(&bt->ckpt_cv);
+    pthread_mutex_unlock(&bt->ckpt_mu);
 }
 
 /* ---- applying changes ------------------------------------------------- */
@@ -144,6 +203,10 @@ static int do_write_begin(btree *bt)
     int rc = sl_failed(&bt->log);
     if (rc)
         return rc;
+    /* the pages a checkpoint is writing are pinned: while they hold the
+     * cache past its bound, changes wait for the writes (not the syncs) */
+    if (bt->ckpt_writing && bt->ncached > bt->cap)
+        do_ckpt_write_wait(bt);
     if (bt->ndirty >= bt->cap * 3 / 4) {
         double now = kura_mono();
         if (now >= bt->inline_retry_at || bt->ndirty >= bt->cap) {
@@ -153,7 +216,9 @@ static int do_write_begin(btree *bt)
                 return rc;
         }
     }
-    return do_reserve(bt, 2 * (size_t)bt->height + 8);
+    /* new pages (splits), and copies of pages a checkpoint is writing
+     * meanwhile (a path's and a sibling's: do_page_touch) */
+    return do_reserve(bt, 3 * (size_t)bt->height + 10);
 }
 
 /* A put's or update's new version: overflow run, log record, tree. */
@@ -221,24 +286,96 @@ static int do_read_cell(btree *bt, bt_path *path, bt_cell *c, const unsigned cha
     return do_ovf_read(bt, c, val);
 }
 
-/* A value read from an overflow run stays in bt->vbuf until the
- * operation ends; a buffer grown past 1 MiB (a large value) is given back
- * then, so the process keeps no more than pccap and about a megabyte. */
-static void do_vbuf_trim(btree *bt)
+/* A value read from an overflow run stays in the thread's buffer until
+ * the operation ends; a buffer grown past 1 MiB (a large value) is given
+ * back then, so each thread keeps about a megabyte at most. */
+void bt_read_bufs_trim(void)
 {
-    if (bt->vcap > (1u << 20)) {
-        free(bt->vbuf);
-        bt->vbuf = NULL;
-        bt->vcap = 0;
-    }
-    if (bt->zcap > (1u << 20)) {
-        free(bt->zbuf);
-        bt->zbuf = NULL;
-        bt->zcap = 0;
-    }
+    tlbuf_trim(TLB_TREE_OVF, 1u << 20);
+    tlbuf_trim(TLB_TREE_ZRAW, 1u << 20);
 }
 
 /* ---- the store operations --------------------------------------------- */
+
+/* True if the path's cell still names the run `was` read (same page, bytes
+ * and cas).  A run is freed only when its cell changes (a put with a new
+ * cas, a delete), so a cell that still names it proves the run was
+ * neither freed nor rewritten meanwhile. */
+static bool same_run(const bt_path *path, const bt_cell *was)
+{
+    if (!path->found)
+        return false;
+    bt_cell c;
+    pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
+                            (unsigned)path->idx[path->depth - 1]), &c);
+    return c.ovf && c.ovf_pgno == was->ovf_pgno && c.ovf_bytes == was->ovf_bytes &&
+           c.ovf_codec == was->ovf_codec && c.vlen == was->vlen && c.cas == was->cas;
+}
+
+#define OVF_TRIES 3     /* unlocked reads of a key's run before one under the lock */
+
+/* A get whose live cell c (at the path, shared lock held) has its value in
+ * an overflow run: the run is read with the lock let go (a 1 GiB value
+ * holds up no writer), then, under the lock again, the key is looked up
+ * and must still name the same run (same_run); if it changed meanwhile,
+ * the get answers from the new cell (tried OVF_TRIES times, then read
+ * under the lock).  The callback runs under the lock, as for any get.
+ * Returns with the shared lock held and the path released. */
+static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t klen,
+                   const kura_clock *clk, kura_item_fn fn, void *arg)
+{
+    const unsigned char *val;
+    int rc;
+    for (int tries = 0;; tries++) {
+        if (!c->ovf || tries == OVF_TRIES) {
+            rc = do_read_cell(bt, path, c, &val);  /* inline, or under the lock */
+            break;
+        }
+        bt_cell was = *c;
+        uint64_t npages = bt->npages;
+        do_path_release(bt, path);
+        bt_unlock(bt);
+        if (kura_test.tree_ovf_unlocked)
+            kura_test.tree_ovf_unlocked(kura_test.tree_ovf_unlocked_arg);
+        rc = bt_ovf_read_quiet(bt, bt->fd, npages, &was, &val);
+        bt_rdlock(bt);
+        int d = do_descend(bt, key, klen, path);
+        if (d)
+            return d;
+        if (kura_test.tree_ovf_no_recheck && path->found) {
+            /* (the negative check: the old cell's fields, the bytes read) */
+            *c = was;
+            c->key = key;
+            if (rc)
+                bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
+            break;
+        }
+        if (!path->found) {
+            rc = KURA_NOTFOUND;             /* deleted meanwhile */
+            break;
+        }
+        bool same = same_run(path, &was);
+        pg_leaf_decode(pg_ccell(path->pg[path->depth - 1]->data,
+                                (unsigned)path->idx[path->depth - 1]), c);
+        int lv = kura_item_liveness(c->exptime, c->cas, clk);
+        if (lv != KURA_LIVE) {              /* (a touch may have expired it) */
+            rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
+            break;
+        }
+        if (same) {
+            if (rc)
+                bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
+            break;
+        }
+    }
+    if (rc == KURA_OK) {
+        kura_item it;
+        fill_item(&it, c, val);
+        rc = fn ? fn(arg, &it) : KURA_OK;
+    }
+    do_path_release(bt, path);
+    return rc;
+}
 
 static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                      kura_item_fn fn, void *arg)
@@ -247,7 +384,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     bt_path path;
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_rdlock(bt);
     int rc = do_descend(bt, key, klen, &path);
     if (rc)
         goto out;
@@ -262,10 +399,15 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     int lv = kura_item_liveness(c.exptime, c.cas, clk);
     if (lv != KURA_LIVE) {
         rc = lv == KURA_DEAD_EXPIRED ? KURA_EXPIRED : KURA_FLUSHED;
-        /* as memcached does, a read that meets a dead item reclaims it:
-         * looked up again, as do_write_begin may let mu go (a checkpoint) */
+        /* as memcached does, a read that meets a dead item reclaims it,
+         * with the lock taken exclusive: looked up again, as the lock was
+         * let go (and do_write_begin may let it go: a checkpoint) */
         do_path_release(bt, &path);
-        if (!bt->cfg.read_only && do_write_begin(bt) == KURA_OK &&
+        if (bt->cfg.read_only)
+            goto out;
+        bt_unlock(bt);
+        bt_wrlock(bt);
+        if (do_write_begin(bt) == KURA_OK &&
             do_descend(bt, key, klen, &path) == KURA_OK) {
             if (path.found) {
                 pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
@@ -278,6 +420,11 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
         }
         goto out;
     }
+    if (c.ovf) {
+        rc = get_ovf(bt, &path, &c, key, klen, clk, fn, arg);
+        bt_read_bufs_trim();
+        goto out;
+    }
     rc = do_read_cell(bt, &path, &c, &val);
     if (rc == KURA_OK) {
         kura_item it;
@@ -286,9 +433,9 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     }
 release:
     do_path_release(bt, &path);
-    do_vbuf_trim(bt);
+    bt_read_bufs_trim();
 out:
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     return rc;
 }
 
@@ -303,7 +450,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
         return KURA_EINVAL;
     if (too_big(bt, it->klen, it->vlen))
         return KURA_ETOOBIG;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
         rc = do_descend(bt, it->key, it->klen, &path);
@@ -328,7 +475,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
     }
     do_path_release(bt, &path);
 out:
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     return finish_write(bt, rc, wrote, lsn);
 }
 
@@ -341,7 +488,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
     bool wrote = false;
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
         rc = do_descend(bt, key, klen, &path);
@@ -367,7 +514,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
     }
     do_path_release(bt, &path);
 out:
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     return finish_write(bt, rc, wrote, lsn);
 }
 
@@ -381,13 +528,13 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     int rc = KURA_OK, src = KURA_OK;
     if (check_key(key, klen))
         return KURA_EINVAL;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     if (!bt->cfg.read_only)
         src = do_write_begin(bt);
     if (src == KURA_OK)
         src = do_descend(bt, key, klen, &path);
     if (src) {
-        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+        bt_unlock(bt);
         return src;
     }
     bt_cell c;
@@ -466,8 +613,8 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     }
 out:
     do_path_release(bt, &path);
-    do_vbuf_trim(bt);
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_read_bufs_trim();
+    bt_unlock(bt);
     src = finish_write(bt, src, wrote, lsn);
     return src ? src : rc;
 }
@@ -485,11 +632,11 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
     int rc = KURA_OK, bad = KURA_OK;
     for (;;) {
         bt_path path;
-        lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+        bt_rdlock(bt);
         rc = do_descend(bt, have_last ? last : from, have_last ? llen : (from ? flen : 0),
                         &path);
         if (rc) {
-            lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+            bt_unlock(bt);
             return rc;
         }
         bt_page *leaf = path.pg[path.depth - 1];
@@ -505,7 +652,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
             if (r) {
                 if (r < 0)
                     rc = r;
-                lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+                bt_unlock(bt);
                 return rc ? rc : bad;
             }
             leaf = path.pg[path.depth - 1];
@@ -533,8 +680,8 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
             rc = fn(arg, &it);
         }
         do_path_release(bt, &path);
-        do_vbuf_trim(bt);
-        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+        bt_read_bufs_trim();
+        bt_unlock(bt);
         if (rc)
             return rc;
     }
@@ -587,7 +734,7 @@ static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
     if (!sa)
         return 0;
     long done = 0;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     bt_path path;
     int rc = do_descend(bt, bt->sweep_klen ? (const char *)bt->sweep_key : NULL,
                         bt->sweep_klen, &path);
@@ -636,7 +783,7 @@ static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
         }
         do_path_release(bt, &path);
     }
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     free(sa);
     return done;
 }
@@ -651,11 +798,11 @@ static void bt_usage_op(kura_store *s, kura_store_usage *u)
 {
     btree *bt = B(s);
     memset(u, 0, sizeof(*u));
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_rdlock(bt);
     u->curr_items = bt->items;
     u->bytes = bt->bytes;
     u->reclaimed = bt->reclaimed;
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
 }
 
 #define LOAD(x) atomic_load_explicit(&bt->x, memory_order_relaxed)
@@ -663,10 +810,10 @@ static void bt_usage_op(kura_store *s, kura_store_usage *u)
 static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
 {
     btree *bt = B(s);
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_rdlock(bt);
     uint64_t pages = bt->npages, nfree = bt->freev.n + bt->pend.n, cached = bt->ncached,
              dirty = bt->ndirty, height = bt->height;
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     kura_emit_u64(emit, arg, "tree_page_size", bt->psiz);
     kura_emit_u64(emit, arg, "tree_file_bytes", pages * bt->psiz);
     kura_emit_u64(emit, arg, "tree_pages", pages);
@@ -757,12 +904,12 @@ static void bg_work(void *arg)
     double now = kura_mono();
     if (now < bt->bg_retry_at || sl_failed(&bt->log))
         return;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
     bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
                 (now - bt->bg_last_ckpt >= 5.0 && (bt->ndirty || since || bt->pend.n));
     int rc = want ? do_checkpoint(bt) : KURA_OK;
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     if (want)
         bt->bg_last_ckpt = now;
     if (rc) {
@@ -777,9 +924,9 @@ static void bg_work(void *arg)
 int btree_debug_checkpoint(kura_store *s)
 {
     btree *bt = B(s);
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     int rc = do_checkpoint(bt);
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     return rc;
 }
 
@@ -803,12 +950,11 @@ static void destroy(btree *bt)
     free(bt->scr[1]);
     free(bt->cptr);
     free(bt->clen);
-    free(bt->vbuf);
-    free(bt->zbuf);
-    free(bt->pz_in);
     free(bt->pz_out);
-    pthread_mutex_destroy(&bt->mu);
+    pthread_rwlock_destroy(&bt->rw);
+    pthread_mutex_destroy(&bt->cmu);
     pthread_mutex_destroy(&bt->state_mu);
+    pthread_mutex_destroy(&bt->ckpt_mu);
     pthread_cond_destroy(&bt->ckpt_cv);
     kura_bg_destroy(&bt->bg);
     free(bt->dir);
@@ -820,10 +966,10 @@ static void bt_close_op(kura_store *s)
     btree *bt = B(s);
     kura_bg_stop(&bt->bg);
     if (!bt->cfg.read_only) {
-        lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+        bt_wrlock(bt);
         bt->closing = true;
         int rc = do_pack(bt);
-        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+        bt_unlock(bt);
         sl_unmap_active(&bt->log);
         if (rc == KURA_OK)
             rc = sl_sync_now(&bt->log);
@@ -954,8 +1100,16 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->psiz_given = psiz_given;
     bt->ckpt_bytes = ckpt;
     bt->wal_roll_min = (ckpt < segsiz ? ckpt : segsiz) / 4;
-    pthread_mutex_init(&bt->mu, NULL);
+    /* writers first: a steady stream of readers must not hold a change
+     * (or a checkpoint) off for ever; no thread takes the lock twice */
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&bt->rw, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
+    pthread_mutex_init(&bt->cmu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);
+    pthread_mutex_init(&bt->ckpt_mu, NULL);
     pthread_cond_init(&bt->ckpt_cv, NULL);
     kura_bg_init(&bt->bg);
 
@@ -1002,7 +1156,6 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     if (bt->blksize < 512 || (bt->blksize & (bt->blksize - 1)))
         bt->blksize = 4096;
     if (!(bt->scr[0] = malloc(bt->psiz)) || !(bt->scr[1] = malloc(bt->psiz)) ||
-        !(bt->pz_in = malloc(bt->psiz)) ||
         (bt->zcomp && !(bt->pz_out = malloc(bt_pz_out_size(bt)))) ||
         !(bt->cptr = malloc(bt->ccap * sizeof(*bt->cptr))) ||
         !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, pccap)) {
@@ -1010,7 +1163,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         rc = KURA_ENOMEM;
         goto fail;
     }
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_wrlock(bt);
     rc = salvage ? do_salvage_load(bt, err, errlen) : KURA_OK;
     if (rc == KURA_OK)
         rc = bt_wal_open(bt, err, errlen);
@@ -1021,7 +1174,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
             snprintf(err, errlen, "%s: cannot write a checkpoint after replay: %s", path,
                      kura_strerror(rc));
     }
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     if (rc == KURA_OK && salvage && (rc = bt_salvage_end(bt)))
         snprintf(err, errlen, "%s: cannot finish the salvage: %s", path, kura_strerror(rc));
     if (rc)

@@ -10,6 +10,14 @@
  * Pages on a path in use are pinned and skipped by eviction, so the cache
  * may pass the bound by a path's length while an operation runs.
  *
+ * Readers share the tree lock (tree_int.h), so lookups, pins, loads and
+ * evictions take the cache's own mutex, bt->cmu, for a few instructions:
+ * a miss reads its page into a page object with cmu let go, then inserts
+ * it unless another reader did first (a page's bytes on disk cannot change
+ * while the tree lock is shared).  A changing operation holds the tree
+ * lock exclusive, so no reader is in the cache: the functions only
+ * changes call (new, touch, free) need no cmu.
+ *
  * Allocation (copy-on-write, as LMDB does): a page written by an earlier
  * checkpoint is never written again in place; changing it moves it to a
  * new number (do_page_touch) and frees the old one into `pend`, reusable
@@ -31,6 +39,7 @@
 
 #include "kura/crc32c.h"
 #include "kura/testhooks.h"
+#include "kura/tlbuf.h"
 #include "tree_int.h"
 
 static unsigned char zeros[65536];
@@ -172,8 +181,8 @@ int do_reserve(btree *bt, size_t n)
  * bound.  A hit only sets the page's ref bit (moving it on every hit would
  * touch two neighbours' lines each time): a page met here with the bit set
  * gets a second chance at the hot end instead (CLOCK).  Bounded: each page
- * is passed over at most twice. */
-void do_evict(btree *bt)
+ * is passed over at most twice.  cmu held (or rw exclusive). */
+static void evict_locked(btree *bt)
 {
     size_t budget = 2 * bt->ncached + 2;
     bt_page *p = bt->lru.prev;
@@ -191,6 +200,13 @@ void do_evict(btree *bt)
         }
         p = prev;
     }
+}
+
+void do_evict(btree *bt)
+{
+    pthread_mutex_lock(&bt->cmu);
+    evict_locked(bt);
+    pthread_mutex_unlock(&bt->cmu);
 }
 
 void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what)
@@ -224,33 +240,57 @@ static int read_full_fd(btree *bt, int fd, void *buf, size_t n, off_t off)
     return KURA_OK;
 }
 
+static inline void stat_add(_Atomic uint64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* A cached page pinned for the caller: cmu held. */
+static int pin_cached(bt_page *p, int type, bt_page **out)
+{
+    if (type && pg_type(p->data) != type)
+        return KURA_ECORRUPT;
+    p->pins++;
+    p->ref = true;              /* no list move on a hit (see evict_locked) */
+    *out = p;
+    return KURA_OK;
+}
+
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
 {
+    pthread_mutex_lock(&bt->cmu);
     bt_page *p = hash_find(bt, pgno);
     if (p) {
-        atomic_store_explicit(&bt->cache_hits, atomic_load_explicit(&bt->cache_hits,
-                              memory_order_relaxed) + 1, memory_order_relaxed);
-        if (type && pg_type(p->data) != type) {
-            bt_count_error(bt, KURA_ECORRUPT, pgno, "a page of the wrong type");
-            return KURA_ECORRUPT;
-        }
-        p->pins++;
-        p->ref = true;          /* no list move on a hit (see do_evict) */
-        *out = p;
-        return KURA_OK;
+        int rc = pin_cached(p, type, out);
+        pthread_mutex_unlock(&bt->cmu);
+        stat_add(&bt->cache_hits);
+        if (rc)
+            bt_count_error(bt, rc, pgno, "a page of the wrong type");
+        return rc;
     }
-    atomic_store_explicit(&bt->cache_misses, atomic_load_explicit(&bt->cache_misses,
-                          memory_order_relaxed) + 1, memory_order_relaxed);
-    if (pgno < 2 || pgno >= bt->npages) {
-        bt_count_error(bt, KURA_ECORRUPT, pgno, "a pointer past the file's pages");
-        return KURA_ECORRUPT;
-    }
-    if (!(p = obj_get(bt)))
+    p = obj_get(bt);
+    pthread_mutex_unlock(&bt->cmu);
+    stat_add(&bt->cache_misses);
+    if (!p)
         return KURA_ENOMEM;
-    int rc = bt_page_load(bt, bt->fd, pgno, type, p->data);
-    if (rc) {
+    int rc = KURA_ECORRUPT;
+    if (pgno < 2 || pgno >= bt->npages)
+        bt_count_error(bt, rc, pgno, "a pointer past the file's pages");
+    else if ((rc = bt_page_load(bt, bt->fd, pgno, type, p->data)))
         bt_count_error(bt, rc, pgno, "a page");
+    pthread_mutex_lock(&bt->cmu);
+    if (rc) {
         obj_put(bt, p);
+        pthread_mutex_unlock(&bt->cmu);
+        return rc;
+    }
+    bt_page *q = hash_find(bt, pgno);
+    if (q) {                    /* another reader loaded it meanwhile */
+        obj_put(bt, p);
+        rc = pin_cached(q, type, out);
+        pthread_mutex_unlock(&bt->cmu);
+        if (rc)
+            bt_count_error(bt, rc, pgno, "a page of the wrong type");
         return rc;
     }
     p->pgno = pgno;
@@ -259,16 +299,29 @@ int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
     hash_add(bt, p);
     list_add(&bt->lru, p);
     bt->ncached++;
-    do_evict(bt);
+    evict_locked(bt);
+    pthread_mutex_unlock(&bt->cmu);
     *out = p;
     return KURA_OK;
 }
 
 void do_page_unpin(btree *bt, bt_page *p)
 {
-    (void)bt;
-    if (p && p->pins)
+    if (!p)
+        return;
+    pthread_mutex_lock(&bt->cmu);
+    if (p->pins)
         p->pins--;
+    pthread_mutex_unlock(&bt->cmu);
+}
+
+void do_pages_unpin(btree *bt, bt_page *const *pg, int n)
+{
+    pthread_mutex_lock(&bt->cmu);
+    for (int i = 0; i < n; i++)
+        if (pg[i] && pg[i]->pins)
+            pg[i]->pins--;
+    pthread_mutex_unlock(&bt->cmu);
 }
 
 bt_page *do_page_new(btree *bt, int type)
@@ -288,14 +341,41 @@ bt_page *do_page_new(btree *bt, int type)
     list_add(&bt->dirty, p);
     bt->ncached++;
     bt->ndirty++;
-    do_evict(bt);
+    evict_locked(bt);           /* (rw exclusive: no reader in the cache) */
     return p;
 }
 
-uint64_t do_page_touch(btree *bt, bt_page *p)
+/* p, which a checkpoint is writing, left to it (out of the cache: the
+ * checkpoint frees it) and a copy in its place, with the caller's pin. */
+static bt_page *copy_for_change(btree *bt, bt_page *p)
 {
+    bt_page *q = obj_get(bt);
+    if (!q) {
+        /* do_reserve() before every change makes this unreachable */
+        bt_log(bt, KURA_LOG_ERROR, "out of memory for a page with none reserved");
+        abort();
+    }
+    memcpy(q->data, p->data, bt->psiz);
+    q->pgno = p->pgno;
+    q->txn = p->txn;
+    q->pins = 1;
+    q->ref = true;
+    p->pins--;
+    hash_del(bt, p);
+    list_del(p);
+    p->orphan = true;
+    hash_add(bt, q);
+    list_add(&bt->lru, q);
+    return q;
+}
+
+uint64_t do_page_touch(btree *bt, bt_page **pp)
+{
+    bt_page *p = *pp;
     if (p->txn != bt->txn) {
         uint64_t old = p->pgno;
+        if (p->writing && !kura_test.tree_ckpt_no_copy)
+            *pp = p = copy_for_change(bt, p);
         hash_del(bt, p);
         p->pgno = do_alloc_run(bt, 1);
         p->txn = bt->txn;
@@ -321,7 +401,32 @@ void do_page_free(btree *bt, bt_page *p)
         bt->ndirty--;
     bt->ncached--;
     do_free_pgno(bt, p->pgno, 1, p->txn == bt->txn);
-    obj_put(bt, p);
+    if (p->writing)
+        p->orphan = true;       /* the checkpoint frees it after its write */
+    else
+        obj_put(bt, p);
+}
+
+void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written)
+{
+    for (size_t j = 0; j < n; j++) {
+        bt_page *p = pages[j];
+        p->writing = false;
+        if (p->orphan) {        /* (counted out of the cache when orphaned) */
+            obj_put(bt, p);
+            continue;
+        }
+        if (p->pins)
+            p->pins--;
+        if (!written) {
+            p->txn = bt->txn;
+            bt_put64(p->data + 16, p->txn);
+            list_del(p);
+            list_add(&bt->dirty, p);
+            p->dirty = true;
+            bt->ndirty++;
+        }
+    }
 }
 
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
@@ -509,34 +614,35 @@ int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val)
 int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
                    const unsigned char **val)
 {
+    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val);
+    if (rc)
+        bt_count_error(bt, rc, c->ovf_pgno,
+                       c->ovf_pgno < 2 || c->ovf_pgno + bt_ovf_pages(bt, c->ovf_bytes) > npages
+                           ? "an overflow run past the file's pages" : "an overflow run");
+    return rc;
+}
+
+int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                      const unsigned char **val)
+{
     uint64_t pgno = c->ovf_pgno;
     size_t vlen = c->ovf_bytes;
     size_t n = bt_ovf_pages(bt, vlen), len = n * bt->psiz;
-    if (pgno < 2 || pgno + n > npages) {
-        bt_count_error(bt, KURA_ECORRUPT, pgno, "an overflow run past the file's pages");
+    if (pgno < 2 || pgno + n > npages)
         return KURA_ECORRUPT;
-    }
-    if (bt->vcap < len) {
-        unsigned char *nb = realloc(bt->vbuf, len);
-        if (!nb)
-            return KURA_ENOMEM;
-        bt->vbuf = nb;
-        bt->vcap = len;
-    }
-    int rc = read_full_fd(bt, fd, bt->vbuf, len, (off_t)(pgno * bt->psiz));
+    unsigned char *vb = tlbuf(TLB_TREE_OVF, len);   /* the thread's own */
+    if (!vb)
+        return KURA_ENOMEM;
+    int rc = read_full_fd(bt, fd, vb, len, (off_t)(pgno * bt->psiz));
     if (rc == KURA_OK &&
-        (bt_get32(bt->vbuf) != crc32c_update(0, bt->vbuf + 4, len - 4) ||
-         pg_type(bt->vbuf) != BT_OVERFLOW || bt_get64(bt->vbuf + 8) != pgno ||
-         pg_link(bt->vbuf) != n || bt_get32(bt->vbuf + 32) != vlen ||
-         bt->vbuf[5] != c->ovf_codec || (c->ovf_codec && bt_get32(bt->vbuf + 36) != c->vlen)))
+        (bt_get32(vb) != crc32c_update(0, vb + 4, len - 4) ||
+         pg_type(vb) != BT_OVERFLOW || bt_get64(vb + 8) != pgno ||
+         pg_link(vb) != n || bt_get32(vb + 32) != vlen ||
+         vb[5] != c->ovf_codec || (c->ovf_codec && bt_get32(vb + 36) != c->vlen)))
         rc = KURA_ECORRUPT;
     if (rc == KURA_OK && c->ovf_codec)
-        rc = bt_zcomp_unpack(bt, c->ovf_codec, bt->vbuf + BT_HDR, vlen, c->vlen, val);
+        rc = bt_zcomp_unpack(bt, c->ovf_codec, vb + BT_HDR, vlen, c->vlen, val);
     else
-        *val = bt->vbuf + BT_HDR;
-    if (rc) {
-        bt_count_error(bt, rc, pgno, "an overflow run");
-        return rc;
-    }
-    return KURA_OK;
+        *val = vb + BT_HDR;
+    return rc;
 }

@@ -118,11 +118,10 @@ int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen)
     btree *bt = (btree *)s;
     chk c = { .bt = bt, .err = err, .errlen = errlen };
     int rc;
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
-    while (bt->ckpt_busy)       /* its free lists are in its hands until it ends */
-        pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
+    bt_wrlock(bt);
+    do_ckpt_wait(bt);           /* its free lists are in its hands until it ends */
     if (!(c.seen = calloc(bt->npages ? bt->npages : 1, 1))) {
-        lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+        bt_unlock(bt);
         return KURA_ENOMEM;
     }
     snprintf(err, errlen, "ok");
@@ -143,6 +142,6 @@ int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen)
     if (leaked)
         *leaked = leak;
     free(c.seen);
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    bt_unlock(bt);
     return rc;
 }

@@ -2,8 +2,12 @@
  * tree_commit.c - checkpoints: the B+ tree's pages and a meta page made
  * durable, in that order; and reading the meta pages at open.
  *
- * A checkpoint (under bt->mu, so it sees the tree exactly as of one log
- * position P):
+ * A checkpoint takes the tree as of one log position P (under bt->rw
+ * exclusive: the page list, the free list and the meta page's fields),
+ * freezes it (its pages belong to a finished checkpoint from then on), and
+ * lets the lock go for every step below, so reads and changes go on while
+ * it writes and syncs: a frozen page's bytes do not change (a change goes
+ * to a copy of it, do_page_touch) and it is pinned until written.  Then:
  *   0. syncs the log up to P (without it, after a power loss under -sync
  *      none or interval the log could end before P, and records appended
  *      after the next open would sit behind the position replay starts at);
@@ -21,8 +25,8 @@
  * it reaches, intact: open takes the newest meta page whose checksum holds
  * and replays the log from its P.  Only after 5 do the pages freed since
  * the previous checkpoint become reusable, and the log before P go.
- * A failed write leaves everything as it was (the pages stay dirty, the
- * next checkpoint tries again); a failed sync is sticky (sl_fail), as it
+ * A failed write leaves the tree as it was (the pages not written are
+ * dirty again, the next checkpoint tries again); a failed sync is sticky (sl_fail), as it
  * is for the log: the kernel may have dropped the pages it could not write.
  *
  * The two meta pages are at offsets 0 and 4096 (so that finding them needs
@@ -140,11 +144,13 @@ static int cmp_page(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Writes the pages (sorted by number), runs of neighbours in one pwritev.
+/* Writes the pages (sorted by number, sealed), runs of neighbours in one
+ * pwritev, with the tree lock let go: the pages are only read (a change
+ * goes to a copy: do_page_touch), *zipped set if one was compressed.
  * With zcomp, a leaf or branch page that compresses enough is written
  * compressed (tree_pzcomp.c) and ends its run: the rest of its slot is
  * punched out, so the next page's bytes do not follow its own. */
-static int write_pages(btree *bt, bt_page **pages, size_t n)
+static int write_pages(btree *bt, bt_page **pages, size_t n, bool *zipped)
 {
     struct iovec iov[64];
     size_t i = 0;
@@ -155,7 +161,6 @@ static int write_pages(btree *bt, bt_page **pages, size_t n)
         while (!zlen && i < n && k < 64 && pages[i]->pgno == first + (uint64_t)k) {
             const unsigned char *z = NULL;
             zlen = bt_pz_pack(bt, pages[i]->data, &z);
-            pg_seal(pages[i]->data, bt->psiz);
             iov[k++] = zlen ? (struct iovec){ (void *)z, zlen }
                             : (struct iovec){ pages[i]->data, bt->psiz };
             i++;
@@ -167,13 +172,44 @@ static int write_pages(btree *bt, bt_page **pages, size_t n)
         if (bt_pwritev_all(bt, iov, k, (off_t)(first * bt->psiz)) != 0)
             return -1;
         if (zlen) {
-            /* the meta page written after these pages names them: from it
-             * on, an older kurad must refuse the file */
-            bt->version = BT_VERSION;
+            *zipped = true;
             bt_pz_written(bt, pages[i - 1]->pgno, zlen, end);
         }
     }
     return 0;
+}
+
+/* Steps 1 and 2 of a checkpoint, with the tree lock let go: the tree's
+ * pages (*written once they are), then the free list (all) into its pages
+ * (chain).  0, or the write's error (logged and counted). */
+static int write_tree(btree *bt, bt_page **pages, size_t nd, const bt_vec *chain,
+                      const bt_vec *all, unsigned char *fl, uint64_t txn, bool *zipped,
+                      bool *written)
+{
+    size_t per = (bt->psiz - BT_HDR) / 8;
+    if (write_pages(bt, pages, nd, zipped) != 0)
+        goto err;
+    *written = true;
+    for (size_t j = 0; j < chain->n; j++) {
+        size_t from = j * per, cnt = all->n > from ? all->n - from : 0;
+        if (cnt > per)
+            cnt = per;
+        pg_init(fl, bt->psiz, BT_FREELIST, chain->v[j], txn);
+        memset(fl + BT_HDR, 0, bt->psiz - BT_HDR);
+        bt_put16(fl + 6, (uint16_t)cnt);
+        pg_set_link(fl, j + 1 < chain->n ? chain->v[j + 1] : 0);
+        for (size_t e = 0; e < cnt; e++)
+            bt_put64(fl + BT_HDR + 8 * e, all->v[from + e]);
+        pg_seal(fl, bt->psiz);
+        if (kio_pwrite_all(bt->io, bt->fd, fl, bt->psiz, (off_t)(chain->v[j] * bt->psiz)) != 0)
+            goto err;
+    }
+    return KURA_OK;
+err:;
+    int e = errno;
+    bt_log(bt, KURA_LOG_ERROR, "%s/tree: checkpoint not written: %s", bt->dir, strerror(e));
+    atomic_fetch_add_explicit(&bt->ckpt_errors, 1, memory_order_relaxed);
+    return sl_errno_status(e);
 }
 
 typedef struct tail_arg {
@@ -252,9 +288,8 @@ static void cut_file(btree *bt)
 int do_checkpoint(btree *bt)
 {
     int rc;
-    /* one at a time: another may be in its syncs, with mu let go */
-    while (bt->ckpt_busy)
-        pthread_cond_wait(&bt->ckpt_cv, &bt->mu);
+    /* one at a time: another may be in its syncs, with the lock let go */
+    do_ckpt_wait(bt);
     if ((rc = sl_failed(&bt->log)))
         return rc;
     tail_arg ta;
@@ -306,34 +341,25 @@ int do_checkpoint(btree *bt)
         !(fl = calloc(1, bt->psiz)))
         goto undo;
 
-    /* 2. the dirty pages, in file order, and the list's pages */
+    /* 2. the dirty pages, in file order, made ready to write (a
+     * compressible page's gap zeroed, every page sealed) */
     size_t nd = 0;
     for (bt_page *p = bt->dirty.next; p != &bt->dirty; p = p->next)
         pages[nd++] = p;
     qsort(pages, nd, sizeof(*pages), cmp_page);
-    if (write_pages(bt, pages, nd) != 0)
-        goto ioerr;
-    for (size_t j = 0; j < k; j++) {
-        size_t from = j * per, cnt = all.n > from ? all.n - from : 0;
-        if (cnt > per)
-            cnt = per;
-        pg_init(fl, bt->psiz, BT_FREELIST, chain.v[j], bt->txn);
-        memset(fl + BT_HDR, 0, bt->psiz - BT_HDR);
-        bt_put16(fl + 6, (uint16_t)cnt);
-        pg_set_link(fl, j + 1 < k ? chain.v[j + 1] : 0);
-        for (size_t e = 0; e < cnt; e++)
-            bt_put64(fl + BT_HDR + 8 * e, all.v[from + e]);
-        pg_seal(fl, bt->psiz);
-        if (kio_pwrite_all(bt->io, bt->fd, fl, bt->psiz, (off_t)(chain.v[j] * bt->psiz)) != 0)
-            goto ioerr;
+    for (size_t j = 0; j < nd; j++) {
+        bt_pz_prep(bt, pages[j]->data);
+        pg_seal(pages[j]->data, bt->psiz);
     }
 
-    /* The tree as of P is in the file.  Freeze it: its pages become clean
-     * (what is in memory is what is in the file) and belong to a finished
-     * checkpoint, so a change from now on copies them to new numbers
-     * instead of writing them in place; the pages freed up to now wait in
-     * a list of their own for this meta page.  Then the syncs run with mu
-     * let go, so operations go on meanwhile (a sync can take a while). */
+    /* The tree as of P is what these pages and the meta page say.  Freeze
+     * it: its pages become clean and belong to a finished checkpoint, so a
+     * change from now on copies them to new numbers instead of writing
+     * them in place (and, while this checkpoint writes them, to a copy of
+     * the object too: do_page_touch); pinned, so no eviction frees them;
+     * the pages freed up to now wait in a list of their own for this meta
+     * page.  Then the writes and the syncs run with the lock let go, so
+     * reads and changes go on meanwhile. */
     bt_meta mt;
     fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n, &state, ta.t.seg, ta.t.off);
     for (size_t j = 0; j < nd; j++) {
@@ -341,6 +367,8 @@ int do_checkpoint(btree *bt)
         p->prev->next = p->next;
         p->next->prev = p->prev;
         p->dirty = false;
+        p->writing = true;
+        p->pins++;
         p->next = bt->lru.next;
         p->prev = &bt->lru;
         bt->lru.next->prev = p;
@@ -350,17 +378,38 @@ int do_checkpoint(btree *bt)
     bt->txn++;
     pend = bt->pend;
     memset(&bt->pend, 0, sizeof(bt->pend));
-    bt->ckpt_busy = true;
-    lockorder_unlock(&bt->mu, LOCK_RANK_STRIPE);
+    do_ckpt_flag(bt, &bt->ckpt_busy, true);
+    do_ckpt_flag(bt, &bt->ckpt_writing, true);
+    bt_unlock(bt);
+
+    if (kura_test.tree_ckpt_writing)
+        kura_test.tree_ckpt_writing(kura_test.tree_ckpt_writing_arg);
+
+    /* 2. the pages, then the free list's */
+    bool stopped = false, zipped = false, written = false;
+    rc = write_tree(bt, pages, nd, &chain, &all, fl, mt.txn, &zipped, &written);
+    /* the meta page written after compressed pages names them: from it on,
+     * an older kurad must refuse the file */
+    if (zipped)
+        mt.version = BT_VERSION;
+    /* the pages are done with: unpinned for the syncs (evictable, as clean
+     * pages in the file), or, if not written, dirty again in this
+     * checkpoint (their numbers are in no durable meta page); those changed
+     * or freed meanwhile were left to this checkpoint, and go now */
+    bt_wrlock(bt);
+    do_ckpt_pages_done(bt, pages, nd, written);
+    if (zipped)
+        bt->version = BT_VERSION;       /* the file holds compressed pages */
+    do_ckpt_flag(bt, &bt->ckpt_writing, false);
+    bt_unlock(bt);
 
     /* 0. the log up to P durable: the meta page says "replay from P", so a
      * log cut short of P by a power loss (-sync none, interval) would
      * leave the records appended after the next open behind P;
      * 3. the pages durable before the meta page names them */
-    bool stopped = false;
-    rc = KURA_OK;       /* (it still said KURA_ENOMEM from step 1: a checkpoint
-                           during replay, which syncs no log, failed with it) */
-    if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn))) {
+    if (rc) {
+        /* not written: no sync, no meta page */
+    } else if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn))) {
         stopped = true;
     } else if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
         sl_fail(&bt->log, "the tree file's checkpoint sync", errno);
@@ -383,9 +432,8 @@ int do_checkpoint(btree *bt)
         rc = KURA_EFAILED;
         stopped = true;
     }
-    lockorder_lock(&bt->mu, LOCK_RANK_STRIPE);
-    bt->ckpt_busy = false;
-    pthread_cond_broadcast(&bt->ckpt_cv);
+    bt_wrlock(bt);
+    do_ckpt_flag(bt, &bt->ckpt_busy, false);
     if (rc) {
         /* the previous meta page is the durable one: the pages freed wait
          * for the next, and so do the list's pages (a meta page that may
@@ -426,10 +474,6 @@ int do_checkpoint(btree *bt)
     }
     return KURA_OK;
 
-ioerr:
-    rc = sl_errno_status(errno);
-    bt_log(bt, KURA_LOG_ERROR, "%s/tree: checkpoint not written: %s", bt->dir, strerror(errno));
-    atomic_fetch_add_explicit(&bt->ckpt_errors, 1, memory_order_relaxed);
 undo:
     /* the list's pages go back; nothing else changed */
     for (size_t j = 0; j < chain.n; j++)

@@ -55,7 +55,7 @@ static void rebalance(btree *bt, bt_path *path, int lvl)
             count(&bt->skipped_rebalances);
             return;
         }
-        pg_set_child(parent->data, sib_i, do_page_touch(bt, sib));
+        pg_set_child(parent->data, sib_i, do_page_touch(bt, &sib));
         bt_page *L = ci > 0 ? sib : p, *R = ci > 0 ? p : sib;
 
         /* gather L's cells, the separator (branches), R's cells */

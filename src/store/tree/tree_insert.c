@@ -98,7 +98,9 @@ static bool share_insert(btree *bt, bt_path *path, int lvl, unsigned i,
             do_page_unpin(bt, sib);
             continue;
         }
-        pg_set_child(parent->data, sib_i, do_page_touch(bt, sib));
+        pg_set_child(parent->data, sib_i, do_page_touch(bt, &sib));
+        L = side == 0 ? sib : p;        /* (sib may be a copy now) */
+        R = side == 0 ? p : sib;
         unsigned char sep[BT_BRANCH_FIXED + 256];
         const char *k;
         size_t kl;

@@ -28,12 +28,22 @@
  * a close, tree.c the store operations, threads and
  * open/close.
  *
- * Concurrency (correct first): one mutex, bt->mu, serializes every
- * operation on the tree and its cache, readers included; the log's group
- * commit waits happen outside it, and so do a checkpoint's syncs (it lets
- * mu go for them: whoever calls do_checkpoint, or do_write_begin, must
- * hold no path across the call).  Functions named do_* run with bt->mu
- * held.
+ * Concurrency (docs/design.md, "Tree reads in parallel"): the tree lock
+ * bt->rw is a reader-writer lock.  Reads (get, iterate, stats) hold it
+ * shared and never wait for one another; every change, a checkpoint, the
+ * sweep and close hold it exclusive.  Readers share only the page cache,
+ * which has a short mutex of its own (bt->cmu: the hash, the lists, pins,
+ * the spare page objects; a page is read from the file without it) and
+ * per-thread scratch (tlbuf: an overflow value, a decompressed one, a
+ * compressed page).  A page's bytes change only under the exclusive lock,
+ * so a reader reads a pinned page with no lock but the shared one.  The
+ * log's group commit waits happen outside the lock, and so do a
+ * checkpoint's writes and syncs (it lets the lock go for them: whoever
+ * calls do_checkpoint, or do_write_begin, must hold no path across the
+ * call; a page it writes is pinned and changed only through a copy).
+ * Functions named do_* run with bt->rw held: exclusive, unless they say
+ * "shared" (do_descend, do_next_leaf, do_page_get, do_page_unpin,
+ * do_path_release, do_ovf_read, bt_page_load may run shared).
  */
 #ifndef KURA_TREE_INT_H
 #define KURA_TREE_INT_H
@@ -84,6 +94,11 @@ typedef struct bt_page {
     unsigned pins;
     bool dirty;
     bool ref;                   /* used since eviction last passed it */
+    bool writing;               /* a checkpoint writes it with rw let go: its
+                                   bytes and number do not change (a change
+                                   goes to a copy: do_page_touch) */
+    bool orphan;                /* writing, and out of the cache since (touched
+                                   or freed): the checkpoint frees it */
     unsigned char data[];       /* psiz bytes */
 } bt_page;
 
@@ -148,7 +163,10 @@ typedef struct btree {
                                    compressed page must free at least one */
     uint32_t version;           /* the format version the next meta page says */
 
-    pthread_mutex_t mu;         /* the tree lock: everything below */
+    pthread_rwlock_t rw;        /* the tree lock: everything below (shared
+                                   by readers, exclusive by changes) */
+    pthread_mutex_t cmu;        /* the cache's hash, lists, pins and spare
+                                   objects while readers share rw */
 
     /* the cache (tree_cache.c) */
     bt_page **htab;
@@ -190,23 +208,23 @@ typedef struct btree {
     uint64_t ckpt_lsn;          /* sl_lsn at the last checkpoint */
     uint64_t wal_roll_min;      /* a checkpoint seals a segment holding this much */
     bool closing;               /* the close's checkpoint: it seals any records */
-    bool ckpt_busy;             /* a checkpoint is in its syncs, mu let go */
-    pthread_cond_t ckpt_cv;     /* with mu: ckpt_busy went false */
+    bool ckpt_busy;             /* a checkpoint is in its syncs, rw let go
+                                   (written under rw exclusive and ckpt_mu) */
+    bool ckpt_writing;          /* ... and in its writes, its pages pinned
+                                   (written as ckpt_busy) */
+    pthread_mutex_t ckpt_mu;    /* for ckpt_cv */
+    pthread_cond_t ckpt_cv;     /* ckpt_busy or ckpt_writing went false */
     bool wal_started;           /* sl_start done: appends and trims allowed */
     bool replaying;             /* open: a checkpoint is as of wal_at */
     uint32_t wal_at_seg;
     uint64_t wal_at_off;
 
-    /* scratch, under mu */
+    /* scratch of changes (rw exclusive); a read's is its thread's (tlbuf:
+     * TLB_TREE_OVF, TLB_TREE_ZRAW, TLB_TREE_PAGE) */
     unsigned char *scr[2];      /* two pages */
     const unsigned char **cptr; /* cells gathered for a split or a merge */
     uint16_t *clen;
     size_t ccap;
-    unsigned char *vbuf;        /* an overflow value read */
-    size_t vcap;
-    unsigned char *zbuf;        /* ... decompressed */
-    size_t zcap;
-    unsigned char *pz_in;       /* a compressed page read (psiz) */
     unsigned char *pz_out;      /* a page compressed (bt_pz_out_size) */
     unsigned char sweep_key[256];
     size_t sweep_klen;
@@ -222,7 +240,7 @@ typedef struct btree {
     kura_bg bg;
     double bg_last_ckpt, bg_retry_at, bg_backoff;  /* the background thread's own */
 
-    /* statistics (written under mu, read relaxed) */
+    /* statistics (atomic: readers count too; read relaxed) */
     _Atomic uint64_t checkpoints, splits, merges, redistributions, cache_hits,
                      cache_misses, corrupt_reads, read_errors, skipped_rebalances,
                      recovered_records, ckpt_errors, shares, trimmed_pages, packed_pages,
@@ -231,6 +249,22 @@ typedef struct btree {
                      punch_errors;
     uint64_t wal_cut;
 } btree;
+
+/* ---- the tree lock (tree.c) ---------------------------------------------- */
+
+void bt_rdlock(btree *bt);
+void bt_wrlock(btree *bt);
+void bt_unlock(btree *bt);
+/* Exclusive: returns once no checkpoint is in its syncs (rw let go while
+ * it waits, so the tree may change meanwhile). */
+void do_ckpt_wait(btree *bt);
+/* The same until no checkpoint is in its writes. */
+void do_ckpt_write_wait(btree *bt);
+/* Sets a flag of the checkpoint's (ckpt_busy, ckpt_writing): rw exclusive;
+ * false wakes its waiters. */
+void do_ckpt_flag(btree *bt, bool *flag, bool on);
+/* Gives back a thread's read buffers grown past 1 MiB by a large value. */
+void bt_read_bufs_trim(void);
 
 /* ---- tree_page.c ------------------------------------------------------- */
 
@@ -289,11 +323,18 @@ void bc_free(btree *bt);
 /* the page pgno, pinned, read and checked if not cached (type 0: any) */
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out);
 void do_page_unpin(btree *bt, bt_page *p);
+void do_pages_unpin(btree *bt, bt_page *const *pg, int n);    /* one cmu for all */
 /* a new page of type, pinned and dirty, its number allocated */
 bt_page *do_page_new(btree *bt, int type);
-/* makes p changeable in this checkpoint: a copy at a new number if it is
- * an older one's (the old number freed); returns its (maybe new) number */
-uint64_t do_page_touch(btree *bt, bt_page *p);
+/* makes *pp changeable in this checkpoint: at a new number if it is an
+ * older one's (the old number freed); returns its (maybe new) number.  A
+ * page a checkpoint is writing is left to it, and *pp becomes a copy
+ * (holding the caller's pin). */
+uint64_t do_page_touch(btree *bt, bt_page **pp);
+/* The checkpoint's pages after their write (rw exclusive again): orphans
+ * freed, the others unpinned, and, if they were not written, dirty again
+ * (in this checkpoint: their numbers are in no durable meta page). */
+void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written);
 /* frees the page: out of the cache, its number freed */
 void do_page_free(btree *bt, bt_page *p);
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now);
@@ -318,6 +359,11 @@ int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val);
 /* the same from another file of npages pages (a salvage's damaged one) */
 int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
                    const unsigned char **val);
+/* the same, neither counted nor logged: for a read made with the tree
+ * lock let go, which may meet a run freed and rewritten meanwhile (the
+ * caller finds out under the lock whether it was; tree.c) */
+int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
+                      const unsigned char **val);
 void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what);
 /* pwritev of every byte to the tree file (short writes continued);
  * 0 or -1 with errno */
@@ -330,8 +376,8 @@ int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off);
  * the value as it is: no zcomp, or compression would not save a page). */
 int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, void **out,
                   size_t *outlen);
-/* Decompresses a run's bytes into bt->zbuf: exactly rawlen bytes or
- * KURA_ECORRUPT. */
+/* Decompresses a run's bytes into the thread's TLB_TREE_ZRAW buffer:
+ * exactly rawlen bytes or KURA_ECORRUPT.  Shared. */
 int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen, size_t rawlen,
                     const unsigned char **val);
 
@@ -339,18 +385,21 @@ int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen,
 
 /* The bytes bt->pz_out needs (0 without zcomp). */
 size_t bt_pz_out_size(btree *bt);
-/* At a checkpoint, before the page is sealed: the page d compressed into
- * bt->pz_out (*out), header included, and the bytes to write, or 0 (write
- * it as it is: no zcomp, not a leaf or branch, or no block would be
- * freed).  Zeroes the unused gap of d (it is sealed after). */
-size_t bt_pz_pack(btree *bt, unsigned char *d, const unsigned char **out);
+/* At a checkpoint, under the lock, before the page is sealed: zeroes the
+ * unused gap of a page that may be stored compressed (zeros compress). */
+void bt_pz_prep(btree *bt, unsigned char *d);
+/* Then, with the lock let go (the page is only read): the page d
+ * compressed into bt->pz_out (*out), header included, and the bytes to
+ * write, or 0 (write it as it is: no zcomp, not a leaf or branch, or no
+ * block would be freed). */
+size_t bt_pz_pack(btree *bt, const unsigned char *d, const unsigned char **out);
 /* After pgno was written compressed (written bytes): counts it and punches
  * the rest of its slot (a failure only costs the space), unless the slot
  * lay past file_end, where the file ended before the write (-1: unknown). */
 void bt_pz_written(btree *bt, uint64_t pgno, size_t written, off_t file_end);
 /* Page pgno of the file fd into d (psiz bytes), decompressed if it was
  * stored compressed, and checked (pg_verify, type 0: any): KURA_OK,
- * KURA_ECORRUPT or KURA_EIO.  mu held (bt->pz_in). */
+ * KURA_ECORRUPT or KURA_EIO.  Shared (the thread's TLB_TREE_PAGE). */
 int bt_page_load(btree *bt, int fd, uint64_t pgno, int type, unsigned char *d);
 
 /* ---- tree_salvage.c: -recover ------------------------------------------- */

@@ -65,7 +65,7 @@ static void walk(btree *bt, bt_path *path, int lvl, pack_walk *w)
         }
         if (!leaves)
             walk(bt, path, lvl + 1, w);
-        do_page_unpin(bt, q);
+        do_page_unpin(bt, path->pg[lvl + 1]);   /* (q, or its copy: do_page_touch) */
         path->depth = lvl + 1;
         if (w->full)
             return;

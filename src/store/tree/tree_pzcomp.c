@@ -39,6 +39,7 @@
 
 #include "kura/codec.h"
 #include "kura/crc32c.h"
+#include "kura/tlbuf.h"
 #include "tree_int.h"
 
 #define PZ_PLAIN_AT 24                  /* where the compressed part of a page starts */
@@ -55,19 +56,30 @@ size_t bt_pz_out_size(btree *bt)
     return BT_HDR + codec_bound((kura_codec)bt->zcomp, bt->psiz - PZ_PLAIN_AT);
 }
 
-size_t bt_pz_pack(btree *bt, unsigned char *d, const unsigned char **out)
+/* a page the checkpoint may store compressed */
+static bool packable(btree *bt, const unsigned char *d)
 {
     int t = pg_type(d);
-    if (!bt->zcomp || !bt->pz_out || (t != BT_LEAF && t != BT_BRANCH))
-        return 0;
-    size_t psiz = bt->psiz, blk = bt->blksize;
-    if (2 * blk > psiz)
-        return 0;                       /* no block could be freed */
+    return bt->zcomp && bt->pz_out && (t == BT_LEAF || t == BT_BRANCH) &&
+           2 * bt->blksize <= bt->psiz;        /* else no block could be freed */
+}
+
+void bt_pz_prep(btree *bt, unsigned char *d)
+{
+    if (!packable(bt, d))
+        return;
     /* the gap between the slots and the cells holds stale bytes nobody
      * reads: zeros compress better (the caller seals the page after) */
     size_t lo = BT_HDR + 2 * (size_t)pg_n(d), hi = bt_get32(d + 32);
-    if (lo < hi && hi <= psiz)
+    if (lo < hi && hi <= bt->psiz)
         memset(d + lo, 0, hi - lo);
+}
+
+size_t bt_pz_pack(btree *bt, const unsigned char *d, const unsigned char **out)
+{
+    if (!packable(bt, d))
+        return 0;
+    size_t psiz = bt->psiz, blk = bt->blksize;
     size_t z = 0;
     unsigned char *o = bt->pz_out;
     if (codec_compress((kura_codec)bt->zcomp, d + PZ_PLAIN_AT, psiz - PZ_PLAIN_AT, o + BT_HDR,
@@ -142,8 +154,11 @@ static int unpack(btree *bt, unsigned char *d)
         z > psiz - BT_HDR || bt_get64(d + 32) != 0 ||
         bt_get32(d) != crc32c_update(0, d + 4, BT_HDR - 4 + z))
         return KURA_ECORRUPT;
-    memcpy(bt->pz_in, d, BT_HDR + z);
-    if (codec_decompress((kura_codec)codec, bt->pz_in + BT_HDR, z, d + PZ_PLAIN_AT,
+    unsigned char *in = tlbuf(TLB_TREE_PAGE, psiz);   /* the thread's own */
+    if (!in)
+        return KURA_ENOMEM;
+    memcpy(in, d, BT_HDR + z);
+    if (codec_decompress((kura_codec)codec, in + BT_HDR, z, d + PZ_PLAIN_AT,
                          psiz - PZ_PLAIN_AT) != KURA_OK)
         return KURA_ECORRUPT;
     d[5] = 0;

@@ -8,13 +8,15 @@
  * path: up to the first branch with a child to the right, then down its
  * leftmost side.  Every page is fetched with the type its level calls
  * for, so a pointer into the wrong kind of page is reported as damage.
+ * Descent and the cursor run with the tree lock shared (readers) or
+ * exclusive (changes, which then touch the path).
  */
 #include "tree_int.h"
 
 void do_path_release(btree *bt, bt_path *path)
 {
-    for (int l = 0; l < path->depth; l++)
-        do_page_unpin(bt, path->pg[l]);
+    if (path->depth > 0)
+        do_pages_unpin(bt, path->pg, path->depth);
     path->depth = 0;
 }
 
@@ -70,8 +72,7 @@ int do_next_leaf(btree *bt, bt_path *path)
         const unsigned char *pd = path->pg[l]->data;
         if (path->idx[l] < (int)pg_n(pd)) {
             path->idx[l]++;
-            for (int k = l + 1; k < d; k++)
-                do_page_unpin(bt, path->pg[k]);
+            do_pages_unpin(bt, path->pg + l + 1, d - l - 1);
             path->depth = l + 1;
             int rc = do_down(bt, pg_child(pd, (unsigned)path->idx[l]), l + 1, NULL, 0, path);
             if (rc)
@@ -85,7 +86,7 @@ int do_next_leaf(btree *bt, bt_path *path)
 int do_touch_path(btree *bt, bt_path *path)
 {
     for (int l = 0; l < path->depth; l++) {
-        uint64_t no = do_page_touch(bt, path->pg[l]);
+        uint64_t no = do_page_touch(bt, &path->pg[l]);
         if (l == 0)
             bt->root = no;
         else

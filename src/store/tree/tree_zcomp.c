@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kura/codec.h"
+#include "kura/tlbuf.h"
 #include "tree_int.h"
 
 int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, void **out,
@@ -52,18 +53,15 @@ int bt_zcomp_pack(btree *bt, const void *v0, size_t l0, const void *v1, size_t l
 int bt_zcomp_unpack(btree *bt, int codec, const unsigned char *in, size_t inlen, size_t rawlen,
                     const unsigned char **val)
 {
-    if (bt->zcap < rawlen || !bt->zbuf) {
-        unsigned char *nb = realloc(bt->zbuf, rawlen ? rawlen : 1);
-        if (!nb)
-            return KURA_ENOMEM;
-        bt->zbuf = nb;
-        bt->zcap = rawlen ? rawlen : 1;
-    }
-    int rc = codec_decompress((kura_codec)codec, in, inlen, bt->zbuf, rawlen);
+    (void)bt;
+    unsigned char *zb = tlbuf(TLB_TREE_ZRAW, rawlen ? rawlen : 1);  /* the thread's own */
+    if (!zb)
+        return KURA_ENOMEM;
+    int rc = codec_decompress((kura_codec)codec, in, inlen, zb, rawlen);
     if (rc == KURA_ENOMEM)
         return rc;
     if (rc)
         return KURA_ECORRUPT;
-    *val = bt->zbuf;
+    *val = zb;
     return KURA_OK;
 }
