@@ -7,10 +7,16 @@
  * the size of a 10-million-item snapshot, its speed and a restore's memory
  * can be measured in minutes rather than after a 10-million-set load.
  *
- *   kura-snapgen FILE ITEMS [VERSION [CODEC]]   (VERSION 1 or 2; CODEC lzo)
+ *   kura-snapgen FILE ITEMS [VERSION [CODEC [FLAGS]]]
+ *       VERSION 1 or 2; CODEC lzo; FLAGS random (kura-bench's) or zero
+ *
+ * FLAGS zero gives every item flags 0: what a store that keeps no client
+ * flags holds for the same sets (Kyoto Tycoon's memcached plug-in keeps them
+ * only with opts=f), so sizes can be set beside such a store's.
  *
  * The figures it gave are in docs/benchmarks.md ("Snapshots").
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +33,7 @@ static uint64_t mix64(uint64_t z)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: kura-snapgen FILE ITEMS [VERSION [CODEC]]\n");
+        fprintf(stderr, "usage: kura-snapgen FILE ITEMS [VERSION [CODEC [random|zero]]]\n");
         return 2;
     }
     uint64_t n = strtoull(argv[2], NULL, 10);
@@ -35,6 +41,15 @@ int main(int argc, char **argv)
     if (argc > 4 && codec_by_name(argv[4], &in.codec)) {
         fprintf(stderr, "kura-snapgen: unknown codec %s\n", argv[4]);
         return 2;
+    }
+    bool zero_flags = false;
+    if (argc > 5) {
+        if (!strcmp(argv[5], "zero")) {
+            zero_flags = true;
+        } else if (strcmp(argv[5], "random")) {
+            fprintf(stderr, "kura-snapgen: flags are random or zero, not %s\n", argv[5]);
+            return 2;
+        }
     }
     strcpy(in.backend, "hash");
     static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -61,7 +76,7 @@ int main(int argc, char **argv)
                                                                        (h & 15)), 150);
         memcpy(val + 16, pat + (h & 255), 134);
         kura_item it = { .key = key, .klen = (size_t)kl, .val = val, .vlen = 150,
-                         .flags = (uint32_t)(h >> 32), .cas = id + 1 + (h & 15) };
+                         .flags = zero_flags ? 0 : (uint32_t)(h >> 32), .cas = id + 1 + (h & 15) };
         if (snap_writer_add(w, &it)) {
             snap_writer_abort(w);
             fprintf(stderr, "kura-snapgen: cannot add an item\n");
