@@ -185,6 +185,8 @@ typedef struct hd_arena {
     size_t left;
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
     bool huge_now;              /* new chunks get huge pages at once (open) */
+    bool populated;             /* the tables in use were faulted in (the
+                                   background thread's first pass) */
     _Atomic uint64_t nslots;    /* slots of every stripe's table, kept as
                                    tables are made or rebuilt (stats) */
     siphash_key key;            /* the database's hash key (hd_hash): set at
