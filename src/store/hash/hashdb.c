@@ -994,6 +994,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     db->arena.huge_now = false;
     if (rc)
         goto fail;
+    hdx_populate(db);
     if (db->need_ckpt && !cfg->read_only) {
         rc = hd_ckpt_write(db);
         if (rc) {

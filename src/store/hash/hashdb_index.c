@@ -40,10 +40,9 @@
  * 0.65 s with huge pages at the fault against 0.46 s without.  Such a
  * stall must not fall on a request (it would hold a stripe lock), so:
  *   - the tables made at open (hdx_init, sized for bnum) and while the
- *     index is loaded at open (huge_now) get huge pages at once; the ones
- *     still in use once the store serves are faulted in by the background
- *     thread's first pass (hdx_advise_huge, MADV_POPULATE_WRITE), before
- *     most requests would touch them;
+ *     index is loaded at open (huge_now) get huge pages at once, and the
+ *     ones in use when the open is done are faulted in then, by the open
+ *     (hdx_populate), not by the first requests;
  *   - a chunk made while the store serves (growth) is advised for huge
  *     pages once it is HUGE_AFTER seconds old (by the background thread,
  *     hdx_advise_huge), and the kernel's khugepaged then collapses its
@@ -146,21 +145,13 @@ static void arena_free(hd_arena *a, void *p, size_t n)
     pthread_mutex_unlock(&a->mu);
 }
 
-/* The tables in use, faulted in (huge pages where advised) once, by the
- * background thread's first pass: what the open made sized for bnum is
- * otherwise faulted in by the first requests, 2 MiB at a time.  Each table
- * is taken from bdir, a hint read without the stripe's lock: a table
- * rebuilt meanwhile stays mapped in the arena until close, and populating
- * changes no byte (MADV_POPULATE_WRITE, Linux 5.14; where it is missing,
- * the requests fault the pages in as before). */
-static void populate_tables(hashdb *db)
+void hdx_populate(hashdb *db)
 {
 #ifdef MADV_POPULATE_WRITE
     for (int i = 0; i < HD_STRIPES; i++) {
-        hd_slot *slot = __atomic_load_n(&db->bdir[i].slot, __ATOMIC_RELAXED);
-        size_t nslot = __atomic_load_n(&db->bdir[i].nslot, __ATOMIC_RELAXED);
-        uintptr_t from = (uintptr_t)slot & ~(uintptr_t)4095;
-        uintptr_t to = ((uintptr_t)(slot + nslot) + 4095) & ~(uintptr_t)4095;
+        const hd_stripe *s = &db->stripes[i];
+        uintptr_t from = (uintptr_t)s->slot & ~(uintptr_t)4095;
+        uintptr_t to = ((uintptr_t)(s->slot + s->nslot) + 4095) & ~(uintptr_t)4095;
         if (madvise((void *)from, to - from, MADV_POPULATE_WRITE) != 0)
             return;     /* not supported, or memory is short: leave it */
     }
@@ -172,10 +163,6 @@ static void populate_tables(hashdb *db)
 void hdx_advise_huge(hashdb *db)
 {
     hd_arena *a = &db->arena;
-    if (!a->populated) {
-        a->populated = true;
-        populate_tables(db);
-    }
     double now = mono_now();
     pthread_mutex_lock(&a->mu);
     for (struct hd_chunk *c = a->chunks; c; c = c->next)
