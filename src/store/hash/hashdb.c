@@ -251,6 +251,15 @@ static int finish_write(hashdb *db, int rc, bool wrote, uint64_t lsn)
     return rc;
 }
 
+/* The key's entry (hdx_find) and its liveness in *lv (-1: no entry). */
+static hd_ent *lookup(hashdb *db, hd_stripe *st, uint64_t h, const char *key, size_t klen,
+                      const kura_clock *clk, hd_ent *ev, int *lv)
+{
+    hd_ent *e = hdx_find(db, st, h, key, klen, ev);
+    *lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
+    return e;
+}
+
 static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
                       const kura_clock *clk)
 {
@@ -276,16 +285,27 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     bool wrote = false;
     int rc = KURA_OK;
 
-    hd_ent ev;
+    hd_ent ev, *e = NULL;
+    int lv = -1;
+    bool live = false;
     hd_write_lock(st);
-    hd_ent *e = hdx_find(db, st, h, it->key, it->klen, &ev);
-    int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
-    bool live = lv == KURA_LIVE;
-    rc = kura_put_cond_check(cond, live, e ? e->cas : 0, cmp_cas);
-    if (rc)
-        goto out;
-    if ((rc = entry_room(st, e)) != KURA_OK)
-        goto out;
+    /* An unconditional put needs nothing of the old entry before its
+     * append: it appends first and looks the key up after, so the append's
+     * work overlaps the slot line's cache miss that hdx_prefetch started
+     * (the lookup's miss was a third of a put; docs/design.md).  Room for a
+     * new slot is made first, whether the key has one or not (a table may
+     * so grow one put early); where it cannot be made, the lookup comes
+     * first and decides, as for the conditional puts. */
+    bool lookup_after = cond == KURA_PUT_ANY && hdx_room(st);
+    if (!lookup_after) {
+        e = lookup(db, st, h, it->key, it->klen, clk, &ev, &lv);
+        live = lv == KURA_LIVE;
+        rc = kura_put_cond_check(cond, live, e ? e->cas : 0, cmp_cas);
+        if (rc)
+            goto out;
+        if ((rc = entry_room(st, e)) != KURA_OK)
+            goto out;
+    }
     kura_item stamped = *it;
     if ((rc = kura_feed_put(s, &stamped)) != KURA_OK)
         goto out;
@@ -294,6 +314,10 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
     if (rc)
         goto out;
     wrote = true;
+    if (lookup_after) {
+        e = lookup(db, st, h, it->key, it->klen, clk, &ev, &lv);
+        live = lv == KURA_LIVE;
+    }
     if (e) {
         if (!live) {
             atomic_fetch_add(&db->reclaimed, 1);
@@ -970,6 +994,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     db->arena.huge_now = false;
     if (rc)
         goto fail;
+    hdx_populate(db);
     if (db->need_ckpt && !cfg->read_only) {
         rc = hd_ckpt_write(db);
         if (rc) {

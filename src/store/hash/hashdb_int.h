@@ -485,6 +485,11 @@ void hdx_put(hd_stripe *s, const hd_slot *v);
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
+/* The end of the open: every table in use faulted in (huge pages where
+ * advised; MADV_POPULATE_WRITE, Linux 5.14: where it is missing, the
+ * requests fault them in), so that no request takes those faults under
+ * a stripe lock.  Changes no byte; tables a load made are already in. */
+void hdx_populate(hashdb *db);
 
 static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 {
