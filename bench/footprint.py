@@ -42,7 +42,8 @@ disk    20 KB sets into kurad's hash file and tree under `-sync interval`
 
 Writes bench/results/footprint.{md,csv,png}, footprint-runs.csv, and the
 generated part of docs/benchmarks.md's "Issue 23's figures" section
-(between its FOOTPRINT markers).  Exit 1 if a run failed.
+(between its FOOTPRINT markers; only a run of every part rewrites it, since
+it holds them all).  Exit 1 if a run failed.
 """
 import argparse, datetime, json, os, re, resource, shutil, signal, subprocess, sys, tempfile
 import time
@@ -563,7 +564,10 @@ def main(argv=None):
                    "issue 23: kura / its yardstick, median of %d run(s)" % a.reps,
                    "ratio", logscale=False, yformat="%.1f")
     if not a.no_docs and os.path.abspath(a.out) == os.path.abspath(R.RESULTS):
-        if R.splice_docs(md, BEGIN, END):
+        if set(parts) != set(PARTS):
+            # the block holds every part's rows: a partial run would drop the others'
+            log("\ndocs/benchmarks.md left alone: only a run of every part rewrites it")
+        elif R.splice_docs(md, BEGIN, END):
             log("\ndocs/benchmarks.md updated")
     return 1 if failures or not rows else 0
 
