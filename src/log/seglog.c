@@ -686,10 +686,12 @@ static void populate_ahead(sl_seg *a, uint64_t off, uint64_t end)
  * kernel's write() fills a whole page straight from the caller's bytes and
  * reads nothing.  A large folio dirtied through the mapping is also
  * written back whole, again at every write-behind that finds it re-dirtied
- * (1.2 bytes written per byte appended, against 1.0 with pwritev).  Below
- * a page, the system call costs more than the zeroing (a 512-byte record:
- * three times the CPU of a store), so small records keep the mapping.
- * The two write the same page cache: a reader of the mapping sees either. */
+ * (1.2 bytes written per byte appended, against 1.0 with pwritev).  Small
+ * records would pay a system call each instead: three times the CPU of a
+ * store at 512 bytes, still more at 1 KiB, about even at 2 KiB; from a
+ * page on pwritev wins clearly (docs/benchmarks.md, "20 KB sets and the
+ * disk"), so records below a page keep the mapping.  The two write the
+ * same page cache: a reader of the mapping sees either. */
 #define SL_PWRITE_MIN 4096u
 
 /* Seals the active segment if it holds records, so that a user whose
