@@ -32,11 +32,18 @@ disk    20 KB sets into kurad's hash file and tree under `-sync interval`
         The rate acknowledged to the client, the bytes kurad wrote
         (/proc/PID/io write_bytes) per value byte, and kurad's CPU time over
         the sets' time (near 100%: bound by its one worker's CPU, not by
-        the disk) are shown beside.
+        the disk) are shown beside, with the share of the time its worker
+        spent on a CPU and waiting for one (/proc/PID/task/*/schedstat: on
+        a shared machine a server that looks idle is often waiting there) and `dd conv=fdatasync` (through
+        the page cache, synced at the end, as kurad writes).  Two more rows:
+        the rate over the ceiling of the run, the lower of dd's and
+        memcached's (which writes nothing: what the client, the loopback and
+        one server CPU allow), and the server CPU a set over memcached's.
 
 Writes bench/results/footprint.{md,csv,png}, footprint-runs.csv, and the
 generated part of docs/benchmarks.md's "Issue 23's figures" section
-(between its FOOTPRINT markers).  Exit 1 if a run failed.
+(between its FOOTPRINT markers; only a run of every part rewrites it, since
+it holds them all).  Exit 1 if a run failed.
 """
 import argparse, datetime, json, os, re, resource, shutil, signal, subprocess, sys, tempfile
 import time
@@ -69,6 +76,37 @@ def proc_write_bytes(pid):
     except OSError:
         pass
     return -1
+
+
+def proc_threads(pid):
+    """{tid: (CPU s, s runnable but waiting for a CPU)} of the process's
+    threads, from /proc/PID/task/*/schedstat."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                run, wait = f.read().split()[:2]
+            out[t] = (int(run) / 1e9, int(wait) / 1e9)
+        except (OSError, ValueError):
+            pass        # a thread that ended meanwhile
+    return out
+
+
+def busiest_thread(before, after):
+    """(CPU s, wait s) over the interval of the thread that used the most
+    CPU in it (the worker): on a shared machine a server that is neither on
+    a CPU nor asleep is waiting for one, and its CPU time over the wall
+    clock alone would call it idle."""
+    best = None
+    for t, (run, wait) in after.items():
+        r0, w0 = before.get(t, (0.0, 0.0))
+        if best is None or run - r0 > best[0]:
+            best = (run - r0, wait - w0)
+    return best
 
 
 def children_cpu_s():
@@ -223,9 +261,12 @@ def part_scale(a, tmp, rep, raw):
                         th2_ops_s=rate[2], ratio=rate[2] / rate[1]))
 
 
-def dd_rate(a, tmp):
+def dd_rate(a, tmp, flag="oflag=direct"):
+    """dd's bytes a second writing dd_mib MiB: `oflag=direct` (the issue's
+    yardstick: the device, no page cache) or `conv=fdatasync` (written
+    through the page cache and synced once at the end, as kurad writes)."""
     path = os.path.join(tmp, "dd.bin")
-    cmd = ["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=%d" % a.dd_mib, "oflag=direct"]
+    cmd = ["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=%d" % a.dd_mib, flag]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         os.unlink(path)
@@ -254,36 +295,56 @@ def part_disk(a, tmp, rep, raw):
     # The disk of a shared VM swings by factors from minute to minute: each kurad
     # run is compared with the mean of the dd just before and just after it.
     # memcached under the same sets (no disk) shows what the server CPU, the
-    # client and the loopback allow on this machine at the time.
-    os.sync()
-    dd = [dd_rate(a, tmp)]
+    # client and the loopback allow on this machine at the time; the ceiling
+    # of a run is the lower of the two (figures() pairs them by repetition).
+    def dds():
+        os.sync()
+        return dd_rate(a, tmp), dd_rate(a, tmp, "conv=fdatasync")
+    dd = [dds()]
     names = ("hash", "tree", "memcached")
     for name in (names if rep % 2 else names[::-1]):
         os.sync()                       # others' dirty pages are not this run's to write
         s = started(server(a, name, tmp, extra=("-sync", "interval")))
         try:
-            w0, c0 = proc_write_bytes(s.proc.pid), proc_cpu_s(s.proc.pid)
+            pid = s.proc.pid
+            w0, c0, t0 = proc_write_bytes(pid), proc_cpu_s(pid), proc_threads(pid)
             res = fill(a, s, a.set_keys, "h:", a.client_cpus)
-            w1, c1 = proc_write_bytes(s.proc.pid), proc_cpu_s(s.proc.pid)
+            w1, c1, t1 = proc_write_bytes(pid), proc_cpu_s(pid), proc_threads(pid)
+            worker = busiest_thread(t0, t1)
+            # in ns, where stat's ticks are 10 ms: a toy run's sets take a few ticks
+            threads_cpu = sum(r for r, _ in t1.values()) - sum(r for r, _ in t0.values())
             stop_s = clean_stop_s(s) if name != "memcached" else 0.0
         finally:
             s.stop()
-        os.sync()
-        dd.append(dd_rate(a, tmp))
-        disk = (dd[-2] + dd[-1]) / 2
+        dd.append(dds())
+        disk = (dd[-2][0] + dd[-1][0]) / 2
+        buffered = (dd[-2][1] + dd[-1][1]) / 2
         vbytes = res["ops"] * VALUE
         secs = res["seconds"] + stop_s
         raw.append(dict(rep=rep, part="disk", cell="20k-set-" + name, disk_bytes_s=disk,
+                        dd_fdatasync_bytes_s=buffered,
                         acked_bytes_s=vbytes / res["seconds"], durable_bytes_s=vbytes / secs,
                         stop_s=stop_s, ops_s=res["ops_per_sec"],
                         # near 1: the sets are bound by the server's one CPU, not by the disk
                         server_busy=(c1 - c0) / res["seconds"],
+                        # its busiest thread (the worker): on a CPU, and runnable but
+                        # waiting for one; the rest of the time it slept (for the client,
+                        # the disk or a lock).  Busy + waiting near 1 is a server starved
+                        # by the machine's other work, not an idle one
+                        worker_busy=worker[0] / res["seconds"] if worker else "",
+                        worker_runq=worker[1] / res["seconds"] if worker else "",
+                        cpu_us_per_set=1e6 * (threads_cpu if t1 else c1 - c0) / res["ops"],
                         written_per_value_byte=(w1 - w0) / vbytes if w0 >= 0 and w1 >= 0 else "",
                         ratio=vbytes / secs / disk))
         if a.verbose:
-            log("    disk %-4s %.0f MB/s acked, %.0f MB/s to disk (stop %.2f s), dd %.0f MB/s, "
-                "server busy %.0f%%" % (name, vbytes / res["seconds"] / 1e6, vbytes / secs / 1e6,
-                                       stop_s, disk / 1e6, 100 * (c1 - c0) / res["seconds"]))
+            log("    disk %-4s %.0f MB/s acked, %.0f MB/s to disk (stop %.2f s), dd %.0f MB/s "
+                "(conv=fdatasync %.0f), server CPU %.0f%% (%.1f us a set), worker on a CPU %s "
+                "and waiting for one %s" % (
+                    name, vbytes / res["seconds"] / 1e6, vbytes / secs / 1e6, stop_s,
+                    disk / 1e6, buffered / 1e6, 100 * (c1 - c0) / res["seconds"],
+                    1e6 * (threads_cpu if t1 else c1 - c0) / res["ops"],
+                    "%.0f%%" % (100 * worker[0] / res["seconds"]) if worker else "?",
+                    "%.0f%%" % (100 * worker[1] / res["seconds"]) if worker else "?"))
 
 # ------------------------------------------------------------------ summary
 
@@ -352,11 +413,14 @@ def figures(raw, a):
             "%s; kura-bench -t 2 -c 8 -v %d --ratio 0:1 --keys %d --ops %d, nothing pinned" % (
                 "kurad -th N DIR/bench.kb" if name == "tree" else "memcached -t N", VALUE,
                 a.keys, a.get_ops))
+    mc_by_rep = {r["rep"]: r for r in raw if r["cell"] == "20k-set-memcached"}
     for name in ("hash", "tree", "memcached"):
         rs = [r for r in raw if r["cell"] == "20k-set-" + name]
         if not rs:
             continue
         wpb = [r["written_per_value_byte"] for r in rs if r["written_per_value_byte"] != ""]
+        wb = [r["worker_busy"] for r in rs if r.get("worker_busy", "") != ""]
+        wq = [r["worker_runq"] for r in rs if r.get("worker_runq", "") != ""]
         srv = ("kurad -th 1 -sync interval DIR/bench.%s" % ("kh" if name == "hash" else "kb")
                if name != "memcached" else "memcached -t 1")
         add(rs, "%s 20 KB sets / dd" % name,
@@ -364,16 +428,44 @@ def figures(raw, a):
             if name != "memcached" else
             "memcached, the same sets (in memory) / dd's bandwidth (for reference)",
             "%.0f MB/s to disk (%.0f MB/s acknowledged, %s bytes written a value byte, "
-            "the server's CPU busy %.0f%% of the sets' time)" % (
+            "the server's CPU busy %.0f%% of the sets' time, %.1f us a set; its worker on a "
+            "CPU %s of the time and waiting for one %s)" % (
                 med(rs, "durable_bytes_s") / 1e6, med(rs, "acked_bytes_s") / 1e6,
-                "%.2f" % R.median(wpb) if wpb else "?", 100 * med(rs, "server_busy")),
-            "dd: %.0f MB/s" % (med(rs, "disk_bytes_s") / 1e6),
+                "%.2f" % R.median(wpb) if wpb else "?", 100 * med(rs, "server_busy"),
+                med(rs, "cpu_us_per_set"), "%.0f%%" % (100 * R.median(wb)) if wb else "?",
+                "%.0f%%" % (100 * R.median(wq)) if wq else "?"),
+            "dd: %.0f MB/s (conv=fdatasync: %.0f MB/s)" % (
+                med(rs, "disk_bytes_s") / 1e6, med(rs, "dd_fdatasync_bytes_s") / 1e6),
             0.8 if name != "memcached" else None, ">=",
             "%s (CPU %s); kura-bench -c 16 -v %d --ratio 1:0 --pattern seq --keys %d --ops %d "
             "(CPU %s)%s; dd if=/dev/zero of=DIR/dd.bin bs=1M count=%d oflag=direct before and "
             "after" % (srv, a.server_cpus or "any", VALUE, a.set_keys, a.set_keys,
                        a.client_cpus or "any", ", then SIGTERM" if name != "memcached" else "",
                        a.dd_mib))
+        # What this machine allows a server of 20 KB sets: the disk, or what the
+        # client, the loopback and one server CPU deliver (memcached, which
+        # writes nothing, in the same repetition), whichever is lower.
+        paired = [r for r in rs if r["rep"] in mc_by_rep and name != "memcached"]
+        if paired:
+            ceil = [dict(r, ratio=r["durable_bytes_s"] / min(
+                r["disk_bytes_s"], mc_by_rep[r["rep"]]["acked_bytes_s"])) for r in paired]
+            add(ceil, "%s 20 KB sets / ceiling" % name,
+                "20 KB sets, %s, -sync interval: value bytes to disk / the lower of dd's "
+                "bandwidth and memcached's rate in the same repetition" % name,
+                "%.0f MB/s to disk" % (med(paired, "durable_bytes_s") / 1e6),
+                "%.0f MB/s (dd %.0f, memcached %.0f)" % (
+                    R.median([min(r["disk_bytes_s"], mc_by_rep[r["rep"]]["acked_bytes_s"])
+                              for r in paired]) / 1e6, med(paired, "disk_bytes_s") / 1e6,
+                    R.median([mc_by_rep[r["rep"]]["acked_bytes_s"] for r in paired]) / 1e6),
+                0.8, ">=", "the runs of the two rows above")
+            cpu = [dict(r, ratio=r["cpu_us_per_set"] / mc_by_rep[r["rep"]]["cpu_us_per_set"])
+                   for r in paired if mc_by_rep[r["rep"]]["cpu_us_per_set"] > 0]
+            add(cpu, "%s 20 KB set CPU" % name,
+                "20 KB sets, %s: server CPU a set, kura / memcached (for reference: steadier "
+                "than the rates while other work shares the CPUs)" % name,
+                "%.1f us" % med(cpu, "cpu_us_per_set"),
+                "%.1f us" % R.median([mc_by_rep[r["rep"]]["cpu_us_per_set"] for r in cpu]),
+                None, "<=", "the runs of the two rows above")
     return rows
 
 
@@ -472,7 +564,10 @@ def main(argv=None):
                    "issue 23: kura / its yardstick, median of %d run(s)" % a.reps,
                    "ratio", logscale=False, yformat="%.1f")
     if not a.no_docs and os.path.abspath(a.out) == os.path.abspath(R.RESULTS):
-        if R.splice_docs(md, BEGIN, END):
+        if set(parts) != set(PARTS):
+            # the block holds every part's rows: a partial run would drop the others'
+            log("\ndocs/benchmarks.md left alone: only a run of every part rewrites it")
+        elif R.splice_docs(md, BEGIN, END):
             log("\ndocs/benchmarks.md updated")
     return 1 if failures or not rows else 0
 

@@ -61,7 +61,8 @@ typedef struct sl_seg {
     const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
     size_t maplen;
     unsigned char *wmap;        /* active segment: the same mapping, written by
-                                   sl_append (NULL: appends use pwritev) */
+                                   sl_append for records below a page (NULL:
+                                   every append uses pwritev) */
     size_t wmaplen;             /* bytes preallocated and mapped */
     size_t populated;           /* bytes of wmap prefaulted */
     uint64_t wb_from;           /* bytes before this are written back (or

@@ -69,6 +69,11 @@ typedef struct kura_testhooks {
     /* A sealed segment's pages stay mapped in the process, as before they
      * were released at the seal: test_seglog's negative check. */
     bool sl_keep_sealed_resident;
+    /* sl_append stores every record that fits into the write mapping, large
+     * ones too, as before records of a page or more went in with pwritev:
+     * test_seglog's negative check (the large records' pages then fault
+     * into the process through the mapping). */
+    bool sl_large_via_map;
     /* sl_scan_crc checksums every range afresh, as checks did before the
      * prefix checksums: test_seglog's negative check (quadratic). */
     bool sl_scan_crc_direct;

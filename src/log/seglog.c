@@ -4,7 +4,8 @@
  * framed by its user; sl_scan.c reads segments back in order).
  *
  * Records are only ever appended, by sl_append() under log->mu, with one
- * pwritev() each (or one copy into the write mapping): the file is
+ * pwritev() each (or, below a page, one copy into the write mapping:
+ * SL_PWRITE_MIN says why not above): the file is
  * therefore always a sequence of complete records followed by at most one
  * torn record (the one being written when the process died).  A failed or
  * short write is cut off again with ftruncate(), so the log stays a clean
@@ -674,31 +675,24 @@ static void populate_ahead(sl_seg *a, uint64_t off, uint64_t end)
     a->populated = to;
 }
 
-/* A record this large has its pages faulted in before the log lock is
- * taken (fault_in_outside), so the writers queued behind it wait for the
- * copy only. */
-#define FAULT_OUTSIDE_MIN (1u << 20)
-
-/* Faults in the pages where a record of rlen bytes would go now.  Only a
- * guess, made without holding mu through it: the end of the log may move
- * meanwhile, and faulting pages another record then fills is harmless.
- * Should the segment be sealed meanwhile, the pages past its new end make
- * madvise fail (EFAULT); should its mapping even be gone, madvise fails or
- * faults in pages of whatever is mapped there now: both harmless. */
-static void fault_in_outside(sl_log *log, uint64_t rlen)
-{
-    lockorder_lock(&log->mu, log->cfg.lock_rank);
-    sl_seg *a = log->active;
-    unsigned char *base = a->wmap;
-    uint64_t from = a->size & ~(uint64_t)4095, cap = a->wmaplen, end = a->size + rlen;
-    lockorder_unlock(&log->mu, log->cfg.lock_rank);
-#ifdef MADV_POPULATE_WRITE
-    if (base && end <= cap)
-        (void)madvise(base + from, end - from, MADV_POPULATE_WRITE);
-#else
-    (void)base; (void)from; (void)cap; (void)end;
-#endif
-}
+/* A record of at least this many bytes goes in with pwritev even where the
+ * active segment is mapped for writing.  A store through the mapping
+ * faults each page in first, and a page of a preallocated (fallocate:
+ * unwritten) block is read in as zeros, which the kernel writes with a
+ * memset before the copy overwrites them: every byte is written twice,
+ * into memory the page cache has just taken, and on this project's VMs
+ * that zeroing took half of a worker's time under 20 KB sets (perf:
+ * filemap_fault -> ext4_mpage_readpages -> memset, below madvise).  The
+ * kernel's write() fills a whole page straight from the caller's bytes and
+ * reads nothing.  A large folio dirtied through the mapping is also
+ * written back whole, again at every write-behind that finds it re-dirtied
+ * (1.2 bytes written per byte appended, against 1.0 with pwritev).  Small
+ * records would pay a system call each instead: three times the CPU of a
+ * store at 512 bytes, still more at 1 KiB, about even at 2 KiB; from a
+ * page on pwritev wins clearly (docs/benchmarks.md, "20 KB sets and the
+ * disk"), so records below a page keep the mapping.  The two write the
+ * same page cache: a reader of the mapping sees either. */
+#define SL_PWRITE_MIN 4096u
 
 /* Seals the active segment if it holds records, so that a user whose
  * checkpoint covers everything appended so far can drop it (the B+ tree's
@@ -726,8 +720,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
         return KURA_EREADONLY;
     if ((rc = sl_failed(log)))
         return rc;
-    if (log->cfg.mapwrite && body_len >= FAULT_OUTSIDE_MIN)
-        fault_in_outside(log, head_max + body_len);
+    (void)head_max;     /* frame's room in iov[0]: the caller sized it */
     lockorder_lock(&log->mu, log->cfg.lock_rank);
     uint64_t recno = log->recno + 1;
     size_t hlen = frame(arg, iov[0].iov_base, recno);
@@ -745,7 +738,8 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
     }
 
     uint64_t off = a->size, done = 0;
-    if (a->wmap && off + rlen <= a->wmaplen) {
+    if (a->wmap && off + rlen <= a->wmaplen &&
+        (rlen < SL_PWRITE_MIN || kura_test.sl_large_via_map)) {
         /* a store into the shared mapping is in the page cache at once:
          * it survives the death of the process like a write() would */
         if (off + rlen > a->populated)

@@ -23,7 +23,8 @@ TOY = ["--reps", "1", "--engine-rnum", "2000", "--keys", "200", "--get-ops", "10
 FIGURES = ["hash key order", "hash random order", "tree key order", "tree random order",
            "tree 20 KB get CPU", "tree -th 2 / -th 1", "memcached -t 2 / -t 1",
            "hash 20 KB sets / dd", "tree 20 KB sets / dd",
-           "memcached 20 KB sets / dd"]
+           "memcached 20 KB sets / dd", "hash 20 KB sets / ceiling", "tree 20 KB sets / ceiling",
+           "hash 20 KB set CPU", "tree 20 KB set CPU"]
 
 n_test = failed = 0
 
