@@ -444,6 +444,13 @@ void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
     }
 }
 
+void do_free_run(btree *bt, uint64_t pgno, uint32_t bytes)
+{
+    /* kura_test.tree_run_reuse_now: the negative check of test_tree_runs
+     * (a RUN record's run overwritten before a checkpoint lets it go) */
+    do_free_pgno(bt, pgno, bt_ovf_pages(bt, bytes), kura_test.tree_run_reuse_now);
+}
+
 static int cmp_u64_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -557,6 +564,7 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
     size_t raw = l0 + l1;
     void *packed = NULL;
     size_t plen = 0;
+    uint32_t vcrc = crc32c_update(crc32c_update(0, v0, l0), v1, l1);
     int codec = bt_zcomp_pack(bt, v0, l0, v1, l1, &packed, &plen);
     if (codec) {                        /* the run holds the compressed bytes */
         v0 = packed;
@@ -598,11 +606,15 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
         return sl_errno_status(e);
     }
     free(packed);
+    /* after the write returned: a log sync that reads this count syncs
+     * the file first (bt_wal_presync) */
+    atomic_fetch_add_explicit(&bt->run_writes, 1, memory_order_release);
     if (codec) {
         atomic_fetch_add_explicit(&bt->zcomp_runs, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&bt->zcomp_saved, raw - vlen, memory_order_relaxed);
     }
-    *out = (bt_ovf){ .pgno = start, .bytes = (uint32_t)vlen, .codec = (uint8_t)codec };
+    *out = (bt_ovf){ .pgno = start, .bytes = (uint32_t)vlen, .codec = (uint8_t)codec,
+                     .vcrc = vcrc };
     return KURA_OK;
 }
 
