@@ -118,6 +118,10 @@ typedef struct kura_testhooks {
      * checkpoint that no longer needs the RUN record naming it (replay
      * meets a run overwritten). */
     bool tree_log_values;
+    /* ... and a run that extends the file writes its last page's padding
+     * too (not only up to the file-system block past its stored bytes),
+     * as before: test_tree_runs' negative check of the bytes written. */
+    bool tree_run_pad_written;
     bool tree_run_no_presync;
     bool tree_run_reuse_now;
 } kura_testhooks;

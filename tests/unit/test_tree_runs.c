@@ -6,9 +6,11 @@
  *
  *  - 20 KB sets write about one byte per value byte, counted as the bytes
  *    the I/O layer's pwritev calls saw (the log through pwritev,
- *    mapwrite=0) up to a checkpoint; the negative check
- *    (kura_test.tree_log_values: the value logged as well, as before)
- *    writes more than two;
+ *    mapwrite=0) up to a checkpoint, at 4 and 8 KiB pages; the negative
+ *    checks: the value logged as well, as before (kura_test.
+ *    tree_log_values), writes more than two; a run's last page's padding
+ *    written where the file could be extended instead (kura_test.
+ *    tree_run_pad_written) 1.23 at 8 KiB pages;
  *  - power loss at every recorded operation of a workload of 20 KB sets,
  *    an overwrite, a delete, a checkpoint and sets that reuse the freed
  *    run after it (so every point: after the run's write, after the
@@ -40,6 +42,7 @@
 #include "hashdb_testlib.h"
 #include "kio_sim.h"
 #include "tree_testlib.h"
+#include "kura/crc32c.h"
 #include "kura/testhooks.h"
 
 #define VLEN 20000
@@ -151,19 +154,25 @@ static double bytes_per_value_byte(const char *name, const char *params, int n)
 static void test_set_writes_value_once(void)
 {
     kura_test.bg_hold = true;
-    /* 4 KiB pages: a 20,000-byte value and the run's 40-byte header fill
-     * 5 pages (20,480 bytes); 8 KiB pages (the default): 3 (24,576) */
+    /* a 20,000-byte value and the run's 40-byte header: 20,480 bytes up
+     * to the file-system block past the value (5 pages of 4 KiB, or 2.5
+     * of 8 KiB, whose last half is made by extending the file) */
     double r4 = bytes_per_value_byte("once4", "#mapwrite=0#psiz=4096", 300);
     double r8 = bytes_per_value_byte("once8", "#mapwrite=0", 300);
+    kura_test.tree_run_pad_written = true;
+    double padded = bytes_per_value_byte("pad8", "#mapwrite=0", 300);
+    kura_test.tree_run_pad_written = false;
     kura_test.tree_log_values = true;
     double before = bytes_per_value_byte("twice", "#mapwrite=0#psiz=4096", 300);
     kura_test.tree_log_values = false;
     kura_test.bg_hold = false;
-    printf("# bytes written a value byte: %.3f (psiz 4096), %.3f (psiz 8192); value logged "
-           "too: %.3f (expected: over 2)\n", r4, r8, before);
+    printf("# bytes written a value byte: %.3f (psiz 4096), %.3f (psiz 8192); the last "
+           "page's padding written: %.3f; the value logged too: %.3f\n", r4, r8, padded,
+           before);
     CHECK(r4 > 1.0 && r4 < 1.1);
-    CHECK(r8 > 1.0 && r8 < 1.3);
-    CHECK(before > 2.0);
+    CHECK(r8 > 1.0 && r8 < 1.1);
+    CHECK(padded > 1.2);                /* negative: the padding's 4 KiB */
+    CHECK(before > 2.0);                /* negative: the value twice */
 }
 
 /* ---- power loss at every operation ---------------------------------------- */
@@ -192,7 +201,7 @@ static kio_rec *record_plan(const char *root, step *st, uint64_t *ops)
     kio_rec *r = kio_rec_new(root, NULL);
     char path[700];
     snprintf(path, sizeof(path), "%s/data.kb", root);
-    kura_store *s = open_io(path, "#mapwrite=0#psiz=4096#pccap=1m", KURA_SYNC_ALWAYS,
+    kura_store *s = open_io(path, "#mapwrite=0#psiz=8192#pccap=1m", KURA_SYNC_ALWAYS,
                             kio_rec_io(r));
     if (!s) {
         kio_rec_free(r);
@@ -258,7 +267,7 @@ static int plan_images(const char *tag, int nseeds, int *images)
             if (stat(path, &sb) != 0)
                 continue;       /* before the database existed */
             n_errors = 0;
-            kura_store *s = open_io(path, "#psiz=4096", KURA_SYNC_NONE, NULL);
+            kura_store *s = open_io(path, "#psiz=8192", KURA_SYNC_NONE, NULL);
             int why = 0;
             if (!s) {
                 why = 1;
@@ -387,6 +396,105 @@ static void test_damaged_run_is_not_served(void)
     s->ops->close(s);
 }
 
+/* ---- versions, -recover ---------------------------------------------------- */
+
+/* The version of a log segment file (its header's bytes 8..11); sets it
+ * to `set` (and mends the header's CRC) unless 0. */
+static uint32_t seg_version(const char *seg, uint32_t set)
+{
+    unsigned char h[32];
+    int fd = open(seg, O_RDWR);
+    uint32_t v = 0;
+    if (fd >= 0 && pread(fd, h, 32, 0) == 32) {
+        v = (uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+        if (set) {
+            h[8] = (unsigned char)set;
+            h[9] = h[10] = h[11] = 0;
+            uint32_t c = crc32c_update(0, h, 28);
+            for (int i = 0; i < 4; i++)
+                h[28 + i] = (unsigned char)(c >> (8 * i));
+            if (pwrite(fd, h, 32, 0) != 32)
+                v = 0;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return v;
+}
+
+/* A log an older kurad wrote (version 1 segments, values in PUT records)
+ * replays; the open seals its segment, and the next large value goes into
+ * a version 2 segment as a RUN record. */
+static void test_version1_log_opens(void)
+{
+    const char *p = tpath("v1"), *img = tpath("v1img");
+    char seg[700];
+    kura_test.bg_hold = true;
+    kura_test.tree_log_values = true;   /* as an older kurad logs them */
+    kura_store *s = open_io(p, "#mapwrite=0", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    for (int i = 0; i < 5; i++)
+        CHECK(put_ver(s, i, 1) == KURA_OK);
+    CHECK(t_copy_dir(p, img) == 0);
+    s->ops->close(s);
+    kura_test.tree_log_values = false;
+    REQUIRE(t_last_segment(img, seg, sizeof(seg)) == 0);
+    CHECK(seg_version(seg, 0) == 2);    /* a new log is version 2 */
+    CHECK(seg_version(seg, 1) == 2);
+    CHECK(seg_version(seg, 0) == 1);
+    s = open_io(img, NULL, KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    int bad = 0;
+    for (int i = 0; i < 5; i++)
+        bad += get_ver(s, i, 1) != 1;
+    CHECK(bad == 0);
+    CHECK(put_ver(s, 9, 1) == KURA_OK);
+    CHECK(t_stat(s, "tree_run_records") == 1);
+    CHECK(t_last_segment(img, seg, sizeof(seg)) == 0 && seg_version(seg, 0) == 2);
+    CHECK(check_tree(s) == 0);
+    s->ops->close(s);
+    kura_test.bg_hold = false;
+}
+
+/* -recover with both meta pages damaged: the log's RUN records name runs
+ * of the damaged file; their values go into the fresh tree. */
+static void test_recover_reads_runs(void)
+{
+    const char *p = tpath("rec");
+    char f[700];
+    kura_test.bg_hold = true;
+    kura_store *s = open_io(p, "#mapwrite=0#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    for (int i = 0; i < 10; i++)
+        CHECK(put_ver(s, i, 1) == KURA_OK);
+    CHECK(btree_debug_checkpoint(s) == KURA_OK);
+    for (int i = 0; i < 10; i += 2)
+        CHECK(put_ver(s, i, 2) == KURA_OK);
+    CHECK(t_stat(s, "tree_run_records") == 15);
+    CHECK(s->ops->sync(s) == KURA_OK);
+    /* what a kill -9 leaves: the store is only dropped below */
+    const char *img = tpath("recimg");
+    CHECK(t_copy_dir(p, img) == 0);
+    s->ops->close(s);
+    kura_test.bg_hold = false;
+    snprintf(f, sizeof(f), "%s/tree", img);
+    flip(f, 100);
+    flip(f, 4096 + 100);
+    CHECK(open_io(img, NULL, KURA_SYNC_NONE, NULL) == NULL);
+    char err[600];
+    kura_store_config c = t_cfg(KURA_SYNC_NONE);
+    c.log = quiet_log;
+    c.recover = true;
+    s = NULL;
+    REQUIRE(t_open(img, NULL, &c, &s, err, sizeof(err)) == KURA_OK);
+    int bad = 0;
+    for (int i = 0; i < 10; i++)
+        bad += get_ver(s, i, 2) != (i % 2 ? 1 : 2);
+    CHECK(bad == 0);
+    CHECK(check_tree(s) == 0);
+    s->ops->close(s);
+}
+
 int main(void)
 {
     t_setup();
@@ -397,6 +505,8 @@ int main(void)
     RUN(test_run_reused_early_is_caught);
     RUN(test_kill9_replays_runs);
     RUN(test_damaged_run_is_not_served);
+    RUN(test_version1_log_opens);
+    RUN(test_recover_reads_runs);
     t_teardown();
     UNIT_DONE();
 }

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kura/crc32c.h"
 #include "kura/testhooks.h"
@@ -559,6 +560,25 @@ int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off)
     return 0;
 }
 
+/* The bytes at the end of a run (run bytes at `at`, of which `used` are
+ * its header and stored bytes) that need not be written: when the run
+ * extends the file from within its written part, the padding past the
+ * file-system block that holds its last stored byte is made by extending
+ * the file (fallocate: zeros, no data written) rather than by writing
+ * zeros.  Inside the file it must be written (stale bytes lie there, and
+ * the run's CRC covers its padding).  The file only grows while a change
+ * holds the tree lock (a checkpoint's writes; its cut is made under the
+ * lock), so its size now is a lower bound. */
+static size_t pad_unwritten(btree *bt, off_t at, size_t run, size_t used)
+{
+    size_t kept = (used + bt->blksize - 1) / bt->blksize * bt->blksize;
+    struct stat st;
+    if (kept >= run || kura_test.tree_run_pad_written || fstat(bt->fd, &st) != 0 ||
+        st.st_size > at + (off_t)kept)
+        return 0;
+    return run - kept;
+}
+
 int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, bt_ovf *out)
 {
     size_t raw = l0 + l1;
@@ -595,9 +615,13 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
         iov[k++] = (struct iovec){ (void *)v0, l0 };
     if (l1)
         iov[k++] = (struct iovec){ (void *)v1, l1 };
-    if (pad)
-        iov[k++] = (struct iovec){ zeros, pad };
-    if (bt_pwritev_all(bt, iov, k, (off_t)(start * bt->psiz)) != 0) {
+    off_t at = (off_t)(start * bt->psiz);
+    size_t skip = pad_unwritten(bt, at, n * bt->psiz, BT_HDR + vlen);
+    if (pad > skip)
+        iov[k++] = (struct iovec){ zeros, pad - skip };
+    if (bt_pwritev_all(bt, iov, k, at) != 0 ||
+        (skip && bt->io->fallocate(bt->io, bt->fd, at + (off_t)(n * bt->psiz - skip),
+                                   (off_t)skip) != 0)) {
         int e = errno;
         do_free_pgno(bt, start, n, true);
         free(packed);
