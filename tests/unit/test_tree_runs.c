@@ -10,10 +10,12 @@
  *    checks: the value logged as well, as before (kura_test.
  *    tree_log_values), writes more than two; a run's last page's padding
  *    written where the file could be extended instead (kura_test.
- *    tree_run_pad_written) 1.23 at 8 KiB pages;
+ *    tree_run_pad_written) 1.23 at 8 KiB pages; a touch of a 20 KB value
+ *    writes its record only (its RUN record names the run it keeps;
+ *    negative: the value logged, as before);
  *  - power loss at every recorded operation of a workload of 20 KB sets,
- *    an overwrite, a delete, a checkpoint and sets that reuse the freed
- *    run after it (so every point: after the run's write, after the
+ *    an overwrite, touches, a delete, a checkpoint and sets that reuse
+ *    the freed run after it (so every point: after the run's write, after the
  *    record's append, after the tree file's sync, after the log's sync,
  *    across the checkpoint), under -sync always and several seeds of the
  *    unsynced writes kept, dropped or torn: every image opens, passes the
@@ -26,11 +28,15 @@
  *    image replays a record whose run holds another value and loses
  *    acknowledged ones;
  *  - a kill -9 image (the directory copied while open, nothing closed)
- *    replays RUN records, and the structure check of a store whose runs
- *    are reachable only through records since the last checkpoint finds
- *    no leak; a run damaged after the log's sync (a flipped byte) is never
+ *    replays RUN records (touches' too), and the structure check of a
+ *    store whose runs are reachable only through records since the last
+ *    checkpoint finds no leak; a run damaged after the log's sync (a flipped byte) is never
  *    served: its record, in the newest segment, reads as one no sync
- *    covered, and the log ends before it (logged), as at a torn record.
+ *    covered, and the log ends before it (logged), as at a torn record;
+ *  - a log an older kurad wrote (version 1 segments) replays, is sealed
+ *    at open, and the next value's RUN record goes into a version 2
+ *    segment; -recover over a tree with both meta pages damaged reads the
+ *    RUN records' runs from tree.damaged.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -92,6 +98,23 @@ static int del_key(kura_store *s, int key)
     return s->ops->del(s, k, strlen(k), 0, &CLK);
 }
 
+static int touch_fn(void *arg, const kura_item *cur, kura_update *out)
+{
+    if (!cur)
+        return KURA_NOTFOUND;
+    out->action = KURA_UPDATE_TOUCH;
+    out->exptime = *(const int64_t *)arg;
+    return KURA_OK;
+}
+
+/* A touch: the key's exptime set, its value (and run) kept. */
+static int touch_key(kura_store *s, int key, int64_t exptime)
+{
+    char k[32];
+    snprintf(k, sizeof(k), "key-%d", key);
+    return s->ops->update(s, k, strlen(k), &CLK, touch_fn, &exptime);
+}
+
 typedef struct got {
     unsigned char buf[VLEN];
     size_t len;
@@ -151,6 +174,43 @@ static double bytes_per_value_byte(const char *name, const char *params, int n)
     return r;
 }
 
+/* n touches of 20 KB values written before a checkpoint: bytes the I/O
+ * layer wrote a touch. */
+static double bytes_per_touch(const char *name, int n)
+{
+    kio_inject *in = kio_inject_new(NULL);
+    kura_store *s = open_io(tpath(name), "#mapwrite=0", KURA_SYNC_NONE, kio_inject_io(in));
+    double r = -1;
+    if (s) {
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += put_ver(s, i, 1) != KURA_OK;
+        bad += btree_debug_checkpoint(s) != KURA_OK;
+        kio_inject_reset(in);
+        for (int i = 0; i < n; i++)
+            bad += touch_key(s, i, 3000000) != KURA_OK;
+        CHECK(bad == 0);
+        r = (double)kio_inject_bytes_written(in) / n;
+        s->ops->close(s);
+    }
+    kio_inject_free(in);
+    return r;
+}
+
+static void test_touch_logs_no_value(void)
+{
+    kura_test.bg_hold = true;
+    double t = bytes_per_touch("touch", 100);
+    kura_test.tree_log_values = true;
+    double before = bytes_per_touch("touch2", 100);
+    kura_test.tree_log_values = false;
+    kura_test.bg_hold = false;
+    printf("# bytes written a touch of a 20 KB value: %.0f; the value logged: %.0f\n", t,
+           before);
+    CHECK(t > 0 && t < 200);            /* the record: head, key, run */
+    CHECK(before > VLEN);               /* negative */
+}
+
 static void test_set_writes_value_once(void)
 {
     kura_test.bg_hold = true;
@@ -181,7 +241,8 @@ static void test_set_writes_value_once(void)
 #define MAXOP 16
 
 typedef struct step {
-    int key, ver;               /* ver 0: a delete; key -1: a checkpoint */
+    int key, ver;               /* ver 0: a delete, -1 a touch (the value
+                                   kept); key -1: a checkpoint */
     uint64_t issued, acked;     /* the recorder's op counts */
 } step;
 
@@ -190,7 +251,8 @@ typedef struct step {
  * tree_run_reuse_now, takes the freed one), a checkpoint, sets that may
  * now reuse it, a delete. */
 static const int PLAN[][2] = {
-    { 0, 1 }, { 1, 1 }, { 0, 2 }, { 2, 1 }, { -1, 0 }, { 3, 1 }, { 0, 3 }, { 1, 0 }, { 2, 2 },
+    { 0, 1 }, { 1, 1 }, { 0, 2 }, { 2, 1 }, { -1, 0 }, { 3, 1 }, { 0, 3 }, { 0, -1 },
+    { 2, -1 }, { 1, 0 }, { 2, 2 },
 };
 #define NPLAN ((int)(sizeof(PLAN) / sizeof(PLAN[0])))
 
@@ -210,6 +272,7 @@ static kio_rec *record_plan(const char *root, step *st, uint64_t *ops)
     for (int i = 0; i < NPLAN; i++) {
         st[i] = (step){ PLAN[i][0], PLAN[i][1], kio_rec_ops(r), 0 };
         int rc = st[i].key < 0 ? btree_debug_checkpoint(s)
+               : st[i].ver < 0 ? touch_key(s, st[i].key, 3000000 + i)
                : st[i].ver ? put_ver(s, st[i].key, st[i].ver) : del_key(s, st[i].key);
         if (rc != KURA_OK)
             printf("# step %d: %s\n", i, kura_strerror(rc));
@@ -224,14 +287,15 @@ static kio_rec *record_plan(const char *root, step *st, uint64_t *ops)
 static bool allowed(const step *st, int key, int v, uint64_t k)
 {
     int acked = -1;             /* the last step of key acknowledged by k */
-    for (int i = 0; i < NPLAN; i++)
-        if (st[i].key == key && st[i].acked <= k)
+    for (int i = 0; i < NPLAN; i++)         /* (a touch keeps the version) */
+        if (st[i].key == key && st[i].ver >= 0 && st[i].acked <= k)
             acked = i;
     int have = acked < 0 ? -1 : st[acked].ver ? st[acked].ver : -1;
     if (v == have)
         return true;
     for (int i = acked + 1; i < NPLAN; i++)     /* issued after it, before k */
-        if (st[i].key == key && st[i].issued < k && (st[i].ver ? st[i].ver : -1) == v)
+        if (st[i].key == key && st[i].ver >= 0 && st[i].issued < k &&
+            (st[i].ver ? st[i].ver : -1) == v)
             return true;
     return false;
 }
@@ -348,18 +412,24 @@ static void test_kill9_replays_runs(void)
     for (int i = 0; i < 20; i += 2)     /* after the checkpoint: runs named by the log only */
         CHECK(put_ver(s, i, 2) == KURA_OK);
     CHECK(del_key(s, 1) == KURA_OK);
+    CHECK(touch_key(s, 3, 3000000) == KURA_OK);     /* a run from before the checkpoint */
+    CHECK(touch_key(s, 4, 3000000) == KURA_OK);     /* a run named since */
     CHECK(check_tree(s) == 0);          /* no leak: pending runs are accounted */
     CHECK(t_copy_dir(p, img) == 0);
     s->ops->close(s);
     kura_test.bg_hold = false;
     s = open_io(img, NULL, KURA_SYNC_NONE, NULL);
     REQUIRE(s);
-    CHECK(t_stat(s, "tree_recovered_records") >= 11);
+    CHECK(t_stat(s, "tree_recovered_records") >= 13);
     CHECK(check_tree(s) == 0);
     int bad = 0;
     for (int i = 0; i < 20; i++)
         bad += get_ver(s, i, 2) != (i == 1 ? -1 : i % 2 ? 1 : 2);
     CHECK(bad == 0);
+    t_val tv;
+    CHECK(t_get(s, "key-3", &CLK, &tv) == KURA_OK && tv.exptime == 3000000);
+    CHECK(t_get(s, "key-4", &CLK, &tv) == KURA_OK && tv.exptime == 3000000);
+    CHECK(t_get(s, "key-5", &CLK, &tv) == KURA_OK && tv.exptime == 0);
     s->ops->close(s);
 }
 
@@ -500,6 +570,7 @@ int main(void)
     t_setup();
     kura_test.quiet_stores = true;
     RUN(test_set_writes_value_once);
+    RUN(test_touch_logs_no_value);
     RUN(test_powerloss_at_every_op);
     RUN(test_log_synced_first_is_caught);
     RUN(test_run_reused_early_is_caught);

@@ -39,6 +39,7 @@
 #include "kura/dbfile.h"
 #include "kura/testhooks.h"
 #include "kura/codec.h"
+#include "kura/crc32c.h"
 #include "tree_int.h"
 #include "kura/lockorder.h"
 #include "kura/tlbuf.h"
@@ -239,8 +240,8 @@ static int do_write_put(btree *bt, bt_path *path, const char *key, size_t klen, 
         ovf = &run;
         fresh = true;
     }
-    rc = do_wal_put(bt, key, klen, v0, l0, v1, l1, flags, exptime, cas, fresh ? &run : NULL,
-                    lsn);
+    rc = do_wal_put(bt, key, klen, v0, l0, v1, l1, flags, exptime, cas, fresh ? &run : keep_ovf,
+                    !fresh, lsn);
     if (rc) {
         if (fresh)
             do_free_pgno(bt, run.pgno, bt_ovf_pages(bt, run.bytes), true);
@@ -578,7 +579,8 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
             flags = cur.flags;
             cas = cur.cas;
             if (c.ovf) {                /* the value's run stays as it is */
-                keep_run = (bt_ovf){ c.ovf_pgno, c.ovf_bytes, c.ovf_codec, 0 };
+                keep_run = (bt_ovf){ c.ovf_pgno, c.ovf_bytes, c.ovf_codec,
+                                     crc32c_update(0, cur.val, cur.vlen) };
                 keep = &keep_run;
             }
         }

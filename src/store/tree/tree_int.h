@@ -480,16 +480,13 @@ int do_pack(btree *bt);
 int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0, size_t l0,
                   const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
                   uint64_t *lsn);
-/* A put's record: with fresh_run (a run do_ovf_write just wrote for this
- * put), a RUN record naming it, if the active segment takes them;
- * otherwise a PUT record carrying the value. */
+/* A put's record: with run (a run do_ovf_write just wrote for this put,
+ * or, kept, the item's run a touch keeps, its vcrc set), a RUN record
+ * naming it, if the active segment takes them; otherwise a PUT record
+ * carrying the value. */
 int do_wal_put(btree *bt, const char *key, size_t klen, const void *v0, size_t l0,
                const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
-               const bt_ovf *fresh_run, uint64_t *lsn);
-/* A RUN record: the item whose value (vlen bytes) do_ovf_write put in run
- * (written, not yet synced: the log's sync syncs the tree file first). */
-int do_wal_append_run(btree *bt, const char *key, size_t klen, uint32_t vlen, uint32_t flags,
-                      int64_t exptime, uint64_t cas, const bt_ovf *run, uint64_t *lsn);
+               const bt_ovf *run, bool kept, uint64_t *lsn);
 /* The log's presync (seglog.h): the tree file's fdatasync when a run was
  * written since the last one.  0 or an errno. */
 int bt_wal_presync(void *arg);

@@ -16,7 +16,9 @@
  * A RUN record (log format version 2) carries, instead of the value, the
  * place a put wrote it to (its overflow run, written once): after the key
  * 24 bytes, 0 the run's first page u64 | 8 bytes stored u32 | 12 codec u8 |
- * 16 CRC-32C of the value u32 (the rest zero); vlen is the value's length.
+ * 13 kept u8 (1: a touch's, whose item keeps a run an earlier record or
+ * the tree names) | 16 CRC-32C of the value u32 (the rest zero); vlen is
+ * the value's length.
  * The run is written before the record is appended, and every sync of the
  * log syncs the tree file first (bt_wal_presync, seglog's presync), so a
  * record a sync covered names a run on the disk; the run is not reused
@@ -101,14 +103,18 @@ int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void 
                       cas, lsn);
 }
 
-int do_wal_append_run(btree *bt, const char *key, size_t klen, uint32_t vlen, uint32_t flags,
-                      int64_t exptime, uint64_t cas, const bt_ovf *run, uint64_t *lsn)
+/* A RUN record: the item whose value (vlen bytes) is in run (kept: a run
+ * an earlier record named, which the item keeps). */
+static int do_wal_append_run(btree *bt, const char *key, size_t klen, uint32_t vlen,
+                             uint32_t flags, int64_t exptime, uint64_t cas, const bt_ovf *run,
+                             bool kept, uint64_t *lsn)
 {
     unsigned char d[BT_RUN_DESC];
     memset(d, 0, sizeof(d));
     bt_put64(d, run->pgno);
     bt_put32(d + 8, run->bytes);
     d[12] = run->codec;
+    d[13] = kept;
     bt_put32(d + 16, run->vcrc);
     int rc = wal_append(bt, BT_REC_RUN, key, klen, d, sizeof(d), NULL, 0, vlen, flags, exptime,
                         cas, lsn);
@@ -119,17 +125,17 @@ int do_wal_append_run(btree *bt, const char *key, size_t klen, uint32_t vlen, ui
 
 int do_wal_put(btree *bt, const char *key, size_t klen, const void *v0, size_t l0,
                const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
-               const bt_ovf *fresh_run, uint64_t *lsn)
+               const bt_ovf *run, bool kept, uint64_t *lsn)
 {
     /* a log of version 1 (an older kurad's) takes no RUN record until it
      * rolls to a segment of this version */
-    if (fresh_run && !bt->wal_runs) {
+    if (run && !bt->wal_runs) {
         sl_seg *a = sl_seg_get(&bt->log, sl_active_id(&bt->log));
         bt->wal_runs = a && a->version == BT_WAL_VERSION;
     }
-    if (fresh_run && bt->wal_runs && !kura_test.tree_log_values)
-        return do_wal_append_run(bt, key, klen, (uint32_t)(l0 + l1), flags, exptime, cas,
-                                 fresh_run, lsn);
+    if (run && bt->wal_runs && !kura_test.tree_log_values)
+        return do_wal_append_run(bt, key, klen, (uint32_t)(l0 + l1), flags, exptime, cas, run,
+                                 kept, lsn);
     return do_wal_append(bt, BT_REC_PUT, key, klen, v0, l0, v1, l1, flags, exptime, cas, lsn);
 }
 
@@ -206,7 +212,7 @@ static long long rec_decode(const unsigned char *p, size_t avail, uint32_t versi
         (bt_get64(r->val) < 2 || r->val[12] > 3 || bt_get32(r->val + 20) ||
          bt_get32(r->val + 8) > UINT32_MAX - 1024 ||
          (!r->val[12] && bt_get32(r->val + 8) != r->vlen) ||
-         r->val[13] || r->val[14] || r->val[15]))
+         r->val[13] > 1 || r->val[14] || r->val[15]))
         return SL_NOT_REC;
     return (long long)total;
 }
@@ -269,9 +275,12 @@ static int do_replay_run(btree *bt, bt_path *path, const bt_rec *r)
         return rc ? rc : do_apply_put(bt, path, r->key, r->klen, r->flags, r->exptime, r->cas,
                                       val, c.vlen, NULL, 0, NULL);
     }
-    if (bt->replay_run_next * 2 >= bt->replay_runs.n)
-        return KURA_ECORRUPT;           /* (the first pass saw it: never) */
-    bt->replay_run_next++;
+    if (!r->val[13]) {                  /* (a kept run is in no pair: its own
+                                           record or the tree has it) */
+        if (bt->replay_run_next * 2 >= bt->replay_runs.n)
+            return KURA_ECORRUPT;       /* (the first pass saw it: never) */
+        bt->replay_run_next++;
+    }
     int rc = run_value(bt, bt->fd, bt->npages, &c, vcrc, &val);
     if (rc)
         return rc;
@@ -360,7 +369,7 @@ static int replay_seg(btree *bt, sl_seg *sg, uint64_t off, bool newest, bool fir
             break;
         }
         if (first_pass) {
-            if (r.type == BT_REC_RUN &&
+            if (r.type == BT_REC_RUN && !r.val[13] &&
                 (bt_vec_push(&bt->replay_runs, bt_get64(r.val)) ||
                  bt_vec_push(&bt->replay_runs, bt_ovf_pages(bt, bt_get32(r.val + 8))))) {
                 rc = KURA_ENOMEM;
