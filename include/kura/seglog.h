@@ -118,6 +118,16 @@ typedef struct sl_config {
     void (*log)(void *arg, int level, const char *line);
     void *log_arg;
     int lock_rank;              /* the append lock's rank (lockorder.h); 0: unchecked */
+    /* Called before every sync that makes records durable (a group
+     * commit's, a segment's seal), after the records it covers were
+     * appended: a user whose records name bytes in a file of its own (the
+     * B+ tree's large values) syncs that file here, so that a durable
+     * record never names unwritten bytes.  Returns 0 or an errno, which
+     * fails the log for good (sl_fail) as the log's own sync would.  It
+     * may run under the append lock: it must not call into the log or take
+     * a lock the user holds while appending.  NULL: none. */
+    int (*presync)(void *arg);
+    void *presync_arg;
 } sl_config;
 
 /* The log.  Its fields are the module's; users embed it and call the

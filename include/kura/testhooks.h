@@ -114,6 +114,21 @@ typedef struct kura_testhooks {
     void (*tree_ckpt_writing)(void *arg);
     void *tree_ckpt_writing_arg;
     bool tree_ckpt_no_copy;
+    /* The B+ tree's large values written once (tree_wal.c, RUN records;
+     * test_tree_runs.c, test_powerloss.c): the put logs the value as it
+     * did before (the bytes are written twice: the measurement's negative
+     * check); the log is synced without syncing the tree file first (a
+     * durable record may name a run that is not: a power-loss image loses
+     * an acknowledged value); a freed run is reusable at once, before the
+     * checkpoint that no longer needs the RUN record naming it (replay
+     * meets a run overwritten). */
+    bool tree_log_values;
+    /* ... and a run that extends the file writes its last page's padding
+     * too (not only up to the file-system block past its stored bytes),
+     * as before: test_tree_runs' negative check of the bytes written. */
+    bool tree_run_pad_written;
+    bool tree_run_no_presync;
+    bool tree_run_reuse_now;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -592,6 +592,13 @@ int sl_seg_cut(sl_log *log, sl_seg *sg, uint64_t off, const char *why, uint64_t 
 
 /* ---- appends ------------------------------------------------------------- */
 
+/* The user's sync before one that makes records durable (cfg.presync):
+ * 0 or an errno. */
+static int presync(sl_log *log)
+{
+    return log->cfg.presync ? log->cfg.presync(log->cfg.presync_arg) : 0;
+}
+
 /* Seals the active segment and starts the next, large enough for a record
  * of rlen bytes (cap: that many bytes reserved instead of segsiz, if not
  * 0); log->mu held.  The old segment is trimmed and synced
@@ -618,6 +625,11 @@ static int do_roll(sl_log *log, uint64_t rlen, uint64_t want)
             sl_logf(log, KURA_LOG_ERROR, "cannot trim segment %08x: %s", old->id,
                     strerror(errno));
         uint64_t l = atomic_load(&log->lsn);
+        int pe = presync(log);
+        if (pe) {
+            sl_fail(log, "the user's sync before a segment's seal", pe);
+            return sl_failed(log);
+        }
         if (io->fdatasync(io, old->fd) != 0) {
             int e = errno;
             sl_fail(log, "fdatasync while sealing a segment", e);
@@ -893,13 +905,18 @@ int sl_commit(sl_log *log, uint64_t lsn)
         sl_seg *a = log->active;
         a->pins++;              /* kept open through the sync (sl_seg_drop waits) */
         lockorder_unlock(&log->mu, log->cfg.lock_rank);
-        int e = 0;
+        /* the user's file first: no record this sync makes durable may
+         * name bytes of it that are not */
+        const char *what = "the user's sync before the log's";
+        int e = presync(log);
         atomic_fetch_add(&log->syncs, 1);
-        if (log->cfg.io->fdatasync(log->cfg.io, a->fd) != 0)
+        if (!e && log->cfg.io->fdatasync(log->cfg.io, a->fd) != 0) {
             e = errno;
+            what = "fdatasync of the log";
+        }
         seg_unpin(log, a);
         if (e)
-            sl_fail(log, "fdatasync of the log", e);
+            sl_fail(log, what, e);
 
         pthread_mutex_lock(&log->cmu);
         log->syncing = false;

@@ -1,9 +1,12 @@
 /*
  * fuzz_tree_wal.c - the B+ tree's write-ahead log as an open replays it
  * (src/store/tree/tree_wal.c over src/log/seglog.c): the segment header,
- * the record decoder (rec_decode: PUT, DEL, STATE), the cut of a torn
+ * the record decoder (rec_decode: PUT, DEL, STATE, RUN), the cut of a torn
  * tail, and every record applied to the tree (inserts, splits, overflow
  * runs, removals), then every item read back and the structure checked.
+ * A RUN record names a run of the tree file, which here is empty: replay's
+ * first pass, the runs' checks and the log's end at a run that fails them
+ * (seeds wal-run, wal-run-asis, from a kurad killed after large sets).
  *
  * Input: a flags byte, then a WAL segment file.  The tree file beside it is
  * a fresh empty tree made once per process (its meta pages point at
@@ -58,7 +61,9 @@ static void fix(unsigned char *p, size_t len)
     put32(p + 12, 1);
     put32(p + 28, crc32c_update(0, p, 28));
     for (size_t off = SL_SEG_HDR; len - off >= BT_REC_HDR;) {
-        size_t total = BT_REC_HDR + (size_t)p[off + 7] + get32(p + off + 8);
+        /* a RUN record's body is its run's place, not its value */
+        size_t body = p[off + 6] == BT_REC_RUN ? BT_RUN_DESC : get32(p + off + 8);
+        size_t total = BT_REC_HDR + (size_t)p[off + 7] + body;
         if (total > len - off)
             break;
         uint32_t crc = crc32c_update(0, p + off + BT_REC_HDR, total - BT_REC_HDR);

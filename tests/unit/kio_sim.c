@@ -144,6 +144,7 @@ struct kio_inject {
     int err;
     uint64_t fired;
     uint64_t bytes_read;        /* by pread, every path (not failed, not matched) */
+    uint64_t bytes_written;     /* by pwritev, every path (as returned) */
 };
 
 static kio_inject *IN(const kura_io *io)
@@ -219,7 +220,10 @@ static ssize_t in_pwritev(const kura_io *io, int fd, const struct iovec *iov, in
         errno = e;
         return -1;
     }
-    return b->pwritev(b, fd, iov, n, off);
+    ssize_t w = b->pwritev(b, fd, iov, n, off);
+    if (w > 0)
+        __atomic_add_fetch(&IN(io)->bytes_written, (uint64_t)w, __ATOMIC_RELAXED);
+    return w;
 }
 
 #define IN_FD_CALL(name, KIND, ...)                                     \
@@ -354,6 +358,7 @@ void kio_inject_reset(kio_inject *in)
     memset(in->calls, 0, sizeof(in->calls));
     in->fired = 0;
     __atomic_store_n(&in->bytes_read, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->bytes_written, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&in->mu);
 }
 
@@ -368,6 +373,11 @@ uint64_t kio_inject_calls(kio_inject *in, int kind)
 uint64_t kio_inject_bytes_read(kio_inject *in)
 {
     return __atomic_load_n(&in->bytes_read, __ATOMIC_RELAXED);
+}
+
+uint64_t kio_inject_bytes_written(kio_inject *in)
+{
+    return __atomic_load_n(&in->bytes_written, __ATOMIC_RELAXED);
 }
 
 uint64_t kio_inject_fired(kio_inject *in)

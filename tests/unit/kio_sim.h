@@ -67,6 +67,9 @@ void kio_inject_reset(kio_inject *in);    /* counts back to 0 */
 uint64_t kio_inject_calls(kio_inject *in, int kind);   /* matching calls so far */
 uint64_t kio_inject_fired(kio_inject *in);             /* failures injected so far */
 uint64_t kio_inject_bytes_read(kio_inject *in);        /* by pread, on any path */
+/* by pwritev, on any path (not stores into a mapping: open the log with
+ * mapwrite=0 to count its bytes) */
+uint64_t kio_inject_bytes_written(kio_inject *in);
 
 /* ---- the recorder -------------------------------------------------------- */
 

@@ -5,7 +5,9 @@
  * pwritev and through the write mapping), rolling across segments, group
  * commit from several threads, reopening and scanning everything back, a
  * torn tail cut off, and a failed fdatasync (a kura_io wrapper) making
- * every later append, commit and segment creation fail for good.  Records
+ * every later append, commit and segment creation fail for good; the
+ * user's presync called before every sync that makes records durable (a
+ * commit's, a seal's) and its failure as sticky as the log's own.  Records
  * of a page or more skip the write mapping (pwritev); mixed sizes read
  * back.
  */
@@ -395,6 +397,51 @@ static void test_failed_sync_is_sticky(void)
     kio_inject_free(in);
 }
 
+/* The user's presync: counts its calls and the log's lsn as each came
+ * (the records it must precede), and fails with presync_err when set. */
+static sl_log *presync_log;
+static int presync_calls, presync_err;
+static uint64_t presync_lsn;
+
+static int count_presync(void *arg)
+{
+    (void)arg;
+    presync_calls++;
+    presync_lsn = sl_lsn(presync_log);
+    return presync_err;
+}
+
+static void test_presync_before_every_sync(void)
+{
+    sl_log log;
+    sl_loc loc;
+    fresh_dir();
+    sl_config c = config(false, NULL);
+    c.presync = count_presync;
+    presync_log = &log;
+    presync_calls = presync_err = 0;
+    REQUIRE(open_all(&log, &c) == 0);
+    REQUIRE(append_one(&log, 1, &loc) == KURA_OK);
+    CHECK(sl_commit(&log, loc.lsn) == KURA_OK);
+    CHECK_EQ_INT(presync_calls, 1);             /* the group commit's */
+    CHECK(presync_lsn == loc.lsn);              /* after the record */
+    CHECK(sl_commit(&log, loc.lsn) == KURA_OK);
+    CHECK_EQ_INT(presync_calls, 1);             /* nothing to sync: none */
+    int before = presync_calls;
+    for (uint64_t i = 2; i <= 40; i++)          /* 4 KiB segments: seals */
+        REQUIRE(append_one(&log, i, &loc) == KURA_OK);
+    CHECK(sl_rolls(&log) > 0);
+    CHECK(presync_calls - before >= (int)sl_rolls(&log));    /* one a seal */
+    /* its failure is the log's own: sticky */
+    presync_err = EIO;
+    REQUIRE(append_one(&log, 41, &loc) == KURA_OK);
+    CHECK(sl_commit(&log, loc.lsn) == KURA_EFAILED);
+    presync_err = 0;
+    CHECK(sl_commit(&log, loc.lsn) == KURA_EFAILED);
+    CHECK(append_one(&log, 42, &loc) == KURA_EFAILED);
+    sl_destroy(&log);
+}
+
 /* Garbage for the resync: at every SPACING bytes a head claiming a record
  * of half the file (so each runs SPACING past the one before), zeros
  * between.  The check
@@ -746,6 +793,7 @@ int main(void)
     RUN(test_torn_tail_cut);
     RUN(test_torn_creation);
     RUN(test_failed_sync_is_sticky);
+    RUN(test_presync_before_every_sync);
     RUN(test_resync_reads_linearly);
     RUN(test_resync_checksums_linearly);
     RUN(test_sealed_segment_released);

@@ -7,7 +7,10 @@
  *   1. descend to the leaf (reads may fail: nothing changed yet);
  *   2. write a large value's overflow run (may fail: the run is freed);
  *   3. reserve the page objects the change may need (may fail: ENOMEM);
- *   4. append the record to the log (may fail: the run is freed);
+ *   4. append the record to the log (may fail: the run is freed); a
+ *      value written to a run in 2 is not logged again: the record names
+ *      the run (a RUN record, tree_wal.c), and the log's syncs sync the
+ *      tree file first;
  *   5. change the pages in memory, which cannot fail (a rebalance that
  *      cannot read a sibling is skipped; tree_delete.c).
  * The log record is what makes the change durable (-sync always waits for
@@ -36,6 +39,7 @@
 #include "kura/dbfile.h"
 #include "kura/testhooks.h"
 #include "kura/codec.h"
+#include "kura/crc32c.h"
 #include "tree_int.h"
 #include "kura/lockorder.h"
 #include "kura/tlbuf.h"
@@ -166,7 +170,7 @@ int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_
         bt_cell old;
         pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), &old);
         if (old.ovf && (!ovf || old.ovf_pgno != ovf->pgno))
-            do_free_pgno(bt, old.ovf_pgno, bt_ovf_pages(bt, old.ovf_bytes), false);
+            do_free_run(bt, old.ovf_pgno, old.ovf_bytes);
         bt->items--;
         bt->bytes -= bt_item_bytes(old.klen, old.vlen, old.flags);
     }
@@ -186,7 +190,7 @@ static void do_apply_del(btree *bt, bt_path *path)
     pg_leaf_decode(pg_ccell(path->pg[lvl]->data, (unsigned)path->idx[lvl]), &c);
     do_touch_path(bt, path);
     if (c.ovf)
-        do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.ovf_bytes), false);
+        do_free_run(bt, c.ovf_pgno, c.ovf_bytes);
     bt->items--;
     bt->bytes -= bt_item_bytes(c.klen, c.vlen, c.flags);
     do_leaf_remove(bt, path);
@@ -236,7 +240,8 @@ static int do_write_put(btree *bt, bt_path *path, const char *key, size_t klen, 
         ovf = &run;
         fresh = true;
     }
-    rc = do_wal_append(bt, BT_REC_PUT, key, klen, v0, l0, v1, l1, flags, exptime, cas, lsn);
+    rc = do_wal_put(bt, key, klen, v0, l0, v1, l1, flags, exptime, cas, fresh ? &run : keep_ovf,
+                    !fresh, lsn);
     if (rc) {
         if (fresh)
             do_free_pgno(bt, run.pgno, bt_ovf_pages(bt, run.bytes), true);
@@ -574,7 +579,8 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
             flags = cur.flags;
             cas = cur.cas;
             if (c.ovf) {                /* the value's run stays as it is */
-                keep_run = (bt_ovf){ c.ovf_pgno, c.ovf_bytes, c.ovf_codec };
+                keep_run = (bt_ovf){ c.ovf_pgno, c.ovf_bytes, c.ovf_codec,
+                                     crc32c_update(0, cur.val, cur.vlen) };
                 keep = &keep_run;
             }
         }
@@ -841,6 +847,7 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_zcomp_pages", LOAD(zcomp_pages));
     kura_emit_u64(emit, arg, "tree_zcomp_page_saved_bytes", LOAD(zcomp_page_saved));
     kura_emit_u64(emit, arg, "tree_zcomp_punch_errors", LOAD(punch_errors));
+    kura_emit_u64(emit, arg, "tree_run_records", LOAD(run_records));
     sl_stats ls;
     sl_get_stats(&bt->log, &ls);
     kura_emit_u64(emit, arg, "tree_syncs", ls.syncs);
@@ -946,6 +953,9 @@ static void destroy(btree *bt)
     free(bt->freev.v);
     free(bt->pend.v);
     free(bt->flpages.v);
+    free(bt->replay_runs.v);
+    if (bt->salvage_fd >= 0)
+        bt->io->close(bt->io, bt->salvage_fd);
     free(bt->scr[0]);
     free(bt->scr[1]);
     free(bt->cptr);
@@ -1095,7 +1105,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->io = kio_or_default(cfg->io);
     if (!bt->cfg.item_size_max)
         bt->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
-    bt->dirfd = bt->lockfd = bt->fd = -1;
+    bt->dirfd = bt->lockfd = bt->fd = bt->salvage_fd = -1;
     bt->psiz = psiz;
     bt->psiz_given = psiz_given;
     bt->ckpt_bytes = ckpt;
@@ -1117,11 +1127,13 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
                                &bt->lockfd, err, errlen)))
         goto fail;
     sl_config lc = { .dir = bt->dir, .dirfd = bt->dirfd, .io = bt->io,
-                     .version = BT_WAL_VERSION, .versions = 1u << BT_WAL_VERSION,
+                     .version = BT_WAL_VERSION,
+                     .versions = (1u << BT_WAL_VERSION) | (1u << BT_WAL_VERSION_MIN),
                      .segsiz = segsiz, .msiz = 0, .wbehind = 0,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
                      .check = bt_wal_check, .log = log_line, .log_arg = bt,
-                     .lock_rank = LOCK_RANK_STORE_LOG };
+                     .lock_rank = LOCK_RANK_STORE_LOG,
+                     .presync = bt_wal_presync, .presync_arg = bt };
     memcpy(lc.magic, BT_WAL_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&bt->log, &lc))) {
         snprintf(err, errlen, "out of memory");

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kura/crc32c.h"
 #include "kura/testhooks.h"
@@ -444,6 +445,13 @@ void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
     }
 }
 
+void do_free_run(btree *bt, uint64_t pgno, uint32_t bytes)
+{
+    /* kura_test.tree_run_reuse_now: the negative check of test_tree_runs
+     * (a RUN record's run overwritten before a checkpoint lets it go) */
+    do_free_pgno(bt, pgno, bt_ovf_pages(bt, bytes), kura_test.tree_run_reuse_now);
+}
+
 static int cmp_u64_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -552,11 +560,31 @@ int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off)
     return 0;
 }
 
+/* The bytes at the end of a run (run bytes at `at`, of which `used` are
+ * its header and stored bytes) that need not be written: when the run
+ * extends the file from within its written part, the padding past the
+ * file-system block that holds its last stored byte is made by extending
+ * the file (fallocate: zeros, no data written) rather than by writing
+ * zeros.  Inside the file it must be written (stale bytes lie there, and
+ * the run's CRC covers its padding).  The file only grows while a change
+ * holds the tree lock (a checkpoint's writes; its cut is made under the
+ * lock), so its size now is a lower bound. */
+static size_t pad_unwritten(btree *bt, off_t at, size_t run, size_t used)
+{
+    size_t kept = (used + bt->blksize - 1) / bt->blksize * bt->blksize;
+    struct stat st;
+    if (kept >= run || kura_test.tree_run_pad_written || fstat(bt->fd, &st) != 0 ||
+        st.st_size > at + (off_t)kept)
+        return 0;
+    return run - kept;
+}
+
 int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1, bt_ovf *out)
 {
     size_t raw = l0 + l1;
     void *packed = NULL;
     size_t plen = 0;
+    uint32_t vcrc = crc32c_update(crc32c_update(0, v0, l0), v1, l1);
     int codec = bt_zcomp_pack(bt, v0, l0, v1, l1, &packed, &plen);
     if (codec) {                        /* the run holds the compressed bytes */
         v0 = packed;
@@ -587,9 +615,13 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
         iov[k++] = (struct iovec){ (void *)v0, l0 };
     if (l1)
         iov[k++] = (struct iovec){ (void *)v1, l1 };
-    if (pad)
-        iov[k++] = (struct iovec){ zeros, pad };
-    if (bt_pwritev_all(bt, iov, k, (off_t)(start * bt->psiz)) != 0) {
+    off_t at = (off_t)(start * bt->psiz);
+    size_t skip = pad_unwritten(bt, at, n * bt->psiz, BT_HDR + vlen);
+    if (pad > skip)
+        iov[k++] = (struct iovec){ zeros, pad - skip };
+    if (bt_pwritev_all(bt, iov, k, at) != 0 ||
+        (skip && bt->io->fallocate(bt->io, bt->fd, at + (off_t)(n * bt->psiz - skip),
+                                   (off_t)skip) != 0)) {
         int e = errno;
         do_free_pgno(bt, start, n, true);
         free(packed);
@@ -598,11 +630,15 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
         return sl_errno_status(e);
     }
     free(packed);
+    /* after the write returned: a log sync that reads this count syncs
+     * the file first (bt_wal_presync) */
+    atomic_fetch_add_explicit(&bt->run_writes, 1, memory_order_release);
     if (codec) {
         atomic_fetch_add_explicit(&bt->zcomp_runs, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&bt->zcomp_saved, raw - vlen, memory_order_relaxed);
     }
-    *out = (bt_ovf){ .pgno = start, .bytes = (uint32_t)vlen, .codec = (uint8_t)codec };
+    *out = (bt_ovf){ .pgno = start, .bytes = (uint32_t)vlen, .codec = (uint8_t)codec,
+                     .vcrc = vcrc };
     return KURA_OK;
 }
 

@@ -70,7 +70,12 @@
                                            as 3 once a page is compressed */
 #define BT_VERSION_RUNS 2
 #define BT_VERSION_MIN  1
-#define BT_WAL_VERSION  1               /* of the log's records */
+#define BT_WAL_VERSION  2               /* of the log's records: 2 added RUN
+                                           records (a large value named by
+                                           its run, not carried); segments
+                                           of version 1 are read */
+#define BT_WAL_VERSION_MIN 1
+#define BT_RUN_DESC     24              /* a RUN record's body after the key */
 #define BT_MAX_DEPTH    40
 #define BT_REC_HDR      32              /* bytes of a log record's head */
 #define BT_REC_MAGIC    0x744b          /* "Kt" little-endian */
@@ -80,7 +85,7 @@
 #define BT_CELL_MAX     (BT_LEAF_HDR_MAX + 250 + 2048)  /* a cell buffer's size */
 
 enum bt_type { BT_META = 1, BT_BRANCH = 2, BT_LEAF = 3, BT_OVERFLOW = 4, BT_FREELIST = 5 };
-enum bt_rec_type { BT_REC_PUT = 1, BT_REC_DEL = 2, BT_REC_STATE = 3 };
+enum bt_rec_type { BT_REC_PUT = 1, BT_REC_DEL = 2, BT_REC_STATE = 3, BT_REC_RUN = 4 };
 
 /* A page in the cache.  Header fields of the page live in data (see
  * tree_page.c); pgno and txn are copies kept for the cache's use. */
@@ -136,6 +141,9 @@ typedef struct bt_ovf {
     uint64_t pgno;
     uint32_t bytes;             /* stored: compressed, or the value's length */
     uint8_t codec;              /* kura_codec */
+    uint32_t vcrc;              /* CRC-32C of the value (as given, before
+                                   compression): set by do_ovf_write, named
+                                   by a RUN record */
 } bt_ovf;
 
 /* A decoded log record. */
@@ -147,7 +155,7 @@ typedef struct bt_rec {
     int64_t exptime;
     uint64_t cas;
     const char *key;
-    const unsigned char *val;
+    const unsigned char *val;   /* RUN: the run's descriptor (BT_RUN_DESC) */
 } bt_rec;
 
 typedef struct btree {
@@ -215,6 +223,22 @@ typedef struct btree {
     pthread_mutex_t ckpt_mu;    /* for ckpt_cv */
     pthread_cond_t ckpt_cv;     /* ckpt_busy or ckpt_writing went false */
     bool wal_started;           /* sl_start done: appends and trims allowed */
+    bool wal_runs;              /* the active segment is of BT_WAL_VERSION:
+                                   RUN records may go into it */
+    /* Large values are written once, into their run, and the log's RUN
+     * record names the run (tree_wal.c): the log's sync is preceded by the
+     * tree file's (bt_wal_presync) whenever a run was written since the
+     * last.  run_writes counts runs written (after the write returned),
+     * run_synced the count a sync of the tree file covered. */
+    _Atomic uint64_t run_writes, run_synced;
+    /* replay: the runs RUN records from the meta page's log position name
+     * (pairs of first page, pages), taken out of the free pages before
+     * replay, in log order; replay_run_next: the next one replay reaches */
+    bt_vec replay_runs;
+    size_t replay_run_next;
+    int salvage_fd;             /* -recover's replay: the damaged file, whose
+                                   pages RUN records name (-1: none) */
+    uint64_t salvage_npages;
     bool replaying;             /* open: a checkpoint is as of wal_at */
     uint32_t wal_at_seg;
     uint64_t wal_at_off;
@@ -246,7 +270,7 @@ typedef struct btree {
                      recovered_records, ckpt_errors, shares, trimmed_pages, packed_pages,
                      zcomp_runs, zcomp_saved,   /* compressed runs written, bytes saved */
                      zcomp_pages, zcomp_page_saved, /* ... pages, bytes punched out */
-                     punch_errors;
+                     punch_errors, run_records;
     uint64_t wal_cut;
 } btree;
 
@@ -338,6 +362,9 @@ void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written);
 /* frees the page: out of the cache, its number freed */
 void do_page_free(btree *bt, bt_page *p);
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now);
+/* frees an item's overflow run (its bytes stored): reusable once the next
+ * meta page is durable, as a RUN record before it may name the run */
+void do_free_run(btree *bt, uint64_t pgno, uint32_t bytes);
 uint64_t do_alloc_run(btree *bt, uint64_t n);
 /* Takes the free pages that end the file out of freev and the file's
  * used part (never pages 0 to 2); returns how many.  A checkpoint calls it
@@ -453,6 +480,16 @@ int do_pack(btree *bt);
 int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0, size_t l0,
                   const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
                   uint64_t *lsn);
+/* A put's record: with run (a run do_ovf_write just wrote for this put,
+ * or, kept, the item's run a touch keeps, its vcrc set), a RUN record
+ * naming it, if the active segment takes them; otherwise a PUT record
+ * carrying the value. */
+int do_wal_put(btree *bt, const char *key, size_t klen, const void *v0, size_t l0,
+               const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
+               const bt_ovf *run, bool kept, uint64_t *lsn);
+/* The log's presync (seglog.h): the tree file's fdatasync when a run was
+ * written since the last one.  0 or an errno. */
+int bt_wal_presync(void *arg);
 int bt_wal_open(btree *bt, char *err, size_t errlen);
 int bt_wal_replay(btree *bt, char *err, size_t errlen);
 void do_wal_trim(btree *bt);

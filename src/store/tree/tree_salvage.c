@@ -209,7 +209,9 @@ int do_salvage_load(btree *bt, char *err, size_t errlen)
         rc = do_checkpoint(bt);
     bt->replaying = false;
     free(pg);
-    io->close(io, fd);
+    /* kept for the log's replay: RUN records name runs of this file */
+    bt->salvage_fd = fd;
+    bt->salvage_npages = npages;
     if (rc) {
         snprintf(err, errlen, "%s: salvage: %s", bt->dir, kura_strerror(rc));
         return rc;

@@ -11,8 +11,28 @@
  * A record is a 32-byte head then the key and the value (STATE: max_cas,
  * oldest_cas, flush_at, ulog_ts, 8 bytes each):
  *   0 crc32c of key ++ value, continued over bytes 4..31 | 4 magic "Kt" |
- *   6 type (1 PUT, 2 DEL, 3 STATE) | 7 klen | 8 vlen u32 | 12 flags u32 |
- *   16 exptime i64 | 24 cas u64
+ *   6 type (1 PUT, 2 DEL, 3 STATE, 4 RUN) | 7 klen | 8 vlen u32 |
+ *   12 flags u32 | 16 exptime i64 | 24 cas u64
+ * A RUN record (log format version 2) carries, instead of the value, the
+ * place a put wrote it to (its overflow run, written once): after the key
+ * 24 bytes, 0 the run's first page u64 | 8 bytes stored u32 | 12 codec u8 |
+ * 13 kept u8 (1: a touch's, whose item keeps a run an earlier record or
+ * the tree names) | 16 CRC-32C of the value u32 (the rest zero); vlen is
+ * the value's length.
+ * The run is written before the record is appended, and every sync of the
+ * log syncs the tree file first (bt_wal_presync, seglog's presync), so a
+ * record a sync covered names a run on the disk; the run is not reused
+ * before a checkpoint past the record is durable (do_free_run).
+ *
+ * Replay reads a RUN record's run and checks it (its page checks and the
+ * value's CRC).  A run that fails can only belong to a record no sync
+ * covered (the kernel wrote the log's page back before the tree file's):
+ * nothing after it was acknowledged as durable either, so the log ends
+ * there, cut as a torn record is; in a sealed segment (synced, with the
+ * tree file before it, when it was sealed) it is damage.  Before replay,
+ * the runs of every RUN record from P on are taken out of the free pages
+ * (take_runs), so that nothing replay allocates overwrites a run a later
+ * record names.
  *
  * At open the tree is as of its meta page's log position P; the records
  * from P on are applied again (bt_wal_replay).  The newest segment may end
@@ -20,12 +40,16 @@
  * there.  Segments before P's are no longer needed and are removed, at
  * open and after every checkpoint (do_wal_trim).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "kura/crc32c.h"
+#include "kura/testhooks.h"
 #include "tree_int.h"
 
 static size_t frame_ready(void *arg, unsigned char *head, uint64_t recno)
@@ -35,15 +59,17 @@ static size_t frame_ready(void *arg, unsigned char *head, uint64_t recno)
     return *(const size_t *)arg;
 }
 
-int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0, size_t l0,
-                  const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
-                  uint64_t *lsn)
+/* Appends a record: its head, the key, then v0 ++ v1; vlen is the
+ * head's value length (a RUN record's is the value's, not its body's). */
+static int wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0,
+                      size_t l0, const void *v1, size_t l1, uint32_t vlen, uint32_t flags,
+                      int64_t exptime, uint64_t cas, uint64_t *lsn)
 {
     unsigned char head[BT_REC_HDR];
     bt_put16(head + 4, BT_REC_MAGIC);
     head[6] = (unsigned char)type;
     head[7] = (unsigned char)klen;
-    bt_put32(head + 8, (uint32_t)(l0 + l1));
+    bt_put32(head + 8, vlen);
     bt_put32(head + 12, flags);
     bt_put64(head + 16, (uint64_t)exptime);
     bt_put64(head + 24, cas);
@@ -69,9 +95,75 @@ int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void 
     return rc;
 }
 
+int do_wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0, size_t l0,
+                  const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
+                  uint64_t *lsn)
+{
+    return wal_append(bt, type, key, klen, v0, l0, v1, l1, (uint32_t)(l0 + l1), flags, exptime,
+                      cas, lsn);
+}
+
+/* A RUN record: the item whose value (vlen bytes) is in run (kept: a run
+ * an earlier record named, which the item keeps). */
+static int do_wal_append_run(btree *bt, const char *key, size_t klen, uint32_t vlen,
+                             uint32_t flags, int64_t exptime, uint64_t cas, const bt_ovf *run,
+                             bool kept, uint64_t *lsn)
+{
+    unsigned char d[BT_RUN_DESC];
+    memset(d, 0, sizeof(d));
+    bt_put64(d, run->pgno);
+    bt_put32(d + 8, run->bytes);
+    d[12] = run->codec;
+    d[13] = kept;
+    bt_put32(d + 16, run->vcrc);
+    int rc = wal_append(bt, BT_REC_RUN, key, klen, d, sizeof(d), NULL, 0, vlen, flags, exptime,
+                        cas, lsn);
+    if (rc == KURA_OK)
+        atomic_fetch_add_explicit(&bt->run_records, 1, memory_order_relaxed);
+    return rc;
+}
+
+int do_wal_put(btree *bt, const char *key, size_t klen, const void *v0, size_t l0,
+               const void *v1, size_t l1, uint32_t flags, int64_t exptime, uint64_t cas,
+               const bt_ovf *run, bool kept, uint64_t *lsn)
+{
+    /* a log of version 1 (an older kurad's) takes no RUN record until it
+     * rolls to a segment of this version */
+    if (run && !bt->wal_runs) {
+        sl_seg *a = sl_seg_get(&bt->log, sl_active_id(&bt->log));
+        bt->wal_runs = a && a->version == BT_WAL_VERSION;
+    }
+    if (run && bt->wal_runs && !kura_test.tree_log_values)
+        return do_wal_append_run(bt, key, klen, (uint32_t)(l0 + l1), flags, exptime, cas, run,
+                                 kept, lsn);
+    return do_wal_append(bt, BT_REC_PUT, key, klen, v0, l0, v1, l1, flags, exptime, cas, lsn);
+}
+
+int bt_wal_presync(void *arg)
+{
+    btree *bt = arg;
+    uint64_t w = atomic_load_explicit(&bt->run_writes, memory_order_acquire);
+    if (atomic_load_explicit(&bt->run_synced, memory_order_acquire) >= w ||
+        kura_test.tree_run_no_presync)
+        return 0;
+    if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
+        int e = errno ? errno : EIO;
+        bt_log(bt, KURA_LOG_ERROR, "%s/tree: the sync of large values before the log's: %s",
+               bt->dir, strerror(e));
+        return e;
+    }
+    /* every run counted in w is on the disk (another sync may have
+     * covered more meanwhile: the count only rises) */
+    uint64_t cur = atomic_load_explicit(&bt->run_synced, memory_order_relaxed);
+    while (cur < w && !atomic_compare_exchange_weak(&bt->run_synced, &cur, w))
+        ;
+    return 0;
+}
+
 /* Decodes the record at p (avail bytes): its length, SL_NOT_REC, or
  * SL_NEED_MORE with *need. */
-static long long rec_decode(const unsigned char *p, size_t avail, bt_rec *r, size_t *need)
+static long long rec_decode(const unsigned char *p, size_t avail, uint32_t version, bt_rec *r,
+                            size_t *need)
 {
     if (avail < BT_REC_HDR) {
         *need = BT_REC_HDR;
@@ -98,10 +190,15 @@ static long long rec_decode(const unsigned char *p, size_t avail, bt_rec *r, siz
         if (r->klen || r->vlen != 32)
             return SL_NOT_REC;
         break;
+    case BT_REC_RUN:
+        if (version < 2 || r->klen < 1 || r->vlen > UINT32_MAX - 1024)
+            return SL_NOT_REC;
+        break;
     default:
         return SL_NOT_REC;
     }
-    size_t total = BT_REC_HDR + (size_t)r->klen + r->vlen;
+    size_t body = r->type == BT_REC_RUN ? BT_RUN_DESC : r->vlen;
+    size_t total = BT_REC_HDR + (size_t)r->klen + body;
     if (avail < total) {
         *need = total;
         return SL_NEED_MORE;
@@ -111,6 +208,12 @@ static long long rec_decode(const unsigned char *p, size_t avail, bt_rec *r, siz
         return SL_NOT_REC;
     r->key = (const char *)p + BT_REC_HDR;
     r->val = p + BT_REC_HDR + r->klen;
+    if (r->type == BT_REC_RUN &&
+        (bt_get64(r->val) < 2 || r->val[12] > 3 || bt_get32(r->val + 20) ||
+         bt_get32(r->val + 8) > UINT32_MAX - 1024 ||
+         (!r->val[12] && bt_get32(r->val + 8) != r->vlen) ||
+         r->val[13] > 1 || r->val[14] || r->val[15]))
+        return SL_NOT_REC;
     return (long long)total;
 }
 
@@ -118,9 +221,72 @@ static long long rec_check(void *arg, const unsigned char *p, size_t avail, uint
                            size_t *need)
 {
     bt_rec tmp;
-    if (version != BT_WAL_VERSION)
+    if (version < BT_WAL_VERSION_MIN || version > BT_WAL_VERSION)
         return SL_NOT_REC;
-    return rec_decode(p, avail, arg ? arg : &tmp, need);
+    return rec_decode(p, avail, version, arg ? arg : &tmp, need);
+}
+
+/* do_replay_one: the RUN record's run fails its checks */
+#define RUN_UNWRITTEN 1
+
+/* A RUN record's run as a leaf cell names it; *vcrc the value's CRC. */
+static void run_cell(const bt_rec *r, bt_cell *c, uint32_t *vcrc)
+{
+    memset(c, 0, sizeof(*c));
+    c->key = r->key;
+    c->klen = r->klen;
+    c->vlen = r->vlen;
+    c->ovf = true;
+    c->ovf_pgno = bt_get64(r->val);
+    c->ovf_bytes = bt_get32(r->val + 8);
+    c->ovf_codec = r->val[12];
+    *vcrc = bt_get32(r->val + 16);
+}
+
+/* The value of the run c names in fd (npages pages), read and checked:
+ * the run's own checks (its CRC, header, codec) and the value's CRC the
+ * record gave.  KURA_OK (*val), RUN_UNWRITTEN, KURA_EIO or KURA_ENOMEM. */
+static int run_value(btree *bt, int fd, uint64_t npages, const bt_cell *c, uint32_t vcrc,
+                     const unsigned char **val)
+{
+    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val);
+    if (rc == KURA_EIO || rc == KURA_ENOMEM)
+        return rc;
+    if (rc || crc32c_update(0, *val, c->vlen) != vcrc)
+        return RUN_UNWRITTEN;
+    return KURA_OK;
+}
+
+/* Applies a RUN record at path: the item names the run, which stays
+ * where the put wrote it (taken out of the free pages by take_runs).
+ * With -recover the run is in the damaged file: its value goes into a run
+ * of the fresh tree, or, if it fails its checks there (overwritten since:
+ * a later record of the key follows), the record is skipped. */
+static int do_replay_run(btree *bt, bt_path *path, const bt_rec *r)
+{
+    bt_cell c;
+    uint32_t vcrc;
+    const unsigned char *val;
+    run_cell(r, &c, &vcrc);
+    if (bt->salvage_fd >= 0) {
+        int rc = run_value(bt, bt->salvage_fd, bt->salvage_npages, &c, vcrc, &val);
+        if (rc == RUN_UNWRITTEN)
+            return KURA_OK;
+        return rc ? rc : do_apply_put(bt, path, r->key, r->klen, r->flags, r->exptime, r->cas,
+                                      val, c.vlen, NULL, 0, NULL);
+    }
+    if (!r->val[13]) {                  /* (a kept run is in no pair: its own
+                                           record or the tree has it) */
+        if (bt->replay_run_next * 2 >= bt->replay_runs.n)
+            return KURA_ECORRUPT;       /* (the first pass saw it: never) */
+        bt->replay_run_next++;
+    }
+    int rc = run_value(bt, bt->fd, bt->npages, &c, vcrc, &val);
+    if (rc)
+        return rc;
+    bt_ovf run = { c.ovf_pgno, c.ovf_bytes, c.ovf_codec, vcrc };
+    return do_apply_put(bt, path, r->key, r->klen, r->flags, r->exptime, r->cas, val, c.vlen,
+                        NULL, 0, &run);
 }
 
 /* Applies one record to the tree (no log record written). */
@@ -142,13 +308,15 @@ static int do_replay_one(btree *bt, const bt_rec *r)
     if (r->type == BT_REC_PUT) {
         rc = do_apply_put(bt, &path, r->key, r->klen, r->flags, r->exptime, r->cas, r->val,
                           r->vlen, NULL, 0, NULL);
+    } else if (r->type == BT_REC_RUN) {
+        rc = do_replay_run(bt, &path, r);
     } else if (path.found) {
         bt_cell c;
         int lvl = path.depth - 1;
         pg_leaf_decode(pg_ccell(path.pg[lvl]->data, (unsigned)path.idx[lvl]), &c);
         do_touch_path(bt, &path);
         if (c.ovf)
-            do_free_pgno(bt, c.ovf_pgno, bt_ovf_pages(bt, c.ovf_bytes), false);
+            do_free_run(bt, c.ovf_pgno, c.ovf_bytes);
         bt->items--;
         bt->bytes -= bt_item_bytes(c.klen, c.vlen, c.flags);
         do_leaf_remove(bt, &path);
@@ -157,10 +325,22 @@ static int do_replay_one(btree *bt, const bt_rec *r)
     return rc;
 }
 
+/* The runs of RUN records from index i on that replay did not reach (the
+ * log ended before them) are free once the next meta page is durable. */
+static void do_free_runs_from(btree *bt, size_t i)
+{
+    for (; i * 2 + 1 < bt->replay_runs.n; i++)
+        if (bt->replay_runs.v[2 * i + 1])
+            do_free_pgno(bt, bt->replay_runs.v[2 * i], bt->replay_runs.v[2 * i + 1], false);
+    bt->replay_run_next = bt->replay_runs.n / 2;
+}
+
 /* Replays segment sg from off.  With `newest`, a record that is not whole
- * ends the log there (cut); otherwise it is damage. */
-static int replay_seg(btree *bt, sl_seg *sg, uint64_t off, bool newest, char *err,
-                      size_t errlen)
+ * ends the log there (cut); otherwise it is damage.  With `first_pass`,
+ * nothing is applied: the runs of RUN records are noted in replay_runs,
+ * and the pass stops (1) where replay would stop. */
+static int replay_seg(btree *bt, sl_seg *sg, uint64_t off, bool newest, bool first_pass,
+                      char *err, size_t errlen)
 {
     sl_scan sc;
     int rc;
@@ -174,6 +354,10 @@ static int replay_seg(btree *bt, sl_seg *sg, uint64_t off, bool newest, char *er
             rc = KURA_OK;
             break;
         }
+        if (rc && first_pass) {
+            rc = 1;
+            break;
+        }
         if (rc == KURA_ECORRUPT && newest) {
             rc = sl_seg_cut(&bt->log, sg, off, "a torn record", &bt->wal_cut, err, errlen);
             break;
@@ -184,7 +368,34 @@ static int replay_seg(btree *bt, sl_seg *sg, uint64_t off, bool newest, char *er
                      (unsigned long long)off);
             break;
         }
-        if ((rc = do_replay_one(bt, &r))) {
+        if (first_pass) {
+            if (r.type == BT_REC_RUN && !r.val[13] &&
+                (bt_vec_push(&bt->replay_runs, bt_get64(r.val)) ||
+                 bt_vec_push(&bt->replay_runs, bt_ovf_pages(bt, bt_get32(r.val + 8))))) {
+                rc = KURA_ENOMEM;
+                snprintf(err, errlen, "out of memory");
+                break;
+            }
+            off += len;
+            continue;
+        }
+        rc = do_replay_one(bt, &r);
+        if (rc == RUN_UNWRITTEN && newest) {
+            /* no sync covered it (formats.md, "How a change becomes
+             * durable"): the log ends here, as at a torn record */
+            do_free_runs_from(bt, bt->replay_run_next - 1);
+            rc = sl_seg_cut(&bt->log, sg, off, "a record whose large value never reached "
+                            "the disk", &bt->wal_cut, err, errlen);
+            break;
+        }
+        if (rc == RUN_UNWRITTEN) {
+            snprintf(err, errlen, "%s/%08x.seg: the record at offset %llu names a large value "
+                     "(page %llu) that fails its checks", bt->dir, sg->id,
+                     (unsigned long long)off, (unsigned long long)bt_get64(r.val));
+            rc = KURA_ECORRUPT;
+            break;
+        }
+        if (rc) {
             snprintf(err, errlen, "%s/%08x.seg: cannot apply the record at offset %llu: %s",
                      bt->dir, sg->id, (unsigned long long)off, kura_strerror(rc));
             break;
@@ -204,6 +415,76 @@ static int replay_seg(btree *bt, sl_seg *sg, uint64_t off, bool newest, char *er
         }
     }
     sl_scan_done(&sc);
+    return rc;
+}
+
+typedef struct run_span {
+    uint64_t pg, n;
+} run_span;
+
+static int cmp_span(const void *a, const void *b)
+{
+    uint64_t x = ((const run_span *)a)->pg, y = ((const run_span *)b)->pg;
+    return x < y ? -1 : x > y;
+}
+
+/* True if page x lies in one of the m runs (sorted by first page). */
+static bool in_runs(const run_span *sp, size_t m, uint64_t x)
+{
+    size_t lo = 0, hi = m;              /* the first run starting past x */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp[mid].pg <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && x < sp[lo - 1].pg + sp[lo - 1].n;
+}
+
+/* Before replay: the runs the first pass noted are taken out of the free
+ * pages, and the file's used part grows to the last of them (the pages
+ * past the meta page's count outside every run are free), so that nothing
+ * replay allocates (a leaf's copy, a run a PUT record writes) lands on a
+ * run a later record names.  A run past the file's end was never written:
+ * it is not taken (its count set to 0), and its record fails its check. */
+static int take_runs(btree *bt)
+{
+    bt_vec *rv = &bt->replay_runs;
+    size_t k = rv->n / 2, m = 0;
+    if (!k)
+        return KURA_OK;
+    struct stat st;
+    uint64_t fpages = fstat(bt->fd, &st) == 0 ? ((uint64_t)st.st_size + bt->psiz - 1) / bt->psiz
+                                              : bt->npages;
+    run_span *sp = malloc(k * sizeof(*sp));
+    if (!sp)
+        return KURA_ENOMEM;
+    uint64_t end = bt->npages;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t pg = rv->v[2 * i], n = rv->v[2 * i + 1];
+        if (pg < 2 || n > fpages || pg > fpages - n) {
+            rv->v[2 * i + 1] = 0;
+            continue;
+        }
+        sp[m++] = (run_span){ pg, n };
+        if (pg + n > end)
+            end = pg + n;
+    }
+    if (m > 1)
+        qsort(sp, m, sizeof(*sp), cmp_span);
+    size_t j = 0;
+    for (size_t i = 0; i < bt->freev.n; i++)
+        if (!in_runs(sp, m, bt->freev.v[i]))
+            bt->freev.v[j++] = bt->freev.v[i];
+    bt->freev.n = j;
+    int rc = KURA_OK;
+    for (uint64_t pg = bt->npages; pg < end && rc == KURA_OK; pg++)
+        if (!in_runs(sp, m, pg))
+            rc = bt_vec_push(&bt->freev, pg);
+    bt->free_sorted = false;
+    bt->npages = end;
+    free(sp);
     return rc;
 }
 
@@ -236,6 +517,20 @@ int bt_wal_open(btree *bt, char *err, size_t errlen)
             goto out;
     }
     bt->replaying = true;
+    /* the first pass: the runs RUN records name leave the free pages (not
+     * -recover's: they are in the damaged file) */
+    for (size_t i = first; i < n && bt->salvage_fd < 0; i++) {
+        sl_seg *s = sl_seg_get(&bt->log, ids[i]);
+        uint64_t off = ids[i] == bt->ckpt_seg ? bt->ckpt_off : SL_SEG_HDR;
+        if (off > s->size || (rc = replay_seg(bt, s, off, i == n - 1, true, err, errlen)) == 1)
+            break;
+        if (rc)
+            goto out;
+    }
+    if ((rc = take_runs(bt))) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
     for (size_t i = first; i < n; i++) {
         sl_seg *s = sl_seg_get(&bt->log, ids[i]);
         uint64_t off = ids[i] == bt->ckpt_seg ? bt->ckpt_off : SL_SEG_HDR;
@@ -246,9 +541,10 @@ int bt_wal_open(btree *bt, char *err, size_t errlen)
             rc = KURA_ECORRUPT;
             goto out;
         }
-        if ((rc = replay_seg(bt, s, off, i == n - 1, err, errlen)))
+        if ((rc = replay_seg(bt, s, off, i == n - 1, false, err, errlen)))
             goto out;
     }
+    do_free_runs_from(bt, bt->replay_run_next);
     bt->replaying = false;
     if (first == n) {
         uint32_t id = n && ids[n - 1] >= bt->ckpt_seg ? ids[n - 1] + 1 : bt->ckpt_seg;
@@ -270,9 +566,21 @@ int bt_wal_open(btree *bt, char *err, size_t errlen)
         (void)sl_fsync_dir(&bt->log);
     sl_start(&bt->log, sg, first < n ? ids[first] : sg->id);
     bt->wal_started = true;
+    /* an older kurad's segment (version 1) takes no RUN record: sealed if
+     * it holds records (an empty one stays until its first roll; do_wal_put
+     * logs values meanwhile) */
+    if (!bt->cfg.read_only && sg->version != BT_WAL_VERSION)
+        (void)sl_roll(&bt->log, 0);
     rc = KURA_OK;
 out:
     bt->replaying = false;
+    free(bt->replay_runs.v);
+    memset(&bt->replay_runs, 0, sizeof(bt->replay_runs));
+    bt->replay_run_next = 0;
+    if (bt->salvage_fd >= 0) {          /* -recover's damaged file: done with */
+        bt->io->close(bt->io, bt->salvage_fd);
+        bt->salvage_fd = -1;
+    }
     free(ids);
     return rc;
 }
