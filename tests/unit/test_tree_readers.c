@@ -256,7 +256,7 @@ static void reuse_hook(void *arg)
     if (put_run(r->s, "big", run_b, 100) != KURA_OK || btree_debug_checkpoint(r->s) != KURA_OK)
         r->bad++;
     for (int i = 0; i < 8; i++) {
-        char k[16];
+        char k[24];
         snprintf(k, sizeof(k), "other%d", i);
         if (put_run(r->s, k, run_x, 200 + (uint64_t)i) != KURA_OK)
             r->bad++;
