@@ -106,6 +106,13 @@ typedef struct kura_testhooks {
     void (*tree_ovf_unlocked)(void *arg);
     void *tree_ovf_unlocked_arg;
     bool tree_ovf_no_recheck;
+    /* The B+ tree's gets neither use nor fill its cache of large values
+     * (tree_vcache.c): every get reads and checks its run, as before. */
+    bool tree_vcache_off;
+    /* The negative check of its bound: an entry is not dropped when its
+     * run is freed (it stays until evicted; the cas check still keeps it
+     * from answering for another value). */
+    bool tree_vcache_no_drop;
     /* Called by a B+ tree checkpoint once it let the lock go and before it
      * writes its pages (tree_commit.c), so that a test can change the
      * pages it is about to write; and the negative check: a change to a

@@ -85,7 +85,8 @@ static const opt options[] = {
     { { "-tout" }, OPT_INT, F(idle_timeout), 0, INT_MAX, "SEC",
       "close connections idle this long (default 0 = never)" },
     { { "-m" }, OPT_MBYTES, F(mem_limit), 0, 0, "MB",
-      "memory limit of the in-memory cache, megabytes (default 64; units k/m/g accepted)" },
+      "memory limit of the in-memory cache and of a B+ tree's cached large values, "
+      "megabytes (default 64; units k/m/g accepted)" },
     { { "-I" }, OPT_SIZE, F(item_size_max), 0, 0, "SIZE",
       "largest item, as memcached counts it (default 1m; 1k..1g)" },
     { { "-sync" }, OPT_SYNC, F(sync_mode), 0, 0, "MODE",

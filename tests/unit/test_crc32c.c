@@ -49,7 +49,7 @@ static void test_first_use_from_threads(void)
 
 static void test_paths_agree(void)
 {
-    unsigned char buf[4099];
+    static unsigned char buf[70001];
     uint32_t seed = 12345;
     for (size_t i = 0; i < sizeof(buf); i++) {
         seed = seed * 1103515245u + 12345u;
@@ -60,6 +60,25 @@ static void test_paths_agree(void)
         for (size_t n = 0; n + off <= 64; n++)
             CHECK_EQ_INT(crc32c_update(0, buf + off, n), crc32c_sw_update(0, buf + off, n));
     CHECK_EQ_INT(crc32c_update(7, buf, sizeof(buf)), crc32c_sw_update(7, buf, sizeof(buf)));
+    /* the three-stream blocks (3 x 128 and 3 x 1024 bytes, crc32c.c):
+     * lengths about their multiples and sums, at every misalignment, and
+     * from a running value */
+    static const size_t lens[] = { 383, 384, 385, 391, 392, 767, 768, 769, 1151, 1152,
+                                   3071, 3072, 3073, 3079, 3455, 3456, 3457, 4096, 6143,
+                                   6144, 6145, 6527, 6528, 9216, 9600, 20000, 24576,
+                                   24577, 65536, 70000 };
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+        for (size_t off = 0; off < 8 && lens[i] + off <= sizeof(buf); off++) {
+            CHECK_EQ_INT(crc32c_update(0, buf + off, lens[i]),
+                         crc32c_sw_update(0, buf + off, lens[i]));
+            CHECK_EQ_INT(crc32c_update(0xdeadbeef, buf + off, lens[i]),
+                         crc32c_sw_update(0xdeadbeef, buf + off, lens[i]));
+        }
+    for (int r = 0; r < 2000; r++) {    /* and any length, any offset */
+        seed = seed * 1103515245u + 12345u;
+        size_t off = (seed >> 8) % 64, n = (seed >> 12) % (sizeof(buf) - 64);
+        CHECK_EQ_INT(crc32c_update(r, buf + off, n), crc32c_sw_update(r, buf + off, n));
+    }
     /* incremental equals whole */
     uint32_t c = crc32c_update(0, buf, 1000);
     CHECK_EQ_INT(crc32c_update(c, buf + 1000, sizeof(buf) - 1000),

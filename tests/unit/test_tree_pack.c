@@ -38,19 +38,6 @@
 
 static kura_clock CLK = { .now = 2000000 };
 
-static kura_store *open_tree(const char *path, const char *params)
-{
-    char err[600];
-    kura_store *s = NULL;
-    kura_store_config c = t_cfg(KURA_SYNC_NONE);
-    c.log = quiet_log;
-    if (t_open(path, params, &c, &s, err, sizeof(err)) != KURA_OK) {
-        printf("# open %s%s: %s\n", path, params ? params : "", err);
-        return NULL;
-    }
-    return s;
-}
-
 static int put_num(kura_store *s, uint32_t k, uint32_t v)
 {
     char key[16], val[16];
@@ -140,7 +127,7 @@ static uint32_t *shuffled(uint32_t n, uint64_t seed)
 static uint64_t load(const char *name, bool random)
 {
     const char *p = tpath(name);
-    kura_store *s = open_tree(p, SMALL);
+    kura_store *s = t_open_tree(p, SMALL);
     if (!s)
         return 0;
     uint32_t *o = random ? shuffled(N, 7) : NULL;
@@ -155,7 +142,7 @@ static uint64_t load(const char *name, bool random)
     free(o);
     kura_store_close(s);
     CHECK_EQ_INT(fails, 0);
-    if (!(s = open_tree(p, SMALL)))
+    if (!(s = t_open_tree(p, SMALL)))
         return 0;
     CHECK_EQ_INT(check_all(s, N, NULL), 0);
     CHECK_EQ_INT(check_tree(s), 0);
@@ -211,7 +198,7 @@ static void test_random_order_within_1_3(void)
 static double churn(const char *name, int rounds)
 {
     const char *p = tpath(name);
-    kura_store *s = open_tree(p, SMALL);
+    kura_store *s = t_open_tree(p, SMALL);
     if (!s)
         return 0;
     uint32_t *val = calloc(N + 1, sizeof(*val));
@@ -222,7 +209,7 @@ static double churn(const char *name, int rounds)
     uint64_t first = file_size(p, "tree");
     int fails = 0;
     for (int round = 1; round <= rounds; round++) {
-        if (!(s = open_tree(p, SMALL)))
+        if (!(s = t_open_tree(p, SMALL)))
             break;
         for (uint32_t i = (uint32_t)round % 2; i < N; i += 2)
             fails += del_num(s, o[i]) != KURA_OK;
@@ -233,7 +220,7 @@ static double churn(const char *name, int rounds)
     }
     CHECK_EQ_INT(fails, 0);
     uint64_t last = file_size(p, "tree");
-    if ((s = open_tree(p, SMALL))) {
+    if ((s = t_open_tree(p, SMALL))) {
         CHECK_EQ_INT(check_all(s, N, val), 0);
         if (!kura_test.tree_no_reuse)   /* (which loses the pages it frees) */
             CHECK_EQ_INT(check_tree(s), 0);
@@ -264,7 +251,7 @@ static uint64_t log_run(const char *name, int *worst_nseg)
 {
     const char *p = tpath(name);
     const char *params = "#psiz=4096#ckpt=256k";
-    kura_store *s = open_tree(p, params);
+    kura_store *s = t_open_tree(p, params);
     if (!s)
         return 0;
     char key[32], val[100];
@@ -287,7 +274,7 @@ static uint64_t log_run(const char *name, int *worst_nseg)
     CHECK_EQ_INT(fails, 0);
     int nseg;
     uint64_t bytes = log_bytes(p, &nseg);
-    if ((s = open_tree(p, params))) {
+    if ((s = t_open_tree(p, params))) {
         kura_store_usage u;
         s->ops->usage(s, &u);
         CHECK_EQ_INT(u.curr_items, 40000);

@@ -2,7 +2,8 @@
  * tree_testlib.h - helpers shared by the B+ tree's tests (test_tree.c,
  * test_tree_zcomp.c): a database's path under the test directory, a log
  * callback that counts ERROR lines, the structure check with no page
- * leaked, and a byte of a file flipped (damage).  Include after
+ * leaked, a byte of a file flipped (damage), a tree opened quietly
+ * (t_open_tree).  Include after
  * hashdb_testlib.h (t_root).
  */
 #ifndef KURA_TREE_TESTLIB_H
@@ -37,6 +38,21 @@ __attribute__((unused)) static void quiet_log(int level, const char *line)
         n_errors++;
     if (getenv("KURA_TEST_VERBOSE"))
         printf("# log: %s\n", line);
+}
+
+/* A tree opened with no syncs and quiet_log: NULL (and why, printed) if it
+ * does not open. */
+__attribute__((unused)) static kura_store *t_open_tree(const char *path, const char *params)
+{
+    char err[600];
+    kura_store *s = NULL;
+    kura_store_config c = t_cfg(KURA_SYNC_NONE);
+    c.log = quiet_log;
+    if (t_open(path, params, &c, &s, err, sizeof(err)) != KURA_OK) {
+        printf("# open %s%s: %s\n", path, params ? params : "", err);
+        return NULL;
+    }
+    return s;
 }
 
 /* the structure check, and no page leaked: 0, the check's error, or -100 */

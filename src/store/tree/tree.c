@@ -247,6 +247,10 @@ static int do_write_put(btree *bt, bt_path *path, const char *key, size_t klen, 
             do_free_pgno(bt, run.pgno, bt_ovf_pages(bt, run.bytes), true);
         return rc;
     }
+    /* kept for the gets that follow (they read no run); before the leaf
+     * changes, which v0 may point into (an append to an inline value) */
+    if (fresh && !kura_test.tree_vcache_off)
+        do_vc_keep(bt, &run, cas, v0, l0, v1, l1);
     return do_apply_put(bt, path, key, klen, flags, exptime, cas, v0, l0, v1, l1, ovf);
 }
 
@@ -320,18 +324,26 @@ static bool same_run(const bt_path *path, const bt_cell *was)
 #define OVF_TRIES 3     /* unlocked reads of a key's run before one under the lock */
 
 /* A get whose live cell c (at the path, shared lock held) has its value in
- * an overflow run: the run is read with the lock let go (a 1 GiB value
+ * an overflow run: answered from the cache of large values if the run's
+ * value is there (tree_vcache.c: same run, same cas), with the lock held
+ * throughout.  Else the run is read with the lock let go (a 1 GiB value
  * holds up no writer), then, under the lock again, the key is looked up
- * and must still name the same run (same_run); if it changed meanwhile,
- * the get answers from the new cell (tried OVF_TRIES times, then read
- * under the lock).  The callback runs under the lock, as for any get.
- * Returns with the shared lock held and the path released. */
+ * and must still name the same run (same_run); if so the value read is
+ * kept in the cache; if it changed meanwhile, the get answers from the
+ * new cell (tried OVF_TRIES times, then read under the lock).  The
+ * callback runs under the lock, as for any get.  Returns with the shared
+ * lock held and the path released. */
 static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t klen,
                    const kura_clock *clk, kura_item_fn fn, void *arg)
 {
     const unsigned char *val;
+    bt_vent *e = NULL;          /* the cache's entry val lies in, referenced */
     int rc;
     for (int tries = 0;; tries++) {
+        if (c->ovf && !kura_test.tree_vcache_off && (val = bt_vc_get(bt, c, &e))) {
+            rc = KURA_OK;
+            break;
+        }
         if (!c->ovf || tries == OVF_TRIES) {
             rc = do_read_cell(bt, path, c, &val);  /* inline, or under the lock */
             break;
@@ -342,11 +354,14 @@ static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t
         bt_unlock(bt);
         if (kura_test.tree_ovf_unlocked)
             kura_test.tree_ovf_unlocked(kura_test.tree_ovf_unlocked_arg);
-        rc = bt_ovf_read_quiet(bt, bt->fd, npages, &was, &val);
+        rc = bt_ovf_read_quiet(bt, bt->fd, npages, &was, &val,
+                               kura_test.tree_vcache_off ? NULL : &e);
         bt_rdlock(bt);
         int d = do_descend(bt, key, klen, path);
-        if (d)
+        if (d) {
+            bt_vc_release(bt, e);
             return d;
+        }
         if (kura_test.tree_ovf_no_recheck && path->found) {
             /* (the negative check: the old cell's fields, the bytes read) */
             *c = was;
@@ -370,14 +385,19 @@ static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t
         if (same) {
             if (rc)
                 bt_count_error(bt, rc, was.ovf_pgno, "an overflow run");
+            else if (e)
+                bt_vc_insert(bt, e);        /* verified, and still the key's */
             break;
         }
+        bt_vc_release(bt, e);               /* another run's bytes: not kept */
+        e = NULL;
     }
     if (rc == KURA_OK) {
         kura_item it;
         fill_item(&it, c, val);
         rc = fn ? fn(arg, &it) : KURA_OK;
     }
+    bt_vc_release(bt, e);
     do_path_release(bt, path);
     return rc;
 }
@@ -830,6 +850,10 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_dirty_pages", dirty);
     kura_emit_u64(emit, arg, "tree_cache_hits", LOAD(cache_hits));
     kura_emit_u64(emit, arg, "tree_cache_misses", LOAD(cache_misses));
+    kura_emit_u64(emit, arg, "tree_value_cache_bytes", bt_vc_bytes(bt));
+    kura_emit_u64(emit, arg, "tree_value_cache_limit_bytes", bt->vcap);
+    kura_emit_u64(emit, arg, "tree_value_cache_hits", LOAD(vc_hits));
+    kura_emit_u64(emit, arg, "tree_value_cache_misses", LOAD(vc_misses));
     kura_emit_u64(emit, arg, "tree_checkpoints", LOAD(checkpoints));
     kura_emit_u64(emit, arg, "tree_checkpoint_errors", LOAD(ckpt_errors));
     kura_emit_u64(emit, arg, "tree_splits", LOAD(splits));
@@ -961,6 +985,7 @@ static void destroy(btree *bt)
     free(bt->cptr);
     free(bt->clen);
     free(bt->pz_out);
+    bt_vc_free(bt);
     pthread_rwlock_destroy(&bt->rw);
     pthread_mutex_destroy(&bt->cmu);
     pthread_mutex_destroy(&bt->state_mu);
@@ -1050,6 +1075,9 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
 {
     uint64_t pccap = 64ULL << 20, psiz = 8192, ckpt = 64ULL << 20, segsiz = 64ULL << 20,
              mapwrite = 1, lcnum = 0, ncnum = 0;
+    /* large values kept once verified (tree_vcache.c): as much as the
+     * memory limit kurad's -m gives a cache, unless vcache= says */
+    uint64_t vcache = cfg->mem_limit ? cfg->mem_limit : 64ULL << 20;
     int rc;
 
     *out = NULL;
@@ -1070,6 +1098,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         (rc = kura_param_size(params, "B+ tree", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "lcnum", &lcnum, 1, 1ULL << 32, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "ncnum", &ncnum, 1, 1ULL << 32, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "vcache", &vcache, 0, 1ULL << 44, err, errlen)) ||
         (rc = reject_foreign(params, err, errlen)))
         return rc;
     /* with zcomp, a new file's pages default to 16 KiB: a page must free a
@@ -1170,7 +1199,8 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     if (!(bt->scr[0] = malloc(bt->psiz)) || !(bt->scr[1] = malloc(bt->psiz)) ||
         (bt->zcomp && !(bt->pz_out = malloc(bt_pz_out_size(bt)))) ||
         !(bt->cptr = malloc(bt->ccap * sizeof(*bt->cptr))) ||
-        !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, pccap)) {
+        !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, pccap) ||
+        bt_vc_init(bt, vcache)) {
         snprintf(err, errlen, "out of memory");
         rc = KURA_ENOMEM;
         goto fail;

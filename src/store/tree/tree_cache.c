@@ -30,7 +30,8 @@
  * Values too large for a cell go to an overflow run: contiguous pages
  * written at once with pwritev (a run is new, so no committed root reaches
  * its pages), read back whole with one pread, one checksum over the run.
- * They never enter the cache: a 1 MB value costs no cache room.
+ * They never enter the page cache: a 1 MB value costs no page room (the
+ * cache of large values, tree_vcache.c, keeps them apart, bounded by vcache).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -432,6 +433,7 @@ void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written)
 
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
 {
+    do_vc_drop(bt, pgno);       /* a run is freed whole, from its first page */
     if (kura_test.tree_no_reuse)
         return;                 /* (the negative check: the pages are lost) */
     for (uint64_t i = 0; i < n; i++) {
@@ -650,7 +652,7 @@ int do_ovf_read(btree *bt, const bt_cell *c, const unsigned char **val)
 int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
                    const unsigned char **val)
 {
-    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val);
+    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val, NULL);
     if (rc)
         bt_count_error(bt, rc, c->ovf_pgno,
                        c->ovf_pgno < 2 || c->ovf_pgno + bt_ovf_pages(bt, c->ovf_bytes) > npages
@@ -659,14 +661,19 @@ int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
 }
 
 int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
-                      const unsigned char **val)
+                      const unsigned char **val, bt_vent **keep)
 {
     uint64_t pgno = c->ovf_pgno;
     size_t vlen = c->ovf_bytes;
     size_t n = bt_ovf_pages(bt, vlen), len = n * bt->psiz;
+    if (keep)
+        *keep = NULL;
     if (pgno < 2 || pgno + n > npages)
         return KURA_ECORRUPT;
-    unsigned char *vb = tlbuf(TLB_TREE_OVF, len);   /* the thread's own */
+    /* a value to keep is read straight into its entry (an uncompressed
+     * one is used where it lies: no copy more than the scratch costs) */
+    bt_vent *e = keep && bt_vc_wants(bt, c) ? bt_vc_new(c, len) : NULL;
+    unsigned char *vb = e ? e->buf : tlbuf(TLB_TREE_OVF, len);   /* else the thread's own */
     if (!vb)
         return KURA_ENOMEM;
     int rc = read_full_fd(bt, fd, vb, len, (off_t)(pgno * bt->psiz));
@@ -680,5 +687,23 @@ int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
         rc = bt_zcomp_unpack(bt, c->ovf_codec, vb + BT_HDR, vlen, c->vlen, val);
     else
         *val = vb + BT_HDR;
+    if (!e)
+        return rc;
+    if (rc == KURA_OK && c->ovf_codec) {
+        /* the entry keeps the value decompressed, not the run */
+        bt_vent *d = bt_vc_new(c, c->vlen);
+        if (d) {
+            memcpy(d->buf, *val, c->vlen);
+            *val = d->buf;
+        }
+        free(e);
+        e = d;
+    } else if (rc == KURA_OK) {
+        e->val = *val;
+    } else {
+        free(e);
+        e = NULL;
+    }
+    *keep = e;
     return rc;
 }

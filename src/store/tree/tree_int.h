@@ -146,6 +146,21 @@ typedef struct bt_ovf {
                                    by a RUN record */
 } bt_ovf;
 
+/* A large value kept once read and verified (tree_vcache.c): named by its
+ * run's first page, with the identity of the cell that named the run. */
+typedef struct bt_vent {
+    uint64_t pgno, cas;
+    uint32_t bytes, vlen;
+    uint8_t codec;
+    bool ref;                   /* used since eviction last passed it */
+    bool listed;                /* in the table and on the list */
+    unsigned refs;              /* gets using it (and the reader that made it) */
+    size_t size;                /* bytes charged to the bound */
+    struct bt_vent *hnext, *prev, *next;
+    const unsigned char *val;   /* the value, in buf */
+    unsigned char *buf;         /* the bytes read: just past the struct */
+} bt_vent;
+
 /* A decoded log record. */
 typedef struct bt_rec {
     uint8_t type;
@@ -185,6 +200,12 @@ typedef struct btree {
     size_t ndirty;
     bt_page *spare;             /* page objects kept for reuse (via next) */
     size_t nspare;
+
+    /* the cache of large values (tree_vcache.c), under cmu */
+    bt_vent **vtab;             /* NULL: no cache (vcache=0) */
+    size_t vmask;
+    bt_vent vhead;              /* sentinel: most recent first */
+    size_t vbytes, vcap, nvent; /* bytes held; the bound; entries */
 
     /* the tree */
     uint64_t root;
@@ -270,7 +291,8 @@ typedef struct btree {
                      recovered_records, ckpt_errors, shares, trimmed_pages, packed_pages,
                      zcomp_runs, zcomp_saved,   /* compressed runs written, bytes saved */
                      zcomp_pages, zcomp_page_saved, /* ... pages, bytes punched out */
-                     punch_errors, run_records;
+                     punch_errors, run_records,
+                     vc_hits, vc_misses;        /* large values from tree_vcache.c */
     uint64_t wal_cut;
 } btree;
 
@@ -388,13 +410,40 @@ int do_ovf_read_fd(btree *bt, int fd, uint64_t npages, const bt_cell *c,
                    const unsigned char **val);
 /* the same, neither counted nor logged: for a read made with the tree
  * lock let go, which may meet a run freed and rewritten meanwhile (the
- * caller finds out under the lock whether it was; tree.c) */
+ * caller finds out under the lock whether it was; tree.c).  keep NULL: the
+ * value in the thread's scratch; else, if the value is one to keep
+ * (bt_vc_wants), read into a new entry of tree_vcache.c, *keep (else NULL) */
 int bt_ovf_read_quiet(btree *bt, int fd, uint64_t npages, const bt_cell *c,
-                      const unsigned char **val);
+                      const unsigned char **val, bt_vent **keep);
 void bt_count_error(btree *bt, int rc, uint64_t pgno, const char *what);
 /* pwritev of every byte to the tree file (short writes continued);
  * 0 or -1 with errno */
 int bt_pwritev_all(btree *bt, struct iovec *iov, int n, off_t off);
+
+/* ---- tree_vcache.c: large values kept once verified ------------------- */
+
+int bt_vc_init(btree *bt, uint64_t cap_bytes);     /* 0: no cache */
+void bt_vc_free(btree *bt);
+/* Whether the value of cell c (in a run) is one to keep: a cache, and the
+ * run no larger than an eighth of its bound. */
+bool bt_vc_wants(const btree *bt, const bt_cell *c);
+/* Shared: the value of c if kept (its entry referenced in *e: released by
+ * bt_vc_release), else NULL. */
+const unsigned char *bt_vc_get(btree *bt, const bt_cell *c, bt_vent **e);
+void bt_vc_release(btree *bt, bt_vent *e);
+/* A new entry (referenced, not listed) for c's value with n bytes of
+ * buffer (buf; val set to it), or NULL. */
+bt_vent *bt_vc_new(const bt_cell *c, size_t n);
+/* Shared, once the cell was found to still name e's run: e kept (unless
+ * another reader's copy is); the caller still releases its reference. */
+void bt_vc_insert(btree *bt, bt_vent *e);
+/* rw exclusive: a put wrote the value v0 ++ v1 to the run (its cell has
+ * cas): kept, as a get would keep it once read. */
+void do_vc_keep(btree *bt, const bt_ovf *run, uint64_t cas, const void *v0, size_t l0,
+                const void *v1, size_t l1);
+/* rw exclusive: the run at pgno is freed; its entry goes. */
+void do_vc_drop(btree *bt, uint64_t pgno);
+size_t bt_vc_bytes(btree *bt);
 
 /* ---- tree_zcomp.c: compressed overflow runs (#zcomp) ------------------- */
 

@@ -249,7 +249,7 @@ static void run_cell(const bt_rec *r, bt_cell *c, uint32_t *vcrc)
 static int run_value(btree *bt, int fd, uint64_t npages, const bt_cell *c, uint32_t vcrc,
                      const unsigned char **val)
 {
-    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val);
+    int rc = bt_ovf_read_quiet(bt, fd, npages, c, val, NULL);
     if (rc == KURA_EIO || rc == KURA_ENOMEM)
         return rc;
     if (rc || crc32c_update(0, *val, c->vlen) != vcrc)
