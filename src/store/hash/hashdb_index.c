@@ -411,6 +411,28 @@ void hdx_put(hd_stripe *s, const hd_slot *v)
     s->count++;
 }
 
+void hdx_put_sorted(hd_stripe *s, const hd_slot *v, size_t n)
+{
+    /* each lands at its home or just after the slot put before it, which
+     * is where free_slot would find room: the slots between hold the
+     * earlier ones (homes at or before this one's), so a probe from its
+     * home passes no empty slot.  No probe, no read of the table: it is
+     * written once, in order.  The few pushed past the end wrap to the
+     * start through free_slot. */
+    size_t nslot = s->nslot, pos = 0, k = 0;
+    for (; k < n; k++) {
+        size_t home = hd_tag_home(v[k].tag, nslot);
+        if (home > pos)
+            pos = home;
+        if (pos == nslot)
+            break;
+        s->slot[pos++] = v[k];
+    }
+    for (; k < n; k++)
+        s->slot[free_slot(s->slot, nslot, hd_tag_home(v[k].tag, nslot))] = v[k];
+    s->count += n;
+}
+
 hd_slot *hdx_insert(hd_stripe *s, uint64_t h)
 {
     size_t i = free_slot(s->slot, s->nslot, hd_slot_home(h, s->nslot));

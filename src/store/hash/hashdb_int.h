@@ -392,6 +392,8 @@ typedef struct hashdb {
     uint64_t recovered_records, recovery_lost, truncated_bytes;
     bool recovering;            /* open: segments' live bytes are summed at
                                    the end (finish_index), not kept */
+    struct hd_cksum *cksum;     /* open: HD_STRIPES of them while a version 8
+                                   checkpoint's tables load, or NULL */
 } hashdb;
 
 /* hashdb_index.c - caller holds the stripe's lock (write lock to change). */
@@ -482,6 +484,9 @@ void hdx_reserve(hashdb *db, uint64_t count);
 bool hdx_load(hd_stripe *s, size_t nslot);
 /* Puts a checkpoint's slot back, placed by its tag (room made by hdx_load). */
 void hdx_put(hd_stripe *s, const hd_slot *v);
+/* Puts n slots, sorted by their home slots, into s's table, which
+ * hdx_load just made (empty): one pass from its start to its end. */
+void hdx_put_sorted(hd_stripe *s, const hd_slot *v, size_t n);
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
 void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
@@ -618,6 +623,19 @@ int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsig
  * without its lock. */
 typedef void hd_stripe_fn(hashdb *db, int i, int worker, void *arg);
 void hd_each_stripe(hashdb *db, uint64_t slots, hd_stripe_fn *fn, void *arg);
+/* One stripe's slots as a version 8 checkpoint loaded them, summed by
+ * segment while they were decoded (they come in place order, a run per
+ * segment): what finish_index needs of a stripe that replay did not change
+ * (apply sets stale), without reading its table again. */
+typedef struct hd_cksum {
+    bool valid, stale;
+    uint32_t n;
+    struct hd_segsum {
+        uint32_t seg;
+        uint64_t bytes;             /* its slots' record lengths, summed */
+    } *run;
+} hd_cksum;
+void hd_cksum_free(hashdb *db);
 int hd_recover(hashdb *db, char *err, size_t errlen);
 
 /* hashdb_compact.c */
