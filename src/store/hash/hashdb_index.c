@@ -89,17 +89,23 @@ static void *arena_alloc(hd_arena *a, size_t n)
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
+        /* advised before its header is written: that write faults in its
+         * first page, which would be a small one (and so would the rest
+         * of its first 2 MiB, 512 faults instead of one) */
+        if (a->huge_now)
+            (void)madvise(m, len, MADV_HUGEPAGE);
         struct hd_chunk *c = m;
         c->next = a->chunks;
         c->len = len;
         c->born = mono_now();
-        if (a->huge_now) {
-            (void)madvise(m, len, MADV_HUGEPAGE);
-            c->advised = true;
-        }
+        c->advised = a->huge_now;
         a->chunks = c;
         a->cur = (unsigned char *)m + 64;
         a->left = len - 64;
+    } else if (a->huge_now && !a->chunks->advised) {
+        /* the rest of a chunk made before the load (hdx_init's last) */
+        (void)madvise(a->chunks, a->chunks->len, MADV_HUGEPAGE);
+        a->chunks->advised = true;
     }
     p = a->cur;
     a->cur += n;
@@ -392,13 +398,15 @@ void hdx_reserve(hashdb *db, uint64_t count)
 
 bool hdx_load(hd_stripe *s, size_t nslot)
 {
-    /* the table open made, if it has the size (its memory is kept for
-     * reuse, never given back: a new one would be heap for nothing) */
+    /* the table open made, if it has the size */
     if (nslot != s->nslot) {
         hd_slot *ns = arena_alloc(s->arena, nslot * sizeof(hd_slot));
         if (!ns)
             return false;
-        arena_free(s->arena, s->slot, s->nslot * sizeof(hd_slot));
+        /* the table hdx_init made, never written: not put on the free
+         * list, which would write (and fault in) a page of each of them,
+         * for a list that a store of this size seldom takes from; it
+         * stays untouched address space until close */
         publish(s, ns, nslot);
     }
     s->count = s->tombs = 0;

@@ -480,7 +480,8 @@ void hdx_remove(hd_stripe *s, hd_slot *sl);
 /* Sizes every stripe for count keys: what a conversion asks first. */
 void hdx_reserve(hashdb *db, uint64_t count);
 /* Gives the (empty) stripe s an empty table of nslot slots, for a
- * checkpoint's (hdx_put); false when memory is out. */
+ * checkpoint's (hdx_put); at open only, before its table was ever
+ * written.  False when memory is out. */
 bool hdx_load(hd_stripe *s, size_t nslot);
 /* Puts a checkpoint's slot back, placed by its tag (room made by hdx_load). */
 void hdx_put(hd_stripe *s, const hd_slot *v);
