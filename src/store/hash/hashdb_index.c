@@ -31,18 +31,21 @@
 #define CHUNK (32u << 20)
 
 /* Huge pages for the index (it is read at random; with 4 KiB pages most
- * lookups would also miss the TLB), but not at once: taking a huge page at
- * a fault may mean compacting memory, or, on a virtual machine whose host
- * took freed memory back, faulting 512 pages in on the host: on this
- * machine, a 1M-key load right after another process freed its memory ran
- * 0.65 s with huge pages at the fault against 0.46 s without.  Such a
- * stall must not fall on a request (it would hold a stripe lock), so a
- * chunk made while the store serves is advised for huge pages once it is
- * HUGE_AFTER seconds old (by the background thread, hdx_advise_huge), and
- * the kernel's khugepaged then collapses its pages in its own time.  While
- * the index is loaded at open (huge_now), nobody waits on a stripe and the
- * whole index is about to be read at random: chunks get huge pages at once
- * (1M reads after a load: 0.38 s with them, 0.47 s without). */
+ * lookups would also miss the TLB), but not at a page fault: taking a huge
+ * page there may mean compacting memory, or, on a virtual machine whose
+ * host took freed memory back, faulting 512 pages in on the host (free
+ * page reporting hands the host whole 2 MiB blocks, just what a huge page
+ * takes; small pages come mostly from memory the host still backs).  On
+ * this machine, a 1M-key load right after another process freed its
+ * memory ran 0.65 s with huge pages at the fault against 0.46 s without,
+ * and a 10M-key open cleared its 256 MiB of tables in 35 to 600 ms of
+ * kernel time with them (median 300-375 under a load of 10-16) against a
+ * steady 140-250 ms without.  Such a stall must not fall on a request (it
+ * would hold a stripe lock) nor on a restart, so a chunk is advised for
+ * huge pages only once it is HUGE_AFTER seconds old (by the background
+ * thread, hdx_advise_huge), or, for the tables a checkpoint loaded, at the
+ * end of the open (hdx_advise_huge(db, true)): the kernel's khugepaged
+ * then collapses their pages in its own time. */
 #define HUGE_AFTER 10.0
 
 struct hd_chunk {
@@ -89,23 +92,14 @@ static void *arena_alloc(hd_arena *a, size_t n)
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
-        /* advised before its header is written: that write faults in its
-         * first page, which would be a small one (and so would the rest
-         * of its first 2 MiB, 512 faults instead of one) */
-        if (a->huge_now)
-            (void)madvise(m, len, MADV_HUGEPAGE);
         struct hd_chunk *c = m;
         c->next = a->chunks;
         c->len = len;
         c->born = mono_now();
-        c->advised = a->huge_now;
+        c->advised = false;
         a->chunks = c;
         a->cur = (unsigned char *)m + 64;
         a->left = len - 64;
-    } else if (a->huge_now && !a->chunks->advised) {
-        /* the rest of a chunk made before the load (hdx_init's last) */
-        (void)madvise(a->chunks, a->chunks->len, MADV_HUGEPAGE);
-        a->chunks->advised = true;
     }
     p = a->cur;
     a->cur += n;
@@ -126,13 +120,13 @@ static void arena_free(hd_arena *a, void *p, size_t n)
     pthread_mutex_unlock(&a->mu);
 }
 
-void hdx_advise_huge(hashdb *db)
+void hdx_advise_huge(hashdb *db, bool all)
 {
     hd_arena *a = &db->arena;
     double now = mono_now();
     pthread_mutex_lock(&a->mu);
     for (struct hd_chunk *c = a->chunks; c; c = c->next)
-        if (!c->advised && now - c->born >= HUGE_AFTER) {
+        if (!c->advised && (all || now - c->born >= HUGE_AFTER)) {
             (void)madvise(c, c->len, MADV_HUGEPAGE);
             c->advised = true;
         }

@@ -184,7 +184,6 @@ typedef struct hd_arena {
     unsigned char *cur;
     size_t left;
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
-    bool huge_now;              /* new chunks get huge pages at once (open) */
     _Atomic uint64_t nslots;    /* slots of every stripe's table, kept as
                                    tables are made or rebuilt (stats) */
     siphash_key key;            /* the database's hash key (hd_hash): set at
@@ -490,7 +489,9 @@ void hdx_put(hd_stripe *s, const hd_slot *v);
 void hdx_put_sorted(hd_stripe *s, const hd_slot *v, size_t n);
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
-void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
+/* Chunks HUGE_AFTER seconds old (all: every chunk) advised for huge
+ * pages: the background thread, and the end of an open. */
+void hdx_advise_huge(hashdb *db, bool all);
 
 static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
 {
