@@ -1095,6 +1095,48 @@ static void test_live_bytes_reopen(void)
     kura_test.bg_hold = false;
 }
 
+/* A table whose last line overflows: a reopen puts the checkpoint's slots
+ * back in home order (hdx_put_sorted), and those pushed past the table's
+ * end wrap to its start, after the slots homed there.  One stripe of 16
+ * slots (bnum 10000) holds 2 keys homed on its first line and 9 on its
+ * second: the ninth lands in slot 2, 10 slots from its home, and every key
+ * is found after the reopen. */
+static void test_load_wraps(void)
+{
+    kura_store_config cfg = t_cfg(KURA_SYNC_NONE);
+    char err[512], keys[11][16];
+    t_val v;
+    kura_store *s = NULL;
+    const char *p = t_path("wrap");
+    kura_test.bg_hold = true;
+    REQUIRE(t_open(p, "#bnum=10000", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    int last = 0, first = 0;
+    for (int i = 0; last + first < 11 && i < 10000000; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "w%d", i);
+        uint64_t h = hashdb_debug_hash(s, k, strlen(k));
+        if ((h & 1023) != 5)
+            continue;           /* stripe 5; bit 20 picks its line of two */
+        if ((h >> 20) & 1 ? last < 9 && ++last : first < 2 && ++first)
+            snprintf(keys[last + first - 1], sizeof(keys[0]), "%s", k);
+    }
+    REQUIRE(last + first == 11);
+    for (int i = 0; i < 11; i++)
+        CHECK(t_put(s, keys[i], keys[i], 0, 0, 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) ==
+              KURA_OK);
+    kura_store_close(s);        /* a clean close: a checkpoint, nothing to replay */
+    REQUIRE(t_open(p, "#bnum=10000", &cfg, &s, err, sizeof(err)) == KURA_OK);
+    CHECK_EQ_INT(t_stat(s, "hash_recovered_records"), 0);
+    CHECK_EQ_INT(hashdb_debug_probe_max(s), 10);
+    int bad = 0;
+    for (int i = 0; i < 11; i++)
+        bad += t_get(s, keys[i], &CLK, &v) != KURA_OK || v.len != strlen(keys[i]) ||
+               memcmp(v.buf, keys[i], v.len);
+    CHECK_EQ_INT(bad, 0);
+    kura_store_close(s);
+    kura_test.bg_hold = false;
+}
+
 /* ---- the sweep's budget, the counters behind stats ---------------------- */
 
 /* n keys "<prefix><i>" that fall into the given stripe; returns them in
@@ -1307,6 +1349,7 @@ int main(void)
     RUN(test_checkpoint_tables_checked);
     RUN(test_checkpoint_v7_opens);
     RUN(test_live_bytes_reopen);
+    RUN(test_load_wraps);
     RUN(test_sweep_budget_in_stripe);
     t_teardown();
     UNIT_DONE();

@@ -39,8 +39,8 @@
  * this machine, a 1M-key load right after another process freed its
  * memory ran 0.65 s with huge pages at the fault against 0.46 s without,
  * and a 10M-key open cleared its 256 MiB of tables in 35 to 600 ms of
- * kernel time with them (median 300-375 under a load of 10-16) against a
- * steady 140-250 ms without.  Such a stall must not fall on a request (it
+ * kernel time with them against a steady 130-250 ms without (its CPU over
+ * 20 alternated opens: median 330 ms, 161-572, against 283, 255-328).  Such a stall must not fall on a request (it
  * would hold a stripe lock) nor on a restart, so a chunk is advised for
  * huge pages only once it is HUGE_AFTER seconds old (by the background
  * thread, hdx_advise_huge), or, for the tables a checkpoint loaded, at the
