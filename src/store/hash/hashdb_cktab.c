@@ -34,6 +34,8 @@
 #define PAR_MIN_SLOTS 65536     /* below this, one thread does it all */
 #define PAR_RANGE 32            /* stripes a thread takes at a time: 8 MiB of
                                    tables of 16384 slots, four huge pages */
+#define PREFAULT_SLOTS 4096    /* a table (64 KiB) worth a call that makes
+                                   its pages present (hdx_prefault) */
 #define CK8_SLOT_MAX 19         /* tag 4, offset and segment and length <= 5 each */
 
 /* ---- writing ----------------------------------------------------------- */
@@ -348,6 +350,10 @@ static void load_stripe(hashdb *db, int i, int worker, void *arg)
     hd_stripe *s = &db->stripes[i];
     ck_part *c = &L->part[i];
     hd_cksum *cs = db->cksum ? &db->cksum[i] : NULL;
+    /* a table at least a quarter full has slots on every page (256 a
+     * page): all of it would fault in as it fills */
+    if (!c->nomem && c->nslot >= PREFAULT_SLOTS && c->used >= c->nslot / 4)
+        hdx_prefault(s);
     if (!c->nomem && (L->version == 7 ? load_v7(s, c) : load_v8(s, c, L, worker, cs))) {
         atomic_store_explicit(&s->items, c->items, memory_order_relaxed);
         atomic_store_explicit(&s->bytes, c->bytes, memory_order_relaxed);

@@ -482,6 +482,9 @@ void hdx_reserve(hashdb *db, uint64_t count);
  * checkpoint's (hdx_put); at open only, before its table was ever
  * written.  False when memory is out. */
 bool hdx_load(hd_stripe *s, size_t nslot);
+/* Makes the pages of s's new table present at once (the loader threads,
+ * each for the tables it fills, so the kernel clears them in parallel). */
+void hdx_prefault(hd_stripe *s);
 /* Puts a checkpoint's slot back, placed by its tag (room made by hdx_load). */
 void hdx_put(hd_stripe *s, const hd_slot *v);
 /* Puts n slots, sorted by their home slots, into s's table, which
