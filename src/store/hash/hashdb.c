@@ -774,7 +774,7 @@ static void bg_work(void *arg)
 {
     hashdb *db = arg;
     double now = kura_mono();
-    hdx_advise_huge(db);
+    hdx_advise_huge(db, false);
     for (int round = 0; round < 64 && !kura_bg_stopping(&db->bg) && now >= db->bg_retry_at;
          round++) {
         bool did = false;
@@ -988,12 +988,15 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                      "(getrandom, /dev/urandom): %s", kura_strerror(rc));
         goto fail;
     }
-    /* loading the index: huge pages at once (see hashdb_index.c) */
-    db->arena.huge_now = true;
     rc = hd_recover(db, err, errlen);
-    db->arena.huge_now = false;
     if (rc)
         goto fail;
+    /* The tables a checkpoint loaded were faulted in small pages:
+     * khugepaged makes huge ones of them from now on, off the restart's
+     * path.  A store that loaded none has the tables hdx_init made (huge
+     * pages at once), faulted in now rather than by the first requests
+     * under a stripe lock (hashdb_index.c). */
+    hdx_advise_huge(db, true);
     hdx_populate(db);
     if (db->need_ckpt && !cfg->read_only) {
         rc = hd_ckpt_write(db);

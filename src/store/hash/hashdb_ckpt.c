@@ -577,6 +577,8 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     hd_ent ev, *e = hdx_find(db, s, hv, key, r->klen, &ev);
     if (e && (hd_rec_is_put(r->type) ? r->seq < e->seq : r->seq <= e->seq))
         return KURA_OK;     /* an older version, or a copy of one */
+    if (db->cksum && !kura_test.hashdb_cksum_unmarked)
+        db->cksum[s - db->stripes].stale = true;    /* its table is read at the end */
     if (!e && !hdx_room(s))
         return KURA_ENOMEM;
     if (e && !e->dead)
@@ -758,6 +760,19 @@ static void finish_stripe(hashdb *db, int i, int worker, void *arg)
     uint32_t *missing = arg;
     hd_stripe *s = &db->stripes[i];
     live_sums ls = { 0 };
+    const hd_cksum *cs = db->cksum ? &db->cksum[i] : NULL;
+    if (cs && cs->valid && !cs->stale) {
+        /* its slots are the checkpoint's, summed as they loaded: no dead
+         * mark among them (the load refuses one) */
+        for (uint32_t k = 0; k < cs->n; k++) {
+            if (!hd_seg_get(db, cs->run[k].seg))
+                missing[i] = missing[i] ? missing[i] : cs->run[k].seg;
+            else
+                live_add(db, &ls, cs->run[k].seg, cs->run[k].bytes);
+        }
+        live_flush(db, &ls);
+        return;
+    }
     for (size_t j = 0; j < s->nslot; j++) {
         hd_slot *sl = &s->slot[j];
         if (!hd_slot_used(sl))
@@ -997,6 +1012,7 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     rc = KURA_OK;
 out:
     db->recovering = false;
+    hd_cksum_free(db);
     ck_release(db, &cur);
     ck_release(db, &prev);
     free(segs);

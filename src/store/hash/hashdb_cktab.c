@@ -34,6 +34,8 @@
 #define PAR_MIN_SLOTS 65536     /* below this, one thread does it all */
 #define PAR_RANGE 32            /* stripes a thread takes at a time: 8 MiB of
                                    tables of 16384 slots, four huge pages */
+#define PREFAULT_SLOTS 4096    /* a table (64 KiB) worth a call that makes
+                                   its pages present (hdx_prefault) */
 #define CK8_SLOT_MAX 19         /* tag 4, offset and segment and length <= 5 each */
 
 /* ---- writing ----------------------------------------------------------- */
@@ -179,6 +181,8 @@ typedef struct ck_loader {
     ck_part *part;
     hd_slot *buf[PAR_MAX];      /* each worker's, for version 8's decoding */
     size_t cap[PAR_MAX];        /* slots it holds */
+    uint32_t *at[PAR_MAX];      /* each worker's line counts */
+    size_t atcap[PAR_MAX];      /* counts it holds */
 } ck_loader;
 
 static bool load_v7(hd_stripe *s, ck_part *c)
@@ -198,33 +202,35 @@ static bool load_v7(hd_stripe *s, ck_part *c)
 }
 
 /* Puts n slots into s's table in the order of their home lines (a
- * counting sort by line, in at most LINE_BUCKETS buckets), from v, with tmp
- * as large: in place order (the file's) they would land at random, each
+ * counting sort by line, into tmp, as large as v; at counts, lines + 1 of
+ * them): in place order (the file's) they would land at random, each
  * probe a cache miss and a mispredicted branch (twice version 7's time in
- * hdx_put at 10M keys); in line order the table fills from start to end. */
-#define LINE_BUCKETS 4096
-static void put_in_line_order(hd_stripe *s, const hd_slot *v, hd_slot *tmp, size_t n)
+ * hdx_put at 10M keys); in line order the table is written once from
+ * start to end with no probe (hdx_put_sorted). */
+static void put_in_line_order(hd_stripe *s, const hd_slot *v, hd_slot *tmp, uint32_t *at,
+                              size_t n)
 {
-    size_t lines = s->nslot / 8, at[LINE_BUCKETS + 1];
-    int shift = 0;
-    while ((lines >> shift) > LINE_BUCKETS)
-        shift++;
-    memset(at, 0, sizeof(at));
+    size_t lines = s->nslot / 8;
+    memset(at, 0, (lines + 1) * sizeof(*at));
     for (size_t k = 0; k < n; k++)
-        at[(((v[k].tag >> 4) & (lines - 1)) >> shift) + 1]++;
-    for (size_t b = 1; b <= LINE_BUCKETS; b++)
+        at[((v[k].tag >> 4) & (lines - 1)) + 1]++;
+    for (size_t b = 1; b <= lines; b++)
         at[b] += at[b - 1];
     for (size_t k = 0; k < n; k++)
-        tmp[at[((v[k].tag >> 4) & (lines - 1)) >> shift]++] = v[k];
-    for (size_t k = 0; k < n; k++)
-        hdx_put(s, &tmp[k]);
+        tmp[at[(v[k].tag >> 4) & (lines - 1)]++] = v[k];
+    hdx_put_sorted(s, tmp, n);
 }
 
-/* Decodes a stripe's slots (checking each) into v, which holds c->used. */
-static bool decode_v8(ck_part *c, hd_slot *out)
+/* Decodes a stripe's slots (checking each) into out, which holds
+ * c->used, and their lengths summed by segment into run (as many), *nrun
+ * of them.  (A varint decoder without a branch on the length, or with no
+ * bound checked far from the end, decoded no faster here: the lengths
+ * follow a pattern that the branches predict.) */
+static bool decode_v8(ck_part *c, hd_slot *out, struct hd_segsum *run, size_t *nrun)
 {
     const unsigned char *p = c->p, *end = c->p + c->len;
-    uint64_t seg = 0, off = 0, rlen = 0;
+    uint64_t seg = 0, off = 0, rlen = 0, sum = 0;
+    size_t n = 0;
     for (uint64_t j = 0; j < c->used; j++) {
         const unsigned char *at = p;
         uint64_t a, d, z;
@@ -241,6 +247,10 @@ static bool decode_v8(ck_part *c, hd_slot *out)
             }
             seg += d;
             off = 0;
+            if (n)
+                run[n - 1].bytes = sum;
+            run[n++].seg = (uint32_t)seg;
+            sum = 0;
         }
         int64_t r;
         if (seg == 0 || (a >> 1) > UINT32_MAX - off || !(p = get_varint(p, end, &z)) ||
@@ -250,11 +260,15 @@ static bool decode_v8(ck_part *c, hd_slot *out)
         }
         off += a >> 1;
         rlen = (uint64_t)r;
+        sum += rlen;
         v.seg = (uint32_t)seg;
         v.off = (uint32_t)off;
         v.rlen = (uint32_t)rlen;
         out[j] = v;
     }
+    if (n)
+        run[n - 1].bytes = sum;
+    *nrun = n;
     if (p != end) {
         c->bad = p;
         return false;
@@ -262,14 +276,43 @@ static bool decode_v8(ck_part *c, hd_slot *out)
     return true;
 }
 
+/* Keeps a stripe's sums for finish_index (none, and its table is read
+ * there, if memory is out). */
+static void keep_sums(hd_cksum *cs, const struct hd_segsum *run, size_t n)
+{
+    if (!cs || !(cs->run = malloc((n ? n : 1) * sizeof(*run))))
+        return;
+    memcpy(cs->run, run, n * sizeof(*run));
+    cs->n = (uint32_t)n;
+    cs->valid = true;
+}
+
+void hd_cksum_free(hashdb *db)
+{
+    if (!db->cksum)
+        return;
+    for (int i = 0; i < HD_STRIPES; i++)
+        free(db->cksum[i].run);
+    free(db->cksum);
+    db->cksum = NULL;
+}
+
 /* Into the worker's buffer (grown, kept for its next stripes: a buffer
  * freed per stripe went back to the kernel, each time a TLB shootdown of
- * the other loaders), then into the table. */
-static bool load_v8(hd_stripe *s, ck_part *c, ck_loader *L, int worker)
+ * the other loaders), then into the table; the sums kept in cs. */
+static bool load_v8(hd_stripe *s, ck_part *c, ck_loader *L, int worker, hd_cksum *cs)
 {
-    if (c->used == 0)           /* nothing to put (and no buffer yet: NULL + 0) */
-        return decode_v8(c, NULL);
-    size_t need = (size_t)c->used * 2;
+    size_t nrun = 0;
+    if (c->used == 0) {         /* nothing to put (and no buffer yet: NULL + 0) */
+        if (!decode_v8(c, NULL, NULL, &nrun))
+            return false;
+        keep_sums(cs, NULL, 0);
+        return true;
+    }
+    /* the slots, as many for the sort, and their sums (a run per slot at
+     * most, as large as a slot) */
+    _Static_assert(sizeof(struct hd_segsum) <= sizeof(hd_slot), "a run fits in a slot");
+    size_t need = (size_t)c->used * 3;
     if (need > L->cap[worker]) {
         free(L->buf[worker]);
         L->cap[worker] = need + need / 4;
@@ -280,10 +323,23 @@ static bool load_v8(hd_stripe *s, ck_part *c, ck_loader *L, int worker)
             return false;
         }
     }
+    size_t lines = s->nslot / 8 + 1;
+    if (lines > L->atcap[worker]) {
+        free(L->at[worker]);
+        L->atcap[worker] = lines;
+        L->at[worker] = malloc(lines * sizeof(uint32_t));
+        if (!L->at[worker]) {
+            L->atcap[worker] = 0;
+            c->nomem = true;
+            return false;
+        }
+    }
     hd_slot *v = L->buf[worker];
-    if (!decode_v8(c, v))
+    struct hd_segsum *run = (struct hd_segsum *)(void *)(v + 2 * c->used);
+    if (!decode_v8(c, v, run, &nrun))
         return false;
-    put_in_line_order(s, v, v + c->used, (size_t)c->used);
+    keep_sums(cs, run, nrun);
+    put_in_line_order(s, v, v + c->used, L->at[worker], (size_t)c->used);
     return true;
 }
 
@@ -293,7 +349,12 @@ static void load_stripe(hashdb *db, int i, int worker, void *arg)
     ck_loader *L = arg;
     hd_stripe *s = &db->stripes[i];
     ck_part *c = &L->part[i];
-    if (!c->nomem && (L->version == 7 ? load_v7(s, c) : load_v8(s, c, L, worker))) {
+    hd_cksum *cs = db->cksum ? &db->cksum[i] : NULL;
+    /* a table at least a quarter full has slots on every page (256 a
+     * page): all of it would fault in as it fills */
+    if (!c->nomem && c->nslot >= PREFAULT_SLOTS && c->used >= c->nslot / 4)
+        hdx_prefault(s);
+    if (!c->nomem && (L->version == 7 ? load_v7(s, c) : load_v8(s, c, L, worker, cs))) {
         atomic_store_explicit(&s->items, c->items, memory_order_relaxed);
         atomic_store_explicit(&s->bytes, c->bytes, memory_order_relaxed);
     }
@@ -385,9 +446,13 @@ int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsig
     for (int i = 0; i < HD_STRIPES; i++)
         part[i].nomem = !hdx_load(&db->stripes[i], (size_t)part[i].nslot);
     ck_loader L = { .version = version, .part = part };
+    if (version == 8)           /* none: finish_index reads every table */
+        db->cksum = calloc(HD_STRIPES, sizeof(*db->cksum));
     hd_each_stripe(db, slots, load_stripe, &L);
-    for (int w = 0; w < PAR_MAX; w++)
+    for (int w = 0; w < PAR_MAX; w++) {
         free(L.buf[w]);
+        free(L.at[w]);
+    }
 
     int rc = KURA_OK;
     for (int i = 0; i < HD_STRIPES && !rc; i++) {

@@ -17,10 +17,12 @@
  * that change it).
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hashdb_int.h"
 #include "kura/testhooks.h"
@@ -33,23 +35,29 @@
 
 /* Huge pages for the index (it is read at random; with 4 KiB pages nearly
  * every lookup also misses the TLB: at 1M keys the tables are 32 MiB, 8192
- * pages, and that walk cost a third of a lookup).  Taking a huge page at a
- * fault may mean compacting memory, or, on a virtual machine whose host
- * took freed memory back, faulting 512 pages in on the host: on this
- * machine, a 1M-key load right after another process freed its memory ran
- * 0.65 s with huge pages at the fault against 0.46 s without.  Such a
- * stall must not fall on a request (it would hold a stripe lock), so:
- *   - the tables made at open (hdx_init, sized for bnum) and while the
- *     index is loaded at open (huge_now) get huge pages at once, and the
- *     ones in use when the open is done are faulted in then, by the open
- *     (hdx_populate), not by the first requests;
- *   - a chunk made while the store serves (growth) is advised for huge
- *     pages once it is HUGE_AFTER seconds old (by the background thread,
- *     hdx_advise_huge), and the kernel's khugepaged then collapses its
- *     pages in its own time.
- * Chunks are aligned to 2 MiB so that every page of one can be huge.
- * 1M 8-byte records written then read (kura-enginebench): 0.93 s of CPU
- * with 4 KiB pages, 0.77 s with huge ones (docs/benchmarks.md). */
+ * pages, and that walk cost a third of a lookup), but not at a page fault
+ * on a request or a restart's load: taking a huge page there may mean
+ * compacting memory, or, on a virtual machine whose host took freed memory
+ * back, faulting 512 pages in on the host (free page reporting hands the
+ * host whole 2 MiB blocks, just what a huge page takes; small pages come
+ * mostly from memory the host still backs).  On this machine, a 1M-key
+ * load right after another process freed its memory ran 0.65 s with huge
+ * pages at the fault against 0.46 s without, and a 10M-key open cleared
+ * its 256 MiB of tables in 35 to 600 ms of kernel time with them against a
+ * steady 130-250 ms without (its CPU over 20 alternated opens: median 330
+ * ms, 161-572, against 283, 255-328).  So:
+ *   - the tables hdx_init makes (sized for bnum) are advised for huge pages
+ *     at once, and, when no checkpoint's tables replace them, faulted in
+ *     by the end of the open (hdx_populate), not by the first requests:
+ *     1M 8-byte records written then read (kura-enginebench) took 0.93 s
+ *     of CPU on 4 KiB pages, 0.77 s on huge ones (docs/benchmarks.md);
+ *   - the tables a checkpoint loads are faulted in small pages and
+ *     advised at the end of the open (hdx_advise_huge(db, true));
+ *   - a chunk made while the store serves (growth) is advised once it is
+ *     HUGE_AFTER seconds old (by the background thread);
+ * and the kernel's khugepaged collapses the small pages of an advised
+ * chunk in its own time.  Chunks are aligned to 2 MiB so that every page
+ * of one can be huge. */
 #define HUGE_AFTER 10.0
 
 struct hd_chunk {
@@ -118,10 +126,7 @@ static void *arena_alloc(hd_arena *a, size_t n)
         c->next = a->chunks;
         c->len = len;
         c->born = mono_now();
-        if (a->huge_now) {
-            (void)madvise(m, len, MADV_HUGEPAGE);
-            c->advised = true;
-        }
+        c->advised = false;
         a->chunks = c;
         a->cur = (unsigned char *)m + 64;
         a->left = len - 64;
@@ -148,6 +153,8 @@ static void arena_free(hd_arena *a, void *p, size_t n)
 void hdx_populate(hashdb *db)
 {
 #ifdef MADV_POPULATE_WRITE
+    if (db->arena.loaded)
+        return;
     for (int i = 0; i < HD_STRIPES; i++) {
         const hd_stripe *s = &db->stripes[i];
         uintptr_t from = (uintptr_t)s->slot & ~(uintptr_t)4095;
@@ -160,13 +167,13 @@ void hdx_populate(hashdb *db)
 #endif
 }
 
-void hdx_advise_huge(hashdb *db)
+void hdx_advise_huge(hashdb *db, bool all)
 {
     hd_arena *a = &db->arena;
     double now = mono_now();
     pthread_mutex_lock(&a->mu);
     for (struct hd_chunk *c = a->chunks; c; c = c->next)
-        if (!c->advised && now - c->born >= HUGE_AFTER) {
+        if (!c->advised && (all || now - c->born >= HUGE_AFTER)) {
             (void)madvise(c, c->len, MADV_HUGEPAGE);
             c->advised = true;
         }
@@ -216,9 +223,6 @@ int hdx_init(hashdb *db, uint64_t bnum)
     if (rc != KURA_OK)
         return rc;
     pthread_mutex_init(&db->arena.mu, NULL);
-    /* the tables sized for bnum: huge pages at once (see the arena) */
-    bool huge = db->arena.huge_now;
-    db->arena.huge_now = true;
     _Static_assert(sizeof(hd_stripe) % 64 == 0, "stripes are line-aligned");
     _Static_assert(offsetof(hd_stripe, bytes) + sizeof(uint64_t) <= 128,
                    "what every operation touches is in a stripe's first two lines");
@@ -240,7 +244,7 @@ int hdx_init(hashdb *db, uint64_t bnum)
             return KURA_ENOMEM;   /* hdx_free() releases the rest */
         publish(s, slot, per);
     }
-    db->arena.huge_now = huge;
+    hdx_advise_huge(db, true);     /* the tables sized for bnum (see the arena) */
     return KURA_OK;
 }
 
@@ -436,23 +440,64 @@ void hdx_reserve(hashdb *db, uint64_t count)
 
 bool hdx_load(hd_stripe *s, size_t nslot)
 {
-    /* the table open made, if it has the size (its memory is kept for
-     * reuse, never given back: a new one would be heap for nothing) */
+    /* the table open made, if it has the size */
     if (nslot != s->nslot) {
         hd_slot *ns = arena_alloc(s->arena, nslot * sizeof(hd_slot));
         if (!ns)
             return false;
-        arena_free(s->arena, s->slot, s->nslot * sizeof(hd_slot));
+        /* the table hdx_init made, never written: not put on the free
+         * list, which would write (and fault in) a page of each of them,
+         * for a list that a store of this size seldom takes from; it
+         * stays untouched address space until close */
         publish(s, ns, nslot);
     }
     s->count = s->tombs = 0;
+    s->arena->loaded = true;
     return true;
+}
+
+void hdx_prefault(hd_stripe *s)
+{
+#ifdef MADV_POPULATE_WRITE
+    /* one call instead of a page fault per 4 KiB (64 per table of 16384
+     * slots; 66,000 at 10M keys, about 30 ms of kernel time of 200); the
+     * pages at its ends may be a neighbour's too, which is harmless (it
+     * only makes them present).  Where the kernel lacks it (before 5.14),
+     * the table's pages fault in as it fills. */
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)s->slot & ~(pg - 1),
+              b = ((uintptr_t)(s->slot + s->nslot) + pg - 1) & ~(pg - 1);
+    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+    (void)s;
+#endif
 }
 
 void hdx_put(hd_stripe *s, const hd_slot *v)
 {
     s->slot[free_slot(s->slot, s->nslot, hd_tag_home(v->tag, s->nslot))] = *v;
     s->count++;
+}
+
+void hdx_put_sorted(hd_stripe *s, const hd_slot *v, size_t n)
+{
+    /* each lands at its home or just after the slot put before it, which
+     * is where free_slot would find room: the slots between hold the
+     * earlier ones (homes at or before this one's), so a probe from its
+     * home passes no empty slot.  No probe, no read of the table: it is
+     * written once, in order.  The few pushed past the end wrap to the
+     * start through free_slot. */
+    size_t nslot = s->nslot, pos = 0, k = 0;
+    for (; k < n; k++) {
+        size_t home = hd_tag_home(v[k].tag, nslot);
+        if (home > pos)
+            pos = home;
+        if (pos == nslot)
+            break;
+        s->slot[pos++] = v[k];
+    }
+    for (; k < n; k++)
+        s->slot[free_slot(s->slot, nslot, hd_tag_home(v[k].tag, nslot))] = v[k];
+    s->count += n;
 }
 
 hd_slot *hdx_insert(hd_stripe *s, uint64_t h)

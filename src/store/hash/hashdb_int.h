@@ -184,11 +184,12 @@ typedef struct hd_arena {
     unsigned char *cur;
     size_t left;
     void *free_pow2[48];        /* freed power-of-two blocks, by log2 size */
-    bool huge_now;              /* new chunks get huge pages at once (open) */
     _Atomic uint64_t nslots;    /* slots of every stripe's table, kept as
                                    tables are made or rebuilt (stats) */
     siphash_key key;            /* the database's hash key (hd_hash): set at
                                    open, before the first key is hashed */
+    bool loaded;                /* the open loaded a checkpoint's tables
+                                   (hdx_load): hdx_populate has nothing to do */
 } hd_arena;
 
 /* Where a stripe's slot array is, kept apart from the stripes in one small
@@ -392,6 +393,8 @@ typedef struct hashdb {
     uint64_t recovered_records, recovery_lost, truncated_bytes;
     bool recovering;            /* open: segments' live bytes are summed at
                                    the end (finish_index), not kept */
+    struct hd_cksum *cksum;     /* open: HD_STRIPES of them while a version 8
+                                   checkpoint's tables load, or NULL */
 } hashdb;
 
 /* hashdb_index.c - caller holds the stripe's lock (write lock to change). */
@@ -478,17 +481,28 @@ void hdx_remove(hd_stripe *s, hd_slot *sl);
 /* Sizes every stripe for count keys: what a conversion asks first. */
 void hdx_reserve(hashdb *db, uint64_t count);
 /* Gives the (empty) stripe s an empty table of nslot slots, for a
- * checkpoint's (hdx_put); false when memory is out. */
+ * checkpoint's (hdx_put); at open only, before its table was ever
+ * written.  False when memory is out. */
 bool hdx_load(hd_stripe *s, size_t nslot);
+/* Makes the pages of s's new table present at once (the loader threads,
+ * each for the tables it fills, so the kernel clears them in parallel). */
+void hdx_prefault(hd_stripe *s);
 /* Puts a checkpoint's slot back, placed by its tag (room made by hdx_load). */
 void hdx_put(hd_stripe *s, const hd_slot *v);
+/* Puts n slots, sorted by their home slots, into s's table, which
+ * hdx_load just made (empty): one pass from its start to its end. */
+void hdx_put_sorted(hd_stripe *s, const hd_slot *v, size_t n);
 uint64_t hdx_items(hashdb *db, uint64_t *bytes);
 uint64_t hdx_slots(hashdb *db);     /* slots of every table: O(1), no lock */
-void hdx_advise_huge(hashdb *db);   /* background thread: old chunks get huge pages */
-/* The end of the open: every table in use faulted in (huge pages where
- * advised; MADV_POPULATE_WRITE, Linux 5.14: where it is missing, the
- * requests fault them in), so that no request takes those faults under
- * a stripe lock.  Changes no byte; tables a load made are already in. */
+/* Chunks HUGE_AFTER seconds old (all: every chunk) advised for huge
+ * pages: the background thread, hdx_init and the end of an open. */
+void hdx_advise_huge(hashdb *db, bool all);
+/* The end of an open that loaded no checkpoint's tables: every table in
+ * use faulted in (MADV_POPULATE_WRITE, Linux 5.14: where it is missing,
+ * the requests fault them in), so that no request takes those faults
+ * under a stripe lock.  Changes no byte.  After a load it does nothing:
+ * the loader made its tables present, and walking 256 MiB of present
+ * pages again costs 40-80 ms of a restart. */
 void hdx_populate(hashdb *db);
 
 static inline hd_seg *hd_seg_get(hashdb *db, uint32_t id)
@@ -623,6 +637,19 @@ int hd_cktab_load(hashdb *db, int version, const unsigned char *map, const unsig
  * without its lock. */
 typedef void hd_stripe_fn(hashdb *db, int i, int worker, void *arg);
 void hd_each_stripe(hashdb *db, uint64_t slots, hd_stripe_fn *fn, void *arg);
+/* One stripe's slots as a version 8 checkpoint loaded them, summed by
+ * segment while they were decoded (they come in place order, a run per
+ * segment): what finish_index needs of a stripe that replay did not change
+ * (apply sets stale), without reading its table again. */
+typedef struct hd_cksum {
+    bool valid, stale;
+    uint32_t n;
+    struct hd_segsum {
+        uint32_t seg;
+        uint64_t bytes;             /* its slots' record lengths, summed */
+    } *run;
+} hd_cksum;
+void hd_cksum_free(hashdb *db);
 int hd_recover(hashdb *db, char *err, size_t errlen);
 
 /* hashdb_compact.c */
