@@ -282,7 +282,8 @@ static void keep_sums(hd_cksum *cs, const struct hd_segsum *run, size_t n)
 {
     if (!cs || !(cs->run = malloc((n ? n : 1) * sizeof(*run))))
         return;
-    memcpy(cs->run, run, n * sizeof(*run));
+    if (n)                      /* (an empty stripe's run may be NULL) */
+        memcpy(cs->run, run, n * sizeof(*run));
     cs->n = (uint32_t)n;
     cs->valid = true;
 }
