@@ -101,6 +101,7 @@ void bt_wrlock(btree *bt)
 {
     lockorder_acquire(LOCK_RANK_STRIPE);
     pthread_rwlock_wrlock(&bt->rw);
+    bt->gen++;                  /* the readers' last leaves no longer hold */
 }
 
 void bt_unlock(btree *bt)
@@ -410,7 +411,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     if (check_key(key, klen))
         return KURA_NOTFOUND;
     bt_rdlock(bt);
-    int rc = do_descend(bt, key, klen, &path);
+    int rc = do_descend_get(bt, key, klen, &path);
     if (rc)
         goto out;
     if (!path.found) {
@@ -478,7 +479,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
     bt_wrlock(bt);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
-        rc = do_descend(bt, it->key, it->klen, &path);
+        rc = do_descend_write(bt, it->key, it->klen, &path);
     if (rc)
         goto out;
     bool live = false;
@@ -516,7 +517,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
     bt_wrlock(bt);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
-        rc = do_descend(bt, key, klen, &path);
+        rc = do_descend_write(bt, key, klen, &path);
     if (rc)
         goto out;
     if (!path.found) {
@@ -557,7 +558,7 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     if (!bt->cfg.read_only)
         src = do_write_begin(bt);
     if (src == KURA_OK)
-        src = do_descend(bt, key, klen, &path);
+        src = do_descend_write(bt, key, klen, &path);
     if (src) {
         bt_unlock(bt);
         return src;
@@ -1145,6 +1146,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     pthread_rwlockattr_init(&rwa);
     pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&bt->rw, &rwa);
+    bt->gen = bt_gen_base();
     pthread_rwlockattr_destroy(&rwa);
     pthread_mutex_init(&bt->cmu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);
