@@ -458,8 +458,8 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
         rc = fn ? fn(arg, &it) : KURA_OK;
     }
 release:
+    /* (an inline value or none: no read buffer grew, nothing to trim) */
     do_path_release(bt, &path);
-    bt_read_bufs_trim();
 out:
     bt_unlock(bt);
     return rc;

@@ -103,20 +103,22 @@ int do_descend_write(btree *bt, const char *key, size_t klen, bt_path *path)
 static _Thread_local struct {
     const btree *bt;
     uint64_t gen, pgno;
+    unsigned idx;               /* the cell found last: the next key is often the next cell */
 } last_leaf;
+
+/* leaf cell i's key against key, as bt_keycmp */
+static int leaf_key_cmp(const unsigned char *d, unsigned i, const char *key, size_t klen)
+{
+    const char *k;
+    size_t kl;
+    pg_cell_key(pg_ccell(d, i), BT_LEAF, &k, &kl);
+    return bt_keycmp(k, kl, key, klen);
+}
 
 static bool leaf_holds(const unsigned char *d, const char *key, size_t klen)
 {
     unsigned n = pg_n(d);
-    const char *k;
-    size_t kl;
-    if (n == 0)
-        return false;
-    pg_cell_key(pg_ccell(d, 0), BT_LEAF, &k, &kl);
-    if (bt_keycmp(k, kl, key, klen) > 0)
-        return false;
-    pg_cell_key(pg_ccell(d, n - 1), BT_LEAF, &k, &kl);
-    return bt_keycmp(k, kl, key, klen) >= 0;
+    return n > 0 && leaf_key_cmp(d, 0, key, klen) <= 0 && leaf_key_cmp(d, n - 1, key, klen) >= 0;
 }
 
 int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
@@ -132,7 +134,13 @@ int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
             }
             path->pg[lvl] = p;
             path->depth = lvl + 1;
-            path->idx[lvl] = (int)pg_search(p->data, key, klen, &path->found);
+            unsigned i = last_leaf.idx + 1;
+            if (i < pg_n(p->data) && leaf_key_cmp(p->data, i, key, klen) == 0)
+                path->found = true;
+            else
+                i = pg_search(p->data, key, klen, &path->found);
+            path->idx[lvl] = (int)i;
+            last_leaf.idx = i;
             return KURA_OK;
         }
         do_page_unpin(bt, p);
@@ -142,6 +150,7 @@ int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
         last_leaf.bt = bt;
         last_leaf.gen = bt->gen;
         last_leaf.pgno = path->pg[path->depth - 1]->pgno;
+        last_leaf.idx = (unsigned)path->idx[path->depth - 1];
     }
     return rc;
 }
