@@ -451,12 +451,10 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
         bt_read_bufs_trim();
         goto out;
     }
-    rc = do_read_cell(bt, &path, &c, &val);
-    if (rc == KURA_OK) {
-        kura_item it;
-        fill_item(&it, &c, val);
-        rc = fn ? fn(arg, &it) : KURA_OK;
-    }
+    val = c.val;                        /* inline (decoded above) */
+    kura_item it;
+    fill_item(&it, &c, val);
+    rc = fn ? fn(arg, &it) : KURA_OK;
 release:
     /* (an inline value or none: no read buffer grew, nothing to trim) */
     do_path_release(bt, &path);
