@@ -104,6 +104,9 @@ typedef struct kura_testhooks {
      * shared it (test_tree_readers' negative check: two gets are never
      * inside the store at once). */
     bool tree_read_exclusive;
+    /* A B+ tree get looks in the thread's last leaf without checking
+     * that it holds the key's range (test_tree's negative check). */
+    bool tree_last_leaf_unchecked;
     /* Called by a B+ tree get between letting the lock go and reading its
      * overflow run (tree.c, get_ovf), so that a test can change the key
      * and reuse the run's pages meanwhile; and the negative check: the

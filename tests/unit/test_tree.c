@@ -13,7 +13,8 @@
  * four threads writing and reading while checkpoints let the tree lock go
  * for their syncs; ordered iteration from a key (KURA_ITER_FROM: order, a
  * start key present or not, a prefix before its extensions, expired items
- * skipped, an early stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error).
+ * skipped, an early stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error);
+ * gets in key order answered from the thread's last leaf.
  * The power-loss crash images are in test_powerloss.c (both backends).
  */
 #include <errno.h>
@@ -1356,6 +1357,69 @@ static void test_version1_file_opens(void)
     kura_store_close(s);
 }
 
+/* Gets in key order look in the thread's last leaf (tree_search.c): one
+ * page instead of a descent, and the right answer across the leaves'
+ * edges and after changes that split the leaf.  The negative check: with
+ * the leaf trusted without its range check, a key of another leaf is not
+ * found. */
+static int last_leaf_gets(kura_store *s, int from, int to, int step)
+{
+    int bad = 0;
+    char k[16], v[16];
+    for (int i = from; i != to; i += step) {
+        got g = { 0 };
+        snprintf(k, sizeof(k), "%08d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        if (s->ops->get(s, k, 8, &CLK, got_cb, &g) != KURA_OK || g.len != strlen(v) ||
+            memcmp(g.buf, v, g.len) != 0)
+            bad++;
+        free(g.buf);
+    }
+    return bad;
+}
+
+static void test_gets_in_key_order_use_last_leaf(void)
+{
+    kura_test.bg_hold = true;
+    kura_store *s = open_tree(tpath("lastleaf"), "#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    enum { N = 4000 };
+    char k[16], v[16];
+    for (int i = 0; i < N; i += 2) {
+        snprintf(k, sizeof(k), "%08d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        REQUIRE(put_kv(s, k, 8, v, strlen(v), 0, 0, 0) == KURA_OK);
+    }
+    uint64_t h = t_stat(s, "tree_height");
+    CHECK(h >= 2);
+    uint64_t hits = t_stat(s, "tree_cache_hits");
+    CHECK_EQ_INT(last_leaf_gets(s, 0, N, 2), 0);
+    uint64_t used = t_stat(s, "tree_cache_hits") - hits;
+    printf("# %d gets in key order, height %llu: %llu page lookups\n", N / 2,
+           (unsigned long long)h, (unsigned long long)used);
+    CHECK(used < (uint64_t)N / 2 * 2);         /* about one page a get, not h */
+    CHECK_EQ_INT(last_leaf_gets(s, N - 2, -2, -2), 0);     /* backwards */
+    /* puts between the gets (the odd keys) split the leaves under them */
+    int bad = 0;
+    for (int i = 1; i < N; i += 2) {
+        snprintf(k, sizeof(k), "%08d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        REQUIRE(put_kv(s, k, 8, v, strlen(v), 0, 0, 0) == KURA_OK);
+        bad += last_leaf_gets(s, i - 1, i + 1, 1);
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(last_leaf_gets(s, 0, N, 1), 0);
+    /* the negative check: the leaf of key 0, trusted for key N-1 */
+    CHECK_EQ_INT(last_leaf_gets(s, 0, 1, 1), 0);
+    kura_test.tree_last_leaf_unchecked = true;
+    CHECK(last_leaf_gets(s, N - 1, N, 1) == 1);
+    kura_test.tree_last_leaf_unchecked = false;
+    CHECK_EQ_INT(last_leaf_gets(s, N - 1, N, 1), 0);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+    kura_test.bg_hold = false;
+}
+
 int bt_keycmp_test(const char *a, size_t al, const char *b, size_t bl)
 {
     int c = memcmp(a, b, al < bl ? al : bl);
@@ -1384,6 +1448,7 @@ int main(void)
     RUN(test_zcomp_update_paths);
     RUN(test_replay_checkpoints_midway);
     RUN(test_recover_salvages);
+    RUN(test_gets_in_key_order_use_last_leaf);
     t_teardown();
     UNIT_DONE();
 }

@@ -101,6 +101,7 @@ void bt_wrlock(btree *bt)
 {
     lockorder_acquire(LOCK_RANK_STRIPE);
     pthread_rwlock_wrlock(&bt->rw);
+    bt->gen++;                  /* the readers' last leaves no longer hold */
 }
 
 void bt_unlock(btree *bt)
@@ -410,7 +411,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     if (check_key(key, klen))
         return KURA_NOTFOUND;
     bt_rdlock(bt);
-    int rc = do_descend(bt, key, klen, &path);
+    int rc = do_descend_get(bt, key, klen, &path);
     if (rc)
         goto out;
     if (!path.found) {
@@ -450,15 +451,13 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
         bt_read_bufs_trim();
         goto out;
     }
-    rc = do_read_cell(bt, &path, &c, &val);
-    if (rc == KURA_OK) {
-        kura_item it;
-        fill_item(&it, &c, val);
-        rc = fn ? fn(arg, &it) : KURA_OK;
-    }
+    val = c.val;                        /* inline (decoded above) */
+    kura_item it;
+    fill_item(&it, &c, val);
+    rc = fn ? fn(arg, &it) : KURA_OK;
 release:
+    /* (an inline value or none: no read buffer grew, nothing to trim) */
     do_path_release(bt, &path);
-    bt_read_bufs_trim();
 out:
     bt_unlock(bt);
     return rc;
@@ -478,7 +477,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
     bt_wrlock(bt);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
-        rc = do_descend(bt, it->key, it->klen, &path);
+        rc = do_descend_write(bt, it->key, it->klen, &path);
     if (rc)
         goto out;
     bool live = false;
@@ -516,7 +515,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
     bt_wrlock(bt);
     int rc = do_write_begin(bt);
     if (rc == KURA_OK)
-        rc = do_descend(bt, key, klen, &path);
+        rc = do_descend_write(bt, key, klen, &path);
     if (rc)
         goto out;
     if (!path.found) {
@@ -557,7 +556,7 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     if (!bt->cfg.read_only)
         src = do_write_begin(bt);
     if (src == KURA_OK)
-        src = do_descend(bt, key, klen, &path);
+        src = do_descend_write(bt, key, klen, &path);
     if (src) {
         bt_unlock(bt);
         return src;
@@ -1145,6 +1144,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     pthread_rwlockattr_init(&rwa);
     pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&bt->rw, &rwa);
+    bt->gen = bt_gen_base();
     pthread_rwlockattr_destroy(&rwa);
     pthread_mutex_init(&bt->cmu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);

@@ -258,24 +258,52 @@ static int pin_cached(bt_page *p, int type, bt_page **out)
     return KURA_OK;
 }
 
-int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
+/* A hit counted with cmu held: every count is, so a load and a store
+ * (no locked add) keep it exact for the relaxed reads of stats. */
+static void count_hit_locked(btree *bt)
+{
+    atomic_store_explicit(&bt->cache_hits,
+                          atomic_load_explicit(&bt->cache_hits, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+int do_page_pin_locked(btree *bt, uint64_t pgno, int type, bt_page **out)
+{
+    bt_page *p = hash_find(bt, pgno);
+    if (!p || (type && pg_type(p->data) != type))
+        return 1;
+    count_hit_locked(bt);
+    return pin_cached(p, type, out);
+}
+
+int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out)
 {
     pthread_mutex_lock(&bt->cmu);
     bt_page *p = hash_find(bt, pgno);
-    if (p) {
-        int rc = pin_cached(p, type, out);
+    if (!p) {
         pthread_mutex_unlock(&bt->cmu);
-        stat_add(&bt->cache_hits);
-        if (rc)
-            bt_count_error(bt, rc, pgno, "a page of the wrong type");
-        return rc;
+        return 1;
     }
-    p = obj_get(bt);
+    count_hit_locked(bt);
+    int rc = pin_cached(p, type, out);
+    pthread_mutex_unlock(&bt->cmu);
+    if (rc)
+        bt_count_error(bt, rc, pgno, "a page of the wrong type");
+    return rc;
+}
+
+int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
+{
+    int rc = do_page_get_cached(bt, pgno, type, out);
+    if (rc != 1)
+        return rc;
+    pthread_mutex_lock(&bt->cmu);
+    bt_page *p = obj_get(bt);
     pthread_mutex_unlock(&bt->cmu);
     stat_add(&bt->cache_misses);
     if (!p)
         return KURA_ENOMEM;
-    int rc = KURA_ECORRUPT;
+    rc = KURA_ECORRUPT;
     if (pgno < 2 || pgno >= bt->npages)
         bt_count_error(bt, rc, pgno, "a pointer past the file's pages");
     else if ((rc = bt_page_load(bt, bt->fd, pgno, type, p->data)))

@@ -52,9 +52,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "kura/bytes.h"
 #include "kura/dbfile.h"
 #include "kura/seglog.h"
 #include "kura/store.h"
@@ -210,6 +212,10 @@ typedef struct btree {
     /* the tree */
     uint64_t root;
     unsigned height;            /* levels: 1 = the root is a leaf */
+    uint64_t gen;               /* changes at every exclusive bt_wrlock (from
+                                   a number no other open used): a thread's
+                                   last leaf (tree_search.c) holds while it
+                                   stays the same */
     uint64_t txn;               /* the checkpoint being built */
     uint64_t npages;            /* pages in the file's used part */
     uint64_t items, bytes;      /* usage, as memcached counts bytes */
@@ -316,10 +322,12 @@ void bt_read_bufs_trim(void);
 
 static inline uint16_t bt_get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static inline void bt_put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
-uint32_t bt_get32(const unsigned char *p);
-void bt_put32(unsigned char *p, uint32_t v);
-uint64_t bt_get64(const unsigned char *p);
-void bt_put64(unsigned char *p, uint64_t v);
+/* inline (bytes.h's): a descent reads a child number per level, a split
+ * writes them by the hundred */
+static inline uint32_t bt_get32(const unsigned char *p) { return get32(p); }
+static inline void bt_put32(unsigned char *p, uint32_t v) { put32(p, v); }
+static inline uint64_t bt_get64(const unsigned char *p) { return get64(p); }
+static inline void bt_put64(unsigned char *p, uint64_t v) { put64(p, v); }
 
 static inline int pg_type(const unsigned char *d) { return d[4]; }
 static inline unsigned pg_n(const unsigned char *d) { return bt_get16(d + 6); }
@@ -338,7 +346,27 @@ size_t pg_cell_len(int type, const unsigned char *c);
 size_t pg_free(const unsigned char *d, size_t psiz);
 size_t pg_used(const unsigned char *d, size_t psiz);
 void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *klen);
-int bt_keycmp(const char *a, size_t al, const char *b, size_t bl);
+/* memcmp's order, 8 bytes at a time (as big-endian words) without a call:
+ * the binary search of a page spends its time here */
+static inline int bt_keycmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    size_t n = al < bl ? al : bl;
+    for (; n >= 8; n -= 8, x += 8, y += 8) {
+        uint64_t u, v;
+        memcpy(&u, x, 8);
+        memcpy(&v, y, 8);
+        if (u != v) {
+            u = __builtin_bswap64(u);
+            v = __builtin_bswap64(v);
+            return u < v ? -1 : 1;
+        }
+    }
+    for (; n; n--, x++, y++)
+        if (*x != *y)
+            return *x < *y ? -1 : 1;
+    return al < bl ? -1 : al > bl;
+}
 /* lower bound of key in the page's cells; *found if equal */
 unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *found);
 uint64_t pg_child(const unsigned char *d, unsigned i);     /* branch: child i (0..n) */
@@ -368,6 +396,11 @@ int bc_init(btree *bt, uint64_t cap_bytes);
 void bc_free(btree *bt);
 /* the page pgno, pinned, read and checked if not cached (type 0: any) */
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out);
+/* do_page_get if the page is cached: 1 (nothing pinned) if not */
+int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out);
+/* the same with cmu held by the caller, and 1 for a page of another type
+ * too (do_page_get then reports it) */
+int do_page_pin_locked(btree *bt, uint64_t pgno, int type, bt_page **out);
 void do_page_unpin(btree *bt, bt_page *p);
 void do_pages_unpin(btree *bt, bt_page *const *pg, int n);    /* one cmu for all */
 /* a new page of type, pinned and dirty, its number allocated */
@@ -494,6 +527,14 @@ int bt_salvage_end(btree *bt);
 /* ---- tree_search.c ------------------------------------------------------- */
 
 int do_descend(btree *bt, const char *key, size_t klen, bt_path *path);
+/* do_descend for a change (tree lock exclusive): cmu taken once for the
+ * cached part of the path instead of once a level */
+int do_descend_write(btree *bt, const char *key, size_t klen, bt_path *path);
+/* do_descend for a lookup (shared lock): the thread's last leaf when it
+ * holds the key's range, the rest of the path then NULL */
+int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path);
+/* a number for bt->gen no other open tree has used */
+uint64_t bt_gen_base(void);
 void do_path_release(btree *bt, bt_path *path);
 /* moves path to the next leaf's first cell: 0, 1 at the end, or an error */
 int do_next_leaf(btree *bt, bt_path *path);

@@ -34,28 +34,6 @@
 #include "kura/crc32c.h"
 #include "tree_int.h"
 
-uint32_t bt_get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-void bt_put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-uint64_t bt_get64(const unsigned char *p)
-{
-    return (uint64_t)bt_get32(p) | (uint64_t)bt_get32(p + 4) << 32;
-}
-
-void bt_put64(unsigned char *p, uint64_t v)
-{
-    bt_put32(p, (uint32_t)v);
-    bt_put32(p + 4, (uint32_t)(v >> 32));
-}
-
 void pg_init(unsigned char *d, size_t psiz, int type, uint64_t pgno, uint64_t txn)
 {
     memset(d, 0, BT_HDR);
@@ -109,33 +87,26 @@ void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *kle
     *key = (const char *)c + (type == BT_BRANCH ? BT_BRANCH_FIXED : c[1]);
 }
 
-/* memcmp's order, 8 bytes at a time (as big-endian words) without a call:
- * the binary search of a page spends its time here */
-int bt_keycmp(const char *a, size_t al, const char *b, size_t bl)
-{
-    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
-    size_t n = al < bl ? al : bl;
-    for (; n >= 8; n -= 8, x += 8, y += 8) {
-        uint64_t u, v;
-        memcpy(&u, x, 8);
-        memcpy(&v, y, 8);
-        if (u != v) {
-            u = __builtin_bswap64(u);
-            v = __builtin_bswap64(v);
-            return u < v ? -1 : 1;
-        }
-    }
-    for (; n; n--, x++, y++)
-        if (*x != *y)
-            return *x < *y ? -1 : 1;
-    return al < bl ? -1 : al > bl;
-}
-
 unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *found)
 {
     int type = pg_type(d);
-    unsigned lo = 0, hi = pg_n(d);
+    unsigned n = pg_n(d), lo = 0, hi = n;
     *found = false;
+    if (n == 0)
+        return 0;
+    /* keys that come in order (a load, an import) land past the last
+     * key, at every level: one comparison instead of a search */
+    const char *lk;
+    size_t lkl;
+    pg_cell_key(pg_ccell(d, n - 1), type, &lk, &lkl);
+    int lc = bt_keycmp(lk, lkl, key, klen);
+    if (lc < 0)
+        return n;
+    if (lc == 0) {
+        *found = true;
+        return n - 1;
+    }
+    hi = n - 1;
     while (lo < hi) {
         unsigned mid = (lo + hi) / 2;
         const char *k;
@@ -242,12 +213,20 @@ void pg_remove(unsigned char *d, size_t psiz, unsigned i)
  * take, or 0 if they do not fit it. */
 static size_t leaf_fields(const unsigned char *c, size_t hlen, uint64_t f[4])
 {
+    /* get_varint's rules (at most 10 bytes, none past hlen), written out:
+     * every get and every page read decodes a head */
     size_t at = 3;
     for (int i = 0; i < 4; i++) {
-        size_t n = at < hlen ? get_var(c + at, hlen - at, &f[i]) : 0;
-        if (!n)
-            return 0;
-        at += n;
+        uint64_t x = 0;
+        for (unsigned sh = 0;; sh += 7) {
+            if (at >= hlen || sh >= 70)
+                return 0;
+            unsigned b = c[at++];
+            x |= (uint64_t)(b & 0x7f) << sh;
+            if (b < 0x80)
+                break;
+        }
+        f[i] = x;
     }
     return at;
 }

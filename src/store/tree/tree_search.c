@@ -11,6 +11,7 @@
  * Descent and the cursor run with the tree lock shared (readers) or
  * exclusive (changes, which then touch the path).
  */
+#include "kura/testhooks.h"
 #include "tree_int.h"
 
 void do_path_release(btree *bt, bt_path *path)
@@ -26,24 +27,41 @@ static int level_type(const btree *bt, int lvl)
 }
 
 /* Descends from path level lvl's page `pgno` to the leaf, along the child
- * chosen for key (NULL: the leftmost). */
+ * chosen for key (NULL: the leftmost).  hold: a change's descent, with the
+ * tree lock exclusive, so no reader waits on cmu while it is held across
+ * the levels' searches (only a checkpoint's pins and unpins); it is let go
+ * for a miss, which reads the file. */
 static int do_down(btree *bt, uint64_t pgno, int lvl, const char *key, size_t klen,
-                   bt_path *path)
+                   bt_path *path, bool hold)
 {
+    bool held = false;
     for (;; lvl++) {
         bt_page *p;
         if (lvl >= BT_MAX_DEPTH) {
+            if (held)
+                pthread_mutex_unlock(&bt->cmu);
             bt_count_error(bt, KURA_ECORRUPT, pgno, "a tree deeper than possible");
             return KURA_ECORRUPT;
         }
-        int rc = do_page_get(bt, pgno, level_type(bt, lvl), &p);
-        if (rc)
+        int rc = 1;
+        if (hold) {
+            if (!held)
+                pthread_mutex_lock(&bt->cmu);
+            held = true;
+            if ((rc = do_page_pin_locked(bt, pgno, level_type(bt, lvl), &p))) {
+                pthread_mutex_unlock(&bt->cmu);
+                held = false;
+            }
+        }
+        if (rc && (rc = do_page_get(bt, pgno, level_type(bt, lvl), &p)))
             return rc;
         path->pg[lvl] = p;
         path->depth = lvl + 1;
         bool found = false;
         unsigned i = key ? pg_search(p->data, key, klen, &found) : 0;
         if (pg_type(p->data) == BT_LEAF) {
+            if (held)
+                pthread_mutex_unlock(&bt->cmu);
             path->idx[lvl] = (int)i;
             path->found = found;
             return KURA_OK;
@@ -55,14 +73,92 @@ static int do_down(btree *bt, uint64_t pgno, int lvl, const char *key, size_t kl
     }
 }
 
-int do_descend(btree *bt, const char *key, size_t klen, bt_path *path)
+static int descend(btree *bt, const char *key, size_t klen, bt_path *path, bool hold)
 {
     path->depth = 0;
     path->found = false;
-    int rc = do_down(bt, bt->root, 0, key, klen, path);
+    int rc = do_down(bt, bt->root, 0, key, klen, path, hold);
     if (rc)
         do_path_release(bt, path);
     return rc;
+}
+
+int do_descend(btree *bt, const char *key, size_t klen, bt_path *path)
+{
+    return descend(bt, key, klen, path, false);
+}
+
+int do_descend_write(btree *bt, const char *key, size_t klen, bt_path *path)
+{
+    return descend(bt, key, klen, path, true);
+}
+
+/* A thread's last leaf, for gets in key order: a key between the first
+ * and the last key of a leaf of the tree can only be in that leaf (a
+ * branch routes a range to each child), so the descent is skipped while
+ * the tree is the one the leaf was found in (bt->gen: every change takes
+ * the lock exclusive, which moves it) and the page is still cached.
+ * Per thread, as readers share the lock; pages stay under the cache's
+ * rules (looked up and pinned under cmu). */
+static _Thread_local struct {
+    const btree *bt;
+    uint64_t gen, pgno;
+    unsigned idx;               /* the cell found last: the next key is often the next cell */
+} last_leaf;
+
+/* leaf cell i's key against key, as bt_keycmp */
+static int leaf_key_cmp(const unsigned char *d, unsigned i, const char *key, size_t klen)
+{
+    const char *k;
+    size_t kl;
+    pg_cell_key(pg_ccell(d, i), BT_LEAF, &k, &kl);
+    return bt_keycmp(k, kl, key, klen);
+}
+
+static bool leaf_holds(const unsigned char *d, const char *key, size_t klen)
+{
+    unsigned n = pg_n(d);
+    return n > 0 && leaf_key_cmp(d, 0, key, klen) <= 0 && leaf_key_cmp(d, n - 1, key, klen) >= 0;
+}
+
+int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
+{
+    bt_page *p;
+    if (last_leaf.bt == bt && last_leaf.gen == bt->gen &&
+        do_page_get_cached(bt, last_leaf.pgno, BT_LEAF, &p) == KURA_OK) {
+        if (kura_test.tree_last_leaf_unchecked || leaf_holds(p->data, key, klen)) {
+            int lvl = (int)bt->height - 1;
+            for (int l = 0; l < lvl; l++) {
+                path->pg[l] = NULL;
+                path->idx[l] = 0;
+            }
+            path->pg[lvl] = p;
+            path->depth = lvl + 1;
+            unsigned i = last_leaf.idx + 1;
+            if (i < pg_n(p->data) && leaf_key_cmp(p->data, i, key, klen) == 0)
+                path->found = true;
+            else
+                i = pg_search(p->data, key, klen, &path->found);
+            path->idx[lvl] = (int)i;
+            last_leaf.idx = i;
+            return KURA_OK;
+        }
+        do_page_unpin(bt, p);
+    }
+    int rc = do_descend(bt, key, klen, path);
+    if (rc == KURA_OK) {
+        last_leaf.bt = bt;
+        last_leaf.gen = bt->gen;
+        last_leaf.pgno = path->pg[path->depth - 1]->pgno;
+        last_leaf.idx = (unsigned)path->idx[path->depth - 1];
+    }
+    return rc;
+}
+
+uint64_t bt_gen_base(void)
+{
+    static _Atomic uint64_t opens;
+    return (atomic_fetch_add(&opens, 1) + 1) << 40;
 }
 
 int do_next_leaf(btree *bt, bt_path *path)
@@ -74,7 +170,7 @@ int do_next_leaf(btree *bt, bt_path *path)
             path->idx[l]++;
             do_pages_unpin(bt, path->pg + l + 1, d - l - 1);
             path->depth = l + 1;
-            int rc = do_down(bt, pg_child(pd, (unsigned)path->idx[l]), l + 1, NULL, 0, path);
+            int rc = do_down(bt, pg_child(pd, (unsigned)path->idx[l]), l + 1, NULL, 0, path, false);
             if (rc)
                 do_path_release(bt, path);
             return rc;
