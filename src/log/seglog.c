@@ -25,6 +25,7 @@
  * listing, torn-creation check, set-aside and cut) unchanged in behaviour.
  */
 #include <dirent.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -732,10 +733,10 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
         return KURA_EREADONLY;
     if ((rc = sl_failed(log)))
         return rc;
-    (void)head_max;     /* frame's room in iov[0]: the caller sized it */
     lockorder_lock(&log->mu, log->cfg.lock_rank);
     uint64_t recno = log->recno + 1;
     size_t hlen = frame(arg, iov[0].iov_base, recno);
+    assert(hlen <= head_max);   /* frame stayed in the room the caller gave */
     iov[0].iov_len = hlen;
     uint64_t rlen = hlen + body_len;
     sl_seg *a = log->active;
