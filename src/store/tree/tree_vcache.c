@@ -51,9 +51,11 @@ int bt_vc_init(btree *bt, uint64_t cap_bytes)
     if (!cap_bytes)
         return KURA_OK;
     /* about one slot per 16 KiB of the bound: chains stay short for the
-     * values worth a run (a page or more) */
+     * values worth a run (a page or more); at most 2^20 slots (8 MiB,
+     * allocated at open whatever is kept: a bound of 16 GiB and more gets
+     * longer chains, not a larger table) */
     size_t hs = 64;
-    while (hs < cap_bytes / 16384 && hs < (1u << 24))
+    while (hs < cap_bytes / 16384 && hs < (1u << 20))
         hs *= 2;
     bt->vtab = calloc(hs, sizeof(*bt->vtab));
     if (!bt->vtab)
