@@ -50,6 +50,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as R          # noqa: E402  (bench/run.py: servers, pinning, plots)
+import disklimit         # noqa: E402  (a disk of known bandwidth)
 
 ROOT = R.ROOT
 BEGIN = "<!-- BEGIN FOOTPRINT RESULTS (bench/footprint.py rewrites this part) -->"
@@ -292,6 +293,13 @@ def clean_stop_s(s, deadline_s=300):
 
 
 def part_disk(a, tmp, rep, raw):
+    if not a.disk_limit:
+        return disk_runs(a, tmp, rep, raw, None)
+    with disklimit.limited(tmp, a.disk_limit) as lim:
+        return disk_runs(a, tmp, rep, raw, lim)
+
+
+def disk_runs(a, tmp, rep, raw, lim):
     # The disk of a shared VM swings by factors from minute to minute: each kurad
     # run is compared with the mean of the dd just before and just after it.
     # memcached under the same sets (no disk) shows what the server CPU, the
@@ -307,6 +315,7 @@ def part_disk(a, tmp, rep, raw):
         s = started(server(a, name, tmp, extra=("-sync", "interval")))
         try:
             pid = s.proc.pid
+            l0 = lim.written() if lim else 0
             w0, c0, t0 = proc_write_bytes(pid), proc_cpu_s(pid), proc_threads(pid)
             res = fill(a, s, a.set_keys, "h:", a.client_cpus)
             w1, c1, t1 = proc_write_bytes(pid), proc_cpu_s(pid), proc_threads(pid)
@@ -314,6 +323,10 @@ def part_disk(a, tmp, rep, raw):
             # in ns, where stat's ticks are 10 ms: a toy run's sets take a few ticks
             threads_cpu = sum(r for r, _ in t1.values()) - sum(r for r, _ in t0.values())
             stop_s = clean_stop_s(s) if name != "memcached" else 0.0
+            # what the limit let through over what the server wrote, its stop
+            # included (its clean stop's syncs; the process is gone after it)
+            w_end = proc_write_bytes(pid) if name == "memcached" else w1
+            limited = (lim.written() - l0) / (w_end - w0) if lim and w_end > w0 else ""
         finally:
             s.stop()
         dd.append(dds())
@@ -335,6 +348,7 @@ def part_disk(a, tmp, rep, raw):
                         worker_runq=worker[1] / res["seconds"] if worker else "",
                         cpu_us_per_set=1e6 * (threads_cpu if t1 else c1 - c0) / res["ops"],
                         written_per_value_byte=(w1 - w0) / vbytes if w0 >= 0 and w1 >= 0 else "",
+                        through_limit=limited,
                         ratio=vbytes / secs / disk))
         if a.verbose:
             log("    disk %-4s %.0f MB/s acked, %.0f MB/s to disk (stop %.2f s), dd %.0f MB/s "
@@ -423,15 +437,20 @@ def figures(raw, a):
         wq = [r["worker_runq"] for r in rs if r.get("worker_runq", "") != ""]
         srv = ("kurad -th 1 -sync interval DIR/bench.%s" % ("kh" if name == "hash" else "kb")
                if name != "memcached" else "memcached -t 1")
-        add(rs, "%s 20 KB sets / dd" % name,
-            "20 KB sets, %s, -sync interval: value bytes to disk / dd's bandwidth" % name
-            if name != "memcached" else
-            "memcached, the same sets (in memory) / dd's bandwidth (for reference)",
-            "%.0f MB/s to disk (%.0f MB/s acknowledged, %s bytes written a value byte, "
+        tl = [r["through_limit"] for r in rs if r.get("through_limit", "") != ""]
+        disk = (" (a disk held to %g MB/s by the block cgroup: bench/disklimit.py)" %
+                a.disk_limit if a.disk_limit else "")
+        add(rs, "%s 20 KB sets / dd%s" % (name, " (limited disk)" if a.disk_limit else ""),
+            ("20 KB sets, %s, -sync interval: value bytes to disk / dd's bandwidth" % name
+             if name != "memcached" else
+             "memcached, the same sets (in memory) / dd's bandwidth (for reference)") + disk,
+            "%.0f MB/s to disk (%.0f MB/s acknowledged, %s bytes written a value byte%s, "
             "the server's CPU busy %.0f%% of the sets' time, %.1f us a set; its worker on a "
             "CPU %s of the time and waiting for one %s)" % (
                 med(rs, "durable_bytes_s") / 1e6, med(rs, "acked_bytes_s") / 1e6,
-                "%.2f" % R.median(wpb) if wpb else "?", 100 * med(rs, "server_busy"),
+                "%.2f" % R.median(wpb) if wpb else "?",
+                ", %.2f of them through the limit" % R.median(tl) if tl else "",
+                100 * med(rs, "server_busy"),
                 med(rs, "cpu_us_per_set"), "%.0f%%" % (100 * R.median(wb)) if wb else "?",
                 "%.0f%%" % (100 * R.median(wq)) if wq else "?"),
             "dd: %.0f MB/s (conv=fdatasync: %.0f MB/s)" % (
@@ -449,7 +468,7 @@ def figures(raw, a):
         if paired:
             ceil = [dict(r, ratio=r["durable_bytes_s"] / min(
                 r["disk_bytes_s"], mc_by_rep[r["rep"]]["acked_bytes_s"])) for r in paired]
-            add(ceil, "%s 20 KB sets / ceiling" % name,
+            add(ceil, "%s 20 KB sets / ceiling%s" % (name, " (limited disk)" if a.disk_limit else ""),
                 "20 KB sets, %s, -sync interval: value bytes to disk / the lower of dd's "
                 "bandwidth and memcached's rate in the same repetition" % name,
                 "%.0f MB/s to disk" % (med(paired, "durable_bytes_s") / 1e6),
@@ -504,6 +523,9 @@ def main(argv=None):
     ap.add_argument("--set-keys", type=int, default=25000,
                     help="20 KB sets per disk run (default 25000: 500 MB)")
     ap.add_argument("--dd-mib", type=int, default=512, help="dd's MiB (default 512)")
+    ap.add_argument("--disk-limit", type=float, default=0, metavar="MBPS",
+                    help="disk part: hold dd and the servers to MBPS MB/s of writes with the "
+                    "block cgroup (bench/disklimit.py; root), a disk of known bandwidth")
     ap.add_argument("--server-cpus", default=None, help="taskset list for servers (default 0)")
     ap.add_argument("--client-cpus", default=None, help="taskset list for kura-bench (default 1)")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")

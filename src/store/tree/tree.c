@@ -865,6 +865,7 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_corrupt_reads", LOAD(corrupt_reads));
     kura_emit_u64(emit, arg, "tree_read_errors", LOAD(read_errors));
     kura_emit_u64(emit, arg, "tree_recovered_records", LOAD(recovered_records));
+    kura_emit_u64(emit, arg, "tree_writebehind_bytes", LOAD(wb_hinted));
     kura_emit_u64(emit, arg, "tree_zcomp_runs", LOAD(zcomp_runs));
     kura_emit_u64(emit, arg, "tree_zcomp_saved_bytes", LOAD(zcomp_saved));
     kura_emit_u64(emit, arg, "tree_zcomp_pages", LOAD(zcomp_pages));
@@ -924,16 +925,39 @@ static void bg_sync(void *arg)
     sl_sync_now(&bt->log);
 }
 
-/* Every 100 ms (kura_bg), a checkpoint when dirty pages pass half the
- * cache, when the log since the last one passes `ckpt` bytes (replay at
- * open stays bounded), or every 5 s while anything changed.  One that
- * failed is tried again only after kura_backoff_next's pause. */
+/* Write-behind of the tree file, as seglog's sl_writebehind does for the
+ * log: once `wbehind` bytes of overflow runs have been written since the
+ * last hint, starts the writeback of the file's dirty pages
+ * (sync_file_range, which does not wait for the disk).  Large values then
+ * go to the disk while the sets go on, instead of all at the next sync
+ * (a checkpoint, the presync of a log sync, a clean stop), and the disk is
+ * busy from the first set on.  A hint to the kernel, not a write: it
+ * bypasses bt->io (errors show at the next sync, which goes through it).
+ * The file's other dirty pages are the checkpoint's, which syncs them
+ * itself soon after writing them. */
+static void bg_writebehind(btree *bt)
+{
+    uint64_t w = atomic_load_explicit(&bt->run_bytes, memory_order_relaxed);
+    if (!bt->wbehind || w - atomic_load_explicit(&bt->wb_hinted, memory_order_relaxed) <
+                            bt->wbehind)
+        return;
+    atomic_store_explicit(&bt->wb_hinted, w, memory_order_relaxed);
+    (void)sync_file_range(bt->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
+
+/* Every 100 ms (kura_bg): the write-behind of the log and of the tree
+ * file; a checkpoint when dirty pages pass half the cache, when the log
+ * since the last one passes `ckpt` bytes (replay at open stays bounded),
+ * or every 5 s while anything changed.  One that failed is tried again
+ * only after kura_backoff_next's pause. */
 static void bg_work(void *arg)
 {
     btree *bt = arg;
     double now = kura_mono();
     if (now < bt->bg_retry_at || sl_failed(&bt->log))
         return;
+    sl_writebehind(&bt->log);
+    bg_writebehind(bt);
     bt_wrlock(bt);
     uint64_t since = sl_lsn(&bt->log) - bt->ckpt_lsn;
     bool want = bt->ndirty >= bt->cap / 2 || since >= bt->ckpt_bytes ||
@@ -1073,7 +1097,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
                kura_store **out, char *err, size_t errlen)
 {
     uint64_t pccap = 64ULL << 20, psiz = 8192, ckpt = 64ULL << 20, segsiz = 64ULL << 20,
-             mapwrite = 1, lcnum = 0, ncnum = 0;
+             mapwrite = 1, lcnum = 0, ncnum = 0, wbehind = 4ULL << 20;
     /* large values kept once verified (tree_vcache.c): as much as the
      * memory limit kurad's -m gives a cache, unless vcache= says */
     uint64_t vcache = cfg->mem_limit ? cfg->mem_limit : 64ULL << 20;
@@ -1095,6 +1119,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
         (rc = kura_param_size(params, "B+ tree", "ckpt", &ckpt, 1 << 16, 1ULL << 40, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "segsiz", &segsiz, 1 << 16, 1ULL << 31, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "mapwrite", &mapwrite, 0, 1, err, errlen)) ||
+        (rc = kura_param_size(params, "B+ tree", "wbehind", &wbehind, 0, 1ULL << 40, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "lcnum", &lcnum, 1, 1ULL << 32, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "ncnum", &ncnum, 1, 1ULL << 32, err, errlen)) ||
         (rc = kura_param_size(params, "B+ tree", "vcache", &vcache, 0, 1ULL << 44, err, errlen)) ||
@@ -1130,6 +1155,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->base.ops = &btree_ops;
     bt->cfg = *cfg;
     bt->zcomp = (int)zcomp;
+    bt->wbehind = cfg->read_only ? 0 : wbehind;
     bt->io = kio_or_default(cfg->io);
     if (!bt->cfg.item_size_max)
         bt->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
@@ -1158,7 +1184,7 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     sl_config lc = { .dir = bt->dir, .dirfd = bt->dirfd, .io = bt->io,
                      .version = BT_WAL_VERSION,
                      .versions = (1u << BT_WAL_VERSION) | (1u << BT_WAL_VERSION_MIN),
-                     .segsiz = segsiz, .msiz = 0, .wbehind = 0,
+                     .segsiz = segsiz, .msiz = 0, .wbehind = wbehind,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
                      .check = bt_wal_check, .log = log_line, .log_arg = bt,
                      .lock_rank = LOCK_RANK_STORE_LOG,

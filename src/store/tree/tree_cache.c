@@ -663,6 +663,7 @@ int do_ovf_write(btree *bt, const void *v0, size_t l0, const void *v1, size_t l1
     /* after the write returned: a log sync that reads this count syncs
      * the file first (bt_wal_presync) */
     atomic_fetch_add_explicit(&bt->run_writes, 1, memory_order_release);
+    atomic_fetch_add_explicit(&bt->run_bytes, n * bt->psiz, memory_order_relaxed);
     if (codec) {
         atomic_fetch_add_explicit(&bt->zcomp_runs, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&bt->zcomp_saved, raw - vlen, memory_order_relaxed);

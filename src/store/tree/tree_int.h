@@ -258,6 +258,12 @@ typedef struct btree {
      * last.  run_writes counts runs written (after the write returned),
      * run_synced the count a sync of the tree file covered. */
     _Atomic uint64_t run_writes, run_synced;
+    /* write-behind (bg_writebehind in tree.c): run_bytes counts the bytes
+     * of runs written; once wbehind more than wb_hinted have been, the
+     * background thread starts their writeback (the log's own is seglog's) */
+    _Atomic uint64_t run_bytes, wb_hinted;  /* wb_hinted: written by the
+                                               background thread, read by stats */
+    uint64_t wbehind;
     /* replay: the runs RUN records from the meta page's log position name
      * (pairs of first page, pages), taken out of the free pages before
      * replay, in log order; replay_run_next: the next one replay reaches */
