@@ -39,6 +39,9 @@ disk    20 KB sets into kurad's hash file and tree under `-sync interval`
         the rate over the ceiling of the run, the lower of dd's and
         memcached's (which writes nothing: what the client, the loopback and
         one server CPU allow), and the server CPU a set over memcached's.
+        --disk-limit MBPS runs dd and the servers on a disk held to MBPS
+        MB/s by the block cgroup (bench/disklimit.py; root): a disk of
+        known bandwidth, where a VM's dd would measure the host's cache.
 
 Writes bench/results/footprint.{md,csv,png}, footprint-runs.csv, and the
 generated part of docs/benchmarks.md's "Issue 23's figures" section
