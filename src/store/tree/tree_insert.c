@@ -7,7 +7,8 @@
  * copy of the page, scr[0]), a split point is chosen, the left part is
  * rebuilt in place and the right part in a new page, and a separator goes
  * into the parent, which may split in turn; a root that splits gets a new
- * root above it.  The split point balances bytes, except at the tree's
+ * root above it (a leaf split at the right edge, where the new cell alone
+ * starts the new page, leaves the full page as it is).  The split point balances bytes, except at the tree's
  * right (left) edge, where a cell added past the last (before the first)
  * key starts a page of its own: keys inserted in order then fill pages
  * to the brim instead of to half, as Kyoto Cabinet and LMDB do.

@@ -9,7 +9,9 @@
  * leftmost side.  Every page is fetched with the type its level calls
  * for, so a pointer into the wrong kind of page is reported as damage.
  * Descent and the cursor run with the tree lock shared (readers) or
- * exclusive (changes, which then touch the path).
+ * exclusive (changes, which then touch the path).  A change starts from
+ * the last put's path while the leaf's range holds its key (bt->wpath;
+ * docs/design.md, "A put's path").
  */
 #include "kura/testhooks.h"
 #include "tree_int.h"
