@@ -107,6 +107,10 @@ typedef struct kura_testhooks {
     /* A B+ tree get looks in the thread's last leaf without checking
      * that it holds the key's range (test_tree's negative check). */
     bool tree_last_leaf_unchecked;
+    /* A B+ tree change starts from the last put's kept path without
+     * checking that its leaf's range holds the key (test_tree's negative
+     * check of the kept path, tree_search.c). */
+    bool tree_wpath_unchecked;
     /* Called by a B+ tree get between letting the lock go and reading its
      * overflow run (tree.c, get_ovf), so that a test can change the key
      * and reuse the run's pages meanwhile; and the negative check: the

@@ -14,7 +14,8 @@
  * for their syncs; ordered iteration from a key (KURA_ITER_FROM: order, a
  * start key present or not, a prefix before its extensions, expired items
  * skipped, an early stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error);
- * gets in key order answered from the thread's last leaf.
+ * gets in key order answered from the thread's last leaf; puts started
+ * from the last put's path while its leaf holds the key.
  * The power-loss crash images are in test_powerloss.c (both backends).
  */
 #include <errno.h>
@@ -1420,6 +1421,105 @@ static void test_gets_in_key_order_use_last_leaf(void)
     kura_test.bg_hold = false;
 }
 
+/* Puts start from the last put's path while its leaf's range holds the
+ * key (tree_search.c, bt->wpath): a load in key order descends once a
+ * leaf, and every change that moves a range (splits at both edges and in
+ * the middle, shares, merges, a new root, a shrunk one) or a checkpoint
+ * lets it go, so puts in any order, deletes and checkpoints between them
+ * leave every key where a descent finds it.  The negative check: with
+ * the range unchecked, a key put after the last leaf's lands in that
+ * leaf, out of order, and the structure check says so. */
+static int wpath_puts(kura_store *s, int from, int to, int step, const char *tag)
+{
+    int bad = 0;
+    char k[16], v[24];
+    for (int i = from; step > 0 ? i < to : i > to; i += step) {
+        snprintf(k, sizeof(k), "%08d", i);
+        snprintf(v, sizeof(v), "%s%d", tag, i);
+        bad += put_kv(s, k, 8, v, strlen(v), 0, 0, 0) != KURA_OK;
+    }
+    return bad;
+}
+
+/* keys from..to by step hold tag's values (NULL: none is there) */
+static int wpath_gets(kura_store *s, int from, int to, int step, const char *tag)
+{
+    int bad = 0;
+    char k[16], v[24];
+    for (int i = from; step > 0 ? i < to : i > to; i += step) {
+        got g = { 0 };
+        snprintf(k, sizeof(k), "%08d", i);
+        snprintf(v, sizeof(v), "%s%d", tag ? tag : "", i);
+        int rc = s->ops->get(s, k, 8, &CLK, got_cb, &g);
+        if (tag ? rc != KURA_OK || g.len != strlen(v) || memcmp(g.buf, v, g.len) != 0
+                : rc != KURA_NOTFOUND)
+            bad++;
+        free(g.buf);
+    }
+    return bad;
+}
+
+static void test_puts_start_from_the_last_path(void)
+{
+    kura_test.bg_hold = true;
+    kura_store *s = open_tree(tpath("wpath"), "#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    enum { N = 80000 };
+    /* in key order (the even keys): one descent a leaf, not one a put */
+    uint64_t hits = t_stat(s, "tree_cache_hits");
+    CHECK_EQ_INT(wpath_puts(s, 0, N, 2, "a"), 0);
+    uint64_t used = t_stat(s, "tree_cache_hits") - hits, h = t_stat(s, "tree_height");
+    uint64_t splits = t_stat(s, "tree_splits");
+    printf("# %d puts in key order, height %llu, %llu splits: %llu page lookups\n", N / 2,
+           (unsigned long long)h, (unsigned long long)splits, (unsigned long long)used);
+    CHECK(h >= 3);
+    CHECK(used < (uint64_t)N / 2 / 4);
+    CHECK_EQ_INT(wpath_gets(s, 0, N, 2, "a"), 0);
+    /* backwards (the odd keys): each lands inside the leaf of the put
+     * before it, or before its first key (a separator's range) */
+    CHECK_EQ_INT(wpath_puts(s, N - 1, -1, -2, "b"), 0);
+    CHECK_EQ_INT(wpath_gets(s, 1, N, 2, "b"), 0);
+    CHECK_EQ_INT(check_tree(s), 0);
+    /* strides across every leaf, overwrites in place, a checkpoint midway
+     * (every page clean: the kept path goes), deletes that merge leaves
+     * and shrink the tree, and puts that grow it again */
+    CHECK_EQ_INT(wpath_puts(s, 0, N, 7, "c"), 0);
+    CHECK_EQ_INT(btree_debug_checkpoint(s), KURA_OK);
+    CHECK_EQ_INT(wpath_puts(s, 3, N, 7, "c"), 0);
+    int bad = 0;
+    char k[16];
+    for (int i = 0; i < N; i++) {
+        if (i % 5000 == 0)      /* past the end, right after a delete */
+            bad += wpath_puts(s, N + i, N + i + 1, 1, "d") != 0;
+        if (i % 7 == 0 || i % 7 == 3)
+            continue;
+        snprintf(k, sizeof(k), "%08d", i);
+        bad += s->ops->del(s, k, 8, 0, &CLK) != KURA_OK;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(t_stat(s, "tree_merges") > 0);
+    CHECK_EQ_INT(check_tree(s), 0);
+    CHECK_EQ_INT(wpath_gets(s, 0, N, 7, "c"), 0);
+    CHECK_EQ_INT(wpath_gets(s, 3, N, 7, "c"), 0);
+    CHECK_EQ_INT(wpath_gets(s, N, 2 * N, 5000, "d"), 0);
+    CHECK_EQ_INT(wpath_gets(s, 2, N, 7, NULL), 0);
+    CHECK_EQ_INT(wpath_puts(s, 0, N, 1, "e"), 0);
+    CHECK_EQ_INT(wpath_gets(s, 0, N, 1, "e"), 0);
+    CHECK_EQ_INT(check_tree(s), 0);
+    kura_store_close(s);
+    s = open_tree(tpath("wpath"), NULL, KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    CHECK_EQ_INT(wpath_gets(s, 0, N, 1, "e"), 0);
+    /* the negative check: the key 0's leaf kept, key N trusted to it */
+    CHECK_EQ_INT(wpath_puts(s, 0, 1, 1, "f"), 0);
+    kura_test.tree_wpath_unchecked = true;
+    CHECK_EQ_INT(wpath_puts(s, N, N + 1, 1, "f"), 0);
+    kura_test.tree_wpath_unchecked = false;
+    CHECK(check_tree(s) != 0);
+    kura_store_close(s);
+    kura_test.bg_hold = false;
+}
+
 int bt_keycmp_test(const char *a, size_t al, const char *b, size_t bl)
 {
     int c = memcmp(a, b, al < bl ? al : bl);
@@ -1449,6 +1549,7 @@ int main(void)
     RUN(test_replay_checkpoints_midway);
     RUN(test_recover_salvages);
     RUN(test_gets_in_key_order_use_last_leaf);
+    RUN(test_puts_start_from_the_last_path);
     t_teardown();
     UNIT_DONE();
 }

@@ -480,6 +480,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
         rc = do_descend_write(bt, it->key, it->klen, &path);
     if (rc)
         goto out;
+    uint64_t shape = bt->wshape;
     bool live = false;
     bt_cell c;
     if (path.found) {
@@ -496,8 +497,10 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
         rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, stamped.cas,
                           it->val, it->vlen, NULL, 0, NULL, &lsn);
         wrote = rc == KURA_OK;
+        if (wrote)
+            do_wpath_keep(bt, &path, shape);
     }
-    do_path_release(bt, &path);
+    do_path_release_held(bt, &path);
 out:
     bt_unlock(bt);
     return finish_write(bt, rc, wrote, lsn);
@@ -536,7 +539,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
             wrote = rc == KURA_OK;
         }
     }
-    do_path_release(bt, &path);
+    do_path_release_held(bt, &path);
 out:
     bt_unlock(bt);
     return finish_write(bt, rc, wrote, lsn);

@@ -36,6 +36,7 @@ static void rebalance(btree *bt, bt_path *path, int lvl)
         unsigned n = pg_n(d);
         if (lvl == 0) {
             if (branch && n == 0 && bt->height > 1) {
+                do_wpath_drop(bt);
                 bt->root = pg_link(d);
                 bt->height--;
                 do_page_free(bt, p);
@@ -55,6 +56,7 @@ static void rebalance(btree *bt, bt_path *path, int lvl)
             count(&bt->skipped_rebalances);
             return;
         }
+        do_wpath_drop(bt);      /* a merge or a new separator follows */
         pg_set_child(parent->data, sib_i, do_page_touch(bt, &sib));
         bt_page *L = ci > 0 ? sib : p, *R = ci > 0 ? p : sib;
 

@@ -7,7 +7,8 @@
  * copy of the page, scr[0]), a split point is chosen, the left part is
  * rebuilt in place and the right part in a new page, and a separator goes
  * into the parent, which may split in turn; a root that splits gets a new
- * root above it.  The split point balances bytes, except at the tree's
+ * root above it (a leaf split at the right edge, where the new cell alone
+ * starts the new page, leaves the full page as it is).  The split point balances bytes, except at the tree's
  * right (left) edge, where a cell added past the last (before the first)
  * key starts a page of its own: keys inserted in order then fill pages
  * to the brim instead of to half, as Kyoto Cabinet and LMDB do.
@@ -98,6 +99,7 @@ static bool share_insert(btree *bt, bt_path *path, int lvl, unsigned i,
             do_page_unpin(bt, sib);
             continue;
         }
+        do_wpath_drop(bt);      /* the leaves' ranges move */
         pg_set_child(parent->data, sib_i, do_page_touch(bt, &sib));
         L = side == 0 ? sib : p;        /* (sib may be a copy now) */
         R = side == 0 ? p : sib;
@@ -143,18 +145,27 @@ static void split_insert(btree *bt, bt_path *path, int lvl, unsigned i,
     /* (before the gathering below: it uses the same scratch) */
     if (!branch && !redge && !ledge && share_insert(bt, path, lvl, i, cell, len))
         return;
+    do_wpath_drop(bt);          /* a new page, and a new range */
 
-    memcpy(snap, p->data, bt->psiz);
-    for (unsigned j = 0, k = 0; j < cnt; j++) {
-        if (j == i) {
-            bt->cptr[j] = cell;
-            bt->clen[j] = (uint16_t)len;
-        } else {
-            bt->cptr[j] = pg_ccell(snap, k++);
-            bt->clen[j] = (uint16_t)pg_cell_len(type, bt->cptr[j]);
+    /* a leaf split at the right edge (keys in order) keeps p as it is:
+     * the new cell alone starts the new page */
+    bool keep = !branch && redge;
+    unsigned m;
+    if (keep) {
+        bt->cptr[n] = cell;
+        bt->clen[n] = (uint16_t)len;
+    } else {
+        memcpy(snap, p->data, bt->psiz);
+        for (unsigned j = 0, k = 0; j < cnt; j++) {
+            if (j == i) {
+                bt->cptr[j] = cell;
+                bt->clen[j] = (uint16_t)len;
+            } else {
+                bt->cptr[j] = pg_ccell(snap, k++);
+                bt->clen[j] = (uint16_t)pg_cell_len(type, bt->cptr[j]);
+            }
         }
     }
-    unsigned m;
     if (!branch && redge)
         m = n;
     else if (!branch && ledge)
@@ -175,7 +186,8 @@ static void split_insert(btree *bt, bt_path *path, int lvl, unsigned i,
     bt_page *q = do_page_new(bt, type);
     pg_build(q->data, bt->psiz, rlink, bt->cptr + rfrom, bt->clen + rfrom, cnt - rfrom);
     size_t slen = pg_branch_encode(sep, skey, sklen, q->pgno);
-    pg_build(p->data, bt->psiz, pg_link(snap), bt->cptr, bt->clen, m);
+    if (!keep)
+        pg_build(p->data, bt->psiz, pg_link(snap), bt->cptr, bt->clen, m);
     do_page_unpin(bt, q);
     atomic_store_explicit(&bt->splits, atomic_load_explicit(&bt->splits, memory_order_relaxed)
                           + 1, memory_order_relaxed);

@@ -123,6 +123,19 @@ typedef struct bt_path {
     bool found;                 /* the leaf's cell idx holds the key */
 } bt_path;
 
+/* The path of the last put (tree_search.c, do_descend_write): the next
+ * change whose key the leaf's range holds starts from it instead of a
+ * descent.  Its pages are this checkpoint's and dirty, so no eviction
+ * frees them; it holds while the checkpoint (txn) and the tree's shape
+ * (bt->wshape: every split, share and removal moves it) stay as they were
+ * when it was kept. */
+typedef struct bt_wpath {
+    uint64_t txn, shape;
+    int depth;                  /* 0: none kept */
+    bt_page *pg[BT_MAX_DEPTH];
+    int idx[BT_MAX_DEPTH];      /* the child taken at each branch */
+} bt_wpath;
+
 /* A decoded leaf cell. */
 typedef struct bt_cell {
     const char *key;
@@ -217,6 +230,11 @@ typedef struct btree {
                                    last leaf (tree_search.c) holds while it
                                    stays the same */
     uint64_t txn;               /* the checkpoint being built */
+    uint64_t wshape;            /* moves at every change to the leaves'
+                                   ranges or the pages' places in the tree
+                                   (splits, shares, removals): a kept
+                                   path (wpath) holds while it stays */
+    bt_wpath wpath;
     uint64_t npages;            /* pages in the file's used part */
     uint64_t items, bytes;      /* usage, as memcached counts bytes */
     int meta_slot;              /* the slot of the newest meta page */
@@ -326,14 +344,26 @@ void bt_read_bufs_trim(void);
 
 /* ---- tree_page.c ------------------------------------------------------- */
 
+/* inline: a descent reads a child number per level, a split writes them
+ * by the hundred.  On a little-endian host the file's order is the
+ * host's: one load or store each.  bytes.h's byte-wise stores are not
+ * always merged into one (a log record's head took 60 instructions of
+ * byte shuffling in wal_append); elsewhere they are bytes.h's. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline uint16_t bt_get16(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline void bt_put16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline uint32_t bt_get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline void bt_put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline uint64_t bt_get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline void bt_put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+#else
 static inline uint16_t bt_get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static inline void bt_put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
-/* inline (bytes.h's): a descent reads a child number per level, a split
- * writes them by the hundred */
 static inline uint32_t bt_get32(const unsigned char *p) { return get32(p); }
 static inline void bt_put32(unsigned char *p, uint32_t v) { put32(p, v); }
 static inline uint64_t bt_get64(const unsigned char *p) { return get64(p); }
 static inline void bt_put64(unsigned char *p, uint64_t v) { put64(p, v); }
+#endif
 
 static inline int pg_type(const unsigned char *d) { return d[4]; }
 static inline unsigned pg_n(const unsigned char *d) { return bt_get16(d + 6); }
@@ -533,15 +563,28 @@ int bt_salvage_end(btree *bt);
 /* ---- tree_search.c ------------------------------------------------------- */
 
 int do_descend(btree *bt, const char *key, size_t klen, bt_path *path);
-/* do_descend for a change (tree lock exclusive): cmu taken once for the
+/* do_descend for a change (tree lock exclusive): from the kept path of
+ * the last put (bt->wpath) when its leaf's range holds the key (a load
+ * in key order descends once a leaf), else with cmu taken once for the
  * cached part of the path instead of once a level */
 int do_descend_write(btree *bt, const char *key, size_t klen, bt_path *path);
+/* After a put (rw exclusive): its path kept for the next change, if the
+ * tree's shape is still the `shape` it had after the descent and every
+ * page of the path is this checkpoint's and dirty. */
+void do_wpath_keep(btree *bt, const bt_path *path, uint64_t shape);
+/* Every change to the leaves' ranges or the path to a page calls it: a
+ * kept path no longer holds. */
+static inline void do_wpath_drop(btree *bt) { bt->wshape++; }
 /* do_descend for a lookup (shared lock): the thread's last leaf when it
  * holds the key's range, the rest of the path then NULL */
 int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path);
 /* a number for bt->gen no other open tree has used */
 uint64_t bt_gen_base(void);
 void do_path_release(btree *bt, bt_path *path);
+/* The same with rw exclusive: no reader is in the cache (nor, with rw let
+ * go, a checkpoint: it pins and unpins under rw), so the pins go without
+ * taking cmu */
+void do_path_release_held(btree *bt, bt_path *path);
 /* moves path to the next leaf's first cell: 0, 1 at the end, or an error */
 int do_next_leaf(btree *bt, bt_path *path);
 int do_touch_path(btree *bt, bt_path *path);

@@ -9,7 +9,9 @@
  * leftmost side.  Every page is fetched with the type its level calls
  * for, so a pointer into the wrong kind of page is reported as damage.
  * Descent and the cursor run with the tree lock shared (readers) or
- * exclusive (changes, which then touch the path).
+ * exclusive (changes, which then touch the path).  A change starts from
+ * the last put's path while the leaf's range holds its key (bt->wpath;
+ * docs/design.md, "A put's path").
  */
 #include "kura/testhooks.h"
 #include "tree_int.h"
@@ -18,6 +20,15 @@ void do_path_release(btree *bt, bt_path *path)
 {
     if (path->depth > 0)
         do_pages_unpin(bt, path->pg, path->depth);
+    path->depth = 0;
+}
+
+void do_path_release_held(btree *bt, bt_path *path)
+{
+    (void)bt;
+    for (int l = 0; l < path->depth; l++)
+        if (path->pg[l] && path->pg[l]->pins)
+            path->pg[l]->pins--;
     path->depth = 0;
 }
 
@@ -88,9 +99,91 @@ int do_descend(btree *bt, const char *key, size_t klen, bt_path *path)
     return descend(bt, key, klen, path, false);
 }
 
+/* branch cell i's key against key, as bt_keycmp */
+static int branch_key_cmp(const unsigned char *d, unsigned i, const char *key, size_t klen)
+{
+    const char *k;
+    size_t kl;
+    pg_cell_key(pg_ccell(d, i), BT_BRANCH, &k, &kl);
+    return bt_keycmp(k, kl, key, klen);
+}
+
+/* Whether the kept path's leaf is key's: a branch routes the keys from its
+ * cell i-1's up to (not with) its cell i's to child i, so the leaf holds
+ * the range between the nearest separators above it on either side (none:
+ * the tree's edge).  From the leaf's parent up, until both are met. */
+static bool wpath_holds(const bt_wpath *w, const char *key, size_t klen)
+{
+    bool low = false, high = false;
+    for (int l = w->depth - 2; l >= 0 && !(low && high); l--) {
+        const unsigned char *d = w->pg[l]->data;
+        unsigned i = (unsigned)w->idx[l], n = pg_n(d);
+        if (!low && i > 0) {
+            if (branch_key_cmp(d, i - 1, key, klen) > 0)
+                return false;
+            low = true;
+        }
+        if (!high && i < n) {
+            if (branch_key_cmp(d, i, key, klen) <= 0)
+                return false;
+            high = true;
+        }
+    }
+    return true;
+}
+
+/* The descent from the kept path, if it holds for key: its pages pinned
+ * (rw exclusive: no reader is in the cache) and the leaf searched. */
+static bool wpath_take(btree *bt, const char *key, size_t klen, bt_path *path)
+{
+    const bt_wpath *w = &bt->wpath;
+    if (!w->depth || w->txn != bt->txn || w->shape != bt->wshape ||
+        w->depth != (int)bt->height || w->pg[0]->pgno != bt->root)
+        return false;
+    if (!kura_test.tree_wpath_unchecked && !wpath_holds(w, key, klen))
+        return false;
+    int lvl = w->depth - 1;
+    for (int l = 0; l < lvl; l++) {
+        path->pg[l] = w->pg[l];
+        path->idx[l] = w->idx[l];
+        w->pg[l]->pins++;
+    }
+    bt_page *p = w->pg[lvl];
+    p->pins++;
+    path->pg[lvl] = p;
+    path->depth = w->depth;
+    path->found = false;
+    path->idx[lvl] = (int)pg_search(p->data, key, klen, &path->found);
+    return true;
+}
+
 int do_descend_write(btree *bt, const char *key, size_t klen, bt_path *path)
 {
+    if (wpath_take(bt, key, klen, path))
+        return KURA_OK;
     return descend(bt, key, klen, path, true);
+}
+
+void do_wpath_keep(btree *bt, const bt_path *path, uint64_t shape)
+{
+    bt_wpath *w = &bt->wpath;
+    int d = path->depth;
+    if (w->depth == d && d > 0 && w->txn == bt->txn && w->shape == shape &&
+        shape == bt->wshape && w->pg[d - 1] == path->pg[d - 1])
+        return;                 /* the kept one's leaf (and so its path) */
+    w->depth = 0;
+    if (shape != bt->wshape || path->depth != (int)bt->height)
+        return;
+    for (int l = 0; l < path->depth; l++) {
+        const bt_page *p = path->pg[l];
+        if (!p || p->txn != bt->txn || !p->dirty || p->writing)
+            return;
+        w->pg[l] = path->pg[l];
+        w->idx[l] = path->idx[l];
+    }
+    w->txn = bt->txn;
+    w->shape = shape;
+    w->depth = path->depth;
 }
 
 /* A thread's last leaf, for gets in key order: a key between the first
@@ -182,6 +275,9 @@ int do_next_leaf(btree *bt, bt_path *path)
 int do_touch_path(btree *bt, bt_path *path)
 {
     for (int l = 0; l < path->depth; l++) {
+        const bt_page *p = path->pg[l];
+        if (p->txn == bt->txn && p->dirty)
+            continue;           /* this checkpoint's already: at its number */
         uint64_t no = do_page_touch(bt, &path->pg[l]);
         if (l == 0)
             bt->root = no;

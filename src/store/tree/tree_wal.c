@@ -59,13 +59,22 @@ static size_t frame_ready(void *arg, unsigned char *head, uint64_t recno)
     return *(const size_t *)arg;
 }
 
+/* A record this long or shorter is made whole on the stack and appended
+ * as one piece: its checksum in two calls (the body, then the head) over
+ * contiguous bytes, and one copy into the log; a longer one is appended
+ * from its parts. */
+#define WAL_WHOLE 512
+
 /* Appends a record: its head, the key, then v0 ++ v1; vlen is the
  * head's value length (a RUN record's is the value's, not its body's). */
 static int wal_append(btree *bt, int type, const char *key, size_t klen, const void *v0,
                       size_t l0, const void *v1, size_t l1, uint32_t vlen, uint32_t flags,
                       int64_t exptime, uint64_t cas, uint64_t *lsn)
 {
-    unsigned char head[BT_REC_HDR];
+    unsigned char rec[WAL_WHOLE];
+    unsigned char *head = rec;
+    size_t body = klen + l0 + l1;
+    bool whole = BT_REC_HDR + body <= WAL_WHOLE;
     bt_put16(head + 4, BT_REC_MAGIC);
     head[6] = (unsigned char)type;
     head[7] = (unsigned char)klen;
@@ -73,25 +82,38 @@ static int wal_append(btree *bt, int type, const char *key, size_t klen, const v
     bt_put32(head + 12, flags);
     bt_put64(head + 16, (uint64_t)exptime);
     bt_put64(head + 24, cas);
-    uint32_t crc = crc32c_update(0, key, klen);
-    if (l0)                             /* (a call saved per empty part) */
-        crc = crc32c_update(crc, v0, l0);
-    if (l1)
-        crc = crc32c_update(crc, v1, l1);
-    bt_put32(head, crc32c_update(crc, head + 4, BT_REC_HDR - 4));
     struct iovec iov[4];
     int n = 0;
-    iov[n++] = (struct iovec){ head, BT_REC_HDR };
-    if (klen)
-        iov[n++] = (struct iovec){ (void *)key, klen };
-    if (l0)
-        iov[n++] = (struct iovec){ (void *)v0, l0 };
-    if (l1)
-        iov[n++] = (struct iovec){ (void *)v1, l1 };
-    size_t hl = BT_REC_HDR;
+    uint32_t crc;
+    if (whole) {
+        unsigned char *b = rec + BT_REC_HDR;
+        memcpy(b, key, klen);
+        if (l0)
+            memcpy(b + klen, v0, l0);
+        if (l1)
+            memcpy(b + klen + l0, v1, l1);
+        crc = crc32c_update(0, b, body);
+        iov[n++] = (struct iovec){ rec, BT_REC_HDR + body };
+    } else {
+        crc = crc32c_update(0, key, klen);
+        if (l0)                         /* (a call saved per empty part) */
+            crc = crc32c_update(crc, v0, l0);
+        if (l1)
+            crc = crc32c_update(crc, v1, l1);
+        iov[n++] = (struct iovec){ head, BT_REC_HDR };
+        if (klen)
+            iov[n++] = (struct iovec){ (void *)key, klen };
+        if (l0)
+            iov[n++] = (struct iovec){ (void *)v0, l0 };
+        if (l1)
+            iov[n++] = (struct iovec){ (void *)v1, l1 };
+    }
+    bt_put32(head, crc32c_update(crc, head + 4, BT_REC_HDR - 4));
+    /* frame: the whole record is the "head" sl_append frames, or the
+     * head alone before the body's parts */
+    size_t hl = iov[0].iov_len;
     sl_loc loc;
-    int rc = sl_append(&bt->log, iov, n, BT_REC_HDR, klen + l0 + l1, false, frame_ready, &hl,
-                       &loc);
+    int rc = sl_append(&bt->log, iov, n, hl, whole ? 0 : body, false, frame_ready, &hl, &loc);
     if (rc == KURA_OK && lsn)
         *lsn = loc.lsn;
     return rc;
