@@ -239,7 +239,11 @@ static void reclaim(btree *bt)
 static void retire(btree *bt, bt_page *p)
 {
     if (kura_test.tree_limbo_off) {
-        obj_put(bt, p);         /* (the negative check: reusable at once) */
+        /* (the negative check: reusable at once; kept, not freed, so
+         * that the test reads a reused object, not freed memory) */
+        p->next = bt->spare;
+        bt->spare = p;
+        bt->nspare++;
         return;
     }
     p->retired = atomic_fetch_add(&bt->epoch, 1);
