@@ -18,7 +18,7 @@
  * pages reach the file at the next checkpoint (tree_commit.c).
  *
  * Concurrency (tree_int.h; docs/design.md, "Tree reads in parallel"):
- * reads (get, iterate, usage, stats) hold the tree lock bt->rw shared and
+ * reads (get, iterate, usage, stats) hold the tree lock (tree_lock.c) shared and
  * run side by side; changes, the sweep, checkpoints and close hold it
  * exclusive.  A get that meets a dead item lets the shared lock go and
  * takes it exclusive to reclaim the item, looked up again.  Waits for the

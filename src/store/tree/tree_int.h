@@ -25,18 +25,22 @@
  * tree_zcomp.c compressed overflow runs, tree_pzcomp.c compressed leaf and
  * branch pages and reading a page, tree_check.c the structure check,
  * tree_salvage.c -recover, tree_pack.c moving pages off the file's end at
- * a close, tree.c the store operations, threads and
- * open/close.
+ * a close, tree_lock.c the tree lock, tree.c the store operations, threads
+ * and open/close.
  *
  * Concurrency (docs/design.md, "Tree reads in parallel"): the tree lock
- * bt->rw is a reader-writer lock.  Reads (get, iterate, stats) hold it
- * shared and never wait for one another; every change, a checkpoint, the
- * sweep and close hold it exclusive.  Readers share only the page cache,
- * which has a short mutex of its own (bt->cmu: the hash, the lists, pins,
- * the spare page objects; a page is read from the file without it) and
+ * (tree_lock.c: bt_rdlock, bt_wrlock, bt_unlock) is a reader-writer lock
+ * whose readers each take a slot of their own.  Reads (get, iterate,
+ * stats) hold it shared and never wait for one another; every change, a
+ * checkpoint, the sweep and close hold it exclusive.  Readers share only
+ * the page cache, which has a short mutex of its own (bt->cmu: changes to
+ * the hash, the lists, pins, the spare and limbo page objects; a page is
+ * read from the file without it; a get's hits take no lock at all and pin
+ * nothing: tree_cache.c), the cache of large values (bt->vmu) and
  * per-thread scratch (tlbuf: an overflow value, a decompressed one, a
  * compressed page).  A page's bytes change only under the exclusive lock,
- * so a reader reads a pinned page with no lock but the shared one.  The
+ * so a reader reads a pinned page, or a get an unpinned one, with no lock
+ * but the shared one.  The
  * log's group commit waits happen outside the lock, and so do a
  * checkpoint's writes and syncs (it lets the lock go for them: whoever
  * calls do_checkpoint, or do_write_begin, must hold no path across the
