@@ -131,12 +131,13 @@ typedef struct bt_path {
     bool unpinned;              /* a get's: no page pinned (tree_cache.c) */
 } bt_path;
 
-/* A reader's slot in the tree lock (tree_lock.c): a cache line of its
- * own.  state: 0 idle, else the epoch the reader entered at << 1 | 1;
- * hits: the page cache hits of gets in the slot (only its reader writes). */
+/* A reader's slot in the tree lock (tree_lock.c): two cache lines of its
+ * own (x86 fetches lines in pairs).  state: 0 idle, else the epoch the
+ * reader entered at << 1 | 1; hits: the page cache hits of gets in the
+ * slot (only its reader writes). */
 #define BT_RSLOTS 64
 typedef struct bt_rslot {
-    _Alignas(64) _Atomic uint64_t state;
+    _Alignas(128) _Atomic uint64_t state;
     _Atomic uint64_t hits;
 } bt_rslot;
 

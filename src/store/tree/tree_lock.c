@@ -7,7 +7,7 @@
  * readers on two cores pass that line back and forth twice a get, and
  * gets in parallel were slower than one thread's (docs/benchmarks.md).
  * Here each reader takes a slot of its own (a big-reader lock, as LMDB's
- * reader table): a cache line holding whether it is inside and the epoch
+ * reader table): two cache lines holding whether it is inside and the epoch
  * it entered at (tree_cache.c frees the page objects it evicts only once
  * every reader inside entered after the eviction), and its count of cache
  * hits.  A thread tries the slot its number picks (given round-robin at
@@ -69,7 +69,7 @@ static int pop_held(const btree *bt)
 
 int bt_lock_init(btree *bt)
 {
-    bt->rslot = aligned_alloc(64, BT_RSLOTS * sizeof(bt_rslot));
+    bt->rslot = aligned_alloc(128, BT_RSLOTS * sizeof(bt_rslot));
     if (!bt->rslot)
         return KURA_ENOMEM;
     for (int i = 0; i < BT_RSLOTS; i++) {
