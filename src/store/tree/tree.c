@@ -388,7 +388,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     bt_path path;
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    bt_rdlock(bt);
+    bt_rdlock_get(bt);          /* (its pages unpinned: tree_cache.c) */
     int rc = do_descend_get(bt, key, klen, &path);
     if (rc)
         goto out;

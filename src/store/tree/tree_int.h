@@ -210,7 +210,8 @@ typedef struct btree {
      * exclusive by changes) */
     bt_rslot *rslot;            /* BT_RSLOTS readers' slots */
     _Atomic unsigned rslot_hi;  /* the slots ever taken are below it */
-    _Atomic uint64_t rover;     /* readers inside that found no slot free */
+    _Atomic uint64_t rover, rover_get; /* readers inside that found no slot
+                                   free (by bt_rdlock, by bt_rdlock_get) */
     _Atomic bool wflag;         /* a writer holds or waits for the lock */
     pthread_mutex_t wmu;        /* writers' (readers wait on it for one) */
     _Atomic uint64_t epoch;     /* moved at each eviction (tree_cache.c) */
@@ -335,14 +336,21 @@ typedef struct btree {
 
 int bt_lock_init(btree *bt);
 void bt_lock_destroy(btree *bt);
+/* Shared, reading only pages it pins (a walk, stats, an overflow's recheck):
+ * holds no evicted page object back, however long it stays inside. */
 void bt_rdlock(btree *bt);
+/* Shared, for a get, which may read pages unpinned (do_descend_get): no
+ * object evicted after it entered is reused until it leaves, so it holds
+ * the lock for one lookup and its callback only. */
+void bt_rdlock_get(btree *bt);
 void bt_wrlock(btree *bt);
 void bt_unlock(btree *bt);
-/* The calling thread's slot in the lock it holds on bt: >= 0 a reader's
- * slot, -1 a reader counted in rover, -2 exclusive (or not held). */
+/* The calling thread's slot in the lock it holds on bt by bt_rdlock_get:
+ * >= 0 its slot, -1 counted in rover_get; -2 otherwise (bt_rdlock,
+ * exclusive, not held): then it must pin what it reads. */
 int bt_reader_slot(const btree *bt);
-/* The lowest epoch a reader inside entered at (0: a reader in rover;
- * UINT64_MAX: none inside).  Sequentially consistent loads. */
+/* The lowest epoch a get inside entered at (0: one in rover_get;
+ * above any epoch: none inside).  Sequentially consistent loads. */
 uint64_t bt_reader_min_epoch(btree *bt);
 /* the cache hits counted in the readers' slots */
 uint64_t bt_reader_hits(btree *bt);

@@ -10,10 +10,13 @@
  * reader table): two cache lines holding whether it is inside and the epoch
  * it entered at (tree_cache.c frees the page objects it evicts only once
  * every reader inside entered after the eviction), and its count of cache
- * hits.  A thread tries the slot its number picks (given round-robin at
- * its first lock), then the others; a reader that finds all 64 taken
- * counts in `rover`, which is shared (correct, only slower; and it holds
- * off the freeing of evicted pages while any such reader is inside).
+ * hits.  Only a get (bt_rdlock_get), which reads pages unpinned, enters
+ * with the epoch; other readers (walks, whose callbacks may take long,
+ * stats) pin what they read and enter with NO_EPOCH, holding nothing back.
+ * A thread tries the slot its number picks (given round-robin at its
+ * first lock), then the others; a reader that finds all 64 taken counts
+ * in `rover` (a get: `rover_get`, which holds off the reuse of every
+ * evicted page while it is not 0), which is shared: correct, only slower.
  *
  * A reader enters with one compare-and-swap on its slot, then looks at
  * the writer flag; a writer takes wmu, raises the flag, then waits until
@@ -36,30 +39,34 @@
 
 #define HELD_MAX 8
 #define WRITER   (-2)           /* held: exclusive */
-#define ROVER    (-1)           /* held: shared, counted in rover */
+#define ROVER    (-1)           /* held: shared, counted in rover (or rover_get) */
+#define NO_EPOCH (UINT64_MAX >> 1)  /* a slot's epoch when it reads no page unpinned */
 
 /* The locks a thread holds (for bt_unlock, which takes only the tree). */
 static _Thread_local struct {
     const btree *bt;
     int slot;
+    bool get;                   /* by bt_rdlock_get */
 } held[HELD_MAX];
 static _Thread_local int nheld;
 static _Thread_local int my_slot = -1;
 
-static void push_held(const btree *bt, int slot)
+static void push_held(const btree *bt, int slot, bool get)
 {
     if (nheld == HELD_MAX)
         abort();                /* (a thread holds at most two: see above) */
     held[nheld].bt = bt;
     held[nheld].slot = slot;
+    held[nheld].get = get;
     nheld++;
 }
 
-static int pop_held(const btree *bt)
+static int pop_held(const btree *bt, bool *get)
 {
     for (int i = nheld - 1; i >= 0; i--) {
         if (held[i].bt == bt) {
             int slot = held[i].slot;
+            *get = held[i].get;
             held[i] = held[--nheld];
             return slot;
         }
@@ -78,6 +85,7 @@ int bt_lock_init(btree *bt)
     }
     atomic_init(&bt->rslot_hi, 0);
     atomic_init(&bt->rover, 0);
+    atomic_init(&bt->rover_get, 0);
     atomic_init(&bt->wflag, false);
     atomic_init(&bt->epoch, 1);
     pthread_mutex_init(&bt->wmu, NULL);
@@ -91,15 +99,16 @@ void bt_lock_destroy(btree *bt)
     pthread_mutex_destroy(&bt->wmu);
 }
 
-/* A slot taken (its state: the epoch entered at, shifted, with bit 0),
- * or ROVER.  Sequentially consistent: see the head comment. */
-static int enter(btree *bt)
+/* A slot taken (its state: the epoch entered at, or NO_EPOCH for a
+ * reader that pins what it reads, shifted, with bit 0), or ROVER.
+ * Sequentially consistent: see the head comment. */
+static int enter(btree *bt, bool get)
 {
     if (my_slot < 0) {
         static _Atomic unsigned next;
         my_slot = (int)(atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % BT_RSLOTS);
     }
-    uint64_t st = atomic_load(&bt->epoch) << 1 | 1;
+    uint64_t st = (get ? atomic_load(&bt->epoch) : NO_EPOCH) << 1 | 1;
     for (int k = 0; k < BT_RSLOTS; k++) {
         int i = (my_slot + k) % BT_RSLOTS;
         /* the slots in use end below rslot_hi: raised before the slot is
@@ -113,14 +122,14 @@ static int enter(btree *bt)
         if (atomic_compare_exchange_strong(&bt->rslot[i].state, &idle, st))
             return i;
     }
-    atomic_fetch_add(&bt->rover, 1);
+    atomic_fetch_add(get ? &bt->rover_get : &bt->rover, 1);
     return ROVER;
 }
 
-static void leave(btree *bt, int slot)
+static void leave(btree *bt, int slot, bool get)
 {
     if (slot == ROVER)
-        atomic_fetch_sub_explicit(&bt->rover, 1, memory_order_release);
+        atomic_fetch_sub_explicit(get ? &bt->rover_get : &bt->rover, 1, memory_order_release);
     else
         atomic_store_explicit(&bt->rslot[slot].state, 0, memory_order_release);
 }
@@ -131,7 +140,7 @@ static void take_exclusive(btree *bt)
     atomic_store(&bt->wflag, true);
     unsigned hi = atomic_load(&bt->rslot_hi);
     for (unsigned spins = 0;; spins++) {
-        bool busy = atomic_load(&bt->rover) != 0;
+        bool busy = atomic_load(&bt->rover) != 0 || atomic_load(&bt->rover_get) != 0;
         for (unsigned i = 0; i < hi && !busy; i++)
             busy = atomic_load(&bt->rslot[i].state) != 0;
         if (!busy)
@@ -146,43 +155,54 @@ static void take_exclusive(btree *bt)
     }
 }
 
-void bt_rdlock(btree *bt)
+static void rdlock(btree *bt, bool get)
 {
     lockorder_acquire(LOCK_RANK_STRIPE);
     if (kura_test.tree_read_exclusive) {
         take_exclusive(bt);
-        push_held(bt, WRITER);
+        push_held(bt, WRITER, false);
         return;
     }
     for (;;) {
-        int slot = enter(bt);
+        int slot = enter(bt, get);
         if (!atomic_load(&bt->wflag)) {
-            push_held(bt, slot);
+            push_held(bt, slot, get);
             return;
         }
-        leave(bt, slot);
+        leave(bt, slot, get);
         pthread_mutex_lock(&bt->wmu);       /* blocked until the writer is done */
         pthread_mutex_unlock(&bt->wmu);
     }
+}
+
+void bt_rdlock(btree *bt)
+{
+    rdlock(bt, false);
+}
+
+void bt_rdlock_get(btree *bt)
+{
+    rdlock(bt, true);
 }
 
 void bt_wrlock(btree *bt)
 {
     lockorder_acquire(LOCK_RANK_STRIPE);
     take_exclusive(bt);
-    push_held(bt, WRITER);
+    push_held(bt, WRITER, false);
     bt->gen++;                  /* the readers' last leaves no longer hold */
     bc_quiesce(bt);             /* no reader inside: evicted pages may go */
 }
 
 void bt_unlock(btree *bt)
 {
-    int slot = pop_held(bt);
+    bool get;
+    int slot = pop_held(bt, &get);
     if (slot == WRITER) {
         atomic_store(&bt->wflag, false);
         pthread_mutex_unlock(&bt->wmu);
     } else {
-        leave(bt, slot);
+        leave(bt, slot, get);
     }
     lockorder_release(LOCK_RANK_STRIPE);
 }
@@ -191,13 +211,13 @@ int bt_reader_slot(const btree *bt)
 {
     for (int i = nheld - 1; i >= 0; i--)
         if (held[i].bt == bt)
-            return held[i].slot;
+            return held[i].get ? held[i].slot : WRITER;
     return WRITER;
 }
 
 uint64_t bt_reader_min_epoch(btree *bt)
 {
-    if (atomic_load(&bt->rover))
+    if (atomic_load(&bt->rover_get))
         return 0;
     uint64_t min = UINT64_MAX;
     unsigned hi = atomic_load(&bt->rslot_hi);

@@ -143,9 +143,10 @@ static int got_leaf(const bt_path *path)
 int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
 {
     bt_page *p;
-    /* unpinned only in a reader's slot: a reader that holds the lock
-     * exclusive (the kura_test.tree_read_exclusive check) reuses its own
-     * evictions at once (tree_cache.c, reclaim), so it pins */
+    /* unpinned only under bt_rdlock_get, whose slot holds evicted objects
+     * back (tree_cache.c, reclaim); a reader that holds the lock
+     * exclusive (the kura_test.tree_read_exclusive check) would reuse its
+     * own evictions at once, so it pins */
     bool unpinned = bt_reader_slot(bt) >= -1;
     if (!unpinned)
         path->unpinned = false;
