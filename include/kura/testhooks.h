@@ -122,6 +122,11 @@ typedef struct kura_testhooks {
     void (*tree_get_parked)(void *arg, const unsigned char *leaf);
     void *tree_get_parked_arg;
     bool tree_limbo_off;
+    /* ... and every reader of the tree enters its lock with the epoch, as
+     * a get does, walks too: a walk then holds every page object evicted
+     * while it is inside (test_tree_unpinned's negative check of the
+     * limbo's bound). */
+    bool tree_walk_epoch;
     /* The B+ tree's gets neither use nor fill its cache of large values
      * (tree_vcache.c): every get reads and checks its run, as before. */
     bool tree_vcache_off;

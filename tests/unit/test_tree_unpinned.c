@@ -13,6 +13,14 @@
  * the parked get's page is then found changed (the hook puts the bytes
  * back, so that the get goes on safely).
  *
+ * The limbo's bound: a walk (iterate) that stays inside the tree lock,
+ * its callback waiting while another thread's gets load every leaf, must
+ * not hold the objects those gets evict: a walk pins its pages and enters
+ * with no epoch, so the limbo (stat tree_cache_limbo_pages) stays near
+ * its reclaim threshold of 64.  Negative: kura_test.tree_walk_epoch makes
+ * the walk enter as a get does, and the limbo then holds every object
+ * evicted meanwhile.
+ *
  * Readers missing on a tiny cache, and a writer: four threads get random
  * keys (almost every get loads pages and evicts others, from readers),
  * while one thread rewrites keys with new versions and checkpoints; every
@@ -266,6 +274,78 @@ static void test_get_parked_on_its_leaf(void)
     kura_test.bg_hold = false;
 }
 
+/* ---- the limbo's bound: a walk that stays inside ----------------------- */
+
+typedef struct stay {
+    kura_store *s;
+    int calls, wrong;
+    uint64_t limbo, loads;
+} stay;
+
+static void *loader_main(void *arg)
+{
+    stay *w = arg;
+    uint64_t miss0 = t_stat(w->s, "tree_cache_misses");
+    for (int round = 0; round < 2; round++)
+        for (int k = round; k < NK; k += 17)
+            w->wrong += get_ver(w->s, k) != 1;
+    w->loads = t_stat(w->s, "tree_cache_misses") - miss0;
+    w->limbo = t_stat(w->s, "tree_cache_limbo_pages");
+    return NULL;
+}
+
+/* The walk's first item: another thread's gets load every leaf while the
+ * walk holds the lock (shared); then the walk ends. */
+static int stay_cb(void *arg, const kura_item *it)
+{
+    stay *w = arg;
+    (void)it;
+    if (w->calls++)
+        return 1;
+    pthread_t t;
+    if (pthread_create(&t, NULL, loader_main, w) != 0) {
+        w->wrong++;
+        return 1;
+    }
+    pthread_join(t, NULL);
+    return 0;
+}
+
+/* the objects in the limbo while a walk stays inside (-1: no run) */
+static long limbo_under_a_walk(const char *name, uint64_t *loads)
+{
+    kura_store *s = open_loaded(name);
+    if (!s)
+        return -1;
+    stay w = { .s = s };
+    kura_iter_spec sp = { .scope = KURA_ITER_ALL };
+    int rc = s->ops->iterate(s, &sp, &CLK, stay_cb, &w);
+    CHECK(rc >= 0);
+    CHECK_EQ_INT(w.wrong, 0);
+    *loads = w.loads;
+    kura_store_close(s);
+    return w.calls ? (long)w.limbo : -1;
+}
+
+static void test_a_walk_holds_no_evicted_page(void)
+{
+    kura_test.bg_hold = true;   /* no checkpoint waits for the walk */
+    uint64_t loads;
+    long limbo = limbo_under_a_walk("stay", &loads);
+    printf("# a walk inside: %ld page objects in the limbo after %llu loads\n", limbo,
+           (unsigned long long)loads);
+    CHECK(limbo >= 0 && limbo < 2 * 64);
+    CHECK(loads > 2 * 64);
+    /* the negative check: the walk enters with the epoch, as a get */
+    kura_test.tree_walk_epoch = true;
+    long held = limbo_under_a_walk("stay_neg", &loads);
+    kura_test.tree_walk_epoch = false;
+    printf("# a walk inside with the epoch (test hook): %ld in the limbo after %llu loads\n",
+           held, (unsigned long long)loads);
+    CHECK(held > (long)loads / 2);
+    kura_test.bg_hold = false;
+}
+
 /* ---- readers missing on a tiny cache, and a writer --------------------- */
 
 #define NREAD   4
@@ -357,6 +437,7 @@ int main(void)
 {
     t_setup();
     RUN(test_get_parked_on_its_leaf);
+    RUN(test_a_walk_holds_no_evicted_page);
     RUN(test_readers_missing_and_a_writer);
     t_teardown();
     UNIT_DONE();

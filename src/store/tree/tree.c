@@ -826,6 +826,7 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_cache_limit_pages", bt->cap);
     kura_emit_u64(emit, arg, "tree_dirty_pages", dirty);
     kura_emit_u64(emit, arg, "tree_cache_hits", LOAD(cache_hits) + bt_reader_hits(bt));
+    kura_emit_u64(emit, arg, "tree_cache_limbo_pages", bc_limbo_pages(bt));
     kura_emit_u64(emit, arg, "tree_cache_misses", LOAD(cache_misses));
     kura_emit_u64(emit, arg, "tree_value_cache_bytes", bt_vc_bytes(bt));
     kura_emit_u64(emit, arg, "tree_value_cache_limit_bytes", bt->vcap);

@@ -257,6 +257,14 @@ static void retire(btree *bt, bt_page *p)
         reclaim(bt);
 }
 
+size_t bc_limbo_pages(btree *bt)
+{
+    pthread_mutex_lock(&bt->cmu);
+    size_t n = bt->nlimbo;
+    pthread_mutex_unlock(&bt->cmu);
+    return n;
+}
+
 void bc_quiesce(btree *bt)
 {
     if (!bt->limbo)

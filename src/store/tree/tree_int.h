@@ -456,6 +456,7 @@ int do_page_get_unpinned(btree *bt, uint64_t pgno, int type, bt_page **out);
 int do_page_peek(btree *bt, uint64_t pgno, int type, bt_page **out);
 /* rw exclusive (no reader inside): the limbo's objects are reusable */
 void bc_quiesce(btree *bt);
+size_t bc_limbo_pages(btree *bt);     /* objects in the limbo now */
 void do_page_unpin(btree *bt, bt_page *p);
 void do_pages_unpin(btree *bt, bt_page *const *pg, int n);    /* one cmu for all */
 /* a new page of type, pinned and dirty, its number allocated */

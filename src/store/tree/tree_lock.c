@@ -177,7 +177,8 @@ static void rdlock(btree *bt, bool get)
 
 void bt_rdlock(btree *bt)
 {
-    rdlock(bt, false);
+    /* (kura_test.tree_walk_epoch: the negative check of the limbo's bound) */
+    rdlock(bt, kura_test.tree_walk_epoch);
 }
 
 void bt_rdlock_get(btree *bt)
