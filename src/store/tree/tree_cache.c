@@ -394,6 +394,7 @@ int do_page_pin_locked(btree *bt, uint64_t pgno, int type, bt_page **out)
     return pin_cached(p, type, out, true);
 }
 
+/* The page if cached (looked up under cmu; pinned if pin): 1 if not. */
 static int page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out, bool pin)
 {
     pthread_mutex_lock(&bt->cmu);
@@ -408,11 +409,6 @@ static int page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out, bo
     if (rc)
         bt_count_error(bt, rc, pgno, "a page of the wrong type");
     return rc;
-}
-
-int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out)
-{
-    return page_get_cached(bt, pgno, type, out, true);
 }
 
 static int page_get(btree *bt, uint64_t pgno, int type, bt_page **out, bool pin)

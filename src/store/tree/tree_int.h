@@ -443,8 +443,6 @@ int bc_init(btree *bt, uint64_t cap_bytes);
 void bc_free(btree *bt);
 /* the page pgno, pinned, read and checked if not cached (type 0: any) */
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out);
-/* do_page_get if the page is cached: 1 (nothing pinned) if not */
-int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out);
 /* the same with cmu held by the caller, and 1 for a page of another type
  * too (do_page_get then reports it) */
 int do_page_pin_locked(btree *bt, uint64_t pgno, int type, bt_page **out);
