@@ -19,6 +19,8 @@
  * Prints the phase times and one machine line:
  *   RESULT db=... rnum=... write_s=... read_s=... write_ops=... read_ops=...
  *          put_s=... get_s=... (the put and get loops alone, without open/close)
+ *          get_cpu_s=... (the process's CPU time, user + system, over the get
+ *          loop: comparable while other work loads the machine)
  * Exit 0 success, 1 the store failed (message on stderr), 2 usage,
  * 3 a read returned something else than was written.
  */
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include "kura/store.h"
 
@@ -159,6 +162,14 @@ static void check_failed(const char *what)
     }
 }
 
+static double cpu_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: kura-enginebench [-rnd] [-text] [-th N] [-sync none|interval|always] "
@@ -225,9 +236,9 @@ int main(int argc, char **argv)
     double t1 = now();
     if (!memory)
         open_store(dbname, &cfg);
-    double tg0 = now();
+    double tg0 = now(), cg0 = cpu_now();
     phase(false);
-    double tg1 = now();
+    double tg1 = now(), cg1 = cpu_now();
     check_failed("get");
     kura_store_close(store);
     double t2 = now();
@@ -238,8 +249,8 @@ int main(int argc, char **argv)
            rnd ? "random" : "sequential", ws, (double)rnum / ws, rs, (double)rnum / rs,
            atomic_load(&bad));
     printf("RESULT db=%s rnum=%ld threads=%d rnd=%d write_s=%.4f read_s=%.4f "
-           "write_ops=%.0f read_ops=%.0f put_s=%.4f get_s=%.4f mismatches=%ld\n", dbname,
-           rnum, nthreads, rnd, ws, rs, (double)rnum / ws, (double)rnum / rs, tp1 - tp0,
-           tg1 - tg0, atomic_load(&bad));
+           "write_ops=%.0f read_ops=%.0f put_s=%.4f get_s=%.4f mismatches=%ld get_cpu_s=%.4f\n",
+           dbname, rnum, nthreads, rnd, ws, rs, (double)rnum / ws, (double)rnum / rs, tp1 - tp0,
+           tg1 - tg0, atomic_load(&bad), cg1 - cg0);
     return atomic_load(&bad) ? 3 : 0;
 }

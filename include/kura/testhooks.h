@@ -118,6 +118,19 @@ typedef struct kura_testhooks {
     void (*tree_ovf_unlocked)(void *arg);
     void *tree_ovf_unlocked_arg;
     bool tree_ovf_no_recheck;
+    /* Called by a B+ tree get once it found its leaf, unpinned
+     * (tree_search.c; leaf: the page's bytes), so that a test can evict
+     * and reload pages while the get reads it; and the negative check: an
+     * evicted page object is reusable at once, not once every get that
+     * may read it is out (tree_cache.c's limbo). */
+    void (*tree_get_parked)(void *arg, const unsigned char *leaf);
+    void *tree_get_parked_arg;
+    bool tree_limbo_off;
+    /* ... and every reader of the tree enters its lock with the epoch, as
+     * a get does, walks too: a walk then holds every page object evicted
+     * while it is inside (test_tree_unpinned's negative check of the
+     * limbo's bound). */
+    bool tree_walk_epoch;
     /* The B+ tree's gets neither use nor fill its cache of large values
      * (tree_vcache.c): every get reads and checks its run, as before. */
     bool tree_vcache_off;

@@ -18,7 +18,7 @@
  * pages reach the file at the next checkpoint (tree_commit.c).
  *
  * Concurrency (tree_int.h; docs/design.md, "Tree reads in parallel"):
- * reads (get, iterate, usage, stats) hold the tree lock bt->rw shared and
+ * reads (get, iterate, usage, stats) hold the tree lock (tree_lock.c) shared and
  * run side by side; changes, the sweep, checkpoints and close hold it
  * exclusive.  A get that meets a dead item lets the shared lock go and
  * takes it exclusive to reclaim the item, looked up again.  Waits for the
@@ -86,29 +86,7 @@ static bool too_big(btree *bt, size_t klen, size_t vlen)
            kura_item_wire_total(klen, vlen, 0) > bt->cfg.item_size_max;
 }
 
-/* ---- the tree lock ----------------------------------------------------- */
-
-void bt_rdlock(btree *bt)
-{
-    lockorder_acquire(LOCK_RANK_STRIPE);
-    if (kura_test.tree_read_exclusive)
-        pthread_rwlock_wrlock(&bt->rw);
-    else
-        pthread_rwlock_rdlock(&bt->rw);
-}
-
-void bt_wrlock(btree *bt)
-{
-    lockorder_acquire(LOCK_RANK_STRIPE);
-    pthread_rwlock_wrlock(&bt->rw);
-    bt->gen++;                  /* the readers' last leaves no longer hold */
-}
-
-void bt_unlock(btree *bt)
-{
-    pthread_rwlock_unlock(&bt->rw);
-    lockorder_release(LOCK_RANK_STRIPE);
-}
+/* ---- the tree lock (tree_lock.c) --------------------------------------- */
 
 /* Waits (rw let go) until *flag is false. */
 static void wait_flag(btree *bt, const bool *flag)
@@ -410,7 +388,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
     bt_path path;
     if (check_key(key, klen))
         return KURA_NOTFOUND;
-    bt_rdlock(bt);
+    bt_rdlock_get(bt);          /* (its pages unpinned: tree_cache.c) */
     int rc = do_descend_get(bt, key, klen, &path);
     if (rc)
         goto out;
@@ -850,7 +828,8 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_cache_pages", cached);
     kura_emit_u64(emit, arg, "tree_cache_limit_pages", bt->cap);
     kura_emit_u64(emit, arg, "tree_dirty_pages", dirty);
-    kura_emit_u64(emit, arg, "tree_cache_hits", LOAD(cache_hits));
+    kura_emit_u64(emit, arg, "tree_cache_hits", LOAD(cache_hits) + bt_reader_hits(bt));
+    kura_emit_u64(emit, arg, "tree_cache_limbo_pages", bc_limbo_pages(bt));
     kura_emit_u64(emit, arg, "tree_cache_misses", LOAD(cache_misses));
     kura_emit_u64(emit, arg, "tree_value_cache_bytes", bt_vc_bytes(bt));
     kura_emit_u64(emit, arg, "tree_value_cache_limit_bytes", bt->vcap);
@@ -1012,7 +991,8 @@ static void destroy(btree *bt)
     free(bt->clen);
     free(bt->pz_out);
     bt_vc_free(bt);
-    pthread_rwlock_destroy(&bt->rw);
+    bt_lock_destroy(bt);
+    pthread_mutex_destroy(&bt->vmu);
     pthread_mutex_destroy(&bt->cmu);
     pthread_mutex_destroy(&bt->state_mu);
     pthread_mutex_destroy(&bt->ckpt_mu);
@@ -1167,15 +1147,17 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     bt->psiz_given = psiz_given;
     bt->ckpt_bytes = ckpt;
     bt->wal_roll_min = (ckpt < segsiz ? ckpt : segsiz) / 4;
-    /* writers first: a steady stream of readers must not hold a change
-     * (or a checkpoint) off for ever; no thread takes the lock twice */
-    pthread_rwlockattr_t rwa;
-    pthread_rwlockattr_init(&rwa);
-    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&bt->rw, &rwa);
+    /* writers first (tree_lock.c): a steady stream of readers must not
+     * hold a change (or a checkpoint) off for ever */
+    if (bt_lock_init(bt)) {
+        free(bt->dir);
+        free(bt);
+        snprintf(err, errlen, "out of memory");
+        return KURA_ENOMEM;
+    }
     bt->gen = bt_gen_base();
-    pthread_rwlockattr_destroy(&rwa);
     pthread_mutex_init(&bt->cmu, NULL);
+    pthread_mutex_init(&bt->vmu, NULL);
     pthread_mutex_init(&bt->state_mu, NULL);
     pthread_mutex_init(&bt->ckpt_mu, NULL);
     pthread_cond_init(&bt->ckpt_cv, NULL);

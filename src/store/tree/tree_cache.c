@@ -10,13 +10,25 @@
  * Pages on a path in use are pinned and skipped by eviction, so the cache
  * may pass the bound by a path's length while an operation runs.
  *
- * Readers share the tree lock (tree_int.h), so lookups, pins, loads and
- * evictions take the cache's own mutex, bt->cmu, for a few instructions:
- * a miss reads its page into a page object with cmu let go, then inserts
- * it unless another reader did first (a page's bytes on disk cannot change
+ * Readers share the tree lock (tree_int.h), so pins, loads and evictions
+ * take the cache's own mutex, bt->cmu, for a few instructions: a miss
+ * reads its page into a page object with cmu let go, then inserts it
+ * unless another reader did first (a page's bytes on disk cannot change
  * while the tree lock is shared).  A changing operation holds the tree
  * lock exclusive, so no reader is in the cache: the functions only
  * changes call (new, touch, free) need no cmu.
+ *
+ * A get's hits write nothing another get writes (docs/design.md, "Tree
+ * reads in parallel"): it looks pages up without cmu (the hash's links are
+ * atomics, changed under cmu; a chain longer than HASH_WALK_MAX is left to
+ * the locked path), pins none, counts its hits in its reader's slot of the
+ * tree lock, and sets a page's ref bit only if it is clear.  An unpinned
+ * page may be evicted by another reader while the get reads it, so an
+ * evicted object goes to the limbo, stamped with the epoch (bt->epoch,
+ * moved by each eviction), and is reused or freed only once every reader
+ * inside the tree lock entered after that epoch (tree_lock.c): a reader
+ * that entered later cannot reach it, as it left the hash before the
+ * epoch moved.  A writer's lock (no reader inside) empties the limbo.
  *
  * Allocation (copy-on-write, as LMDB does): a page written by an earlier
  * checkpoint is never written again in place; changing it moves it to a
@@ -34,6 +46,7 @@
  * cache of large values, tree_vcache.c, keeps them apart, bounded by vcache).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,25 +79,48 @@ static void list_add(bt_page *head, bt_page *p)
     head->next = p;
 }
 
+/* The hash's links: changed under cmu (or rw exclusive), read by gets
+ * without.  Stores and a get's loads are sequentially consistent: a get
+ * that entered the tree lock after an eviction's epoch cannot reach the
+ * evicted page (tree_lock.c's slots are taken the same way). */
+#define HASH_WALK_MAX 16        /* links a get follows without cmu */
+
+static inline bt_page *link_get(_Atomic(bt_page *) *l)
+{
+    return atomic_load_explicit(l, memory_order_relaxed);
+}
+
 static void hash_add(btree *bt, bt_page *p)
 {
-    size_t h = hslot(bt, p->pgno);
-    p->hnext = bt->htab[h];
-    bt->htab[h] = p;
+    _Atomic(bt_page *) *h = &bt->htab[hslot(bt, p->pgno)];
+    atomic_store_explicit(&p->hnext, link_get(h), memory_order_relaxed);
+    atomic_store(h, p);         /* (publishes pgno and data) */
 }
 
 static void hash_del(btree *bt, bt_page *p)
 {
-    bt_page **pp = &bt->htab[hslot(bt, p->pgno)];
-    while (*pp && *pp != p)
-        pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = p->hnext;
+    _Atomic(bt_page *) *l = &bt->htab[hslot(bt, p->pgno)];
+    bt_page *q;
+    while ((q = link_get(l)) && q != p)
+        l = &q->hnext;
+    if (q)
+        atomic_store(l, link_get(&p->hnext));
 }
 
 static bt_page *hash_find(btree *bt, uint64_t pgno)
 {
-    for (bt_page *p = bt->htab[hslot(bt, pgno)]; p; p = p->hnext)
+    for (bt_page *p = link_get(&bt->htab[hslot(bt, pgno)]); p; p = link_get(&p->hnext))
+        if (p->pgno == pgno)
+            return p;
+    return NULL;
+}
+
+/* A get's lookup without cmu: the page, or NULL (not cached, or a chain
+ * too long to walk here: the caller takes the locked path). */
+static bt_page *hash_find_unlocked(btree *bt, uint64_t pgno)
+{
+    bt_page *p = atomic_load(&bt->htab[hslot(bt, pgno)]);
+    for (int n = 0; p && n < HASH_WALK_MAX; n++, p = atomic_load(&p->hnext))
         if (p->pgno == pgno)
             return p;
     return NULL;
@@ -112,9 +148,11 @@ int bc_init(btree *bt, uint64_t cap_bytes)
     size_t hs = 64;
     while (hs < bt->cap * 2)
         hs *= 2;
-    bt->htab = calloc(hs, sizeof(*bt->htab));
+    bt->htab = malloc(hs * sizeof(*bt->htab));
     if (!bt->htab)
         return KURA_ENOMEM;
+    for (size_t i = 0; i < hs; i++)
+        atomic_init(&bt->htab[i], NULL);
     bt->hmask = hs - 1;
     bt->lru.prev = bt->lru.next = &bt->lru;
     bt->dirty.prev = bt->dirty.next = &bt->dirty;
@@ -137,12 +175,22 @@ void bc_free(btree *bt)
         bt->spare = p->next;
         free(p);
     }
+    while (bt->limbo) {
+        bt_page *p = bt->limbo;
+        bt->limbo = p->next;
+        free(p);
+    }
+    bt->nlimbo = 0;
     free(bt->htab);
     bt->htab = NULL;
 }
 
+static void reclaim(btree *bt);
+
 static bt_page *obj_get(btree *bt)
 {
+    if (!bt->spare && bt->limbo)
+        reclaim(bt);
     bt_page *p = bt->spare;
     if (p) {
         bt->spare = p->next;
@@ -150,8 +198,13 @@ static bt_page *obj_get(btree *bt)
     } else if (!(p = malloc(sizeof(*p) + bt->psiz))) {
         return NULL;
     }
-    memset(p, 0, sizeof(*p));
+    memset(p, 0, offsetof(bt_page, hnext));
+    atomic_init(&p->hnext, NULL);
     p->prev = p->next = p;
+    p->pins = 0;
+    p->dirty = p->writing = p->orphan = false;
+    atomic_init(&p->ref, false);
+    p->retired = 0;
     return p;
 }
 
@@ -164,6 +217,61 @@ static void obj_put(btree *bt, bt_page *p)
     p->next = bt->spare;
     bt->spare = p;
     bt->nspare++;
+}
+
+/* The limbo's objects evicted before every reader inside entered, reused
+ * (or freed).  cmu held (or rw exclusive). */
+static void reclaim(btree *bt)
+{
+    uint64_t min = bt_reader_min_epoch(bt);
+    while (bt->limbo && bt->limbo->retired < min) {
+        bt_page *p = bt->limbo;
+        bt->limbo = p->next;
+        bt->nlimbo--;
+        obj_put(bt, p);
+    }
+    if (!bt->limbo)
+        bt->limbo_tail = NULL;
+}
+
+/* p, out of the hash, to the limbo.  The epoch moves after p left the
+ * hash: a reader that enters at the new epoch cannot reach it. */
+static void retire(btree *bt, bt_page *p)
+{
+    if (kura_test.tree_limbo_off) {
+        /* (the negative check: reusable at once; kept, not freed, so
+         * that the test reads a reused object, not freed memory) */
+        p->next = bt->spare;
+        bt->spare = p;
+        bt->nspare++;
+        return;
+    }
+    p->retired = atomic_fetch_add(&bt->epoch, 1);
+    p->next = NULL;
+    if (bt->limbo_tail)
+        bt->limbo_tail->next = p;
+    else
+        bt->limbo = p;
+    bt->limbo_tail = p;
+    if (++bt->nlimbo >= 64)
+        reclaim(bt);
+}
+
+size_t bc_limbo_pages(btree *bt)
+{
+    pthread_mutex_lock(&bt->cmu);
+    size_t n = bt->nlimbo;
+    pthread_mutex_unlock(&bt->cmu);
+    return n;
+}
+
+void bc_quiesce(btree *bt)
+{
+    if (!bt->limbo)
+        return;
+    pthread_mutex_lock(&bt->cmu);
+    reclaim(bt);                /* (no reader inside: all of it) */
+    pthread_mutex_unlock(&bt->cmu);
 }
 
 int do_reserve(btree *bt, size_t n)
@@ -190,15 +298,15 @@ static void evict_locked(btree *bt)
     bt_page *p = bt->lru.prev;
     while (bt->ncached > bt->cap && p != &bt->lru && budget--) {
         bt_page *prev = p->prev;
-        if (p->ref) {
-            p->ref = false;
+        if (atomic_load_explicit(&p->ref, memory_order_relaxed)) {
+            atomic_store_explicit(&p->ref, false, memory_order_relaxed);
             list_del(p);
             list_add(&bt->lru, p);
         } else if (!p->pins) {
             list_del(p);
             hash_del(bt, p);
             bt->ncached--;
-            obj_put(bt, p);
+            retire(bt, p);      /* a get may be reading it unpinned */
         }
         p = prev;
     }
@@ -247,13 +355,23 @@ static inline void stat_add(_Atomic uint64_t *c)
     atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
-/* A cached page pinned for the caller: cmu held. */
-static int pin_cached(bt_page *p, int type, bt_page **out)
+/* No list move on a hit (see evict_locked); the bit written only when
+ * clear, so that hits in parallel leave the line shared. */
+static inline void set_ref(bt_page *p)
+{
+    if (!atomic_load_explicit(&p->ref, memory_order_relaxed))
+        atomic_store_explicit(&p->ref, true, memory_order_relaxed);
+}
+
+/* A cached page pinned for the caller (pin false: only looked up, for
+ * a get: see the head comment): cmu held. */
+static int pin_cached(bt_page *p, int type, bt_page **out, bool pin)
 {
     if (type && pg_type(p->data) != type)
         return KURA_ECORRUPT;
-    p->pins++;
-    p->ref = true;              /* no list move on a hit (see evict_locked) */
+    if (pin)
+        p->pins++;
+    set_ref(p);
     *out = p;
     return KURA_OK;
 }
@@ -273,10 +391,11 @@ int do_page_pin_locked(btree *bt, uint64_t pgno, int type, bt_page **out)
     if (!p || (type && pg_type(p->data) != type))
         return 1;
     count_hit_locked(bt);
-    return pin_cached(p, type, out);
+    return pin_cached(p, type, out, true);
 }
 
-int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out)
+/* The page if cached (looked up under cmu; pinned if pin): 1 if not. */
+static int page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out, bool pin)
 {
     pthread_mutex_lock(&bt->cmu);
     bt_page *p = hash_find(bt, pgno);
@@ -285,16 +404,16 @@ int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out)
         return 1;
     }
     count_hit_locked(bt);
-    int rc = pin_cached(p, type, out);
+    int rc = pin_cached(p, type, out, pin);
     pthread_mutex_unlock(&bt->cmu);
     if (rc)
         bt_count_error(bt, rc, pgno, "a page of the wrong type");
     return rc;
 }
 
-int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
+static int page_get(btree *bt, uint64_t pgno, int type, bt_page **out, bool pin)
 {
-    int rc = do_page_get_cached(bt, pgno, type, out);
+    int rc = page_get_cached(bt, pgno, type, out, pin);
     if (rc != 1)
         return rc;
     pthread_mutex_lock(&bt->cmu);
@@ -316,8 +435,8 @@ int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
     }
     bt_page *q = hash_find(bt, pgno);
     if (q) {                    /* another reader loaded it meanwhile */
-        obj_put(bt, p);
-        rc = pin_cached(q, type, out);
+        obj_put(bt, p);         /* (never in the hash: no get saw it) */
+        rc = pin_cached(q, type, out, pin);
         pthread_mutex_unlock(&bt->cmu);
         if (rc)
             bt_count_error(bt, rc, pgno, "a page of the wrong type");
@@ -325,7 +444,7 @@ int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
     }
     p->pgno = pgno;
     p->txn = bt_get64(p->data + 16);
-    p->pins = 1;
+    p->pins = pin;
     hash_add(bt, p);
     list_add(&bt->lru, p);
     bt->ncached++;
@@ -333,6 +452,41 @@ int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
     pthread_mutex_unlock(&bt->cmu);
     *out = p;
     return KURA_OK;
+}
+
+int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out)
+{
+    return page_get(bt, pgno, type, out, true);
+}
+
+/* A hit in the reader's own slot (a reader in rover: the shared count). */
+static void count_hit_unlocked(btree *bt, int slot)
+{
+    if (slot >= 0) {
+        _Atomic uint64_t *h = &bt->rslot[slot].hits;
+        atomic_store_explicit(h, atomic_load_explicit(h, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    } else {
+        stat_add(&bt->cache_hits);
+    }
+}
+
+int do_page_peek(btree *bt, uint64_t pgno, int type, bt_page **out)
+{
+    bt_page *p = hash_find_unlocked(bt, pgno);
+    if (!p || (type && pg_type(p->data) != type))
+        return 1;               /* (the locked path reports a wrong type) */
+    set_ref(p);
+    count_hit_unlocked(bt, bt_reader_slot(bt));
+    *out = p;
+    return KURA_OK;
+}
+
+int do_page_get_unpinned(btree *bt, uint64_t pgno, int type, bt_page **out)
+{
+    if (do_page_peek(bt, pgno, type, out) == KURA_OK)
+        return KURA_OK;
+    return page_get(bt, pgno, type, out, false);
 }
 
 void do_page_unpin(btree *bt, bt_page *p)
@@ -389,7 +543,7 @@ static bt_page *copy_for_change(btree *bt, bt_page *p)
     q->pgno = p->pgno;
     q->txn = p->txn;
     q->pins = 1;
-    q->ref = true;
+    atomic_store_explicit(&q->ref, true, memory_order_relaxed);
     p->pins--;
     hash_del(bt, p);
     list_del(p);

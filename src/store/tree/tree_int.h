@@ -25,18 +25,22 @@
  * tree_zcomp.c compressed overflow runs, tree_pzcomp.c compressed leaf and
  * branch pages and reading a page, tree_check.c the structure check,
  * tree_salvage.c -recover, tree_pack.c moving pages off the file's end at
- * a close, tree.c the store operations, threads and
- * open/close.
+ * a close, tree_lock.c the tree lock, tree.c the store operations, threads
+ * and open/close.
  *
  * Concurrency (docs/design.md, "Tree reads in parallel"): the tree lock
- * bt->rw is a reader-writer lock.  Reads (get, iterate, stats) hold it
- * shared and never wait for one another; every change, a checkpoint, the
- * sweep and close hold it exclusive.  Readers share only the page cache,
- * which has a short mutex of its own (bt->cmu: the hash, the lists, pins,
- * the spare page objects; a page is read from the file without it) and
+ * (tree_lock.c: bt_rdlock, bt_wrlock, bt_unlock) is a reader-writer lock
+ * whose readers each take a slot of their own.  Reads (get, iterate,
+ * stats) hold it shared and never wait for one another; every change, a
+ * checkpoint, the sweep and close hold it exclusive.  Readers share only
+ * the page cache, which has a short mutex of its own (bt->cmu: changes to
+ * the hash, the lists, pins, the spare and limbo page objects; a page is
+ * read from the file without it; a get's hits take no lock at all and pin
+ * nothing: tree_cache.c), the cache of large values (bt->vmu) and
  * per-thread scratch (tlbuf: an overflow value, a decompressed one, a
  * compressed page).  A page's bytes change only under the exclusive lock,
- * so a reader reads a pinned page with no lock but the shared one.  The
+ * so a reader reads a pinned page, or a get an unpinned one, with no lock
+ * but the shared one.  The
  * log's group commit waits happen outside the lock, and so do a
  * checkpoint's writes and syncs (it lets the lock go for them: whoever
  * calls do_checkpoint, or do_write_begin, must hold no path across the
@@ -96,16 +100,19 @@ typedef struct bt_page {
     uint64_t txn;               /* the checkpoint it belongs to: == bt->txn
                                    means it was made since the last one and
                                    may be changed in place */
-    struct bt_page *hnext;      /* hash chain */
-    struct bt_page *prev, *next;/* the LRU list (clean) or the dirty list */
+    _Atomic(struct bt_page *) hnext; /* hash chain (gets walk it without cmu) */
+    struct bt_page *prev, *next;/* the LRU list (clean) or the dirty list;
+                                   next: the spares, the limbo */
     unsigned pins;
     bool dirty;
-    bool ref;                   /* used since eviction last passed it */
+    _Atomic bool ref;           /* used since eviction last passed it (set
+                                   by gets without cmu: relaxed) */
     bool writing;               /* a checkpoint writes it with rw let go: its
                                    bytes and number do not change (a change
                                    goes to a copy: do_page_touch) */
     bool orphan;                /* writing, and out of the cache since (touched
                                    or freed): the checkpoint frees it */
+    uint64_t retired;           /* evicted at this epoch (the limbo) */
     unsigned char data[];       /* psiz bytes */
 } bt_page;
 
@@ -121,6 +128,7 @@ typedef struct bt_path {
     bt_page *pg[BT_MAX_DEPTH];
     int idx[BT_MAX_DEPTH];      /* branch: child taken; leaf: lower bound */
     bool found;                 /* the leaf's cell idx holds the key */
+    bool unpinned;              /* a get's: no page pinned (tree_cache.c) */
 } bt_path;
 
 /* The path of the last put (tree_search.c, do_descend_write): the next
@@ -135,6 +143,16 @@ typedef struct bt_wpath {
     bt_page *pg[BT_MAX_DEPTH];
     int idx[BT_MAX_DEPTH];      /* the child taken at each branch */
 } bt_wpath;
+
+/* A reader's slot in the tree lock (tree_lock.c): two cache lines of its
+ * own (x86 fetches lines in pairs).  state: 0 idle, else the epoch the
+ * reader entered at << 1 | 1; hits: the page cache hits of gets in the
+ * slot (only its reader writes). */
+#define BT_RSLOTS 64
+typedef struct bt_rslot {
+    _Alignas(128) _Atomic uint64_t state;
+    _Atomic uint64_t hits;
+} bt_rslot;
 
 /* A decoded leaf cell. */
 typedef struct bt_cell {
@@ -201,13 +219,21 @@ typedef struct btree {
                                    compressed page must free at least one */
     uint32_t version;           /* the format version the next meta page says */
 
-    pthread_rwlock_t rw;        /* the tree lock: everything below (shared
-                                   by readers, exclusive by changes) */
-    pthread_mutex_t cmu;        /* the cache's hash, lists, pins and spare
-                                   objects while readers share rw */
+    /* the tree lock (tree_lock.c): everything below (shared by readers,
+     * exclusive by changes) */
+    bt_rslot *rslot;            /* BT_RSLOTS readers' slots */
+    _Atomic unsigned rslot_hi;  /* the slots ever taken are below it */
+    _Atomic uint64_t rover, rover_get; /* readers inside that found no slot
+                                   free (by bt_rdlock, by bt_rdlock_get) */
+    _Atomic bool wflag;         /* a writer holds or waits for the lock */
+    pthread_mutex_t wmu;        /* writers' (readers wait on it for one) */
+    _Atomic uint64_t epoch;     /* moved at each eviction (tree_cache.c) */
+    pthread_mutex_t cmu;        /* the cache's hash changes, lists, pins,
+                                   spare and limbo objects while readers
+                                   share the lock */
 
     /* the cache (tree_cache.c) */
-    bt_page **htab;
+    _Atomic(bt_page *) *htab;  /* written under cmu, read by gets without */
     size_t hmask;
     size_t ncached, cap;        /* pages held; the bound from pccap */
     bt_page lru;                /* sentinel: clean pages, most recent first */
@@ -215,8 +241,12 @@ typedef struct btree {
     size_t ndirty;
     bt_page *spare;             /* page objects kept for reuse (via next) */
     size_t nspare;
+    bt_page *limbo, *limbo_tail;/* evicted while a get may still read them
+                                   (via next, oldest first) */
+    size_t nlimbo;
 
-    /* the cache of large values (tree_vcache.c), under cmu */
+    /* the cache of large values (tree_vcache.c), under vmu */
+    pthread_mutex_t vmu;
     bt_vent **vtab;             /* NULL: no cache (vcache=0) */
     size_t vmask;
     bt_vent vhead;              /* sentinel: most recent first */
@@ -328,9 +358,26 @@ typedef struct btree {
 
 /* ---- the tree lock (tree.c) ---------------------------------------------- */
 
+int bt_lock_init(btree *bt);
+void bt_lock_destroy(btree *bt);
+/* Shared, reading only pages it pins (a walk, stats, an overflow's recheck):
+ * holds no evicted page object back, however long it stays inside. */
 void bt_rdlock(btree *bt);
+/* Shared, for a get, which may read pages unpinned (do_descend_get): no
+ * object evicted after it entered is reused until it leaves, so it holds
+ * the lock for one lookup and its callback only. */
+void bt_rdlock_get(btree *bt);
 void bt_wrlock(btree *bt);
 void bt_unlock(btree *bt);
+/* The calling thread's slot in the lock it holds on bt by bt_rdlock_get:
+ * >= 0 its slot, -1 counted in rover_get; -2 otherwise (bt_rdlock,
+ * exclusive, not held): then it must pin what it reads. */
+int bt_reader_slot(const btree *bt);
+/* The lowest epoch a get inside entered at (0: one in rover_get;
+ * above any epoch: none inside).  Sequentially consistent loads. */
+uint64_t bt_reader_min_epoch(btree *bt);
+/* the cache hits counted in the readers' slots */
+uint64_t bt_reader_hits(btree *bt);
 /* Exclusive: returns once no checkpoint is in its syncs (rw let go while
  * it waits, so the tree may change meanwhile). */
 void do_ckpt_wait(btree *bt);
@@ -432,11 +479,18 @@ int bc_init(btree *bt, uint64_t cap_bytes);
 void bc_free(btree *bt);
 /* the page pgno, pinned, read and checked if not cached (type 0: any) */
 int do_page_get(btree *bt, uint64_t pgno, int type, bt_page **out);
-/* do_page_get if the page is cached: 1 (nothing pinned) if not */
-int do_page_get_cached(btree *bt, uint64_t pgno, int type, bt_page **out);
 /* the same with cmu held by the caller, and 1 for a page of another type
  * too (do_page_get then reports it) */
 int do_page_pin_locked(btree *bt, uint64_t pgno, int type, bt_page **out);
+/* Shared, for a get: the page pgno, looked up without cmu and not pinned
+ * (read and checked if not cached): it stays intact until the caller lets
+ * the tree lock go, even if evicted meanwhile (the limbo: tree_cache.c). */
+int do_page_get_unpinned(btree *bt, uint64_t pgno, int type, bt_page **out);
+/* the same for a cached page only: 1 if not cached (nothing counted) */
+int do_page_peek(btree *bt, uint64_t pgno, int type, bt_page **out);
+/* rw exclusive (no reader inside): the limbo's objects are reusable */
+void bc_quiesce(btree *bt);
+size_t bc_limbo_pages(btree *bt);     /* objects in the limbo now */
 void do_page_unpin(btree *bt, bt_page *p);
 void do_pages_unpin(btree *bt, bt_page *const *pg, int n);    /* one cmu for all */
 /* a new page of type, pinned and dirty, its number allocated */

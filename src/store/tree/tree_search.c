@@ -18,9 +18,10 @@
 
 void do_path_release(btree *bt, bt_path *path)
 {
-    if (path->depth > 0)
+    if (path->depth > 0 && !path->unpinned)
         do_pages_unpin(bt, path->pg, path->depth);
     path->depth = 0;
+    path->unpinned = false;
 }
 
 void do_path_release_held(btree *bt, bt_path *path)
@@ -30,6 +31,7 @@ void do_path_release_held(btree *bt, bt_path *path)
         if (path->pg[l] && path->pg[l]->pins)
             path->pg[l]->pins--;
     path->depth = 0;
+    path->unpinned = false;
 }
 
 static int level_type(const btree *bt, int lvl)
@@ -37,14 +39,18 @@ static int level_type(const btree *bt, int lvl)
     return lvl == (int)bt->height - 1 ? BT_LEAF : BT_BRANCH;
 }
 
+enum { DOWN_PIN, DOWN_HOLD, DOWN_GET };
+
 /* Descends from path level lvl's page `pgno` to the leaf, along the child
- * chosen for key (NULL: the leftmost).  hold: a change's descent, with the
- * tree lock exclusive, so no reader waits on cmu while it is held across
- * the levels' searches (only a checkpoint's pins and unpins); it is let go
- * for a miss, which reads the file. */
+ * chosen for key (NULL: the leftmost).  DOWN_HOLD: a change's descent,
+ * with the tree lock exclusive, so no reader waits on cmu while it is
+ * held across the levels' searches (only a checkpoint's pins and
+ * unpins); it is let go for a miss, which reads the file.  DOWN_GET: a
+ * get's, shared, no page pinned (path->unpinned; tree_cache.c). */
 static int do_down(btree *bt, uint64_t pgno, int lvl, const char *key, size_t klen,
-                   bt_path *path, bool hold)
+                   bt_path *path, int mode)
 {
+    bool hold = mode == DOWN_HOLD;
     bool held = false;
     for (;; lvl++) {
         bt_page *p;
@@ -64,7 +70,11 @@ static int do_down(btree *bt, uint64_t pgno, int lvl, const char *key, size_t kl
                 held = false;
             }
         }
-        if (rc && (rc = do_page_get(bt, pgno, level_type(bt, lvl), &p)))
+        if (rc && mode == DOWN_GET)
+            rc = do_page_get_unpinned(bt, pgno, level_type(bt, lvl), &p);
+        else if (rc)
+            rc = do_page_get(bt, pgno, level_type(bt, lvl), &p);
+        if (rc)
             return rc;
         path->pg[lvl] = p;
         path->depth = lvl + 1;
@@ -84,11 +94,12 @@ static int do_down(btree *bt, uint64_t pgno, int lvl, const char *key, size_t kl
     }
 }
 
-static int descend(btree *bt, const char *key, size_t klen, bt_path *path, bool hold)
+static int descend(btree *bt, const char *key, size_t klen, bt_path *path, int mode)
 {
     path->depth = 0;
     path->found = false;
-    int rc = do_down(bt, bt->root, 0, key, klen, path, hold);
+    path->unpinned = mode == DOWN_GET;
+    int rc = do_down(bt, bt->root, 0, key, klen, path, mode);
     if (rc)
         do_path_release(bt, path);
     return rc;
@@ -96,7 +107,7 @@ static int descend(btree *bt, const char *key, size_t klen, bt_path *path, bool 
 
 int do_descend(btree *bt, const char *key, size_t klen, bt_path *path)
 {
-    return descend(bt, key, klen, path, false);
+    return descend(bt, key, klen, path, DOWN_PIN);
 }
 
 /* branch cell i's key against key, as bt_keycmp */
@@ -153,6 +164,7 @@ static bool wpath_take(btree *bt, const char *key, size_t klen, bt_path *path)
     path->pg[lvl] = p;
     path->depth = w->depth;
     path->found = false;
+    path->unpinned = false;
     path->idx[lvl] = (int)pg_search(p->data, key, klen, &path->found);
     return true;
 }
@@ -161,7 +173,7 @@ int do_descend_write(btree *bt, const char *key, size_t klen, bt_path *path)
 {
     if (wpath_take(bt, key, klen, path))
         return KURA_OK;
-    return descend(bt, key, klen, path, true);
+    return descend(bt, key, klen, path, DOWN_HOLD);
 }
 
 void do_wpath_keep(btree *bt, const bt_path *path, uint64_t shape)
@@ -191,8 +203,8 @@ void do_wpath_keep(btree *bt, const bt_path *path, uint64_t shape)
  * branch routes a range to each child), so the descent is skipped while
  * the tree is the one the leaf was found in (bt->gen: every change takes
  * the lock exclusive, which moves it) and the page is still cached.
- * Per thread, as readers share the lock; pages stay under the cache's
- * rules (looked up and pinned under cmu). */
+ * Per thread, as readers share the lock; the page is looked up as the
+ * descent's are (unpinned, do_page_peek). */
 static _Thread_local struct {
     const btree *bt;
     uint64_t gen, pgno;
@@ -214,11 +226,27 @@ static bool leaf_holds(const unsigned char *d, const char *key, size_t klen)
     return n > 0 && leaf_key_cmp(d, 0, key, klen) <= 0 && leaf_key_cmp(d, n - 1, key, klen) >= 0;
 }
 
+/* The get's leaf found: the test hook that parks it there. */
+static int got_leaf(const bt_path *path)
+{
+    if (kura_test.tree_get_parked)
+        kura_test.tree_get_parked(kura_test.tree_get_parked_arg,
+                                  path->pg[path->depth - 1]->data);
+    return KURA_OK;
+}
+
 int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
 {
     bt_page *p;
-    if (last_leaf.bt == bt && last_leaf.gen == bt->gen &&
-        do_page_get_cached(bt, last_leaf.pgno, BT_LEAF, &p) == KURA_OK) {
+    /* unpinned only under bt_rdlock_get, whose slot holds evicted objects
+     * back (tree_cache.c, reclaim); a reader that holds the lock
+     * exclusive (the kura_test.tree_read_exclusive check) would reuse its
+     * own evictions at once, so it pins */
+    bool unpinned = bt_reader_slot(bt) >= -1;
+    if (!unpinned)
+        path->unpinned = false;
+    if (unpinned && last_leaf.bt == bt && last_leaf.gen == bt->gen &&
+        do_page_peek(bt, last_leaf.pgno, BT_LEAF, &p) == KURA_OK) {
         if (kura_test.tree_last_leaf_unchecked || leaf_holds(p->data, key, klen)) {
             int lvl = (int)bt->height - 1;
             for (int l = 0; l < lvl; l++) {
@@ -233,17 +261,18 @@ int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
             else
                 i = pg_search(p->data, key, klen, &path->found);
             path->idx[lvl] = (int)i;
+            path->unpinned = true;
             last_leaf.idx = i;
-            return KURA_OK;
+            return got_leaf(path);
         }
-        do_page_unpin(bt, p);
     }
-    int rc = do_descend(bt, key, klen, path);
+    int rc = descend(bt, key, klen, path, unpinned ? DOWN_GET : DOWN_PIN);
     if (rc == KURA_OK) {
         last_leaf.bt = bt;
         last_leaf.gen = bt->gen;
         last_leaf.pgno = path->pg[path->depth - 1]->pgno;
         last_leaf.idx = (unsigned)path->idx[path->depth - 1];
+        return got_leaf(path);
     }
     return rc;
 }
@@ -261,9 +290,11 @@ int do_next_leaf(btree *bt, bt_path *path)
         const unsigned char *pd = path->pg[l]->data;
         if (path->idx[l] < (int)pg_n(pd)) {
             path->idx[l]++;
-            do_pages_unpin(bt, path->pg + l + 1, d - l - 1);
+            if (!path->unpinned)
+                do_pages_unpin(bt, path->pg + l + 1, d - l - 1);
             path->depth = l + 1;
-            int rc = do_down(bt, pg_child(pd, (unsigned)path->idx[l]), l + 1, NULL, 0, path, false);
+            int rc = do_down(bt, pg_child(pd, (unsigned)path->idx[l]), l + 1, NULL, 0, path,
+                             path->unpinned ? DOWN_GET : DOWN_PIN);
             if (rc)
                 do_path_release(bt, path);
             return rc;

@@ -21,8 +21,9 @@
  * Bounded by vcap bytes (the tree's `vcache` parameter; kurad's -m by
  * default), CLOCK eviction as in the page cache; a value larger than an
  * eighth of the bound is not kept (it is read as before, into the
- * thread's scratch).  Everything is under the page cache's mutex bt->cmu,
- * held for a lookup, an insert or a release: readers share the tree lock.
+ * thread's scratch).  Everything is under the cache's own mutex bt->vmu
+ * (not the page cache's cmu, which a get's hits no longer take), held for
+ * a lookup, an insert or a release: readers share the tree lock.
  * An entry in use is referenced (refs) and freed only once released.
  */
 #include <stdlib.h>
@@ -76,7 +77,7 @@ static bool same_value(const bt_vent *e, const bt_cell *c)
            e->vlen == c->vlen && e->codec == c->ovf_codec;
 }
 
-/* Out of the table and the list (cmu held or rw exclusive); freed now if
+/* Out of the table and the list (vmu held or rw exclusive); freed now if
  * no get uses it, else by the last release. */
 static void unlist(btree *bt, bt_vent *e)
 {
@@ -95,7 +96,7 @@ static void unlist(btree *bt, bt_vent *e)
 }
 
 /* CLOCK, as evict_locked in tree_cache.c; bounded (each entry passed over
- * at most twice).  cmu held. */
+ * at most twice).  vmu held. */
 static void evict_locked(btree *bt)
 {
     size_t budget = 2 * bt->nvent + 2;
@@ -122,14 +123,14 @@ const unsigned char *bt_vc_get(btree *bt, const bt_cell *c, bt_vent **out)
     *out = NULL;
     if (!bt->vtab)
         return NULL;
-    pthread_mutex_lock(&bt->cmu);
+    pthread_mutex_lock(&bt->vmu);
     bt_vent *e = find(bt, c->ovf_pgno);
     if (e && same_value(e, c)) {
         e->refs++;
         e->ref = true;
         *out = e;
     }
-    pthread_mutex_unlock(&bt->cmu);
+    pthread_mutex_unlock(&bt->vmu);
     atomic_fetch_add_explicit(*out ? &bt->vc_hits : &bt->vc_misses, 1, memory_order_relaxed);
     return *out ? (*out)->val : NULL;
 }
@@ -138,9 +139,9 @@ void bt_vc_release(btree *bt, bt_vent *e)
 {
     if (!e)
         return;
-    pthread_mutex_lock(&bt->cmu);
+    pthread_mutex_lock(&bt->vmu);
     bool gone = --e->refs == 0 && !e->listed;
-    pthread_mutex_unlock(&bt->cmu);
+    pthread_mutex_unlock(&bt->vmu);
     if (gone)
         free(e);
 }
@@ -165,7 +166,7 @@ bt_vent *bt_vc_new(const bt_cell *c, size_t n)
 
 void bt_vc_insert(btree *bt, bt_vent *e)
 {
-    pthread_mutex_lock(&bt->cmu);
+    pthread_mutex_lock(&bt->vmu);
     bt_vent *o = find(bt, e->pgno);
     if (o && !same_value(o, &(bt_cell){ .ovf_pgno = e->pgno, .cas = e->cas,
                                          .ovf_bytes = e->bytes, .vlen = e->vlen,
@@ -184,7 +185,7 @@ void bt_vc_insert(btree *bt, bt_vent *e)
         bt->nvent++;
         evict_locked(bt);
     }
-    pthread_mutex_unlock(&bt->cmu);
+    pthread_mutex_unlock(&bt->vmu);
 }
 
 void do_vc_keep(btree *bt, const bt_ovf *run, uint64_t cas, const void *v0, size_t l0,
@@ -209,18 +210,18 @@ void do_vc_drop(btree *bt, uint64_t pgno)
 {
     if (!bt->vtab || !bt->vbytes || kura_test.tree_vcache_no_drop)
         return;
-    pthread_mutex_lock(&bt->cmu);   /* (rw exclusive: no reader waits for it) */
+    pthread_mutex_lock(&bt->vmu);   /* (rw exclusive: no get waits for it) */
     bt_vent *e = find(bt, pgno);
     if (e)
         unlist(bt, e);
-    pthread_mutex_unlock(&bt->cmu);
+    pthread_mutex_unlock(&bt->vmu);
 }
 
 size_t bt_vc_bytes(btree *bt)
 {
-    pthread_mutex_lock(&bt->cmu);
+    pthread_mutex_lock(&bt->vmu);
     size_t n = bt->vbytes;
-    pthread_mutex_unlock(&bt->cmu);
+    pthread_mutex_unlock(&bt->vmu);
     return n;
 }
 
