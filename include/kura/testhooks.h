@@ -9,9 +9,10 @@
  * test takes, and so that a test has one header to include.  Every switch
  * is off (zero) unless a unit test sets it: kurad and kuractl never do,
  * and nothing reads one from the command line or the environment, but
- * list_inline, which kurad takes from KURA_TEST_LIST_INLINE (set in the
- * environment) so that an integration test can show its check fails
- * without the bound it guards.  A switch is process-wide: it applies to
+ * list_inline, vref_early_release and conn_sndbuf, which kurad takes from
+ * KURA_TEST_LIST_INLINE, KURA_TEST_VREF_EARLY and KURA_TEST_SNDBUF (set in
+ * the environment) so that an integration test can show its check fails
+ * without the bound or the hold it guards, or meet partial sends.  A switch is process-wide: it applies to
  * every store the test has open.
  */
 #ifndef KURA_TESTHOOKS_H
@@ -161,6 +162,16 @@ typedef struct kura_testhooks {
     bool tree_run_pad_written;
     bool tree_run_no_presync;
     bool tree_run_reuse_now;
+    /* A value sent by reference (src/proto/value.c) has its hold released
+     * as soon as it is queued, its bytes still to be sent: the negative
+     * check of test_value_refs (a slow reader meets the freed entry).  Read
+     * from KURA_TEST_VREF_EARLY by the first such value. */
+    bool vref_early_release;
+    /* kurad sets SO_SNDBUF to this on every client socket (0: the
+     * kernel's own, which grows to MiBs): test_value_refs' slow client
+     * then meets partial sends of every large reply, whatever the
+     * kernel's tuning.  Read from KURA_TEST_SNDBUF by conn_new. */
+    int conn_sndbuf;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -112,12 +112,15 @@ static void binary_release(void *state)
 
 /* ---- replies ----------------------------------------------------------------- */
 
-/* Appends a response header; the caller appends extlen + keylen + the rest
- * of bodylen bytes.  False (and the session closes) when memory runs out. */
-static bool bin_header(kura_session *s, kura_buf *out, const bin_req *r, uint16_t status,
-                       uint8_t extlen, uint16_t keylen, uint32_t bodylen, uint64_t cas)
+/* Appends a response header, with room for `room` bytes of its body after
+ * it (bin_header: all of it); the caller appends extlen + keylen + the
+ * rest of bodylen bytes.  False (and the session closes) when memory runs
+ * out. */
+static bool bin_header_room(kura_session *s, kura_buf *out, const bin_req *r, uint16_t status,
+                            uint8_t extlen, uint16_t keylen, uint32_t bodylen, uint64_t cas,
+                            size_t room)
 {
-    if (!kura_buf_reserve(out, BIN_HDR + (size_t)bodylen)) {
+    if (!kura_buf_reserve(out, BIN_HDR + room)) {
         s->close = true;
         return false;
     }
@@ -133,6 +136,12 @@ static bool bin_header(kura_session *s, kura_buf *out, const bin_req *r, uint16_
     put_be64(h + 16, cas);
     out->len += BIN_HDR;
     return true;
+}
+
+static bool bin_header(kura_session *s, kura_buf *out, const bin_req *r, uint16_t status,
+                       uint8_t extlen, uint16_t keylen, uint32_t bodylen, uint64_t cas)
+{
+    return bin_header_room(s, out, r, status, extlen, keylen, bodylen, cas, bodylen);
 }
 
 /* A success reply with an optional body, unless the request was quiet. */
@@ -199,13 +208,15 @@ static int bin_emit(void *arg, const kura_item *it)
     bin_get_ctx *g = arg;
     uint16_t klen = g->with_key ? (uint16_t)it->klen : 0;
     uint32_t vlen = g->with_value ? (uint32_t)it->vlen : 0;
-    if (!bin_header(g->s, g->out, g->r, ST_OK, 4, klen, 4 + klen + vlen, it->cas))
+    size_t room = 4 + klen + (proto_value_by_ref(it) ? 0 : vlen);   /* (value.c) */
+    if (!bin_header_room(g->s, g->out, g->r, ST_OK, 4, klen, 4 + klen + vlen, it->cas, room))
         return 0;
     unsigned char flags[4];
     put_be32(flags, it->flags);
     kura_buf_append(g->out, flags, 4);
     kura_buf_append(g->out, it->key, klen);
-    kura_buf_append(g->out, it->val, vlen);
+    if (g->with_value && !proto_append_value(g->out, it))
+        g->s->close = true;             /* (no room for a copy: no half reply) */
     return 0;
 }
 
@@ -223,7 +234,7 @@ static void bin_get(kura_session *s, const bin_req *r, kura_buf *out)
     detail_note(r->key, r->keylen, DETAIL_GET, rc == KURA_OK);
     if (rc == KURA_OK)
         return;
-    out->len = mark;
+    kura_buf_rewind(out, mark);
     if (rc < 0) {
         bin_store_error(s, out, r, rc);
         return;
@@ -601,7 +612,7 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             /* memcached closes at once, without a reply, dropping the
              * replies it had not written yet */
             KURA_STAT_INC(s->stats, protocol_closes);
-            out->len = flushed;
+            kura_buf_rewind(out, flushed);
             s->close = true;
             return len;
         }

@@ -196,7 +196,7 @@ static int list_emit(void *arg, const kura_list_item *it)
     if (r->limit && c->count >= r->limit)
         return LIST_LIMIT;
     if (!kura_test.list_inline &&
-        (c->count >= r->slice_end || (r->answered && r->out->len >= KURA_OUT_HIGH_WATER)))
+        (c->count >= r->slice_end || (r->answered && kura_buf_size(r->out) >= KURA_OUT_HIGH_WATER)))
         return LIST_STOP;               /* the rest on the next turn, once the output
                                            has drained */
     int rc;
@@ -248,7 +248,7 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
     walk_release(s);
     if (rc < 0) {
         if (!resumed)
-            out->len = mark;            /* nothing of it has left: no half answer */
+            kura_buf_rewind(out, mark); /* nothing of it has left: no half answer */
         text_server_error(s, out, rc);
         if (resumed)
             s->close = true;            /* part of the reply has left */

@@ -358,15 +358,15 @@ static int mg_emit(void *arg, const kura_item *it)
     if (in->won)
         ml_str(&l, " W");
     ml_put(&l, "\r\n", 2);
-    size_t need = l.len + (g->of->value ? it->vlen + 2 : 0);
+    size_t need = l.len + (g->of->value ? (proto_value_by_ref(it) ? 0 : it->vlen) + 2 : 0);
     if (!kura_buf_reserve(g->out, need)) {
         g->s->close = true;
         return 0;
     }
     kura_buf_append(g->out, l.buf, l.len);
     if (g->of->value) {
-        kura_buf_append(g->out, it->val, it->vlen);
-        kura_buf_append(g->out, "\r\n", 2);
+        if (!proto_append_value(g->out, it) || !kura_buf_append(g->out, "\r\n", 2))
+            g->s->close = true;         /* (a reference's room: as the reserve's) */
     }
     g->answered = true;
     return 0;
@@ -398,12 +398,12 @@ void meta_get(text_session *s, text_token *tok, int ntok, kura_buf *out)
     size_t mark = out->len;
     int rc = engine_get(s->engine, s->stats, of.key, of.klen, &o, mg_emit, &g, &g.info);
     if (opaque_too_long(tok)) {
-        out->len = mark;
+        kura_buf_rewind(out, mark);
         meta_error(s, out, "CLIENT_ERROR opaque token too long");
         return;
     }
     if (rc < 0) {
-        out->len = mark;
+        kura_buf_rewind(out, mark);
         s->noreply = false;
         text_server_error(s, out, rc);
         return;

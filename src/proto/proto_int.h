@@ -65,13 +65,26 @@ struct kura_session {
     bool walk_admitted;                 /* a listing or digest under way counts in WALKS_MAX */
 };
 
+/* value.c: a get's value appended to out, copied or (a large one its store
+ * lets keep: item.h's kura_vref) referenced.  False when memory runs out. */
+bool proto_append_value(kura_buf *out, const kura_item *it);
+/* The size from which a value is referenced rather than copied: below it
+ * the copy costs less than the hold, its release and an iovec more (about
+ * the same at 8 KiB, 10% more at 4 KiB: docs/benchmarks.md, *Large values
+ * sent by reference*). */
+#define PROTO_VALUE_REF_MIN 8192
+static inline bool proto_value_by_ref(const kura_item *it)
+{
+    return it->vref && it->vlen >= PROTO_VALUE_REF_MIN;
+}
+
 /* The binary protocols' request loop (binary.c, tt.c).  Between two
  * requests: true, with out_full set, once this call has answered its share
  * (KURA_REPLY_HIGH_WATER bytes queued, or KURA_REQUESTS_PER_CALL requests):
  * the rest waits for the connection's next turn. */
 static inline bool session_turn_over(kura_session *s, const kura_buf *out, unsigned *turns)
 {
-    if (out->len >= KURA_REPLY_HIGH_WATER || ++*turns > KURA_REQUESTS_PER_CALL) {
+    if (kura_buf_size(out) >= KURA_REPLY_HIGH_WATER || ++*turns > KURA_REQUESTS_PER_CALL) {
         s->out_full = true;
         return true;
     }

@@ -228,14 +228,16 @@ typedef struct get_ctx {
     bool discard;                       /* the request will fail: look up, don't format */
 } get_ctx;
 
-/* Called under the store's key lock: formats "VALUE k f n [cas]\r\n<data>\r\n". */
+/* Called under the store's key lock: formats "VALUE k f n [cas]\r\n<data>\r\n"
+ * (a large value by reference: value.c). */
 static int emit_value(void *arg, const kura_item *it)
 {
     get_ctx *g = arg;
     kura_buf *out = g->out;
     if (g->discard)
         return 0;
-    size_t need = 6 + it->klen + 3 * 22 + 4 + it->vlen + 2;
+    bool by_ref = proto_value_by_ref(it);
+    size_t need = 6 + it->klen + 3 * 22 + 4 + (by_ref ? 0 : it->vlen) + 2;
     if (!kura_buf_reserve(out, need)) {
         g->oom = true;
         return 0;
@@ -255,6 +257,12 @@ static int emit_value(void *arg, const kura_item *it)
     }
     *p++ = '\r';
     *p++ = '\n';
+    if (by_ref) {
+        out->len = (size_t)(p - out->data);
+        if (!proto_append_value(out, it) || !KURA_BUF_LIT(out, "\r\n"))
+            g->oom = true;
+        return 0;
+    }
     memcpy(p, it->val, it->vlen);
     p += it->vlen;
     *p++ = '\r';
@@ -317,16 +325,16 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
     }
     for (;;) {
         for (; kt->length != 0; kt++) {
-            if (answered && out->len >= KURA_REPLY_HIGH_WATER && !g.discard) {
+            if (answered && kura_buf_size(out) >= KURA_REPLY_HIGH_WATER && !g.discard) {
                 if (resumed || !has_long_key(kt->value, s->line_end)) {
                     s->resume = (size_t)(kt->value - s->line_start);
                     return;             /* the rest once the output has drained */
                 }
-                out->len = mark;        /* this request ends in CLIENT_ERROR */
+                kura_buf_rewind(out, mark);     /* this request ends in CLIENT_ERROR */
                 g.discard = true;
             }
             if (kt->length > KURA_KEY_MAX) {
-                out->len = mark;        /* memcached drops what it had stacked */
+                kura_buf_rewind(out, mark);     /* memcached drops what it had stacked */
                 client_error(s, out, "CLIENT_ERROR bad command line format");
                 return;
             }
@@ -342,7 +350,7 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                  * response buffer, drop what was stacked and fail the
                  * request, as docs/operations.md promises for a damaged
                  * record ("the request fails with SERVER_ERROR"). */
-                out->len = mark;
+                kura_buf_rewind(out, mark);
                 if (g.oom || rc == KURA_ENOMEM)
                     reply(s, out, "SERVER_ERROR out of memory writing get response");
                 else
@@ -677,7 +685,7 @@ size_t text_process(text_session *s, char *in, size_t len, kura_buf *out)
     s->need = 0;
     s->out_full = false;
     while (pos < len && !s->close) {
-        if (out->len >= KURA_REPLY_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
+        if (kura_buf_size(out) >= KURA_REPLY_HIGH_WATER || ++turns > KURA_REQUESTS_PER_CALL) {
             s->out_full = true;         /* the rest once the output has drained */
             break;
         }

@@ -5,14 +5,20 @@
  * its read buffer; kura_session_process() (text, meta or binary, chosen at
  * the first byte: proto.h) answers every complete request in them
  * into the write buffer, which goes out in one write() (so a pipeline of
- * requests costs one system call each way).
+ * requests costs one system call each way).  A large value the store lets
+ * keep (the tree's) is not copied into the buffer but referenced (buf.h,
+ * src/proto/value.c): the buffer then goes out in one sendmsg() over
+ * iovecs of its bytes and the values', each value's hold released once it
+ * is wholly sent, or when the connection closes.
  *
  * Memory is bounded whatever the client sends or fails to read:
  *  - the write buffer: the protocol stops once it holds
  *    KURA_REPLY_HIGH_WATER bytes (between requests, or between two keys of
  *    a multi-get, which then resumes at its next key: src/proto/text.c; a
  *    listing at KURA_OUT_HIGH_WATER), so it never holds more than that
- *    plus one value.  While replies cannot be
+ *    plus one value.  Referenced values count as bytes (kura_buf_size):
+ *    a held value is memory the tree's value cache may no longer count
+ *    once evicted or replaced, bounded here as its copy was.  While replies cannot be
  *    written the connection neither reads nor answers more;
  *  - the read buffer: at most one request line (KURA_MAX_GET_LINE for a
  *    get, 2 KB otherwise) or one value (-I) plus one read, since nothing is
@@ -33,12 +39,14 @@
  * through OpenSSL (kura_tls_recv/send: tlsio.h) under the same bounds.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/testhooks.h"
 #include "kura/tlsio.h"
 #include "kura/watch.h"
 #include "kura/thread.h"
@@ -47,6 +55,8 @@
 #define READ_CHUNK (16 * 1024)
 #define BUF_KEEP (64 * 1024)            /* buffers shrink back to this when idle */
 #define MAX_READS_PER_EVENT 8           /* fairness between connections */
+#define SEND_IOV 64                     /* iovecs per sendmsg (the output holds
+                                           at most about 2 per 8 KiB referenced) */
 
 typedef struct kura_conn {
     kura_worker *w;
@@ -56,7 +66,8 @@ typedef struct kura_conn {
     kura_buf rbuf;
     size_t rpos;                        /* bytes of rbuf already consumed */
     kura_buf wbuf;
-    size_t wpos;                        /* bytes of wbuf already written */
+    size_t wpos;                        /* bytes of wbuf already written (of
+                                           kura_buf_size's: references too) */
     kura_session *sess;                 /* the protocol's (proto.h) */
     struct kura_conn *prev, *next;      /* the worker's list */
     bool held;                          /* replies wait for commit_target to be durable */
@@ -73,6 +84,21 @@ static void on_event(evutil_socket_t fd, short what, void *arg);
 static ssize_t conn_send(kura_conn *c, const void *p, size_t n)
 {
     return c->ssl ? kura_tls_send(c->ssl, p, n) : send(c->fd, p, n, MSG_NOSIGNAL);
+}
+
+/* Sends what of wbuf is left from wpos: one send() when it holds no
+ * reference; else one sendmsg() over its pieces (TLS: the first piece, the
+ * next ones on the next calls, as OpenSSL writes one buffer at a time). */
+static ssize_t conn_send_out(kura_conn *c)
+{
+    if (!c->wbuf.refs || !c->wbuf.refs->n)
+        return conn_send(c, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos);
+    struct iovec iov[SEND_IOV];
+    int k = kura_buf_iov(&c->wbuf, c->wpos, iov, c->ssl ? 1 : SEND_IOV);
+    if (c->ssl)
+        return kura_tls_send(c->ssl, iov[0].iov_base, iov[0].iov_len);
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)k };
+    return sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 }
 
 static ssize_t conn_recv(kura_conn *c, void *p, size_t n)
@@ -198,10 +224,11 @@ static void hold(kura_conn *c, uint64_t target)
  * wait for the socket to drain (write mode is then set). */
 static bool flush_out(kura_conn *c)
 {
-    while (c->wpos < c->wbuf.len) {
-        ssize_t n = conn_send(c, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos);
+    while (c->wpos < kura_buf_size(&c->wbuf)) {
+        ssize_t n = conn_send_out(c);
         if (n > 0) {
             c->wpos += (size_t)n;
+            kura_buf_sent(&c->wbuf, c->wpos);   /* values wholly sent: released */
             KURA_STAT_ADD(c->w->stats, bytes_written, (uint64_t)n);
             continue;
         }
@@ -215,7 +242,8 @@ static bool flush_out(kura_conn *c)
         conn_close_why(c, "error");     /* the peer is gone */
         return false;
     }
-    c->wbuf.len = c->wpos = 0;
+    kura_buf_clear(&c->wbuf);
+    c->wpos = 0;
     kura_buf_trim(&c->wbuf, BUF_KEEP);
     set_mode(c, false);
     return true;
@@ -404,8 +432,20 @@ void conn_release_durable(kura_worker *w)
     }
 }
 
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+static void read_hooks(void)
+{
+    const char *v = getenv("KURA_TEST_SNDBUF");     /* test_value_refs (testhooks.h) */
+    if (v)
+        kura_test.conn_sndbuf = atoi(v);
+}
+
 struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
 {
+    pthread_once(&hooks_once, read_hooks);
+    if (kura_test.conn_sndbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kura_test.conn_sndbuf, sizeof(int));
     kura_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
@@ -454,8 +494,8 @@ void conn_close_all(kura_worker *w)
          * changes were not made durable, so they must not be acknowledged. */
         bool durable = !c->held ||
                        commit_fate(w->srv->committer, c->commit_target) == COMMIT_SEND;
-        if (durable && !c->handshaking && c->wpos < c->wbuf.len) {
-            ssize_t n = conn_send(c, c->wbuf.data + c->wpos, c->wbuf.len - c->wpos);
+        if (durable && !c->handshaking && c->wpos < kura_buf_size(&c->wbuf)) {
+            ssize_t n = conn_send_out(c);
             (void)n;                    /* the socket is non-blocking */
         }
         conn_close_why(c, "shutdown");

@@ -11,7 +11,9 @@ second ("rogue") CA with a server certificate of its own.
               Python's ssl module; a notls: listener beside it serves
               plaintext; plaintext on the TLS port gets no byte and the
               connection is closed (as memcached), counted in
-              ssl_handshake_errors.
+              ssl_handshake_errors.  20 KB and 1 MB values from the
+              tree, sent by reference (a piece a write, kurad's send
+              buffer at 16 KiB), byte-exact, every hold released.
   Compared    with memcached -Z on the same files: the ssl_* lines of
               "stats settings" byte for byte, the ssl_* names of "stats",
               the replies of refresh_certs (success, a key file gone, not
@@ -192,6 +194,29 @@ class Tls(unittest.TestCase):
             p.send(b"version\r\n")
             self.assertEqual(p.read_to_close(timeout=10), b"")
         poll_until(lambda: self.errors(self.plain) == before + 1, what="the probe counted")
+
+    def test_tree_values_by_reference(self):
+        """Large values from the tree go out by reference (buf.h): over
+        TLS a piece at a time, with a 16 KiB send buffer (KURA_TEST_SNDBUF)
+        so that every reply takes many partial writes; byte-exact, and
+        every hold released once read."""
+        s = self.kurad(db="%t/data.kb", item_max="2m", env={"KURA_TEST_SNDBUF": "8192"})
+        with TlsConn(s.port, self.client_ctx()) as c:
+            for size in (20 << 10, 1 << 20):
+                big = os.urandom(size)
+                self.assertEqual(c.request(b"set big 5 0 %d\r\n%s\r\n" % (size, big)),
+                                 b"STORED\r\n")
+                c.send(b"get big big\r\n" + b"mg big v\r\n" * 3 + b"version\r\n")
+                want = b"VALUE big 5 %d\r\n%s\r\n" % (size, big)
+                self.assertEqual(c.recv_exact(2 * len(want) + 5, timeout=30),
+                                 want * 2 + b"END\r\n")
+                want = b"VA %d\r\n%s\r\n" % (size, big)
+                for _ in range(3):
+                    self.assertEqual(c.recv_exact(len(want), timeout=30), want)
+                self.assertTrue(c.line().startswith(b"VERSION "))
+        poll_until(lambda: stats(Conn(self.plain))["tree_value_cache_held_bytes"] == "0",
+                   what="every hold released")
+        self.assertGreater(int(stats(Conn(self.plain))["tree_value_cache_hits"]), 0)
 
     # -- memcached -Z beside kurad --------------------------------------
     def test_compared_with_memcached(self):

@@ -46,7 +46,7 @@ static int put_kv(kura_store *s, const char *key, const char *val, uint32_t flag
                   int64_t exptime, uint64_t cas, int cond, uint64_t cmp,
                   const kura_clock *clk)
 {
-    kura_item it = { key, strlen(key), val, strlen(val), flags, exptime, cas };
+    kura_item it = { key, strlen(key), val, strlen(val), flags, exptime, cas, NULL };
     return s->ops->put(s, &it, cond, cmp, clk);
 }
 
@@ -269,9 +269,9 @@ static void test_put_get(void)
     CHECK_EQ_INT(s->ops->get(s, "a", 1, &clk, ret55, NULL), 55);
 
     /* binary value with NULs, keys differing only in length */
-    kura_item bin = { "b", 1, "x\0y", 3, 1, 0, 7 };
+    kura_item bin = { "b", 1, "x\0y", 3, 1, 0, 7, NULL };
     CHECK_EQ_INT(s->ops->put(s, &bin, KURA_PUT_ANY, 0, &clk), KURA_OK);
-    kura_item bin2 = { "bb", 2, "z", 1, 1, 0, 8 };
+    kura_item bin2 = { "bb", 2, "z", 1, 1, 0, 8, NULL };
     CHECK_EQ_INT(s->ops->put(s, &bin2, KURA_PUT_ANY, 0, &clk), KURA_OK);
     CHECK_EQ_INT(get_kv(s, "b", &clk, &g), KURA_OK);
     CHECK_EQ_INT(g.vlen, 3);
@@ -294,7 +294,7 @@ static void test_put_get(void)
     char *big = malloc(max_v + 2);
     REQUIRE(big != NULL);
     memset(big, 'v', max_v + 1);
-    kura_item bi = { "big", 3, big, max_v, 0, 0, 10 };
+    kura_item bi = { "big", 3, big, max_v, 0, 0, 10, NULL };
     CHECK_EQ_INT(s->ops->put(s, &bi, KURA_PUT_ANY, 0, &clk), KURA_OK);
     bi.vlen = max_v + 1;
     CHECK_EQ_INT(s->ops->put(s, &bi, KURA_PUT_ANY, 0, &clk), KURA_ETOOBIG);
@@ -605,7 +605,7 @@ static void test_too_large(void)
     REQUIRE(v != NULL);
     memset(v, 'x', 70000);
     CHECK_EQ_INT(put_kv(s, "small", "v", 0, 0, 1, KURA_PUT_ANY, 0, &t), KURA_OK);
-    kura_item it = { "big", 3, v, 70000, 0, 0, 2 };
+    kura_item it = { "big", 3, v, 70000, 0, 0, 2, NULL };
     CHECK_EQ_INT(s->ops->put(s, &it, KURA_PUT_ANY, 0, &t), KURA_ENOMEM);
     CHECK_EQ_INT(s->ops->get(s, "small", 5, &t, NULL, NULL), KURA_OK);  /* nothing evicted */
     CHECK_EQ_INT(usage_of(s).evictions, 0);
@@ -891,7 +891,7 @@ static void *churn_thread(void *arg)
         fmt_key(key, k);
         if (rnd_next(&r) % 3) {
             size_t vlen = 50 + (size_t)(k % 700);
-            kura_item it = { key, strlen(key), vbuf, vlen, (uint32_t)k, 0, stress_cas++ };
+            kura_item it = { key, strlen(key), vbuf, vlen, (uint32_t)k, 0, stress_cas++, NULL };
             if (ch->s->ops->put(ch->s, &it, KURA_PUT_ANY, 0, &t) != KURA_OK)
                 ch->errors++;
         } else {

@@ -220,6 +220,7 @@ static inline void cache_view(const cache_item *it, kura_item *v)
     v->flags = it->ci_flags;
     v->exptime = (int64_t)it->ci_exptime;
     v->cas = it->ci_cas;
+    v->vref = NULL;
 }
 
 static inline cache_stripe *cache_stripe_of(cache *c, uint32_t hash)

@@ -91,5 +91,6 @@ int hd_read_item(hashdb *db, const hd_ent *e, kura_item *it, const unsigned char
     it->flags = r->flags;
     it->exptime = e->exptime;
     it->cas = e->cas;
+    it->vref = NULL;
     return KURA_OK;
 }

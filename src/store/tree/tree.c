@@ -260,6 +260,7 @@ static void fill_item(kura_item *it, const bt_cell *c, const unsigned char *val)
     it->flags = c->flags;
     it->exptime = c->exptime;
     it->cas = c->cas;
+    it->vref = NULL;
 }
 
 /* The leaf cell the path found, with its value (an overflow run is read). */
@@ -374,6 +375,9 @@ static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t
     if (rc == KURA_OK) {
         kura_item it;
         fill_item(&it, c, val);
+        kura_vref ref = { &bt_vref_ops, bt, e };
+        if (e && val == e->val)
+            it.vref = &ref;             /* the caller may keep it (tree_vref.c) */
         rc = fn ? fn(arg, &it) : KURA_OK;
     }
     bt_vc_release(bt, e);
@@ -835,6 +839,7 @@ static void bt_stats_op(kura_store *s, kura_stat_fn emit, void *arg)
     kura_emit_u64(emit, arg, "tree_value_cache_limit_bytes", bt->vcap);
     kura_emit_u64(emit, arg, "tree_value_cache_hits", LOAD(vc_hits));
     kura_emit_u64(emit, arg, "tree_value_cache_misses", LOAD(vc_misses));
+    kura_emit_u64(emit, arg, "tree_value_cache_held_bytes", LOAD(vc_held_bytes));
     kura_emit_u64(emit, arg, "tree_checkpoints", LOAD(checkpoints));
     kura_emit_u64(emit, arg, "tree_checkpoint_errors", LOAD(ckpt_errors));
     kura_emit_u64(emit, arg, "tree_splits", LOAD(splits));
@@ -992,14 +997,13 @@ static void destroy(btree *bt)
     free(bt->pz_out);
     bt_vc_free(bt);
     bt_lock_destroy(bt);
-    pthread_mutex_destroy(&bt->vmu);
-    pthread_mutex_destroy(&bt->cmu);
+    pthread_mutex_destroy(&bt->cmu);     /* (vmu: tree_vref.c, with bt) */
     pthread_mutex_destroy(&bt->state_mu);
     pthread_mutex_destroy(&bt->ckpt_mu);
     pthread_cond_destroy(&bt->ckpt_cv);
     kura_bg_destroy(&bt->bg);
     free(bt->dir);
-    free(bt);
+    bt_vref_closed(bt);                 /* frees bt, now or at the last release */
 }
 
 static void bt_close_op(kura_store *s)

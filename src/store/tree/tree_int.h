@@ -354,6 +354,11 @@ typedef struct btree {
                      punch_errors, run_records,
                      vc_hits, vc_misses;        /* large values from tree_vcache.c */
     uint64_t wal_cut;
+
+    /* values held beyond a get (tree_vref.c): holds, plus BT_VREF_CLOSED
+     * once destroy() is done (the last of both frees bt); their bytes */
+    _Atomic size_t vc_pins;
+    _Atomic uint64_t vc_held_bytes;
 } btree;
 
 /* ---- the tree lock (tree.c) ---------------------------------------------- */
@@ -567,6 +572,16 @@ void do_vc_keep(btree *bt, const bt_ovf *run, uint64_t cas, const void *v0, size
 /* rw exclusive: the run at pgno is freed; its entry goes. */
 void do_vc_drop(btree *bt, uint64_t pgno);
 size_t bt_vc_bytes(btree *bt);
+/* One more reference on e (a get's, which it already holds: e stays). */
+void bt_vc_hold(btree *bt, bt_vent *e);
+
+/* ---- tree_vref.c: large values held beyond a get (item.h's kura_vref) -- */
+
+/* owner: the tree, obj: an entry the get holds (its value is the item's) */
+extern const kura_vref_ops bt_vref_ops;
+/* destroy()'s last step: bt (its cmu) is freed now, or by the last release
+ * of a value still held. */
+void bt_vref_closed(btree *bt);
 
 /* ---- tree_zcomp.c: compressed overflow runs (#zcomp) ------------------- */
 

@@ -146,6 +146,13 @@ void bt_vc_release(btree *bt, bt_vent *e)
         free(e);
 }
 
+void bt_vc_hold(btree *bt, bt_vent *e)
+{
+    pthread_mutex_lock(&bt->vmu);
+    e->refs++;
+    pthread_mutex_unlock(&bt->vmu);
+}
+
 bt_vent *bt_vc_new(const bt_cell *c, size_t n)
 {
     bt_vent *e = malloc(sizeof(*e) + n);
