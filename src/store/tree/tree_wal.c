@@ -87,7 +87,8 @@ static int wal_append(btree *bt, int type, const char *key, size_t klen, const v
     uint32_t crc;
     if (whole) {
         unsigned char *b = rec + BT_REC_HDR;
-        memcpy(b, key, klen);
+        if (klen)                       /* (a record with no key: key may be NULL) */
+            memcpy(b, key, klen);
         if (l0)
             memcpy(b + klen, v0, l0);
         if (l1)
