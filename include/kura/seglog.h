@@ -224,6 +224,21 @@ void sl_seg_each(sl_log *log, void (*fn)(void *arg, sl_seg *sg), void *arg);
  * the log's once the append succeeds); without, frame gets it too but the
  * number is not used up.  0, or KURA_E* (the record is then not in the
  * log: a partial write is cut off again). */
+/* The body's parts of a key-value record, key ++ v0 ++ v1, appended to
+ * iov[n..] for sl_append (empty parts left out: a NULL pointer with a
+ * zero length is never passed on); returns the new count (at most n + 3). */
+static inline int sl_iov_kv(struct iovec *iov, int n, const void *key, size_t klen,
+                            const void *v0, size_t l0, const void *v1, size_t l1)
+{
+    if (klen)
+        iov[n++] = (struct iovec){ (void *)key, klen };
+    if (l0)
+        iov[n++] = (struct iovec){ (void *)v0, l0 };
+    if (l1)
+        iov[n++] = (struct iovec){ (void *)v1, l1 };
+    return n;
+}
+
 int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t body_len,
               bool numbered, sl_frame_fn frame, void *arg, sl_loc *out);
 

@@ -224,12 +224,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     sl_loc loc;
 
     iov[n++] = (struct iovec){ h, 0 };      /* its length once encoded */
-    if (klen)
-        iov[n++] = (struct iovec){ (void *)key, klen };
-    if (l0)
-        iov[n++] = (struct iovec){ (void *)v0, l0 };
-    if (l1)
-        iov[n++] = (struct iovec){ (void *)v1, l1 };
+    n = sl_iov_kv(iov, n, key, klen, v0, l0, v1, l1);
     int rc = sl_append(&db->log, iov, n, HD_REC_HDR_MAX, klen + l0 + l1, seq == 0, frame_head,
                        &f, &loc);
     if (rc)

@@ -102,12 +102,7 @@ static int wal_append(btree *bt, int type, const char *key, size_t klen, const v
         if (l1)
             crc = crc32c_update(crc, v1, l1);
         iov[n++] = (struct iovec){ head, BT_REC_HDR };
-        if (klen)
-            iov[n++] = (struct iovec){ (void *)key, klen };
-        if (l0)
-            iov[n++] = (struct iovec){ (void *)v0, l0 };
-        if (l1)
-            iov[n++] = (struct iovec){ (void *)v1, l1 };
+        n = sl_iov_kv(iov, n, key, klen, v0, l0, v1, l1);
     }
     bt_put32(head, crc32c_update(crc, head + 4, BT_REC_HDR - 4));
     /* frame: the whole record is the "head" sl_append frames, or the
