@@ -5,7 +5,8 @@
  * with parts pointing into the current item, LRU eviction under a memory
  * limit, items too large, iterate, sweep, stripe growth to 200k items, a
  * 4-thread stress with consistency checks, a randomized test against a
- * reference model, and the process-memory bound.
+ * reference model (whose liveness is its own, not kura_item_liveness's),
+ * and the process-memory bound.
  */
 #include <inttypes.h>
 #include <malloc.h>
