@@ -47,9 +47,9 @@ disk    20 KB sets into kurad's hash file and tree under `-sync interval`
         known bandwidth, where a VM's dd would measure the host's cache.
 
 Writes bench/results/footprint.{md,csv,png}, footprint-runs.csv, and the
-generated part of docs/benchmarks.md's "Issue 23's figures" section
-(between its FOOTPRINT markers; only a run of every part rewrites it, since
-it holds them all).  Exit 1 if a run failed.
+generated part of docs/benchmarks.md's "Footprint and speed beside Kyoto
+Cabinet, memcached and the disk" section (between its FOOTPRINT markers;
+only a run of every part rewrites it, since it holds them all).  Exit 1 if a run failed.
 """
 import argparse, datetime, json, os, re, resource, shutil, signal, subprocess, sys, tempfile
 import time

@@ -2,10 +2,10 @@
  * conn.c - one client connection: read, hand to the protocol, write back.
  *
  * A connection lives on one worker's event base.  Bytes read are appended to
- * its read buffer; kura_session_process() (text, meta or binary, chosen at
- * the first byte: proto.h) answers every complete request in them
- * into the write buffer, which goes out in one write() (so a pipeline of
- * requests costs one system call each way).  A large value the store lets
+ * its read buffer; kura_session_process() (text, meta, binary or Tokyo
+ * Tyrant's, chosen at the first byte: proto.h) answers the complete
+ * requests in them into the write buffer, which goes out in one send() (so
+ * a pipeline of requests costs one system call each way).  A large value the store lets
  * keep (the tree's) is not copied into the buffer but referenced (buf.h,
  * src/proto/value.c): the buffer then goes out in one sendmsg() over
  * iovecs of its bytes and the values', each value's hold released once it

@@ -2,7 +2,7 @@
  * crc32c.c - CRC-32C with a hardware path (SSE 4.2) and a table fallback.
  *
  * The choice is made once, on first use, with __builtin_cpu_supports; the
- * two paths give identical results (tested in test_hashdb_crc).  The
+ * two paths give identical results (tests/unit/test_crc32c.c).  The
  * table and the choice are set up under pthread_once, so a thread that
  * uses them sees them whole: a plain "built yet?" flag, read without
  * ordering, could let a thread see the choice before the table behind it.

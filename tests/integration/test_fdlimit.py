@@ -4,11 +4,17 @@
 # so (or, where it may raise the limit, raises it and serves); a default -c
 # is lowered to fit; a flood of clients past -c under a small limit gets
 # memcached's "ERROR Too many open connections" while the server stays idle
-# (CPU over a 2 s window well below a core) and quiet (few log lines); when
-# accept() fails with EMFILE (the limit lowered under the running server) it
-# stops accepting for a while instead of spinning, and serves new clients
-# again once descriptors are free.
-import os, resource, socket, subprocess, sys, time
+# and quiet (few log lines); when accept() fails with EMFILE (the limit
+# lowered under the running server) it stops accepting for a while instead
+# of spinning (listen_disabled_num counts each pause), and serves new
+# clients again once descriptors are free.
+#
+# "Idle" is a state, not a share of a core: every thread of the server is
+# seen asleep (state S in /proc/PID/task/*/stat) in several samples in a
+# row, polled with a scaled deadline.  A thread that spins is running or
+# waiting to run (R) in every sample, however loaded the machine; the
+# negative check runs the same test on a process that spins.
+import os, resource, socket, subprocess, sys, time, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
 from kuratest import ServerTestCase, Server, poll_until, kura_only, deadline
@@ -16,22 +22,35 @@ from kuratest import ServerTestCase, Server, poll_until, kura_only, deadline
 TOO_MANY = b"ERROR Too many open connections\r\n"
 
 
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def cpu_share(pid, seconds=2.0):
-    """Share of one core the process used over a window of `seconds` (a
-    measurement window, not a synchronisation)."""
-    t0, c0 = time.monotonic(), cpu_seconds(pid)
-    time.sleep(seconds)
-    return (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+def thread_states(pid):
+    """The scheduler state of each thread of pid (R running or runnable,
+    S sleeping, D in uninterruptible sleep, ...)."""
+    out = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                out.append(f.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            pass                        # a thread that ended meanwhile
+    return out
+
+
+def all_asleep(pid, samples=5, interval=0.01):
+    """Every thread of pid asleep in `samples` samples in a row; a thread
+    that spins is runnable in each of them."""
+    for _ in range(samples):
+        if any(st not in ("S", "I") for st in thread_states(pid)):
+            return False
+        time.sleep(interval)
+    return True
+
+
+def assert_idle(pid, what):
+    poll_until(lambda: all_asleep(pid), timeout=10, what="%s: every thread asleep" % what)
 
 
 def connect_many(port, n):
@@ -89,8 +108,7 @@ class FdLimit(ServerTestCase):
         lines0 = s.stderr().count("\n")
         clients = connect_many(s.port, 80)
         self.assertEqual(len(clients), 80)
-        share = cpu_share(s.proc.pid)
-        self.assertLess(share, 0.4, "server used %.0f%% of a core" % (share * 100))
+        assert_idle(s.proc.pid, "the server past -c")
         rejected = 0
         for c in clients:
             c.settimeout(0.05)
@@ -109,23 +127,44 @@ class FdLimit(ServerTestCase):
     def test_emfile_stops_accepting(self):
         s = self.start_server(conns=400, nofile=(1024, 1024), threads=2)
         lines0 = s.stderr().count("\n")
+        ctl = s.conn()                  # for stats: no new connection gets in below
+        self.addCleanup(ctl.close)
         # Lower the running server's limit to a few descriptors above what it
         # has open: accept() then fails with EMFILE.
         soft = open_fds(s.proc.pid) + 10
         resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE, (soft, 1024))
         clients = connect_many(s.port, 80)   # the kernel queues them in the backlog
         self.assertGreater(len(clients), 20)
-        share = cpu_share(s.proc.pid)
-        self.assertLess(share, 0.4, "server used %.0f%% of a core" % (share * 100))
         # the line comes from the server's thread at its first EMFILE: polled
         poll_until(lambda: "not accepting new connections" in s.stderr(), timeout=10,
                    what="the server to log that it stopped accepting")
+        # paused, not spinning: asleep between its tries (each one counted),
+        # and those tries no more often than one a backoff (100 ms) apart
+        t0 = time.monotonic()
+        paused0 = int(kuratest.stats(ctl)["listen_disabled_num"])
+        assert_idle(s.proc.pid, "the server out of descriptors")
+        paused = int(kuratest.stats(ctl)["listen_disabled_num"]) - paused0
+        elapsed = time.monotonic() - t0
+        self.assertLessEqual(paused, elapsed / 0.1 + 2,
+                             "%d pauses in %.2f s: accepting again sooner than the backoff"
+                             % (paused, elapsed))
         err = s.stderr()
         self.assertLess(err.count("\n") - lines0, 50, err[-2000:])
         for c in clients:
             c.close()
         poll_until(lambda: served(s), timeout=10, what="a new client to be served")
         resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE, (1024, 1024))
+
+
+class IdleCheck(unittest.TestCase):
+    def test_spinning_process_is_not_idle(self):
+        """The negative check of assert_idle: a process that spins is never
+        seen with every thread asleep."""
+        p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        hits = sum(all_asleep(p.pid, samples=5) for _ in range(20))
+        self.assertEqual(hits, 0)
 
 
 if __name__ == "__main__":

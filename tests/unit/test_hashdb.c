@@ -2,41 +2,25 @@
  * test_hashdb.c - the hash file backend (src/store/hash/hashdb*.c): every store
  * operation and condition, liveness, persistence of every field and of the
  * engine's state across close and reopen, database names and parameters,
- * the lock file, online growth of the index, large values, CRC-32C, the
- * keyed hash (keys chosen to collide under the old unkeyed one spread out;
+ * the lock file, online growth of the index, large values, the keyed
+ * hash (keys chosen to collide under the old unkeyed one spread out;
  * a new key, as after a restart, finds every key), the sweep's budget
  * inside one stripe, the stats kept as counters, and unconditional
  * overwrites counted as the same data written once.
  * Crash, corruption and disk-full cases are in test_hashdb_crash.c;
- * compaction and threads in test_hashdb_stress.c.
+ * compaction and threads in test_hashdb_stress.c; CRC-32C in
+ * test_crc32c.c.
  */
 #include <pthread.h>
 #include <time.h>
 
 #include "unit.h"
 #include "hashdb_testlib.h"
+#include "kura/crc32c.h"
 
 static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
 
-
-uint32_t crc32c_update(uint32_t crc, const void *buf, size_t len);
-uint32_t crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
-
 static const kura_clock CLK = { .now = 1000000, .oldest_cas = 0 };
-
-static void test_crc32c(void)
-{
-    CHECK_EQ_INT(crc32c_update(0, "123456789", 9), 0xE3069283u);
-    CHECK_EQ_INT(crc32c_sw_update(0, "123456789", 9), 0xE3069283u);
-    char buf[1000];
-    for (int i = 0; i < 1000; i++)
-        buf[i] = (char)(i * 7);
-    for (int n = 0; n < 990; n += 37) {
-        CHECK_EQ_INT(crc32c_update(0, buf + 1, (size_t)n), crc32c_sw_update(0, buf + 1, (size_t)n));
-        CHECK_EQ_INT(crc32c_update(crc32c_update(0, buf, 5), buf + 5, (size_t)n),
-                     crc32c_update(0, buf, (size_t)n + 5));
-    }
-}
 
 static void test_names_and_params(void)
 {
@@ -1401,7 +1385,6 @@ static void test_sweep_goes_quiet(void)
 int main(void)
 {
     t_setup();
-    RUN(test_crc32c);
     RUN(test_names_and_params);
     RUN(test_operations);
     RUN(test_liveness_and_sweep);

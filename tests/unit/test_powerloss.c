@@ -20,6 +20,12 @@
  *    key acknowledged as deleted unless written again later.
  *  - The negative check: the same with "fsync lies" must find violations,
  *    so the check above can fail.
+ *  - Every recorded run must have gone through the I/O layer it was given
+ *    (a counter below the recorder sees its pwritevs and syncs), and every
+ *    fault sweep must have found calls to fail: a store that wrote its
+ *    files some other way would leave nothing to cut or inject, and pass.
+ *    The negative check gives a store the system's I/O instead and must
+ *    see both checks fail.
  *  - Injected faults: for every fsync and fdatasync of a workload, that
  *    call fails with EIO: the write it served is never reported done,
  *    every later write fails (KURA_EFAILED: the failure is sticky, or
@@ -402,14 +408,39 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
 /* Sanitizers slow everything down: fewer cut points there. */
 static int scaled(int n)
 {
-    double f = atof(getenv("KURA_TEST_DEADLINE_SCALE") ? getenv("KURA_TEST_DEADLINE_SCALE") : "1");
+    double f = unit_deadline_scale();
     return f > 1 ? (int)(n / (f + 1)) + 1 : n;
 }
 
+/* Set by the negative check of io_seen: the store is given the system's
+ * I/O instead of the recorder, as a store that ignored cfg.io would use. */
+static bool g_bypass_io;
+/* Set by record_run when io_seen refused a run. */
+static bool g_io_unseen;
+
+/* Whether the store's writes and syncs went through the I/O layer it was
+ * given: the counter below the recorder saw pwritevs and syncs, and the
+ * recorder has operations to cut.  A store that wrote its files some other
+ * way would leave nothing to cut, and every image check would pass on
+ * nothing; so that is a failure, said. */
+static bool io_seen(const char *tag, kio_inject *cnt, kio_rec *rec)
+{
+    uint64_t writes = kio_inject_calls(cnt, KIO_PWRITEV);
+    uint64_t syncs = kio_inject_calls(cnt, KIO_FSYNC) + kio_inject_calls(cnt, KIO_FDATASYNC);
+    uint64_t ops = kio_rec_ops(rec);
+    if (writes > 0 && syncs > 0 && ops > 0)
+        return true;
+    printf("# %s: the store's file I/O did not go through cfg.io: %llu pwritev, %llu syncs, "
+           "%llu operations recorded\n", tag, (unsigned long long)writes,
+           (unsigned long long)syncs, (unsigned long long)ops);
+    return false;
+}
+
 /* Runs the workload on a store under root (made afresh) whose file I/O is
- * recorded; the store is closed at the end.  Returns the recorder (NULL on
- * a failure, said), with *total its operations (0: the store bypassed
- * cfg.io). */
+ * recorded (with a counter of calls below the recorder); the store is
+ * closed at the end.  Returns the recorder, with *total its operations, or
+ * NULL on a failure, said: among them a store whose writes and syncs did
+ * not go through cfg.io (io_seen; g_io_unseen set). */
 static kio_rec *record_run(const char *tag, const char *root, int mode, bool lies, int nops,
                            model *m, uint64_t *total)
 {
@@ -417,18 +448,21 @@ static kio_rec *record_run(const char *tag, const char *root, int mode, bool lie
     kio_rmrf(root);
     if (mkdir(root, 0755) != 0)
         return NULL;
-    kio_rec *rec = kio_rec_new(root, NULL);
-    if (!rec)
+    kio_inject *cnt = kio_inject_new(NULL);
+    kio_rec *rec = cnt ? kio_rec_new(root, kio_inject_io(cnt)) : NULL;
+    if (!rec) {
+        if (cnt)
+            kio_inject_free(cnt);
         return NULL;
+    }
     kio_rec_set_lies(rec, lies);
     kura_store_config cfg = t_cfg(mode);
-    cfg.io = kio_rec_io(rec);
+    cfg.io = g_bypass_io ? NULL : kio_rec_io(rec);
     kura_store *s;
     snprintf(path, sizeof(path), "%s/%s", root, be->file);
     if (t_open(path, be->params, &cfg, &s, err, sizeof(err)) != KURA_OK) {
         printf("# %s: open: %s\n", tag, err);
-        kio_rec_free(rec);
-        return NULL;
+        goto fail;
     }
     wl w = { .m = m, .s = s, .rec = rec, .sync_mode = mode };
     for (int i = 0; i < nops; i++) {
@@ -436,8 +470,7 @@ static kio_rec *record_run(const char *tag, const char *root, int mode, bool lie
         if (rc != KURA_OK && !(what == OP_DEL && rc == KURA_NOTFOUND)) {
             printf("# %s: step %d (kind %d) failed: %s\n", tag, i, what, kura_strerror(rc));
             kura_store_close(s);
-            kio_rec_free(rec);
-            return NULL;
+            goto fail;
         }
     }
     if (be == &TREE_PZ) {
@@ -449,8 +482,17 @@ static kio_rec *record_run(const char *tag, const char *root, int mode, bool lie
         CHECK(zp > 0);
     }
     kura_store_close(s);
+    if (!io_seen(tag, cnt, rec)) {
+        g_io_unseen = true;
+        goto fail;
+    }
+    kio_inject_free(cnt);
     *total = kio_rec_ops(rec);
     return rec;
+fail:
+    kio_rec_free(rec);
+    kio_inject_free(cnt);
+    return NULL;
 }
 
 /* Opens the image in dir with the system's I/O and checks it against the
@@ -487,13 +529,6 @@ static int powerloss_run(const char *tag, int mode, bool lies, int nops, int ncu
     if (!rec) {
         m_free(&m);
         return -1;
-    }
-    if (total == 0) {
-        /* a store that bypasses cfg.io: nothing to cut */
-        kio_rmrf(root);
-        kio_rec_free(rec);
-        m_free(&m);
-        return -2;
     }
     int violations = 0, printed = 0;
     uint64_t stride = total / (uint64_t)ncuts ? total / (uint64_t)ncuts : 1, jr = seed | 1;
@@ -561,10 +596,6 @@ static void run_mode(const char *tag, int mode, int nops, int ncuts, int nseeds)
     double t0 = mono();
     int images = 0;
     int v = powerloss_run(tag, mode, false, nops, ncuts, nseeds, g_seed, &images);
-    if (v == -2) {
-        printf("# %s: skipped, the store's file I/O does not go through cfg.io\n", tag);
-        return;
-    }
     printf("# %s: %d images, %d with violations, %.1f s\n", tag, images, v, mono() - t0);
     CHECK_EQ_INT(v, 0);
     CHECK(images > 0);
@@ -606,12 +637,6 @@ static void test_powerloss_during_recovery(void)
     uint64_t total = 0;
     kio_rec *rec = record_run("recovery", root, KURA_SYNC_ALWAYS, false, 500, &m, &total);
     REQUIRE(rec != NULL);
-    if (total == 0) {
-        printf("# recovery: skipped, the store's file I/O does not go through cfg.io\n");
-        kio_rec_free(rec);
-        m_free(&m);
-        return;
-    }
     int firsts = scaled(24), images = 0, violations = 0, printed = 0, recovery_ops = 0;
     for (int c = 1; c <= firsts; c++) {
         uint64_t k = total * (uint64_t)c / (uint64_t)(firsts + 1);
@@ -672,10 +697,6 @@ static void test_powerloss_fsync_lies_is_caught(void)
 {
     int images = 0;
     int v = powerloss_run("lies", KURA_SYNC_ALWAYS, true, 300, 40, 2, g_seed, &images);
-    if (v == -2) {
-        printf("# lies: skipped, the store's file I/O does not go through cfg.io\n");
-        return;
-    }
     printf("# lies: %d of %d images with violations (expected: some)\n", v, images);
     CHECK(v > 0);
 }
@@ -702,7 +723,7 @@ static int fault_run(kio_inject *in, int fault, int kind, uint64_t n, const char
         kio_inject_fail(in, kind, n, fault == F_ENOSPC ? 0 : 1,
                         fault == F_EIO ? EIO : fault == F_ENOSPC ? ENOSPC : KIO_SHORT);
     kura_store_config cfg = t_cfg(KURA_SYNC_ALWAYS);
-    cfg.io = kio_inject_io(in);
+    cfg.io = g_bypass_io ? NULL : kio_inject_io(in);
     kura_store *s;
     static model m;
     m_init(&m, 0x5EEDULL);
@@ -788,12 +809,19 @@ static int fault_run(kio_inject *in, int fault, int kind, uint64_t n, const char
     return bad;
 }
 
-/* Every call of kind in turn fails; returns how many runs found faults. */
+/* Every call of kind in turn fails; returns how many runs found faults.
+ * A clean run that made no call of kind through the I/O layer counts as one
+ * (a store that bypassed cfg.io would otherwise pass with nothing tried). */
 static int fault_sweep(int fault, int kind, const char *params)
 {
     kio_inject *in = kio_inject_new(NULL);
     uint64_t total = 0;
     int bad = fault_run(in, F_NONE, kind, 0, params, &total), runs_bad = bad != 0;
+    if (total == 0) {
+        printf("# fault %d kind %d%s: no call of that kind went through cfg.io\n", fault, kind,
+               params);
+        runs_bad++;
+    }
     uint64_t step = total > (uint64_t)scaled(400) ? total / (uint64_t)scaled(400) + 1 : 1;
     for (uint64_t n = 1; n <= total; n += step) {
         int b = fault_run(in, fault, kind, n, params, NULL);
@@ -803,6 +831,31 @@ static int fault_sweep(int fault, int kind, const char *params)
            kind, params, (unsigned long long)total, (unsigned long long)step, runs_bad);
     kio_inject_free(in);
     return runs_bad;
+}
+
+/* The negative check of io_seen and of fault_sweep's count: a store given
+ * the system's I/O in place of the recorder or the injector (what a store
+ * that ignored cfg.io would do) fails both, where before it passed with
+ * nothing recorded and nothing injected. */
+static void test_bypassing_the_io_layer_is_caught(void)
+{
+    char root[300];
+    snprintf(root, sizeof(root), "%s/bypass", base);
+    static model m;
+    m_init(&m, g_seed);
+    uint64_t total = 0;
+    g_bypass_io = true;
+    g_io_unseen = false;
+    kio_rec *rec = record_run("bypass", root, KURA_SYNC_ALWAYS, false, 100, &m, &total);
+    int sweep_bad = fault_sweep(F_EIO, KIO_FDATASYNC, be->fault);
+    g_bypass_io = false;
+    CHECK(rec == NULL);
+    CHECK(g_io_unseen);
+    CHECK(sweep_bad > 0);
+    if (rec)
+        kio_rec_free(rec);
+    kio_rmrf(root);
+    m_free(&m);
 }
 
 static void test_eio_on_every_fdatasync(void)
@@ -855,6 +908,11 @@ static void test_tree_powerloss_during_recovery(void)
 static void test_tree_powerloss_fsync_lies_is_caught(void)
 {
     test_powerloss_fsync_lies_is_caught();
+}
+
+static void test_tree_bypassing_the_io_layer_is_caught(void)
+{
+    test_bypassing_the_io_layer_is_caught();
 }
 
 /* The negative check of page reuse: a page freed since the last
@@ -959,6 +1017,7 @@ int main(void)
     RUN(test_powerloss_sync_interval);
     RUN(test_powerloss_during_recovery);
     RUN(test_powerloss_fsync_lies_is_caught);
+    RUN(test_bypassing_the_io_layer_is_caught);
     RUN(test_eio_on_every_fdatasync);
     RUN(test_eio_on_every_fsync);
     RUN(test_enospc_on_every_pwritev);
@@ -969,6 +1028,7 @@ int main(void)
     RUN(test_tree_powerloss_sync_interval);
     RUN(test_tree_powerloss_during_recovery);
     RUN(test_tree_powerloss_fsync_lies_is_caught);
+    RUN(test_tree_bypassing_the_io_layer_is_caught);
     RUN(test_tree_reuse_before_durable_is_caught);
     RUN(test_tree_eio_on_every_fdatasync);
     RUN(test_tree_eio_on_every_fsync);

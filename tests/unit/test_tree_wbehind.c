@@ -12,7 +12,9 @@
  * once a checkpoint shows the background thread has run after every set
  * (the small sets that follow the large ones fill the log past #ckpt),
  * the count is still 0.  Whether the disk is kept busy is a matter for
- * the benchmark (bench/footprint.py --parts disk --disk-limit 50).
+ * the benchmark (bench/footprint.py --parts disk --disk-limit 50).  Waits
+ * are polls with deadlines scaled by KURA_TEST_DEADLINE_SCALE (unit.h):
+ * nothing here depends on how fast the machine is.
  */
 #include <string.h>
 #include <time.h>
@@ -31,16 +33,9 @@ static int put(kura_store *s, const char *key, size_t n)
     return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Twenty 20 KB sets, then small ones past #ckpt=64k; returns the store
- * after its background thread has written a checkpoint since (polled,
- * 20 s at most), or NULL. */
+ * after its background thread has written a checkpoint since (polled until
+ * unit_deadline(20): 20 s times KURA_TEST_DEADLINE_SCALE), or NULL. */
 static kura_store *load(const char *name, const char *params)
 {
     kura_store *s = t_open_tree(tpath(name), params);
@@ -57,8 +52,8 @@ static kura_store *load(const char *name, const char *params)
         snprintf(k, sizeof(k), "small-key-%06d", i);
         CHECK_EQ_INT(put(s, k, 40), KURA_OK);
     }
-    double end = mono() + 20;
-    while (t_stat(s, "tree_checkpoints") <= ck0 && mono() < end) {
+    double end = unit_deadline(20);
+    while (t_stat(s, "tree_checkpoints") <= ck0 && unit_now() < end) {
         struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);
     }
@@ -72,9 +67,9 @@ static void test_writeback_started(void)
     if (!s)
         return;
     /* (the round that saw the last runs may come after the checkpoint) */
-    double end = mono() + 20;
+    double end = unit_deadline(20);
     uint64_t b;
-    while ((b = t_stat(s, "tree_writebehind_bytes")) < 65536 && mono() < end) {
+    while ((b = t_stat(s, "tree_writebehind_bytes")) < 65536 && unit_now() < end) {
         struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);
     }

@@ -14,6 +14,13 @@
  * package brings it).  RUN prints "ok N - name # SKIP <kind>: reason", the
  * form tests/run counts as skipped; with CI=true or KURA_REQUIRE_ALL=1 a
  * missing dependency is "not ok" instead, as in tests/lib/kuratest.py.
+ *
+ * Deadlines scale with the machine as kuratest.deadline() does: a test
+ * waits for a condition until unit_deadline(seconds), which is seconds
+ * times KURA_TEST_DEADLINE_SCALE (sanitizer builds and loaded CI machines
+ * run several times slower) from now on the monotonic clock (unit_now()).
+ * A deadline bounds a wait for something that must happen; it never
+ * decides how much work a test does.
  */
 #ifndef KURA_UNIT_H
 #define KURA_UNIT_H
@@ -21,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int unit_failed_checks;
 static int unit_test_no;
@@ -35,6 +43,29 @@ static inline int unit_require_all(void)
 {
     const char *ci = getenv("CI"), *all = getenv("KURA_REQUIRE_ALL");
     return (ci && strcmp(ci, "true") == 0) || (all && strcmp(all, "1") == 0);
+}
+
+/* KURA_TEST_DEADLINE_SCALE, 1 when unset or not a positive number. */
+static inline double unit_deadline_scale(void)
+{
+    const char *v = getenv("KURA_TEST_DEADLINE_SCALE");
+    double f = v ? atof(v) : 1.0;
+    return f > 0 ? f : 1.0;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double unit_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The moment seconds from now, scaled: poll until a condition holds or
+ * unit_now() passes this. */
+static inline double unit_deadline(double seconds)
+{
+    return unit_now() + seconds * unit_deadline_scale();
 }
 
 #define SKIP_NA(reason) do { unit_skip_kind = UNIT_NOT_APPLICABLE; \
