@@ -15,7 +15,7 @@ import kuratest
 ROOT = kuratest.ROOT
 FUZZ = os.path.join(ROOT, "tests", "fuzz")
 CORPUS = os.path.join(FUZZ, "corpus")
-BUILD = os.environ.get("KURA_BUILD", "build")
+BUILD = os.environ.get("KURA_BUILD", "build-test")
 if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 
