@@ -4,11 +4,13 @@
 #                   release builds, without a test switch (include/kura/testhooks.h)
 #   make programs   only kurad and kuractl
 #   make run        build, then run kurad in the foreground on 127.0.0.1:11211
-#   make test       build the test tree (build-test/: the programs, the unit
-#                   tests and the fuzz replayers, with the test switches,
-#                   -DKURA_TEST_HOOKS) and run every test against it; ends
-#                   with "N passed, N failed"
+#   make test       make check-layers, then build the test tree (build-test/:
+#                   the programs, the unit tests and the fuzz replayers, with
+#                   the test switches, -DKURA_TEST_HOOKS) and run every test
+#                   against it; ends with "N passed, N failed"
 #   make test-build only build the test tree (build-test/)
+#   make check-layers  every #include in src/ and include/kura/ against the
+#                   layers of tools/layers.txt (tools/check-layers)
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/,
 #                   with the test switches)
 #   make test-tsan  the same suite under ThreadSanitizer (build-tsan/, with the
@@ -147,7 +149,7 @@ KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all programs run test test-run test-build test-asan test-tsan check install \
+.PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
         bench-tt fuzz fuzz-build soak bench-footprint
 # kura-enginebench too: a measurement with a stale one would time old code.
@@ -286,7 +288,7 @@ run: $(KURAD)
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
 # The suite runs against a tree of its own, built with the test switches
 # (testhooks.h): $(TEST_BUILD), never build/, whose programs are release ones.
-test:
+test: check-layers
 	$(MAKE) BUILD=$(TEST_BUILD) TEST_HOOKS=1 test-run
 
 test-run: all
@@ -294,6 +296,10 @@ test-run: all
 
 test-build:
 	$(MAKE) BUILD=$(TEST_BUILD) TEST_HOOKS=1 all
+
+# Lower layers never include higher ones (tools/layers.txt).
+check-layers:
+	/usr/bin/python3 tools/check-layers
 
 check: test
 
