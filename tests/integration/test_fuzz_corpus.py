@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # The fuzz targets' corpora replayed (tests/fuzz/): each target built with the
-# plain driver (build/fuzz/fuzz_<name>, driver.c) runs every file of
+# plain driver (build-test/fuzz/fuzz_<name>, driver.c) runs every file of
 # tests/fuzz/corpus/<name>/ once through its decoder.  Every file there is a
 # seed or a finding kept as a regression input: a crash, a sanitizer report
 # (under make test-asan) or an abort from a target's own checks fails here.
