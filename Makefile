@@ -1,12 +1,20 @@
 # kura - top-level Makefile.  Plain `make` needs no configure step.
 #
-#   make            build kurad, kuractl, kura-bench and the unit tests (into build/)
+#   make            build kurad, kuractl, kura-bench, kura-enginebench (into build/):
+#                   release builds, without a test switch (include/kura/testhooks.h)
 #   make programs   only kurad and kuractl
 #   make run        build, then run kurad in the foreground on 127.0.0.1:11211
-#   make test       build and run every test; ends with "N passed, N failed"
-#   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
-#   make test-tsan  the same suite under ThreadSanitizer (build-tsan/); any
-#                   report fails
+#   make test       make check-layers, then build the test tree (build-test/:
+#                   the programs, the unit tests and the fuzz replayers, with
+#                   the test switches, -DKURA_TEST_HOOKS) and run every test
+#                   against it; ends with "N passed, N failed"
+#   make test-build only build the test tree (build-test/)
+#   make check-layers  every #include in src/ and include/kura/ against the
+#                   layers of tools/layers.txt (tools/check-layers)
+#   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/,
+#                   with the test switches)
+#   make test-tsan  the same suite under ThreadSanitizer (build-tsan/, with the
+#                   test switches); any report fails
 #   make install    kurad into sbindir, kuractl into bindir, man pages, docs,
 #                   conf/ files, the systemd unit; make uninstall removes them.
 #                   GNU directory variables and DESTDIR honoured (see below)
@@ -32,7 +40,7 @@
 # and every other tests/unit/*.c (test support, such as kio_sim.c) is linked
 # into each of them.  tests/fuzz/fuzz_*.c are one fuzz target each
 # (tests/fuzz/fuzz.h): plain builds link them with tests/fuzz/driver.c into
-# corpus replayers (build/fuzz/, run by make test), make fuzz with libFuzzer.
+# corpus replayers (build-test/fuzz/, run by make test), make fuzz with libFuzzer.
 #
 # Flags: CFLAGS, CPPFLAGS and LDFLAGS (from the environment, the command line
 # or config.mk) are added to the project's own, after them, so a
@@ -42,6 +50,11 @@
 
 -include config.mk
 BUILD   ?= build
+# The test tree: built with the test switches by make test (test-asan and
+# test-tsan set it to build-asan, build-tsan).  TEST_HOOKS=1 is what makes
+# a tree a test tree; never set it for build/, whose programs are installed.
+TEST_BUILD ?= build-test
+TEST_HOOKS ?=
 CC      ?= cc
 OPT     ?= -O2
 SAN     ?=
@@ -103,7 +116,7 @@ HAVE_OPENSSL ?= $(if $(wildcard /usr/include/openssl/ssl.h),1)
 OPENSSL_LIBS ?= -lssl -lcrypto
 
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra $(WERROR) -pthread \
-              -Iinclude -fno-strict-aliasing $(SAN)
+              -Iinclude -fno-strict-aliasing $(SAN) $(if $(TEST_HOOKS),-DKURA_TEST_HOOKS)
 CFLAGS_ALL  = $(CFLAGS_BASE) $(DEP_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 CFLAGS_ALL += $(if $(HAVE_OPENSSL),-DKURA_HAVE_OPENSSL $(OPENSSL_CFLAGS))
 LIBS        = $(LDFLAGS) $(LIBEVENT_LIBS) $(ZLIB_LIBS) $(BZIP2_LIBS) $(LZO2_LIBS) -lm -pthread $(SAN)
@@ -136,12 +149,13 @@ KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
-        distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build soak \
-        bench-footprint
-# kura-enginebench too: a measurement with a stale one would time old code
-all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
-     $(FUZZ_BIN)
+.PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
+        install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
+        bench-tt fuzz fuzz-build soak bench-footprint
+# kura-enginebench too: a measurement with a stale one would time old code.
+# A test tree (TEST_HOOKS=1) also holds what only the tests use.
+all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench \
+     $(if $(TEST_HOOKS),$(UNIT_BIN) $(BUILD)/tests/libfailsync.so $(FUZZ_BIN))
 
 programs: $(KURAD) $(KURACTL)
 
@@ -272,19 +286,31 @@ run: $(KURAD)
 
 # Each test program prints TAP lines; tests/run collects them and prints the
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
-test: all
+# The suite runs against a tree of its own, built with the test switches
+# (testhooks.h): $(TEST_BUILD), never build/, whose programs are release ones.
+test: check-layers
+	$(MAKE) BUILD=$(TEST_BUILD) TEST_HOOKS=1 test-run
+
+test-run: all
 	KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run $(TESTS)
+
+test-build:
+	$(MAKE) BUILD=$(TEST_BUILD) TEST_HOOKS=1 all
+
+# Lower layers never include higher ones (tools/layers.txt).
+check-layers:
+	/usr/bin/python3 tools/check-layers
 
 check: test
 
 # The load and soak test at length: tests/integration/test_soak.py with its
 # mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s);
-# each backend's figures are appended to $(BUILD)/soak-figures.txt.
+# each backend's figures are appended to $(TEST_BUILD)/soak-figures.txt.
 SOAK_SECONDS ?= 600
-soak: all
+soak: test-build
 	SOAK_SECONDS=$(SOAK_SECONDS) KURA_TEST_TIMEOUT=$$(( $(SOAK_SECONDS) + 300 )) \
-	    SOAK_FIGURES=$(BUILD)/soak-figures.txt \
-	    KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_soak.py
+	    SOAK_FIGURES=$(TEST_BUILD)/soak-figures.txt \
+	    KURA_BUILD=$(TEST_BUILD) /usr/bin/python3 tests/run test_soak.py
 
 # The sanitized builds also check the cross-module lock order
 # (include/kura/lockorder.h): a thread taking a lock out of rank aborts.
@@ -292,7 +318,7 @@ LOCK_ORDER_CHECK = -DKURA_LOCK_ORDER_CHECK
 
 # Sanitized code runs several times slower: the tests' deadlines stretch.
 test-asan:
-	KURA_TEST_DEADLINE_SCALE=3 $(MAKE) BUILD=build-asan OPT=-O1 \
+	KURA_TEST_DEADLINE_SCALE=3 $(MAKE) TEST_BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	    $(LOCK_ORDER_CHECK)" test
 
@@ -313,7 +339,7 @@ TSAN_OPTIONS_RUN = halt_on_error=1 exitcode=66 second_deadlock_stack=1 die_after
 # takes about 5 minutes on 2 cores (ASan about as long), within CI's budget.
 test-tsan:
 	TSAN_OPTIONS="$(TSAN_OPTIONS_RUN)" KURA_TEST_DEADLINE_SCALE=5 \
-	    $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer \
+	    $(MAKE) TEST_BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer \
 	    $(LOCK_ORDER_CHECK)" test
 
 # Paths inside conf/ are written for prefix=/usr/local, sysconfdir=/etc and
@@ -404,7 +430,7 @@ test-deb: deb programs
 	KURA_DEB_DIR=$(CURDIR)/$(DEB_DIR) KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_package
 
 clean:
-	rm -rf build build-asan build-tsan build-deb build-fuzz
+	rm -rf build build-test build-asan build-tsan build-deb build-fuzz
 
 distclean: clean
 	rm -rf config.mk config.log config.status autom4te.cache

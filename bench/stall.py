@@ -129,7 +129,9 @@ def main():
                     help="another kurad to measure first (repeatable)")
     ap.add_argument("--inline", action="store_true",
                     help="also this build with KURA_TEST_LIST_INLINE=1 (each walk whole in "
-                         "one call, unsliced): what the slicing itself costs")
+                         "one call, unsliced): what the slicing itself costs; a test "
+                         "tree's kurad only (--build build-test: a release kurad reads "
+                         "no test variable)")
     ap.add_argument("--db", default="*",
                     help="the database: * (the cache, default), NAME.kh or NAME.kb")
     ap.add_argument("--request", action="append", default=[],

@@ -5,9 +5,12 @@
 # kura-turnbench with it, sliced (as kurad runs it) and whole in one call
 # (KURA_TEST_LIST_INLINE=1), less a run with no listing; then their ratio.
 #
-#     bench/turns/slicing-cost.sh [BUILD [ITEMS]]     (build, 50000)
+#     bench/turns/slicing-cost.sh [BUILD [ITEMS]]     (build-test, 50000)
+#
+# KURA_TEST_LIST_INLINE is read only by a test tree's code (testhooks.h):
+# BUILD is one, e.g. make BUILD=build-test TEST_HOOKS=1 build-test/kura-turnbench
 set -e
-B=${1:-build}
+B=${1:-build-test}
 N=${2:-50000}
 count() {       # instructions of one kura-turnbench run
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$B/kura-turnbench" "$N" '*' 1 "$1" \

@@ -5,7 +5,7 @@
  * doubling so that appending n bytes costs O(n) amortized.  A connection
  * keeps its buffers between requests, so the steady state allocates nothing.
  *
- * A reply buffer may also carry references: another's bytes, held (item.h's
+ * A reply buffer may also carry references: another's bytes, held (vref.h's
  * kura_vref) rather than copied, that go out between data[at - 1] and
  * data[at] (kura_buf_append_ref).  The buffer's bytes are then data and the
  * references interleaved, kura_buf_size() of them; a writer takes them as
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "kura/item.h"
+#include "kura/vref.h"
 
 /* One reference: n bytes at p, kept by a hold on (ops, owner, obj). */
 typedef struct kura_bref {

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kura/vref.h"
+
 #define KURA_KEY_MAX 250                /* memcached's KEY_MAX_LENGTH */
 #define KURA_ITEM_SIZE_MAX_DEFAULT (1024 * 1024)
 
@@ -37,37 +39,9 @@ static inline uint64_t kura_item_wire_total(size_t klen, uint64_t vlen, uint32_t
     return 48 + 8 + (uint64_t)klen + 1 + (flags ? 4 : 0) + vlen + 2;
 }
 
-/*
- * A reference to an item's value bytes that outlives a get's callback.
- *
- * A get callback sees val valid only until it returns; a store whose value
- * lies in memory it refcounts anyway (the tree's cache of large values,
- * tree_vcache.c) may also say how to keep those bytes: the callback calls
- * ops->hold(owner, obj), and from then on the vlen bytes at val stay as
- * they are (whatever later puts, deletes, evictions or even the store's
- * close do) until the one matching ops->release(owner, obj).  This is how
- * a reply sends a large value by reference instead of copying it into the
- * connection's output (kura_buf_append_ref, buf.h), as memcached sends an
- * item's memory with its refcount held until written.
- *
- * Each hold is released exactly once, from any thread, with no lock of the
- * store's held by the caller.  What a hold keeps is memory the store's own
- * bound (the tree's vcache) may no longer count: the holder bounds it (a
- * connection counts referenced bytes in its output bound).  vref is NULL
- * for every other item (a store that sets nothing: copy the bytes).
- */
-typedef struct kura_vref_ops {
-    void (*hold)(void *owner, void *obj);      /* cannot fail */
-    void (*release)(void *owner, void *obj);
-} kura_vref_ops;
-
-typedef struct kura_vref {
-    const kura_vref_ops *ops;
-    void *owner, *obj;                  /* the store's (tree: the tree, the entry) */
-} kura_vref;
 
 /* An item as passed to and from a store.  In a callback, key and val point
- * into the store and are valid only until the callback returns (vref, when
+ * into the store and are valid only until the callback returns (vref.h: vref, when
  * not NULL, says how to keep val longer; it too is valid only then). */
 typedef struct kura_item {
     const char *key;

@@ -1,19 +1,31 @@
 /*
- * testhooks.h - everything in the library that exists for tests only: the
- * switches a test sets to make the stores behave in a way it can check,
- * and the test-only entry points into the backends.
+ * testhooks.h - the switches a test sets to make the library behave in a
+ * way it can check (most bring back an old, knowingly unsafe behaviour:
+ * the negative checks that show a test fails without what it guards).
  *
- * The switches are fields of one global, kura_test (src/store/testhooks.c),
- * rather than fields of the stores' structs or globals of their own, so
- * that a reader of production code sees at a glance which branches only a
- * test takes, and so that a test has one header to include.  Every switch
- * is off (zero) unless a unit test sets it: kurad and kuractl never do,
- * and nothing reads one from the command line or the environment, but
- * list_inline, vref_early_release and conn_sndbuf, which kurad takes from
- * KURA_TEST_LIST_INLINE, KURA_TEST_VREF_EARLY and KURA_TEST_SNDBUF (set in
- * the environment) so that an integration test can show its check fails
- * without the bound or the hold it guards, or meet partial sends.  A switch is process-wide: it applies to
- * every store the test has open.
+ * They exist only in test builds: compiled with -DKURA_TEST_HOOKS (the
+ * Makefile's TEST_HOOKS=1: `make test`'s build-test/, build-asan/,
+ * build-tsan/), the switches are fields of one global, kura_test
+ * (src/util/testhooks.c), and production code reads one as
+ * KURA_TEST_SWITCH(name), calls a hook as KURA_TEST_CALL(name, args...)
+ * (name##_arg first) and clears one as KURA_TEST_SET(name, v).  Without
+ * the define (plain `make`, `make deb`, `make install`) there is no
+ * kura_test: a switch is the constant 0, a call and a set are nothing, so
+ * the compiler drops every test-only branch and a release kurad or kuractl
+ * holds none of them, reads no test environment variable and no test
+ * option.  A reader of production code sees at a glance which branches
+ * only a test takes, and a test has one header to include.
+ *
+ * Every switch is off (zero) unless a test sets it: a unit test directly;
+ * kurad of a test build sets list_inline, vref_early_release and
+ * conn_sndbuf from KURA_TEST_LIST_INLINE, KURA_TEST_VREF_EARLY and
+ * KURA_TEST_SNDBUF in its environment (and kuractl of a test build reads
+ * KURACTL_TEST_IMPORT_DROP_FIRST), so that an integration test can show
+ * its check fails without the bound or the hold it guards, or meet partial
+ * sends.  A switch is process-wide: it applies to every store the test has
+ * open.  The header belongs to util/, the lowest layer (tools/layers.txt),
+ * so that any layer may read a switch; the stores' test-only entry points
+ * are the store's (storedebug.h).
  */
 #ifndef KURA_TESTHOOKS_H
 #define KURA_TESTHOOKS_H
@@ -23,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kura/store.h"
+#ifdef KURA_TEST_HOOKS
 
 typedef struct kura_testhooks {
     /* While true, no backend's background work runs (dbfile.c: the
@@ -176,18 +188,23 @@ typedef struct kura_testhooks {
 
 extern kura_testhooks kura_test;
 
-/* The hash file: one synchronous round of checkpoint and compaction
- * (hashdb.c), as the background work would do it. */
-int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact);
-/* The hash of a key under the store's hash key (its low bits pick the
- * stripe). */
-uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen);
-/* The longest probe in the index: how many slots past its home line's
- * first slot the farthest entry sits.  O(slots), under each stripe's read
- * lock in turn. */
-size_t hashdb_debug_probe_max(kura_store *store);
+#define KURA_TEST_SWITCH(name) (kura_test.name)
+#define KURA_TEST_SET(name, v) ((void)(kura_test.name = (v)))
+#define KURA_TEST_CALL(name, ...) \
+    (kura_test.name ? kura_test.name(kura_test.name##_arg, ##__VA_ARGS__) : (void)0)
 
-/* The B+ tree: a checkpoint now, as the background work would write one. */
-int btree_debug_checkpoint(kura_store *s);
+#else   /* a release build: no switch, no hook */
+
+/* takes a call's arguments so that they count as used; inlined to nothing */
+static inline void kura_nohook(int none, ...)
+{
+    (void)none;
+}
+
+#define KURA_TEST_SWITCH(name) 0
+#define KURA_TEST_SET(name, v) ((void)0)
+#define KURA_TEST_CALL(name, ...) kura_nohook(0, ##__VA_ARGS__)
+
+#endif
 
 #endif

@@ -1,11 +1,13 @@
 /*
  * watch.h - memcached 1.6's log stream ("watch fetchers mutations
  * evictions connevents"): the events, as memcached 1.6.18's logger writes
- * them, for the connections that asked (src/util/watch.c).
+ * them, for the connections that asked (src/watch/watch.c).  The watch
+ * module sits above the engine: it takes the engine's gets, stores and
+ * evictions as the engine's observer (observer.h), connection events from
+ * the server (kura_watch_conn).
  *
- * An event's producer checks kura_watching(flag) first: one relaxed load
- * of a word that is 0 while nobody watches, so the stream costs nothing
- * then.  Only when someone watches is the line formatted and copied into
+ * The server checks kura_watching(flag) first: one relaxed load of a word
+ * that is 0 while nobody watches, so the stream costs nothing then.  Only when someone watches is the line formatted and copied into
  * each watcher's bounded buffer (a full one skips the line and counts it).
  */
 #ifndef KURA_WATCH_H
@@ -33,22 +35,8 @@ static inline bool kura_watching(unsigned flag)
     return atomic_load_explicit(&kura_watch_flags, memory_order_relaxed) & flag;
 }
 
-/* The descriptor of the connection this thread is serving (memcached's
- * cfd), set by the session before each call into a protocol; -1 on a
- * thread that serves no connection (a replica applying rows). */
-extern _Thread_local int kura_watch_cfd;
-
-/* The events (call only when kura_watching(their flag)).  status: found
- * or not_found for a get; stored, exists, not_found, not_stored,
- * too_large, no_memory for a store.  ttl: seconds left, 0 = never (item_
- * store) or -1 = never (eviction), as memcached prints them.  la: seconds
- * since the item's last access. */
-void kura_watch_item_get(const char *key, size_t klen, bool found, uint64_t size);
-void kura_watch_item_store(const char *key, size_t klen, const char *status, const char *cmd,
-                           long long ttl, uint64_t size);
-void kura_watch_eviction(const char *key, size_t klen, bool fetched, long long ttl,
-                         long long la, uint64_t size);
-/* reason NULL: a new connection (conn_new); else conn_close's reason
+/* A connection event (call only when kura_watching(KURA_WATCH_CONNEVENTS)):
+ * reason NULL: a new connection (conn_new); else conn_close's reason
  * (normal, error, idle_timeout, shutdown). */
 void kura_watch_conn(int fd, const char *reason);
 

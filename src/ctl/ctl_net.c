@@ -10,7 +10,7 @@
  *
  * With -a, a connection authenticates first, by the login the server asks
  * for: memcached's ASCII authentication (kurad -Y) or SASL PLAIN over the
- * binary protocol (kurad -S), as kura_login (src/proto/login.c) finds out.
+ * binary protocol (kurad -S), as kura_login (src/util/login.c) finds out.
  * A server that asks for neither gets no credentials (one without -Y would
  * store them as the item "auth"): the connection is made again, in text.
  *
@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "kura/login.h"
 #include "kura/proto.h"
 #include "kura/tlsio.h"
 

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "kura/buf.h"
-#include "kura/watch.h"
+#include "kura/observer.h"
 #include "engine_int.h"
 #include "marks.h"
 
@@ -909,9 +909,9 @@ void engine_gate_out(kura_engine *e) { gate_out(e); }
 
 /* ---- the entry points a store swap waits for (engine_swap_store) ------------ */
 
-/* "watch" (include/kura/watch.h): a get's item_get line needs the size of
- * what it found, which the caller's fn sees; while someone watches, fn is
- * called through this. */
+/* The observer (include/kura/observer.h: the "watch" stream): a get's
+ * item_get event needs the size of what it found, which the caller's fn
+ * sees; while fetchers are observed, fn is called through this. */
 typedef struct watch_get {
     kura_item_fn fn;
     void *arg;
@@ -925,9 +925,9 @@ static int watch_get_fn(void *arg, const kura_item *it)
     return w->fn ? w->fn(w->arg, it) : 0;
 }
 
-/* A get or touch while someone watches fetchers: through watch_get_fn,
- * then its item_get line.  Apart from the common path, which it leaves as
- * it was (one load of the watch flags). */
+/* A get or touch while fetchers are observed: through watch_get_fn, then
+ * its item_get event.  Apart from the common path, which it leaves as it
+ * was (one load of the observed mask). */
 static int __attribute__((noinline)) get_watched(kura_engine *e, kura_thread_stats *ts,
                                                  get_arg *g)
 {
@@ -937,7 +937,7 @@ static int __attribute__((noinline)) get_watched(kura_engine *e, kura_thread_sta
     gate_in(e);
     int rc = get_gated(e, ts, g);
     gate_out(e);
-    kura_watch_item_get(g->key, g->klen, rc == KURA_OK, wg.size);
+    engine_observed_get(g->key, g->klen, rc == KURA_OK, wg.size);
     return rc;
 }
 
@@ -948,7 +948,7 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
     engine_item_info scratch;
     get_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, false,
                   0, 0, 0, 0 };
-    if (kura_watching(KURA_WATCH_FETCHERS))
+    if (engine_observing(KURA_OBSERVE_FETCHERS))
         return get_watched(e, ts, &g);
     gate_in(e);
     int rc = get_gated(e, ts, &g);
@@ -962,7 +962,7 @@ int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
     engine_get_opts o = { .touch = true, .exptime = exptime };
     engine_item_info scratch;
     get_arg g = { e, &o, &scratch, NULL, NULL, key, klen, true, 0, 0, 0, 0 };
-    if (kura_watching(KURA_WATCH_FETCHERS))
+    if (engine_observing(KURA_OBSERVE_FETCHERS))
         return get_watched(e, ts, &g);
     gate_in(e);
     int rc = get_gated(e, ts, &g);
@@ -984,7 +984,7 @@ static void watch_store(kura_engine *e, int cmd, const kura_item *in, const engi
     int k = cas ? KURA_CMD_CAS : cmd >= 0 && cmd <= KURA_CMD_CAS ? cmd : KURA_CMD_SET;
     long long ttl = in->exptime && cmd != KURA_CMD_APPEND && cmd != KURA_CMD_PREPEND
                     ? (long long)(engine_abs_exptime(e, in->exptime) - engine_now(e)) : 0;
-    kura_watch_item_store(in->key, in->klen, status, cmds[k], ttl < 0 ? 0 : ttl, in->vlen);
+    engine_observed_store(in->key, in->klen, status, cmds[k], ttl < 0 ? 0 : ttl, in->vlen);
 }
 
 int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item *in,
@@ -993,7 +993,7 @@ int engine_store(kura_engine *e, kura_thread_stats *ts, int cmd, const kura_item
     gate_in(e);
     int rc = store_gated(e, ts, cmd, in, o, cas_out);
     gate_out(e);
-    if (kura_watching(KURA_WATCH_MUTATIONS))
+    if (engine_observing(KURA_OBSERVE_MUTATIONS))
         watch_store(e, cmd, in, o, rc);
     return rc;
 }
@@ -1004,8 +1004,8 @@ int engine_delete(kura_engine *e, kura_thread_stats *ts, const char *key, size_t
     gate_in(e);
     int rc = delete_gated(e, ts, key, klen, o);
     gate_out(e);
-    if (kura_watching(KURA_WATCH_FETCHERS) && !(o && o->unlink))
-        kura_watch_item_get(key, klen, rc != KURA_NOTFOUND && rc >= 0, 0);
+    if (engine_observing(KURA_OBSERVE_FETCHERS) && !(o && o->unlink))
+        engine_observed_get(key, klen, rc != KURA_NOTFOUND && rc >= 0, 0);
     return rc;
 }
 
@@ -1016,8 +1016,8 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
     gate_in(e);
     int rc = arith_gated(e, ts, key, klen, incr, delta, o, out, info);
     gate_out(e);
-    if (kura_watching(KURA_WATCH_FETCHERS))
-        kura_watch_item_get(key, klen, rc != KURA_NOTFOUND && rc >= 0,
+    if (engine_observing(KURA_OBSERVE_FETCHERS))
+        engine_observed_get(key, klen, rc != KURA_NOTFOUND && rc >= 0,
                             rc == KURA_OK ? strlen(out) : 0);
     return rc;
 }

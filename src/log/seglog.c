@@ -657,7 +657,7 @@ static int do_roll(sl_log *log, uint64_t rlen, uint64_t want)
      * millisecond per 64 MB, once a segment.  Only what is mapped: a
      * record longer than the mapping went past it with pwritev, and the
      * range past the mapping is other memory of the process. */
-    if (old->map && old->size && old->maplen && !kura_test.sl_keep_sealed_resident)
+    if (old->map && old->size && old->maplen && !KURA_TEST_SWITCH(sl_keep_sealed_resident))
         (void)madvise((void *)old->map, old->size < old->maplen ? old->size : old->maplen,
                       MADV_DONTNEED);
     sl_seg_map(log, old);
@@ -752,7 +752,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
 
     uint64_t off = a->size, done = 0;
     if (a->wmap && off + rlen <= a->wmaplen &&
-        (rlen < SL_PWRITE_MIN || kura_test.sl_large_via_map)) {
+        (rlen < SL_PWRITE_MIN || KURA_TEST_SWITCH(sl_large_via_map))) {
         /* a store into the shared mapping is in the page cache at once:
          * it survives the death of the process like a write() would */
         if (off + rlen > a->populated)

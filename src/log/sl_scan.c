@@ -98,7 +98,7 @@ static const unsigned char *window(sl_scan *sc, uint64_t off, size_t n, int *rc)
     if (off >= sc->base && off + n <= sc->base + sc->len)
         return sc->buf + (off - sc->base);
     uint64_t to = off + (n > WINDOW ? n : WINDOW);
-    if (off >= sc->base && off <= sc->base + sc->len && !kura_test.sl_scan_reread) {
+    if (off >= sc->base && off <= sc->base + sc->len && !KURA_TEST_SWITCH(sl_scan_reread)) {
         size_t behind = (size_t)(off - sc->base), ahead = sc->len - behind;
         if (behind >= ahead)
             drop_front(sc, off);
@@ -275,7 +275,7 @@ uint32_t sl_scan_crc(const unsigned char *p, size_t n)
     sl_scan *sc = checking;
     if (!sc)
         return crc32c_update(0, p, n);
-    if (n >= SL_CRC_DIRECT && !kura_test.sl_scan_crc_direct && p >= sc->buf &&
+    if (n >= SL_CRC_DIRECT && !KURA_TEST_SWITCH(sl_scan_crc_direct) && p >= sc->buf &&
         p + n <= sc->buf + sc->len) {
         uint64_t a = sc->base + (uint64_t)(p - sc->buf);
         uint32_t pa, pb;

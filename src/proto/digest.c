@@ -191,7 +191,7 @@ static void cmd_digest(void *ctx, kura_session *s, text_token *tok, int ntok,
     int rc = KURA_OK;
     while (rc == KURA_OK && !w->cur.done) {
         uint64_t used = w->seen - start;
-        if (used >= LIST_TURN_VISITS && !kura_test.list_inline) {
+        if (used >= LIST_TURN_VISITS && !KURA_TEST_SWITCH(list_inline)) {
             s->resume = 1;              /* the same line again, next turn */
             return;
         }

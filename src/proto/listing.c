@@ -195,7 +195,7 @@ static int list_emit(void *arg, const kura_list_item *it)
     kura_list_cursor *c = &r->s->list;
     if (r->limit && c->count >= r->limit)
         return LIST_LIMIT;
-    if (!kura_test.list_inline &&
+    if (!KURA_TEST_SWITCH(list_inline) &&
         (c->count >= r->slice_end || (r->answered && kura_buf_size(r->out) >= KURA_OUT_HIGH_WATER)))
         return LIST_STOP;               /* the rest on the next turn, once the output
                                            has drained */
@@ -237,7 +237,7 @@ static void list_run_walk(text_session *s, kura_buf *out, list_run *r,
     do {
         rc = engine_list_step(s->engine, spec, &s->list, list_emit, r);
     } while (rc == KURA_OK &&
-             (kura_test.list_inline || s->list.visits - visits < LIST_TURN_VISITS));
+             (KURA_TEST_SWITCH(list_inline) || s->list.visits - visits < LIST_TURN_VISITS));
     if (rc == KURA_OK)
         rc = LIST_STOP;                 /* this call's share is done: the rest later */
     if (rc == LIST_STOP) {
@@ -403,10 +403,13 @@ static void cmd_rget(void *ctx, kura_session *s, text_token *tok, int ntok,
 
 int listing_register(kura_cmdtab *t)
 {
-    /* The integration tests' negative check (testhooks.h): listings and
-     * digest run whole in one call, as they did before they were sliced. */
+#ifdef KURA_TEST_HOOKS
+    /* The integration tests' negative check (testhooks.h; test builds
+     * only): listings and digest run whole in one call, as they did
+     * before they were sliced. */
     if (getenv("KURA_TEST_LIST_INLINE"))
         kura_test.list_inline = true;
+#endif
     static const kura_command cmds[] = {
         { "lru_crawler", cmd_lru_crawler, NULL, -1, -1 },
         { "keys", cmd_keys, NULL, 2, -1 },

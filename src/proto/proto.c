@@ -18,7 +18,7 @@
  */
 #include <stdlib.h>
 
-#include "kura/watch.h"
+#include "kura/observer.h"
 #include "proto_int.h"
 
 #define BINARY_REQ_MAGIC 0x80
@@ -81,7 +81,7 @@ void kura_session_free(kura_session *s)
 
 size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
-    kura_watch_cfd = s->conn_id;        /* the cfd of this thread's "watch" lines */
+    engine_observe_conn(s->conn_id);    /* the cfd of this thread's "watch" lines */
     if (!s->proto) {
         if (len == 0)
             return 0;

@@ -16,20 +16,24 @@
 #include "kura/testhooks.h"
 #include "proto_int.h"
 
+#ifdef KURA_TEST_HOOKS
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 static void read_hooks(void)
 {
-    /* the integration tests' negative check (testhooks.h) */
+    /* the integration tests' negative check (testhooks.h; test builds only) */
     if (getenv("KURA_TEST_VREF_EARLY"))
         kura_test.vref_early_release = true;
 }
+#endif
 
 bool proto_append_value(kura_buf *out, const kura_item *it)
 {
     if (proto_value_by_ref(it) && kura_buf_append_ref(out, it->val, it->vlen, it->vref)) {
+#ifdef KURA_TEST_HOOKS
         pthread_once(&hooks_once, read_hooks);
-        if (kura_test.vref_early_release)
+#endif
+        if (KURA_TEST_SWITCH(vref_early_release))
             kura_buf_release_last_ref(out);
         return true;
     }

@@ -53,7 +53,7 @@
 #include <unistd.h>
 
 #include "kura/journal.h"
-#include "kura/proto.h"
+#include "kura/login.h"
 #include "kura/repl.h"
 #include "kura/tlsio.h"
 #include "kura/thread.h"

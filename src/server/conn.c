@@ -432,20 +432,25 @@ void conn_release_durable(kura_worker *w)
     }
 }
 
+#ifdef KURA_TEST_HOOKS
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
+/* test_value_refs' small send buffer (testhooks.h; test builds only) */
 static void read_hooks(void)
 {
-    const char *v = getenv("KURA_TEST_SNDBUF");     /* test_value_refs (testhooks.h) */
+    const char *v = getenv("KURA_TEST_SNDBUF");
     if (v)
         kura_test.conn_sndbuf = atoi(v);
 }
+#endif
 
 struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
 {
+#ifdef KURA_TEST_HOOKS
     pthread_once(&hooks_once, read_hooks);
     if (kura_test.conn_sndbuf > 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kura_test.conn_sndbuf, sizeof(int));
+#endif
     kura_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;

@@ -163,7 +163,8 @@ static const opt options[] = {
       "TLS on the TCP ports (memcached's -Z; certificates with -o; notls:ADDR listeners not)" },
     { { "-o" }, OPT_STR, F(ext_opts), 0, 0, "OPTS",
       "memcached's TLS options, comma-separated: ssl_chain_cert=FILE,ssl_key=FILE,"
-      "ssl_ca_cert=FILE,ssl_verify_mode=N,ssl_min_version=N,... (docs/security.md)" },
+      "ssl_ca_cert=FILE,ssl_verify_mode=N,ssl_min_version=N,...; kura's "
+      "ssl_handshake_timeout=SECONDS (default 10; 0 none) (docs/security.md)" },
     { { "-mtls" }, OPT_FLAG, F(mtls), 0, 0, NULL,
       "as a replica, reach the master over TLS, verifying its certificate (-mtls-ca)" },
     { { "-mtls-ca" }, OPT_STR, F(mtls_ca), 0, 0, "FILE",

@@ -18,7 +18,7 @@
  * last connection closes.
  *
  * A handshake is bounded: HANDSHAKE_TIMEOUT seconds (or -tout's, if
- * shorter) from accept, while it holds a slot of -c; one that fails
+ * shorter; -o ssl_handshake_timeout=N sets it, 0 for no bound) from accept, while it holds a slot of -c; one that fails
  * (garbage, plaintext, a timeout) closes the connection with no reply
  * (OpenSSL's alert at most) and counts in ssl_handshake_errors, as
  * memcached's does; a peer that closes without sending a byte (a port
@@ -44,7 +44,8 @@ static struct {
     int wbuf_kb;
     bool session_cache, kernel_tls;
     int min_version;                    /* 0 tlsv1.0 .. 3 tlsv1.3 */
-} opt = { .keyformat = 1, .wbuf_kb = 16, .min_version = 2 };
+    int handshake_timeout;              /* kura's: seconds, 0 no bound; -1 not given */
+} opt = { .keyformat = 1, .wbuf_kb = 16, .min_version = 2, .handshake_timeout = -1 };
 
 static struct ssl_ctx_st *master_ctx;   /* -mtls: a replica's client context */
 
@@ -111,6 +112,12 @@ static int parse_opts(const char *list)
                 rc = 2;
             }
             opt.min_version = ver;
+        } else if (!strcmp(kv, "ssl_handshake_timeout")) {
+            if (!num || n < 0 || n > 86400) {
+                fprintf(stderr, "could not parse argument to ssl_handshake_timeout\n");
+                rc = 2;
+            }
+            opt.handshake_timeout = (int)n;
         } else if (!strcmp(kv, "ssl_session_cache") && !v) {
             opt.session_cache = true;
         } else if (!strcmp(kv, "ssl_kernel_tls") && !v) {
@@ -262,12 +269,10 @@ int tls_configure(kura_settings *s)
         fprintf(stderr, "kurad: -Z needs a certificate: -o ssl_chain_cert=FILE[,ssl_key=FILE]\n");
         return 2;
     }
-    if (s->idle_timeout > 0 && s->idle_timeout < handshake_timeout)
+    if (opt.handshake_timeout >= 0)
+        handshake_timeout = opt.handshake_timeout;      /* given: as given, 0 no bound */
+    else if (s->idle_timeout > 0 && s->idle_timeout < handshake_timeout)
         handshake_timeout = s->idle_timeout;
-    /* a test's switch: the handshake bound off (0) or shorter */
-    const char *t = getenv("KURA_TEST_TLS_HANDSHAKE_TIMEOUT");
-    if (t)
-        handshake_timeout = atoi(t);
     char err[1024];
     if (tls_refresh(err, sizeof(err)) < 0) {
         fprintf(stderr, "kurad: -Z: %s\n", err);

@@ -1,7 +1,7 @@
 /*
  * watchcmd.c - the "watch" command (memcached 1.6's log stream): parses
  * its words and hands the connection to the stream's thread
- * (src/util/watch.c), as memcached gives a watcher's connection to its
+ * (src/watch/watch.c), as memcached gives a watcher's connection to its
  * logger thread.  The connection stays counted in curr_connections until
  * the stream ends.
  */

@@ -160,7 +160,7 @@ static void bg_loop(kura_bg *b, long period_ms, void (*fn)(void *), bool holdabl
         if (b->stopping)
             break;
         pthread_mutex_unlock(&b->mu);
-        if (!holdable || !atomic_load(&kura_test.bg_hold))
+        if (!holdable || !KURA_TEST_SWITCH(bg_hold))
             fn(b->arg);
         pthread_mutex_lock(&b->mu);
     }

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kuratest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.path.abspath(os.environ.get("KURA_BUILD", os.path.join(ROOT, "build")))
+BUILD = os.path.abspath(os.environ.get("KURA_BUILD", os.path.join(ROOT, "build-test")))
 SCRIPT = os.path.join(ROOT, "bench", "footprint.py")
 TOY = ["--reps", "1", "--engine-rnum", "2000", "--keys", "200", "--get-ops", "1000",
        "--set-keys", "200", "--dd-mib", "8", "--no-docs"]

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kuratest import free_port, SCALE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("KURA_BUILD", os.path.join(ROOT, "build"))
+BUILD = os.environ.get("KURA_BUILD", os.path.join(ROOT, "build-test"))
 BENCH = os.path.join(BUILD, "kura-bench")
 KURAD = os.path.join(BUILD, "kurad")
 

@@ -17,7 +17,7 @@ import kuratest
 
 ROOT = kuratest.ROOT
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
-BUILD = os.path.join(ROOT, os.environ.get("KURA_BUILD", "build"))
+BUILD = os.path.join(ROOT, os.environ.get("KURA_BUILD", "build-test"))
 KURACTL = os.path.join(BUILD, "kuractl")
 FIX, ASIS = b"\x01", b"\x00"          # fuzz.h: FUZZ_FIX_CRC
 

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kuratest import Skip, free_port, missing, not_applicable, run_functions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
+BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build-test")
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 KURAD = os.path.join(BUILD, "kurad")
 SCALE = float(os.environ.get("KURA_TEST_DEADLINE_SCALE", "1"))

@@ -347,7 +347,7 @@ class FailoverTest(unittest.TestCase):
         """A promotion writes the position first: when the sync under it
         fails (the failsync shim), the server stays a replica and says so.
         Negative check: the same steps without the failure promote it."""
-        shim = os.path.join(os.environ.get("KURA_BUILD", "build"), "tests", "libfailsync.so")
+        shim = os.path.join(os.environ.get("KURA_BUILD", "build-test"), "tests", "libfailsync.so")
         if not os.path.exists(shim):
             self.skipTest(kuratest.missing("%s (make builds it)" % shim))
         for fail in (True, False):

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # The fuzz targets' corpora replayed (tests/fuzz/): each target built with the
-# plain driver (build/fuzz/fuzz_<name>, driver.c) runs every file of
+# plain driver (build-test/fuzz/fuzz_<name>, driver.c) runs every file of
 # tests/fuzz/corpus/<name>/ once through its decoder.  Every file there is a
 # seed or a finding kept as a regression input: a crash, a sanitizer report
 # (under make test-asan) or an abort from a target's own checks fails here.
@@ -15,7 +15,7 @@ import kuratest
 ROOT = kuratest.ROOT
 FUZZ = os.path.join(ROOT, "tests", "fuzz")
 CORPUS = os.path.join(FUZZ, "corpus")
-BUILD = os.environ.get("KURA_BUILD", "build")
+BUILD = os.environ.get("KURA_BUILD", "build-test")
 if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 

@@ -182,7 +182,7 @@ class Metrics(ServerTestCase):
 
     @kura_only
     def test_health_503_after_a_failed_sync(self):
-        shim = os.path.join(os.environ.get("KURA_BUILD", "build"), "tests", "libfailsync.so")
+        shim = os.path.join(os.environ.get("KURA_BUILD", "build-test"), "tests", "libfailsync.so")
         if not os.path.exists(shim):
             self.skipTest(kuratest.missing("%s (make builds it)" % shim))
         d = tempfile.mkdtemp(prefix="kuratest-metrics-")

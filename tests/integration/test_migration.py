@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kuratest import SANITIZER_RE, Skip, free_port, missing, poll_until, run_functions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
+BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build-test")
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 KURAD = os.path.join(BUILD, "kurad")
 KURACTL = os.path.join(BUILD, "kuractl")

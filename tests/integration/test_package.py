@@ -20,8 +20,10 @@ plain `make test` skips these as not applicable, since a package build is
 a minute more): the .deb's file list and conffiles, its control data
 (version = what its kurad -V prints), its maintainer scripts (the user
 kura, the unit enabled, /var/lib/kura purged only on purge), the unit,
-hardening-check on kurad and kuractl, lintian without errors, and the
-packaged kurad with the packaged configuration serving on a free port.
+hardening-check on kurad and kuractl, lintian without errors, the
+packaged kurad with the packaged configuration serving on a free port, and
+no test switch in the package's or build/'s kurad and kuractl (release
+builds; under plain `make test` the negative: the test tree's hold them).
 
 Environment: KURA_BUILD (the build dir; tests/run sets it), KURA_DEB_DIR.
 Standard library only; TAP lines on stdout; exit status 1 if a test failed.
@@ -32,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kuratest import Skip, free_port, missing, not_applicable, run_functions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build")
+BUILD = os.environ.get("KURA_BUILD") or os.path.join(ROOT, "build-test")
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 DEB_DIR = os.environ.get("KURA_DEB_DIR", "")
 SCALE = float(os.environ.get("KURA_TEST_DEADLINE_SCALE", "1"))
@@ -421,8 +423,36 @@ def test_deb_lintian(tmp):
             tag, out)
 
 
+TEST_SWITCHES = (b"KURA_TEST_", b"KURACTL_TEST_")
+
+
+def switches_in(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return [s.decode() for s in TEST_SWITCHES if s in data]
+
+
+def test_release_without_test_switches(tmp):
+    """A release build (build/ under make test-deb, and the package) holds no
+    test switch (include/kura/testhooks.h): no KURA_TEST_ or KURACTL_TEST_
+    variable name in kurad or kuractl.  Under make test, whose programs are
+    the test tree's, the negative: the same search finds them there."""
+    progs = [os.path.join(BUILD, "kurad"), os.path.join(BUILD, "kuractl")]
+    if not DEB_DIR:
+        for p in progs:
+            assert switches_in(p), "%s: a test tree's program without its test switches" % p
+        return
+    x = os.path.join(tmp, "x")
+    rc, out = run(["dpkg-deb", "-x", deb_files(), x], tmp)
+    assert rc == 0, out
+    progs += [os.path.join(x, "usr/sbin/kurad"), os.path.join(x, "usr/bin/kuractl")]
+    for p in progs:
+        assert switches_in(p) == [], "%s holds test switches: %s" % (p, switches_in(p))
+
+
 TESTS = [test_make_install_uninstall, test_install_directories, test_flags_without_configure,
-         test_configure, test_deb_contents, test_deb_hardening, test_deb_lintian]
+         test_configure, test_deb_contents, test_deb_hardening, test_deb_lintian,
+         test_release_without_test_switches]
 
 
 def main():

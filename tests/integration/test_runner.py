@@ -45,7 +45,7 @@ class RunnerCase(unittest.TestCase):
     def setUp(self):
         self.tree = tempfile.mkdtemp(prefix="kura-runner-")
         self.addCleanup(shutil.rmtree, self.tree, True)
-        for d in ("tests/unit", "tests/integration", "build/tests"):
+        for d in ("tests/unit", "tests/integration", "build-test/tests"):
             os.makedirs(os.path.join(self.tree, d))
 
     def prog(self, name, body):

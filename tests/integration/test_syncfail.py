@@ -31,7 +31,7 @@ STOPPED = b"SERVER_ERROR writes stopped after a failed sync (restart to recover)
 
 
 def shim_path():
-    return os.path.join(os.environ.get("KURA_BUILD", "build"), "tests", "libfailsync.so")
+    return os.path.join(os.environ.get("KURA_BUILD", "build-test"), "tests", "libfailsync.so")
 
 
 class SyncFailure(ServerTestCase):

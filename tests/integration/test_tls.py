@@ -295,7 +295,7 @@ class Tls(unittest.TestCase):
             return True
 
     def test_stalled_handshakes_bounded(self):
-        s = self.kurad(conns=12, env={"KURA_TEST_TLS_HANDSHAKE_TIMEOUT": "2"})
+        s = self.kurad(conns=12, opts=",ssl_handshake_timeout=2")
         before = self.errors(self.plain)
         # silent peers, and one that promises a 16 KB record and stops
         socks = self.stalled(s.port, 6) + self.stalled(s.port, 1, b"\x16\x03\x01\x40\x00\x01")
@@ -325,11 +325,12 @@ class Tls(unittest.TestCase):
             x.close()
 
     def test_stall_unbounded_without_the_timeout(self):
-        """The negative: the handshake timeout off (the test switch), a
-        silent peer holds its slot after a bounded one was closed."""
-        bounded = self.kurad(env={"KURA_TEST_TLS_HANDSHAKE_TIMEOUT": "1"})
-        unbounded = Server(kind="kurad", kura_args=["-Z", "-o", self.tls_opts()],
-                           env={"KURA_TEST_TLS_HANDSHAKE_TIMEOUT": "0"})
+        """The negative: the handshake timeout off (-o
+        ssl_handshake_timeout=0), a silent peer holds its slot after a
+        bounded one was closed."""
+        bounded = self.kurad(opts=",ssl_handshake_timeout=1")
+        unbounded = Server(kind="kurad", kura_args=[
+            "-Z", "-o", self.tls_opts(extra=",ssl_handshake_timeout=0")])
         self.addCleanup(unbounded.stop, check=False)
         a, = self.stalled(unbounded.port, 1)
         b, = self.stalled(bounded.port, 1)
@@ -377,6 +378,8 @@ class Tls(unittest.TestCase):
             "no certificate": ("ssl_verify_mode=0", "ssl_chain_cert"),
             "bad verify mode": (self.tls_opts(extra=",ssl_verify_mode=7"), "ssl_verify_mode"),
             "bad version": (self.tls_opts(extra=",ssl_min_version=9"), "ssl_min_version"),
+            "bad handshake timeout": (self.tls_opts(extra=",ssl_handshake_timeout=-1"),
+                                      "ssl_handshake_timeout"),
             "unknown option": (self.tls_opts(extra=",no_such_opt=1"), "no_such_opt"),
         }
         for what, (opts, name) in bad.items():

@@ -11,7 +11,8 @@
 #
 # Environment:
 #   KURA_SERVER   "kurad" (default) or "memcached"
-#   KURA_BUILD    build dir holding kurad (tests/run sets an absolute path)
+#   KURA_BUILD    build dir holding kurad (tests/run sets an absolute path;
+#                 default build-test/, the test tree make test builds)
 #   KURA_DB       "cache" (default), "hash" (a data.kh file in the temp dir) or
 #                 "tree" (a data.kb B+ tree in the temp dir)
 #   KURA_TEST_DEADLINE_SCALE  multiply every deadline (slow sanitizer builds)
@@ -42,7 +43,7 @@ def is_memcached():
 
 
 def kurad_path():
-    build = os.environ.get("KURA_BUILD", "build")
+    build = os.environ.get("KURA_BUILD", "build-test")
     if not os.path.isabs(build):
         build = os.path.join(ROOT, build)
     return os.path.join(build, "kurad")

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kura/store.h"
+#include "kura/storedebug.h"
 #include "kura/testhooks.h"
 
 static char t_root[256];

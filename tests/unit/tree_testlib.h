@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kura/store.h"
+#include "kura/storedebug.h"
 #include "kura/testhooks.h"
 
 int btree_debug_check(kura_store *s, uint64_t *leaked, char *err, size_t errlen);

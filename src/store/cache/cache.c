@@ -78,7 +78,7 @@
 #include "kura/backends.h"
 #include "kura/siphash.h"
 #include "kura/store.h"
-#include "kura/watch.h"
+#include "kura/evictions.h"
 
 /* 256 stripes.  make fuzz builds 4 (-DCACHE_STRIPE_BITS=2): the protocol
  * targets open a cache per input, and a listing or digest in an input
@@ -368,13 +368,14 @@ static cache_item *do_cache_evict_one(cache_stripe *st, const kura_clock *clk)
     return it;
 }
 
-/* "watch evictions" (include/kura/watch.h): an evicted item (unlinked, no
- * lock held), as memcached's eviction line shows it. */
+/* An evicted item (unlinked, no lock held) to the observer of evictions
+ * (include/kura/evictions.h: "watch evictions"), as memcached's eviction
+ * line shows it. */
 static void cache_watch_eviction(const cache_item *it, const kura_clock *clk)
 {
     long long ttl = it->ci_exptime ? (long long)it->ci_exptime - clk->now : -1;
-    kura_watch_eviction(it->ci_data, it->ci_klen, it->ci_bits & CACHE_FETCHED, ttl,
-                        (long long)clk->now - (long long)it->ci_atime, it->ci_vlen);
+    kura_evicted(it->ci_data, it->ci_klen, it->ci_bits & CACHE_FETCHED, ttl,
+                 (long long)clk->now - (long long)it->ci_atime, it->ci_vlen);
 }
 
 /* ---- memory and growth, no lock held ----------------------------------- */
@@ -406,7 +407,7 @@ static int cache_make_room(cache *c, cache_stripe *home, const kura_clock *clk)
         }
         if (!victim)
             return KURA_ENOMEM;
-        if (evicted && kura_watching(KURA_WATCH_EVICTIONS))
+        if (evicted && kura_evictions_observed())
             cache_watch_eviction(victim, clk);
         cache_free_list(c, victim);
     }

@@ -25,6 +25,7 @@
 #include "kura/codec.h"
 #include "kura/crc32c.h"
 #include "kura/dbfile.h"
+#include "kura/storedebug.h"
 #include "kura/testhooks.h"
 #include "hashdb_int.h"
 
@@ -35,7 +36,7 @@ static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 static void log_line(void *arg, int level, const char *buf)
 {
     hashdb *db = arg;
-    if (atomic_load(&kura_test.quiet_stores))
+    if (KURA_TEST_SWITCH(quiet_stores))
         return;
     if (db->cfg.log) {
         char line[1200];
@@ -230,8 +231,7 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
     bool unlocked = hd_copy_unlocked(l0 + l1);
     if (unlocked) {
         hd_copy_begin(st);
-        if (kura_test.hashdb_copy)
-            kura_test.hashdb_copy(kura_test.hashdb_copy_arg);
+        KURA_TEST_CALL(hashdb_copy);
     }
     int rc = hd_append(db, HD_REC_PUT, key, klen, v0, l0, v1, l1, bcrc, flags, exptime, cas,
                        seq, z, loc);
@@ -807,7 +807,8 @@ static void bg_work(void *arg)
     }
 }
 
-/* For tests (testhooks.h). */
+#ifdef KURA_TEST_HOOKS
+/* For tests (storedebug.h; test builds only). */
 int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
 {
     hashdb *db = H(s);
@@ -823,6 +824,7 @@ int hashdb_debug_maintain(kura_store *s, bool checkpoint, bool compact)
     }
     return rc;
 }
+#endif
 
 /* ---- open and close ------------------------------------------------- */
 

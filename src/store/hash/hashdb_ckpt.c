@@ -169,7 +169,7 @@ int hd_ckpt_write(hashdb *db)
     uint64_t count = 0;
     int rc = KURA_OK;
     hd_ckscratch sc = { 0 };
-    int version = kura_test.hashdb_ckpt_v7 ? 7 : CK_VERSION;
+    int version = KURA_TEST_SWITCH(hashdb_ckpt_v7) ? 7 : CK_VERSION;
 
     if (db->cfg.read_only)
         return KURA_OK;
@@ -353,7 +353,7 @@ static void ck_release(hashdb *db, ck_file *ck)
 static bool retire_prev(hashdb *db, const char *prev, hd_pos P)
 {
     ck_file ck;
-    if (kura_test.hashdb_keep_ckpt_prev)
+    if (KURA_TEST_SWITCH(hashdb_keep_ckpt_prev))
         return false;
     ck_check(db, "checkpoint", &ck);
     bool ok = ck.valid && ck.P.seg == P.seg && ck.P.off == P.off;
@@ -577,7 +577,7 @@ static int apply(hashdb *db, uint32_t seg, uint64_t off, const hd_rec *r, const 
     hd_ent ev, *e = hdx_find(db, s, hv, key, r->klen, &ev);
     if (e && (hd_rec_is_put(r->type) ? r->seq < e->seq : r->seq <= e->seq))
         return KURA_OK;     /* an older version, or a copy of one */
-    if (db->cksum && !kura_test.hashdb_cksum_unmarked)
+    if (db->cksum && !KURA_TEST_SWITCH(hashdb_cksum_unmarked))
         db->cksum[s - db->stripes].stale = true;    /* its table is read at the end */
     if (!e && !hdx_room(s))
         return KURA_ENOMEM;
@@ -889,9 +889,9 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
         P = use->P;
         /* the database's hash key, before anything is hashed (else the
          * one hdx_init drew stays, and the next checkpoint keeps it) */
-        if (use->has_key && (!kura_test.hashdb_fresh_key || use->version >= 7))
+        if (use->has_key && (!KURA_TEST_SWITCH(hashdb_fresh_key) || use->version >= 7))
             db->arena.key = use->key;   /* version 7's tables are laid out by it */
-        kura_test.hashdb_fresh_key = false;
+        KURA_TEST_SET(hashdb_fresh_key, false);
         rc = ck_load(db, use, err, errlen);
         if (rc)
             goto out;

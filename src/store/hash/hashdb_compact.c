@@ -167,7 +167,7 @@ int hd_compact_one(hashdb *db, bool force)
             rc = KURA_ENOMEM;
         }
     }
-    if (rc == KURA_OK && kura_test.hashdb_drop_compacted) {
+    if (rc == KURA_OK && KURA_TEST_SWITCH(hashdb_drop_compacted)) {
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, x->size);
         sl_seg_drop(&db->log, x);
@@ -232,7 +232,7 @@ static bool sweep_quiet(hashdb *db, hd_sweeper *sw, const kura_clock *clk)
 {
     if (sw->quiet && !atomic_load_explicit(&db->expiry_written, memory_order_relaxed) &&
         clk->oldest_cas == sw->pass_oldest_cas &&
-        clk->flush_at == 0 && sw->pass_flush_at == 0 && !kura_test.hd_sweep_never_quiet)
+        clk->flush_at == 0 && sw->pass_flush_at == 0 && !KURA_TEST_SWITCH(hd_sweep_never_quiet))
         return true;
     sw->quiet = false;
     return false;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "hashdb_int.h"
+#include "kura/storedebug.h"
 #include "kura/testhooks.h"
 #include "kura/siphash.h"
 
@@ -528,14 +529,15 @@ void hdx_remove(hd_stripe *s, hd_slot *sl)
 }
 
 
-/* ---- for tests (testhooks.h) ---------------------------------------- */
+/* ---- for tests (storedebug.h; test builds only) ---------------------- */
 
+#ifdef KURA_TEST_HOOKS
 uint64_t hashdb_debug_hash(kura_store *store, const char *key, size_t klen)
 {
     return hd_hash((hashdb *)store, key, klen);
 }
 
-/* testhooks.h: the longest probe. */
+/* storedebug.h: the longest probe. */
 size_t hashdb_debug_probe_max(kura_store *store)
 {
     hashdb *db = (hashdb *)store;
@@ -556,3 +558,4 @@ size_t hashdb_debug_probe_max(kura_store *store)
     }
     return max;
 }
+#endif

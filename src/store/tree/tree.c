@@ -37,6 +37,7 @@
 
 #include "kura/backends.h"
 #include "kura/dbfile.h"
+#include "kura/storedebug.h"
 #include "kura/testhooks.h"
 #include "kura/codec.h"
 #include "kura/crc32c.h"
@@ -55,7 +56,7 @@ void bt_log(btree *bt, int level, const char *fmt, ...)
     va_end(ap);
     if (bt->cfg.log)
         bt->cfg.log(level, buf);
-    else if (!atomic_load(&kura_test.quiet_stores))
+    else if (!KURA_TEST_SWITCH(quiet_stores))
         fprintf(stderr, "kura tree: %s\n", buf);
 }
 
@@ -228,7 +229,7 @@ static int do_write_put(btree *bt, bt_path *path, const char *key, size_t klen, 
     }
     /* kept for the gets that follow (they read no run); before the leaf
      * changes, which v0 may point into (an append to an inline value) */
-    if (fresh && !kura_test.tree_vcache_off)
+    if (fresh && !KURA_TEST_SWITCH(tree_vcache_off))
         do_vc_keep(bt, &run, cas, v0, l0, v1, l1);
     return do_apply_put(bt, path, key, klen, flags, exptime, cas, v0, l0, v1, l1, ovf);
 }
@@ -320,7 +321,7 @@ static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t
     bt_vent *e = NULL;          /* the cache's entry val lies in, referenced */
     int rc;
     for (int tries = 0;; tries++) {
-        if (c->ovf && !kura_test.tree_vcache_off && (val = bt_vc_get(bt, c, &e))) {
+        if (c->ovf && !KURA_TEST_SWITCH(tree_vcache_off) && (val = bt_vc_get(bt, c, &e))) {
             rc = KURA_OK;
             break;
         }
@@ -332,17 +333,16 @@ static int get_ovf(btree *bt, bt_path *path, bt_cell *c, const char *key, size_t
         uint64_t npages = bt->npages;
         do_path_release(bt, path);
         bt_unlock(bt);
-        if (kura_test.tree_ovf_unlocked)
-            kura_test.tree_ovf_unlocked(kura_test.tree_ovf_unlocked_arg);
+        KURA_TEST_CALL(tree_ovf_unlocked);
         rc = bt_ovf_read_quiet(bt, bt->fd, npages, &was, &val,
-                               kura_test.tree_vcache_off ? NULL : &e);
+                               KURA_TEST_SWITCH(tree_vcache_off) ? NULL : &e);
         bt_rdlock(bt);
         int d = do_descend(bt, key, klen, path);
         if (d) {
             bt_vc_release(bt, e);
             return d;
         }
-        if (kura_test.tree_ovf_no_recheck && path->found) {
+        if (KURA_TEST_SWITCH(tree_ovf_no_recheck) && path->found) {
             /* (the negative check: the old cell's fields, the bytes read) */
             *c = was;
             c->key = key;
@@ -961,7 +961,8 @@ static void bg_work(void *arg)
     }
 }
 
-/* For tests (testhooks.h). */
+#ifdef KURA_TEST_HOOKS
+/* For tests (storedebug.h; test builds only). */
 int btree_debug_checkpoint(kura_store *s)
 {
     btree *bt = B(s);
@@ -970,6 +971,7 @@ int btree_debug_checkpoint(kura_store *s)
     bt_unlock(bt);
     return rc;
 }
+#endif
 
 /* ---- open and close --------------------------------------------------- */
 

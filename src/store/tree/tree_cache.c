@@ -238,7 +238,7 @@ static void reclaim(btree *bt)
  * hash: a reader that enters at the new epoch cannot reach it. */
 static void retire(btree *bt, bt_page *p)
 {
-    if (kura_test.tree_limbo_off) {
+    if (KURA_TEST_SWITCH(tree_limbo_off)) {
         /* (the negative check: reusable at once; kept, not freed, so
          * that the test reads a reused object, not freed memory) */
         p->next = bt->spare;
@@ -558,7 +558,7 @@ uint64_t do_page_touch(btree *bt, bt_page **pp)
     bt_page *p = *pp;
     if (p->txn != bt->txn) {
         uint64_t old = p->pgno;
-        if (p->writing && !kura_test.tree_ckpt_no_copy)
+        if (p->writing && !KURA_TEST_SWITCH(tree_ckpt_no_copy))
             *pp = p = copy_for_change(bt, p);
         hash_del(bt, p);
         p->pgno = do_alloc_run(bt, 1);
@@ -616,11 +616,11 @@ void do_ckpt_pages_done(btree *bt, bt_page **pages, size_t n, bool written)
 void do_free_pgno(btree *bt, uint64_t pgno, uint64_t n, bool reusable_now)
 {
     do_vc_drop(bt, pgno);       /* a run is freed whole, from its first page */
-    if (kura_test.tree_no_reuse)
+    if (KURA_TEST_SWITCH(tree_no_reuse))
         return;                 /* (the negative check: the pages are lost) */
     for (uint64_t i = 0; i < n; i++) {
         /* a push that fails leaks the page until a rebuild: never unsafe */
-        if (reusable_now || kura_test.tree_reuse_pending) {
+        if (reusable_now || KURA_TEST_SWITCH(tree_reuse_pending)) {
             if (bt_vec_push(&bt->freev, pgno + i) == KURA_OK)
                 bt->free_sorted = false;
         } else {
@@ -633,7 +633,7 @@ void do_free_run(btree *bt, uint64_t pgno, uint32_t bytes)
 {
     /* kura_test.tree_run_reuse_now: the negative check of test_tree_runs
      * (a RUN record's run overwritten before a checkpoint lets it go) */
-    do_free_pgno(bt, pgno, bt_ovf_pages(bt, bytes), kura_test.tree_run_reuse_now);
+    do_free_pgno(bt, pgno, bt_ovf_pages(bt, bytes), KURA_TEST_SWITCH(tree_run_reuse_now));
 }
 
 static int cmp_u64_desc(const void *a, const void *b)
@@ -757,7 +757,7 @@ static size_t pad_unwritten(btree *bt, off_t at, size_t run, size_t used)
 {
     size_t kept = (used + bt->blksize - 1) / bt->blksize * bt->blksize;
     struct stat st;
-    if (kept >= run || kura_test.tree_run_pad_written || fstat(bt->fd, &st) != 0 ||
+    if (kept >= run || KURA_TEST_SWITCH(tree_run_pad_written) || fstat(bt->fd, &st) != 0 ||
         st.st_size > at + (off_t)kept)
         return 0;
     return run - kept;

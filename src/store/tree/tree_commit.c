@@ -237,7 +237,7 @@ static void vec_append(bt_vec *to, const bt_vec *v)
  * fails the checkpoint below. */
 static void roll_log(btree *bt)
 {
-    if (bt->replaying || !bt->wal_started || kura_test.tree_keep_wal)
+    if (bt->replaying || !bt->wal_started || KURA_TEST_SWITCH(tree_keep_wal))
         return;
     tail_arg ta;
     sl_locked(&bt->log, get_tail, &ta);
@@ -249,7 +249,7 @@ static void roll_log(btree *bt)
 /* True when the file ends in free pages a checkpoint would cut off. */
 static bool tail_free(btree *bt)
 {
-    if (kura_test.tree_keep_tail)
+    if (KURA_TEST_SWITCH(tree_keep_tail))
         return false;
     for (size_t j = 0; j < bt->freev.n; j++)
         if (bt->freev.v[j] == bt->npages - 1 && bt->npages > 3)
@@ -314,7 +314,7 @@ int do_checkpoint(btree *bt)
      * free in the durable meta page too, so a page taken from the end
      * meanwhile may reuse them) */
     uint64_t np_before = bt->npages;
-    uint64_t trimmed = kura_test.tree_keep_tail ? 0 : do_free_trim_tail(bt);
+    uint64_t trimmed = KURA_TEST_SWITCH(tree_keep_tail) ? 0 : do_free_trim_tail(bt);
 
     /* 1. the free list: what is free now and what becomes free with this
      * meta page (freed since the last one, and the old list's pages) */
@@ -382,8 +382,7 @@ int do_checkpoint(btree *bt)
     do_ckpt_flag(bt, &bt->ckpt_writing, true);
     bt_unlock(bt);
 
-    if (kura_test.tree_ckpt_writing)
-        kura_test.tree_ckpt_writing(kura_test.tree_ckpt_writing_arg);
+    KURA_TEST_CALL(tree_ckpt_writing);
 
     /* 2. the pages, then the free list's */
     bool stopped = false, zipped = false, written = false;

@@ -54,7 +54,7 @@ unsigned bt_split_point(const uint16_t *lens, unsigned n, size_t room, bool bran
 static bool share_insert(btree *bt, bt_path *path, int lvl, unsigned i,
                          const unsigned char *cell, size_t len)
 {
-    if (lvl == 0 || kura_test.tree_no_share)
+    if (lvl == 0 || KURA_TEST_SWITCH(tree_no_share))
         return false;
     bt_page *p = path->pg[lvl], *parent = path->pg[lvl - 1];
     unsigned ci = (unsigned)path->idx[lvl - 1], pn = pg_n(parent->data);
@@ -140,8 +140,8 @@ static void split_insert(btree *bt, bt_path *path, int lvl, unsigned i,
     unsigned n = pg_n(p->data), cnt = n + 1;
     unsigned char *snap = bt->scr[0];
     size_t room = bt->psiz - BT_HDR;
-    bool redge = i == n && at_edge(path, lvl, true) && !kura_test.tree_even_split;
-    bool ledge = i == 0 && n >= 1 && at_edge(path, lvl, false) && !kura_test.tree_even_split;
+    bool redge = i == n && at_edge(path, lvl, true) && !KURA_TEST_SWITCH(tree_even_split);
+    bool ledge = i == 0 && n >= 1 && at_edge(path, lvl, false) && !KURA_TEST_SWITCH(tree_even_split);
     /* (before the gathering below: it uses the same scratch) */
     if (!branch && !redge && !ledge && share_insert(bt, path, lvl, i, cell, len))
         return;

@@ -158,7 +158,7 @@ static void take_exclusive(btree *bt)
 static void rdlock(btree *bt, bool get)
 {
     lockorder_acquire(LOCK_RANK_STRIPE);
-    if (kura_test.tree_read_exclusive) {
+    if (KURA_TEST_SWITCH(tree_read_exclusive)) {
         take_exclusive(bt);
         push_held(bt, WRITER, false);
         return;
@@ -178,7 +178,7 @@ static void rdlock(btree *bt, bool get)
 void bt_rdlock(btree *bt)
 {
     /* (kura_test.tree_walk_epoch: the negative check of the limbo's bound) */
-    rdlock(bt, kura_test.tree_walk_epoch);
+    rdlock(bt, KURA_TEST_SWITCH(tree_walk_epoch));
 }
 
 void bt_rdlock_get(btree *bt)

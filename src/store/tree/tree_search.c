@@ -151,7 +151,7 @@ static bool wpath_take(btree *bt, const char *key, size_t klen, bt_path *path)
     if (!w->depth || w->txn != bt->txn || w->shape != bt->wshape ||
         w->depth != (int)bt->height || w->pg[0]->pgno != bt->root)
         return false;
-    if (!kura_test.tree_wpath_unchecked && !wpath_holds(w, key, klen))
+    if (!KURA_TEST_SWITCH(tree_wpath_unchecked) && !wpath_holds(w, key, klen))
         return false;
     int lvl = w->depth - 1;
     for (int l = 0; l < lvl; l++) {
@@ -229,9 +229,7 @@ static bool leaf_holds(const unsigned char *d, const char *key, size_t klen)
 /* The get's leaf found: the test hook that parks it there. */
 static int got_leaf(const bt_path *path)
 {
-    if (kura_test.tree_get_parked)
-        kura_test.tree_get_parked(kura_test.tree_get_parked_arg,
-                                  path->pg[path->depth - 1]->data);
+    KURA_TEST_CALL(tree_get_parked, path->pg[path->depth - 1]->data);
     return KURA_OK;
 }
 
@@ -247,7 +245,7 @@ int do_descend_get(btree *bt, const char *key, size_t klen, bt_path *path)
         path->unpinned = false;
     if (unpinned && last_leaf.bt == bt && last_leaf.gen == bt->gen &&
         do_page_peek(bt, last_leaf.pgno, BT_LEAF, &p) == KURA_OK) {
-        if (kura_test.tree_last_leaf_unchecked || leaf_holds(p->data, key, klen)) {
+        if (KURA_TEST_SWITCH(tree_last_leaf_unchecked) || leaf_holds(p->data, key, klen)) {
             int lvl = (int)bt->height - 1;
             for (int l = 0; l < lvl; l++) {
                 path->pg[l] = NULL;

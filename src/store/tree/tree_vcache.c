@@ -215,7 +215,7 @@ void do_vc_keep(btree *bt, const bt_ovf *run, uint64_t cas, const void *v0, size
 
 void do_vc_drop(btree *bt, uint64_t pgno)
 {
-    if (!bt->vtab || !bt->vbytes || kura_test.tree_vcache_no_drop)
+    if (!bt->vtab || !bt->vbytes || KURA_TEST_SWITCH(tree_vcache_no_drop))
         return;
     pthread_mutex_lock(&bt->vmu);   /* (rw exclusive: no get waits for it) */
     bt_vent *e = find(bt, pgno);

@@ -153,7 +153,7 @@ int do_wal_put(btree *bt, const char *key, size_t klen, const void *v0, size_t l
         sl_seg *a = sl_seg_get(&bt->log, sl_active_id(&bt->log));
         bt->wal_runs = a && a->version == BT_WAL_VERSION;
     }
-    if (run && bt->wal_runs && !kura_test.tree_log_values)
+    if (run && bt->wal_runs && !KURA_TEST_SWITCH(tree_log_values))
         return do_wal_append_run(bt, key, klen, (uint32_t)(l0 + l1), flags, exptime, cas, run,
                                  kept, lsn);
     return do_wal_append(bt, BT_REC_PUT, key, klen, v0, l0, v1, l1, flags, exptime, cas, lsn);
@@ -164,7 +164,7 @@ int bt_wal_presync(void *arg)
     btree *bt = arg;
     uint64_t w = atomic_load_explicit(&bt->run_writes, memory_order_acquire);
     if (atomic_load_explicit(&bt->run_synced, memory_order_acquire) >= w ||
-        kura_test.tree_run_no_presync)
+        KURA_TEST_SWITCH(tree_run_no_presync))
         return 0;
     if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
         int e = errno ? errno : EIO;

@@ -1,7 +1,7 @@
 /*
  * login.c - the client side of kurad's authentication, for kuractl (-a
  * FILE) and a replica (-mauth FILE): one exchange that works whichever
- * way the server was started (include/kura/proto.h, kura_login).
+ * way the server was started (include/kura/login.h, kura_login).
  *
  * A client with credentials does not know whether the server wants -Y's
  * text login, -S's SASL over the binary protocol, or nothing.  -S serves
@@ -26,10 +26,11 @@
  * LOGIN_BODY_MAX, a line of at most LOGIN_LINE_MAX), through the
  * caller's I/O, which keeps its own deadlines.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "proto_int.h"
+#include "kura/login.h"
 
 #define OP_SASL_LIST_MECHS 0x20
 #define OP_SASL_AUTH 0x21

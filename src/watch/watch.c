@@ -1,7 +1,11 @@
 /*
  * watch.c - memcached 1.6's log stream (include/kura/watch.h): the lines
  * memcached 1.6.18's logger writes for "watch", and the thread that sends
- * them to the connections watching.
+ * them to the connections watching.  A module of its own above the engine
+ * (tools/layers.txt): the engine calls it as its observer
+ * (include/kura/observer.h: gets, stores, and the stores' evictions passed
+ * on), the server for connection events (kura_watch_conn); nothing below
+ * the engine knows it exists.
  *
  * As memcached's logger: a watcher's connection leaves its worker (the
  * "watch" command hands its socket over) for one thread of this module,
@@ -21,8 +25,9 @@
  * read).  A watcher thus holds at most WATCH_RING + WATCH_CHUNK bytes here
  * and WATCH_SNDBUF in the kernel.
  *
- * While nobody watches, kura_watch_flags is 0 and an event costs its
- * producer one relaxed load (kura_watching).
+ * While nobody watches, kura_watch_flags and the engine's observed mask
+ * are 0 and an event costs its producer one relaxed load (kura_watching,
+ * engine_observing).
  *
  * The layout of each line is memcached 1.6.18's (logger.c): "ts=" with
  * the microseconds unpadded as memcached prints them, a global event
@@ -45,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/observer.h"
 #include "kura/watch.h"
 
 #define WATCH_MAX 20                    /* memcached's LOGGER_MAX_WATCHERS */
@@ -54,7 +60,12 @@
 #define WATCH_LINE_MAX 2048             /* memcached's LOGGER_ENTRY_MAX_SIZE */
 
 atomic_uint kura_watch_flags;
-_Thread_local int kura_watch_cfd = -1;
+
+/* The engine's events are the watch's own flags (observer.h). */
+_Static_assert((unsigned)KURA_OBSERVE_FETCHERS == (unsigned)KURA_WATCH_FETCHERS &&
+               (unsigned)KURA_OBSERVE_MUTATIONS == (unsigned)KURA_WATCH_MUTATIONS &&
+               (unsigned)KURA_OBSERVE_EVICTIONS == (unsigned)KURA_WATCH_EVICTIONS,
+               "observer.h's bits");
 
 typedef struct watcher {
     bool used;                          /* false: the slot is free */
@@ -158,32 +169,34 @@ static void emit(unsigned flag, const char *line, size_t n)
     pthread_mutex_unlock(&mu);
 }
 
-void kura_watch_item_get(const char *key, size_t klen, bool found, uint64_t size)
+/* ---- the engine's observer (observer.h) ------------------------------------- */
+
+static void item_get(int cfd, const char *key, size_t klen, bool found, uint64_t size)
 {
     char line[WATCH_LINE_MAX], k[3 * 250 + 8];
     uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
                   "type=item_get key=%s status=%s clsid=0 cfd=%d size=%llu\n", k,
-                  found ? "found" : "not_found", kura_watch_cfd,
+                  found ? "found" : "not_found", cfd,
                   found ? (unsigned long long)size : 0ULL);
     emit(KURA_WATCH_FETCHERS, line, (size_t)n);
 }
 
-void kura_watch_item_store(const char *key, size_t klen, const char *status, const char *cmd,
-                           long long ttl, uint64_t size)
+static void item_store(int cfd, const char *key, size_t klen, const char *status,
+                       const char *cmd, long long ttl, uint64_t size)
 {
     char line[WATCH_LINE_MAX], k[3 * 250 + 8];
     uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
                   "type=item_store key=%s status=%s cmd=%s ttl=%lld clsid=0 cfd=%d size=%llu\n",
-                  k, status, cmd, ttl, kura_watch_cfd, (unsigned long long)size);
+                  k, status, cmd, ttl, cfd, (unsigned long long)size);
     emit(KURA_WATCH_MUTATIONS, line, (size_t)n);
 }
 
-void kura_watch_eviction(const char *key, size_t klen, bool fetched, long long ttl,
-                         long long la, uint64_t size)
+static void eviction(const char *key, size_t klen, bool fetched, long long ttl, long long la,
+                     uint64_t size)
 {
     char line[WATCH_LINE_MAX], k[3 * 250 + 8];
     uriencode(key, klen, k, sizeof(k));
@@ -193,6 +206,8 @@ void kura_watch_eviction(const char *key, size_t klen, bool fetched, long long t
                   fetched ? "yes" : "no", ttl, la, (unsigned long long)size);
     emit(KURA_WATCH_EVICTIONS, line, (size_t)n);
 }
+
+static const kura_observer watch_observer = { item_get, item_store, eviction };
 
 void kura_watch_conn(int fd, const char *reason)
 {
@@ -258,6 +273,8 @@ static void do_recompute_flags(void)
         if (ws[i].used)
             f |= ws[i].flags;
     atomic_store_explicit(&kura_watch_flags, f, memory_order_relaxed);
+    engine_observe(&watch_observer, f & (KURA_WATCH_FETCHERS | KURA_WATCH_MUTATIONS |
+                                         KURA_WATCH_EVICTIONS));
 }
 
 /* Ends slot i's stream (the thread's, or at stop).  The slot is emptied
