@@ -141,14 +141,16 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
         bench-footprint
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
+     $(BUILD)/tests/libnoipv6.so \
      $(FUZZ_BIN)
 
 programs: $(KURAD) $(KURACTL)
 
-# An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
-# sync-failure tests (tests/shim/failsync.c).  Built without the sanitizers:
-# it is loaded into a process whose runtime is already set up.
-$(BUILD)/tests/libfailsync.so: tests/shim/failsync.c
+# LD_PRELOAD shims for the daemon's tests: failsync.c fails fsync/fdatasync
+# on demand (the sync-failure tests), noipv6.c makes a host without IPv6
+# (test_loopback.py).  Built without the sanitizers: each is loaded into a
+# process whose runtime is already set up.
+$(BUILD)/tests/lib%.so: tests/shim/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -Wall -Wextra $(WERROR) -fPIC -shared -o $@ $< -ldl
 
