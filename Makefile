@@ -2,7 +2,8 @@
 #
 #   make            build kurad, kuractl, kura-bench and the unit tests (into build/)
 #   make programs   only kurad and kuractl
-#   make run        build, then run kurad in the foreground on 127.0.0.1:11211
+#   make run        build, then run kurad in the foreground on localhost:11211
+#                   (PORT=N, DB=NAME: see "run" below)
 #   make test       build and run every test; ends with "N passed, N failed"
 #   make test-asan  the same suite under AddressSanitizer + UBSan (build-asan/)
 #   make test-tsan  the same suite under ThreadSanitizer (build-tsan/); any
@@ -263,14 +264,18 @@ fuzz:
 
 fuzz-build: $(FUZZ_BIN)
 
-# Starts the server in the foreground on the embedded default: a hash file
-# under ./var/ (RUN_DB='*' serves the in-memory cache instead).  As root,
-# kurad wants -u USER (as memcached does); -u root keeps root for this
-# developer's shortcut.
+# make run [PORT=11211] [DB=var/kura.kh] [RUN_ARGS='-th 8 ...']: the server
+# in the foreground on PORT of the loopback (127.0.0.1 and ::1), its data in
+# DB, a hash file under ./var/ by default (DB='*' serves the in-memory cache
+# instead; RUN_DB is DB's older name and still works), with RUN_ARGS' other
+# options.  As root, -u root keeps root for this developer's shortcut
+# without kurad's warning about it.
 RUN_DB ?= var/kura.kh
+DB ?= $(RUN_DB)
+PORT ?= 11211
 run: $(KURAD)
 	@mkdir -p var
-	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) $(RUN_ARGS) $(RUN_DB)
+	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) -port '$(PORT)' $(RUN_ARGS) '$(DB)'
 
 # Each test program prints TAP lines; tests/run collects them and prints the
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
