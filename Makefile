@@ -326,19 +326,20 @@ test-tsan:
 # Paths inside conf/ are written for prefix=/usr/local, sysconfdir=/etc and
 # localstatedir=/var; install rewrites them for the ones given (the unit's
 # StateDirectory= is /var/lib/kura whatever localstatedir says, so the unit's
-# /var paths stay).  SERVICE_NAME names the unit file; SERVICE_USER, if set,
+# /var paths stay).  SERVICE_NAME names the unit file (kura.service, the
+# package's name, by default) and logrotate's; SERVICE_USER, if set,
 # replaces the unit's DynamicUser=yes by that user and group (the Debian
 # package's kura, which it creates).  An existing kurad.conf is never
 # overwritten, and uninstall removes it only if it is still the one
 # installed.  sd_notify needs no library (notify.c).
-SERVICE_NAME ?= kurad
+SERVICE_NAME ?= kura
 SERVICE_USER ?=
 FIXPATHS = sed -e 's\#/usr/local/sbin/\#$(sbindir)/\#g' -e 's\#/usr/local/bin/\#$(bindir)/\#g' \
                -e 's\#/etc/kura/\#$(sysconfdir)/kura/\#g'
 FIXVAR   = sed -e 's\#/var/lib/kura\#$(localstatedir)/lib/kura\#g' \
            -e 's\#/var/log/kura/\#$(localstatedir)/log/kura/\#g'
 FIXUSER  = $(if $(SERVICE_USER),-e 's/^DynamicUser=yes$$/User=$(SERVICE_USER)\nGroup=$(SERVICE_USER)/') \
-           -e 's/systemctl \(enable --now\|edit\) kurad\b/systemctl \1 $(SERVICE_NAME)/'
+           -e 's/systemctl \(enable --now\|edit\) kura\b/systemctl \1 $(SERVICE_NAME)/'
 MAN1     = docs/kurad.1 docs/kuractl.1
 DOCS     = README.md $(filter-out docs/HACKING.md,$(sort $(wildcard docs/*.md)))
 SHAREDIR = $(datadir)/kura
@@ -353,13 +354,13 @@ install: $(KURAD) $(KURACTL)
 	install -m 644 $(MAN1) $(D)$(man1dir)/
 	install -m 644 $(DOCS) $(D)$(docdir)/
 	install -m 644 conf/kurad.conf $(D)$(docdir)/kurad.conf.example
-	$(FIXPATHS) $(FIXUSER) conf/kurad.service > $(D)$(systemdunitdir)/$(SERVICE_NAME).service
+	$(FIXPATHS) $(FIXUSER) conf/kura.service > $(D)$(systemdunitdir)/$(SERVICE_NAME).service
 	chmod 644 $(D)$(systemdunitdir)/$(SERVICE_NAME).service
 	$(FIXPATHS) conf/kurad.conf | $(FIXVAR) > $(BUILD)/kurad.conf.installed
 	[ -e $(D)$(sysconfdir)/kura/kurad.conf ] || \
 	    install -m 644 $(BUILD)/kurad.conf.installed $(D)$(sysconfdir)/kura/kurad.conf
-	$(FIXVAR) conf/logrotate > $(D)$(sysconfdir)/logrotate.d/kurad
-	chmod 644 $(D)$(sysconfdir)/logrotate.d/kurad
+	$(FIXVAR) conf/logrotate > $(D)$(sysconfdir)/logrotate.d/$(SERVICE_NAME)
+	chmod 644 $(D)$(sysconfdir)/logrotate.d/$(SERVICE_NAME)
 	install -m 755 conf/daemontools/run $(D)$(SHAREDIR)/daemontools/run
 	install -m 755 conf/daemontools/log/run $(D)$(SHAREDIR)/daemontools/log/run
 	for f in conf/daemontools/env/*; do \
@@ -377,7 +378,7 @@ uninstall:
 	rm -f $(D)$(sbindir)/kurad $(D)$(bindir)/kuractl $(D)$(bindir)/kura-bench \
 	    $(D)$(bindir)/kura-enginebench $(addprefix $(D)$(man1dir)/,$(notdir $(MAN1))) \
 	    $(addprefix $(D)$(docdir)/,$(notdir $(DOCS)) kurad.conf.example) \
-	    $(D)$(systemdunitdir)/$(SERVICE_NAME).service $(D)$(sysconfdir)/logrotate.d/kurad \
+	    $(D)$(systemdunitdir)/$(SERVICE_NAME).service $(D)$(sysconfdir)/logrotate.d/$(SERVICE_NAME) \
 	    $(addprefix $(D)$(SHAREDIR)/daemontools/,run log/run \
 	        $(patsubst conf/daemontools/%,%,$(wildcard conf/daemontools/env/*)))
 	$(FIXPATHS) conf/kurad.conf | $(FIXVAR) | cmp -s - $(D)$(sysconfdir)/kura/kurad.conf && \

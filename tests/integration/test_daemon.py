@@ -11,7 +11,7 @@ file that was moved; SIGTERM under load and with stuck clients exits 0 in
 bounded time (with every acknowledged write back after a restart, for a
 persistent database); -conf with the command line overriding it, and the
 shipped conf/kurad.conf; the sd_notify messages; `systemd-analyze verify`
-of conf/kurad.service; kurad under daemontools' supervise (killed,
+of conf/kura.service; kurad under daemontools' supervise (killed,
 restarted, stopped with svc -d); the man page.  `make install` is
 test_package.py's.
 
@@ -623,16 +623,16 @@ def test_systemd_unit(tmp):
     if not sa:
         raise Skip(missing("systemd-analyze (apt-get install systemd)"))
     # verify wants the ExecStart binary to exist and the man page it names.
-    unit = read(os.path.join(ROOT, "conf", "kurad.service"))
+    unit = read(os.path.join(ROOT, "conf", "kura.service"))
     assert "ExecStart=/usr/local/sbin/kurad " in unit
-    write(os.path.join(tmp, "kurad.service"), unit.replace("/usr/local/sbin/kurad", KURAD))
+    write(os.path.join(tmp, "kura.service"), unit.replace("/usr/local/sbin/kurad", KURAD))
     os.makedirs(os.path.join(tmp, "man", "man1"))
     shutil.copy(os.path.join(ROOT, "docs", "kurad.1"), os.path.join(tmp, "man", "man1"))
     env = dict(os.environ, MANPATH=os.path.join(tmp, "man"))
     man = [] if shutil.which("man") else ["--man=no"]    # without man-db, skip that check
-    rc, out = run([sa, "verify"] + man + [os.path.join(tmp, "kurad.service")], tmp, env=env,
+    rc, out = run([sa, "verify"] + man + [os.path.join(tmp, "kura.service")], tmp, env=env,
                   timeout=60)
-    assert rc == 0 and "kurad.service" not in out, out
+    assert rc == 0 and "kura.service" not in out, out
 
 
 def svstat_pid(service):
