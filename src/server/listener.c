@@ -206,21 +206,25 @@ int listener_bind(const char *what, const char *host, int port, int *fds, int ma
     return n4 + n6 ? n4 + n6 : -1;
 }
 
-/* Adds "host" (bracketed if IPv6) to bound_desc unless it is there. */
+/* Adds fd's address to bound_desc ("127.0.0.1 and ::1") unless it is
+ * there already (a second port on the same address, -plex port=N). */
 static void describe(int fd)
 {
     struct sockaddr_storage sa;
     socklen_t len = sizeof(sa);
-    char addr[INET6_ADDRSTRLEN + 2] = "?", word[INET6_ADDRSTRLEN + 8];
+    char addr[INET6_ADDRSTRLEN] = "?", word[INET6_ADDRSTRLEN + 8], have[sizeof(bound_desc) + 10];
     if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
         if (sa.ss_family == AF_INET)
             inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, addr, sizeof(addr));
         else if (sa.ss_family == AF_INET6)
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, addr, sizeof(addr));
     }
+    snprintf(have, sizeof(have), " and %s and ", bound_desc);
+    snprintf(word, sizeof(word), " and %s and ", addr);
+    if (strstr(have, word))
+        return;
     snprintf(word, sizeof(word), "%s%s", bound_desc[0] ? " and " : "", addr);
-    if (!strstr(bound_desc, addr))
-        strncat(bound_desc, word, sizeof(bound_desc) - strlen(bound_desc) - 1);
+    strncat(bound_desc, word, sizeof(bound_desc) - strlen(bound_desc) - 1);
 }
 
 static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
@@ -307,7 +311,8 @@ static int open_addresses(kura_server *srv)
 {
     const kura_settings *st = srv->settings;
     char list[1024], host[256], why[160];
-    snprintf(list, sizeof(list), "%s", st->host ? st->host : "localhost");
+    /* "" (-l '') is every address, as it was for memcached's getaddrinfo */
+    snprintf(list, sizeof(list), "%s", !st->host ? "localhost" : st->host[0] ? st->host : "*");
     char *save = NULL;
     for (char *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         bool tls = tls_enabled();
