@@ -207,18 +207,29 @@ int listener_bind(const char *what, const char *host, int port, int *fds, int ma
 }
 
 /* Adds fd's address to bound_desc ("127.0.0.1 and ::1") unless it is
- * there already (a second port on the same address, -plex port=N). */
-static void describe(int fd)
+ * there already (-plex port=N's second port, which the start-up line names
+ * apart); with its port when that is neither -p's nor -plex's
+ * ("127.0.0.1 and 10.0.0.5:11212"). */
+static void describe(const kura_settings *st, int fd)
 {
     struct sockaddr_storage sa;
     socklen_t len = sizeof(sa);
-    char addr[INET6_ADDRSTRLEN] = "?", word[INET6_ADDRSTRLEN + 8], have[sizeof(bound_desc) + 10];
+    char ip[INET6_ADDRSTRLEN] = "?", addr[INET6_ADDRSTRLEN + 10];
+    char word[sizeof(addr) + 10], have[sizeof(bound_desc) + 10];
+    int port = 0;
     if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
-        if (sa.ss_family == AF_INET)
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, addr, sizeof(addr));
-        else if (sa.ss_family == AF_INET6)
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, addr, sizeof(addr));
+        if (sa.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+        } else if (sa.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+        }
     }
+    if (port && port != st->port && port != st->port2)
+        snprintf(addr, sizeof(addr), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+    else
+        snprintf(addr, sizeof(addr), "%s", ip);
     snprintf(have, sizeof(have), " and %s and ", bound_desc);
     snprintf(word, sizeof(word), " and %s and ", addr);
     if (strstr(have, word))
@@ -234,7 +245,7 @@ static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
     if (n < 0)
         return -1;
     for (int i = 0; i < n; i++) {
-        describe(fds[i]);
+        describe(srv->settings, fds[i]);
         if (add_listener(srv, fds[i], tls) < 0) {
             while (++i < n)
                 close(fds[i]);
