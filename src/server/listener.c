@@ -144,8 +144,8 @@ static int bind_one(const struct addrinfo *ai)
 /* Binds host:port (NULL: every address), each address getaddrinfo gives,
  * into fds (room for max).  optional: a family this host lacks (no IPv6:
  * EAFNOSUPPORT, or ::1 not configured: EADDRNOTAVAIL) is skipped with an
- * INFO line naming it rather than failing (a host without IPv6 is normal); anything else (a port in use) is
- * an error.  Returns how many were bound (0 when all were skipped), or -1
+ * INFO line naming it rather than failing (a host without IPv6 is
+ * normal); anything else (a port in use) is an error.  Returns how many were bound (0 when all were skipped), or -1
  * with the reason logged (what names the listener: "", "metrics: "). */
 static int bind_host(const char *what, const char *host, int port, bool optional, int *fds,
                      int max)

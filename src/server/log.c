@@ -3,14 +3,16 @@
  *
  * Levels: errors and warnings always; info by default; -v adds
  * connection-level events; -vv adds every request.  -le keeps errors and
- * warnings only, -ld adds debug lines; -v counts up from either.  Lines are written with one write() on an O_APPEND
- * descriptor, so lines from several threads never interleave.
+ * warnings only, -ld adds debug lines; -v counts up from either.  Lines
+ * are written with one write() on an O_APPEND descriptor, so lines from
+ * several threads never interleave.
  *
  * SIGHUP reopens the file (after logrotate moved it): the new file is
  * dup2()ed onto the same descriptor number, so a thread writing at that
  * moment writes whole lines to the old file or to the new one.  Until
- * start-up is done, errors and warnings are also copied to stderr, so whoever started
- * kurad (or the parent waiting on -dmn) sees why it did not start.
+ * start-up is done, errors and warnings are also copied to stderr, so
+ * whoever started kurad (or the parent waiting on -dmn) sees why it did
+ * not start, or that it runs as root.
  *
  * Repeats are folded.  A fault that recurs on every attempt (a full disk, a
  * descriptor shortage, a store's log hook reporting the same failure) must
