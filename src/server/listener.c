@@ -145,8 +145,9 @@ static int bind_one(const struct addrinfo *ai)
  * into fds (room for max).  optional: a family this host lacks (no IPv6:
  * EAFNOSUPPORT, or ::1 not configured: EADDRNOTAVAIL) is skipped with an
  * INFO line naming it rather than failing (a host without IPv6 is
- * normal); anything else (a port in use) is an error.  Returns how many were bound (0 when all were skipped), or -1
- * with the reason logged (what names the listener: "", "metrics: "). */
+ * normal); anything else (a port in use) is an error.  Returns how many
+ * were bound (0 when all were skipped), or -1 with the reason logged
+ * (what names the listener: "", "metrics: "). */
 static int bind_host(const char *what, const char *host, int port, bool optional, int *fds,
                      int max)
 {

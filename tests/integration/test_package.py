@@ -12,8 +12,8 @@ PREFIX, SERVICE_NAME/SERVICE_USER (the package's kura.service run as
 kura), install-bench; one name for the service, kura, in the unit, the docs,
 the man pages, daemontools, logrotate and the package (no "systemctl ...
 kurad", "kurad.service", "/etc/service/kurad" or "logrotate.d/kurad" left;
-the negative: the man page's old line is caught); ./configure (run on a copy: autoconf's output never
-lands in the source tree) writes the libraries, directories, feature
+the negative: the man page's old line is caught); ./configure (run on a
+copy: autoconf's output never lands in the source tree) writes the libraries, directories, feature
 switches and flags into config.mk, -Werror only with --enable-werror, and
 finds the required libraries without pkg-config too; the Makefile passes
 CFLAGS, CPPFLAGS and LDFLAGS on, with -Werror when there is no config.mk.
@@ -444,14 +444,15 @@ def test_one_service_name(tmp):
             if f.endswith(".json") or "benchmarks" in f:
                 continue
             text = read(f)
-            found += ["%s: %s" % (os.path.relpath(f, ROOT), m) for m in OLD_SERVICE_NAME.findall(text)]
+            found += ["%s: %s" % (os.path.relpath(f, ROOT), m)
+                      for m in OLD_SERVICE_NAME.findall(text)]
     assert not found, "the service named kurad: %s" % found
     unit = read(os.path.join(ROOT, "conf", "kura.service"))
     assert "systemctl enable --now kura\n" in unit, unit
 
 
-TESTS = [test_make_install_uninstall, test_one_service_name, test_install_directories, test_flags_without_configure,
-         test_configure, test_deb_contents, test_deb_hardening, test_deb_lintian]
+TESTS = [test_make_install_uninstall, test_one_service_name, test_install_directories,
+         test_flags_without_configure, test_configure, test_deb_contents, test_deb_hardening, test_deb_lintian]
 
 
 def main():
