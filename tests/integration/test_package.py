@@ -452,7 +452,8 @@ def test_one_service_name(tmp):
 
 
 TESTS = [test_make_install_uninstall, test_one_service_name, test_install_directories,
-         test_flags_without_configure, test_configure, test_deb_contents, test_deb_hardening, test_deb_lintian]
+         test_flags_without_configure, test_configure, test_deb_contents, test_deb_hardening,
+         test_deb_lintian]
 
 
 def main():
