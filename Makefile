@@ -3,7 +3,8 @@
 #   make            build kurad, kuractl, kura-bench, kura-enginebench (into build/):
 #                   release builds, without a test switch (include/kura/testhooks.h)
 #   make programs   only kurad and kuractl
-#   make run        build, then run kurad in the foreground on 127.0.0.1:11211
+#   make run        build, then run kurad in the foreground on localhost:11211
+#                   (PORT=N, DB=NAME: see "run" below)
 #   make test       make check-layers, then build the test tree (build-test/:
 #                   the programs, the unit tests and the fuzz replayers, with
 #                   the test switches, -DKURA_TEST_HOOKS) and run every test
@@ -155,14 +156,16 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 # kura-enginebench too: a measurement with a stale one would time old code.
 # A test tree (TEST_HOOKS=1) also holds what only the tests use.
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench \
-     $(if $(TEST_HOOKS),$(UNIT_BIN) $(BUILD)/tests/libfailsync.so $(FUZZ_BIN))
+     $(if $(TEST_HOOKS),$(UNIT_BIN) $(BUILD)/tests/libfailsync.so $(BUILD)/tests/libnoipv6.so \
+       $(FUZZ_BIN))
 
 programs: $(KURAD) $(KURACTL)
 
-# An LD_PRELOAD shim that fails fsync/fdatasync on demand, for the daemon's
-# sync-failure tests (tests/shim/failsync.c).  Built without the sanitizers:
-# it is loaded into a process whose runtime is already set up.
-$(BUILD)/tests/libfailsync.so: tests/shim/failsync.c
+# LD_PRELOAD shims for the daemon's tests: failsync.c fails fsync/fdatasync
+# on demand (the sync-failure tests), noipv6.c makes a host without IPv6
+# (test_loopback.py).  Built without the sanitizers: each is loaded into a
+# process whose runtime is already set up.
+$(BUILD)/tests/lib%.so: tests/shim/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -Wall -Wextra $(WERROR) -fPIC -shared -o $@ $< -ldl
 
@@ -275,14 +278,18 @@ fuzz:
 
 fuzz-build: $(FUZZ_BIN)
 
-# Starts the server in the foreground on the embedded default: a hash file
-# under ./var/ (RUN_DB='*' serves the in-memory cache instead).  As root,
-# kurad wants -u USER (as memcached does); -u root keeps root for this
-# developer's shortcut.
+# make run [PORT=11211] [DB=var/kura.kh] [RUN_ARGS='-th 8 ...']: the server
+# in the foreground on PORT of the loopback (127.0.0.1 and ::1), its data in
+# DB, a hash file under ./var/ by default (DB='*' serves the in-memory cache
+# instead; RUN_DB is DB's older name and still works), with RUN_ARGS' other
+# options.  As root, -u root keeps root for this developer's shortcut
+# without kurad's warning about it.
 RUN_DB ?= var/kura.kh
+DB ?= $(RUN_DB)
+PORT ?= 11211
 run: $(KURAD)
 	@mkdir -p var
-	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) $(RUN_ARGS) $(RUN_DB)
+	./$(KURAD) $$([ "$$(id -u)" = 0 ] && echo -u root) -port '$(PORT)' $(RUN_ARGS) '$(DB)'
 
 # Each test program prints TAP lines; tests/run collects them and prints the
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
@@ -345,19 +352,20 @@ test-tsan:
 # Paths inside conf/ are written for prefix=/usr/local, sysconfdir=/etc and
 # localstatedir=/var; install rewrites them for the ones given (the unit's
 # StateDirectory= is /var/lib/kura whatever localstatedir says, so the unit's
-# /var paths stay).  SERVICE_NAME names the unit file; SERVICE_USER, if set,
+# /var paths stay).  SERVICE_NAME names the unit file (kura.service, the
+# package's name, by default) and logrotate's; SERVICE_USER, if set,
 # replaces the unit's DynamicUser=yes by that user and group (the Debian
 # package's kura, which it creates).  An existing kurad.conf is never
 # overwritten, and uninstall removes it only if it is still the one
 # installed.  sd_notify needs no library (notify.c).
-SERVICE_NAME ?= kurad
+SERVICE_NAME ?= kura
 SERVICE_USER ?=
 FIXPATHS = sed -e 's\#/usr/local/sbin/\#$(sbindir)/\#g' -e 's\#/usr/local/bin/\#$(bindir)/\#g' \
                -e 's\#/etc/kura/\#$(sysconfdir)/kura/\#g'
 FIXVAR   = sed -e 's\#/var/lib/kura\#$(localstatedir)/lib/kura\#g' \
            -e 's\#/var/log/kura/\#$(localstatedir)/log/kura/\#g'
 FIXUSER  = $(if $(SERVICE_USER),-e 's/^DynamicUser=yes$$/User=$(SERVICE_USER)\nGroup=$(SERVICE_USER)/') \
-           -e 's/systemctl \(enable --now\|edit\) kurad\b/systemctl \1 $(SERVICE_NAME)/'
+           -e 's/systemctl \(enable --now\|edit\) kura\b/systemctl \1 $(SERVICE_NAME)/'
 MAN1     = docs/kurad.1 docs/kuractl.1
 DOCS     = README.md $(filter-out docs/HACKING.md,$(sort $(wildcard docs/*.md)))
 SHAREDIR = $(datadir)/kura
@@ -372,13 +380,13 @@ install: $(KURAD) $(KURACTL)
 	install -m 644 $(MAN1) $(D)$(man1dir)/
 	install -m 644 $(DOCS) $(D)$(docdir)/
 	install -m 644 conf/kurad.conf $(D)$(docdir)/kurad.conf.example
-	$(FIXPATHS) $(FIXUSER) conf/kurad.service > $(D)$(systemdunitdir)/$(SERVICE_NAME).service
+	$(FIXPATHS) $(FIXUSER) conf/kura.service > $(D)$(systemdunitdir)/$(SERVICE_NAME).service
 	chmod 644 $(D)$(systemdunitdir)/$(SERVICE_NAME).service
 	$(FIXPATHS) conf/kurad.conf | $(FIXVAR) > $(BUILD)/kurad.conf.installed
 	[ -e $(D)$(sysconfdir)/kura/kurad.conf ] || \
 	    install -m 644 $(BUILD)/kurad.conf.installed $(D)$(sysconfdir)/kura/kurad.conf
-	$(FIXVAR) conf/logrotate > $(D)$(sysconfdir)/logrotate.d/kurad
-	chmod 644 $(D)$(sysconfdir)/logrotate.d/kurad
+	$(FIXVAR) conf/logrotate > $(D)$(sysconfdir)/logrotate.d/$(SERVICE_NAME)
+	chmod 644 $(D)$(sysconfdir)/logrotate.d/$(SERVICE_NAME)
 	install -m 755 conf/daemontools/run $(D)$(SHAREDIR)/daemontools/run
 	install -m 755 conf/daemontools/log/run $(D)$(SHAREDIR)/daemontools/log/run
 	for f in conf/daemontools/env/*; do \
@@ -396,7 +404,7 @@ uninstall:
 	rm -f $(D)$(sbindir)/kurad $(D)$(bindir)/kuractl $(D)$(bindir)/kura-bench \
 	    $(D)$(bindir)/kura-enginebench $(addprefix $(D)$(man1dir)/,$(notdir $(MAN1))) \
 	    $(addprefix $(D)$(docdir)/,$(notdir $(DOCS)) kurad.conf.example) \
-	    $(D)$(systemdunitdir)/$(SERVICE_NAME).service $(D)$(sysconfdir)/logrotate.d/kurad \
+	    $(D)$(systemdunitdir)/$(SERVICE_NAME).service $(D)$(sysconfdir)/logrotate.d/$(SERVICE_NAME) \
 	    $(addprefix $(D)$(SHAREDIR)/daemontools/,run log/run \
 	        $(patsubst conf/daemontools/%,%,$(wildcard conf/daemontools/env/*)))
 	$(FIXPATHS) conf/kurad.conf | $(FIXVAR) | cmp -s - $(D)$(sysconfdir)/kura/kurad.conf && \

@@ -238,8 +238,8 @@ class Server:
             db = os.path.join(datadir, db)
         # "extra": options of one measurement (bench/footprint.py: -sync interval)
         base = [self.args["bin"], "-port", str(port), "-th", t] + self.args.get("extra", [])
-        # the same memory limit as memcached; as root kurad wants -u, and
-        # "-u root" keeps the data files writable in our root-owned temp dir
+        # the same memory limit as memcached; as root, "-u root" keeps the
+        # data files writable in our root-owned temp dir, without the warning
         user = ["-u", "root"] if os.geteuid() == 0 else []
         out = [base + ["-m", "1024"] + user + [db], base + user + [db]]
         if user:

@@ -34,9 +34,10 @@ enum kura_status {
 const char *kura_strerror(int rc);
 
 /* Levels of the lines modules hand to a log callback (the server's log
- * writes them; -le keeps errors only, -ld adds debug). */
+ * writes them; -le keeps errors and warnings only, -ld adds debug). */
 enum kura_log_level {
     KURA_LOG_ERROR = 0,         /* damage, failed I/O: someone should look */
+    KURA_LOG_WARNING,           /* works, but not as it should (running as root) */
     KURA_LOG_INFO,              /* what open and recovery did */
     KURA_LOG_VERBOSE,           /* -v: per-connection events */
     KURA_LOG_DEBUG,             /* -ld, -vv */

@@ -107,6 +107,19 @@ static const char *kc_error(cabinet *c)
     return c->db ? kcdbemsg(KDB(c)) : "out of memory";
 }
 
+/* Kyoto Cabinet reports a lock held elsewhere (KCOTRYLOCK) as a system
+ * error, "fcntl failed". */
+static cab_failure kc_failure(cabinet *c)
+{
+    if (!c->db)
+        return CAB_UNOPENED;
+    int32_t code = kcdbecode(KDB(c));
+    if (code == KCESYSTEM && strstr(kcdbemsg(KDB(c)), "fcntl"))
+        return CAB_LOCKED;
+    return code == KCENOREPOS || code == KCENOPERM || code == KCESYSTEM ? CAB_UNOPENED
+                                                                        : CAB_DAMAGED;
+}
+
 static int kc_close(cabinet *c)
 {
     if (!c->db)
@@ -122,7 +135,7 @@ static int kc_close(cabinet *c)
 static const cab_ops kc_ops = {
     .library = "Kyoto Cabinet",
     .open = kc_open, .count = kc_count, .each = kc_each, .get = kc_get, .put = kc_put,
-    .close = kc_close, .error = kc_error,
+    .close = kc_close, .error = kc_error, .failure = kc_failure,
 };
 
 const cab_ops *const cab_kc_ops = &kc_ops;

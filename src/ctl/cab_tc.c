@@ -107,6 +107,20 @@ static const char *tc_error(cabinet *c)
     return tcerrmsg(IS_HASH(c) ? tchdbecode(HASH(c)) : tcbdbecode(TREE(c)));
 }
 
+static cab_failure tc_failure(cabinet *c)
+{
+    if (!c->db)
+        return CAB_UNOPENED;
+    switch (IS_HASH(c) ? tchdbecode(HASH(c)) : tcbdbecode(TREE(c))) {
+    case TCELOCK:
+        return CAB_LOCKED;
+    case TCENOFILE: case TCENOPERM: case TCEOPEN: case TCETHREAD:
+        return CAB_UNOPENED;
+    default:
+        return CAB_DAMAGED;             /* TCEMETA, TCEREAD, TCERHEAD, ... */
+    }
+}
+
 static int tc_close(cabinet *c)
 {
     if (!c->db)
@@ -125,7 +139,7 @@ static int tc_close(cabinet *c)
 static const cab_ops tc_ops = {
     .library = "Tokyo Cabinet",
     .open = tc_open, .count = tc_count, .each = tc_each, .get = tc_get, .put = tc_put,
-    .close = tc_close, .error = tc_error,
+    .close = tc_close, .error = tc_error, .failure = tc_failure,
 };
 
 const cab_ops *const cab_tc_ops = &tc_ops;

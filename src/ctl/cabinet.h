@@ -18,6 +18,13 @@
 
 typedef enum { CAB_TCH, CAB_TCB, CAB_KCH, CAB_KCT } cab_kind;
 
+/* Why an open failed, as far as the library tells. */
+typedef enum {
+    CAB_DAMAGED,                /* the file's header or size does not hold together */
+    CAB_LOCKED,                 /* another process holds its lock (a running server) */
+    CAB_UNOPENED,               /* missing, not permitted, or the system refused */
+} cab_failure;
+
 typedef struct cabinet cabinet;
 
 /* Called for each record; a non-zero return stops the walk and is returned. */
@@ -33,6 +40,7 @@ typedef struct cab_ops {
     int (*put)(cabinet *c, const char *k, size_t kl, const char *v, size_t vl);  /* 0 or -1 */
     int (*close)(cabinet *c);  /* 0 or -1; frees the library's handle */
     const char *(*error)(cabinet *c);
+    cab_failure (*failure)(cabinet *c);    /* after a failed open: why */
 } cab_ops;
 
 struct cabinet {

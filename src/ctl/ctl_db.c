@@ -143,8 +143,19 @@ int cmd_db_stats(const char *db)
     printf("max_cas %" PRIu64 "\n", st.max_cas);
     printf("oldest_cas %" PRIu64 "\n", st.oldest_cas);
     printf("flush_at %" PRId64 "\n", st.flush_at);
-    ctl_ts_date(st.ulog_ts, date, sizeof(date));
-    printf("ulog_ts %" PRIu64 " %s\n", st.ulog_ts, date);
+    /* the update log's mark: the last row known to be in the store, else
+     * what its two special values mean, in words (a number stays first
+     * where there is one) */
+    if (st.ulog_ts == UINT64_MAX)
+        printf("ulog_ts none (changed without an update log, by a kurad without -ulog or by "
+               "kuractl: no log's rows are known to be in it; start kurad on it with a new "
+               "-ulog directory, or none)\n");
+    else if (st.ulog_ts == 0)
+        printf("ulog_ts 0 (no update-log row applied yet)\n");
+    else {
+        ctl_ts_date(st.ulog_ts, date, sizeof(date));
+        printf("ulog_ts %" PRIu64 " %s\n", st.ulog_ts, date);
+    }
     if (s->ops->stats)
         s->ops->stats(s, print_line, NULL);
     kura_store_close(s);

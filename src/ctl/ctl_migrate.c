@@ -232,9 +232,23 @@ static int open_cabinet(cabinet *c, cab_kind kind, const char *path, bool write,
     if (!(c->ops = cab_ops_of(kind, err, sizeof(err))))
         return ctl_err(CTL_FAIL, "%s: %s", path, err);
     if (c->ops->open(c, path, write, hint) < 0) {
-        int rc = ctl_err(CTL_UNREACHABLE, "%s: cannot open it with %s: %s (a file a running "
+        int rc;
+        cab_failure why = c->ops->failure(c);
+        switch (why == CAB_DAMAGED && write ? CAB_UNOPENED : why) {
+        case CAB_LOCKED:
+            rc = ctl_err(CTL_UNREACHABLE, "%s: cannot open it with %s: %s (a file a running "
                          "server holds is refused, not waited for: stop the server, or copy "
                          "the file)", path, c->ops->library, c->ops->error(c));
+            break;
+        case CAB_DAMAGED:
+            rc = ctl_err(CTL_FAIL, "%s: damaged: %s finds %s (the file is cut short or "
+                         "overwritten; nothing was imported)", path, c->ops->library,
+                         c->ops->error(c));
+            break;
+        default:
+            rc = ctl_err(CTL_UNREACHABLE, "%s: cannot open it with %s: %s", path,
+                         c->ops->library, c->ops->error(c));
+        }
         c->ops->close(c);
         return rc;
     }

@@ -12,6 +12,9 @@
  *   - a line that is not "set <key> <flags> <exptime> <bytes> ..." (any
  *     other command, meta and kura's own included, or garbage) gets
  *     "CLIENT_ERROR unauthenticated"; the key is ignored, noreply too;
+ *   - of the replies to the requests of one read, only the last goes out
+ *     (memcached reuses one response object; so a meta set's data line,
+ *     refused as one more request, adds no second line);
  *   - the value must end in CRLF ("CLIENT_ERROR bad command line
  *     termination") and hold "user password" separated by spaces ("CLIENT_
  *     ERROR bad authentication token format");
@@ -196,31 +199,37 @@ static int words(const char *p, const char *end, text_token *w, int max)
     return n;
 }
 
-static void out_line(kura_buf *out, const char *s)
+/* The gate's reply s, in place of any other the gate gave since mark (the
+ * start of this call's replies): memcached 1.6.18 sends only the last of
+ * the gate's replies to the requests of one read (its response object is
+ * reused), so "ms foo 1\r\nb\r\n" gets one line, and a login after a
+ * refusal in the same read gets only its STORED. */
+static void out_line(kura_buf *out, size_t mark, const char *s)
 {
+    kura_buf_rewind(out, mark);
     kura_buf_append(out, s, strlen(s));
     KURA_BUF_LIT(out, "\r\n");
 }
 
 /* The value of an attempt: [v, v + len), CRLF included. */
-static void attempt(kura_session *s, const char *v, size_t len, kura_buf *out)
+static void attempt(kura_session *s, const char *v, size_t len, kura_buf *out, size_t mark)
 {
     text_token w[2];
     if (v[len - 2] != '\r' || v[len - 1] != '\n') {
-        out_line(out, "CLIENT_ERROR bad command line termination");
+        out_line(out, mark, "CLIENT_ERROR bad command line termination");
         return;
     }
     if (words(v, v + len - 2, w, 2) < 2) {
-        out_line(out, "CLIENT_ERROR bad authentication token format");
+        out_line(out, mark, "CLIENT_ERROR bad authentication token format");
         return;
     }
     KURA_STAT_INC(s->stats, auth_cmds);
     if (!kura_auth_check(s->server->auth, w[0].value, w[0].length, w[1].value, w[1].length)) {
         KURA_STAT_INC(s->stats, auth_errors);
-        out_line(out, "CLIENT_ERROR authentication failure");
+        out_line(out, mark, "CLIENT_ERROR authentication failure");
         return;
     }
-    out_line(out, "STORED");
+    out_line(out, mark, "STORED");
     /* the text protocol from here on (its state lives in the session) */
     free(s->state);
     s->state = NULL;
@@ -230,7 +239,7 @@ static void attempt(kura_session *s, const char *v, size_t len, kura_buf *out)
 static size_t auth_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
     auth_state *st = s->state;
-    size_t pos = 0;
+    size_t pos = 0, mark = kura_buf_size(out);
     while (pos < len && s->proto == &kura_proto_auth && !s->close) {
         if (st->value_len) {
             if (len - pos < st->value_len) {
@@ -240,10 +249,12 @@ static size_t auth_process(kura_session *s, char *in, size_t len, kura_buf *out)
             size_t vlen = st->value_len;
             st->value_len = 0;
             s->need = 0;
-            attempt(s, in + pos, vlen, out);
+            attempt(s, in + pos, vlen, out, mark);
             pos += vlen;
             continue;
         }
+        if (len - pos < 2)
+            return pos;                 /* memcached waits for 2 bytes: a lone "\n" is no line */
         char *nl = memchr(in + pos, '\n', len - pos);
         if (!nl) {
             if (len - pos > AUTH_NO_NEWLINE_MAX)
@@ -256,7 +267,7 @@ static size_t auth_process(kura_session *s, char *in, size_t len, kura_buf *out)
         pos = (size_t)(nl - in) + 1;
         if (n < 5 || w[0].length != 3 || memcmp(w[0].value, "set", 3) != 0 ||
             !text_safe_u32(&w[4], &size)) {
-            out_line(out, "CLIENT_ERROR unauthenticated");
+            out_line(out, mark, "CLIENT_ERROR unauthenticated");
             continue;
         }
         if ((uint64_t)size + 2 > AUTH_VALUE_MAX) {

@@ -15,6 +15,7 @@
  * its accept_new_conns(false), counted in listen_disabled_num), then tried
  * again; the log line is the same text each time, so log.c folds repeats.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -28,6 +29,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "kura/netaddr.h"
 #include "server.h"
 
 #define MAX_LISTENERS 8
@@ -42,6 +44,7 @@ static int nlisten;
 static struct event *backoff_timer;     /* re-enables accepting */
 static const char *unix_bound;          /* -s: the socket file we made (removed at close) */
 static bool accept_paused;
+static char bound_desc[256];            /* "127.0.0.1 and ::1": the TCP addresses bound */
 
 /* The backoff is over: listen again (a connection still pending is then
  * accepted at once, or the pause starts over). */
@@ -119,43 +122,138 @@ static int add_listener(kura_server *srv, int fd, bool tls)
     return 0;
 }
 
-static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
+/* Binds one address of getaddrinfo's; the socket, or -1 with errno set. */
+static int bind_one(const struct addrinfo *ai)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/* Binds host:port (NULL: every address), each address getaddrinfo gives,
+ * into fds (room for max).  optional: a family this host lacks (no IPv6:
+ * EAFNOSUPPORT, or ::1 not configured: EADDRNOTAVAIL) is skipped with an
+ * INFO line naming it rather than failing (a host without IPv6 is
+ * normal); anything else (a port in use) is an error.  Returns how many
+ * were bound (0 when all were skipped), or -1 with the reason logged
+ * (what names the listener: "", "metrics: "). */
+static int bind_host(const char *what, const char *host, int port, bool optional, int *fds,
+                     int max)
 {
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-    struct addrinfo *res, *ai;
-    char port[16];
-    int opened = 0;
-
-    snprintf(port, sizeof(port), "%d", tcp_port);
-    if (host && (strcmp(host, "") == 0 || strcmp(host, "*") == 0))
-        host = NULL;
-    int rc = getaddrinfo(host, port, &hints, &res);
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *res;
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    int rc = getaddrinfo(host, portstr, &hints, &res);
     if (rc) {
-        log_msg(KURA_LOG_ERROR, "cannot resolve listen address '%s': %s",
+        log_msg(KURA_LOG_ERROR, "%scannot resolve listen address '%s': %s", what,
                 host ? host : "*", gai_strerror(rc));
         return -1;
     }
-    for (ai = res; ai; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
+    int n = 0;
+    for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = n < max ? bind_one(ai) : (errno = EMFILE, -1);
+        if (fd >= 0) {
+            fds[n++] = fd;
             continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (ai->ai_family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-            log_msg(KURA_LOG_ERROR, "cannot listen on %s port %d: %s", host ? host : "*",
-                    tcp_port, strerror(errno));
-            close(fd);
-            freeaddrinfo(res);
-            return -1;
         }
-        if (add_listener(srv, fd, tls) == 0)
-            opened++;
+        int err = errno;
+        if (optional && (err == EAFNOSUPPORT || err == EADDRNOTAVAIL)) {
+            log_msg(KURA_LOG_INFO, "%snot listening on %s port %d: %s (this host has no such "
+                    "address; skipped)", what, host, port, strerror(err));
+            continue;
+        }
+        log_msg(KURA_LOG_ERROR, "%scannot listen on %s port %d: %s", what, host ? host : "*",
+                port, strerror(err));
+        while (n)
+            close(fds[--n]);
+        freeaddrinfo(res);
+        return -1;
     }
     freeaddrinfo(res);
-    return opened ? 0 : -1;
+    return n;
+}
+
+int listener_bind(const char *what, const char *host, int port, int *fds, int max)
+{
+    if (host && (strcmp(host, "") == 0 || strcmp(host, "*") == 0))
+        host = NULL;
+    if (!host || !kura_netaddr_is_localhost(host))
+        return bind_host(what, host, port, false, fds, max);
+    /* both loopbacks, each skipped where the host lacks its family */
+    int n4 = bind_host(what, KURA_LOOPBACK_V4, port, true, fds, max);
+    if (n4 < 0)
+        return -1;
+    int n6 = bind_host(what, KURA_LOOPBACK_V6, port, true, fds + n4, max - n4);
+    if (n6 < 0) {
+        while (n4)
+            close(fds[--n4]);
+        return -1;
+    }
+    if (n4 + n6 == 0)
+        log_msg(KURA_LOG_ERROR, "%scannot listen on localhost port %d: neither %s nor %s is "
+                "available", what, port, KURA_LOOPBACK_V4, KURA_LOOPBACK_V6);
+    return n4 + n6 ? n4 + n6 : -1;
+}
+
+/* Adds fd's address to bound_desc ("127.0.0.1 and ::1") unless it is
+ * there already (-plex port=N's second port, which the start-up line names
+ * apart); with its port when that is neither -p's nor -plex's
+ * ("127.0.0.1 and 10.0.0.5:11212"). */
+static void describe(const kura_settings *st, int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    char ip[INET6_ADDRSTRLEN] = "?", addr[INET6_ADDRSTRLEN + 10];
+    char word[sizeof(addr) + 10], have[sizeof(bound_desc) + 10];
+    int port = 0;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
+        if (sa.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+        } else if (sa.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+        }
+    }
+    if (port && port != st->port && port != st->port2)
+        snprintf(addr, sizeof(addr), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+    else
+        snprintf(addr, sizeof(addr), "%s", ip);
+    snprintf(have, sizeof(have), " and %s and ", bound_desc);
+    snprintf(word, sizeof(word), " and %s and ", addr);
+    if (strstr(have, word))
+        return;
+    snprintf(word, sizeof(word), "%s%s", bound_desc[0] ? " and " : "", addr);
+    strncat(bound_desc, word, sizeof(bound_desc) - strlen(bound_desc) - 1);
+}
+
+static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
+{
+    int fds[MAX_LISTENERS];
+    int n = listener_bind("", host, tcp_port, fds, MAX_LISTENERS - nlisten);
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        describe(srv->settings, fds[i]);
+        if (add_listener(srv, fds[i], tls) < 0) {
+            while (++i < n)
+                close(fds[i]);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* True when a server answers on the unix socket at sa: a live kurad (or
@@ -217,39 +315,39 @@ void listener_chown(uid_t uid, gid_t gid)
 
 /* -l as memcached's: addresses separated by commas, each [notls:]HOST
  * [:PORT] ([V6]:PORT), -p's port where none is given; TLS (-Z) on each
- * but the notls: ones.  port2: the port of ktserver's memcached plug-in
- * (-plex port=N), serving the same protocols, on each address without a
- * port of its own. */
+ * but the notls: ones; "localhost" (the default) is 127.0.0.1 and ::1.
+ * port2: the port of ktserver's memcached plug-in (-plex port=N), serving
+ * the same protocols, on each address without a port of its own.  The
+ * forms were checked when the options were read (options.c). */
 static int open_addresses(kura_server *srv)
 {
     const kura_settings *st = srv->settings;
-    char list[1024];
-    snprintf(list, sizeof(list), "%s", st->host ? st->host : "");
-    char *save = NULL, *item = strtok_r(list, ",", &save);
-    do {
-        char *host = item ? item : list;
+    char list[1024], host[256], why[160];
+    /* "" (-l '') is every address, as it was for memcached's getaddrinfo */
+    snprintf(list, sizeof(list), "%s", !st->host ? "localhost" : st->host[0] ? st->host : "*");
+    char *save = NULL;
+    for (char *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         bool tls = tls_enabled();
-        if (strncmp(host, "notls:", 6) == 0) {
-            host += 6;
+        if (strncmp(item, "notls:", 6) == 0) {
+            item += 6;
             tls = false;
         }
-        int port = st->port, given = 0;
-        char *colon = strrchr(host, ':');
-        if (host[0] == '[' && colon && colon[-1] == ']') {
-            colon[-1] = '\0';                  /* [v6]:port */
-            host++;
-            given = atoi(colon + 1);
-        } else if (colon && strchr(host, ':') == colon) {
-            *colon = '\0';                     /* v4 or name:port */
-            given = atoi(colon + 1);
+        int given;
+        if (kura_netaddr_split(item, host, sizeof(host), &given, why, sizeof(why)) < 0) {
+            log_msg(KURA_LOG_ERROR, "-host '%s': %s", item, why);
+            return -1;
         }
-        if (given > 0)
-            port = given;
+        int port = given ? given : st->port;
         if ((port > 0 && open_tcp(srv, host, port, tls) < 0) ||
             (!given && st->port2 > 0 && open_tcp(srv, host, st->port2, tls) < 0))
             return -1;
-    } while (item && (item = strtok_r(NULL, ",", &save)));
+    }
     return 0;
+}
+
+const char *listener_addresses(void)
+{
+    return bound_desc[0] ? bound_desc : "no TCP address";
 }
 
 /* Binds every address; listener_listen() then starts accepting. */
@@ -289,6 +387,7 @@ void listener_close(kura_server *srv)
         close(listen_fds[i]);
     }
     nlisten = 0;
+    bound_desc[0] = '\0';
     if (backoff_timer) {
         event_free(backoff_timer);
         backoff_timer = NULL;

@@ -1,16 +1,18 @@
 /*
  * log.c - one timestamped line per event, to stderr or to the -log file.
  *
- * Levels: errors always; info by default; -v adds connection-level events;
- * -vv adds every request.  -le keeps errors only, -ld adds debug lines; -v
- * counts up from either.  Lines are written with one write() on an O_APPEND
- * descriptor, so lines from several threads never interleave.
+ * Levels: errors and warnings always; info by default; -v adds
+ * connection-level events; -vv adds every request.  -le keeps errors and
+ * warnings only, -ld adds debug lines; -v counts up from either.  Lines
+ * are written with one write() on an O_APPEND descriptor, so lines from
+ * several threads never interleave.
  *
  * SIGHUP reopens the file (after logrotate moved it): the new file is
  * dup2()ed onto the same descriptor number, so a thread writing at that
  * moment writes whole lines to the old file or to the new one.  Until
- * start-up is done, errors are also copied to stderr, so whoever started
- * kurad (or the parent waiting on -dmn) sees why it did not start.
+ * start-up is done, errors and warnings are also copied to stderr, so
+ * whoever started kurad (or the parent waiting on -dmn) sees why it did
+ * not start, or that it runs as root.
  *
  * Repeats are folded.  A fault that recurs on every attempt (a full disk, a
  * descriptor shortage, a store's log hook reporting the same failure) must
@@ -111,6 +113,7 @@ static const char *level_name(int level)
 {
     switch (level) {
     case KURA_LOG_ERROR:     return "ERROR";
+    case KURA_LOG_WARNING:   return "WARNING";
     case KURA_LOG_INFO:    return "INFO";
     case KURA_LOG_VERBOSE: return "VERBOSE";
     default:          return "DEBUG";
@@ -160,7 +163,7 @@ static void emit(int level, const char *text, size_t len)
     n += len;
     line[n++] = '\n';
     ssize_t w = write(log_fd, line, n);
-    if (level == KURA_LOG_ERROR && log_starting && log_fd != STDERR_FILENO)
+    if (level <= KURA_LOG_WARNING && log_starting && log_fd != STDERR_FILENO)
         w = write(STDERR_FILENO, line, n);
     (void)w;
 }

@@ -465,7 +465,7 @@ int main(int argc, char **argv)
     if (settings.port2)
         snprintf(port2, sizeof(port2), " and port %d", settings.port2);
     snprintf(status, sizeof(status), "listening on %s port %d%s%s%s, %d threads, sync %s",
-             settings.host, settings.port, port2,
+             listener_addresses(), settings.port, port2,
              settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
              settings.threads, options_sync_name(settings.sync_mode));
     log_msg(KURA_LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,

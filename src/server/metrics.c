@@ -4,14 +4,26 @@
  * libevent's evhttp on a thread and event base of its own, so a slow or
  * hostile scraper never holds up a worker or the listener.
  *
- * Bounded like every endpoint: at most METRICS_MAX_CONNS connections (past
- * that the listener stops accepting until one closes, so the rest wait in
- * the kernel's backlog), request headers of METRICS_MAX_HEADERS bytes, no
- * body, GET and HEAD only, and METRICS_TIMEOUT seconds for a connection to
- * send its request or take its reply.  libevent 2.1's evhttp has no
- * connection limit of its own (evhttp_set_max_connections came in 2.2), so
- * each connection's bufferevent is made here (evhttp_set_bevcb) and kept
- * referenced, and a sweep counts the connections evhttp is done with.
+ * Bounded like every endpoint: at most METRICS_MAX_CONNS connections,
+ * request headers of METRICS_MAX_HEADERS bytes, no body, GET and HEAD only,
+ * and a whole-request deadline: METRICS_TIMEOUT seconds from a connection's
+ * start (or its last request) for its next request, headers and all, and
+ * the reply taken.  evhttp's own timeout is an idle one (reset by every
+ * byte), so a client sending a header byte every few seconds would keep
+ * its slot for ever: the sweep, once a second, shuts down a connection past
+ * its deadline.  And a slow client cannot take every slot: a connection
+ * that comes when all METRICS_MAX_CONNS are taken closes the oldest one,
+ * so /health answers at once however many clients trickle.  libevent 2.1's
+ * evhttp has no connection limit of its own (evhttp_set_max_connections
+ * came in 2.2), so each connection's bufferevent is made here
+ * (evhttp_set_bevcb) and kept referenced, and the sweep counts the
+ * connections evhttp is done with.  A connection shut down here stays in
+ * its slot until evhttp has seen the end and freed it; METRICS_SLOTS
+ * bounds those too (the listeners pause when every slot is in use).
+ *
+ * The address: -metrics [HOST:]PORT, HOST by default -host's first; as
+ * for the memcached port, "localhost" is 127.0.0.1 and ::1, bound here
+ * (listener_bind) and handed to evhttp.
  *
  * A scrape reads the same figures "stats" does, on this thread, as a stats
  * command reads them on a worker's.
@@ -35,13 +47,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kura/base64.h"
+#include "kura/netaddr.h"
 #include "metrics.h"
 #include "server.h"
 
 #define METRICS_MAX_CONNS 16
+#define METRICS_SLOTS (2 * METRICS_MAX_CONNS)   /* the live ones and those closing */
+#define METRICS_LISTENERS 4
 #define METRICS_MAX_HEADERS 8192
 #define METRICS_TIMEOUT 10              /* seconds */
 #define METRICS_CREDENTIALS_MAX 2048    /* a decoded Authorization header */
@@ -52,41 +69,75 @@ static struct {
     uint64_t auth_failures;             /* this thread's */
     struct event_base *base;
     struct evhttp *http;
-    struct evconnlistener *listener;
+    struct evconnlistener *listeners[METRICS_LISTENERS];
+    int nlisteners;
     struct event *stop_ev;
     int stop_fd[2];                     /* the main thread writes: stop */
     pthread_t thread;
     bool running;
-    struct bufferevent *conns[METRICS_MAX_CONNS];   /* each connection's, referenced */
+    struct metrics_slot {
+        struct bufferevent *bev;        /* the connection's, referenced; NULL: free */
+        struct timespec start;          /* its deadline runs from here */
+        bool closing;                   /* shut down here; evhttp has yet to free it */
+    } slots[METRICS_SLOTS];
     struct event *sweep_ev;             /* once a second: sweep() */
-    int live;                           /* connections in conns (this thread only) */
-    bool paused;                        /* the listener is off: live reached the cap */
+    int live;                           /* slots in use and not closing (this thread only) */
+    int used;                           /* slots in use */
+    bool paused;                        /* the listeners are off: every slot in use */
 } ms = { .stop_fd = { -1, -1 } };
+
+static double elapsed(const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) / 1e9;
+}
+
+static void pause_listeners(bool pause)
+{
+    for (int i = 0; i < ms.nlisteners; i++)
+        pause ? evconnlistener_disable(ms.listeners[i]) : evconnlistener_enable(ms.listeners[i]);
+    ms.paused = pause;
+}
+
+/* Ends a connection evhttp still holds: shut down both ways, so that
+ * evhttp reads the end (or fails its write) and frees it as it frees one
+ * its client closed. */
+static void close_slot(struct metrics_slot *sl)
+{
+    shutdown(bufferevent_getfd(sl->bev), SHUT_RDWR);
+    sl->closing = true;
+    ms.live--;
+}
 
 /* Drops the connections evhttp has freed: a bufferevent it freed has no
  * callbacks left (bufferevent_free clears them) and lives on only by our
- * reference, with its socket, which evhttp shut down for writing.  Then
- * accept again if the cap had stopped accepting.  At every new connection
- * and once a second. */
+ * reference, with its socket, which evhttp shut down for writing.  Shuts
+ * down those past their deadline.  Then accepts again if every slot had
+ * been in use.  At every new connection and once a second. */
 static void sweep(void)
 {
-    for (int i = 0; i < METRICS_MAX_CONNS; i++) {
+    for (int i = 0; i < METRICS_SLOTS; i++) {
+        struct metrics_slot *sl = &ms.slots[i];
         bufferevent_data_cb r, w;
         bufferevent_event_cb e;
         void *arg;
-        if (!ms.conns[i])
+        if (!sl->bev)
             continue;
-        bufferevent_getcb(ms.conns[i], &r, &w, &e, &arg);
-        if (r || w || e)
+        bufferevent_getcb(sl->bev, &r, &w, &e, &arg);
+        if (r || w || e) {
+            if (!sl->closing && elapsed(&sl->start) >= METRICS_TIMEOUT)
+                close_slot(sl);
             continue;
-        bufferevent_decref(ms.conns[i]);   /* the last reference: closes the socket */
-        ms.conns[i] = NULL;
-        ms.live--;
+        }
+        bufferevent_decref(sl->bev);    /* the last reference: closes the socket */
+        if (!sl->closing)
+            ms.live--;
+        *sl = (struct metrics_slot){0};
+        ms.used--;
     }
-    if (ms.paused && ms.live < METRICS_MAX_CONNS) {
-        evconnlistener_enable(ms.listener);
-        ms.paused = false;
-    }
+    if (ms.paused && ms.used < METRICS_SLOTS)
+        pause_listeners(false);
 }
 
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
@@ -97,27 +148,51 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
 
 /* evhttp's bufferevent for a new connection: a socket's, of which we keep
  * a reference so that sweep() sees when evhttp is done with it.  Its input
- * is bounded (evhttp takes headers of METRICS_MAX_HEADERS and no body). */
+ * is bounded (evhttp takes headers of METRICS_MAX_HEADERS and no body).
+ * At the cap, the oldest connection makes room. */
 static struct bufferevent *http_conn_new(struct event_base *base, void *arg)
 {
     (void)arg;
     sweep();
+    if (ms.live >= METRICS_MAX_CONNS) {
+        struct metrics_slot *oldest = NULL;
+        for (int i = 0; i < METRICS_SLOTS; i++) {
+            struct metrics_slot *sl = &ms.slots[i];
+            if (sl->bev && !sl->closing &&
+                (!oldest || elapsed(&sl->start) > elapsed(&oldest->start)))
+                oldest = sl;
+        }
+        if (oldest)
+            close_slot(oldest);
+    }
     int slot = 0;
-    while (slot < METRICS_MAX_CONNS && ms.conns[slot])
+    while (slot < METRICS_SLOTS && ms.slots[slot].bev)
         slot++;
-    if (slot == METRICS_MAX_CONNS)
-        return NULL;                    /* not reached: the listener is off at the cap */
+    if (slot == METRICS_SLOTS)
+        return NULL;                    /* not reached: the listeners are off when full */
     struct bufferevent *b = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (!b)
         return NULL;
     bufferevent_setwatermark(b, EV_READ, 0, 2 * METRICS_MAX_HEADERS);
     bufferevent_incref(b);
-    ms.conns[slot] = b;
-    if (++ms.live >= METRICS_MAX_CONNS && !ms.paused) {
-        evconnlistener_disable(ms.listener);
-        ms.paused = true;
-    }
+    ms.slots[slot].bev = b;
+    ms.slots[slot].closing = false;
+    clock_gettime(CLOCK_MONOTONIC, &ms.slots[slot].start);
+    ms.live++;
+    if (++ms.used >= METRICS_SLOTS && !ms.paused)
+        pause_listeners(true);
     return b;
+}
+
+/* A whole request came on req's connection: its deadline starts again,
+ * for the reply and the next request. */
+static void request_done(struct evhttp_request *req)
+{
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    struct bufferevent *b = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    for (int i = 0; b && i < METRICS_SLOTS; i++)
+        if (ms.slots[i].bev == b)
+            clock_gettime(CLOCK_MONOTONIC, &ms.slots[i].start);
 }
 
 static void reply(struct evhttp_request *req, int code, const char *status, const char *type,
@@ -163,6 +238,7 @@ static bool authorized(struct evhttp_request *req)
 static void on_request(struct evhttp_request *req, void *arg)
 {
     (void)arg;
+    request_done(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     bool metrics = path && strcmp(path, "/metrics") == 0;
@@ -221,46 +297,34 @@ static void *metrics_thread(void *arg)
     return NULL;
 }
 
-/* "[HOST:]PORT" ("[::1]:9150" for an IPv6 address); host defaults to
- * def.  0, or -1 with the reason logged. */
-static int parse_addr(const char *spec, const char *def, char *host, size_t hlen, int *port)
+/* -metrics' host and port: HOST, else -host's first address (its port,
+ * if it has one, is the memcached port's, not ours).  The forms were
+ * checked when the options were read. */
+static int metrics_addr(const kura_settings *st, char *host, size_t hlen, int *port)
 {
-    const char *p = strrchr(spec, ':');
-    const char *h = def;
-    size_t n = strlen(def);
-    if (p) {
-        h = spec;
-        n = (size_t)(p - spec);
-        if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-            h++;
-            n -= 2;
-        }
-        p++;
-    } else {
-        p = spec;
-    }
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (errno || end == p || *end || v < 1 || v > 65535 || n == 0 || n >= hlen) {
-        log_msg(KURA_LOG_ERROR, "-metrics '%s': not [HOST:]PORT with PORT from 1 to 65535", spec);
+    char why[160], first[256];
+    if (kura_netaddr_port_spec(st->metrics, host, hlen, port, why, sizeof(why)) < 0) {
+        log_msg(KURA_LOG_ERROR, "-metrics '%s': %s", st->metrics, why);
         return -1;
     }
-    memcpy(host, h, n);
-    host[n] = '\0';
-    *port = (int)v;
-    return 0;
+    if (host[0])
+        return 0;
+    const char *h = st->host ? st->host : "localhost";
+    if (strncmp(h, "notls:", 6) == 0)
+        h += 6;
+    snprintf(first, sizeof(first), "%.*s", (int)strcspn(h, ","), h);
+    int ignored;
+    return kura_netaddr_split(first, host, hlen, &ignored, why, sizeof(why));
 }
 
 static void teardown(void)
 {
     if (ms.http)
         evhttp_free(ms.http);           /* closes its listener and connections */
-    for (int i = 0; i < METRICS_MAX_CONNS; i++)
-        if (ms.conns[i]) {
-            bufferevent_decref(ms.conns[i]);
-            ms.conns[i] = NULL;
-        }
+    for (int i = 0; i < METRICS_SLOTS; i++)
+        if (ms.slots[i].bev)
+            bufferevent_decref(ms.slots[i].bev);
+    memset(ms.slots, 0, sizeof(ms.slots));
     if (ms.sweep_ev)
         event_free(ms.sweep_ev);
     ms.sweep_ev = NULL;
@@ -274,9 +338,9 @@ static void teardown(void)
     ms.http = NULL;
     ms.stop_ev = NULL;
     ms.base = NULL;
-    ms.listener = NULL;
+    ms.nlisteners = 0;
     ms.stop_fd[0] = ms.stop_fd[1] = -1;
-    ms.live = 0;
+    ms.live = ms.used = 0;
     ms.paused = false;
 }
 
@@ -287,8 +351,7 @@ int metrics_start(kura_server *srv)
     int port;
     if (!spec)
         return 0;
-    if (parse_addr(spec, srv->settings->host ? srv->settings->host : "127.0.0.1", host,
-                   sizeof(host), &port) < 0)
+    if (metrics_addr(srv->settings, host, sizeof(host), &port) < 0)
         return -1;
     ms.src = (kura_stats_source){ srv->engine, &srv->info, srv->cmds };
     ms.auth = srv->settings->metrics_auth;
@@ -308,17 +371,31 @@ int metrics_start(kura_server *srv)
     evhttp_set_timeout(ms.http, METRICS_TIMEOUT);
     evhttp_set_bevcb(ms.http, http_conn_new, NULL);
     evhttp_set_gencb(ms.http, on_request, NULL);
-    struct evhttp_bound_socket *bound =
-        evhttp_bind_socket_with_handle(ms.http, strcmp(host, "*") ? host : "0.0.0.0",
-                                       (ev_uint16_t)port);
     if (!ms.stop_ev || event_add(ms.stop_ev, NULL) < 0 || !ms.sweep_ev ||
-        event_add(ms.sweep_ev, &one_second) < 0 || !bound) {
-        log_msg(KURA_LOG_ERROR, "-metrics: cannot listen on %s port %d: %s", host, port,
-                strerror(errno));
+        event_add(ms.sweep_ev, &one_second) < 0) {
+        log_msg(KURA_LOG_ERROR, "-metrics: cannot set up the HTTP server");
         teardown();
         return -1;
     }
-    ms.listener = evhttp_bound_socket_get_listener(bound);
+    int fds[METRICS_LISTENERS];
+    int n = listener_bind("metrics: ", host, port, fds, METRICS_LISTENERS);
+    for (int i = 0; i < n; i++) {
+        struct evhttp_bound_socket *bound =
+            listen(fds[i], 64) == 0 ? evhttp_accept_socket_with_handle(ms.http, fds[i]) : NULL;
+        if (!bound) {
+            log_msg(KURA_LOG_ERROR, "-metrics: cannot listen on %s port %d: %s", host, port,
+                    strerror(errno));
+            while (i < n)
+                close(fds[i++]);
+            teardown();
+            return -1;
+        }
+        ms.listeners[ms.nlisteners++] = evhttp_bound_socket_get_listener(bound);
+    }
+    if (n < 0) {
+        teardown();
+        return -1;
+    }
     if (pthread_create(&ms.thread, NULL, metrics_thread, NULL) != 0) {
         log_msg(KURA_LOG_ERROR, "-metrics: cannot start its thread");
         teardown();

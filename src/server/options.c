@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kura/codec.h"
+#include "kura/netaddr.h"
 #include "server.h"
 
 enum opt_kind { OPT_INT, OPT_SIZE, OPT_BYTES, OPT_MBYTES, OPT_STR, OPT_FLAG, OPT_VERBOSE,
@@ -74,7 +75,8 @@ static int load_credentials(const char *path, const char *option, kura_auth **ou
 
 static const opt options[] = {
     { { "-host", "-l" }, OPT_STR, F(host), 0, 0, "ADDR",
-      "listen on this address (default 127.0.0.1; 0.0.0.0 for all)" },
+      "listen on these addresses, comma-separated (default localhost: 127.0.0.1 and ::1; "
+      "0.0.0.0 for all)" },
     { { "-port", "-p" }, OPT_INT, F(port), 0, 65535, "NUM",
       "TCP port (default 11211; 0 = no TCP)" },
     { { "-s" }, OPT_STR, F(unix_path), 0, 0, "PATH", "also listen on a unix socket" },
@@ -105,7 +107,8 @@ static const opt options[] = {
     { { "-log" }, OPT_STR, F(log_path), 0, 0, "FILE",
       "log to FILE instead of stderr (reopened on SIGHUP)" },
     { { "-ld" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_DEBUG, 0, NULL, "log debug information too" },
-    { { "-le" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_ERROR, 0, NULL, "log errors only" },
+    { { "-le" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_WARNING, 0, NULL,
+      "log errors and warnings only" },
     { { "-li", "-ls" }, OPT_LOGLEVEL, F(log_base), KURA_LOG_INFO, 0, NULL,
       "log what open, recovery and replication do, and errors (the default; ktserver's)" },
     { { "-v" }, OPT_VERBOSE, F(verbosity), 0, 0, NULL, "log connections and errors" },
@@ -292,7 +295,7 @@ static void __attribute__((format(printf, 2, 3))) add_note(kura_settings *s, con
 void options_defaults(kura_settings *s)
 {
     memset(s, 0, sizeof(*s));
-    s->host = "127.0.0.1";
+    s->host = "localhost";
     s->port = 11211;
     s->threads = 4;
     s->maxconns = 1024;
@@ -746,6 +749,32 @@ static const char *find_conf(int argc, char **argv)
     return conf;
 }
 
+/* -host's list and -metrics' address in the forms netaddr.h parses: a
+ * mistake ("[::1", a port out of range) is a usage error now, with one
+ * line, rather than an errno from bind() later.  0, or 2. */
+static int check_addresses(const kura_settings *s)
+{
+    char list[1024], host[256], why[160];
+    int port;
+    snprintf(list, sizeof(list), "%s", s->host);
+    char *save = NULL;
+    for (char *item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        if (strncmp(item, "notls:", 6) == 0)
+            item += 6;
+        if (kura_netaddr_split(item, host, sizeof(host), &port, why, sizeof(why)) < 0) {
+            fprintf(stderr, "kurad: -host '%s': %s\n", item, why);
+            return 2;
+        }
+    }
+    if (s->metrics &&
+        kura_netaddr_port_spec(s->metrics, host, sizeof(host), &port, why, sizeof(why)) < 0) {
+        fprintf(stderr, "kurad: -metrics '%s': %s (the form is [HOST:]PORT)\n", s->metrics,
+                why);
+        return 2;
+    }
+    return 0;
+}
+
 int options_parse(kura_settings *s, int argc, char **argv)
 {
     const char *conf = find_conf(argc, argv);
@@ -832,8 +861,10 @@ int options_parse(kura_settings *s, int argc, char **argv)
         add_note(s, "option '-port 0 -host %s': a unix socket at %s (as ttserver; -s %s)",
                  s->host, s->host, s->host);
         s->unix_path = s->host;
-        s->host = "127.0.0.1";
+        s->host = "localhost";
     }
+    if (check_addresses(s))
+        return 2;
     if (s->kill_old && !s->pid_path)
         add_note(s, "option '-kl' has no effect without -pid: no pid file names an old server "
                  "(as for ttserver)");

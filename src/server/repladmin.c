@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "kura/netaddr.h"
 #include "server.h"
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -187,15 +188,9 @@ static bool addr_is_any(const struct sockaddr *a)
                   sizeof(struct in6_addr)) == 0;
 }
 
-/* Whether an address of target is one this server listens on: its port,
- * an address of this host, and the listening address (or any). */
-static bool is_self(const kura_settings *st, const struct addrinfo *target, int port)
+/* Whether an address of target is lh (NULL: any) and of this host. */
+static bool is_self_at(const char *lh, const struct addrinfo *target)
 {
-    if (port != st->port)
-        return false;
-    const char *lh = st->host;
-    if (lh && (strcmp(lh, "") == 0 || strcmp(lh, "*") == 0))
-        lh = NULL;
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE }, *own;
     if (getaddrinfo(lh, "1", &hints, &own) != 0)
@@ -211,6 +206,20 @@ static bool is_self(const kura_settings *st, const struct addrinfo *target, int 
     }
     freeaddrinfo(own);
     return self;
+}
+
+/* Whether an address of target is one this server listens on: its port,
+ * an address of this host, and the listening address (or any). */
+static bool is_self(const kura_settings *st, const struct addrinfo *target, int port)
+{
+    if (port != st->port)
+        return false;
+    const char *lh = st->host;
+    if (lh && (strcmp(lh, "") == 0 || strcmp(lh, "*") == 0))
+        lh = NULL;
+    if (lh && kura_netaddr_is_localhost(lh))    /* both loopbacks, as the listener */
+        return is_self_at(KURA_LOOPBACK_V4, target) || is_self_at(KURA_LOOPBACK_V6, target);
+    return is_self_at(lh, target);
 }
 
 int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size_t msglen)

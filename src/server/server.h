@@ -24,7 +24,7 @@
 typedef struct kura_server kura_server;
 
 typedef struct kura_settings {
-    const char *host;           /* -host / -l; NULL = default 127.0.0.1 */
+    const char *host;           /* -host / -l; default "localhost": 127.0.0.1 and ::1 */
     int port;                   /* -port / -p; 0 = no TCP */
     const char *unix_path;      /* -s */
     int threads;                /* -th / -t */
@@ -41,7 +41,7 @@ typedef struct kura_settings {
     const char *pid_path;       /* -pid / -P */
     const char *user;           /* -u */
     const char *log_path;       /* -log; NULL = stderr */
-    int log_base;               /* KURA_LOG_INFO, or -ld KURA_LOG_DEBUG, -le KURA_LOG_ERROR */
+    int log_base;               /* KURA_LOG_INFO, or -ld KURA_LOG_DEBUG, -le KURA_LOG_WARNING */
     const char *conf_path;      /* -conf */
     /* the update log and replication (docs/replication.md) */
     const char *ulog_dir;       /* -ulog; NULL = no update log */
@@ -281,6 +281,13 @@ int fdlimit_setup(kura_settings *s);
 
 /* listener.c */
 int listener_open(kura_server *srv);     /* binds */
+/* Binds host:port for a listener (what: "" or "metrics: ", for the log):
+ * "localhost" is 127.0.0.1 and ::1, a family the host lacks skipped with
+ * a line; "" or "*" every address.  The count of sockets put in fds
+ * (room for max), or -1 with the reason logged. */
+int listener_bind(const char *what, const char *host, int port, int *fds, int max);
+/* The TCP addresses bound, for the log: "127.0.0.1 and ::1". */
+const char *listener_addresses(void);
 int listener_listen(kura_server *srv);   /* then accepts */
 void listener_close(kura_server *srv);
 /* -u: the unix socket (-s), bound as root, becomes the user's (daemon.c,

@@ -54,7 +54,7 @@ def start_server(tmp):
     """Returns (proc, port, name) or raises."""
     candidates = []
     if os.access(KURAD, os.X_OK):
-        if os.geteuid() == 0:               # kurad, like memcached, refuses root without -u
+        if os.geteuid() == 0:               # as root, kurad runs as nobody (-u)
             candidates.append(("kurad", lambda p: [KURAD, "-port", str(p), "-th", "2",
                                                    "-u", "nobody", "*"]))
         candidates.append(("kurad", lambda p: [KURAD, "-port", str(p), "-th", "2", "*"]))

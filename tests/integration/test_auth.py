@@ -9,7 +9,10 @@
              passwords, malformed values (no space, a bad termination, too
              short), keys/flags/noreply ignored, `add` not an attempt, LF
              line ends, binary requests (no reply before or after), and the
-             text protocol once authenticated (set auth then stores a key).
+             text protocol once authenticated (set auth then stores a key);
+             requests sent together (a meta set and its data line, a
+             failed login and a request, a login after a refusal) get only
+             the last of the gate's replies, as memcached's.
   Gate       every command of kura's own (repl, snapshot, digest, the
              listings, stats groups, shutdown) is refused before
              authentication; the negative: the same server without -Y
@@ -53,6 +56,13 @@ CASES = [
     [b"set auth 0 0 10\r\nbob pw2 xy\r\n"], [b"set auth 0 0 4\r\n:pw3\r\n"],
     [b"set auth 0 0 12\nalice secret\r\n"],
     [BIN_VERSION, None], [b"set auth 0 0 12\r\nalice secret\r\n", BIN_VERSION, None],
+    # Requests that arrive together: memcached sends only the last of the
+    # gate's replies to them (a meta set's data line is one more request,
+    # and so is swallowed), and after a login the rest is served.
+    [b"ms foo 1\r\nb\r\n", None], [b"ms foo 2 T0\r\nbb\r\nmn\r\n", None],
+    [b"version\r\nversion\r\n", None], [b"set auth 0 0 11\r\nalice wrong\r\nmn\r\n", None],
+    [b"mn\r\nset auth 0 0 12\r\nalice secret\r\nmn\r\n", None],
+    [b"set auth 0 0 1\r\nalice secret\r\nmn\r\n", None],
 ]
 
 

@@ -556,6 +556,26 @@ class Files(Base):
         self.assertEqual(st["curr_items"], "51")
         self.assertGreaterEqual(int(st["max_cas"]), 51)
         self.assertGreater(int(st["file_bytes"]), 0)
+        # changed without an update log (kurad without -ulog, kuractl load):
+        # its mark said in words, not as 2^64 - 1
+        dump = os.path.join(self.dir, "st.dump")
+        self.ok("dump", db, "-o", dump)
+        loaded = self.db("loaded")
+        self.ok("load", loaded, dump)
+        for d in (db, loaded):
+            out, _ = self.ok("stats", d)
+            self.assertNotIn("18446744073709551615", out)
+            ts = dict(l.split(" ", 1) for l in out.splitlines())["ulog_ts"]
+            self.assertTrue(ts.startswith("none (changed without an update log"), ts)
+            self.assertIn("a new -ulog directory", ts)
+        # written through one: its last row's number and time
+        logged = self.db("logged")
+        s = self.server(db=logged, args=["-ulog", os.path.join(self.dir, "logged.ul")])
+        self.fill(s, 3)
+        s.stop()
+        out, _ = self.ok("stats", logged)
+        ts = dict(l.split(" ", 1) for l in out.splitlines())["ulog_ts"]
+        self.assertRegex(ts, r"^[1-9]\d* \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}Z$")
 
     def test_progress_lines(self):
         db = self.db("p")

@@ -15,14 +15,18 @@ and /health, scraped over real HTTP.
               sync failed (tests/shim/failsync.c) or a change was refused for
               a full disk (RLIMIT_FSIZE); the same server before the fault
               answers 200 (the negative check).
-  Bounds      at most 16 connections: a 17th is not served while 16 idle ones
-              are open, and is once one closes; a request other than GET or
-              HEAD, headers past 8 KB, a body, an unknown path get an HTTP
-              error, and the server goes on serving.
-  Options     a bad -metrics value or a taken port stops kurad at start with
-              a message.
+  Bounds      at most 16 connections: a 17th, while 16 idle ones are open,
+              is served at once and the oldest idle one closed (never more
+              than 16 accepted); 16 clients trickling their headers a byte
+              every 2 s leave /health answering, and one trickling without
+              pause is closed at the 10 s whole-request deadline; a request
+              other than GET or HEAD, headers past 8 KB, a body, an unknown
+              path get an HTTP error, and the server goes on serving.
+  Options     a bad -metrics value ("[::1", "::1", "[::1]", a port out of
+              range) exits 2 with one line; a taken port stops kurad at
+              start with a message.
 """
-import http.client, os, resource, shutil, socket, subprocess, sys, tempfile, time
+import http.client, os, resource, shutil, socket, subprocess, sys, tempfile, threading, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
 from kuratest import ServerTestCase, Server, poll_until, kura_only, stats, free_port
@@ -246,30 +250,78 @@ class Metrics(ServerTestCase):
             # the 16 are accepted (each has a bufferevent): seen from the
             # server as 16 established sockets on the port
             poll_until(lambda: kuratest.accepted_sockets(s.proc.pid, self.mport) >= 16, what="16 accepted")
-            extra = socket.create_connection(("127.0.0.1", self.mport))
-            extra.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-            extra.settimeout(0.5)
-            try:
-                got = extra.recv(100)
-            except socket.timeout:
-                got = None
-            self.assertIsNone(got, "a 17th connection was served while 16 were open")
-            self.assertEqual(kuratest.accepted_sockets(s.proc.pid, self.mport), 16)
-            idle.pop().close()
-            extra.settimeout(5 * kuratest.SCALE)
-            got = b""
-            while not got.endswith(b"ok\n"):
-                b = extra.recv(1000)
-                if not b:
-                    break
-                got += b
-            self.assertTrue(got.startswith(b"HTTP/1.0 200") or got.startswith(b"HTTP/1.1 200"),
-                            got)
-            extra.close()
+            # a 17th is served at once: the oldest of the 16, which has sent
+            # no request, makes room for it, and the cap still holds
+            self.assertEqual(http_get(self.mport, "/health", timeout=3), (200, "ok\n"))
+            idle[0].settimeout(5 * kuratest.SCALE)
+            self.assertEqual(idle[0].recv(100), b"", "the oldest idle connection closed")
+            self.assertLessEqual(kuratest.accepted_sockets(s.proc.pid, self.mport), 16)
+            for _ in range(20):         # more than the cap, one after the other
+                self.assertEqual(http_get(self.mport, "/health", timeout=3), (200, "ok\n"))
+                self.assertLessEqual(kuratest.accepted_sockets(s.proc.pid, self.mport), 16)
         finally:
             for i in idle:
                 i.close()
         poll_until(lambda: self.try_get("/health") == (200, "ok\n"), what="served again")
+
+    @kura_only
+    def test_slow_clients(self):
+        """16 clients sending their headers a byte every 2 s (and coming back
+        when closed) hold no slot /health needs, and one trickling bytes is
+        closed at the whole-request deadline although it never goes idle."""
+        s = self.start_metrics()
+        stop = threading.Event()
+        closed = []
+
+        def slow():
+            req = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"x" * 100
+            while not stop.is_set():
+                c = socket.create_connection(("127.0.0.1", self.mport))
+                try:
+                    for b in req:
+                        c.sendall(bytes([b]))
+                        if stop.wait(2):
+                            break
+                except OSError:
+                    closed.append(1)
+                finally:
+                    c.close()
+        threads = [threading.Thread(target=slow, daemon=True) for _ in range(16)]
+        for t in threads:
+            t.start()
+        try:
+            poll_until(lambda: kuratest.accepted_sockets(s.proc.pid, self.mport) >= 16,
+                       what="16 slow clients accepted")
+            for _ in range(6):          # about 6 s while they trickle
+                t0 = time.monotonic()
+                # generous: before the fix it never answered while they ran
+                self.assertEqual(http_get(self.mport, "/health", timeout=5), (200, "ok\n"))
+                stop.wait(max(0, 1 - (time.monotonic() - t0)))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+        # the whole-request deadline: a byte every half second, never idle
+        # for evhttp's timeout, is still closed at about 10 s
+        c = socket.create_connection(("127.0.0.1", self.mport))
+        c.settimeout(0.5)
+        t0 = time.monotonic()
+        got = None
+        while time.monotonic() - t0 < 20 * kuratest.SCALE:
+            try:
+                c.sendall(b"X")
+                got = c.recv(100)
+                break
+            except socket.timeout:
+                continue
+            except OSError:
+                got = b""
+                break
+        c.close()
+        self.assertEqual(got, b"", "a client trickling its headers for 20 s was not closed")
+        self.assertGreaterEqual(time.monotonic() - t0, 8, "closed before the deadline")
+        # a whole request within the deadline is served (the negative check)
+        self.assertEqual(http_get(self.mport, "/health"), (200, "ok\n"))
 
     @kura_only
     def test_bad_requests(self):
@@ -302,13 +354,17 @@ class Metrics(ServerTestCase):
     def test_bad_option_and_taken_port(self):
         if kuratest.is_memcached():
             self.skipTest(kuratest.not_applicable("kura's own option"))
-        for bad in ["nope", "127.0.0.1:0", "127.0.0.1:70000", ":"]:
+        for bad in ["nope", "127.0.0.1:0", "127.0.0.1:70000", ":", "[::1", "[::1]", "::1",
+                    "[::1]x:9150", "[::1:9150", "[]:9150", "127.0.0.1:", ""]:
             s = Server(kura_args=["-metrics", bad], start=False)
             p = subprocess.run(s.argv(free_port()), capture_output=True, timeout=30,
                                cwd=s.tmpdir)
             shutil.rmtree(s.tmpdir, True)
-            self.assertNotEqual(p.returncode, 0, bad)
+            # a parse error: exit 2, one line naming the option, never errno's text
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
             self.assertIn(b"-metrics", p.stderr, bad)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, (bad, p.stderr))
+            self.assertNotIn(b"Success", p.stderr, bad)
         # a taken port: the kurad already there keeps it, the second does not start
         s = self.start_metrics()
         s2 = Server(kura_args=["-metrics", "127.0.0.1:%d" % self.mport], start=False)

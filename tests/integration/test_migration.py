@@ -20,7 +20,10 @@ through kurad), export back to each kind (read back with the same tools),
 Kyoto Tycoon's expiry header and the memcached plug-in's flags (--kt,
 --kt-flags; with --kt no the header stays in the value), and the
 verification pass catching a record the import left out (a test switch,
-KURACTL_TEST_IMPORT_DROP_FIRST, drops one: exit 1, the key named).
+KURACTL_TEST_IMPORT_DROP_FIRST, drops one: exit 1, the key named); a
+file a running server holds refused at once (exit 3), and a damaged one
+(.tch, .tcb, .kch cut short) refused as damaged (exit 4, one line, no word
+of a running server).
 
 The Cabinet tools and libraries are Debian's tokyocabinet-bin,
 kyotocabinet-utils, libtokyocabinet-dev and libkyotocabinet-dev: absent,
@@ -669,6 +672,24 @@ def test_import_refusals(tmp):
         os.close(fd)
     rc, out, err = run([KURAD] + USER + ["-port", str(free_port()), f], tmp)
     assert rc != 0 and "kuractl import" in err, err
+    # a damaged file (cut short: its header or size does not hold) is said to
+    # be damaged, with no hint about a running server (nothing holds it)
+    for tool, kind, ext in (("tchmgr", "Tokyo", "tch"), ("tcbmgr", "Tokyo", "tcb"),
+                            ("kchashmgr", "Kyoto", "kch")):
+        need(tool)
+        need_import(tmp, kind)
+        whole = os.path.join(tmp, "whole." + ext)
+        run([tool, "create", whole], tmp)
+        run([tool, "set" if kind == "Kyoto" else "put", whole, "k", "v"], tmp)
+        with open(whole, "rb") as src:
+            data = src.read()
+        cut = os.path.join(tmp, "cut." + ext)
+        with open(cut, "wb") as dst:
+            dst.write(data[:200 if ext == "tcb" else 300 if ext == "tch" else 600])
+        rc, out, err = run([KURACTL, "import", cut, os.path.join(tmp, "c.kh")], tmp)
+        assert rc == 4, (ext, rc, err)
+        assert "damaged" in err and "running server" not in err, (ext, err)
+        assert len(err.strip().splitlines()) == 1, (ext, err)
 
 
 TESTS = [test_command_lines, test_install_guide_line_persists, test_kl_stops_the_old_server,

@@ -9,8 +9,11 @@ and daemontools files with their paths rewritten for the directories
 given; no benchmark tool) and `make uninstall` removes every one of them,
 keeping a kurad.conf changed since; the GNU directory variables, the older
 PREFIX, SERVICE_NAME/SERVICE_USER (the package's kura.service run as
-kura), install-bench; ./configure (run on a copy: autoconf's output never
-lands in the source tree) writes the libraries, directories, feature
+kura), install-bench; one name for the service, kura, in the unit, the docs,
+the man pages, daemontools, logrotate and the package (no "systemctl ...
+kurad", "kurad.service", "/etc/service/kurad" or "logrotate.d/kurad" left;
+the negative: the man page's old line is caught); ./configure (run on a
+copy: autoconf's output never lands in the source tree) writes the libraries, directories, feature
 switches and flags into config.mk, -Werror only with --enable-werror, and
 finds the required libraries without pkg-config too; the Makefile passes
 CFLAGS, CPPFLAGS and LDFLAGS on, with -Werror when there is no config.mk.
@@ -46,8 +49,8 @@ DOCS = ["README.md"] + sorted(f for f in os.listdir(os.path.join(ROOT, "docs"))
 INSTALLED = {
     "usr/sbin/kurad", "usr/bin/kuractl",
     "usr/share/man/man1/kurad.1", "usr/share/man/man1/kuractl.1",
-    "usr/lib/systemd/system/kurad.service",
-    "etc/kura/kurad.conf", "etc/logrotate.d/kurad",
+    "usr/lib/systemd/system/kura.service",
+    "etc/kura/kurad.conf", "etc/logrotate.d/kura",
     "usr/share/kura/daemontools/run", "usr/share/kura/daemontools/log/run",
     "usr/share/kura/daemontools/env/KURAD", "usr/share/kura/daemontools/env/KURA_CONF",
     "usr/share/kura/daemontools/env/KURA_USER",
@@ -117,7 +120,7 @@ def test_make_install_uninstall(tmp):
     for x in ("usr/sbin/kurad", "usr/bin/kuractl", "usr/share/kura/daemontools/run",
               "usr/share/kura/daemontools/log/run"):
         assert os.access(os.path.join(dest, x), os.X_OK), x + " is not executable"
-    unit = read(os.path.join(dest, "usr/lib/systemd/system/kurad.service"))
+    unit = read(os.path.join(dest, "usr/lib/systemd/system/kura.service"))
     assert "\nExecStart=/usr/sbin/kurad -conf /etc/kura/kurad.conf\n" in unit, unit
     assert "\nDynamicUser=yes\n" in unit and "\nUser=" not in unit
     assert read(os.path.join(dest, "usr/share/kura/daemontools/env/KURAD")) == "/usr/sbin/kurad\n"
@@ -166,7 +169,7 @@ def test_install_directories(tmp):
     for f in ("opt/kura/sbin/kurad", "opt/kura/bin/kuractl", "opt/kura/bin/kura-bench",
               "opt/kura/bin/kura-enginebench", "opt/kura/man/man1/kurad.1",
               "opt/kura/doc/operations.md", "opt/kura/units/kura.service",
-              "opt/kura/etc/kura/kurad.conf", "opt/kura/etc/logrotate.d/kurad",
+              "opt/kura/etc/kura/kurad.conf", "opt/kura/etc/logrotate.d/kura",
               "opt/kura/share/kura/daemontools/env/KURAD"):
         assert f in got, "%s not installed: %s" % (f, sorted(got))
     unit = read(os.path.join(dest, "opt/kura/units/kura.service"))
@@ -174,7 +177,7 @@ def test_install_directories(tmp):
     assert "\nUser=kura\nGroup=kura\n" in unit and "DynamicUser=yes" not in unit, unit
     assert "\ndatabase /srv/lib/kura/data.kh\n" in read(
         os.path.join(dest, "opt/kura/etc/kura/kurad.conf"))
-    assert "/srv/log/kura/kurad.log {" in read(os.path.join(dest, "opt/kura/etc/logrotate.d/kurad"))
+    assert "/srv/log/kura/kurad.log {" in read(os.path.join(dest, "opt/kura/etc/logrotate.d/kura"))
     rc, out = make(["uninstall"] + dirs)
     assert rc == 0, out
     assert files_under(dest) == set(), files_under(dest)
@@ -184,7 +187,7 @@ def test_install_directories(tmp):
         rc, out = make(["install"] + old)
         assert rc == 0, out
         got = files_under(dest)
-        assert {"usr/local/sbin/kurad", "usr/local/lib/systemd/system/kurad.service",
+        assert {"usr/local/sbin/kurad", "usr/local/lib/systemd/system/kura.service",
                 "etc/x/kura/kurad.conf"} <= got, sorted(got)
         rc, out = make(["uninstall"] + old)
         assert rc == 0 and files_under(dest) == set(), (out, files_under(dest))
@@ -302,7 +305,7 @@ def test_deb_contents(tmp):
     want = {
         "/usr/sbin/kurad": "-rwxr-xr-x", "/usr/bin/kuractl": "-rwxr-xr-x",
         "/lib/systemd/system/kura.service": "-rw-r--r--",
-        "/etc/kura/kurad.conf": "-rw-r--r--", "/etc/logrotate.d/kurad": "-rw-r--r--",
+        "/etc/kura/kurad.conf": "-rw-r--r--", "/etc/logrotate.d/kura": "-rw-r--r--",
         "/usr/share/man/man1/kurad.1.gz": "-rw-r--r--",
         "/usr/share/man/man1/kuractl.1.gz": "-rw-r--r--",
         "/usr/share/doc/kura/copyright": "-rw-r--r--",
@@ -331,7 +334,7 @@ def test_deb_contents(tmp):
     rc, out = run(["dpkg-deb", "-e", deb, ctl], tmp)
     assert rc == 0, out
     assert read(os.path.join(ctl, "conffiles")).split() == \
-        ["/etc/kura/kurad.conf", "/etc/logrotate.d/kurad"]
+        ["/etc/kura/kurad.conf", "/etc/logrotate.d/kura"]
     control = read(os.path.join(ctl, "control"))
     assert re.search(r"^Depends: .*\badduser\b.*libevent", control, re.M), control
     version = re.search(r"^Version: (\S+)", control, re.M).group(1)
@@ -450,9 +453,36 @@ def test_release_without_test_switches(tmp):
         assert switches_in(p) == [], "%s holds test switches: %s" % (p, switches_in(p))
 
 
-TESTS = [test_make_install_uninstall, test_install_directories, test_flags_without_configure,
-         test_configure, test_deb_contents, test_deb_hardening, test_deb_lintian,
-         test_release_without_test_switches]
+# Ways of naming the service kurad rather than kura (the daemon is kurad;
+# the service, its unit, daemontools directory and logrotate file are kura).
+OLD_SERVICE_NAME = re.compile(r"systemctl(?:[ \t]+[\w\\-]+){0,2}?[ \t]+kurad\b|"
+                              r"journalctl[ \t]+\\?-u[ \t]+kurad\b|kurad\.service|"
+                              r"/etc/service/kurad\b|service-kurad\b|logrotate\.d/kurad\b|"
+                              r"systemd-analyze security[ \t]+kurad\b")
+
+
+def test_one_service_name(tmp):
+    old = "systemctl enable \\-\\-now kurad\nsystemctl reload kurad      # SIGHUP\n"
+    assert len(OLD_SERVICE_NAME.findall(old)) == 2, "the check misses the old man page's lines"
+    found = []
+    for top in ("README.md", "Makefile", "docs", "conf", "debian"):
+        path = os.path.join(ROOT, top)
+        files = [path] if os.path.isfile(path) else \
+            [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+        for f in files:
+            if f.endswith(".json") or "benchmarks" in f:
+                continue
+            text = read(f)
+            found += ["%s: %s" % (os.path.relpath(f, ROOT), m)
+                      for m in OLD_SERVICE_NAME.findall(text)]
+    assert not found, "the service named kurad: %s" % found
+    unit = read(os.path.join(ROOT, "conf", "kura.service"))
+    assert "systemctl enable --now kura\n" in unit, unit
+
+
+TESTS = [test_make_install_uninstall, test_one_service_name, test_install_directories,
+         test_flags_without_configure, test_configure, test_deb_contents, test_deb_hardening,
+         test_deb_lintian, test_release_without_test_switches]
 
 
 def main():

@@ -208,6 +208,17 @@ def _owns_listener(pid, port):
     return False
 
 
+def preload(case, name, **extra):
+    """The environment that preloads tests/shim/NAME.c's library (make
+    builds it) into a server, with extra variables; skips case (a missing
+    dependency) when it is not built."""
+    shim = os.path.join(os.environ.get("KURA_BUILD", "build-test"), "tests", "lib%s.so" % name)
+    if not os.path.exists(shim):
+        case.skipTest(missing("%s (make builds it)" % shim))
+    return dict(extra, LD_PRELOAD=os.path.abspath(shim),
+                ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
@@ -226,12 +237,20 @@ class Server:
     kind: None = KURA_SERVER; or 'kurad' / 'memcached' explicitly.
     nofile: (soft, hard) RLIMIT_NOFILE the server starts under.
     env: variables added to the server's environment (e.g. LD_PRELOAD).
+    host: the address it listens on (-host / -l), 127.0.0.1 by default;
+      None gives none, so kurad listens where it does by default (its
+      `addresses()` then say where).  Clients use `self.host`, the first
+      address the server listens on, never a name that may resolve to
+      another address ("localhost" is ::1 first on a stock Debian).
     """
 
     def __init__(self, kind=None, memory_mb=None, item_max=None, conns=None, threads=4,
                  verbose=False, db=None, idle_timeout=None, kura_args=(), mc_args=(),
-                 start=True, start_timeout=10, nofile=None, env=None, port=None):
+                 start=True, start_timeout=10, nofile=None, env=None, port=None,
+                 host="127.0.0.1"):
         self.nofile = nofile
+        self.listen_host = host
+        self.host = host or "127.0.0.1"    # kurad's default includes it
         self.fixed_port = port          # listen here (a restart on the same port)
         self.env = dict(os.environ, **env) if env else None
         self.kind = kind or server_kind()
@@ -264,9 +283,11 @@ class Server:
     def argv(self, port):
         user = ["-u", "root"] if os.geteuid() == 0 else []
         if self.kind == "memcached":
-            a = [MEMCACHED, "-U", "0", "-l", "127.0.0.1", "-p", str(port), "-t", str(self.threads)] + user
+            a = [MEMCACHED, "-U", "0"] + (["-l", self.listen_host] if self.listen_host else []) + \
+                ["-p", str(port), "-t", str(self.threads)] + user
         else:
-            a = [kurad_path(), "-host", "127.0.0.1", "-port", str(port), "-th", str(self.threads)] + user
+            a = [kurad_path()] + (["-host", self.listen_host] if self.listen_host else []) + \
+                ["-port", str(port), "-th", str(self.threads)] + user
         if self.memory_mb is not None:
             a += ["-m", str(self.memory_mb)]
         if self.item_max is not None:
@@ -326,7 +347,7 @@ class Server:
                 return "exited"
             if _owns_listener(proc.pid, port):
                 try:
-                    s = socket.create_connection(("127.0.0.1", port), timeout=1)
+                    s = socket.create_connection((self.host, port), timeout=1)
                     s.close()
                     return "ready"
                 except OSError:
@@ -395,7 +416,13 @@ class Server:
 
     # -- clients -------------------------------------------------------
     def conn(self, timeout=5):
-        return Conn(self.port, timeout=timeout)
+        return Conn(self.port, host=self.host, timeout=timeout)
+
+    def addresses(self):
+        """The addresses kurad says it listens on (its "listening on A and
+        B port N" line), in its order."""
+        m = re.search(r"kurad \S+ listening on (.+?) port %d\b" % self.port, self.stderr())
+        return m.group(1).split(" and ") if m else []
 
     def request(self, data, **kw):
         with self.conn() as c:
