@@ -214,6 +214,11 @@ int engine_sync(kura_engine *e);
 
 /* The store's counters, "stats" lines and backend name ("hash", "cache"). */
 void engine_usage(kura_engine *e, kura_store_usage *u);
+/* engine_usage with curr_items and bytes counting live items only, exact
+ * at once after a flush_all, a delete or an add (src/engine/count.c; a
+ * walk of the keys while the store still counts flushed items).  Items
+ * expired and not yet reclaimed stay counted. */
+void engine_usage_exact(kura_engine *e, kura_store_usage *u);
 void engine_backend_stats(kura_engine *e, kura_stat_fn emit, void *arg);
 const char *engine_backend(kura_engine *e);
 

@@ -27,6 +27,8 @@ enum ctl_exit {
                                cannot open a file or database (missing, locked) */
     CTL_FAIL = 4,           /* anything else: the server answered an error, a write
                                failed, a repair or snapshot failed */
+    CTL_REJECTS = 5,        /* import: done, but records the database cannot take were
+                               set aside in the rejects file (kept whole there) */
 };
 
 /* ---- the command line ---------------------------------------------------- */
@@ -188,6 +190,9 @@ typedef struct ctl_loader {
 } ctl_loader;
 void ctl_loader_start(ctl_loader *l, kura_store *s);
 int ctl_loader_put(ctl_loader *l, kura_item *it);
+/* put without the message: KURA_OK (stored, or counted as expired) or the
+ * store's error, for a caller that sets a refused item aside (import). */
+int ctl_loader_store(ctl_loader *l, kura_item *it);
 int ctl_loader_finish(ctl_loader *l);
 
 /* Whether the snapshot module is linked (src/snap/; ctl_snap.c). */

@@ -157,22 +157,29 @@ int ctl_loader_put(ctl_loader *l, kura_item *it)
     return load_put(l, it);
 }
 
-/* Stores one item (its cas as given, or a new one if 0). */
-static int load_put(void *arg, kura_item *it)
+int ctl_loader_store(ctl_loader *l, kura_item *it)
 {
-    loader *l = arg;
     if (it->exptime != 0 && it->exptime <= l->clk.now) {
         l->expired++;
-        return CTL_OK;
+        return KURA_OK;
     }
     if (!it->cas)
         it->cas = ++l->next_cas;
     int rc = l->s->ops->put(l->s, it, KURA_PUT_ANY, 0, &l->clk);
     if (rc)
-        return ctl_err(CTL_FAIL, "storing '%.*s': %s", (int)it->klen, it->key, kura_strerror(rc));
+        return rc;
     if (it->cas > l->max_cas)
         l->max_cas = it->cas;
     progress_set(&l->prog, ++l->items);
+    return KURA_OK;
+}
+
+/* Stores one item (its cas as given, or a new one if 0). */
+static int load_put(void *arg, kura_item *it)
+{
+    int rc = ctl_loader_store(arg, it);
+    if (rc)
+        return ctl_err(CTL_FAIL, "storing '%.*s': %s", (int)it->klen, it->key, kura_strerror(rc));
     return CTL_OK;
 }
 

@@ -7,7 +7,9 @@
  * ktserver wrote (its TimedDB) puts a 5-byte big-endian expiry time in
  * front of each value (kttimeddb.h: XTWIDTH 5; XTMAX, 2^40 - 1, is
  * "never"), and ktserver marks the file's opaque area (cabinet.c), so
- * import finds it (--kt auto, the default; --kt yes|no to choose).  A
+ * import finds it (--kt auto, the default; --kt yes|no to choose); a
+ * Kyoto file without the mark is judged by its values (kt_sniff: every
+ * one opening with a plausible expiry, or none, or refused as unclear).  A
  * value written through ktserver's memcached plug-in with opts=f ends
  * with the client's flags, 4 bytes big-endian (ktplugservmemc.cc), which
  * nothing in the file marks: --kt-flags says so.  Both become the item's
@@ -15,10 +17,17 @@
  * (--kt also writes ktserver's mark, so that ktserver reads the file as
  * its own).
  *
+ * An import throws nothing away: a record the database cannot take
+ * (classify(), or the store's refusal) goes whole, as the file has it, to
+ * the rejects file (rejects.h), and the import ends with exit 5, the
+ * database kept.
+ *
  * Each command ends with a verification pass: import reads the file
- * again and finds every record in the database with the same value,
- * flags and exptime; export reads the new file back and finds every item
- * in it.  A difference is exit 1, with the first keys named.  Into a new
+ * again and finds every record in the database, the item encoded back in
+ * the file's layout equal to the record's bytes (not decode's reading
+ * checked against itself), the records set aside counted against the
+ * rejects file; export reads the new file back and finds every item in
+ * it.  A difference is exit 1, with the first keys named.  Into a new
  * database, an import that fails leaves nothing (as load); an export
  * that fails removes its file.
  */
@@ -28,10 +37,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cabinet.h"
 #include "ctl.h"
+#include "rejects.h"
 
 #define KT_XTWIDTH 5
 #define KT_XTMAX ((1LL << 40) - 1)
@@ -57,37 +68,63 @@ static void be_write(unsigned char *p, uint64_t v, int n)
         p[i] = (unsigned char)v;
 }
 
-/* A file's record as a kura item (key and value pointing into it): 0, or
- * -1 when the value is too short for the layout asked (message in why). */
-static int decode(const codec_opts *o, const char *k, size_t kl, const char *v, size_t vl,
-                  kura_item *it, const char **why)
+/* Why a record cannot go into the database as it is, under the layout
+ * asked: a rej_reason, or -1 when it can (the store may still refuse it:
+ * import_record).  Both passes ask it, so that the verification skips
+ * exactly the records the import set aside. */
+static int classify(const codec_opts *o, size_t kl, size_t vl)
+{
+    if (kl == 0)
+        return REJ_KEY_EMPTY;
+    if (kl > KURA_KEY_MAX)
+        return REJ_KEY_LONG;
+    if (o->kt && vl < KT_XTWIDTH)
+        return REJ_SHORT_XT;
+    if (o->flags && vl < (o->kt ? KT_XTWIDTH : 0) + KT_FLAGSWIDTH)
+        return REJ_SHORT_FLAGS;
+    return -1;
+}
+
+/* What classify's reasons mean, for the rejects file and the messages. */
+static const char *reason_text(int why, char *buf, size_t len)
+{
+    switch (why) {
+    case REJ_KEY_EMPTY: return "empty key: kura's keys have 1 byte at least";
+    case REJ_KEY_LONG:
+        snprintf(buf, len, "key longer than %d bytes, the database's key limit", KURA_KEY_MAX);
+        return buf;
+    case REJ_VALUE_LARGE: return "value larger than the item size limit";
+    case REJ_SHORT_XT:
+        return "value shorter than Kyoto Tycoon's 5-byte expiry header (--kt no reads it as is)";
+    case REJ_SHORT_FLAGS:
+        return "value shorter than the memcached plug-in's 4-byte flags (without --kt-flags it "
+               "is read as is)";
+    default: return "the database refused the record as invalid";
+    }
+}
+
+/* A file's record as a kura item (key and value pointing into it), for a
+ * record classify() lets in.  An expiry header of 0 (a time long past)
+ * stays past, not "never". */
+static void decode(const codec_opts *o, const char *k, size_t kl, const char *v, size_t vl,
+                   kura_item *it)
 {
     memset(it, 0, sizeof(*it));
     it->key = k;
     it->klen = kl;
     if (o->kt) {
-        if (vl < KT_XTWIDTH) {
-            *why = "shorter than Kyoto Tycoon's 5-byte expiry header (--kt no reads it as is)";
-            return -1;
-        }
         int64_t xt = (int64_t)be_read((const unsigned char *)v, KT_XTWIDTH);
-        it->exptime = xt >= KT_XTMAX ? 0 : xt;
+        it->exptime = xt >= KT_XTMAX ? 0 : xt == 0 ? 1 : xt;
         v += KT_XTWIDTH;
         vl -= KT_XTWIDTH;
     }
     if (o->flags) {
-        if (vl < KT_FLAGSWIDTH) {
-            *why = "shorter than the memcached plug-in's 4-byte flags (without --kt-flags it "
-                   "is read as is)";
-            return -1;
-        }
         it->flags = (uint32_t)be_read((const unsigned char *)v + vl - KT_FLAGSWIDTH,
                                       KT_FLAGSWIDTH);
         vl -= KT_FLAGSWIDTH;
     }
     it->val = v;
     it->vlen = vl;
-    return 0;
 }
 
 /* An item as a file's value: malloc'd into *buf (grown as needed). */
@@ -121,43 +158,127 @@ static void show_key(const char *what, const char *k, size_t kl)
     fprintf(stderr, "'%s\n", kl > 80 ? "..." : "");
 }
 
+/* ---- Kyoto Tycoon's expiry header, judged from the records --------------- */
+
+/* A header ktserver could have written: "never" (XTMAX), or a time past
+ * 2^24 (the memcached plug-in reads an exptime up to 2^24 as relative and
+ * adds the clock, a larger one as absolute: ktplugservmemc.cc) and not
+ * more than a century ahead.  A text value (its first byte printable)
+ * never passes; random bytes do about once in 150. */
+#define KT_XT_LOW (1LL << 24)
+#define KT_XT_AHEAD (100LL * 366 * 86400)
+
+typedef struct kt_sniff {
+    int64_t now;
+    uint64_t n, plausible, never;
+    int64_t xt_min, xt_max;             /* over the timed headers */
+    ctl_progress prog;
+} kt_sniff;
+
+static void sniff_value(kt_sniff *sn, const char *v, size_t vl)
+{
+    sn->n++;
+    if (vl < KT_XTWIDTH)
+        return;
+    int64_t xt = (int64_t)be_read((const unsigned char *)v, KT_XTWIDTH);
+    if (xt == KT_XTMAX) {
+        sn->plausible++;
+        sn->never++;
+    } else if (xt > KT_XT_LOW && xt <= sn->now + KT_XT_AHEAD) {
+        if (sn->plausible - sn->never == 0 || xt < sn->xt_min)
+            sn->xt_min = xt;
+        if (xt > sn->xt_max)
+            sn->xt_max = xt;
+        sn->plausible++;
+    }
+}
+
+static int sniff_record(void *arg, const char *k, size_t kl, const char *v, size_t vl)
+{
+    kt_sniff *sn = arg;
+    (void)k, (void)kl;
+    sniff_value(sn, v, vl);
+    progress_set(&sn->prog, sn->n);
+    return 0;
+}
+
+enum { SNIFF_PLAIN, SNIFF_KT, SNIFF_UNSURE };
+
+/* The verdict: every value with a plausible header (at least three, or
+ * one saying "never") is ktserver's layout; none, or one in twenty at
+ * most (chance, in binary values), plain; anything between, unsure. */
+static int sniff_verdict(const kt_sniff *sn)
+{
+    if (sn->n > 0 && sn->plausible == sn->n && (sn->n >= 3 || sn->never > 0))
+        return SNIFF_KT;
+    if (sn->plausible * 20 <= sn->n)
+        return SNIFF_PLAIN;
+    return SNIFF_UNSURE;
+}
+
 /* ---- the verification pass (both commands) ------------------------------- */
 
 typedef struct verifier {
     kura_store *s;
     kura_clock clk;
     codec_opts o;
-    uint64_t checked, differ, skipped;
+    bool whole;                 /* import: flags and exptime must be as the layout says */
+    uint64_t checked, differ, skipped, rejected;
     ctl_progress prog;
-    const kura_item *want;
+    const char *raw;            /* the record's value as the file has it */
+    size_t rawlen;
+    unsigned char *buf;         /* the database's item encoded back */
+    size_t cap;
+    const char *const *refused; /* keys the store refused (import: set aside) */
+    size_t nrefused;
+    kt_sniff sniff;             /* the layout judged again (import --kt auto) */
     bool same;
 } verifier;
 
+/* The database's item written in the file's layout (encode, not decode's
+ * inverse) must be the file's bytes exactly. */
 static int same_item(void *arg, const kura_item *got)
 {
     verifier *v = arg;
-    const kura_item *w = v->want;
-    v->same = got->vlen == w->vlen && got->flags == w->flags && got->exptime == w->exptime &&
-              (w->vlen == 0 || memcmp(got->val, w->val, w->vlen) == 0);
+    size_t n = encode(&v->o, got, &v->buf, &v->cap);
+    v->same = n == v->rawlen && (n == 0 || memcmp(v->buf, v->raw, n) == 0) &&
+              (!v->whole || ((v->o.flags || got->flags == 0) && (v->o.kt || got->exptime == 0)));
     return 0;
 }
 
-/* A record of the file: the database must hold it as decoded (records
- * import left out, expired or with a key kura cannot hold, are skipped). */
+static bool was_refused(const verifier *v, const char *k, size_t kl)
+{
+    for (size_t i = 0; i < v->nrefused; i++)
+        if (strlen(v->refused[i]) == kl && memcmp(v->refused[i], k, kl) == 0)
+            return true;
+    return false;
+}
+
+/* A record of the file: the database must hold it (records set aside,
+ * and those already expired, are counted, not looked for). */
 static int verify_record(void *arg, const char *k, size_t kl, const char *val, size_t vl)
 {
     verifier *v = arg;
     kura_item want;
-    const char *why;
-    progress_set(&v->prog, v->checked + v->skipped + 1);
-    if (decode(&v->o, k, kl, val, vl, &want, &why) < 0 || kl == 0 || kl > KURA_KEY_MAX ||
-        (want.exptime != 0 && want.exptime <= v->clk.now)) {
+    progress_set(&v->prog, v->checked + v->skipped + v->rejected + 1);
+    sniff_value(&v->sniff, val, vl);
+    if (classify(&v->o, kl, vl) >= 0) {
+        v->rejected++;
+        return 0;
+    }
+    decode(&v->o, k, kl, val, vl, &want);
+    if (want.exptime != 0 && want.exptime <= v->clk.now) {
         v->skipped++;
         return 0;
     }
-    v->want = &want;
+    v->raw = val;
+    v->rawlen = vl;
     v->same = false;
     int rc = v->s->ops->get(v->s, k, kl, &v->clk, same_item, v);
+    if (rc != KURA_OK && was_refused(v, k, kl)) {
+        v->rejected++;
+        return 0;
+    }
     v->checked++;
     if (rc != KURA_OK || !v->same) {
         if (++v->differ <= SHOW_MAX)
@@ -171,24 +292,53 @@ static int verify_record(void *arg, const char *k, size_t kl, const char *val, s
 typedef struct importer {
     ctl_loader l;
     codec_opts o;
-    uint64_t read, bad_keys;
-    const char *bad_why;
-    char bad_key[64];
-    size_t bad_klen;
-    int rc;
+    rejects rej;
+    uint64_t read;
+    char **refused;             /* keys (NUL-free copies) the store refused */
+    size_t nrefused, refcap;
 } importer;
+
+/* Sets a record aside whole, with why; names the first few. */
+static int reject(importer *im, int why, const char *k, size_t kl, const char *v, size_t vl)
+{
+    char buf[128];
+    const char *text = reason_text(why, buf, sizeof(buf));
+    if (rej_add(&im->rej, (rej_reason)why, text, k, kl, v, vl) < 0)
+        return ctl_err(CTL_FAIL, "%s: writing a rejected record: %s (the import stops: a "
+                       "record is never dropped)", im->rej.path, strerror(im->rej.err));
+    if (im->rej.count <= SHOW_MAX) {
+        snprintf(buf, sizeof(buf), "set aside (%s)", rej_word((rej_reason)why));
+        show_key(buf, k, kl);
+    }
+    return 0;
+}
+
+static int note_refused(importer *im, const char *k, size_t kl)
+{
+    if (memchr(k, 0, kl))
+        return 0;               /* was_refused cannot name it; counted missing */
+    if (im->nrefused == im->refcap) {
+        size_t cap = im->refcap ? im->refcap * 2 : 16;
+        char **n = realloc(im->refused, cap * sizeof(*n));
+        if (!n)
+            return -1;
+        im->refused = n;
+        im->refcap = cap;
+    }
+    if (!(im->refused[im->nrefused] = strndup(k, kl)))
+        return -1;
+    im->nrefused++;
+    return 0;
+}
 
 static int import_record(void *arg, const char *k, size_t kl, const char *v, size_t vl)
 {
     importer *im = arg;
     kura_item it;
-    const char *why;
     im->read++;
-    if (kl == 0 || kl > KURA_KEY_MAX) {
-        if (++im->bad_keys <= SHOW_MAX)
-            show_key(kl ? "left out (key longer than 250 bytes)" : "left out (empty key)", k, kl);
-        return 0;
-    }
+    int why = classify(&im->o, kl, vl);
+    if (why >= 0)
+        return reject(im, why, k, kl, v, vl);
 #ifdef KURA_TEST_HOOKS
     /* a test's switch (test builds only, testhooks.h): the first record is
      * left out unsaid, which the verification pass must catch
@@ -196,31 +346,86 @@ static int import_record(void *arg, const char *k, size_t kl, const char *v, siz
     if (im->read == 1 && getenv("KURACTL_TEST_IMPORT_DROP_FIRST"))
         return 0;
 #endif
-    if (decode(&im->o, k, kl, v, vl, &it, &why) < 0) {
-        im->bad_why = why;
-        im->bad_klen = kl < sizeof(im->bad_key) ? kl : sizeof(im->bad_key);
-        memcpy(im->bad_key, k, im->bad_klen);
-        return CTL_FAIL;
+    decode(&im->o, k, kl, v, vl, &it);
+    int rc = ctl_loader_store(&im->l, &it);
+    if (rc == KURA_ETOOBIG || rc == KURA_EINVAL) {
+        if (note_refused(im, k, kl) < 0)
+            return ctl_err(CTL_FAIL, "out of memory");
+        return reject(im, rc == KURA_ETOOBIG ? REJ_VALUE_LARGE : REJ_STORE_REFUSED, k, kl, v,
+                      vl);
     }
-    return ctl_loader_put(&im->l, &it);
+    if (rc)
+        return ctl_err(CTL_FAIL, "storing '%.*s': %s", (int)kl, k, kura_strerror(rc));
+    return 0;
 }
 
-/* --kt: "auto" follows the file's mark (cabinet.c). */
-static int choose_kt(const ctl_args *a, const char *file, cab_kind kind, bool *kt)
+static void date_of(int64_t t, char *buf, size_t len)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%d", &tm))
+        snprintf(buf, len, "%lld", (long long)t);
+}
+
+/* --kt auto: ktserver's mark in the file says; without one (a Kyoto file
+ * ktserver's mark is missing from), the records themselves: each value
+ * read once (kt_sniff).  Says which layout and why; an unsure verdict is
+ * refused (CTL_FAIL) before anything is written.  *by_records: chosen so. */
+static int choose_kt(const ctl_args *a, const char *file, cabinet *c, bool *kt, bool *by_records)
 {
     const char *v = ctl_opt(a, "--kt");
-    bool persist = false;
-    int mark = kind == CAB_KCH || kind == CAB_KCT ? cab_kt_mark(file, &persist) : 0;
-    if (!v || !strcmp(v, "auto")) {
-        *kt = mark == 1 && !persist;
-        if (*kt && !g_ctl.quiet)
-            fprintf(stderr, "kuractl: %s bears ktserver's mark: each value's 5-byte expiry "
-                    "header is read as the exptime (--kt no to keep it in the value)\n", file);
+    *by_records = false;
+    if (v && strcmp(v, "auto")) {
+        if (strcmp(v, "yes") && strcmp(v, "no"))
+            return ctl_usage(a, "--kt is auto, yes or no, not '%s'", v);
+        *kt = !strcmp(v, "yes");
         return CTL_OK;
     }
-    if (strcmp(v, "yes") && strcmp(v, "no"))
-        return ctl_usage(a, "--kt is auto, yes or no, not '%s'", v);
-    *kt = !strcmp(v, "yes");
+    *kt = false;
+    if (c->kind != CAB_KCH && c->kind != CAB_KCT)
+        return CTL_OK;                  /* ktserver writes Kyoto files only */
+    bool persist = false;
+    if (cab_kt_mark(file, &persist) == 1) {
+        *kt = !persist;
+        if (!g_ctl.quiet)
+            fprintf(stderr, "kuractl: %s bears ktserver's mark%s\n", file, *kt
+                    ? ": each value's 5-byte expiry header is read as the exptime (--kt no to "
+                      "keep it in the value)"
+                    : " with values stored plainly (persist): read as they are");
+        return CTL_OK;
+    }
+    kt_sniff sn = { .now = (int64_t)time(NULL) };
+    progress_start(&sn.prog, "layout", "records", c->ops->count(c));
+    int rc = c->ops->each(c, sniff_record, &sn);
+    progress_end(&sn.prog);
+    if (rc < 0)
+        return ctl_err(CTL_FAIL, "%s: reading it: %s", file, c->ops->error(c));
+    *by_records = true;
+    int verdict = sniff_verdict(&sn);
+    if (verdict == SNIFF_UNSURE)
+        return ctl_err(CTL_FAIL, "%s: its layout is unclear: no ktserver mark, and %" PRIu64
+                       " of its %" PRIu64 " values open with what could be Kyoto Tycoon's "
+                       "expiry header, %" PRIu64 " do not; nothing imported: --kt yes reads "
+                       "a header in each value, --kt no reads them as they are", file,
+                       sn.plausible, sn.n, sn.n - sn.plausible);
+    *kt = verdict == SNIFF_KT;
+    if (g_ctl.quiet)
+        return CTL_OK;
+    if (*kt) {
+        char from[32] = "", to[32] = "";
+        date_of(sn.xt_min, from, sizeof(from));
+        date_of(sn.xt_max, to, sizeof(to));
+        fprintf(stderr, "kuractl: %s has no ktserver mark, but each of its %" PRIu64 " values "
+                "opens with a plausible Kyoto Tycoon expiry header (%" PRIu64 " never, %"
+                PRIu64 " timed%s%s%s%s): read as ktserver's layout, the header as the "
+                "exptime (--kt no keeps it in the value)\n", file, sn.n, sn.never,
+                sn.n - sn.never, sn.n > sn.never ? ", " : "", sn.n > sn.never ? from : "",
+                sn.n > sn.never ? " to " : "", sn.n > sn.never ? to : "");
+    } else if (sn.n) {
+        fprintf(stderr, "kuractl: %s: no ktserver mark, and %" PRIu64 " of its %" PRIu64
+                " values open with no plausible Kyoto Tycoon expiry header: read as they "
+                "are (--kt yes reads a header)\n", file, sn.n - sn.plausible, sn.n);
+    }
     return CTL_OK;
 }
 
@@ -255,62 +460,109 @@ static int open_cabinet(cabinet *c, cab_kind kind, const char *path, bool write,
     return CTL_OK;
 }
 
-static int do_import(const ctl_args *a, const char *file, kura_store *s, cabinet *c)
+static void free_refused(importer *im)
 {
-    importer im = { .rc = 0 };
-    int rc;
-    im.o.flags = ctl_has(a, "--kt-flags");
-    if ((rc = choose_kt(a, file, c->kind, &im.o.kt)))
-        return rc;
-    uint64_t total = c->ops->count(c);
-    ctl_loader_start(&im.l, s);
-    progress_start(&im.l.prog, "import", "records", total);
-    rc = c->ops->each(c, import_record, &im);
-    progress_end(&im.l.prog);
-    if (rc == CTL_FAIL && im.bad_why)
-        return ctl_err(CTL_FAIL, "%s: the value of '%.*s' is %s", file, (int)im.bad_klen,
-                       im.bad_key, im.bad_why);
-    if (rc < 0)
-        return ctl_err(CTL_FAIL, "%s: reading it: %s", file, c->ops->error(c));
-    if (rc || (rc = ctl_loader_finish(&im.l)))
-        return rc;
-    if (!g_ctl.quiet)
-        fprintf(stderr, "kuractl: imported %" PRIu64 " of %" PRIu64 " records from %s (%s%s%s)\n",
-                im.l.items, im.read, file, cab_kind_name(c->kind),
-                im.o.kt ? ", Kyoto Tycoon expiry" : "", im.o.flags ? ", plug-in flags" : "");
-    if (ctl_has(a, "--no-verify"))
-        return im.bad_keys ? ctl_err(CTL_FAIL, "%" PRIu64 " records left out: kura's keys are "
-                                     "1 to 250 bytes", im.bad_keys) : CTL_OK;
-    verifier v = { .s = s, .clk = im.l.clk, .o = im.o };
-    progress_start(&v.prog, "verify", "records", total);
-    rc = c->ops->each(c, verify_record, &v);
+    for (size_t i = 0; i < im->nrefused; i++)
+        free(im->refused[i]);
+    free(im->refused);
+}
+
+/* The verification pass of an import: every record the file holds is in
+ * the database as the file has it, or was set aside (the rejects file
+ * read back whole and counted); a layout chosen by the records is judged
+ * again on this second read. */
+static int verify_import(const char *file, cabinet *c, importer *im, bool by_records)
+{
+    verifier v = { .s = im->l.s, .clk = im->l.clk, .o = im->o, .whole = true,
+                   .refused = (const char *const *)im->refused, .nrefused = im->nrefused,
+                   .sniff = { .now = im->l.clk.now } };
+    progress_start(&v.prog, "verify", "records", c->ops->count(c));
+    int rc = c->ops->each(c, verify_record, &v);
     progress_end(&v.prog);
+    free(v.buf);
     if (rc < 0)
         return ctl_err(CTL_FAIL, "%s: reading it again: %s", file, c->ops->error(c));
     if (v.differ)
         return ctl_err(CTL_DIFF, "verification: %" PRIu64 " of %" PRIu64 " records are not in "
                        "the database as the file has them", v.differ, v.checked);
+    if (by_records && (sniff_verdict(&v.sniff) == SNIFF_KT) != im->o.kt)
+        return ctl_err(CTL_DIFF, "verification: read again, %s's values do not bear the "
+                       "layout chosen (%" PRIu64 " of %" PRIu64 " with a plausible header)",
+                       file, v.sniff.plausible, v.sniff.n);
+    uint64_t in_file = 0;
+    char err[512];
+    if (im->rej.count && rej_check_file(im->rej.path, &in_file, err, sizeof(err)) < 0)
+        return ctl_err(CTL_DIFF, "verification: %s", err);
+    if (v.rejected != im->rej.count || in_file != im->rej.count)
+        return ctl_err(CTL_DIFF, "verification: %" PRIu64 " records to set aside, %" PRIu64
+                       " set aside, %" PRIu64 " in %s", v.rejected, im->rej.count, in_file,
+                       im->rej.path);
     if (!g_ctl.quiet)
-        fprintf(stderr, "kuractl: verified: all %" PRIu64 " records are in %s\n", v.checked,
-                "the database");
-    if (im.bad_keys)
-        return ctl_err(CTL_FAIL, "%" PRIu64 " records left out: kura's keys are 1 to 250 bytes",
-                       im.bad_keys);
+        fprintf(stderr, "kuractl: verified: all %" PRIu64 " records are in the database%s\n",
+                v.checked, im->rej.count ? ", the others in the rejects file" : "");
     return CTL_OK;
+}
+
+static int do_import(const ctl_args *a, const char *file, kura_store *s, cabinet *c,
+                     const codec_opts *o, bool by_records, const char *rej_path)
+{
+    importer im = { .o = *o };
+    rej_init(&im.rej, rej_path);
+    uint64_t total = c->ops->count(c);
+    ctl_loader_start(&im.l, s);
+    progress_start(&im.l.prog, "import", "records", total);
+    int rc = c->ops->each(c, import_record, &im);
+    progress_end(&im.l.prog);
+    if (rc < 0)
+        rc = ctl_err(CTL_FAIL, "%s: reading it: %s", file, c->ops->error(c));
+    if (rej_finish(&im.rej) < 0 && !rc)
+        rc = ctl_err(CTL_FAIL, "%s: writing it: %s", rej_path, strerror(im.rej.err));
+    if (!rc)
+        rc = ctl_loader_finish(&im.l);
+    if (rc) {
+        free_refused(&im);
+        return rc;
+    }
+    if (!g_ctl.quiet) {
+        fprintf(stderr, "kuractl: imported %" PRIu64 " of %" PRIu64 " records from %s (%s%s%s)"
+                "\n", im.l.items, im.read, file, cab_kind_name(c->kind),
+                im.o.kt ? ", Kyoto Tycoon expiry" : "", im.o.flags ? ", plug-in flags" : "");
+        if (im.rej.count) {
+            char sum[256];
+            fprintf(stderr, "kuractl: %" PRIu64 " records set aside whole in %s (%s)\n",
+                    im.rej.count, rej_path, rej_summary(&im.rej, sum, sizeof(sum)));
+        }
+    }
+    if (!ctl_has(a, "--no-verify"))
+        rc = verify_import(file, c, &im, by_records);
+    free_refused(&im);
+    if (!rc && im.rej.count)
+        rc = ctl_err(CTL_REJECTS, "%" PRIu64 " records the database cannot take are in %s "
+                     "(the database keeps the %" PRIu64 " others)", im.rej.count, rej_path,
+                     im.l.items);
+    return rc;
 }
 
 int cmd_import(int argc, char **argv)
 {
     ctl_args a;
     static const ctl_optdef defs[] = { { "--kt", true }, { "--kt-flags", false },
-                                       { "--no-verify", false }, { NULL, false } };
+                                       { "--no-verify", false }, { "--rejects", true },
+                                       { NULL, false } };
     int rc = ctl_parse(&a, "import", argc, argv, defs);
     if (rc)
         return rc;
     if (a.npos != 2)
         return ctl_usage(&a, "expected FILE DB");
     const char *file = a.pos[0], *db = a.pos[1];
+    char rej_buf[4200];
+    const char *rej_path = ctl_opt(&a, "--rejects");
+    if (!rej_path && !(rej_path = rej_default_path(db, rej_buf, sizeof(rej_buf))))
+        return ctl_usage(&a, "DB's name is too long");
     struct stat st;
+    if (stat(rej_path, &st) == 0)
+        return ctl_usage(&a, "%s exists: a previous import's rejects (move it away, or "
+                         "--rejects another path)", rej_path);
     if (stat(file, &st) != 0)
         return ctl_err(CTL_UNREACHABLE, "%s: %s", file, strerror(errno));
     int kind = cab_kind_of_file(file);
@@ -320,18 +572,27 @@ int cmd_import(int argc, char **argv)
     cabinet c;
     if ((rc = open_cabinet(&c, (cab_kind)kind, file, false, 0)))
         return rc;
+    codec_opts o = { .flags = ctl_has(&a, "--kt-flags") };
+    bool by_records;
+    if ((rc = choose_kt(&a, file, &c, &o.kt, &by_records))) {
+        c.ops->close(&c);
+        return rc;
+    }
     bool existed = ctl_db_exists(db);
     kura_store *s;
     if ((rc = ctl_db_open(db, false, false, &s))) {
         c.ops->close(&c);
         return rc;
     }
-    rc = do_import(&a, file, s, &c);
+    rc = do_import(&a, file, s, &c, &o, by_records, rej_path);
     kura_store_close(s);
     c.ops->close(&c);
-    if (rc != CTL_OK && rc != CTL_DIFF && !existed) {
+    if (rc != CTL_OK && rc != CTL_DIFF && rc != CTL_REJECTS && !existed) {
         if (ctl_db_remove(db) == 0)
-            fprintf(stderr, "kuractl: %s removed: the import into it failed\n", db);
+            fprintf(stderr, "kuractl: %s removed: the import into it failed%s%s%s\n", db,
+                    stat(rej_path, &st) == 0 ? " (the records set aside so far stay in " : "",
+                    stat(rej_path, &st) == 0 ? rej_path : "",
+                    stat(rej_path, &st) == 0 ? ")" : "");
         else
             fprintf(stderr, "kuractl: %s is partly imported and could not be removed: %s\n",
                     db, strerror(errno));
@@ -419,6 +680,7 @@ static int do_export(const ctl_args *a, kura_store *s, const char *file, cab_kin
     progress_start(&v.prog, "verify", "records", count);
     rc = c.ops->each(&c, verify_record, &v);
     progress_end(&v.prog);
+    free(v.buf);
     if (rc < 0)
         rc = ctl_err(CTL_FAIL, "%s: reading it back: %s", file, c.ops->error(&c));
     c.ops->close(&c);

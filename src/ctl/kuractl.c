@@ -63,12 +63,14 @@ static const cmd_help helps[] = {
               "                       every live item, to FILE or stdout (default: kura to a\n"
               "                       file if the snapshot module is built, else memcached)" },
     { "load", "load DB FILE           adds the items of a dump (either format; - is stdin)" },
-    { "import", "import FILE DB [--kt auto|yes|no] [--kt-flags] [--no-verify]\n"
+    { "import", "import FILE DB [--kt auto|yes|no] [--kt-flags] [--rejects PATH] [--no-verify]\n"
                 "                       adds the records of a Tokyo or Kyoto Cabinet file\n"
                 "                       (.tch .tcb .kch .kct), then checks each is in DB;\n"
-                "                       --kt: values behind ktserver's expiry header (auto:\n"
-                "                       as the file says); --kt-flags: ending with the flags\n"
-                "                       of ktserver's memcached plug-in (opts=f)" },
+                "                       those DB cannot take go whole to DB.rejects (or\n"
+                "                       PATH), exit 5; --kt: values behind ktserver's expiry\n"
+                "                       header (auto: as the file's mark or its values say);\n"
+                "                       --kt-flags: ending with the flags of ktserver's\n"
+                "                       memcached plug-in (opts=f)" },
     { "export", "export DB FILE [--kt] [--kt-flags] [--force] [--no-verify]\n"
                 "                       writes DB's items to a new Tokyo or Kyoto Cabinet file\n"
                 "                       (its suffix says which), then reads it back" },

@@ -35,6 +35,8 @@ struct kura_engine {
 
     uint64_t saved_ulog_ts;             /* state_lock: the watermark last saved */
     struct kura_journal *journal;       /* the update log's side (src/journal/) */
+    _Atomic uint64_t count_clean;       /* count.c: oldest_cas + 1 under which the store's
+                                           counters were shown to hold no dead item; 0 none */
 };
 
 /* state_lock, with its rank (lockorder.h): taken under a stripe or the

@@ -257,7 +257,7 @@ static void cmd_simple(tt_req *r)
 static void cmd_count(tt_req *r)
 {
     kura_store_usage u;
-    engine_usage(r->s->engine, &u);
+    engine_usage_exact(r->s->engine, &u);     /* exact at once after vanish, out, putkeep */
     tt_code_u64(r, r->cmd == TT_RNUM ? u.curr_items : u.bytes);
 }
 

@@ -296,7 +296,7 @@ void tt_stat(tt_req *r)
     clock_gettime(CLOCK_REALTIME, &now);
     double t = (double)now.tv_sec + now.tv_nsec / 1e9;
     kura_store_usage u;
-    engine_usage(s->engine, &u);
+    engine_usage_exact(s->engine, &u);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double load[1] = { 0 };

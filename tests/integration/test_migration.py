@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_migration.py - moving from Tokyo Tyrant and Kyoto Tycoon (issue 21,
-items 1, 2 and 4; docs/migration.md).
+items 1, 2 and 4; issue 33, items 4 and 5; docs/migration.md).
 
 Covers: command lines written from ttserver 1.1's and ktserver 0.9's
 documentation (the install guide's ttserver line first) start kurad and
@@ -23,7 +23,10 @@ verification pass catching a record the import left out (a test switch,
 KURACTL_TEST_IMPORT_DROP_FIRST, drops one: exit 1, the key named); a
 file a running server holds refused at once (exit 3), and a damaged one
 (.tch, .tcb, .kch cut short) refused as damaged (exit 4, one line, no word
-of a running server).
+of a running server); a
+ktserver file without its mark judged by its values;
+records the database cannot take (long keys in all 8 pairs, the other
+reasons) set aside whole in the rejects file, exit 5, the database kept.
 
 The Cabinet tools and libraries are Debian's tokyocabinet-bin,
 kyotocabinet-utils, libtokyocabinet-dev and libkyotocabinet-dev: absent,
@@ -627,8 +630,62 @@ def test_kyoto_tycoon_layouts(tmp):
     run(["kchashmgr", "create", short], tmp)
     run(["kchashmgr", "set", short, "tiny", "abc"], tmp)
     rc, out, err = run([KURACTL, "import", short, os.path.join(tmp, "e.kh"), "--kt", "yes"], tmp)
-    assert rc == 4 and "'tiny'" in err and "5-byte expiry header" in err, err
-    assert not os.path.exists(os.path.join(tmp, "e.kh")), "a failed import left its database"
+    assert rc == 5 and "'tiny'" in err and "short-for-kt" in err, err
+    assert read_rejects(os.path.join(tmp, "e.kh.rejects")) == [("short-for-kt", b"tiny", b"abc")]
+    assert os.path.isdir(os.path.join(tmp, "e.kh")), "the import removed its database"
+
+
+def kch_of(tmp, name, recs):
+    """A .kch written with kchashmgr, raw values (hex in), no ktserver mark."""
+    path = os.path.join(tmp, name)
+    with open(path + ".tsv", "wb") as f:
+        for k, v in recs:
+            f.write(k.hex().encode() + b"\t" + v.hex().encode() + b"\n")
+    rc, out, err = run(["kchashmgr", "import", "-sx", path, path + ".tsv"], tmp)
+    assert rc == 0, err
+    with open(path, "rb") as f:
+        assert f.read(64)[48] != 0xbb, "kchashmgr wrote ktserver's mark"
+    return path
+
+
+def test_kyoto_tycoon_layout_without_mark(tmp):
+    """A .kch written through ktserver's memcached plug-in (opts=f) but
+    without ktserver's mark at byte 48: --kt auto finds the 5-byte expiry
+    header in every value and says so; values, flags and exptime come out
+    right and verify.  Before, it kept the header in each value, dropped the
+    expiry and said "verified".  A file of plain values is read plainly; one
+    that is neither (some values with a plausible header, others without) is
+    refused, nothing created, until --kt yes or no says."""
+    need("kchashmgr")
+    need_import(tmp, "Kyoto")
+    later = int(time.time()) + 86400
+    recs = [(b"k%03d" % i, kt_value(b"val %d" % i, later + i if i % 3 else None, i)) for i in range(60)]
+    path = kch_of(tmp, "memc.kch", recs)
+    db = os.path.join(tmp, "memc.kh")
+    rc, out, err = run([KURACTL, "import", path, db, "--kt-flags"], tmp)
+    assert rc == 0, err
+    assert "has no ktserver mark, but each of its 60 values opens with a plausible Kyoto " \
+        "Tycoon expiry header (20 never, 40 timed" in err and "verified: all 60" in err, err
+    want = {b"k%03d" % i: (i, later + i if i % 3 else 0, b"val %d" % i) for i in range(60)}
+    assert dump_items(db, tmp) == want
+    # plain values: text, and binary ones of which a few open like a header by chance
+    import random
+    rnd = random.Random(33)
+    plain = [(b"t%03d" % i, b"text value %d" % i) for i in range(50)] + \
+        [(b"b%03d" % i, bytes(rnd.randrange(256) for _ in range(12))) for i in range(200)]
+    path = kch_of(tmp, "plain.kch", plain)
+    rc, out, err = run([KURACTL, "import", path, os.path.join(tmp, "plain.kh")], tmp)
+    assert rc == 0 and "no plausible Kyoto Tycoon expiry header: read as they are" in err, err
+    assert dump_items(os.path.join(tmp, "plain.kh"), tmp) == {k: (0, 0, v) for k, v in plain}
+    # half and half: refused until told
+    mixed = recs[:30] + plain[:30]
+    path = kch_of(tmp, "mixed.kch", mixed)
+    rc, out, err = run([KURACTL, "import", path, os.path.join(tmp, "mixed.kh")], tmp)
+    assert rc == 4 and "layout is unclear" in err and "30 of its 60 values" in err, (rc, err)
+    assert not os.path.exists(os.path.join(tmp, "mixed.kh")), "a refused import made a database"
+    rc, out, err = run([KURACTL, "import", path, os.path.join(tmp, "mixed.kh"), "--kt", "no"], tmp)
+    assert rc == 0, err
+    assert dump_items(os.path.join(tmp, "mixed.kh"), tmp) == {k: (0, 0, v) for k, v in mixed}
 
 
 def test_verification_catches_a_missing_record(tmp):
@@ -642,6 +699,121 @@ def test_verification_catches_a_missing_record(tmp):
     assert rc == 1 and "missing: 'key" in err and "1 of 2000 records are not" in err, (rc, err)
     rc, out, err = run([KURACTL, "import", src, os.path.join(tmp, "y.kh")], tmp)
     assert rc == 0, err
+
+
+# ---- an import keeps every record: what the database cannot take is set aside --------
+
+def read_rejects(path):
+    """A rejects file (docs/migration.md, "Rejected records") as a list of
+    (reason, key, value); asserts its form and its end line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data.startswith(b"kura-rejects 1\n"), data[:40]
+    pos, out = len(b"kura-rejects 1\n"), []
+    while not data.startswith(b"end ", pos):
+        eol = data.index(b"\n", pos)
+        tag, kl, vl, reason, text = data[pos:eol].split(b" ", 4)
+        assert tag == b"R" and text, data[pos:eol]
+        kl, vl = int(kl), int(vl)
+        key = data[eol + 1:eol + 1 + kl]
+        assert data[eol + 1 + kl:eol + 2 + kl] == b"\n"
+        value = data[eol + 2 + kl:eol + 2 + kl + vl]
+        assert data[eol + 2 + kl + vl:eol + 3 + kl + vl] == b"\n"
+        out.append((reason.decode(), key, value))
+        pos = eol + 3 + kl + vl
+    assert data[pos:] == b"end %d\n" % len(out), data[pos:]
+    return out
+
+
+def dump_items(db, tmp):
+    """Every item of a database through kuractl dump (memcached format)."""
+    p = subprocess.run([KURACTL, "-q", "dump", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       cwd=tmp, timeout=120 * SCALE)
+    assert p.returncode == 0, p.stderr
+    got, pos, data = {}, 0, p.stdout
+    line = re.compile(rb"set (\S+) (\d+) (\d+) (\d+)\r\n")
+    while pos < len(data):
+        m = line.match(data, pos)
+        assert m, data[pos:pos + 80]
+        n = int(m.group(4))
+        got[m.group(1)] = (int(m.group(2)), int(m.group(3)), data[m.end():m.end() + n])
+        pos = m.end() + n + 2
+    return got
+
+
+LONG_GOOD = [(b"rec%06d" % i, b"v%d" % i + bytes(range(0x80, 0x80 + i % 100))) for i in range(10050)]
+LONG_KEYS = [(b"long%03d-" % i + bytes([0x41 + i % 26]) * (243 + i) + b"\xe9\xff end", b"value of %d" % i)
+             for i in range(100)]
+
+
+def test_import_sets_long_keys_aside(tmp):
+    """100 keys longer than 250 bytes among 10,150 records, from each of the
+    four kinds into both file backends: every other record is stored with its
+    value, the 100 are in the rejects file whole with their reason, exit 5,
+    the database kept.  Before this, the import failed (exit 4) and removed
+    the database it had made."""
+    for tool, sfx, kind in TOOLS:
+        need(tool)
+        need_import(tmp, kind)
+    recs = LONG_GOOD + LONG_KEYS
+    with open(os.path.join(tmp, "long.tsv"), "wb") as f:
+        for k, v in recs:
+            f.write(k.hex().encode() + b"\t" + v.hex().encode() + b"\n")
+    with open(os.path.join(tmp, "long-raw.tsv"), "wb") as f:   # Tokyo's tools take no hex
+        for k, v in recs:
+            f.write(k + b"\t" + v + b"\n")
+    for tool, sfx, kind in TOOLS:
+        src = os.path.join(tmp, "long." + sfx)
+        args = ([tool, "importtsv", src, os.path.join(tmp, "long-raw.tsv")] if kind == "Tokyo"
+                else [tool, "import", "-sx", src, os.path.join(tmp, "long.tsv")])
+        rc, out, err = run(args, tmp)
+        assert rc == 0, err
+        assert listing(tool, src, tmp) == dict(recs), "the source file %s" % sfx
+        for backend in ("kh", "kb"):
+            db = os.path.join(tmp, "long-%s.%s" % (sfx, backend))
+            rc, out, err = run([KURACTL, "import", src, db], tmp, timeout=300)
+            assert rc == 5, (sfx, backend, rc, err)
+            assert "imported 10050 of 10150 records" in err and \
+                "100 records set aside whole in %s.rejects (100 key-too-long)" % db in err and \
+                "verified: all 10050 records are in the database" in err, err
+            assert os.path.isdir(db), "the database was removed"
+            got = dump_items(db, tmp)
+            assert got == {k: (0, 0, v) for k, v in LONG_GOOD}, (sfx, backend)
+            rej = read_rejects(db + ".rejects")
+            assert sorted(rej) == sorted(("key-too-long", k, v) for k, v in LONG_KEYS), (sfx, backend)
+            # a second import would overwrite nothing: the old rejects are refused
+            rc, out, err = run([KURACTL, "import", src, db], tmp)
+            assert rc == 2 and "exists" in err, err
+            # --rejects elsewhere: the same records, the same file
+            other = os.path.join(tmp, "other.rejects")
+            rc, out, err = run([KURACTL, "-q", "import", src, db, "--rejects", other], tmp,
+                               timeout=300)
+            assert rc == 5, err
+            assert sorted(read_rejects(other)) == sorted(rej)
+            os.unlink(other)
+
+
+def test_import_rejects_other_reasons(tmp):
+    """The reasons besides a long key, each a word of its own: an empty key,
+    a value too short for the layout asked (--kt yes, --kt-flags); the
+    value is kept as the file had it (header and all)."""
+    need("kchashmgr")
+    need_import(tmp, "Kyoto")
+    path = os.path.join(tmp, "mixed.kch")
+    recs = [(b"", kt_value(b"empty key")), (b"tiny", b"abc"), (b"six", kt_value(b"x")[:6]),
+            (b"good", kt_value(b"fine", None, 7))]
+    with open(os.path.join(tmp, "mixed.tsv"), "wb") as f:
+        for k, v in recs:
+            f.write(k.hex().encode() + b"\t" + v.hex().encode() + b"\n")
+    rc, out, err = run(["kchashmgr", "import", "-sx", path, os.path.join(tmp, "mixed.tsv")], tmp)
+    assert rc == 0, err
+    db = os.path.join(tmp, "m.kh")
+    rc, out, err = run([KURACTL, "import", path, db, "--kt", "yes", "--kt-flags"], tmp)
+    assert rc == 5 and "imported 1 of 4 records" in err, (rc, err)
+    assert sorted(read_rejects(db + ".rejects")) == sorted([
+        ("key-empty", b"", kt_value(b"empty key")), ("short-for-kt", b"tiny", b"abc"),
+        ("short-for-flags", b"six", kt_value(b"x")[:6])])
+    assert dump_items(db, tmp) == {b"good": (7, 0, b"fine")}
 
 
 def test_import_refusals(tmp):
@@ -697,7 +869,9 @@ TESTS = [test_command_lines, test_install_guide_line_persists, test_kl_stops_the
          test_refused, test_glued_short_options, test_ttserver_unix_socket,
          test_conf_file, test_help_lists_mapping, test_capcnt,
          test_import_export_round_trips, test_kyoto_tycoon_layouts,
-         test_verification_catches_a_missing_record, test_import_refusals]
+         test_kyoto_tycoon_layout_without_mark,
+         test_verification_catches_a_missing_record, test_import_sets_long_keys_aside,
+         test_import_rejects_other_reasons, test_import_refusals]
 
 if __name__ == "__main__":
     sys.exit(run_functions(TESTS, "kura-migration-"))
