@@ -23,13 +23,19 @@
   Errors       promote of a non-replica, follow of itself, bad addresses, a
                server with no place for a position, usage errors; the raw
                commands' replies
+  Itself       follow (kuractl) and Tokyo Tyrant's setmst naming this server
+               by any spelling are refused and change nothing: v4-mapped
+               IPv6, short and decimal IPv4, 0.0.0.0, localhost; on a
+               server listening on 0.0.0.0 and [::], any 127.x, ::1, :: and
+               the machine's interface addresses too.  Negative: the same
+               spellings with another server's port are followed
   Tree         kuractl repl status over fake servers: a tree three deep,
                each state (connected, reconnecting with its next attempt,
                copying, unreachable, an older master's line), unknown lags
                never "in sync", a cycle visited once, a chain deeper than 8
                listed but not asked; exit 0 only when all are in sync
 """
-import os, re, socket, struct, subprocess, sys, threading, time, unittest
+import fcntl, os, re, socket, struct, subprocess, sys, threading, time, unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
@@ -94,6 +100,46 @@ def get(server, key):
     if r == b"END\r\n":
         return None
     return r.split(b"\r\n")[1]
+
+
+def interface_addresses():
+    """The machine's own addresses but loopback and link-local ones: (IPv4
+    list from SIOCGIFADDR, IPv6 list from /proc/net/if_inet6)."""
+    v4, v6 = [], []
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                r = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue                        # no IPv4 address
+        a = socket.inet_ntoa(r[20:24])
+        if not a.startswith("127."):
+            v4.append(a)
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for ln in f:
+                hexa, scope = ln.split()[0], ln.split()[3]
+                if scope == "00":               # global: not link-local, not loopback
+                    v6.append(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(hexa)))
+    except OSError:
+        pass
+    return v4, v6
+
+
+# This server (listening on 127.0.0.1, as kuratest starts it), spelled in
+# ways that name the same address.
+SELF_SPELLINGS = ["127.0.0.1:%d", "localhost:%d", "[::ffff:127.0.0.1]:%d", "[::ffff:7f00:1]:%d",
+                  "127.1:%d", "2130706433:%d", "0.0.0.0:%d", "[::ffff:0.0.0.0]:%d"]
+
+
+def setmst(server, host, port):
+    """Tokyo Tyrant's setmst (tcrmgr setmst): the request written from the
+    protocol (magic 0xC8, command 0x78, host size, port, ts, options, host),
+    answered with one status byte."""
+    req = b"\xc8\x78" + struct.pack(">IIQI", len(host), port, 0, 0) + host
+    with server.conn() as c:
+        c.send(req)
+        return c.recv_exact(1, timeout=TIMEOUT)
 
 
 class Writer:
@@ -305,12 +351,7 @@ class FailoverTest(unittest.TestCase):
         """Tokyo Tyrant's setmst (tcrmgr setmst) is the same as follow, and
         an empty host the same as promote: the request written from the
         protocol (magic 0xC8, command 0x78, host size, port, ts, options,
-        host), answered with one status byte."""
-        def setmst(server, host, port):
-            req = b"\xc8\x78" + struct.pack(">IIQI", len(host), port, 0, 0) + host
-            with server.conn() as c:
-                c.send(req)
-                return c.recv_exact(1, timeout=TIMEOUT)
+        host), answered with one status byte (setmst() above)."""
         m = start(1)
         r = start(2)                    # a master of its own, told to follow m
         self.keep(m, r)
@@ -454,6 +495,50 @@ class FailoverTest(unittest.TestCase):
                              b"CLIENT_ERROR 127.0.0.1:%d is this server: it cannot follow "
                              b"itself\r\n" % m.port)
             self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")   # still serving
+
+    def test_follow_itself_by_any_spelling(self):
+        """Issue 32: "[::ffff:127.0.0.1]:PORT" made a server follow itself
+        and refuse every write.  Addresses are compared, not spellings."""
+        m = start(1)
+        other = start(2)
+        self.keep(m, other)
+        for sp in SELF_SPELLINGS:
+            target = sp % m.port
+            rc, out, err = run("repl", "follow", addr(m), target)
+            self.assertEqual((rc, out), (4, ""), target)
+            self.assertIn("is this server: it cannot follow itself", err, target)
+            host = re.sub(r"^\[|\]$", "", target.rsplit(":", 1)[0]).encode()
+            self.assertEqual(setmst(m, host, m.port), b"\x01", target)
+        self.assertEqual(repl_stats(m)["repl_role"], "master")
+        self.assertEqual(m.request(b"set a 0 0 1\r\n1\r\n"), b"STORED\r\n")
+        self.assertNotIn("following", m.stderr())
+        # negative: the same spellings with another server's port are followed
+        for sp in SELF_SPELLINGS:
+            rc, out, err = run("repl", "follow", addr(other), sp % m.port)
+            self.assertEqual((rc, out), (0, "OK following %s\n" % (sp % m.port)
+                                         .replace("[", "").replace("]", "")), err)
+        poll_until(lambda: get(other, b"a") == b"1", timeout=TIMEOUT, what="other follows m")
+
+    def test_follow_itself_wildcard_listener(self):
+        """Listening on 0.0.0.0 and [::], a server answers on every address of
+        the machine: any of them with its port is itself."""
+        w = start(1, args=["-host", "0.0.0.0,::"])
+        self.keep(w)
+        v4, v6 = interface_addresses()
+        targets = [sp % w.port for sp in SELF_SPELLINGS] + [
+            "127.0.0.2:%d" % w.port, "127.1.2.3:%d" % w.port, "[::ffff:127.0.0.2]:%d" % w.port,
+            "[::1]:%d" % w.port, "[::]:%d" % w.port]
+        targets += ["%s:%d" % (a, w.port) for a in v4] + ["[::ffff:%s]:%d" % (a, w.port) for a in v4]
+        targets += ["[%s]:%d" % (a, w.port) for a in v6]
+        for target in targets:
+            rc, out, err = run("repl", "follow", addr(w), target)
+            self.assertEqual((rc, out), (4, ""), target)
+            self.assertIn("cannot follow itself", err, target)
+        self.assertEqual(repl_stats(w)["repl_role"], "master")
+        self.assertEqual(w.request(b"set a 0 0 1\r\n1\r\n"), b"STORED\r\n")
+        # negative: another port on the same addresses is not this server
+        rc, out, err = run("repl", "follow", addr(w), "127.0.0.2:%d" % (w.port ^ 1))
+        self.assertEqual((rc, out), (0, "OK following 127.0.0.2:%d\n" % (w.port ^ 1)), err)
 
     def test_follow_and_back(self):
         """A master told to follow becomes read-only and gets the other's
