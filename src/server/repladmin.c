@@ -11,16 +11,14 @@
  * a stream at once, or a connect attempt within its timeout (5 s), then
  * writes its position (a sync of the store, then the rts file, synced).
  */
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
+#include "kura/escape.h"
 #include "server.h"
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -152,11 +150,23 @@ int replctl_promote(kura_server *srv, char *msg, size_t msglen)
 
 /* ---- follow ------------------------------------------------------------------- */
 
+/* A host name or address as a master's: 1 to 255 bytes of printable ASCII
+ * but the space.  What passes is shown in replies and log lines as it is;
+ * what does not is never echoed (a peer's newline would forge a line). */
+static bool host_word_ok(const char *host)
+{
+    size_t n = strlen(host);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)host[i] <= 0x20 || (unsigned char)host[i] >= 0x7f)
+            return false;
+    return n >= 1 && n <= 255;
+}
+
 int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size_t msglen)
 {
     kura_settings *st = srv->settings;
     char rts[4200], ps[16];
-    if (!host[0] || strlen(host) > 255 || strpbrk(host, " \t\r\n") || port < 1 || port > 65535) {
+    if (!host_word_ok(host) || port < 1 || port > 65535) {
         snprintf(msg, msglen, "CLIENT_ERROR bad address (HOST[:PORT], port 1-65535)");
         return -1;
     }
@@ -262,12 +272,14 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
 int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int opts)
 {
     kura_server *srv = ctx;
-    char msg[300];
+    char msg[600], shown[KURA_ESCAPED_MAX(256)];
     (void)ts; (void)opts;
     int rc = host[0] && port > 0 ? replctl_follow(srv, host, port, msg, sizeof(msg))
                                  : replctl_promote(srv, msg, sizeof(msg));
-    log_msg(rc == 0 ? KURA_LOG_INFO : KURA_LOG_ERROR, "Tokyo Tyrant setmst %s:%d: %s", host,
-            port, msg);
+    /* the host as the client sent it, escaped (a newline would forge a
+     * line); msg shows only a host that passed host_word_ok */
+    log_msg(rc == 0 ? KURA_LOG_INFO : KURA_LOG_ERROR, "Tokyo Tyrant setmst %s:%d: %s",
+            kura_escape(shown, sizeof(shown), host, strlen(host)), port, msg);
     return rc == 0 ? KURA_OK : KURA_EFAILED;
 }
 

@@ -365,6 +365,29 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(setmst(r, b"", 0), b"\x01")      # not a replica any more
         self.assertEqual(setmst(r, b"127.0.0.1", r.port), b"\x01")   # itself
 
+    def test_setmst_host_escaped_in_log(self):
+        """Issue 32: setmst's host went into the log as it came, so a newline
+        in it wrote a line of the sender's.  Every control byte is escaped
+        (\\xNN); the forged text stays inside setmst's own line."""
+        m = start(1)
+        self.keep(m)
+        forged = b"2026-01-01T00:00:00.000000 ERROR forged line"
+        for host in (b"evil\n" + forged, b"evil\r\n" + forged, b"x\x1b[2Jy\x7fz\x9b"):
+            self.assertEqual(setmst(m, host, 11211), b"\x01", host)
+        log = m.stderr()
+        lines = log.split("\n")
+        self.assertFalse([ln for ln in lines if ln.startswith(forged.decode())], log)
+        self.assertEqual(sum("Tokyo Tyrant setmst" in ln for ln in lines), 3, log)
+        self.assertIn("Tokyo Tyrant setmst evil\\x0a%s:11211" % forged.decode(), log)
+        self.assertIn("Tokyo Tyrant setmst evil\\x0d\\x0a2026", log)
+        self.assertIn("Tokyo Tyrant setmst x\\x1b[2Jy\\x7fz\\x9b:11211", log)
+        self.assertNotIn("\x1b", log)
+        # the text command: a control byte is a bad address, and not echoed
+        with m.conn() as c:
+            self.assertEqual(c.request(b"repl follow a\x1bb:1\r\n"),
+                             b"CLIENT_ERROR bad address (HOST[:PORT], port 1-65535)\r\n")
+        self.assertEqual(repl_stats(m)["repl_role"], "master")
+
     def test_promote_with_master_down(self):
         """The usual failover: the master is gone (kill -9); the replica is
         promoted at once and its own replica follows it without a restart."""
