@@ -4,7 +4,11 @@
   Docs         docs/replication.md's failover block run as written (its
                "kuractl" lines through sh, NEW/OLD/OTHER replaced by the
                servers' addresses; its comment steps done by the test,
-               which fails if their text changes without it)
+               which fails if their text changes without it), with OLD up,
+               and with OLD killed (-9) first under -syncrepl 1: every line
+               ends (each within the test's deadline), NEW chosen as the
+               docs say (the highest position) has every acknowledged
+               write.  Negative: the former step 2 never ends with OLD dead
   Load         master M (-syncrepl 1) with replica R1 and R1's replica R2; a
                writer on M; kuractl repl promote R1 (role "master" at once,
                its rts file holds the position it reported), writes go to
@@ -143,13 +147,15 @@ def setmst(server, host, port):
 
 
 class Writer:
-    """Sets k<i> = v<i> one at a time on the current target; records the
-    keys whose STORED came back.  A write without its reply (the master
-    closed the connection: -syncrepl's timeout) is retried on the target
-    of the moment, as a client retries an unacknowledged write."""
+    """Sets <prefix><i> = v<i> (prefix k by default) one at a time on the
+    current target; records the keys whose STORED came back.  A write
+    without its reply (the master closed the connection: -syncrepl's
+    timeout) is retried on the target of the moment, as a client retries
+    an unacknowledged write."""
 
-    def __init__(self, target):
+    def __init__(self, target, prefix=b"k"):
         self.target = target
+        self.prefix = prefix
         self.acked = {}
         self.failed = 0
         self.stop = False
@@ -160,7 +166,7 @@ class Writer:
     def _run(self):
         i, conn, on = 0, None, None
         while not self.stop:
-            key, val = b"k%d" % i, b"v%d" % i
+            key, val = self.prefix + b"%d" % i, b"v%d" % i
             try:
                 if conn is None or on is not self.target:
                     if conn:
@@ -212,14 +218,28 @@ def failover_block():
 # the docs: a changed step fails the test until the test is changed too).
 DOC_STEPS = [
     "# 1. stop the writes to OLD (if it is still up)",
-    "# 2. wait until NEW has every row of OLD (if OLD is down: accept the lag)",
+    "# 2. OLD up: wait (60 s at most) until NEW has every row of OLD; OLD down: go on",
     "# 3. NEW takes writes",
     "# 4. point the writers at NEW",
     "# 5. the other replicas of OLD follow NEW",
-    "# 6. OLD, still up or back, follows NEW (it needs -ulog or -rts)",
-    "# 7. OLD and OTHER connected to NEW and caught up: exit 0",
-    "# 8. the whole tree under NEW, in sync: exit 0",
+    "# 6. OLD follows NEW if it is up (exit 3: OLD is down, see below)",
+    "# 7. OTHER, and OLD if up, connected to NEW and caught up (60 s at most each)",
+    "# 8. the whole tree under NEW, in sync (60 s at most)",
 ]
+
+# The runbook's step 2 before issue 32: with OLD dead it never ended.
+OLD_STEP_2 = "until kuractl repl status NEW:11211; do sleep 1; done"
+
+
+def sh(cmd, names, timeout=TIMEOUT):
+    """cmd through sh with kuractl on the PATH and the names replaced:
+    (exit status, stdout, stderr)."""
+    for k, v in names.items():
+        cmd = cmd.replace(k, v)
+    env = dict(os.environ, PATH=os.path.dirname(kuractl_path()) + ":" + os.environ["PATH"])
+    p = subprocess.run(["sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=timeout)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
 @kura_only
@@ -231,56 +251,85 @@ class FailoverTest(unittest.TestCase):
             self.addCleanup(s.stop)
 
     # ---- the docs, as written ------------------------------------------------
-    def test_docs_failover_steps(self):
+    def run_runbook(self, old_dead):
+        """The block with OLD up (writes stopped at step 1), or with OLD
+        killed under writes first (-syncrepl 1: each acknowledged write is
+        on a replica) and NEW the replica with the highest position, as the
+        docs say.  Returns (old, new, other, under, acknowledged, outputs)."""
         lines = failover_block()
         self.assertEqual([ln for ln in lines if ln.startswith("#")], DOC_STEPS)
-        old = start(1)
-        new = start(2, master=old)
-        other = start(3, master=old)
-        under = start(4, master=new)            # a replica of NEW: stays as it is
-        self.keep(old, new, other, under)
+        old = start(1, args=["-syncrepl", "1", "-syncrepl-timeout", str(SYNCREPL_TIMEOUT_MS)])
+        a, b = start(2, master=old), start(3, master=old)
         w = Writer(old)
         poll_until(lambda: w.count() >= 50, timeout=TIMEOUT, what="writes on OLD")
+        if old_dead:
+            old.kill9()
+            acked = w.finish()
+            # both saw the stream end: every row that reached them is applied
+            poll_until(lambda: all(repl_stats(s)["repl_connected"] == "0" for s in (a, b)),
+                       timeout=TIMEOUT, what="the replicas to see OLD gone")
+            pos = {s: int(repl_stats(s)["repl_position"]) for s in (a, b)}
+            new, other = (a, b) if pos[a] >= pos[b] else (b, a)
+        else:
+            new, other = a, b
+        under = start(4, master=new)            # a replica of NEW: stays as it is
+        self.keep(new, other, under)
+        if not old_dead:
+            self.keep(old)
         names = {"OLD:11211": addr(old), "NEW:11211": addr(new), "OTHER:11211": addr(other)}
-        env = dict(os.environ, PATH=os.path.dirname(kuractl_path()) + ":" + os.environ["PATH"])
         ran = []
         for ln in lines:
-            if ln == DOC_STEPS[0]:
+            if ln == DOC_STEPS[0] and not old_dead:
                 acked = w.finish()
             elif ln == DOC_STEPS[3]:
                 # the writers' next 200 writes go to NEW (done before step 5:
                 # under a write stream that never pauses, a replica is in
                 # sync only at the instants it has NEW's last row, and step
-                # 7's loop would wait for such an instant)
-                w = Writer(new)
+                # 7's wait would wait for such an instant)
+                w = Writer(new, prefix=b"n")     # keys of its own: OLD's stay OLD's
                 poll_until(lambda: w.count() >= 200, timeout=TIMEOUT, what="writes on NEW")
                 acked.update(w.finish())
             elif not ln.startswith("#"):
-                cmd = ln
-                for k, v in names.items():
-                    cmd = cmd.replace(k, v)
-                p = subprocess.run(["sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, timeout=TIMEOUT)
-                out = p.stdout.decode()
-                self.assertEqual(p.returncode, 0, "%s: %s %s" % (ln, out, p.stderr.decode()))
+                rc, out, err = sh(ln, names, timeout=TIMEOUT + 70)   # its own waits: 60 s
+                self.assertEqual(rc, 0, "%s: %s %s" % (ln, out, err))
                 ran.append((ln, out))
-        self.assertEqual(len(ran), 6)
+        self.assertEqual(len(ran), 7)
         self.assertRegex(ran[1][1], r"^PROMOTED \d+ \d+\n$")
         self.assertEqual(ran[2][1], "OK following %s\n" % addr(new))
-        self.assertEqual(ran[3][1], "OK following %s\n" % addr(new))
+        self.assertEqual(ran[3][1], "" if old_dead else "OK following %s\n" % addr(new))
         # the writes went on at NEW; every one acknowledged anywhere is there
         for k, v in acked.items():
             self.assertEqual(get(new, k), v, k)
-        for s in (old, other, under):
+        for s in (other, under) if old_dead else (old, other, under):
             poll_until(lambda: caught_up(s, new), timeout=TIMEOUT, what="%r to catch up" % s)
             self.assertEqual(digest(s), digest(new))
         self.assertEqual(repl_stats(new)["repl_role"], "master")
-        self.assertEqual(repl_stats(old)["repl_role"], "replica")
-        # the last status (run above until 0) showed the whole tree
+        # the last status (run until 0) showed the whole tree
         head = "%s: master" % addr(new)
-        tree = head + ran[5][1].split(head)[-1]      # the last run of the loop
-        self.assertTrue(tree.startswith("%s: master" % addr(new)), tree)
-        self.assertEqual(tree.count(" sid "), 3, tree)
+        tree = head + ran[6][1].split(head)[-1]
+        self.assertEqual(tree.count(" sid "), 2 if old_dead else 3, tree)
+        return old, new, other, under, acked, ran
+
+    def test_docs_failover_steps(self):
+        old, new, other, under, acked, ran = self.run_runbook(old_dead=False)
+        self.assertEqual(repl_stats(old)["repl_role"], "replica")
+
+    def test_docs_failover_steps_old_master_dead(self):
+        """Issue 32: step 2 looped for ever with OLD dead.  Each step now ends
+        (within the test's deadline, or sh() fails), and NEW has every write
+        OLD acknowledged."""
+        old, new, other, under, acked, ran = self.run_runbook(old_dead=True)
+        self.assertGreaterEqual(len([k for k in acked if k.startswith(b"k")]), 50)
+        # negative: the former step 2 against a replica of a dead master
+        # does not end (stopped here after 3 s)
+        a = start(5)
+        r = start(6, master=a)
+        self.keep(r)
+        a.request(b"set x 0 0 1\r\n1\r\n")
+        poll_until(lambda: caught_up(r, a), timeout=TIMEOUT, what="r to catch up")
+        a.kill9()
+        with self.assertRaises(subprocess.TimeoutExpired):
+            sh(OLD_STEP_2, {"NEW:11211": addr(r)}, timeout=3)
 
     # ---- under load ----------------------------------------------------------------
     def promote_under_load(self, syncrepl):
