@@ -18,7 +18,11 @@
  * not in time (KURA_COMMIT_ABANDONED): the connections waiting for that
  * sequence are then closed without their replies, as after a failed sync,
  * but later changes go on (-syncrepl-fail ack turns the timeout into a plain
- * acknowledgement instead, in src/server/main.c).  It runs under any -sync.
+ * acknowledgement instead, in src/server/replctl.c).  It runs under any -sync.
+ * An abandoned sequence is settled: its waiters have had their answer, so
+ * the committer takes it as done (commit_next_step() is given the higher of
+ * durable and abandoned) and waits for a request above it, rather than
+ * waiting for the same rows again, a timeout after timeout while idle.
  *
  * A failed sync is final.  Once fsync has failed, the kernel may have
  * dropped the dirty pages it could not write and a later fsync can succeed
@@ -134,8 +138,12 @@ static void *committer_main(void *arg)
     const kura_commit *src = &c->cfg.source;
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        int step = commit_next_step(c->stop, committer_failed(c), c->requested,
-                                    committer_durable(c));
+        /* what waiters have had their answer for: durable, or abandoned */
+        uint64_t settled = committer_durable(c);
+        uint64_t abandoned = atomic_load_explicit(&c->abandoned, memory_order_acquire);
+        if (abandoned > settled)
+            settled = abandoned;
+        int step = commit_next_step(c->stop, committer_failed(c), c->requested, settled);
         if (step == COMMIT_STEP_EXIT)
             break;
         if (step == COMMIT_STEP_WAIT) {

@@ -52,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/escape.h"
 #include "kura/journal.h"
 #include "kura/login.h"
 #include "kura/repl.h"
@@ -631,10 +632,11 @@ static int welcome(session *ss, const char *line)
     repl_slave *s = ss->s;
     repl_welcome w;
     if (repl_welcome_parse(line, &w) != KURA_OK) {
-        size_t n = strcspn(line, "\r\n");
+        char shown[KURA_ESCAPED_MAX(200)];     /* the peer's bytes, escaped for the log */
         bool refused = strncmp(line, "SERVER_ERROR", 12) == 0 ||
                        strncmp(line, "CLIENT_ERROR", 12) == 0 || strncmp(line, "ERROR", 5) == 0;
-        fail(s, KURA_LOG_ERROR, "master %s:%d refused: %.*s", s->host, s->port, (int)n, line);
+        fail(s, KURA_LOG_ERROR, "master %s:%d refused: %s", s->host, s->port,
+             kura_escape(shown, sizeof(shown), line, strcspn(line, "\r\n")));
         return refused ? SESS_REFUSED : SESS_FAILED;
     }
     if (w.ext && w.imax > s->cfg.item_max) {

@@ -378,6 +378,18 @@ int listener_listen(kura_server *srv)
     return 0;
 }
 
+int listener_sockaddrs(struct sockaddr_storage *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < nlisten && n < max; i++) {
+        socklen_t len = sizeof(out[n]);
+        if (getsockname(listen_fds[i], (struct sockaddr *)&out[n], &len) == 0 &&
+            (out[n].ss_family == AF_INET || out[n].ss_family == AF_INET6))
+            n++;
+    }
+    return n;
+}
+
 void listener_close(kura_server *srv)
 {
     for (int i = 0; i < nlisten; i++) {

@@ -11,17 +11,14 @@
  * a stream at once, or a connect attempt within its timeout (5 s), then
  * writes its position (a sync of the store, then the rts file, synced).
  */
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include "kura/netaddr.h"
+#include "kura/escape.h"
 #include "server.h"
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -153,80 +150,23 @@ int replctl_promote(kura_server *srv, char *msg, size_t msglen)
 
 /* ---- follow ------------------------------------------------------------------- */
 
-static bool addr_is_local(const struct sockaddr *sa, socklen_t len)
+/* A host name or address as a master's: 1 to 255 bytes of printable ASCII
+ * but the space.  What passes is shown in replies and log lines as it is;
+ * what does not is never echoed (a peer's newline would forge a line). */
+static bool host_word_ok(const char *host)
 {
-    struct sockaddr_storage a;
-    memcpy(&a, sa, len);
-    if (a.ss_family == AF_INET)
-        ((struct sockaddr_in *)&a)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
-    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    bool local = bind(fd, (struct sockaddr *)&a, len) == 0;
-    close(fd);
-    return local;
-}
-
-static bool addr_equal(const struct sockaddr *a, const struct sockaddr *b)
-{
-    if (a->sa_family != b->sa_family)
-        return false;
-    if (a->sa_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
-}
-
-static bool addr_is_any(const struct sockaddr *a)
-{
-    if (a->sa_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
-    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &in6addr_any,
-                  sizeof(struct in6_addr)) == 0;
-}
-
-/* Whether an address of target is lh (NULL: any) and of this host. */
-static bool is_self_at(const char *lh, const struct addrinfo *target)
-{
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                              .ai_flags = AI_PASSIVE }, *own;
-    if (getaddrinfo(lh, "1", &hints, &own) != 0)
-        return false;
-    bool self = false;
-    for (const struct addrinfo *t = target; t && !self; t = t->ai_next) {
-        if ((t->ai_family != AF_INET && t->ai_family != AF_INET6) ||
-            !addr_is_local(t->ai_addr, t->ai_addrlen))
-            continue;
-        for (const struct addrinfo *o = own; o && !self; o = o->ai_next)
-            self = addr_is_any(o->ai_addr) ? o->ai_family == t->ai_family
-                                           : addr_equal(o->ai_addr, t->ai_addr);
-    }
-    freeaddrinfo(own);
-    return self;
-}
-
-/* Whether an address of target is one this server listens on: its port,
- * an address of this host, and the listening address (or any). */
-static bool is_self(const kura_settings *st, const struct addrinfo *target, int port)
-{
-    if (port != st->port)
-        return false;
-    const char *lh = st->host;
-    if (lh && (strcmp(lh, "") == 0 || strcmp(lh, "*") == 0))
-        lh = NULL;
-    if (lh && kura_netaddr_is_localhost(lh))    /* both loopbacks, as the listener */
-        return is_self_at(KURA_LOOPBACK_V4, target) || is_self_at(KURA_LOOPBACK_V6, target);
-    return is_self_at(lh, target);
+    size_t n = strlen(host);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)host[i] <= 0x20 || (unsigned char)host[i] >= 0x7f)
+            return false;
+    return n >= 1 && n <= 255;
 }
 
 int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size_t msglen)
 {
     kura_settings *st = srv->settings;
     char rts[4200], ps[16];
-    if (!host[0] || strlen(host) > 255 || strpbrk(host, " \t\r\n") || port < 1 || port > 65535) {
+    if (!host_word_ok(host) || port < 1 || port > 65535) {
         snprintf(msg, msglen, "CLIENT_ERROR bad address (HOST[:PORT], port 1-65535)");
         return -1;
     }
@@ -242,7 +182,7 @@ int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size
         snprintf(msg, msglen, "CLIENT_ERROR bad address %s: %s", host, gai_strerror(e));
         return -1;
     }
-    bool self = is_self(st, res, port);
+    bool self = selfaddr_reaches_self(res);        /* every spelling (selfaddr.c) */
     freeaddrinfo(res);
     if (self) {
         snprintf(msg, msglen, "CLIENT_ERROR %s:%d is this server: it cannot follow itself",
@@ -332,12 +272,14 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
 int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int opts)
 {
     kura_server *srv = ctx;
-    char msg[300];
+    char msg[600], shown[KURA_ESCAPED_MAX(256)];
     (void)ts; (void)opts;
     int rc = host[0] && port > 0 ? replctl_follow(srv, host, port, msg, sizeof(msg))
                                  : replctl_promote(srv, msg, sizeof(msg));
-    log_msg(rc == 0 ? KURA_LOG_INFO : KURA_LOG_ERROR, "Tokyo Tyrant setmst %s:%d: %s", host,
-            port, msg);
+    /* the host as the client sent it, escaped (a newline would forge a
+     * line); msg shows only a host that passed host_word_ok */
+    log_msg(rc == 0 ? KURA_LOG_INFO : KURA_LOG_ERROR, "Tokyo Tyrant setmst %s:%d: %s",
+            kura_escape(shown, sizeof(shown), host, strlen(host)), port, msg);
     return rc == 0 ? KURA_OK : KURA_EFAILED;
 }
 

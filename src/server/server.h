@@ -293,6 +293,18 @@ void listener_close(kura_server *srv);
 /* -u: the unix socket (-s), bound as root, becomes the user's (daemon.c,
  * before root is given up). */
 void listener_chown(uid_t uid, gid_t gid);
+struct sockaddr_storage;
+struct addrinfo;
+/* The addresses the TCP listening sockets are bound to (getsockname; the
+ * unix socket is left out), at most max of them: their number.  Any
+ * thread, while the listeners are open. */
+int listener_sockaddrs(struct sockaddr_storage *out, int max);
+
+/* selfaddr.c: whether a connection to one of targets (a getaddrinfo list,
+ * resolved with the port) would reach this server's own listening sockets,
+ * comparing addresses as the kernel does, not their spellings ("repl
+ * follow", setmst). */
+bool selfaddr_reaches_self(const struct addrinfo *targets);
 
 /* What a worker exposes to conn.c. */
 struct kura_worker {

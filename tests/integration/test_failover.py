@@ -4,7 +4,11 @@
   Docs         docs/replication.md's failover block run as written (its
                "kuractl" lines through sh, NEW/OLD/OTHER replaced by the
                servers' addresses; its comment steps done by the test,
-               which fails if their text changes without it)
+               which fails if their text changes without it), with OLD up,
+               and with OLD killed (-9) first under -syncrepl 1: every line
+               ends (each within the test's deadline), NEW chosen as the
+               docs say (the highest position) has every acknowledged
+               write.  Negative: the former step 2 never ends with OLD dead
   Load         master M (-syncrepl 1) with replica R1 and R1's replica R2; a
                writer on M; kuractl repl promote R1 (role "master" at once,
                its rts file holds the position it reported), writes go to
@@ -23,13 +27,19 @@
   Errors       promote of a non-replica, follow of itself, bad addresses, a
                server with no place for a position, usage errors; the raw
                commands' replies
+  Itself       follow (kuractl) and Tokyo Tyrant's setmst naming this server
+               by any spelling are refused and change nothing: v4-mapped
+               IPv6, short and decimal IPv4, 0.0.0.0, localhost; on a
+               server listening on 0.0.0.0 and [::], any 127.x, ::1, :: and
+               the machine's interface addresses too.  Negative: the same
+               spellings with another server's port are followed
   Tree         kuractl repl status over fake servers: a tree three deep,
                each state (connected, reconnecting with its next attempt,
                copying, unreachable, an older master's line), unknown lags
                never "in sync", a cycle visited once, a chain deeper than 8
                listed but not asked; exit 0 only when all are in sync
 """
-import os, re, socket, struct, subprocess, sys, threading, time, unittest
+import fcntl, os, re, socket, struct, subprocess, sys, threading, time, unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
@@ -96,14 +106,56 @@ def get(server, key):
     return r.split(b"\r\n")[1]
 
 
-class Writer:
-    """Sets k<i> = v<i> one at a time on the current target; records the
-    keys whose STORED came back.  A write without its reply (the master
-    closed the connection: -syncrepl's timeout) is retried on the target
-    of the moment, as a client retries an unacknowledged write."""
+def interface_addresses():
+    """The machine's own addresses but loopback and link-local ones: (IPv4
+    list from SIOCGIFADDR, IPv6 list from /proc/net/if_inet6)."""
+    v4, v6 = [], []
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                r = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue                        # no IPv4 address
+        a = socket.inet_ntoa(r[20:24])
+        if not a.startswith("127."):
+            v4.append(a)
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for ln in f:
+                hexa, scope = ln.split()[0], ln.split()[3]
+                if scope == "00":               # global: not link-local, not loopback
+                    v6.append(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(hexa)))
+    except OSError:
+        pass
+    return v4, v6
 
-    def __init__(self, target):
+
+# This server (listening on 127.0.0.1, as kuratest starts it), spelled in
+# ways that name the same address.
+SELF_SPELLINGS = ["127.0.0.1:%d", "localhost:%d", "[::ffff:127.0.0.1]:%d", "[::ffff:7f00:1]:%d",
+                  "127.1:%d", "2130706433:%d", "0.0.0.0:%d", "[::ffff:0.0.0.0]:%d"]
+
+
+def setmst(server, host, port):
+    """Tokyo Tyrant's setmst (tcrmgr setmst): the request written from the
+    protocol (magic 0xC8, command 0x78, host size, port, ts, options, host),
+    answered with one status byte."""
+    req = b"\xc8\x78" + struct.pack(">IIQI", len(host), port, 0, 0) + host
+    with server.conn() as c:
+        c.send(req)
+        return c.recv_exact(1, timeout=TIMEOUT)
+
+
+class Writer:
+    """Sets <prefix><i> = v<i> (prefix k by default) one at a time on the
+    current target; records the keys whose STORED came back.  A write
+    without its reply (the master closed the connection: -syncrepl's
+    timeout) is retried on the target of the moment, as a client retries
+    an unacknowledged write."""
+
+    def __init__(self, target, prefix=b"k"):
         self.target = target
+        self.prefix = prefix
         self.acked = {}
         self.failed = 0
         self.stop = False
@@ -114,7 +166,7 @@ class Writer:
     def _run(self):
         i, conn, on = 0, None, None
         while not self.stop:
-            key, val = b"k%d" % i, b"v%d" % i
+            key, val = self.prefix + b"%d" % i, b"v%d" % i
             try:
                 if conn is None or on is not self.target:
                     if conn:
@@ -166,14 +218,28 @@ def failover_block():
 # the docs: a changed step fails the test until the test is changed too).
 DOC_STEPS = [
     "# 1. stop the writes to OLD (if it is still up)",
-    "# 2. wait until NEW has every row of OLD (if OLD is down: accept the lag)",
+    "# 2. OLD up: wait (60 s at most) until NEW has every row of OLD; OLD down: go on",
     "# 3. NEW takes writes",
     "# 4. point the writers at NEW",
     "# 5. the other replicas of OLD follow NEW",
-    "# 6. OLD, still up or back, follows NEW (it needs -ulog or -rts)",
-    "# 7. OLD and OTHER connected to NEW and caught up: exit 0",
-    "# 8. the whole tree under NEW, in sync: exit 0",
+    "# 6. OLD follows NEW if it is up (exit 3: OLD is down, see below)",
+    "# 7. OTHER, and OLD if up, connected to NEW and caught up (60 s at most each)",
+    "# 8. the whole tree under NEW, in sync (60 s at most)",
 ]
+
+# The runbook's step 2 before issue 32: with OLD dead it never ended.
+OLD_STEP_2 = "until kuractl repl status NEW:11211; do sleep 1; done"
+
+
+def sh(cmd, names, timeout=TIMEOUT):
+    """cmd through sh with kuractl on the PATH and the names replaced:
+    (exit status, stdout, stderr)."""
+    for k, v in names.items():
+        cmd = cmd.replace(k, v)
+    env = dict(os.environ, PATH=os.path.dirname(kuractl_path()) + ":" + os.environ["PATH"])
+    p = subprocess.run(["sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=timeout)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
 @kura_only
@@ -185,56 +251,85 @@ class FailoverTest(unittest.TestCase):
             self.addCleanup(s.stop)
 
     # ---- the docs, as written ------------------------------------------------
-    def test_docs_failover_steps(self):
+    def run_runbook(self, old_dead):
+        """The block with OLD up (writes stopped at step 1), or with OLD
+        killed under writes first (-syncrepl 1: each acknowledged write is
+        on a replica) and NEW the replica with the highest position, as the
+        docs say.  Returns (old, new, other, under, acknowledged, outputs)."""
         lines = failover_block()
         self.assertEqual([ln for ln in lines if ln.startswith("#")], DOC_STEPS)
-        old = start(1)
-        new = start(2, master=old)
-        other = start(3, master=old)
-        under = start(4, master=new)            # a replica of NEW: stays as it is
-        self.keep(old, new, other, under)
+        old = start(1, args=["-syncrepl", "1", "-syncrepl-timeout", str(SYNCREPL_TIMEOUT_MS)])
+        a, b = start(2, master=old), start(3, master=old)
         w = Writer(old)
         poll_until(lambda: w.count() >= 50, timeout=TIMEOUT, what="writes on OLD")
+        if old_dead:
+            old.kill9()
+            acked = w.finish()
+            # both saw the stream end: every row that reached them is applied
+            poll_until(lambda: all(repl_stats(s)["repl_connected"] == "0" for s in (a, b)),
+                       timeout=TIMEOUT, what="the replicas to see OLD gone")
+            pos = {s: int(repl_stats(s)["repl_position"]) for s in (a, b)}
+            new, other = (a, b) if pos[a] >= pos[b] else (b, a)
+        else:
+            new, other = a, b
+        under = start(4, master=new)            # a replica of NEW: stays as it is
+        self.keep(new, other, under)
+        if not old_dead:
+            self.keep(old)
         names = {"OLD:11211": addr(old), "NEW:11211": addr(new), "OTHER:11211": addr(other)}
-        env = dict(os.environ, PATH=os.path.dirname(kuractl_path()) + ":" + os.environ["PATH"])
         ran = []
         for ln in lines:
-            if ln == DOC_STEPS[0]:
+            if ln == DOC_STEPS[0] and not old_dead:
                 acked = w.finish()
             elif ln == DOC_STEPS[3]:
                 # the writers' next 200 writes go to NEW (done before step 5:
                 # under a write stream that never pauses, a replica is in
                 # sync only at the instants it has NEW's last row, and step
-                # 7's loop would wait for such an instant)
-                w = Writer(new)
+                # 7's wait would wait for such an instant)
+                w = Writer(new, prefix=b"n")     # keys of its own: OLD's stay OLD's
                 poll_until(lambda: w.count() >= 200, timeout=TIMEOUT, what="writes on NEW")
                 acked.update(w.finish())
             elif not ln.startswith("#"):
-                cmd = ln
-                for k, v in names.items():
-                    cmd = cmd.replace(k, v)
-                p = subprocess.run(["sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, timeout=TIMEOUT)
-                out = p.stdout.decode()
-                self.assertEqual(p.returncode, 0, "%s: %s %s" % (ln, out, p.stderr.decode()))
+                rc, out, err = sh(ln, names, timeout=TIMEOUT + 70)   # its own waits: 60 s
+                self.assertEqual(rc, 0, "%s: %s %s" % (ln, out, err))
                 ran.append((ln, out))
-        self.assertEqual(len(ran), 6)
+        self.assertEqual(len(ran), 7)
         self.assertRegex(ran[1][1], r"^PROMOTED \d+ \d+\n$")
         self.assertEqual(ran[2][1], "OK following %s\n" % addr(new))
-        self.assertEqual(ran[3][1], "OK following %s\n" % addr(new))
+        self.assertEqual(ran[3][1], "" if old_dead else "OK following %s\n" % addr(new))
         # the writes went on at NEW; every one acknowledged anywhere is there
         for k, v in acked.items():
             self.assertEqual(get(new, k), v, k)
-        for s in (old, other, under):
+        for s in (other, under) if old_dead else (old, other, under):
             poll_until(lambda: caught_up(s, new), timeout=TIMEOUT, what="%r to catch up" % s)
             self.assertEqual(digest(s), digest(new))
         self.assertEqual(repl_stats(new)["repl_role"], "master")
-        self.assertEqual(repl_stats(old)["repl_role"], "replica")
-        # the last status (run above until 0) showed the whole tree
+        # the last status (run until 0) showed the whole tree
         head = "%s: master" % addr(new)
-        tree = head + ran[5][1].split(head)[-1]      # the last run of the loop
-        self.assertTrue(tree.startswith("%s: master" % addr(new)), tree)
-        self.assertEqual(tree.count(" sid "), 3, tree)
+        tree = head + ran[6][1].split(head)[-1]
+        self.assertEqual(tree.count(" sid "), 2 if old_dead else 3, tree)
+        return old, new, other, under, acked, ran
+
+    def test_docs_failover_steps(self):
+        old, new, other, under, acked, ran = self.run_runbook(old_dead=False)
+        self.assertEqual(repl_stats(old)["repl_role"], "replica")
+
+    def test_docs_failover_steps_old_master_dead(self):
+        """Issue 32: step 2 looped for ever with OLD dead.  Each step now ends
+        (within the test's deadline, or sh() fails), and NEW has every write
+        OLD acknowledged."""
+        old, new, other, under, acked, ran = self.run_runbook(old_dead=True)
+        self.assertGreaterEqual(len([k for k in acked if k.startswith(b"k")]), 50)
+        # negative: the former step 2 against a replica of a dead master
+        # does not end (stopped here after 3 s)
+        a = start(5)
+        r = start(6, master=a)
+        self.keep(r)
+        a.request(b"set x 0 0 1\r\n1\r\n")
+        poll_until(lambda: caught_up(r, a), timeout=TIMEOUT, what="r to catch up")
+        a.kill9()
+        with self.assertRaises(subprocess.TimeoutExpired):
+            sh(OLD_STEP_2, {"NEW:11211": addr(r)}, timeout=3)
 
     # ---- under load ----------------------------------------------------------------
     def promote_under_load(self, syncrepl):
@@ -305,12 +400,7 @@ class FailoverTest(unittest.TestCase):
         """Tokyo Tyrant's setmst (tcrmgr setmst) is the same as follow, and
         an empty host the same as promote: the request written from the
         protocol (magic 0xC8, command 0x78, host size, port, ts, options,
-        host), answered with one status byte."""
-        def setmst(server, host, port):
-            req = b"\xc8\x78" + struct.pack(">IIQI", len(host), port, 0, 0) + host
-            with server.conn() as c:
-                c.send(req)
-                return c.recv_exact(1, timeout=TIMEOUT)
+        host), answered with one status byte (setmst() above)."""
         m = start(1)
         r = start(2)                    # a master of its own, told to follow m
         self.keep(m, r)
@@ -323,6 +413,29 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(r.request(b"set b 0 0 1\r\n2\r\n"), b"STORED\r\n")
         self.assertEqual(setmst(r, b"", 0), b"\x01")      # not a replica any more
         self.assertEqual(setmst(r, b"127.0.0.1", r.port), b"\x01")   # itself
+
+    def test_setmst_host_escaped_in_log(self):
+        """Issue 32: setmst's host went into the log as it came, so a newline
+        in it wrote a line of the sender's.  Every control byte is escaped
+        (\\xNN); the forged text stays inside setmst's own line."""
+        m = start(1)
+        self.keep(m)
+        forged = b"2026-01-01T00:00:00.000000 ERROR forged line"
+        for host in (b"evil\n" + forged, b"evil\r\n" + forged, b"x\x1b[2Jy\x7fz\x9b"):
+            self.assertEqual(setmst(m, host, 11211), b"\x01", host)
+        log = m.stderr()
+        lines = log.split("\n")
+        self.assertFalse([ln for ln in lines if ln.startswith(forged.decode())], log)
+        self.assertEqual(sum("Tokyo Tyrant setmst" in ln for ln in lines), 3, log)
+        self.assertIn("Tokyo Tyrant setmst evil\\x0a%s:11211" % forged.decode(), log)
+        self.assertIn("Tokyo Tyrant setmst evil\\x0d\\x0a2026", log)
+        self.assertIn("Tokyo Tyrant setmst x\\x1b[2Jy\\x7fz\\x9b:11211", log)
+        self.assertNotIn("\x1b", log)
+        # the text command: a control byte is a bad address, and not echoed
+        with m.conn() as c:
+            self.assertEqual(c.request(b"repl follow a\x1bb:1\r\n"),
+                             b"CLIENT_ERROR bad address (HOST[:PORT], port 1-65535)\r\n")
+        self.assertEqual(repl_stats(m)["repl_role"], "master")
 
     def test_promote_with_master_down(self):
         """The usual failover: the master is gone (kill -9); the replica is
@@ -454,6 +567,50 @@ class FailoverTest(unittest.TestCase):
                              b"CLIENT_ERROR 127.0.0.1:%d is this server: it cannot follow "
                              b"itself\r\n" % m.port)
             self.assertEqual(c.request(b"get a\r\n"), b"END\r\n")   # still serving
+
+    def test_follow_itself_by_any_spelling(self):
+        """Issue 32: "[::ffff:127.0.0.1]:PORT" made a server follow itself
+        and refuse every write.  Addresses are compared, not spellings."""
+        m = start(1)
+        other = start(2)
+        self.keep(m, other)
+        for sp in SELF_SPELLINGS:
+            target = sp % m.port
+            rc, out, err = run("repl", "follow", addr(m), target)
+            self.assertEqual((rc, out), (4, ""), target)
+            self.assertIn("is this server: it cannot follow itself", err, target)
+            host = re.sub(r"^\[|\]$", "", target.rsplit(":", 1)[0]).encode()
+            self.assertEqual(setmst(m, host, m.port), b"\x01", target)
+        self.assertEqual(repl_stats(m)["repl_role"], "master")
+        self.assertEqual(m.request(b"set a 0 0 1\r\n1\r\n"), b"STORED\r\n")
+        self.assertNotIn("following", m.stderr())
+        # negative: the same spellings with another server's port are followed
+        for sp in SELF_SPELLINGS:
+            rc, out, err = run("repl", "follow", addr(other), sp % m.port)
+            self.assertEqual((rc, out), (0, "OK following %s\n" % (sp % m.port)
+                                         .replace("[", "").replace("]", "")), err)
+        poll_until(lambda: get(other, b"a") == b"1", timeout=TIMEOUT, what="other follows m")
+
+    def test_follow_itself_wildcard_listener(self):
+        """Listening on 0.0.0.0 and [::], a server answers on every address of
+        the machine: any of them with its port is itself."""
+        w = start(1, args=["-host", "0.0.0.0,::"])
+        self.keep(w)
+        v4, v6 = interface_addresses()
+        targets = [sp % w.port for sp in SELF_SPELLINGS] + [
+            "127.0.0.2:%d" % w.port, "127.1.2.3:%d" % w.port, "[::ffff:127.0.0.2]:%d" % w.port,
+            "[::1]:%d" % w.port, "[::]:%d" % w.port]
+        targets += ["%s:%d" % (a, w.port) for a in v4] + ["[::ffff:%s]:%d" % (a, w.port) for a in v4]
+        targets += ["[%s]:%d" % (a, w.port) for a in v6]
+        for target in targets:
+            rc, out, err = run("repl", "follow", addr(w), target)
+            self.assertEqual((rc, out), (4, ""), target)
+            self.assertIn("cannot follow itself", err, target)
+        self.assertEqual(repl_stats(w)["repl_role"], "master")
+        self.assertEqual(w.request(b"set a 0 0 1\r\n1\r\n"), b"STORED\r\n")
+        # negative: another port on the same addresses is not this server
+        rc, out, err = run("repl", "follow", addr(w), "127.0.0.2:%d" % (w.port ^ 1))
+        self.assertEqual((rc, out), (0, "OK following 127.0.0.2:%d\n" % (w.port ^ 1)), err)
 
     def test_follow_and_back(self):
         """A master told to follow becomes read-only and gets the other's

@@ -21,8 +21,8 @@ backend a run (KURA_DB; tests/run runs the three side by side).
   Kill -9      a master killed under load: after the restart its store and
                its update log agree, key by key (value, flags, cas).
   Garbage      a fake master that answers with bytes that are not rows, or
-               with a wrong line: the replica logs it, reconnects with
-               backoff and keeps serving reads.
+               with a wrong line: the replica logs it (control bytes
+               escaped), reconnects with backoff and keeps serving reads.
   Torn log     an update-log file cut inside its last row: the restart cuts
                it, says so in the log, and serves.
   Dual master  two servers, each the -rw replica of the other: changes of
@@ -685,6 +685,16 @@ class Replication(ServerTestCase):
                           "does not decode", text)
             r.stop()
             fake.close()
+
+    def test_master_line_escaped_in_log(self):
+        """A master's refusal is logged with its control bytes escaped
+        (issue 32: a peer's bytes never write raw into the log)."""
+        fake = FakeMaster(lambda n, line: b"HELLO\x1b[2J\x7f\x9b\r\n")
+        self.addCleanup(fake.close)
+        r = self.replica(fake.port)
+        poll_until(lambda: "refused: HELLO" in r.stderr(), timeout=20, what="the refusal logged")
+        self.assertIn("refused: HELLO\\x1b[2J\\x7f\\x9b\n", r.stderr())
+        self.assertNotIn("\x1b", r.stderr())
 
     def test_peer_disconnects_mid_row(self):
         """A master that dies in the middle of a row: the replica applies

@@ -8,12 +8,18 @@
  * makes one last sync; a failed sync is final: one error line, no retry
  * however often waiters ask (including later asks), no sync at stop, and
  * every sequence past the last durable one is answered "close"; replicas
- * that did not confirm close the waiters up to that sequence only.
+ * that did not confirm close the waiters up to that sequence only, and
+ * settle it: over a source that waits for replicas as -syncrepl does (a
+ * timeout per commit), an abandoned sequence is not committed again while
+ * nothing new is asked (no timeout after timeout while idle), and a later
+ * change, the replicas back, is committed for its own sequence at once.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
 #include "kura/journal.h"
+#include "kura/thread.h"
 #include "unit.h"
 
 static _Atomic int wakes, error_lines;
@@ -66,6 +72,69 @@ static journal_committer *start(fake_source *f)
 /* Polls (1 ms steps, 10 s deadline) until cond holds. */
 #define WAIT_FOR(cond) do { for (int w_ = 0; w_ < 10000 && !(cond); w_++) { \
     struct timespec ts_ = { 0, 1000000 }; nanosleep(&ts_, NULL); } } while (0)
+
+/* ---- a source that waits for replicas, as -syncrepl's does ---- */
+
+/* commit(seq) returns 0 once the replicas hold seq, or KURA_COMMIT_ABANDONED
+ * after timeout_ms (counted in timeouts), as repl_master_wait and
+ * wait_replicas (src/server/replctl.c) do under -syncrepl-fail close. */
+typedef struct replica_source {
+    pthread_mutex_t lock;
+    pthread_cond_t acked_cond;          /* acked rose */
+    uint64_t seq;                       /* lock: the write sequence */
+    uint64_t acked;                     /* lock: what the replicas hold */
+    uint64_t last_target;               /* lock: the last commit's sequence */
+    int commits, timeouts;              /* lock */
+    int timeout_ms;                     /* lock */
+} replica_source;
+
+static uint64_t replica_write_seq(void *ctx)
+{
+    replica_source *f = ctx;
+    pthread_mutex_lock(&f->lock);
+    uint64_t v = f->seq;
+    pthread_mutex_unlock(&f->lock);
+    return v;
+}
+
+static int replica_commit(void *ctx, uint64_t seq)
+{
+    replica_source *f = ctx;
+    struct timespec until;
+    int rc = 0;
+    pthread_mutex_lock(&f->lock);
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += f->timeout_ms / 1000;
+    until.tv_nsec += (long)(f->timeout_ms % 1000) * 1000000;
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    f->commits++;
+    f->last_target = seq;
+    while (f->acked < seq && rc == 0)
+        if (pthread_cond_timedwait(&f->acked_cond, &f->lock, &until) != 0 && f->acked < seq) {
+            f->timeouts++;
+            rc = KURA_COMMIT_ABANDONED;
+        }
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+/* A field of f, read under its lock. */
+static int replica_get(replica_source *f, const int *field)
+{
+    pthread_mutex_lock(&f->lock);
+    int v = *field;
+    pthread_mutex_unlock(&f->lock);
+    return v;
+}
+
+static void replica_set(replica_source *f, uint64_t *field, uint64_t v)
+{
+    pthread_mutex_lock(&f->lock);
+    *field = v;
+    pthread_cond_broadcast(&f->acked_cond);
+    pthread_mutex_unlock(&f->lock);
+}
 
 static void test_decisions(void)
 {
@@ -160,11 +229,71 @@ static void test_replicas_abandon(void)
     CHECK_EQ_INT(error_lines, 0);
 }
 
+/* Issue 32: one change the replicas did not confirm in time left the
+ * committer asking for it again and again (requested stayed above durable):
+ * a timeout and an ERROR line per -syncrepl-timeout while idle, and later
+ * changes queued behind the old one.  An abandoned sequence is settled: its
+ * waiters are answered once ("close"), and the committer waits for a new
+ * request.  The idle check watches ten timeouts' time, failing at the first
+ * commit that comes (without the fix the first retry times out after one);
+ * a slow machine can only make it see less, never fail the fixed code. */
+static void test_abandoned_is_settled(void)
+{
+    replica_source f = { .seq = 3, .acked = 3, .timeout_ms = 20 };
+    pthread_mutex_init(&f.lock, NULL);
+    kura_cond_init_mono(&f.acked_cond);
+    committer_config cc = {
+        .source = { "replicas", replica_write_seq, NULL, replica_commit, &f },
+        .wake = count_wake, .log = count_log,
+    };
+    error_lines = 0;
+    journal_committer *c = NULL;
+    REQUIRE(committer_start(&cc, &c) == KURA_OK);
+
+    replica_set(&f, &f.seq, 4);                         /* a change no replica confirms */
+    committer_request(c, 4);
+    double end = unit_deadline(10);
+    while (commit_fate(c, 4) != COMMIT_CLOSE && unit_now() < end)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    CHECK_EQ_INT(commit_fate(c, 4), COMMIT_CLOSE);     /* its waiters: closed, once */
+    CHECK_EQ_INT(replica_get(&f, &f.timeouts), 1);
+
+    /* idle: nothing new asked, so nothing committed and nothing timed out */
+    end = unit_now() + 10 * 20 / 1000.0;
+    while (replica_get(&f, &f.commits) == 1 && unit_now() < end)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    CHECK_EQ_INT(replica_get(&f, &f.commits), 1);
+    CHECK_EQ_INT(replica_get(&f, &f.timeouts), 1);
+
+    /* the replicas back: a later change is committed for its own sequence,
+     * with no timeout on the way */
+    pthread_mutex_lock(&f.lock);
+    f.timeout_ms = 60000;               /* a wait that timed out would show here */
+    pthread_mutex_unlock(&f.lock);
+    replica_set(&f, &f.acked, 5);
+    replica_set(&f, &f.seq, 5);
+    committer_request(c, 5);
+    WAIT_FOR(committer_durable(c) >= 5);
+    CHECK_EQ_INT(committer_durable(c), 5);
+    CHECK_EQ_INT(commit_fate(c, 5), COMMIT_SEND);
+    CHECK_EQ_INT(replica_get(&f, &f.commits), 2);
+    CHECK_EQ_INT(replica_get(&f, &f.timeouts), 1);
+    pthread_mutex_lock(&f.lock);
+    CHECK_EQ_INT(f.last_target, 5);
+    pthread_mutex_unlock(&f.lock);
+    CHECK(!committer_failed(c));
+    committer_free(c);                  /* its last sync: the replicas hold 5 */
+    CHECK_EQ_INT(error_lines, 0);
+    pthread_cond_destroy(&f.acked_cond);
+    pthread_mutex_destroy(&f.lock);
+}
+
 int main(void)
 {
     RUN(test_decisions);
     RUN(test_sync_succeeds);
     RUN(test_failed_sync_is_final);
     RUN(test_replicas_abandon);
+    RUN(test_abandoned_is_settled);
     UNIT_DONE();
 }
