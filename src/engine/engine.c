@@ -334,7 +334,7 @@ static int fed_update(kura_engine *e, const char *key, size_t klen, const kura_c
                       kura_update_fn fn, void *arg)
 {
     int slot = feed_begin(e);
-    int rc = e->store->ops->update(e->store, key, klen, clk, fn, arg);
+    int rc = kura_store_update(e->store, key, klen, clk, fn, arg);
     feed_end(e, slot, rc);
     return rc;
 }
@@ -579,7 +579,7 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
             [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
         };
         int slot = feed_begin(e);
-        rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+        rc = kura_store_put(e->store, &it, cond_of[cmd], cas_in, &clk);
         feed_end(e, slot, rc);
         if (rc == KURA_OK)
             a.new_cas = feed_last_cas();
@@ -658,7 +658,7 @@ static int delete_gated(kura_engine *e, kura_thread_stats *ts, const char *key, 
         rc = fed_update(e, key, klen, &clk, invalidate_cb, &d);
     } else {
         int slot = feed_begin(e);
-        rc = e->store->ops->del(e->store, key, klen, o->cas_in, &clk);
+        rc = kura_store_del(e->store, key, klen, o->cas_in, &clk);
         feed_end(e, slot, rc);
     }
     if (o->unlink)
