@@ -97,7 +97,7 @@ typedef struct tt_state {
     uint64_t swallow;                   /* body bytes of a refused request to discard */
     tt_iter iter;
     tt_walk walk;
-    kura_buf scratch;                   /* a value read for a read-modify-write */
+    kura_buf scratch;                   /* a value read (tt_read: misc getpart) */
     size_t scan_off;                    /* an mget's or misc's list, scanned so far */
     uint32_t scan_n;                    /* (bytes, elements) in the first unconsumed request */
 } tt_state;
