@@ -35,17 +35,12 @@ int tt_read(tt_req *r, const char *key, size_t klen)
 
 /* ---- writes ------------------------------------------------------------------------- */
 
-int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen,
-                 uint32_t flags, int64_t exptime, uint64_t cas_in)
+int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen)
 {
-    if (!engine_item_fits(r->s->engine, klen, vlen, flags))
-        return KURA_ETOOBIG;
-    kura_item it = { .key = key, .klen = klen, .val = val, .vlen = vlen, .flags = flags,
-                     .exptime = exptime };
-    engine_store_opts o = { .cas_in = cas_in };
+    kura_item it = { .key = key, .klen = klen, .val = val, .vlen = vlen };
     r->s->dirty = true;
     KURA_STAT_INC(r->s->stats, cmd_set);
-    return engine_store(r->s->engine, r->s->stats, cmd, &it, &o, NULL);
+    return engine_store(r->s->engine, r->s->stats, cmd, &it, NULL, NULL);
 }
 
 /* One engine_modify, counted as a set: KURA_STORED, KURA_NOT_STORED (fn
