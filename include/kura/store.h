@@ -103,9 +103,11 @@ typedef struct kura_store kura_store;
  * for every change:
  *
  *   rmw(s, key, klen, clk, hint, fn, arg): takes the key's lock, looks the
- *   key up and calls fn(arg, cur, &out) exactly once, with cur the live
- *   item under clk or NULL (none, or a dead one: the store may reclaim a
- *   dead one it meets); out comes zeroed (KURA_UPDATE_KEEP).  Then, still
+ *   key up and calls fn(arg, cur, &out) once, with cur the live item under
+ *   clk or NULL (none, or a dead one: the store may reclaim a dead one it
+ *   meets); out comes zeroed (KURA_UPDATE_KEEP).  A store that fails
+ *   before (the item cannot be read, no memory for a new slot) returns its
+ *   error without calling fn, so nothing was fed.  Then, still
  *   under the lock, it does what out says:
  *     KEEP     nothing;
  *     REPLACE  stores key with out's flags, exptime, cas and value

@@ -356,8 +356,10 @@ static int do_write_del(hashdb *db, hd_stripe *st, hd_ent *e, const char *key, s
  * started (the lookup's miss was a third of a put; docs/design.md); room
  * for a new slot is made first, whether the key has one or not (a table
  * may so grow one put early), and where it cannot be made the lookup
- * comes first, as for every other decision.  A meta decision (put, del)
- * sees the index entry alone, no record read (flags then only 0 or 1). */
+ * comes first, as for every other decision, room for a new slot made
+ * before the decision so that running out of memory refuses before the
+ * decision feeds anything.  A meta decision (put, del) sees the index
+ * entry alone, no record read (flags then only 0 or 1). */
 static int hashdb_rmw(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                       const kura_rmw_hint *hint, kura_update_fn fn, void *arg)
 {
@@ -393,6 +395,10 @@ static int hashdb_rmw(kura_store *s, const char *key, size_t klen, const kura_cl
         rc = fn(arg, NULL, &up);
     } else {
         e = lookup(db, st, h, key, klen, clk, &ev, &lv);
+        /* room for the slot a new version would take, made before the
+         * decision feeds anything: out of memory refuses first */
+        if ((src = entry_room(st, e)) != KURA_OK)
+            goto out;
         if (e && lv == KURA_LIVE) {
             if (hint->meta) {
                 cur = (kura_item){ .key = key, .klen = klen, .vlen = hd_ent_rawlen(e),
@@ -410,8 +416,6 @@ static int hashdb_rmw(kura_store *s, const char *key, size_t klen, const kura_cl
     case KURA_UPDATE_TOUCH: {
         hd_ver v;
         if (up.action == KURA_UPDATE_TOUCH && !rec)
-            break;
-        if (!lookup_after && (src = entry_room(st, e)) != KURA_OK)
             break;
         if ((src = do_append_version(db, st, key, klen, &up, &cur, rec, &r, pp, &loc, &v)))
             break;
