@@ -12,10 +12,11 @@
  *  - setmst calls the server's hook with what the client sent, answers
  *    its outcome, and answers failure when there is no hook;
  *  - addint from several threads at once on one key (the cache, the hash
- *    file): every request succeeds and the record ends at the exact sum,
- *    the threads' replies showing that they interleaved; negative check:
- *    the read-then-cas that addint used to make (one try) loses races
- *    under the same load.
+ *    file): every request succeeds, the record ends at the exact sum and
+ *    each request made one change and no read outside the key's lock (the
+ *    read-then-cas addint used to make, retried, fails this), the threads'
+ *    replies showing that they interleaved; negative check: that
+ *    read-then-cas, one try, loses races under the same load.
  * Each fails if its bound, hook or atomicity goes.
  */
 #include <pthread.h>
@@ -264,6 +265,7 @@ enum { ADDERS = 4, ADDS_EACH = 4000 };
 typedef struct adder {
     kura_engine *engine;
     kura_session *s;
+    kura_thread_stats stats;            /* the session's */
     pthread_barrier_t *start;
     bool old_way;               /* the negative check: read, then cas once */
     int failed;                 /* addint replies other than success */
@@ -339,13 +341,12 @@ static void run_adders(tt_harness *h, bool old_way, adder *ad)
 {
     pthread_t t[ADDERS];
     pthread_barrier_t start;
-    kura_thread_stats stats[ADDERS];
     pthread_barrier_init(&start, NULL, ADDERS);
     for (int i = 0; i < ADDERS; i++) {
-        memset(&stats[i], 0, sizeof(stats[i]));
-        kura_session_config sc = { .engine = h->engine, .stats = &stats[i], .server = &h->info };
-        ad[i] = (adder){ .engine = h->engine, .s = kura_session_new(&sc), .start = &start,
-                         .old_way = old_way };
+        ad[i] = (adder){ .engine = h->engine, .start = &start, .old_way = old_way };
+        kura_session_config sc = { .engine = h->engine, .stats = &ad[i].stats,
+                                   .server = &h->info };
+        ad[i].s = kura_session_new(&sc);
         if (!ad[i].s || pthread_create(&t[i], NULL, adder_run, &ad[i]) != 0)
             abort();
     }
@@ -361,6 +362,7 @@ static void addint_race(const char *dbname)
     tt_harness h;
     open_tt_db(&h, dbname);
     adder ad[ADDERS];
+    kura_stats_totals st = { 0 };
     int failed = 0, jumps = 0, rounds = 0;
     /* until the replies show the threads interleaved (a few rounds at
      * most: threads that run one after another prove nothing) */
@@ -370,10 +372,15 @@ static void addint_race(const char *dbname)
         for (int i = 0; i < ADDERS; i++) {
             failed += ad[i].failed;
             jumps += ad[i].jumps;
+            kura_stats_accumulate(&st, &ad[i].stats);
         }
     }
     CHECK_EQ_INT(failed, 0);                                /* never fails */
     CHECK(jumps > 0);                                       /* the threads did race */
+    /* one store call a request: no read outside the key's lock, no retry
+     * (the read-then-cas counted a get and a set a try) */
+    CHECK_EQ_INT(st.cmd_get, 0);
+    CHECK_EQ_INT(st.cmd_set, rounds * ADDERS * ADDS_EACH);
     unsigned char v[4] = { 0 };
     CHECK_EQ_INT(engine_get(h.engine, &h.stats[0], "sum", 3, NULL, copy4, v, NULL), KURA_OK);
     uint32_t sum = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 |
