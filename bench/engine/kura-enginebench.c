@@ -101,7 +101,7 @@ static void *run(void *arg)
         if (j->write) {
             kura_item it = { .key = buf, .klen = klen, .val = val, .vlen = vlen,
                              .cas = (uint64_t)k };
-            rc = store->ops->put(store, &it, KURA_PUT_ANY, 0, &clk);
+            rc = kura_store_put(store, &it, KURA_PUT_ANY, 0, &clk);
         } else {
             check c = { val, vlen, false };
             rc = store->ops->get(store, buf, klen, &clk, on_get, &c);

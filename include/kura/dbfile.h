@@ -32,10 +32,6 @@ int kura_param_size(kura_params *params, const char *what, const char *name, uin
 int kura_db_dir_open(const kura_io *io, const char *path, bool read_only, const char *what,
                      int *dirfd, int *lockfd, char *err, size_t errlen);
 
-/* KURA_OK if a put under cond may go ahead given what is there (live or
- * not, its cas); else KURA_EXISTS, KURA_NOTFOUND or KURA_EINVAL. */
-int kura_put_cond_check(int cond, bool live, uint64_t cas, uint64_t cmp_cas);
-
 /* One "stats" line of a number. */
 void kura_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v);
 

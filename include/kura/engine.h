@@ -203,6 +203,29 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
                  bool incr, uint64_t delta, const engine_arith_opts *o,
                  char out[KURA_INCR_MAX_LEN], engine_item_info *info);
 
+/* A read-modify-write of one key's value, atomic on every backend: the
+ * one way a protocol changes a value from what it holds (incr/decr, Tokyo
+ * Tyrant's putcat, putshl, addint, adddouble).  fn is called once, under
+ * the key's lock, with the live item or NULL; it fills *out with the new
+ * version (its value as up to two parts, which may point into cur or into
+ * fn's own memory and stay valid until engine_modify returns; its flags
+ * and absolute exptime) and returns KURA_OK to store it, or any other
+ * status to leave the item as it is (that status is returned).  fn must be
+ * short and must not call into the engine or the store.  No retry, so no
+ * failure under contention: concurrent modifies of a key are serialised
+ * by its lock.  KURA_OK (stored; *cas_out, may be NULL, the new cas), fn's
+ * status, KURA_ETOOBIG (the new version past -I, its flags counted:
+ * nothing stored), KURA_EREPLICA or a store error.  Counts nothing: the
+ * caller counts its command. */
+typedef struct engine_mod {
+    struct { const void *base; size_t len; } part[2];
+    uint32_t flags;
+    int64_t exptime;            /* absolute (engine_abs_exptime); 0 = never */
+} engine_mod;
+typedef int (*engine_modify_fn)(void *arg, const kura_item *cur, engine_mod *out);
+int engine_modify(kura_engine *e, const char *key, size_t klen, engine_modify_fn fn, void *arg,
+                  uint64_t *cas_out);
+
 /* flush_all [delay]: delay <= 0 flushes now. */
 int engine_flush_all(kura_engine *e, kura_thread_stats *ts, int64_t delay);
 

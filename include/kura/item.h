@@ -27,6 +27,13 @@
 #define KURA_KEY_MAX 250                /* memcached's KEY_MAX_LENGTH */
 #define KURA_ITEM_SIZE_MAX_DEFAULT (1024 * 1024)
 
+/* A key a store takes: 1 to KURA_KEY_MAX bytes (the protocols check their
+ * own limit where they parse, kura_key_len_ok in proto_int.h). */
+static inline bool kura_key_ok(const char *key, size_t klen)
+{
+    return key && klen >= 1 && klen <= KURA_KEY_MAX;
+}
+
 /*
  * memcached counts an item's size as its 48-byte header, 8 bytes of cas, the
  * key and its NUL, 4 bytes of client flags when they are not zero, and the

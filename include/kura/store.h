@@ -6,6 +6,14 @@
  * these operations, so every backend behaves the same.  A backend fills in a
  * kura_store_ops table and embeds struct kura_store as its first member.
  *
+ * A backend does not interpret changes: it offers one read-modify-write
+ * primitive (ops->rmw: under the key's lock, the current item or none is
+ * shown to a decision, which says store this, touch it, delete it or leave
+ * it), and the conditional put, the delete and the update every caller
+ * uses (kura_store_put, kura_store_del, kura_store_update) are interpreted
+ * once over it, in src/store/update.c: conditions, cas comparisons, the
+ * key and size checks, read-only refusals and the change feed's calls.
+ *
  * Contract for every operation:
  *  - thread-safe: any number of worker threads call in at once;
  *  - atomic per key: a put, delete or update is seen whole or not at all;
@@ -14,6 +22,8 @@
  *    reclaim it when it meets it;
  *  - callbacks (kura_item_fn, kura_update_fn) run with the key's lock held:
  *    they must be short and must not call back into the store;
+ *  - keys are 1 to KURA_KEY_MAX bytes (kura_key_ok); other keys are
+ *    refused before any lock (KURA_EINVAL, KURA_NOTFOUND for get and del);
  *  - return KURA_OK (0), a positive outcome (KURA_NOTFOUND, KURA_EXISTS,
  *    KURA_DEAD_*) or a negative error (KURA_E*), see kura_strerror().
  */
@@ -42,8 +52,8 @@ enum kura_put_cond {
 enum kura_update_action {
     KURA_UPDATE_KEEP = 0,       /* change nothing */
     KURA_UPDATE_REPLACE,        /* write a new version: flags, exptime, cas, value */
-    KURA_UPDATE_TOUCH,          /* change exptime only (cas and value stay) */
-    KURA_UPDATE_REMOVE,         /* delete the item */
+    KURA_UPDATE_TOUCH,          /* change exptime only (flags, cas and value stay) */
+    KURA_UPDATE_REMOVE,         /* delete the item (none shown: drop a dead one met) */
 };
 
 /* The new version an update callback asks for.  The value is the
@@ -89,16 +99,83 @@ typedef struct kura_store_state {
 typedef struct kura_store kura_store;
 
 /*
+ * The read-modify-write primitive (ops->rmw), the one thing a backend does
+ * for every change:
+ *
+ *   rmw(s, key, klen, clk, hint, fn, arg): takes the key's lock, looks the
+ *   key up and calls fn(arg, cur, &out) once, with cur the live item under
+ *   clk or NULL (none, or a dead one: the store may reclaim a dead one it
+ *   meets); out comes zeroed (KURA_UPDATE_KEEP).  A store that fails
+ *   before (the item cannot be read, no memory for a new slot) returns its
+ *   error without calling fn, so nothing was fed.  Then, still
+ *   under the lock, it does what out says:
+ *     KEEP     nothing;
+ *     REPLACE  stores key with out's flags, exptime, cas and value
+ *              (part[0] then part[1], which may point into cur);
+ *     TOUCH    cur (live) gets out.exptime; its value, flags and cas stay
+ *              (the store may keep the value as stored: compressed, in
+ *              its overflow run, in place);
+ *     REMOVE   deletes cur; with cur NULL, drops the dead item met, if any
+ *              (a reclaim, not a change: no feed call is made for it).
+ *   It lets the lock go and, with -sync always and no deferred commit,
+ *   waits until the write is durable.  It returns fn's status, or the
+ *   store's error (KURA_EIO, KURA_ENOMEM, KURA_ENOSPC, ...) when what out
+ *   asks for could not be done (nothing was done then).
+ *
+ * fn has been checked by the interpreter (update.c) before the store acts:
+ * the key's length, the new version's size, a read-only store, a TOUCH or
+ * a REMOVE with nothing to act on.  The store checks only what its storage
+ * limits (the cache's memory).  fn calls the change feed itself.
+ *
+ * The hint says what the decision needs and what it may write, so that a
+ * store can skip or move work; a store may ignore it.
+ */
+typedef struct kura_rmw_hint {
+    /* A put: the item it may store.  A REPLACE decision then writes exactly
+     * its value (part[0] = put->val, put->vlen; part[1] empty), so the
+     * store may copy, compress or checksum it before taking the lock. */
+    const kura_item *put;
+    /* fn reads only cur's presence, cas and exptime: the store may show
+     * cur with val NULL and flags inexact (as a keys_only walk does), and
+     * fn asks for REPLACE, REMOVE or KEEP only. */
+    bool meta;
+    /* fn's decision does not depend on cur: the store may call it before
+     * its lookup, with cur NULL, and look the key up after writing. */
+    bool blind;
+} kura_rmw_hint;
+
+/* The put, delete and read-modify-write every caller uses: the one
+ * interpreter of conditions and update actions (update.c) over ops->rmw.
+ *
+ * kura_store_put stores it (key, value, flags, exptime as given; the cas
+ * the feed hands out, or it->cas without a feed) under cond; cmp_cas is
+ * the cas to compare for KURA_PUT_CAS.  KURA_EINVAL for a bad key,
+ * KURA_ETOOBIG past the item size limit, KURA_EREADONLY.
+ * kura_store_del deletes a live item; if cmp_cas is not 0 only when its
+ * cas matches (KURA_EXISTS otherwise).  KURA_NOTFOUND when there is none
+ * (or the key is bad).
+ * kura_store_update: fn's decision (kura_update_fn), checked: a REPLACE
+ * too large is KURA_ETOOBIG, a change in a read-only store KURA_EREADONLY,
+ * both with nothing done; a TOUCH without a live item does nothing. */
+int kura_store_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
+                   const kura_clock *clk);
+int kura_store_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
+                   const kura_clock *clk);
+int kura_store_update(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                      kura_update_fn fn, void *arg);
+
+/*
  * The change feed: how a store tells its owner (the engine) of a put or a
  * delete it has decided to make, under the key's lock, before it writes
  * anything.  put() gives the item its cas (it->cas is replaced) and records
  * the change (the update log); delete() records a delete.  A non-zero
  * return (a negative KURA_E*) cancels the change, and the store returns
  * that error.  Because the feed runs under the key's lock, a key's changes
- * reach it in the order the store applies them.  Read-modify-writes
- * (update) need no call: their callback already runs under the lock and
- * the engine's callbacks feed themselves.  NULL feed (a store used without
- * an engine, in tests): the cas given is kept and nothing is recorded.
+ * reach it in the order the store applies them.  The interpreter
+ * (update.c) calls it from kura_store_put's and kura_store_del's decisions;
+ * kura_store_update's callbacks (the engine's) feed themselves.  NULL feed
+ * (a store used without an engine, in tests): the cas given is kept and
+ * nothing is recorded.
  */
 typedef struct kura_feed {
     int (*put)(void *arg, kura_item *it);
@@ -160,19 +237,11 @@ typedef struct kura_store_ops {
     int (*get)(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
                kura_item_fn fn, void *arg);
 
-    /* Stores it (key, value, flags, exptime, cas as given) under cond.
-     * cmp_cas is the cas to compare for KURA_PUT_CAS. */
-    int (*put)(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
-               const kura_clock *clk);
-
-    /* Deletes a live item; if cmp_cas is not 0 only when its cas matches
-     * (KURA_EXISTS otherwise).  KURA_NOTFOUND when there is none. */
-    int (*del)(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
-               const kura_clock *clk);
-
-    /* Read-modify-write of one key under its lock (see kura_update_fn). */
-    int (*update)(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
-                  kura_update_fn fn, void *arg);
+    /* The read-modify-write primitive (see kura_rmw_hint): every change
+     * goes through it, from kura_store_put, _del and _update.  key is
+     * valid (kura_key_ok), hint and fn are not NULL. */
+    int (*rmw)(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+               const kura_rmw_hint *hint, kura_update_fn fn, void *arg);
 
     /* How the store's keys can be walked (see kura_iter_spec): `parts`
      * parts (at least 1), and `ordered` when a walk from a key is possible.
@@ -221,17 +290,12 @@ typedef struct kura_store_ops {
 struct kura_store {
     const kura_store_ops *ops;
     const kura_feed *feed;      /* set by the engine; see kura_feed */
+    /* The limits the interpreter checks, set by kura_store_open from the
+     * config: -I (kura_item_wire_total of a new version, flags not counted,
+     * at most this; 0: none) and a store opened read-only. */
+    size_t item_max;
+    bool read_only;
 };
-
-/* For backends: call under the key's lock once a put or delete is decided. */
-static inline int kura_feed_put(kura_store *s, kura_item *it)
-{
-    return s->feed ? s->feed->put(s->feed->arg, it) : KURA_OK;
-}
-static inline int kura_feed_del(kura_store *s, const char *key, size_t klen)
-{
-    return s->feed ? s->feed->del(s->feed->arg, key, klen) : KURA_OK;
-}
 
 /* Settings from the command line that backends need. */
 typedef struct kura_store_config {

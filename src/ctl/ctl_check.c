@@ -136,7 +136,7 @@ typedef struct copy {
 static int copy_item(void *arg, const kura_item *it)
 {
     copy *c = arg;
-    int rc = c->dst->ops->put(c->dst, it, KURA_PUT_ANY, 0, &c->clk);
+    int rc = kura_store_put(c->dst, it, KURA_PUT_ANY, 0, &c->clk);
     if (rc) {
         c->err = rc;
         return rc;

@@ -165,7 +165,7 @@ int ctl_loader_store(ctl_loader *l, kura_item *it)
     }
     if (!it->cas)
         it->cas = ++l->next_cas;
-    int rc = l->s->ops->put(l->s, it, KURA_PUT_ANY, 0, &l->clk);
+    int rc = kura_store_put(l->s, it, KURA_PUT_ANY, 0, &l->clk);
     if (rc)
         return rc;
     if (it->cas > l->max_cas)
@@ -242,7 +242,7 @@ static int load_memcached(loader *l, FILE *f, const char *name)
          * deletes too */
         if (sscanf(line, "%15s %251s%n", cmd, key, &end) == 2 && strcmp(cmd, "delete") == 0 &&
             strlen(key) <= KURA_KEY_MAX && (!line[end] || strcmp(line + end, " noreply") == 0)) {
-            int drc = l->s->ops->del(l->s, key, strlen(key), 0, &l->clk);
+            int drc = kura_store_del(l->s, key, strlen(key), 0, &l->clk);
             if (drc && drc != KURA_NOTFOUND) {
                 rc = ctl_err(CTL_FAIL, "deleting '%s': %s", key, kura_strerror(drc));
                 break;

@@ -239,7 +239,7 @@ static int restore_put(void *arg, kura_item *it)
         r->expired++;
         return CTL_OK;
     }
-    int rc = r->s->ops->put(r->s, it, KURA_PUT_ANY, 0, &r->clk);
+    int rc = kura_store_put(r->s, it, KURA_PUT_ANY, 0, &r->clk);
     if (rc)
         return ctl_err(CTL_FAIL, "storing '%.*s': %s", (int)it->klen, it->key, kura_strerror(rc));
     if (it->cas > r->max_cas)

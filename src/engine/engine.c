@@ -334,7 +334,7 @@ static int fed_update(kura_engine *e, const char *key, size_t klen, const kura_c
                       kura_update_fn fn, void *arg)
 {
     int slot = feed_begin(e);
-    int rc = e->store->ops->update(e->store, key, klen, clk, fn, arg);
+    int rc = kura_store_update(e->store, key, klen, clk, fn, arg);
     feed_end(e, slot, rc);
     return rc;
 }
@@ -579,7 +579,7 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
             [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
         };
         int slot = feed_begin(e);
-        rc = e->store->ops->put(e->store, &it, cond_of[cmd], cas_in, &clk);
+        rc = kura_store_put(e->store, &it, cond_of[cmd], cas_in, &clk);
         feed_end(e, slot, rc);
         if (rc == KURA_OK)
             a.new_cas = feed_last_cas();
@@ -658,7 +658,7 @@ static int delete_gated(kura_engine *e, kura_thread_stats *ts, const char *key, 
         rc = fed_update(e, key, klen, &clk, invalidate_cb, &d);
     } else {
         int slot = feed_begin(e);
-        rc = e->store->ops->del(e->store, key, klen, o->cas_in, &clk);
+        rc = kura_store_del(e->store, key, klen, o->cas_in, &clk);
         feed_end(e, slot, rc);
     }
     if (o->unlink)
@@ -670,7 +670,61 @@ static int delete_gated(kura_engine *e, kura_thread_stats *ts, const char *key, 
     return rc;
 }
 
-/* ---- incr / decr --------------------------------------------------------- */
+/* ---- read-modify-write of a value (engine_modify) ------------------------ */
+
+typedef struct modify_arg {
+    kura_engine *e;
+    const char *key;
+    size_t klen;
+    engine_modify_fn fn;
+    void *arg;
+    uint64_t cas;
+} modify_arg;
+
+/* fn's new version, checked against -I and fed (its cas handed out), all
+ * under the key's lock. */
+static int modify_cb(void *arg, const kura_item *cur, kura_update *out)
+{
+    modify_arg *m = arg;
+    engine_mod mod;
+    memset(&mod, 0, sizeof(mod));
+    int rc = m->fn(m->arg, cur, &mod);
+    if (rc != KURA_OK)
+        return rc;
+    size_t l0 = mod.part[0].base ? mod.part[0].len : 0;
+    size_t l1 = mod.part[1].base ? mod.part[1].len : 0;
+    if (l1 > SIZE_MAX - l0 || !engine_item_fits(m->e, m->klen, (uint64_t)l0 + l1, mod.flags))
+        return KURA_ETOOBIG;
+    out->action = KURA_UPDATE_REPLACE;
+    out->flags = mod.flags;
+    out->exptime = mod.exptime;
+    out->part[0].base = mod.part[0].base;
+    out->part[0].len = l0;
+    out->part[1].base = mod.part[1].base;
+    out->part[1].len = l1;
+    if ((rc = fed(feed_update_key(m->e, m->key, m->klen, cur, out), out)) != KURA_OK)
+        return rc;
+    m->cas = out->cas;
+    return KURA_OK;
+}
+
+static int modify_gated(kura_engine *e, const char *key, size_t klen, engine_modify_fn fn,
+                        void *arg, uint64_t *cas_out)
+{
+    kura_clock clk = engine_clock(e);
+    int rc = local_change(e);
+    if (rc != KURA_OK)
+        return rc;
+    modify_arg m = { e, key, klen, fn, arg, 0 };
+    rc = fed_update(e, key, klen, &clk, modify_cb, &m);
+    if (rc == KURA_OK && cas_out)
+        *cas_out = m.cas;
+    if (rc == KURA_ENOSPC)
+        atomic_store(&e->disk_full_at, engine_now(e));   /* /health (metrics.c) */
+    return rc;
+}
+
+/* ---- incr / decr: a modify of a 64-bit decimal ----------------------------- */
 
 /* Parses a stored value as memcached's safe_strtoull does: leading white
  * space, an optional sign, decimal digits, then the end of the value, white
@@ -708,42 +762,39 @@ static bool parse_stored_u64(const char *s, size_t len, uint64_t *out)
 }
 
 typedef struct arith_arg {
-    kura_engine *e;
     const engine_arith_opts *o;
     engine_item_info *info;
     bool incr;
     uint64_t delta;
     char *result;                       /* KURA_INCR_MAX_LEN bytes */
     char *pad;                          /* heap spaces when the padding is long */
-    const char *key;
-    size_t klen;
     int64_t touch_abs, vivify_abs;
 } arith_arg;
 
 static const char spaces[256] = { [0 ... 255] = ' ' };
 
-/* A miss with vivify: the item is created with the initial value. */
-static int arith_create(arith_arg *x, kura_update *out)
+/* The new value: created with the initial value on a vivifying miss, else
+ * the live item's number changed, its flags and exptime kept (or the
+ * exptime set). */
+static int arith_modify(void *arg, const kura_item *cur, engine_mod *out)
 {
-    size_t n = kura_fmt_u64(x->result, x->o->initial);
-    x->result[n] = '\0';
-    out->action = KURA_UPDATE_REPLACE;
-    out->flags = 0;
-    out->exptime = x->vivify_abs;
-    out->part[0].base = x->result;
-    out->part[0].len = n;
-    int rc = fed(feed_update_key(x->e, x->key, x->klen, NULL, out), out);
-    if (rc != KURA_OK)
-        return rc;
-    *x->info = (engine_item_info){ .created = true, .exptime = x->vivify_abs, .cas = out->cas };
-    return KURA_OK;
-}
-
-/* incr/decr of a live item: a 64-bit decimal, its exptime kept (or set). */
-static int arith_apply(arith_arg *x, const kura_item *cur, kura_update *out)
-{
+    arith_arg *x = arg;
     uint64_t v;
 
+    if (!cur) {
+        if (!x->o->vivify)
+            return KURA_NOTFOUND;
+        size_t n = kura_fmt_u64(x->result, x->o->initial);
+        x->result[n] = '\0';
+        out->exptime = x->vivify_abs;
+        out->part[0].base = x->result;
+        out->part[0].len = n;
+        *x->info = (engine_item_info){ .created = true, .exptime = x->vivify_abs };
+        return KURA_OK;
+    }
+    if (x->o->cas_in && cur->cas != x->o->cas_in)
+        return KURA_EXISTS;
+    *x->info = (engine_item_info){ .old_exptime = cur->exptime };
     if (cur->vlen == 0 || !parse_stored_u64(cur->val, cur->vlen, &v))
         return KURA_NON_NUMERIC;
     if (x->incr)
@@ -753,7 +804,6 @@ static int arith_apply(arith_arg *x, const kura_item *cur, kura_update *out)
     size_t n = kura_fmt_u64(x->result, v);
     x->result[n] = '\0';
 
-    out->action = KURA_UPDATE_REPLACE;
     out->flags = cur->flags;
     out->exptime = x->o->touch ? x->touch_abs : cur->exptime;
     out->part[0].base = x->result;
@@ -766,29 +816,15 @@ static int arith_apply(arith_arg *x, const kura_item *cur, kura_update *out)
             out->part[1].base = spaces;
         } else {
             x->pad = malloc(padlen);
-            if (!x->pad) {
-                out->action = KURA_UPDATE_KEEP;     /* nothing fed: nothing written */
-                return KURA_ENOMEM;
-            }
+            if (!x->pad)
+                return KURA_ENOMEM;         /* nothing fed: nothing written */
             memset(x->pad, ' ', padlen);
             out->part[1].base = x->pad;
         }
         out->part[1].len = padlen;
     }
-    return fed(feed_update(x->e, cur, out), out);
-}
-
-static int arith_cb(void *arg, const kura_item *cur, kura_update *out)
-{
-    arith_arg *x = arg;
-    if (!cur)
-        return x->o->vivify ? arith_create(x, out) : KURA_NOTFOUND;
-    if (x->o->cas_in && cur->cas != x->o->cas_in)
-        return KURA_EXISTS;
-    int rc = arith_apply(x, cur, out);
-    *x->info = (engine_item_info){ .old_exptime = cur->exptime, .exptime = out->exptime,
-                                   .cas = out->cas };
-    return rc;
+    x->info->exptime = out->exptime;
+    return KURA_OK;
 }
 
 static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, size_t klen,
@@ -797,17 +833,12 @@ static int arith_gated(kura_engine *e, kura_thread_stats *ts, const char *key, s
 {
     static const engine_arith_opts none;
     engine_item_info scratch;
-    kura_clock clk = engine_clock(e);
-    arith_arg x = { e, o ? o : &none, info ? info : &scratch, incr, delta, out, NULL, key, klen,
-                    0, 0 };
-    int rc = local_change(e);
-    if (rc != KURA_OK)
-        return rc;
+    arith_arg x = { o ? o : &none, info ? info : &scratch, incr, delta, out, NULL, 0, 0 };
     if (x.o->touch)
         x.touch_abs = engine_abs_exptime(e, x.o->exptime);
     if (x.o->vivify)
         x.vivify_abs = engine_abs_exptime(e, x.o->vivify_exptime);
-    rc = fed_update(e, key, klen, &clk, arith_cb, &x);
+    int rc = modify_gated(e, key, klen, arith_modify, &x, &x.info->cas);
     free(x.pad);
     if (rc == KURA_OK) {
         if (incr) KURA_STAT_INC(ts, incr_hits); else KURA_STAT_INC(ts, decr_hits);
@@ -1019,6 +1050,15 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
     if (engine_observing(KURA_OBSERVE_FETCHERS))
         engine_observed_get(key, klen, rc != KURA_NOTFOUND && rc >= 0,
                             rc == KURA_OK ? strlen(out) : 0);
+    return rc;
+}
+
+int engine_modify(kura_engine *e, const char *key, size_t klen, engine_modify_fn fn, void *arg,
+                  uint64_t *cas_out)
+{
+    gate_in(e);
+    int rc = modify_gated(e, key, klen, fn, arg, cas_out);
+    gate_out(e);
     return rc;
 }
 

@@ -81,16 +81,16 @@ static int apply_row(kura_engine *e, const ul_row *row, int kind)
     journal_tl_ctx = &cx;
     if (kind == CH_REPLICA && e->journal->tombs) {
         engine_observe_cas(e, row->type == UL_PUT ? row->cas : row->origin_ts);
-        rc = e->store->ops->update(e->store, row->key, row->klen, &clk, lww_cb, &cx);
+        rc = kura_store_update(e->store, row->key, row->klen, &clk, lww_cb, &cx);
     } else if (row->type == UL_PUT) {
         engine_observe_cas(e, row->cas);
         kura_item it = {
             .key = row->key, .klen = row->klen, .val = row->val, .vlen = row->vlen,
             .flags = row->flags, .exptime = row->exptime, .cas = row->cas,
         };
-        rc = e->store->ops->put(e->store, &it, KURA_PUT_ANY, 0, &clk);
+        rc = kura_store_put(e->store, &it, KURA_PUT_ANY, 0, &clk);
     } else {
-        rc = e->store->ops->del(e->store, row->key, row->klen, 0, &clk);
+        rc = kura_store_del(e->store, row->key, row->klen, 0, &clk);
         if (rc == KURA_NOTFOUND)
             rc = KURA_OK;
     }

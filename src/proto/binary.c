@@ -640,7 +640,7 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             s->close = true;
             return len;
         }
-        if (r.keylen > KURA_KEY_MAX) {
+        if (!proto_key_ok(r.keylen, PROTO_MC_KEY_MAX)) {
             bin_error(s, out, &r, ST_EINVAL);
             s->close = true;
             return len;

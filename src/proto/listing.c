@@ -318,7 +318,7 @@ static void cmd_lru_crawler(void *ctx, kura_session *s, text_token *tok, int nto
 
 static bool key_ok(const text_token *t)
 {
-    return t->length >= 1 && t->length <= KURA_KEY_MAX;
+    return t->length >= 1 && proto_key_ok(t->length, PROTO_MC_KEY_MAX);
 }
 
 /* "name=value": the value's token, if the token is that option. */

@@ -195,7 +195,7 @@ static bool meta_start(text_session *s, text_token *tok, int ntok, kura_buf *out
         text_reply(s, out, "ERROR");
         return false;
     }
-    if (tok[1].length > KURA_KEY_MAX) {
+    if (!proto_key_ok(tok[1].length, PROTO_MC_KEY_MAX)) {
         meta_error(s, out, "CLIENT_ERROR bad command line format");
         return false;
     }
@@ -431,7 +431,7 @@ int meta_set_parse(text_session *s, text_token *tok, int ntok, kura_buf *out, me
         text_reply(s, out, "ERROR");
         return 0;
     }
-    if (tok[1].length > KURA_KEY_MAX || ntok == 3) {
+    if (!proto_key_ok(tok[1].length, PROTO_MC_KEY_MAX) || ntok == 3) {
         meta_error(s, out, "CLIENT_ERROR bad command line format");
         return 0;
     }
@@ -730,7 +730,7 @@ static int me_emit(void *arg, const kura_item *it)
 void meta_debug(text_session *s, text_token *tok, int ntok, kura_buf *out)
 {
     meta_flags of = { 0 };
-    if (ntok < 3 || tok[1].length > KURA_KEY_MAX) {
+    if (ntok < 3 || !proto_key_ok(tok[1].length, PROTO_MC_KEY_MAX)) {
         text_client_error(s, out, "CLIENT_ERROR bad command line format");
         return;
     }

@@ -15,6 +15,24 @@
 
 #define TEXT_MAX_TOKENS 24              /* memcached's MAX_TOKENS, terminal token included */
 
+/* ---- keys, checked where a protocol parses them ------------------------------------------ *
+ *
+ * Each protocol checks a key's length once, where it parses the request,
+ * against its own limit, and answers a longer one in its own way; the
+ * store checks its own limit again where it is entered (kura_key_ok,
+ * store/update.c).  The limit is a parameter, not a constant at each
+ * check, so that one protocol's can change without the others': the
+ * memcached protocols' (text, meta, binary) is memcached's, their
+ * replies to a longer key being memcached's byte for byte; Tokyo
+ * Tyrant's (TT_KEY_MAX, tt_int.h) is the same today. */
+#define PROTO_MC_KEY_MAX KURA_KEY_MAX   /* memcached's KEY_MAX_LENGTH */
+
+/* True when a key of klen bytes is within the protocol's limit max. */
+static inline bool proto_key_ok(size_t klen, size_t max)
+{
+    return klen <= max;
+}
+
 /* A protocol: process() has kura_session_process()'s contract (proto.h);
  * state_size bytes of zeroed state are given to it at s->state, allocated
  * when the protocol is chosen and freed with the session, after

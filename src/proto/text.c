@@ -64,6 +64,17 @@ static void client_error(text_session *s, kura_buf *out, const char *str)
     reply(s, out, str);
 }
 
+/* A command's key, checked where the line is parsed: one longer than
+ * memcached takes is answered as memcached answers it, and false
+ * returned. */
+static bool key_parsed(text_session *s, const text_token *key, kura_buf *out)
+{
+    if (proto_key_ok(key->length, PROTO_MC_KEY_MAX))
+        return true;
+    client_error(s, out, "CLIENT_ERROR bad command line format");
+    return false;
+}
+
 static void server_error_for(text_session *s, kura_buf *out, int rc)
 {
     char msg[96];
@@ -278,7 +289,7 @@ static bool has_long_key(const char *p, const char *end)
     for (; p < end; p++) {
         if (*p == ' ')
             run = 0;
-        else if (++run > KURA_KEY_MAX)
+        else if (!proto_key_ok(++run, PROTO_MC_KEY_MAX))
             return true;
     }
     return false;
@@ -333,7 +344,7 @@ static void cmd_get_common(text_session *s, text_token *tok, kura_buf *out,
                 kura_buf_rewind(out, mark);     /* this request ends in CLIENT_ERROR */
                 g.discard = true;
             }
-            if (kt->length > KURA_KEY_MAX) {
+            if (!proto_key_ok(kt->length, PROTO_MC_KEY_MAX)) {
                 kura_buf_rewind(out, mark);     /* memcached drops what it had stacked */
                 client_error(s, out, "CLIENT_ERROR bad command line format");
                 return;
@@ -414,10 +425,8 @@ static int parse_update(text_session *s, text_token *tok, int ntok, kura_buf *ou
     int32_t vlen;
 
     set_noreply_maybe(s, tok, ntok);
-    if (tok[1].length > KURA_KEY_MAX) {
-        client_error(s, out, "CLIENT_ERROR bad command line format");
+    if (!key_parsed(s, &tok[1], out))
         return 0;
-    }
     req->cmd = cmd;
     req->key = tok[1].value;
     req->klen = tok[1].length;
@@ -492,10 +501,8 @@ static void cmd_delete(text_session *s, text_token *tok, int ntok, kura_buf *out
             return;
         }
     }
-    if (tok[1].length > KURA_KEY_MAX) {
-        client_error(s, out, "CLIENT_ERROR bad command line format");
+    if (!key_parsed(s, &tok[1], out))
         return;
-    }
     detail_note(tok[1].value, tok[1].length, DETAIL_DEL, false);
     s->dirty = true;
     int rc = engine_delete(s->engine, s->stats, tok[1].value, tok[1].length, NULL);
@@ -513,10 +520,8 @@ static void cmd_arith(text_session *s, text_token *tok, int ntok, kura_buf *out,
     char result[KURA_INCR_MAX_LEN];
 
     set_noreply_maybe(s, tok, ntok);
-    if (tok[1].length > KURA_KEY_MAX) {
-        client_error(s, out, "CLIENT_ERROR bad command line format");
+    if (!key_parsed(s, &tok[1], out))
         return;
-    }
     if (!safe_u64(&tok[2], &delta)) {
         client_error(s, out, "CLIENT_ERROR invalid numeric delta argument");
         return;
@@ -549,10 +554,8 @@ static void cmd_touch(text_session *s, text_token *tok, int ntok, kura_buf *out)
     int32_t exptime;
 
     set_noreply_maybe(s, tok, ntok);
-    if (tok[1].length > KURA_KEY_MAX) {
-        client_error(s, out, "CLIENT_ERROR bad command line format");
+    if (!key_parsed(s, &tok[1], out))
         return;
-    }
     if (!safe_i32(&tok[2], &exptime)) {
         client_error(s, out, "CLIENT_ERROR invalid exptime argument");
         return;

@@ -84,10 +84,10 @@ static void cmd_put(tt_req *r)
     int rc;
     switch (r->cmd) {
     case TT_PUT: case TT_PUTNR:
-        rc = tt_store(r, KURA_CMD_SET, key, klen, val, vlen, 0, 0, 0);
+        rc = tt_store(r, KURA_CMD_SET, key, klen, val, vlen);
         break;
     case TT_PUTKEEP:
-        rc = tt_store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
+        rc = tt_store(r, KURA_CMD_ADD, key, klen, val, vlen);
         break;
     case TT_PUTCAT:
         rc = tt_put_cat(r, key, klen, val, vlen);
@@ -179,7 +179,7 @@ static void cmd_mget(tt_req *r)
     for (uint32_t i = 0; i < r->f[0]; i++) {
         mget_arg m = { r->out, p + 4, tt_be32(p) };
         p += 4 + m.klen;
-        if (m.klen > KURA_KEY_MAX)
+        if (!proto_key_ok(m.klen, TT_KEY_MAX))
             continue;                   /* no such key can be stored here */
         if (r->out->len - head >= TT_LIST_BYTES)
             break;                      /* the reply is as long as it may be */
@@ -394,26 +394,26 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
         if (absurd(r.f[0]) || absurd(r.f[1]) || (r.cmd == TT_PUTSHL && r.f[2] > INT32_MAX))
             goto close;
         body = (uint64_t)r.f[0] + r.f[1];
-        keep = r.f[0] <= KURA_KEY_MAX && engine_item_fits(s->engine, r.f[0], r.f[1], 0);
+        keep = proto_key_ok(r.f[0], TT_KEY_MAX) && engine_item_fits(s->engine, r.f[0], r.f[1], 0);
         break;
     case TT_OUT: case TT_GET: case TT_VSIZ: case TT_ADDINT:
         if (absurd(r.f[0]))
             goto close;
         body = r.f[0];
-        keep = r.f[0] <= KURA_KEY_MAX;
+        keep = proto_key_ok(r.f[0], TT_KEY_MAX);
         break;
     case TT_ADDDOUBLE:
         if (absurd(r.f[0]))
             goto close;
         body = 16 + (uint64_t)r.f[0];
         head -= 16;                     /* the number is read with the key */
-        keep = r.f[0] <= KURA_KEY_MAX;
+        keep = proto_key_ok(r.f[0], TT_KEY_MAX);
         break;
     case TT_FWMKEYS:
         if (absurd(r.f[0]))
             goto close;
         body = r.f[0];
-        keep = r.f[0] <= KURA_KEY_MAX;
+        keep = proto_key_ok(r.f[0], TT_KEY_MAX);
         break;
     case TT_EXT:
         if (r.f[0] >= TT_NAME_MAX || absurd(r.f[2]) || absurd(r.f[3]))

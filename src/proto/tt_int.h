@@ -27,6 +27,10 @@
 /* A path, host or misc name: longer closes the connection (ttserver keeps
  * 1024 bytes of a host and refuses a misc name that long). */
 #define TT_NAME_MAX 1024
+/* The longest key Tokyo Tyrant's requests may carry (proto_key_ok):
+ * memcached's today, the store's limit too; a longer one is answered as a
+ * failure (or, in mget, skipped) as no such key can be stored. */
+#define TT_KEY_MAX KURA_KEY_MAX
 /* The most records one fwmkeys / misc regex / misc range reply lists, and
  * the bytes of keys and values it may hold: a reply is counted before it
  * is sent, so it is built whole; past either bound it stops, short. */
@@ -97,7 +101,7 @@ typedef struct tt_state {
     uint64_t swallow;                   /* body bytes of a refused request to discard */
     tt_iter iter;
     tt_walk walk;
-    kura_buf scratch;                   /* a value read for a read-modify-write */
+    kura_buf scratch;                   /* a value read (tt_read: misc getpart) */
     size_t scan_off;                    /* an mget's or misc's list, scanned so far */
     uint32_t scan_n;                    /* (bytes, elements) in the first unconsumed request */
 } tt_state;
@@ -138,13 +142,12 @@ bool tt_elem(kura_buf *b, const void *p, size_t n);
 int tt_read(tt_req *r, const char *key, size_t klen);
 
 /* tt_update.c: each returns enum kura_store_result (KURA_STORED: done)
- * or a negative store error.  tt_store: one engine_store of the value
- * (counted as a set; KURA_ETOOBIG past -I).  tt_put_cat: append, or add
- * when absent.  tt_putshl, tt_addint, tt_adddouble: read-modify-write
- * (tt_update.c says how); adddouble's numbers are in the protocol's
- * 16-byte form. */
-int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen,
-             uint32_t flags, int64_t exptime, uint64_t cas_in);
+ * or a negative store error.  tt_store: one engine_store of the value,
+ * flags 0, never expiring (counted as a set; the caller checked the key
+ * and -I where it parsed them).  tt_put_cat: append, or add when absent.
+ * tt_putshl, tt_addint, tt_adddouble: read-modify-write (tt_update.c says
+ * how); adddouble's numbers are in the protocol's 16-byte form. */
+int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen);
 int tt_put_cat(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen);
 int tt_putshl(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen,
               size_t width);

@@ -92,15 +92,18 @@ static int emit_pair(void *arg, const kura_item *it)
     return add(a->m, a->key, a->klen) && add(a->m, it->val, it->vlen) ? 0 : KURA_ENOMEM;
 }
 
-static bool key_ok(size_t n) { return n <= KURA_KEY_MAX; }
+static bool key_ok(size_t n) { return proto_key_ok(n, TT_KEY_MAX); }
 
-/* cmd KURA_CMD_APPEND: putcat's append, or add when absent */
+/* cmd KURA_CMD_APPEND: putcat's append, or add when absent.  The key and
+ * the size are checked here, where the arguments are parsed. */
 static int set(tt_req *r, int cmd, const char *k, size_t kl, const char *v, size_t vl)
 {
     if (!key_ok(kl))
         return KURA_NOT_STORED;
+    if (!engine_item_fits(r->s->engine, kl, vl, 0))
+        return KURA_ETOOBIG;
     return cmd == KURA_CMD_APPEND ? tt_put_cat(r, k, kl, v, vl)
-                                  : tt_store(r, cmd, k, kl, v, vl, 0, 0, 0);
+                                  : tt_store(r, cmd, k, kl, v, vl);
 }
 
 static int del(tt_req *r, const char *k, size_t kl)

@@ -4,13 +4,13 @@
  * change goes through.
  *
  * putcat appends, or adds where there is nothing to append to.  putshl,
- * addint and adddouble read the record, compute the new value and store
- * it with the engine's cas, keeping the record's flags and expiry; if
- * another client changed it meanwhile the whole is tried again (at most
- * TT_RMW_TRIES times, then the request fails), so no add is lost.  What
- * they store is what Tokyo Cabinet stores: addint a 4-byte little-endian
- * int, adddouble an 8-byte IEEE double in the machine's order
- * (docs/protocol.md says how memcached's commands see them).
+ * addint and adddouble compute the new value from the record's.  Each is
+ * one engine_modify: the new value is computed under the key's lock from
+ * the record as it is, and stored with its flags and expiry, so two
+ * clients adding to one record never lose an add and never fail for each
+ * other.  What they store is what Tokyo Cabinet stores: addint a 4-byte
+ * little-endian int, adddouble an 8-byte IEEE double in the machine's
+ * order (docs/protocol.md says how memcached's commands see them).
  */
 #include <math.h>
 #include <string.h>
@@ -18,91 +18,80 @@
 #include "kura/bytes.h"
 #include "tt_int.h"
 
-#define TT_RMW_TRIES 16                 /* a read-modify-write losing this often: failure */
-
 /* ---- reading a record ------------------------------------------------------------- */
-
-typedef struct tt_old {
-    kura_buf *buf;
-    uint32_t flags;
-    int64_t exptime;
-    uint64_t cas;
-} tt_old;
 
 static int copy_value(void *arg, const kura_item *it)
 {
-    tt_old *o = arg;
-    o->buf->len = 0;
-    o->flags = it->flags;
-    o->exptime = it->exptime;
-    o->cas = it->cas;
-    return kura_buf_append(o->buf, it->val, it->vlen) ? 0 : KURA_ENOMEM;
+    kura_buf *buf = arg;
+    buf->len = 0;
+    return kura_buf_append(buf, it->val, it->vlen) ? 0 : KURA_ENOMEM;
 }
 
 int tt_read(tt_req *r, const char *key, size_t klen)
 {
-    tt_old o = { .buf = &r->st->scratch };
-    int rc = engine_get(r->s->engine, r->s->stats, key, klen, NULL, copy_value, &o, NULL);
-    return rc;
+    return engine_get(r->s->engine, r->s->stats, key, klen, NULL, copy_value, &r->st->scratch,
+                      NULL);
 }
 
 /* ---- writes ------------------------------------------------------------------------- */
 
-int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen,
-                 uint32_t flags, int64_t exptime, uint64_t cas_in)
+int tt_store(tt_req *r, int cmd, const char *key, size_t klen, const void *val, size_t vlen)
 {
-    if (!engine_item_fits(r->s->engine, klen, vlen, flags))
-        return KURA_ETOOBIG;
-    kura_item it = { .key = key, .klen = klen, .val = val, .vlen = vlen, .flags = flags,
-                     .exptime = exptime };
-    engine_store_opts o = { .cas_in = cas_in };
+    kura_item it = { .key = key, .klen = klen, .val = val, .vlen = vlen };
     r->s->dirty = true;
     KURA_STAT_INC(r->s->stats, cmd_set);
-    return engine_store(r->s->engine, r->s->stats, cmd, &it, &o, NULL);
+    return engine_store(r->s->engine, r->s->stats, cmd, &it, NULL, NULL);
 }
 
-/* putcat: append, or add when there is nothing to append to (retried if
- * another client adds or removes the record in between). */
+/* One engine_modify, counted as a set: KURA_STORED, KURA_NOT_STORED (fn
+ * refused) or an error (KURA_ETOOBIG: past -I). */
+static int modify(tt_req *r, const char *key, size_t klen, engine_modify_fn fn, void *arg)
+{
+    r->s->dirty = true;
+    KURA_STAT_INC(r->s->stats, cmd_set);
+    int rc = engine_modify(r->s->engine, key, klen, fn, arg, NULL);
+    if (rc == KURA_OK) {
+        KURA_STAT_INC(r->s->stats, total_items);
+        return KURA_STORED;
+    }
+    return rc < 0 ? rc : KURA_NOT_STORED;
+}
+
+/* The record's flags and expiry kept; a new record has neither. */
+static void keep_meta(const kura_item *cur, engine_mod *out)
+{
+    out->flags = cur ? cur->flags : 0;
+    out->exptime = cur ? cur->exptime : 0;
+}
+
+/* putcat: the value appended (refused, as memcached's append is, when the
+ * record would pass -I), or the record added with it. */
+typedef struct cat_arg {
+    const char *val;
+    size_t vlen;
+    size_t item_max;
+} cat_arg;
+
+static int cat_modify(void *arg, const kura_item *cur, engine_mod *out)
+{
+    cat_arg *a = arg;
+    keep_meta(cur, out);
+    if (cur && kura_item_wire_total(cur->klen, (uint64_t)cur->vlen + a->vlen, cur->flags) >
+                   a->item_max)
+        return KURA_NOT_STORED;
+    if (cur) {
+        out->part[0].base = cur->val;
+        out->part[0].len = cur->vlen;
+    }
+    out->part[1].base = a->val;
+    out->part[1].len = a->vlen;
+    return KURA_OK;
+}
+
 int tt_put_cat(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen)
 {
-    for (int i = 0; i < TT_RMW_TRIES; i++) {
-        int rc = tt_store(r, KURA_CMD_APPEND, key, klen, val, vlen, 0, 0, 0);
-        if (rc != KURA_NOT_STORED)
-            return rc;
-        rc = tt_store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
-        if (rc != KURA_NOT_STORED)
-            return rc;
-    }
-    return KURA_NOT_STORED;
-}
-
-/* A read-modify-write: modify(arg, old, oldlen, found, &new, &newlen)
- * computes the new value (0) or refuses (1); it is stored with the old
- * record's flags and expiry if the record is unchanged since the read,
- * else the whole is tried again. */
-typedef int (*tt_modify_fn)(void *arg, const char *old, size_t oldlen, bool found,
-                            const void **val, size_t *vlen);
-
-static int read_modify_write(tt_req *r, const char *key, size_t klen, tt_modify_fn modify,
-                             void *arg)
-{
-    for (int i = 0; i < TT_RMW_TRIES; i++) {
-        tt_old o = { .buf = &r->st->scratch };
-        int rc = engine_get(r->s->engine, r->s->stats, key, klen,
-                            &(engine_get_opts){ .no_bump = true }, copy_value, &o, NULL);
-        if (rc < 0)
-            return rc;
-        bool found = rc == KURA_OK;
-        const void *val;
-        size_t vlen;
-        if (modify(arg, found ? o.buf->data : NULL, found ? o.buf->len : 0, found, &val, &vlen))
-            return KURA_NOT_STORED;
-        rc = found ? tt_store(r, KURA_CMD_CAS, key, klen, val, vlen, o.flags, o.exptime, o.cas)
-                   : tt_store(r, KURA_CMD_ADD, key, klen, val, vlen, 0, 0, 0);
-        if (rc == KURA_STORED || rc < 0)
-            return rc;
-    }
-    return KURA_NOT_STORED;
+    cat_arg a = { val, vlen, engine_item_size_max(r->s->engine) };
+    return modify(r, key, klen, cat_modify, &a);
 }
 
 /* putshl: the value appended, then only its last `width` bytes kept; a
@@ -110,29 +99,24 @@ static int read_modify_write(tt_req *r, const char *key, size_t klen, tt_modify_
 typedef struct shl_arg {
     const char *val;
     size_t vlen, width;
-    kura_buf *tmp;                      /* holds the old value (read_modify_write's read) */
 } shl_arg;
 
-static int shl_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
-                      size_t *vlen)
+static int shl_modify(void *arg, const kura_item *cur, engine_mod *out)
 {
     shl_arg *a = arg;
-    if (!found) {
-        *val = a->val;
-        *vlen = a->vlen;
-        return 0;
+    keep_meta(cur, out);
+    if (!cur) {
+        out->part[0].base = a->val;
+        out->part[0].len = a->vlen;
+        return KURA_OK;
     }
-    size_t total = oldlen + a->vlen, keep = total < a->width ? total : a->width;
+    size_t total = cur->vlen + a->vlen, keep = total < a->width ? total : a->width;
     size_t from_old = keep > a->vlen ? keep - a->vlen : 0;
-    /* in place: old is the start of a->tmp (the value just read) */
-    if (from_old)
-        memmove(a->tmp->data, old + oldlen - from_old, from_old);
-    a->tmp->len = from_old;
-    if (!kura_buf_append(a->tmp, a->val + a->vlen - (keep - from_old), keep - from_old))
-        return 1;
-    *val = a->tmp->data;
-    *vlen = a->tmp->len;
-    return 0;
+    out->part[0].base = (const char *)cur->val + cur->vlen - from_old;
+    out->part[0].len = from_old;
+    out->part[1].base = a->val + a->vlen - (keep - from_old);
+    out->part[1].len = keep - from_old;
+    return KURA_OK;
 }
 
 /* addint: a 4-byte little-endian int (Tokyo Cabinet's native int on the
@@ -142,22 +126,22 @@ typedef struct int_arg {
     unsigned char buf[4];
 } int_arg;
 
-static int int_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
-                      size_t *vlen)
+static int int_modify(void *arg, const kura_item *cur, engine_mod *out)
 {
     int_arg *a = arg;
     uint32_t v = 0;
-    if (found) {
-        if (oldlen != 4)
-            return 1;
-        v = get32((const unsigned char *)old);
+    if (cur) {
+        if (cur->vlen != 4)
+            return KURA_NOT_STORED;
+        v = get32(cur->val);
     }
     v += (uint32_t)a->add;              /* wraps, as the C int sum does in practice */
     a->sum = (int32_t)v;
     put32(a->buf, v);
-    *val = a->buf;
-    *vlen = 4;
-    return 0;
+    keep_meta(cur, out);
+    out->part[0].base = a->buf;
+    out->part[0].len = 4;
+    return KURA_OK;
 }
 
 /* adddouble: an 8-byte native double (IEEE 754, little-endian here). */
@@ -166,21 +150,21 @@ typedef struct dbl_arg {
     unsigned char buf[8];
 } dbl_arg;
 
-static int dbl_modify(void *arg, const char *old, size_t oldlen, bool found, const void **val,
-                      size_t *vlen)
+static int dbl_modify(void *arg, const kura_item *cur, engine_mod *out)
 {
     dbl_arg *a = arg;
     double v = 0;
-    if (found) {
-        if (oldlen != sizeof(double))
-            return 1;
-        memcpy(&v, old, sizeof(v));
+    if (cur) {
+        if (cur->vlen != sizeof(double))
+            return KURA_NOT_STORED;
+        memcpy(&v, cur->val, sizeof(v));
     }
     a->sum = v + a->add;
     memcpy(a->buf, &a->sum, sizeof(a->sum));
-    *val = a->buf;
-    *vlen = sizeof(double);
-    return 0;
+    keep_meta(cur, out);
+    out->part[0].base = a->buf;
+    out->part[0].len = sizeof(double);
+    return KURA_OK;
 }
 
 /* The protocol's form of a real number: two big-endian 64-bit integers,
@@ -230,14 +214,14 @@ static void pack_double(double d, unsigned char *p)
 int tt_putshl(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen,
               size_t width)
 {
-    shl_arg a = { val, vlen, width, &r->st->scratch };
-    return read_modify_write(r, key, klen, shl_modify, &a);
+    shl_arg a = { val, vlen, width };
+    return modify(r, key, klen, shl_modify, &a);
 }
 
 int tt_addint(tt_req *r, const char *key, size_t klen, int32_t add, int32_t *sum)
 {
     int_arg a = { .add = add };
-    int rc = read_modify_write(r, key, klen, int_modify, &a);
+    int rc = modify(r, key, klen, int_modify, &a);
     *sum = a.sum;
     return rc;
 }
@@ -248,7 +232,7 @@ int tt_adddouble(tt_req *r, const char *key, size_t klen, const unsigned char ad
     dbl_arg a = { .add = unpack_double(add) };
     if (isnan(a.add))
         return KURA_NOT_STORED;
-    int rc = read_modify_write(r, key, klen, dbl_modify, &a);
+    int rc = modify(r, key, klen, dbl_modify, &a);
     if (rc == KURA_STORED && isnan(a.sum))
         return KURA_NOT_STORED;         /* stored, but ttserver answers a NaN sum 1 */
     pack_double(a.sum, sum);

@@ -30,7 +30,7 @@ void tt_iterinit(tt_req *r, const char *start, size_t slen)
     tt_iter *it = &r->st->iter;
     engine_list_begin(&it->cur);
     it->keys.len = it->pos = 0;
-    it->have_start = start != NULL && slen <= KURA_KEY_MAX;
+    it->have_start = start != NULL && slen <= sizeof(it->start);   /* a key the store can hold */
     it->slen = it->have_start ? slen : 0;
     if (it->have_start)
         memcpy(it->start, start, slen);

@@ -568,7 +568,7 @@ static int handle(session *ss, const ul_row *row)
                 .flags = row->flags, .exptime = row->exptime, .cas = row->cas,
             };
             kura_clock clk = { .now = (int64_t)time(NULL) };
-            return ss->shadow->ops->put(ss->shadow, &it, KURA_PUT_ANY, 0, &clk);
+            return kura_store_put(ss->shadow, &it, KURA_PUT_ANY, 0, &clk);
         }
         if (ss->stale)
             keyset_remove(ss->stale, row->key, row->klen);

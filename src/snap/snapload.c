@@ -41,7 +41,7 @@ int snap_load(kura_store *s, const char *path, int64_t now, snap_info *info, uin
             top = it.cas;
         if (it.exptime && it.exptime <= now)
             continue;
-        rc = s->ops->put(s, &it, KURA_PUT_ANY, 0, &clk);
+        rc = kura_store_put(s, &it, KURA_PUT_ANY, 0, &clk);
         if (rc) {
             snprintf(err, errlen, "%s: storing an item: %s", path, kura_strerror(rc));
             break;

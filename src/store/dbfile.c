@@ -93,22 +93,6 @@ int kura_db_dir_open(const kura_io *io, const char *path, bool read_only, const 
     return KURA_OK;
 }
 
-int kura_put_cond_check(int cond, bool live, uint64_t cas, uint64_t cmp_cas)
-{
-    switch (cond) {
-    case KURA_PUT_ANY:
-        return KURA_OK;
-    case KURA_PUT_ABSENT:
-        return live ? KURA_EXISTS : KURA_OK;
-    case KURA_PUT_PRESENT:
-        return live ? KURA_OK : KURA_NOTFOUND;
-    case KURA_PUT_CAS:
-        return !live ? KURA_NOTFOUND : cas != cmp_cas ? KURA_EXISTS : KURA_OK;
-    default:
-        return KURA_EINVAL;
-    }
-}
-
 void kura_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
 {
     char buf[32];

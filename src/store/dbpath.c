@@ -267,6 +267,11 @@ int kura_store_open(const char *dbname, const kura_store_config *cfg,
     rc = open(path, &params, cfg, out, err, errlen);
     if (rc)
         return rc;
+    /* the limits the interpreter (update.c) checks: -I (the files' default
+     * when unset; the cache has none then) and read-only */
+    size_t item_max = cfg ? cfg->item_size_max : 0;
+    (*out)->item_max = item_max || kind == DBK_CACHE ? item_max : KURA_ITEM_SIZE_MAX_DEFAULT;
+    (*out)->read_only = cfg && cfg->read_only;
     /* A backend should have called kura_params_reject_unused() before it
      * touched the disk; this is the safety net. */
     rc = kura_params_reject_unused(&params, path, err, errlen);

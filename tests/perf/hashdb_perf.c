@@ -64,7 +64,7 @@ int main(int argc, char **argv)
             memcpy(val, key, 8);
         kura_item it = { .key = key, .klen = (size_t)klen, .val = val, .vlen = vlen,
                          .cas = (uint64_t)i };
-        if (s->ops->put(s, &it, KURA_PUT_ANY, 0, &clk) != KURA_OK) {
+        if (kura_store_put(s, &it, KURA_PUT_ANY, 0, &clk) != KURA_OK) {
             fprintf(stderr, "put failed\n");
             return 1;
         }

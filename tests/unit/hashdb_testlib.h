@@ -108,7 +108,7 @@ __attribute__((unused)) static int t_put(kura_store *s, const char *key, const c
 {
     kura_item it = { .key = key, .klen = strlen(key), .val = val, .vlen = strlen(val),
                      .flags = flags, .exptime = exptime, .cas = cas };
-    return s->ops->put(s, &it, cond, cmp, clk);
+    return kura_store_put(s, &it, cond, cmp, clk);
 }
 
 /* Copies a database directory file by file (a "crash image" when the

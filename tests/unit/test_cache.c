@@ -48,7 +48,7 @@ static int put_kv(kura_store *s, const char *key, const char *val, uint32_t flag
                   const kura_clock *clk)
 {
     kura_item it = { key, strlen(key), val, strlen(val), flags, exptime, cas, NULL };
-    return s->ops->put(s, &it, cond, cmp, clk);
+    return kura_store_put(s, &it, cond, cmp, clk);
 }
 
 typedef struct got {
@@ -197,7 +197,7 @@ static int upd_fn(void *arg, const kura_item *cur, kura_update *out)
 
 static int update_kv(kura_store *s, const char *key, const kura_clock *clk, upd *u)
 {
-    return s->ops->update(s, key, strlen(key), clk, upd_fn, u);
+    return kura_store_update(s, key, strlen(key), clk, upd_fn, u);
 }
 
 /* ---- tests --------------------------------------------------------------- */
@@ -271,9 +271,9 @@ static void test_put_get(void)
 
     /* binary value with NULs, keys differing only in length */
     kura_item bin = { "b", 1, "x\0y", 3, 1, 0, 7, NULL };
-    CHECK_EQ_INT(s->ops->put(s, &bin, KURA_PUT_ANY, 0, &clk), KURA_OK);
+    CHECK_EQ_INT(kura_store_put(s, &bin, KURA_PUT_ANY, 0, &clk), KURA_OK);
     kura_item bin2 = { "bb", 2, "z", 1, 1, 0, 8, NULL };
-    CHECK_EQ_INT(s->ops->put(s, &bin2, KURA_PUT_ANY, 0, &clk), KURA_OK);
+    CHECK_EQ_INT(kura_store_put(s, &bin2, KURA_PUT_ANY, 0, &clk), KURA_OK);
     CHECK_EQ_INT(get_kv(s, "b", &clk, &g), KURA_OK);
     CHECK_EQ_INT(g.vlen, 3);
     CHECK(memcmp(g.val, "x\0y", 3) == 0);
@@ -296,9 +296,9 @@ static void test_put_get(void)
     REQUIRE(big != NULL);
     memset(big, 'v', max_v + 1);
     kura_item bi = { "big", 3, big, max_v, 0, 0, 10, NULL };
-    CHECK_EQ_INT(s->ops->put(s, &bi, KURA_PUT_ANY, 0, &clk), KURA_OK);
+    CHECK_EQ_INT(kura_store_put(s, &bi, KURA_PUT_ANY, 0, &clk), KURA_OK);
     bi.vlen = max_v + 1;
-    CHECK_EQ_INT(s->ops->put(s, &bi, KURA_PUT_ANY, 0, &clk), KURA_ETOOBIG);
+    CHECK_EQ_INT(kura_store_put(s, &bi, KURA_PUT_ANY, 0, &clk), KURA_ETOOBIG);
     CHECK_EQ_INT(get_kv(s, "big", &clk, &g), KURA_OK);
     CHECK_EQ_INT(g.vlen, max_v);
     free(big);
@@ -386,7 +386,7 @@ static void test_liveness(void)
     /* delete and update see a dead item as absent */
     CHECK_EQ_INT(put_kv(s, "d", "v", 0, T0 + 20, 20, KURA_PUT_ANY, 0, &t10), KURA_OK);
     kura_clock t20 = clk_at(T0 + 20, 0);
-    CHECK_EQ_INT(s->ops->del(s, "d", 1, 0, &t20), KURA_NOTFOUND);
+    CHECK_EQ_INT(kura_store_del(s, "d", 1, 0, &t20), KURA_NOTFOUND);
     CHECK_EQ_INT(put_kv(s, "u", "v", 0, 0, 21, KURA_PUT_ANY, 0, &t10), KURA_OK);
     kura_clock fl = clk_at(T0 + 20, 22);
     upd up = { .mode = UP_APPEND, .data = "x", .cas = 23 };
@@ -403,16 +403,16 @@ static void test_delete(void)
     got g;
     REQUIRE(s != NULL);
 
-    CHECK_EQ_INT(s->ops->del(s, "k", 1, 0, &clk), KURA_NOTFOUND);
+    CHECK_EQ_INT(kura_store_del(s, "k", 1, 0, &clk), KURA_NOTFOUND);
     CHECK_EQ_INT(put_kv(s, "k", "v", 0, 0, 5, KURA_PUT_ANY, 0, &clk), KURA_OK);
-    CHECK_EQ_INT(s->ops->del(s, "k", 1, 4, &clk), KURA_EXISTS);
+    CHECK_EQ_INT(kura_store_del(s, "k", 1, 4, &clk), KURA_EXISTS);
     CHECK_EQ_INT(get_kv(s, "k", &clk, &g), KURA_OK);
-    CHECK_EQ_INT(s->ops->del(s, "k", 1, 5, &clk), KURA_OK);
+    CHECK_EQ_INT(kura_store_del(s, "k", 1, 5, &clk), KURA_OK);
     CHECK_EQ_INT(get_kv(s, "k", &clk, &g), KURA_NOTFOUND);
     CHECK_EQ_INT(put_kv(s, "k", "v", 0, 0, 6, KURA_PUT_ANY, 0, &clk), KURA_OK);
-    CHECK_EQ_INT(s->ops->del(s, "k", 1, 0, &clk), KURA_OK);
-    CHECK_EQ_INT(s->ops->del(s, "k", 1, 0, &clk), KURA_NOTFOUND);
-    CHECK_EQ_INT(s->ops->del(s, "", 0, 0, &clk), KURA_NOTFOUND);
+    CHECK_EQ_INT(kura_store_del(s, "k", 1, 0, &clk), KURA_OK);
+    CHECK_EQ_INT(kura_store_del(s, "k", 1, 0, &clk), KURA_NOTFOUND);
+    CHECK_EQ_INT(kura_store_del(s, "", 0, 0, &clk), KURA_NOTFOUND);
     kura_store_usage u = usage_of(s);
     CHECK_EQ_INT(u.curr_items, 0);
     CHECK_EQ_INT(u.bytes, 0);
@@ -607,13 +607,13 @@ static void test_too_large(void)
     memset(v, 'x', 70000);
     CHECK_EQ_INT(put_kv(s, "small", "v", 0, 0, 1, KURA_PUT_ANY, 0, &t), KURA_OK);
     kura_item it = { "big", 3, v, 70000, 0, 0, 2, NULL };
-    CHECK_EQ_INT(s->ops->put(s, &it, KURA_PUT_ANY, 0, &t), KURA_ENOMEM);
+    CHECK_EQ_INT(kura_store_put(s, &it, KURA_PUT_ANY, 0, &t), KURA_ENOMEM);
     CHECK_EQ_INT(s->ops->get(s, "small", 5, &t, NULL, NULL), KURA_OK);  /* nothing evicted */
     CHECK_EQ_INT(usage_of(s).evictions, 0);
     /* an item that fits only alone evicts everything else */
     it.vlen = 63392;    /* 2 KiB of the 64 KiB are the bucket arrays (one block of 256
                            stripes' 8 bytes): this fits only alone, to the byte */
-    CHECK_EQ_INT(s->ops->put(s, &it, KURA_PUT_ANY, 0, &t), KURA_OK);
+    CHECK_EQ_INT(kura_store_put(s, &it, KURA_PUT_ANY, 0, &t), KURA_OK);
     CHECK_EQ_INT(s->ops->get(s, "small", 5, &t, NULL, NULL), KURA_NOTFOUND);
     CHECK_EQ_INT(usage_of(s).evictions, 1);
     CHECK(stat_u64(s, "cache_mem_used") <= 64 * 1024);
@@ -712,7 +712,7 @@ static void test_growth_200k(void)
     CHECK_EQ_INT(bad, 0);
     for (int i = 0; i < 200000; i += 2) {
         fmt_key(key, i);
-        CHECK_EQ_INT(s->ops->del(s, key, strlen(key), 0, &t), KURA_OK);
+        CHECK_EQ_INT(kura_store_del(s, key, strlen(key), 0, &t), KURA_OK);
     }
     CHECK_EQ_INT(usage_of(s).curr_items, 100000);
     iter_ctx ic = { 0, -1, 0 };
@@ -774,7 +774,7 @@ static void *stress_thread(void *arg)
             if (rc == KURA_OK)
                 strcpy(st->model[k], val);
         } else if (op < 50) {
-            int rc = s->ops->del(s, key, strlen(key), 0, &t);
+            int rc = kura_store_del(s, key, strlen(key), 0, &t);
             if (rc != (st->model[k][0] ? KURA_OK : KURA_NOTFOUND))
                 st->errors++;
             st->model[k][0] = '\0';
@@ -893,7 +893,7 @@ static void *churn_thread(void *arg)
         if (rnd_next(&r) % 3) {
             size_t vlen = 50 + (size_t)(k % 700);
             kura_item it = { key, strlen(key), vbuf, vlen, (uint32_t)k, 0, stress_cas++, NULL };
-            if (ch->s->ops->put(ch->s, &it, KURA_PUT_ANY, 0, &t) != KURA_OK)
+            if (kura_store_put(ch->s, &it, KURA_PUT_ANY, 0, &t) != KURA_OK)
                 ch->errors++;
         } else {
             int rc = get_kv(ch->s, key, &t, &g);
@@ -1030,7 +1030,7 @@ static void test_model_random(void)
             uint64_t cmp = 0;
             if (rnd_next(&r) & 1)
                 cmp = (rnd_next(&r) & 1) && mi->present ? mi->cas : 1 + rnd_next(&r) % next_cas;
-            rc = s->ops->del(s, key, strlen(key), cmp, &t);
+            rc = kura_store_del(s, key, strlen(key), cmp, &t);
             want = live != KURA_LIVE ? KURA_NOTFOUND
                  : cmp && cmp != mi->cas ? KURA_EXISTS : KURA_OK;
             if (mi->present && (live != KURA_LIVE || want == KURA_OK))

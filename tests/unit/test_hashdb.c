@@ -141,54 +141,54 @@ static void test_operations(void)
     CHECK(t_get(s, key, &CLK, &v) == KURA_OK && v.len == 4);
     key[250] = 'k';
     kura_item big = { .key = key, .klen = 251, .val = "x", .vlen = 1 };
-    CHECK(s->ops->put(s, &big, KURA_PUT_ANY, 0, &CLK) == KURA_EINVAL);
+    CHECK(kura_store_put(s, &big, KURA_PUT_ANY, 0, &CLK) == KURA_EINVAL);
     /* too big */
     char *huge = malloc(KURA_ITEM_SIZE_MAX_DEFAULT);
     memset(huge, 'h', KURA_ITEM_SIZE_MAX_DEFAULT);
     kura_item hi = { .key = "huge", .klen = 4, .val = huge, .vlen = KURA_ITEM_SIZE_MAX_DEFAULT };
-    CHECK(s->ops->put(s, &hi, KURA_PUT_ANY, 0, &CLK) == KURA_ETOOBIG);
+    CHECK(kura_store_put(s, &hi, KURA_PUT_ANY, 0, &CLK) == KURA_ETOOBIG);
     hi.vlen = KURA_ITEM_SIZE_MAX_DEFAULT - kura_item_wire_total(4, 0, 0);
-    CHECK(s->ops->put(s, &hi, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(kura_store_put(s, &hi, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     free(huge);
     /* delete */
-    CHECK(s->ops->del(s, "a", 1, 99, &CLK) == KURA_EXISTS);
-    CHECK(s->ops->del(s, "a", 1, 10, &CLK) == KURA_OK);
-    CHECK(s->ops->del(s, "a", 1, 0, &CLK) == KURA_NOTFOUND);
+    CHECK(kura_store_del(s, "a", 1, 99, &CLK) == KURA_EXISTS);
+    CHECK(kura_store_del(s, "a", 1, 10, &CLK) == KURA_OK);
+    CHECK(kura_store_del(s, "a", 1, 0, &CLK) == KURA_NOTFOUND);
     CHECK(t_get(s, "a", &CLK, &v) == KURA_NOTFOUND);
-    CHECK(s->ops->del(s, "b", 1, 0, &CLK) == KURA_OK);
+    CHECK(kura_store_del(s, "b", 1, 0, &CLK) == KURA_OK);
 
     /* update: REPLACE on absent, then on present (parts into the item) */
     upd_arg ua = { .suffix = "-tail", .mode = 0, .ret = 42 };
-    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 42);
+    CHECK(kura_store_update(s, "u", 1, &CLK, upd_fn, &ua) == 42);
     CHECK(!ua.saw);
     CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.len == 5 && v.flags == 7 && v.cas == 555);
     ua.ret = 0;
-    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(kura_store_update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
     CHECK(ua.saw);
     CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.len == 10 &&
           memcmp(v.buf, "-tail-tail", 10) == 0 && v.flags == 8 && v.cas == 655);
     ua.mode = 1;
-    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(kura_store_update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
     CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.exptime == 2000000 && v.cas == 655 &&
           v.flags == 8 && v.len == 10);
     ua.mode = 3;
-    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(kura_store_update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
     CHECK(t_get(s, "u", &CLK, &v) == KURA_OK && v.len == 10);
     ua.mode = 1;
-    CHECK(s->ops->update(s, "none", 4, &CLK, upd_fn, &ua) == 0);   /* touch of nothing */
+    CHECK(kura_store_update(s, "none", 4, &CLK, upd_fn, &ua) == 0);   /* touch of nothing */
     CHECK(t_get(s, "none", &CLK, &v) == KURA_NOTFOUND);
     ua.mode = 2;
-    CHECK(s->ops->update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
+    CHECK(kura_store_update(s, "u", 1, &CLK, upd_fn, &ua) == 0);
     CHECK(t_get(s, "u", &CLK, &v) == KURA_NOTFOUND);
     /* update that grows past -I */
     char *blob = malloc(600000);
     memset(blob, 'b', 600000);
     kura_item bi = { .key = "g", .klen = 1, .val = blob, .vlen = 600000 };
-    CHECK(s->ops->put(s, &bi, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(kura_store_put(s, &bi, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     upd_arg ug = { .suffix = "", .mode = 0 };
     ug.suffix = blob;   /* appends 600000 more: too big */
     blob[599999] = '\0';
-    CHECK(s->ops->update(s, "g", 1, &CLK, upd_fn, &ug) == KURA_ETOOBIG);
+    CHECK(kura_store_update(s, "g", 1, &CLK, upd_fn, &ug) == KURA_ETOOBIG);
     CHECK(t_get(s, "g", &CLK, &v) == KURA_OK);
     free(blob);
 
@@ -237,7 +237,7 @@ static void test_liveness_and_sweep(void)
     /* add and replace treat the dead as absent */
     CHECK(t_put(s, "k2", "new", 0, 0, 300, KURA_PUT_ABSENT, 0, &c) == KURA_OK);
     CHECK(t_put(s, "k3", "new", 0, 0, 301, KURA_PUT_PRESENT, 0, &c) == KURA_NOTFOUND);
-    CHECK(s->ops->del(s, "k4", 2, 0, &c) == KURA_NOTFOUND);
+    CHECK(kura_store_del(s, "k4", 2, 0, &c) == KURA_NOTFOUND);
     /* flush watermark: everything with cas below 160 is flushed */
     c.oldest_cas = 160;
     CHECK(t_get(s, "k55", &c, &v) == KURA_FLUSHED);
@@ -263,7 +263,7 @@ static void test_liveness_and_sweep(void)
     kura_store_close(s);
 }
 
-/* Unconditional puts append before they look their key up (hashdb_put):
+/* Unconditional puts append before they look their key up (hashdb_rmw):
  * overwrites of live, expired and flagged items, and new keys, must count
  * as the same data written once does: items, memcached's bytes, the
  * segments' live bytes (after a reopen too), the reclaimed count, and
@@ -350,7 +350,7 @@ static void test_persistence(void)
     for (int i = 0; i < 1000; i += 10) {
         char k[32];
         snprintf(k, sizeof(k), "key:%d", i);
-        CHECK(s->ops->del(s, k, strlen(k), 0, &CLK) == KURA_OK);
+        CHECK(kura_store_del(s, k, strlen(k), 0, &CLK) == KURA_OK);
     }
     kura_store_state st = { .max_cas = 5000, .oldest_cas = 3, .flush_at = 1234567 };
     CHECK(s->ops->save_state(s, &st) == KURA_OK);
@@ -445,7 +445,7 @@ static void test_index_churn(void)
         char key[32];
         snprintf(key, sizeof(key), "churn%d", k);
         if (present[k]) {
-            bad += s->ops->del(s, key, strlen(key), 0, &CLK) != KURA_OK;
+            bad += kura_store_del(s, key, strlen(key), 0, &CLK) != KURA_OK;
             present[k] = false;
         } else {
             bad += t_put(s, key, key, 0, 0, 1, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
@@ -626,7 +626,7 @@ static void *write_big(void *arg)
     big_writer *w = arg;
     kura_item it = { .key = w->key, .klen = strlen(w->key), .val = w->val, .vlen = w->len,
                      .cas = 77 };
-    w->rc = w->s->ops->put(w->s, &it, KURA_PUT_ANY, 0, &CLK);
+    w->rc = kura_store_put(w->s, &it, KURA_PUT_ANY, 0, &CLK);
     pthread_mutex_lock(&w->g->mu);
     w->g->writer_done = true;
     pthread_cond_broadcast(&w->g->cv);
@@ -702,7 +702,7 @@ static void test_big_value(void)
     for (size_t i = 0; i < n; i++)
         b[i] = (unsigned char)(i * 31);
     kura_item it = { .key = "big", .klen = 3, .val = b, .vlen = n, .cas = 1 };
-    CHECK(s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    CHECK(kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     CHECK(t_put(s, "small", "v", 0, 0, 2, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     free(b);
     kura_store_close(s);
@@ -823,7 +823,7 @@ static void test_hash_flooding(void)
     int bad = 0;
     for (int i = 0; i < N; i++) {
         kura_item it = { .key = keys[i], .klen = 8, .val = "v", .vlen = 1, .cas = 1 };
-        bad += s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
+        bad += kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
     }
     CHECK_EQ_INT(bad, 0);
     size_t probe = hashdb_debug_probe_max(s);
@@ -1125,7 +1125,7 @@ static void test_live_bytes_reopen(void)
         CHECK(t_put(s, k, "a longer value than the key", 0, 0, N + 1 + (uint64_t)i,
                     KURA_PUT_ANY, 0, &CLK) == KURA_OK);
         snprintf(k, sizeof(k), "lb:%d", i * 7 + 3);
-        CHECK(s->ops->del(s, k, strlen(k), 0, &CLK) == KURA_OK);
+        CHECK(kura_store_del(s, k, strlen(k), 0, &CLK) == KURA_OK);
         snprintf(k, sizeof(k), "lb:new:%d", i);
         CHECK(t_put(s, k, k, 0, 0, 2 * N + 1 + (uint64_t)i, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     }

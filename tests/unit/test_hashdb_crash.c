@@ -120,14 +120,14 @@ static int m_step(model *m, kura_store *s)
         if (s) {
             kura_item ki = { .key = key, .klen = strlen(key), .val = val, .vlen = len,
                              .flags = flags, .exptime = exptime, .cas = cas };
-            got = s->ops->put(s, &ki, cond, cmp, &m->clk);
+            got = kura_store_put(s, &ki, cond, cmp, &m->clk);
         }
         store_it = want == KURA_OK;
     } else if (kind <= 7) {
         uint64_t cmp = kind == 6 ? 0 : rnd(m) % 2 ? it->cas : it->cas + 1;
         want = !live ? KURA_NOTFOUND : cmp && cmp != it->cas ? KURA_EXISTS : KURA_OK;
         if (s)
-            got = s->ops->del(s, key, strlen(key), cmp, &m->clk);
+            got = kura_store_del(s, key, strlen(key), cmp, &m->clk);
         if (want == KURA_OK || !live)
             it->present = false;
     } else if (kind <= 10) {
@@ -135,7 +135,7 @@ static int m_step(model *m, kura_store *s)
             len = 0;
         m_upd u = { m, kind - 8, val, len, exptime, cas };
         if (s)
-            got = s->ops->update(s, key, strlen(key), &m->clk, m_upd_fn, &u);
+            got = kura_store_update(s, key, strlen(key), &m->clk, m_upd_fn, &u);
         if (kind == 8) {
             if (!live)
                 it->len = 0;
@@ -771,13 +771,13 @@ static void test_salvage_past_fake_heads(void)
         h[14] = 1;
     }
     kura_item it = { .key = "fake", .klen = 4, .val = v, .vlen = fake_len, .cas = 2 };
-    REQUIRE(s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    REQUIRE(kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     for (int i = 0; i < 10; i++) {
         snprintf(key, sizeof(key), "b%d", i);
         memset(bv, 'a' + i, big);
         kura_item b = { .key = key, .klen = strlen(key), .val = bv, .vlen = big,
                         .flags = (uint32_t)i, .cas = 10 + (uint64_t)i };
-        REQUIRE(s->ops->put(s, &b, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+        REQUIRE(kura_store_put(s, &b, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     }
     REQUIRE(s->ops->sync(s) == KURA_OK);
     REQUIRE(t_copy_dir(dir, img) == 0);
@@ -1023,7 +1023,7 @@ static void disk_full(const char *params, const char *name)
                 break;
         }
         /* a delete needs a record too: refused, the item stays */
-        if (s->ops->del(s, "f0", 2, 0, &CLK) != KURA_ENOSPC || t_get(s, "f0", &CLK, &v) != KURA_OK)
+        if (kura_store_del(s, "f0", 2, 0, &CLK) != KURA_ENOSPC || t_get(s, "f0", &CLK, &v) != KURA_OK)
             _exit(17);
         /* space returns */
         if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
@@ -1136,7 +1136,7 @@ static void test_big_record_fails_in_mapped_segment(void)
         static char big[300 * 1024];
         memset(big, 'B', sizeof(big));
         kura_item it = { .key = "big", .klen = 3, .val = big, .vlen = sizeof(big), .cas = 1 };
-        if (s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_ENOSPC)
+        if (kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_ENOSPC)
             _exit(12);
         for (int i = 0; i < 100; i++) {
             char k[16];

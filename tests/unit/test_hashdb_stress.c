@@ -74,7 +74,7 @@ static void test_compaction_bounded(void)
     for (int k = 0; k < 100; k += 2) {
         char key[32];
         snprintf(key, sizeof(key), "ow%d", 1000 + k);
-        CHECK(s->ops->del(s, key, strlen(key), 0, &CLK) == KURA_OK);
+        CHECK(kura_store_del(s, key, strlen(key), 0, &CLK) == KURA_OK);
     }
     kura_clock later = CLK;
     later.now += 10;
@@ -234,17 +234,17 @@ static void *worker(void *p)
                 n += kl + 1;
             }
             kura_item it = { .key = key, .klen = kl, .val = val, .vlen = n, .cas = (uint64_t)i };
-            rc = a->s->ops->put(a->s, &it, KURA_PUT_ANY, 0, &CLK);
+            rc = kura_store_put(a->s, &it, KURA_PUT_ANY, 0, &CLK);
         } else if (op < 8) {
             rc = a->s->ops->get(a->s, key, kl, &CLK, whole_fn, &a->torn);
             if (rc == KURA_NOTFOUND)
                 rc = 0;
         } else if (op == 8) {
-            rc = a->s->ops->del(a->s, key, kl, 0, &CLK);
+            rc = kura_store_del(a->s, key, kl, 0, &CLK);
             if (rc == KURA_NOTFOUND)
                 rc = 0;
         } else {
-            rc = a->s->ops->update(a->s, "counter", 7, &CLK, incr_fn, buf);
+            rc = kura_store_update(a->s, "counter", 7, &CLK, incr_fn, buf);
             a->ops++;
         }
         if (rc)

@@ -72,7 +72,7 @@ static int got_cb(void *arg, const kura_item *it)
 static int put_kv(kura_store *s, const char *k, const void *v, size_t n, uint32_t flags)
 {
     kura_item it = { .key = k, .klen = strlen(k), .val = v, .vlen = n, .flags = flags };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 static kura_store *zopen(const char *p, const char *params)
@@ -298,7 +298,7 @@ static void test_compaction_keeps_them(void)
     for (int i = 0; i < ZN; i += 2) {                   /* half of them dead */
         char k[32];
         snprintf(k, sizeof(k), "z%04d", i);
-        fails += s->ops->del(s, k, strlen(k), 0, &CLK) != KURA_OK;
+        fails += kura_store_del(s, k, strlen(k), 0, &CLK) != KURA_OK;
     }
     CHECK_EQ_INT(fails, 0);
     uint64_t live = t_stat(s, "hash_live_bytes");
@@ -396,10 +396,10 @@ static void test_update_paths(void)
     CHECK(put_kv(s, "k", v, 30000, 3) == KURA_OK);
     CHECK_EQ_INT(t_stat(s, "hash_zcomp_records"), 1);
     uint64_t live = t_stat(s, "hash_live_bytes");
-    CHECK(s->ops->update(s, "k", 1, &CLK, touch_cb, NULL) == KURA_OK);
+    CHECK(kura_store_update(s, "k", 1, &CLK, touch_cb, NULL) == KURA_OK);
     CHECK_EQ_INT(t_stat(s, "hash_zcomp_records"), 1);       /* not compressed again */
     CHECK(t_stat(s, "hash_live_bytes") < live + 16);
-    CHECK(s->ops->update(s, "k", 1, &CLK, append_cb, "tail") == KURA_OK);
+    CHECK(kura_store_update(s, "k", 1, &CLK, append_cb, "tail") == KURA_OK);
     CHECK_EQ_INT(t_stat(s, "hash_zcomp_records"), 2);
     memcpy(v + 30000, "tail", 4);
     got g = { 0 };

@@ -314,14 +314,14 @@ static int wl_write(wl *w, int key, bool del)
     size_t id = k->n + 1;
     int rc;
     if (del) {
-        rc = w->s->ops->del(w->s, name, strlen(name), 0, &m->clk);
+        rc = kura_store_del(w->s, name, strlen(name), 0, &m->clk);
         if (rc == KURA_NOTFOUND && (!live || w->fail_rc))
             return rc;
     } else {
         make_value(key, id, len, val);
         kura_item it = { .key = name, .klen = strlen(name), .val = (const char *)val,
                          .vlen = len, .cas = ++m->cas };
-        rc = w->s->ops->put(w->s, &it, KURA_PUT_ANY, 0, &m->clk);
+        rc = kura_store_put(w->s, &it, KURA_PUT_ANY, 0, &m->clk);
     }
     ver *v = m_add(m, key, del, len, t0);
     if (rc == KURA_OK) {

@@ -99,7 +99,7 @@ static int put_kv(kura_store *s, const char *key, size_t klen, const void *val, 
 {
     kura_item it = { .key = key, .klen = klen, .val = val, .vlen = vlen, .flags = flags,
                      .exptime = exptime, .cas = cas };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 /* ---- fields, sizes, restart ------------------------------------------------ */
@@ -291,7 +291,7 @@ static void test_model_with_restarts(void)
                 m[i] = (mval){ .live = true, .len = len, .flags = (uint32_t)r, .seed = r,
                                .cas = cas };
             } else if (x < 85) {
-                int rc = s->ops->del(s, k, kl, 0, &CLK);
+                int rc = kura_store_del(s, k, kl, 0, &CLK);
                 CHECK_EQ_INT(rc, m[i].live ? KURA_OK : KURA_NOTFOUND);
                 m[i].live = false;
             } else if (x < 97) {
@@ -299,7 +299,7 @@ static void test_model_with_restarts(void)
                 unsigned char add[5];
                 fill(add, 5, r + 1);
                 upd_arg a = { .add = add, .alen = 5, .cas = ++cas };
-                int rc = s->ops->update(s, k, kl, &CLK, upd_cb, &a);
+                int rc = kura_store_update(s, k, kl, &CLK, upd_cb, &a);
                 CHECK_EQ_INT(rc, m[i].live ? KURA_OK : KURA_NOTFOUND);
                 if (m[i].live) {
                     /* the model's value: regenerate, append, keep as a fresh seed */
@@ -314,7 +314,7 @@ static void test_model_with_restarts(void)
                 }
             } else if (x < 99) {
                 upd_arg a = { .remove = true };
-                CHECK_EQ_INT(s->ops->update(s, k, kl, &CLK, upd_cb, &a),
+                CHECK_EQ_INT(kura_store_update(s, k, kl, &CLK, upd_cb, &a),
                              m[i].live ? KURA_OK : KURA_NOTFOUND);
                 m[i].live = false;
             } else {
@@ -380,7 +380,7 @@ static void test_splits_and_merges_at_every_level(void)
         memset(k, 'k', 250);
         snprintf(k, 250, "%08d", order[n]);
         k[8] = 'k';
-        int rc = s->ops->del(s, k, 250, 0, &CLK);
+        int rc = kura_store_del(s, k, 250, 0, &CLK);
         if (rc != KURA_OK)
             printf("# delete %d (key %d): %s\n", n, order[n], kura_strerror(rc));
         REQUIRE(rc == KURA_OK);
@@ -446,7 +446,7 @@ static void test_kill9_every_sync_mode(void)
                     _exit(4);
                 if (i % 7 == 0 && i > 0) {
                     kl = snprintf(k, sizeof(k), "key%d", i - 1);
-                    if (s->ops->del(s, k, (size_t)kl, 0, &CLK) != KURA_OK)
+                    if (kura_store_del(s, k, (size_t)kl, 0, &CLK) != KURA_OK)
                         _exit(5);
                 }
             }
@@ -580,7 +580,7 @@ static void test_disk_full(void)
     /* changes refused, small or large, nothing changed; reads go on */
     CHECK_EQ_INT(put_kv(s, "f1", 2, "new", 3, 0, 0, 2), KURA_ENOSPC);
     CHECK_EQ_INT(put_kv(s, "fbig", 4, big, sizeof(big), 0, 0, 2), KURA_ENOSPC);
-    CHECK_EQ_INT(s->ops->del(s, "f2", 2, 0, &CLK), KURA_ENOSPC);
+    CHECK_EQ_INT(kura_store_del(s, "f2", 2, 0, &CLK), KURA_ENOSPC);
     CHECK(btree_debug_checkpoint(s) == KURA_ENOSPC);
     got g = { 0 };
     CHECK_EQ_INT(s->ops->get(s, "f1", 2, &CLK, got_cb, &g), KURA_OK);
@@ -711,7 +711,7 @@ static void *worker_main(void *arg)
                 g.len != len || (len && memcmp(g.buf, v, len) != 0))
                 w->bad++;
             free(g.buf);
-            if (i % 7 == 0 && w->s->ops->del(w->s, k, (size_t)kl, 0, &CLK) != KURA_OK)
+            if (i % 7 == 0 && kura_store_del(w->s, k, (size_t)kl, 0, &CLK) != KURA_OK)
                 w->bad++;
         }
     }
@@ -932,7 +932,7 @@ static void test_zcomp_round_trip_restart(void)
             REQUIRE(put_kv(s, k, (size_t)kl, v, len, (uint32_t)i, 0, (uint64_t)i + 1) == KURA_OK);
         }
         REQUIRE(put_kv(s, "gone", 4, v, 50000, 0, 0, 1) == KURA_OK);
-        REQUIRE(s->ops->del(s, "gone", 4, 0, &CLK) == KURA_OK);
+        REQUIRE(kura_store_del(s, "gone", 4, 0, &CLK) == KURA_OK);
         int bad;
         CHECK_EQ_INT(zcheck_all(s, ZN, &bad), 0);
         CHECK_EQ_INT(check_tree(s), 0);
@@ -1068,7 +1068,7 @@ static void test_zcomp_update_paths(void)
     zval(v, 20000, 7, true);
     REQUIRE(put_kv(s, "a", 1, v, 20000, 3, 0, 1) == KURA_OK);
     off_t before = file_size(p);
-    CHECK_EQ_INT(s->ops->update(s, "a", 1, &CLK, touch_cb, NULL), KURA_OK);
+    CHECK_EQ_INT(kura_store_update(s, "a", 1, &CLK, touch_cb, NULL), KURA_OK);
     got g = { 0 };
     CHECK_EQ_INT(s->ops->get(s, "a", 1, &CLK, got_cb, &g), KURA_OK);
     CHECK(g.len == 20000 && memcmp(g.buf, v, 20000) == 0);
@@ -1078,7 +1078,7 @@ static void test_zcomp_update_paths(void)
     for (int i = 0; i < 10; i++)
         memcpy(v + 20000 + 10 * i, "0123456789", 10);
     for (int i = 0; i < 10; i++)
-        CHECK_EQ_INT(s->ops->update(s, "a", 1, &CLK, upd_cb, &ua), KURA_OK);
+        CHECK_EQ_INT(kura_store_update(s, "a", 1, &CLK, upd_cb, &ua), KURA_OK);
     CHECK_EQ_INT(check_tree(s), 0);
     kura_store_close(s);
     s = open_tree(p, NULL, KURA_SYNC_NONE, NULL);
@@ -1241,7 +1241,7 @@ static void test_recover_salvages(void)
         if (!c || btree_debug_checkpoint(c) != KURA_OK)
             _exit(3);
         zval(v, 40, 1, true);
-        if (put_kv(c, "late", 4, v, 40, 0, 0, 100000) || c->ops->del(c, "s00002", 6, 0, &CLK))
+        if (put_kv(c, "late", 4, v, 40, 0, 0, 100000) || kura_store_del(c, "s00002", 6, 0, &CLK))
             _exit(4);
         _exit(0);                       /* no close: the log holds both */
     }
@@ -1494,7 +1494,7 @@ static void test_puts_start_from_the_last_path(void)
         if (i % 7 == 0 || i % 7 == 3)
             continue;
         snprintf(k, sizeof(k), "%08d", i);
-        bad += s->ops->del(s, k, 8, 0, &CLK) != KURA_OK;
+        bad += kura_store_del(s, k, 8, 0, &CLK) != KURA_OK;
     }
     CHECK_EQ_INT(bad, 0);
     CHECK(t_stat(s, "tree_merges") > 0);

@@ -44,14 +44,14 @@ static int put_num(kura_store *s, uint32_t k, uint32_t v)
     snprintf(key, sizeof(key), "%08u", k);
     snprintf(val, sizeof(val), "%08u", v % 100000000u);
     kura_item it = { .key = key, .klen = 8, .val = val, .vlen = 8 };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 static int del_num(kura_store *s, uint32_t k)
 {
     char key[16];
     snprintf(key, sizeof(key), "%08u", k);
-    return s->ops->del(s, key, 8, 0, &CLK);
+    return kura_store_del(s, key, 8, 0, &CLK);
 }
 
 typedef struct want { char v[16]; bool ok; } want;
@@ -261,7 +261,7 @@ static uint64_t log_run(const char *name, int *worst_nseg)
     for (uint32_t i = 1; i <= 40000; i++) {
         snprintf(key, sizeof(key), "log%08u", i * 7919u % 40009u);
         kura_item it = { .key = key, .klen = strlen(key), .val = val, .vlen = sizeof(val) };
-        fails += s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
+        fails += kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK;
         if (i % 4000 == 0) {
             fails += btree_debug_checkpoint(s) != KURA_OK;
             int nseg;

@@ -215,7 +215,7 @@ static void test_two_gets_at_once(void)
     kura_store *s = t_open_tree(tpath("meet"), "#psiz=4096");
     REQUIRE(s);
     kura_item it = { .key = "k00001", .klen = 6, .val = "v", .vlen = 1, .cas = 1 };
-    REQUIRE(s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
+    REQUIRE(kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     int met = two_gets(s, 20.0);
     printf("# shared reads: the two gets %s\n", met == 1 ? "met" : "did not meet");
     CHECK_EQ_INT(met, 1);
@@ -237,7 +237,7 @@ static unsigned char run_a[RUNLEN], run_b[RUNLEN], run_x[RUNLEN];
 static int put_run(kura_store *s, const char *key, const unsigned char *v, uint64_t cas)
 {
     kura_item it = { .key = key, .klen = strlen(key), .val = v, .vlen = RUNLEN, .cas = cas };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 typedef struct reuse {
@@ -362,14 +362,14 @@ static int ck_round(kura_store *s, int v, bool del)
         char key[16];
         int kl = snprintf(key, sizeof(key), "c%05d", k);
         if (del && k % 5 == 0) {
-            if (s->ops->del(s, key, (size_t)kl, 0, &CLK) != KURA_OK)
+            if (kura_store_del(s, key, (size_t)kl, 0, &CLK) != KURA_OK)
                 return -1;
             continue;
         }
         ck_val(buf, k, v);
         kura_item it = { .key = key, .klen = (size_t)kl, .val = buf, .vlen = ck_len(k),
                          .flags = (uint32_t)v, .cas = (uint64_t)(v * NCK + k + 1) };
-        if (s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK)
+        if (kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK) != KURA_OK)
             return -1;
     }
     return 0;
@@ -567,7 +567,7 @@ static int write_op(kura_store *s, int k, int op, unsigned char *buf)
     atomic_store(&hist[k][c], (uint8_t)op);
     int rc;
     if (op == OP_DEL) {
-        rc = s->ops->del(s, key, (size_t)kl, 0, &CLK);
+        rc = kura_store_del(s, key, (size_t)kl, 0, &CLK);
         if (rc == KURA_NOTFOUND)
             rc = KURA_OK;
     } else {
@@ -575,7 +575,7 @@ static int write_op(kura_store *s, int k, int op, unsigned char *buf)
         kura_item it = { .key = key, .klen = (size_t)kl, .val = buf, .vlen = vlen_of(k, c),
                          .flags = (uint32_t)c, .exptime = op == OP_EXPIRED ? 1000 : 0,
                          .cas = (uint64_t)c };
-        rc = s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+        rc = kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
     }
     atomic_store(&pub[k], c);
     return rc;

@@ -88,14 +88,14 @@ static int put_ver(kura_store *s, int key, int ver)
     snprintf(k, sizeof(k), "key-%d", key);
     make_value(key, ver, v);
     kura_item it = { .key = k, .klen = strlen(k), .val = v, .vlen = VLEN };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 static int del_key(kura_store *s, int key)
 {
     char k[32];
     snprintf(k, sizeof(k), "key-%d", key);
-    return s->ops->del(s, k, strlen(k), 0, &CLK);
+    return kura_store_del(s, k, strlen(k), 0, &CLK);
 }
 
 static int touch_fn(void *arg, const kura_item *cur, kura_update *out)
@@ -112,7 +112,7 @@ static int touch_key(kura_store *s, int key, int64_t exptime)
 {
     char k[32];
     snprintf(k, sizeof(k), "key-%d", key);
-    return s->ops->update(s, k, strlen(k), &CLK, touch_fn, &exptime);
+    return kura_store_update(s, k, strlen(k), &CLK, touch_fn, &exptime);
 }
 
 typedef struct got {

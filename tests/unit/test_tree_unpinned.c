@@ -93,7 +93,7 @@ static int put_ver(kura_store *s, int k, uint32_t v)
     vfill(val, k, v);
     kura_item it = { .key = key, .klen = (size_t)kl, .val = val, .vlen = vlen_of(k, v),
                      .cas = (uint64_t)v + 1 };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 typedef struct got {

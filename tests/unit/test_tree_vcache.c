@@ -40,7 +40,7 @@ static const unsigned char *val(int v, size_t n)
 static int put(kura_store *s, const char *key, int v, size_t n, uint64_t cas)
 {
     kura_item it = { .key = key, .klen = strlen(key), .val = val(v, n), .vlen = n, .cas = cas };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 typedef struct got {
@@ -151,10 +151,10 @@ static uint64_t churn(const char *name)
     }
     for (int i = 0; i < 8; i++) {
         snprintf(k, sizeof(k), "a%d", i);
-        CHECK_EQ_INT(s->ops->del(s, k, strlen(k), 0, &CLK), KURA_OK);
+        CHECK_EQ_INT(kura_store_del(s, k, strlen(k), 0, &CLK), KURA_OK);
         CHECK_EQ_INT(get(s, k), -1);
         snprintf(k, sizeof(k), "b%d", i);
-        CHECK_EQ_INT(s->ops->del(s, k, strlen(k), 0, &CLK), KURA_OK);
+        CHECK_EQ_INT(kura_store_del(s, k, strlen(k), 0, &CLK), KURA_OK);
         CHECK_EQ_INT(get(s, k), -1);
     }
     uint64_t left = t_stat(s, "tree_value_cache_bytes");

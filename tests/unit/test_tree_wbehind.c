@@ -30,7 +30,7 @@ static int put(kura_store *s, const char *key, size_t n)
     static unsigned char v[20000];
     memset(v, key[0], sizeof(v));
     kura_item it = { .key = key, .klen = strlen(key), .val = v, .vlen = n };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 /* Twenty 20 KB sets, then small ones past #ckpt=64k; returns the store

@@ -98,7 +98,7 @@ static int put(kura_store *s, int i, int gen, bool random)
     unsigned char v[160];
     size_t kl = key_of(i, k), vl = val_of(i, gen, random, v);
     kura_item it = { .key = k, .klen = kl, .val = v, .vlen = vl, .cas = (uint64_t)gen + 1 };
-    return s->ops->put(s, &it, KURA_PUT_ANY, 0, &CLK);
+    return kura_store_put(s, &it, KURA_PUT_ANY, 0, &CLK);
 }
 
 /* 0 if key i holds generation gen (gen < 0: absent); else why */
@@ -208,7 +208,7 @@ static void test_pz_every_codec_every_level(void)
             if (i % 50 != 7) {
                 char k[32];
                 size_t kl = key_of(i, k);
-                REQUIRE(s->ops->del(s, k, kl, 0, &CLK) == KURA_OK);
+                REQUIRE(kura_store_del(s, k, kl, 0, &CLK) == KURA_OK);
                 gen_of[i] = -1;
             }
         CHECK(t_stat(s, "tree_merges") > merges + 50);

@@ -10,9 +10,17 @@
  *  - a value over -I is answered before its body arrives, and the body is
  *    consumed without being asked for (need stays 0);
  *  - setmst calls the server's hook with what the client sent, answers
- *    its outcome, and answers failure when there is no hook.
- * Each fails if its bound or hook goes.
+ *    its outcome, and answers failure when there is no hook;
+ *  - addint from several threads at once on one key (the cache, the hash
+ *    file): every request succeeds, the record ends at the exact sum and
+ *    each request made one change and no read outside the key's lock (the
+ *    read-then-cas addint used to make, retried, fails this), the threads'
+ *    replies showing that they interleaved; negative check: that
+ *    read-then-cas, one try, loses races under the same load.
+ * Each fails if its bound, hook or atomicity goes.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +37,14 @@ typedef struct tt_harness {
     kura_buf out;
 } tt_harness;
 
-static void open_tt(tt_harness *h)
+static void open_tt_db(tt_harness *h, const char *dbname)
 {
     memset(h, 0, sizeof(*h));
     kura_store_config cfg = { .mem_limit = 64 << 20, .item_size_max = 64 << 10 };
     kura_store *st;
     char err[256];
     kura_engine_config ecfg = { .item_size_max = 64 << 10 };
-    if (kura_store_open("*", &cfg, &st, err, sizeof(err)) != KURA_OK ||
+    if (kura_store_open(dbname, &cfg, &st, err, sizeof(err)) != KURA_OK ||
         engine_open(&h->engine, st, &ecfg) != KURA_OK)
         abort();
     h->info.nthreads = 1;
@@ -44,6 +52,11 @@ static void open_tt(tt_harness *h)
     kura_session_config sc = { .engine = h->engine, .stats = &h->stats[0], .server = &h->info };
     if (!(h->s = kura_session_new(&sc)))
         abort();
+}
+
+static void open_tt(tt_harness *h)
+{
+    open_tt_db(h, "*");
 }
 
 static void close_tt(tt_harness *h)
@@ -245,6 +258,159 @@ static void test_setmst_hook(void)
     close_tt(&h);
 }
 
+/* ---- addint from many threads ------------------------------------------------ */
+
+enum { ADDERS = 4, ADDS_EACH = 4000 };
+
+typedef struct adder {
+    kura_engine *engine;
+    kura_session *s;
+    kura_thread_stats stats;            /* the session's */
+    pthread_barrier_t *start;
+    bool old_way;               /* the negative check: read, then cas once */
+    int failed;                 /* addint replies other than success */
+    int jumps;                  /* sums past this thread's last by more than its add */
+    int lost;                   /* old way: cas refused */
+} adder;
+
+static int copy4(void *arg, const kura_item *it)
+{
+    if (it->vlen == 4)
+        memcpy(arg, it->val, 4);
+    return 0;
+}
+
+/* What addint did before engine_modify: read the record, store the sum
+ * with its cas; a change in between refuses the store (then retried). */
+static void add_old_way(adder *a, kura_thread_stats *ts)
+{
+    unsigned char v[4] = { 0 };
+    uint64_t cas = 0;
+    engine_item_info info;
+    int rc = engine_get(a->engine, ts, "old", 3, NULL, copy4, v, &info);
+    cas = rc == KURA_OK ? info.cas : 0;
+    uint32_t n = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 |
+                 (uint32_t)v[3] << 24;
+    n++;
+    sched_yield();              /* a client's round trip: others run meanwhile */
+    unsigned char w[4] = { (unsigned char)n, (unsigned char)(n >> 8),
+                           (unsigned char)(n >> 16), (unsigned char)(n >> 24) };
+    kura_item it = { .key = "old", .klen = 3, .val = w, .vlen = 4 };
+    engine_store_opts o = { .cas_in = cas };
+    rc = engine_store(a->engine, ts, cas ? KURA_CMD_CAS : KURA_CMD_ADD, &it, &o, NULL);
+    if (rc != KURA_STORED)
+        a->lost++;
+}
+
+static void *adder_run(void *arg)
+{
+    adder *a = arg;
+    kura_thread_stats ts;
+    memset(&ts, 0, sizeof(ts));
+    kura_buf req = { 0 }, out = { 0 };
+    KURA_BUF_LIT(&req, "\xc8\x60");
+    be32(&req, 3);
+    be32(&req, 1);
+    KURA_BUF_LIT(&req, "sum");
+    uint32_t last = 0;
+    pthread_barrier_wait(a->start);
+    for (int i = 0; i < ADDS_EACH; i++) {
+        if (a->old_way) {
+            add_old_way(a, &ts);
+            continue;
+        }
+        out.len = 0;
+        size_t used = kura_session_process(a->s, req.data, req.len, &out);
+        if (used != req.len || out.len != 5 || out.data[0] != 0) {
+            a->failed++;
+            continue;
+        }
+        uint32_t sum = tt_be32(out.data + 1);
+        if (i > 0 && sum != last + 1)
+            a->jumps++;
+        last = sum;
+        sched_yield();          /* a client's round trip: others run meanwhile */
+    }
+    kura_buf_free(&req);
+    kura_buf_free(&out);
+    return NULL;
+}
+
+/* Runs ADDERS threads of addint (or of the old way) on one engine. */
+static void run_adders(tt_harness *h, bool old_way, adder *ad)
+{
+    pthread_t t[ADDERS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, ADDERS);
+    for (int i = 0; i < ADDERS; i++) {
+        ad[i] = (adder){ .engine = h->engine, .start = &start, .old_way = old_way };
+        kura_session_config sc = { .engine = h->engine, .stats = &ad[i].stats,
+                                   .server = &h->info };
+        ad[i].s = kura_session_new(&sc);
+        if (!ad[i].s || pthread_create(&t[i], NULL, adder_run, &ad[i]) != 0)
+            abort();
+    }
+    for (int i = 0; i < ADDERS; i++) {
+        pthread_join(t[i], NULL);
+        kura_session_free(ad[i].s);
+    }
+    pthread_barrier_destroy(&start);
+}
+
+static void addint_race(const char *dbname)
+{
+    tt_harness h;
+    open_tt_db(&h, dbname);
+    adder ad[ADDERS];
+    kura_stats_totals st = { 0 };
+    int failed = 0, jumps = 0, rounds = 0;
+    /* until the replies show the threads interleaved (a few rounds at
+     * most: threads that run one after another prove nothing) */
+    while (rounds < 20 && !jumps) {
+        run_adders(&h, false, ad);
+        rounds++;
+        for (int i = 0; i < ADDERS; i++) {
+            failed += ad[i].failed;
+            jumps += ad[i].jumps;
+            kura_stats_accumulate(&st, &ad[i].stats);
+        }
+    }
+    CHECK_EQ_INT(failed, 0);                                /* never fails */
+    CHECK(jumps > 0);                                       /* the threads did race */
+    /* one store call a request: no read outside the key's lock, no retry
+     * (the read-then-cas counted a get and a set a try) */
+    CHECK_EQ_INT(st.cmd_get, 0);
+    CHECK_EQ_INT(st.cmd_set, rounds * ADDERS * ADDS_EACH);
+    unsigned char v[4] = { 0 };
+    CHECK_EQ_INT(engine_get(h.engine, &h.stats[0], "sum", 3, NULL, copy4, v, NULL), KURA_OK);
+    uint32_t sum = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 |
+                   (uint32_t)v[3] << 24;
+    CHECK_EQ_INT(sum, rounds * ADDERS * ADDS_EACH);         /* no add lost */
+
+    /* negative: the same load read-then-cas, one try: refusals (a few
+     * rounds at most, as threads that happen to run one after another
+     * lose nothing) */
+    int lost = 0;
+    for (int round = 0; round < 20 && !lost; round++) {
+        run_adders(&h, true, ad);
+        for (int i = 0; i < ADDERS; i++)
+            lost += ad[i].lost;
+    }
+    CHECK(lost > 0);
+    close_tt(&h);
+}
+
+static void test_addint_concurrent(void)
+{
+    addint_race("*");
+    char dir[] = "/tmp/kura-test-tt-XXXXXX", db[64], rm[96];
+    REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(db, sizeof(db), "%s/x.kh", dir);
+    addint_race(db);
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    CHECK_EQ_INT(system(rm), 0);
+}
+
 int main(void)
 {
     RUN(test_pipeline_bounded);
@@ -252,5 +418,6 @@ int main(void)
     RUN(test_walks_capped);
     RUN(test_big_value_not_buffered);
     RUN(test_setmst_hook);
+    RUN(test_addint_concurrent);
     UNIT_DONE();
 }

@@ -19,11 +19,14 @@
  *
  * Memory accounting.  One atomic counter (cc_mem_used) holds the bytes the
  * cache has allocated, counted as malloc allocates them: every item at its
- * glibc chunk size, every bucket array at its size.  A put reserves its
+ * glibc chunk size, every bucket array at its size.  A set reserves its
  * item's bytes first and, if that passes the limit, evicts (dead items near
  * a stripe's LRU tail first, then the tail itself; its own stripe first,
  * then the others round-robin; one stripe lock at a time) until it fits, and
- * only then allocates.  So the cache's heap stays at the limit, and process
+ * only then allocates; any other new version (add, replace, cas, append,
+ * incr) is allocated once decided, under its stripe's lock, and evicts
+ * after, passing the limit by that item for a moment.  So the cache's heap
+ * stays at the limit, and process
  * memory is the limit plus a fixed overhead:
  *   - this file's fixed structures: the store and 256 cache-line-aligned
  *     stripes, about 32 KiB;
@@ -143,7 +146,6 @@ typedef struct cache {
     uint32_t cc_first_per;              /* buckets a stripe in it */
     uint64_t cc_limit;                  /* bytes */
     uint64_t cc_stripe_cap;             /* #capcnt: items per stripe (0 = no cap) */
-    size_t cc_item_max;                 /* -I, 0 = none */
     alignas(64) _Atomic uint64_t cc_mem_used;
     alignas(64) atomic_uint cc_evict_cursor;
     pthread_mutex_t cc_sweep_lock;      /* guards the two cursor fields */
@@ -473,37 +475,38 @@ static inline uint32_t do_cache_want_grow(cache_stripe *st)
     return (uint32_t)n;
 }
 
-static int cache_check_key(const char *key, size_t klen)
-{
-    return (key && klen >= 1 && klen <= KURA_KEY_MAX) ? KURA_OK : KURA_EINVAL;
-}
-
-/* Checks a new item's size: KURA_ETOOBIG past -I (or 32 bits), KURA_ENOMEM
- * past the whole memory limit. */
+/* Checks what storing a value of vlen bytes takes: KURA_ETOOBIG past 32
+ * bits, KURA_ENOMEM past the whole memory limit.  (-I is the
+ * interpreter's, store/update.c.) */
 static int cache_check_size(const cache *c, size_t klen, size_t vlen)
 {
     if (vlen > UINT32_MAX - CACHE_ITEM_HDR - KURA_KEY_MAX)
-        return KURA_ETOOBIG;
-    if (c->cc_item_max && kura_item_wire_total(klen, vlen, 0) > c->cc_item_max)
         return KURA_ETOOBIG;
     if (cache_item_charge(klen, vlen) > c->cc_limit)
         return KURA_ENOMEM;
     return KURA_OK;
 }
 
-/* Checks a put's condition against the live item (or NULL). */
-static inline int cache_put_cond(const cache_item *cur, int cond, uint64_t cmp_cas)
+/* A new item's block with the key, and the value's v0 and v1 copied in;
+ * cas, flags and exptime are set by the caller.  NULL: out of memory. */
+static cache_item *cache_item_new(const char *key, size_t klen, uint32_t hash,
+                                  const void *v0, size_t l0, const void *v1, size_t l1,
+                                  const kura_clock *clk)
 {
-    switch (cond) {
-    case KURA_PUT_ABSENT:
-        return cur ? KURA_EXISTS : KURA_OK;
-    case KURA_PUT_PRESENT:
-        return cur ? KURA_OK : KURA_NOTFOUND;
-    case KURA_PUT_CAS:
-        return !cur ? KURA_NOTFOUND : cur->ci_cas != cmp_cas ? KURA_EXISTS : KURA_OK;
-    default:
-        return KURA_OK;
-    }
+    cache_item *ni = malloc(CACHE_ITEM_HDR + klen + l0 + l1);
+    if (!ni)
+        return NULL;
+    ni->ci_hash = hash;
+    ni->ci_vlen = (uint32_t)(l0 + l1);
+    ni->ci_atime = (uint32_t)clk->now;
+    ni->ci_klen = (uint8_t)klen;
+    ni->ci_bits = 0;
+    memcpy(ni->ci_data, key, klen);
+    if (l0)
+        memcpy(ni->ci_data + klen, v0, l0);
+    if (l1)
+        memcpy(ni->ci_data + klen + l0, v1, l1);
+    return ni;
 }
 
 /* Links a new item where *pp points (replacing the item there, if any, which
@@ -559,7 +562,7 @@ static int cache_get(kura_store *s, const char *key, size_t klen, const kura_clo
     cache_item *dead = NULL, *it;
     int why, rc;
 
-    if (cache_check_key(key, klen))
+    if (!kura_key_ok(key, klen))
         return KURA_NOTFOUND;
     uint32_t hash = cache_hash(key, klen);
     cache_stripe *st = cache_stripe_of(c, hash);
@@ -592,134 +595,45 @@ static int cache_get(kura_store *s, const char *key, size_t klen, const kura_clo
     return rc;
 }
 
-/* put: reserves the item's bytes and evicts to fit before allocating; copies
- * the value outside the lock.  A conditional put checks its condition first
- * so that a failing add/replace/cas neither allocates nor evicts. */
-static int cache_put(kura_store *s, const kura_item *item, int cond, uint64_t cmp_cas,
-                     const kura_clock *clk)
+/* rmw (store.h): the decision sees the live item (or NULL) under the
+ * stripe lock.  A blind put (set) has its item's bytes reserved, room
+ * made (evicting) and its block allocated and filled before the lock, so
+ * the lock is held for the link alone.  Any other REPLACE allocates its
+ * block under the lock, once decided (a failing add, replace or cas
+ * neither allocates nor evicts; parts may point into the current item,
+ * which is freed only after the copy), and evicts to fit after
+ * unlocking, so the limit may be passed by one item for a moment.
+ * TOUCH changes the item in place and counts as a use.  Dead items the
+ * lookup meets are reclaimed whatever the decision. */
+static int cache_rmw(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                     const kura_rmw_hint *hint, kura_update_fn fn, void *arg)
 {
     cache *c = (cache *)s;
-    cache_item *dead = NULL, *old = NULL, *ni = NULL, **pp;
-    size_t klen = item->klen, vlen = item->vlen;
-    uint64_t charge;
-    uint32_t grow = 0;
-    int why, rc;
-
-    if ((rc = cache_check_key(item->key, klen)) != KURA_OK ||
-        (rc = cache_check_size(c, klen, vlen)) != KURA_OK)
-        return rc;
-    if (vlen && !item->val)
-        return KURA_EINVAL;
-    uint32_t hash = cache_hash(item->key, klen);
-    cache_stripe *st = cache_stripe_of(c, hash);
-
-    if (cond != KURA_PUT_ANY) {
-        pthread_mutex_lock(&st->cs_lock);
-        pp = do_cache_lookup(st, hash, item->key, klen, clk, &dead, &why);
-        rc = cache_put_cond(*pp, cond, cmp_cas);
-        pthread_mutex_unlock(&st->cs_lock);
-        cache_free_list(c, dead);
-        dead = NULL;
-        if (rc != KURA_OK)
-            return rc;
-    }
-
-    charge = cache_item_charge(klen, vlen);
-    atomic_fetch_add_explicit(&c->cc_mem_used, charge, memory_order_relaxed);
-    if ((rc = cache_make_room(c, st, clk)) != KURA_OK)
-        goto fail;
-    ni = malloc(CACHE_ITEM_HDR + klen + vlen);
-    if (!ni) {
-        rc = KURA_ENOMEM;
-        goto fail;
-    }
-    ni->ci_cas = item->cas;
-    ni->ci_hash = hash;
-    ni->ci_exptime = cache_exptime_in(item->exptime);
-    ni->ci_flags = item->flags;
-    ni->ci_vlen = (uint32_t)vlen;
-    ni->ci_atime = (uint32_t)clk->now;
-    ni->ci_klen = (uint8_t)klen;
-    ni->ci_bits = 0;
-    memcpy(ni->ci_data, item->key, klen);
-    if (vlen)
-        memcpy(ni->ci_data + klen, item->val, vlen);
-
-    pthread_mutex_lock(&st->cs_lock);
-    pp = do_cache_lookup(st, hash, item->key, klen, clk, &dead, &why);
-    rc = cache_put_cond(*pp, cond, cmp_cas);
-    kura_item stamped = *item;
-    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
-        ni->ci_cas = stamped.cas;
-        old = do_cache_link(st, pp, ni);
-        ni = NULL;
-        do_cache_cap_count(c, st, clk, &dead);
-        grow = do_cache_want_grow(st);
-    }
-    pthread_mutex_unlock(&st->cs_lock);
-
-    cache_free_list(c, cache_list_add(dead, old));
-    if (grow)
-        cache_grow(c, st, grow);
-    if (rc == KURA_OK)
-        return rc;
-fail:
-    free(ni);
-    cache_release(c, charge);
-    return rc;
-}
-
-static int cache_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
-                     const kura_clock *clk)
-{
-    cache *c = (cache *)s;
-    cache_item *dead = NULL, **pp;
-    int why, rc;
-
-    if (cache_check_key(key, klen))
-        return KURA_NOTFOUND;
-    uint32_t hash = cache_hash(key, klen);
-    cache_stripe *st = cache_stripe_of(c, hash);
-
-    pthread_mutex_lock(&st->cs_lock);
-    pp = do_cache_lookup(st, hash, key, klen, clk, &dead, &why);
-    if (!*pp)
-        rc = KURA_NOTFOUND;
-    else if (cmp_cas && (*pp)->ci_cas != cmp_cas)
-        rc = KURA_EXISTS;
-    else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
-        dead = cache_list_add(dead, do_cache_unlink(st, pp));
-    }
-    pthread_mutex_unlock(&st->cs_lock);
-    cache_free_list(c, dead);
-    return rc;
-}
-
-/* update: the callback sees the live item (or NULL) under the stripe lock.
- * REPLACE allocates the new version under the lock (parts may point into
- * the current item, which is freed only after the copy) and evicts to fit
- * after unlocking, so the limit may be passed by one item for a moment.
- * fn must not be NULL.  Returns fn's status, or the store's error
- * (KURA_ETOOBIG, KURA_ENOMEM) when the new version cannot be stored. */
-static int cache_update(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
-                        kura_update_fn fn, void *arg)
-{
-    cache *c = (cache *)s;
-    cache_item *free_list = NULL, *dead = NULL, *cur, **pp;
+    cache_item *free_list = NULL, *dead = NULL, *ni = NULL, *cur, **pp;
+    const kura_item *put = hint->blind ? hint->put : NULL;
     kura_item view;
     kura_update out;
     uint32_t grow = 0;
-    uint64_t reserved = 0;
+    uint64_t charge = 0, reserved = 0;
     int why, rc;
 
-    if (cache_check_key(key, klen))
-        return KURA_EINVAL;
     uint32_t hash = cache_hash(key, klen);
     cache_stripe *st = cache_stripe_of(c, hash);
 
-    memset(&out, 0, sizeof(out));
-    out.action = KURA_UPDATE_KEEP;
+    if (put) {
+        if ((rc = cache_check_size(c, klen, put->vlen)) != KURA_OK)
+            return rc;
+        charge = cache_item_charge(klen, put->vlen);
+        atomic_fetch_add_explicit(&c->cc_mem_used, charge, memory_order_relaxed);
+        if ((rc = cache_make_room(c, st, clk)) != KURA_OK)
+            goto unreserve;
+        if (!(ni = cache_item_new(key, klen, hash, put->val, put->vlen, NULL, 0, clk))) {
+            rc = KURA_ENOMEM;
+            goto unreserve;
+        }
+    }
 
+    memset(&out, 0, sizeof(out));
     pthread_mutex_lock(&st->cs_lock);
     pp = do_cache_lookup(st, hash, key, klen, clk, &dead, &why);
     free_list = cache_list_add(free_list, dead);
@@ -730,31 +644,24 @@ static int cache_update(kura_store *s, const char *key, size_t klen, const kura_
 
     switch (out.action) {
     case KURA_UPDATE_REPLACE: {
-        size_t l0 = out.part[0].base ? out.part[0].len : 0;
-        size_t l1 = out.part[1].base ? out.part[1].len : 0;
-        size_t vlen = l0 + l1;
-        int err = vlen < l0 ? KURA_ETOOBIG : cache_check_size(c, klen, vlen);
-        cache_item *ni = err ? NULL : malloc(CACHE_ITEM_HDR + klen + vlen);
         if (!ni) {
-            rc = err ? err : KURA_ENOMEM;
-            break;
+            size_t l0 = out.part[0].len, l1 = out.part[1].len;
+            int err = cache_check_size(c, klen, l0 + l1);
+            ni = err ? NULL : cache_item_new(key, klen, hash, out.part[0].base, l0,
+                                             out.part[1].base, l1, clk);
+            if (!ni) {
+                rc = err ? err : KURA_ENOMEM;
+                break;
+            }
+            reserved = cache_item_charge(klen, l0 + l1);
+            atomic_fetch_add_explicit(&c->cc_mem_used, reserved, memory_order_relaxed);
         }
-        reserved = cache_item_charge(klen, vlen);
-        atomic_fetch_add_explicit(&c->cc_mem_used, reserved, memory_order_relaxed);
         ni->ci_cas = out.cas;
-        ni->ci_hash = hash;
         ni->ci_exptime = cache_exptime_in(out.exptime);
         ni->ci_flags = out.flags;
-        ni->ci_vlen = (uint32_t)vlen;
-        ni->ci_atime = (uint32_t)clk->now;
-        ni->ci_klen = (uint8_t)klen;
-        ni->ci_bits = 0;
-        memcpy(ni->ci_data, key, klen);
-        if (l0)
-            memcpy(ni->ci_data + klen, out.part[0].base, l0);
-        if (l1)
-            memcpy(ni->ci_data + klen + l0, out.part[1].base, l1);
         free_list = cache_list_add(free_list, do_cache_link(st, pp, ni));
+        ni = NULL;
+        charge = 0;
         do_cache_cap_count(c, st, clk, &free_list);
         grow = do_cache_want_grow(st);
         break;
@@ -784,6 +691,10 @@ static int cache_update(kura_store *s, const char *key, size_t klen, const kura_
         cache_grow(c, st, grow);
     if (reserved)
         cache_make_room(c, st, clk);
+    free(ni);                           /* a put's item not linked */
+unreserve:
+    if (charge)
+        cache_release(c, charge);
     return rc;
 }
 
@@ -976,9 +887,7 @@ static void cache_close(kura_store *s)
 static const kura_store_ops cache_ops = {
     .name = "cache",
     .get = cache_get,
-    .put = cache_put,
-    .del = cache_del,
-    .update = cache_update,
+    .rmw = cache_rmw,
     .parts = CACHE_STRIPES,
     .iterate = cache_iterate,
     .sweep = cache_sweep,
@@ -1051,7 +960,6 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
     c->cc_base.ops = &cache_ops;
     c->cc_limit = limit;
     c->cc_stripe_cap = (cap + CACHE_STRIPES - 1) / CACHE_STRIPES;
-    c->cc_item_max = cfg ? cfg->item_size_max : 0;
     atomic_init(&c->cc_mem_used, 0);
     atomic_init(&c->cc_evict_cursor, 0);
     pthread_mutex_init(&c->cc_sweep_lock, NULL);

@@ -104,16 +104,6 @@ static void note_clock(hashdb *db, const kura_clock *clk)
         atomic_store(&db->clk_seen, true);
 }
 
-static int check_key(const char *key, size_t klen)
-{
-    return key && klen >= 1 && klen <= KURA_KEY_MAX ? KURA_OK : KURA_EINVAL;
-}
-
-static bool too_big(hashdb *db, size_t klen, size_t vlen)
-{
-    return vlen > UINT32_MAX - 1024 || kura_item_wire_total(klen, vlen, 0) > db->cfg.item_size_max;
-}
-
 /* A get that found no entry but passed over a slot of its key's tag
  * whose record cannot be read (hdx_find): nearly surely the key's (28 bits
  * of tag), so an error rather than a miss, logged and counted as
@@ -133,7 +123,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
                       kura_item_fn fn, void *arg)
 {
     hashdb *db = H(s);
-    if (check_key(key, klen))
+    if (!kura_key_ok(key, klen))
         return KURA_NOTFOUND;
     uint64_t h = hd_hash(db, key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
@@ -260,227 +250,193 @@ static hd_ent *lookup(hashdb *db, hd_stripe *st, uint64_t h, const char *key, si
     return e;
 }
 
-static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
-                      const kura_clock *clk)
-{
-    hashdb *db = H(s);
-    if (check_key(it->key, it->klen))
-        return KURA_EINVAL;
-    if (too_big(db, it->klen, it->vlen))
-        return KURA_ETOOBIG;
-    if (db->cfg.read_only)
-        return KURA_EREADONLY;
-    uint64_t h = hd_hash(db, it->key, it->klen);
-    hd_stripe *st = hd_stripe_of(db, h);
-    hdx_prefetch(db, h);        /* loads while the checksum is computed */
-    note_clock(db, clk);
-    /* the value as it will be stored, compressed or not, and its checksum:
-     * both before the lock */
+/* A put's value as it will be stored (compressed or not) and its record
+ * checksum, made before the lock. */
+typedef struct hd_prep {
+    const void *src;                    /* the put's value */
+    size_t srclen;
+    const unsigned char *val;           /* as stored */
+    size_t len;
     hd_zval z;
-    const unsigned char *sval = it->val;
-    size_t slen = it->vlen;
-    hd_zcomp_pack(db, it->val, it->vlen, NULL, 0, &sval, &slen, &z);
-    uint32_t bcrc = crc32c_update(crc32c_update(0, it->key, it->klen), sval, slen);
-    hd_loc loc = { 0 };
-    bool wrote = false;
-    int rc = KURA_OK;
+    uint32_t bcrc;
+} hd_prep;
 
-    hd_ent ev, *e = NULL;
-    int lv = -1;
-    bool live = false;
-    hd_write_lock(st);
-    /* An unconditional put needs nothing of the old entry before its
-     * append: it appends first and looks the key up after, so the append's
-     * work overlaps the slot line's cache miss that hdx_prefetch started
-     * (the lookup's miss was a third of a put; docs/design.md).  Room for a
-     * new slot is made first, whether the key has one or not (a table may
-     * so grow one put early); where it cannot be made, the lookup comes
-     * first and decides, as for the conditional puts. */
-    bool lookup_after = cond == KURA_PUT_ANY && hdx_room(st);
-    if (!lookup_after) {
-        e = lookup(db, st, h, it->key, it->klen, clk, &ev, &lv);
-        live = lv == KURA_LIVE;
-        rc = kura_put_cond_check(cond, live, e ? e->cas : 0, cmp_cas);
-        if (rc)
-            goto out;
-        if ((rc = entry_room(st, e)) != KURA_OK)
-            goto out;
+/* A version appended: what its slot will say. */
+typedef struct hd_ver {
+    hd_zval z;
+    size_t len;                         /* bytes stored */
+    uint32_t flags;
+} hd_ver;
+
+/* Appends the new version out asks for: REPLACE, or TOUCH of the live
+ * item cur read as record rec (its value kept as stored).  prep: a put's
+ * value made before the lock, used when out writes exactly it.  Stripe
+ * write lock held. */
+static int do_append_version(hashdb *db, hd_stripe *st, const char *key, size_t klen,
+                             const kura_update *out, const kura_item *cur,
+                             const unsigned char *rec, const hd_rec *r, const hd_prep *prep,
+                             hd_loc *loc, hd_ver *v)
+{
+    const void *v0 = out->part[0].base, *v1 = out->part[1].base;
+    size_t l0 = out->part[0].len, l1 = out->part[1].len;
+    uint64_t cas = out->cas;
+    uint32_t bcrc;
+    v->flags = out->flags;
+    v->z = (hd_zval){ 0, 0 };
+    if (out->action == KURA_UPDATE_TOUCH) {
+        /* the value as stored: a compressed one stays so, unopened */
+        v0 = rec + r->hlen + klen;
+        l0 = r->vlen;
+        v1 = NULL;
+        l1 = 0;
+        v->z = (hd_zval){ r->codec, r->rawlen };
+        v->flags = cur->flags;
+        cas = cur->cas;
     }
-    kura_item stamped = *it;
-    if ((rc = kura_feed_put(s, &stamped)) != KURA_OK)
-        goto out;
-    rc = hd_append_put(db, st, it->key, it->klen, sval, slen, NULL, 0, bcrc, it->flags,
-                       it->exptime, stamped.cas, 0, &z, &loc);
-    if (rc)
-        goto out;
-    wrote = true;
-    if (lookup_after) {
-        e = lookup(db, st, h, it->key, it->klen, clk, &ev, &lv);
-        live = lv == KURA_LIVE;
+    if (prep && v0 == prep->src && l0 == prep->srclen && !l1) {
+        v0 = prep->val;
+        l0 = prep->len;
+        v->z = prep->z;
+        bcrc = prep->bcrc;
+    } else {
+        /* append, prepend, incr: the new value depends on the old, so it
+         * is compressed here, under the lock */
+        const unsigned char *zv;
+        size_t zl;
+        if (!v->z.codec && hd_zcomp_pack(db, v0, l0, v1, l1, &zv, &zl, &v->z)) {
+            v0 = zv;
+            l0 = zl;
+            v1 = NULL;
+            l1 = 0;
+        }
+        bcrc = crc32c_update(crc32c_update(crc32c_update(0, key, klen), v0, l0), v1, l1);
     }
+    v->len = l0 + l1;
+    return hd_append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, v->flags, out->exptime, cas,
+                         0, &v->z, loc);
+}
+
+/* Points the key's slot at the version just appended at loc; e is the
+ * key's entry (NULL: none) of liveness lv, replaced.  Stripe write lock
+ * held. */
+static void do_link_version(hashdb *db, hd_stripe *st, hd_ent *e, int lv, uint64_t h,
+                            size_t klen, const hd_loc *loc, const hd_ver *v, bool touch)
+{
     if (e) {
-        if (!live) {
+        if (lv != KURA_LIVE) {
             atomic_fetch_add(&db->reclaimed, 1);
             if (lv == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
                 atomic_fetch_add(&db->expired_unfetched, 1);
         }
         hd_ent_unref_bytes(db, st, e);
     }
-    set_entry(db, st, e, h, it->klen, &loc, slen, &z, it->flags);
-    count_zcomp(db, &z, slen);
-out:
-    hd_write_unlock(st);
-    return finish_write(db, rc, wrote, loc.lsn);
+    set_entry(db, st, e, h, klen, loc, v->len, &v->z, v->flags);
+    if (!touch)
+        count_zcomp(db, &v->z, v->len);
 }
 
-static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
-                      const kura_clock *clk)
+/* Deletes the key's live entry e: a DEL record, the slot freed.  Stripe
+ * write lock held. */
+static int do_write_del(hashdb *db, hd_stripe *st, hd_ent *e, const char *key, size_t klen,
+                        hd_loc *loc)
 {
-    hashdb *db = H(s);
-    if (check_key(key, klen))
-        return KURA_NOTFOUND;
-    if (db->cfg.read_only)
-        return KURA_EREADONLY;
-    note_clock(db, clk);
-    uint64_t h = hd_hash(db, key, klen);
-    hd_stripe *st = hd_stripe_of(db, h);
-    hd_loc loc = { 0 };
-    bool wrote = false;
-    int rc = KURA_OK;
-
-    hd_ent ev;
-    hd_write_lock(st);
-    hd_ent *e = hdx_find(db, st, h, key, klen, &ev);
-    int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
-    if (!e) {
-        rc = KURA_NOTFOUND;
-    } else if (lv != KURA_LIVE) {
-        hd_drop_dead(db, st, e, lv);     /* on a write error it just stays */
-        rc = KURA_NOTFOUND;
-    } else if (cmp_cas && e->cas != cmp_cas) {
-        rc = KURA_EXISTS;
-    } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
-        rc = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0, crc32c_update(0, key, klen),
-                       0, 0, 0, 0, NULL, &loc);
-        if (rc == KURA_OK) {
-            wrote = true;
-            hd_ent_unref_bytes(db, st, e);
-            hdx_remove(st, e->sl);
-        }
+    int rc = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0, crc32c_update(0, key, klen),
+                       0, 0, 0, 0, NULL, loc);
+    if (rc == KURA_OK) {
+        hd_ent_unref_bytes(db, st, e);
+        hdx_remove(st, e->sl);
     }
-    hd_write_unlock(st);
-    return finish_write(db, rc, wrote, loc.lsn);
+    return rc;
 }
 
-static int hashdb_update(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
-                         kura_update_fn fn, void *arg)
+/* rmw (store.h): under the stripe's write lock, at most one record
+ * appended.  A put's value is compressed and checksummed before the lock.
+ * A blind put (set) decides and appends before its lookup, so that the
+ * append's work overlaps the slot line's cache miss that hdx_prefetch
+ * started (the lookup's miss was a third of a put; docs/design.md); room
+ * for a new slot is made first, whether the key has one or not (a table
+ * may so grow one put early), and where it cannot be made the lookup
+ * comes first, as for every other decision, room for a new slot made
+ * before the decision so that running out of memory refuses before the
+ * decision feeds anything.  A meta decision (put, del) sees the index
+ * entry alone, no record read (flags then only 0 or 1). */
+static int hashdb_rmw(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                      const kura_rmw_hint *hint, kura_update_fn fn, void *arg)
 {
     hashdb *db = H(s);
-    if (check_key(key, klen))
-        return KURA_EINVAL;
-    note_clock(db, clk);
     uint64_t h = hd_hash(db, key, klen);
     hd_stripe *st = hd_stripe_of(db, h);
+    hd_prep prep, *pp = NULL;
+    if (hint->put) {
+        hdx_prefetch(db, h);        /* loads while the checksum is computed */
+        pp = &prep;
+        prep.src = prep.val = hint->put->val;
+        prep.srclen = prep.len = hint->put->vlen;
+        hd_zcomp_pack(db, hint->put->val, hint->put->vlen, NULL, 0, &prep.val, &prep.len,
+                      &prep.z);
+        prep.bcrc = crc32c_update(crc32c_update(0, key, klen), prep.val, prep.len);
+    }
+    note_clock(db, clk);
     hd_loc loc = { 0 };
     bool wrote = false;
     int rc = KURA_OK, src = KURA_OK;
     kura_item cur;
     kura_update up;
     const unsigned char *rec = NULL;
-
-    hd_ent ev;
-    hd_write_lock(st);
-    hd_ent *e = hdx_find(db, st, h, key, klen, &ev);
-    int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : -1;
+    bool have = false;
     hd_rec r;
-    if (e && lv == KURA_LIVE) {
-        src = hd_read_item(db, e, &cur, &rec, &r);
-        if (src)
-            goto out;
-    }
+    hd_ent ev, *e = NULL;
+    int lv = -1;
+
     memset(&up, 0, sizeof(up));
-    rc = fn(arg, rec ? &cur : NULL, &up);
+    hd_write_lock(st);
+    bool lookup_after = hint->blind && hdx_room(st);
+    if (lookup_after) {
+        rc = fn(arg, NULL, &up);
+    } else {
+        e = lookup(db, st, h, key, klen, clk, &ev, &lv);
+        /* room for the slot a new version would take, made before the
+         * decision feeds anything: out of memory refuses first */
+        if ((src = entry_room(st, e)) != KURA_OK)
+            goto out;
+        if (e && lv == KURA_LIVE) {
+            if (hint->meta) {
+                cur = (kura_item){ .key = key, .klen = klen, .vlen = hd_ent_rawlen(e),
+                                   .flags = (e->marks & HD_FLAGGED) ? 1 : 0,
+                                   .exptime = e->exptime, .cas = e->cas };
+            } else if ((src = hd_read_item(db, e, &cur, &rec, &r)) != KURA_OK) {
+                goto out;
+            }
+            have = true;
+        }
+        rc = fn(arg, have ? &cur : NULL, &up);
+    }
     switch (up.action) {
-    case KURA_UPDATE_KEEP:
-        break;
     case KURA_UPDATE_REPLACE:
     case KURA_UPDATE_TOUCH: {
-        const void *v0 = up.part[0].base, *v1 = up.part[1].base;
-        size_t l0 = up.part[0].len, l1 = up.part[1].len;
-        uint32_t flags = up.flags;
-        uint64_t cas = up.cas;
-        hd_zval z = { 0, 0 };
-        if (up.action == KURA_UPDATE_TOUCH) {
-            if (!rec)
-                break;
-            /* the value as stored: a compressed one stays so, unopened */
-            v0 = rec + r.hlen + klen;
-            l0 = r.vlen;
-            v1 = NULL;
-            l1 = 0;
-            z = (hd_zval){ r.codec, r.rawlen };
-            flags = cur.flags;
-            cas = cur.cas;
-        }
-        if (l1 > SIZE_MAX - l0 || too_big(db, klen, z.codec ? z.rawlen : l0 + l1)) {
-            src = KURA_ETOOBIG;
+        hd_ver v;
+        if (up.action == KURA_UPDATE_TOUCH && !rec)
             break;
-        }
-        if (db->cfg.read_only) {
-            src = KURA_EREADONLY;
-            break;
-        }
-        /* append, prepend, incr: the new value depends on the old, so it
-         * is compressed here, under the lock */
-        const unsigned char *zv;
-        size_t zl;
-        if (!z.codec && hd_zcomp_pack(db, v0, l0, v1, l1, &zv, &zl, &z)) {
-            v0 = zv;
-            l0 = zl;
-            v1 = NULL;
-            l1 = 0;
-        }
-        if ((src = entry_room(st, e)) != KURA_OK)
-            break;
-        uint32_t bcrc = crc32c_update(0, key, klen);
-        bcrc = crc32c_update(bcrc, v0, l0);
-        bcrc = crc32c_update(bcrc, v1, l1);
-        src = hd_append_put(db, st, key, klen, v0, l0, v1, l1, bcrc, flags, up.exptime, cas, 0,
-                            &z, &loc);
-        if (src)
+        if ((src = do_append_version(db, st, key, klen, &up, &cur, rec, &r, pp, &loc, &v)))
             break;
         wrote = true;
-        if (e) {
-            if (lv != KURA_LIVE)
-                atomic_fetch_add(&db->reclaimed, 1);
-            hd_ent_unref_bytes(db, st, e);
-        }
-        set_entry(db, st, e, h, klen, &loc, l0 + l1, &z, flags);
-        if (up.action != KURA_UPDATE_TOUCH)
-            count_zcomp(db, &z, l0 + l1);
+        if (lookup_after)
+            e = lookup(db, st, h, key, klen, clk, &ev, &lv);
+        do_link_version(db, st, e, lv, h, klen, &loc, &v, up.action == KURA_UPDATE_TOUCH);
         break;
     }
     case KURA_UPDATE_REMOVE:
         if (!e)
             break;
         if (lv != KURA_LIVE) {
-            hd_drop_dead(db, st, e, lv);
+            hd_drop_dead(db, st, e, lv);        /* on a write error it just stays */
             break;
         }
-        if (db->cfg.read_only) {
-            src = KURA_EREADONLY;
-            break;
-        }
-        src = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0,
-                        crc32c_update(0, key, klen), 0, 0, 0, 0, NULL, &loc);
-        if (src == KURA_OK) {
-            wrote = true;
-            hd_ent_unref_bytes(db, st, e);
-            hdx_remove(st, e->sl);
-        }
+        src = do_write_del(db, st, e, key, klen, &loc);
+        wrote = src == KURA_OK;
         break;
     default:
-        src = KURA_EINVAL;
+        break;
     }
 out:
     hd_write_unlock(st);
@@ -894,9 +850,7 @@ static int hashdb_commit(kura_store *s, uint64_t seq)
 static const kura_store_ops hashdb_ops = {
     .name = "hash",
     .get = hashdb_get,
-    .put = hashdb_put,
-    .del = hashdb_del,
-    .update = hashdb_update,
+    .rmw = hashdb_rmw,
     .parts = HD_STRIPES,
     .iterate = hashdb_iterate,
     .sweep = hashdb_sweep,

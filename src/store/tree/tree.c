@@ -76,17 +76,6 @@ static inline void stat_inc(_Atomic uint64_t *c)
                           memory_order_relaxed);
 }
 
-static int check_key(const char *key, size_t klen)
-{
-    return key && klen >= 1 && klen <= KURA_KEY_MAX ? KURA_OK : KURA_EINVAL;
-}
-
-static bool too_big(btree *bt, size_t klen, size_t vlen)
-{
-    return vlen > UINT32_MAX - 1024 ||
-           kura_item_wire_total(klen, vlen, 0) > bt->cfg.item_size_max;
-}
-
 /* ---- the tree lock (tree_lock.c) --------------------------------------- */
 
 /* Waits (rw let go) until *flag is false. */
@@ -390,7 +379,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
 {
     btree *bt = B(s);
     bt_path path;
-    if (check_key(key, klen))
+    if (!kura_key_ok(key, klen))
         return KURA_NOTFOUND;
     bt_rdlock_get(bt);          /* (its pages unpinned: tree_cache.c) */
     int rc = do_descend_get(bt, key, klen, &path);
@@ -445,98 +434,20 @@ out:
     return rc;
 }
 
-static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_cas,
-                     const kura_clock *clk)
+/* rmw (store.h): under the tree lock taken exclusive, the key's leaf
+ * found (from the path the last put kept, when it holds the key) and its
+ * cell shown to the decision: with its value (an overflow run read), or
+ * its metadata alone for a meta decision.  TOUCH keeps an overflow run as
+ * it is.  A dead cell met is reclaimed when the decision writes over it
+ * or removes (cur NULL). */
+static int bt_rmw_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
+                     const kura_rmw_hint *hint, kura_update_fn fn, void *arg)
 {
     btree *bt = B(s);
     bt_path path;
     uint64_t lsn = 0;
-    bool wrote = false;
-    if (check_key(it->key, it->klen))
-        return KURA_EINVAL;
-    if (too_big(bt, it->klen, it->vlen))
-        return KURA_ETOOBIG;
-    bt_wrlock(bt);
-    int rc = do_write_begin(bt);
-    if (rc == KURA_OK)
-        rc = do_descend_write(bt, it->key, it->klen, &path);
-    if (rc)
-        goto out;
-    uint64_t shape = bt->wshape;
-    bool live = false;
-    bt_cell c;
-    if (path.found) {
-        pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
-                                (unsigned)path.idx[path.depth - 1]), &c);
-        live = kura_item_liveness(c.exptime, c.cas, clk) == KURA_LIVE;
-    }
-    rc = kura_put_cond_check(cond, live, path.found ? c.cas : 0, cmp_cas);
-    /* the change feed (store.h) gives the cas and logs the change */
-    kura_item stamped = *it;
-    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
-        if (path.found && !live)
-            bt->reclaimed++;
-        rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, stamped.cas,
-                          it->val, it->vlen, NULL, 0, NULL, &lsn);
-        wrote = rc == KURA_OK;
-        if (wrote)
-            do_wpath_keep(bt, &path, shape);
-    }
-    do_path_release_held(bt, &path);
-out:
-    bt_unlock(bt);
-    return finish_write(bt, rc, wrote, lsn);
-}
-
-static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas,
-                     const kura_clock *clk)
-{
-    btree *bt = B(s);
-    bt_path path;
-    uint64_t lsn = 0;
-    bool wrote = false;
-    if (check_key(key, klen))
-        return KURA_NOTFOUND;
-    bt_wrlock(bt);
-    int rc = do_write_begin(bt);
-    if (rc == KURA_OK)
-        rc = do_descend_write(bt, key, klen, &path);
-    if (rc)
-        goto out;
-    if (!path.found) {
-        rc = KURA_NOTFOUND;
-    } else {
-        bt_cell c;
-        pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
-                                (unsigned)path.idx[path.depth - 1]), &c);
-        int lv = kura_item_liveness(c.exptime, c.cas, clk);
-        if (lv != KURA_LIVE) {
-            if (do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
-                bt->reclaimed++;
-            rc = KURA_NOTFOUND;
-        } else if (cmp_cas && c.cas != cmp_cas) {
-            rc = KURA_EXISTS;
-        } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
-            rc = do_write_del(bt, &path, key, klen, &lsn);
-            wrote = rc == KURA_OK;
-        }
-    }
-    do_path_release_held(bt, &path);
-out:
-    bt_unlock(bt);
-    return finish_write(bt, rc, wrote, lsn);
-}
-
-static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_clock *clk,
-                        kura_update_fn fn, void *arg)
-{
-    btree *bt = B(s);
-    bt_path path;
-    uint64_t lsn = 0;
-    bool wrote = false;
+    bool wrote = false, read = false;
     int rc = KURA_OK, src = KURA_OK;
-    if (check_key(key, klen))
-        return KURA_EINVAL;
     bt_wrlock(bt);
     if (!bt->cfg.read_only)
         src = do_write_begin(bt);
@@ -546,6 +457,7 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
         bt_unlock(bt);
         return src;
     }
+    uint64_t shape = bt->wshape;
     bt_cell c;
     kura_item cur;
     const unsigned char *val = NULL;
@@ -554,7 +466,10 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
         pg_leaf_decode(pg_ccell(path.pg[path.depth - 1]->data,
                                 (unsigned)path.idx[path.depth - 1]), &c);
         lv = kura_item_liveness(c.exptime, c.cas, clk);
-        if (lv == KURA_LIVE) {
+        if (lv == KURA_LIVE && hint->meta) {
+            fill_item(&cur, &c, NULL);
+        } else if (lv == KURA_LIVE) {
+            read = true;
             if ((src = do_read_cell(bt, &path, &c, &val)))
                 goto out;
             fill_item(&cur, &c, val);
@@ -562,10 +477,8 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
     }
     kura_update up;
     memset(&up, 0, sizeof(up));
-    rc = fn(arg, val ? &cur : NULL, &up);
+    rc = fn(arg, lv == KURA_LIVE ? &cur : NULL, &up);
     switch (up.action) {
-    case KURA_UPDATE_KEEP:
-        break;
     case KURA_UPDATE_REPLACE:
     case KURA_UPDATE_TOUCH: {
         const void *v0 = up.part[0].base, *v1 = up.part[1].base;
@@ -588,28 +501,18 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
                 keep = &keep_run;
             }
         }
-        if (l1 > SIZE_MAX - l0 || too_big(bt, klen, l0 + l1)) {
-            src = KURA_ETOOBIG;
-            break;
-        }
-        if (bt->cfg.read_only) {
-            src = KURA_EREADONLY;
-            break;
-        }
         if (path.found && lv != KURA_LIVE)
             bt->reclaimed++;
         src = do_write_put(bt, &path, key, klen, flags, up.exptime, cas, v0, l0, v1, l1, keep,
                            &lsn);
         wrote = src == KURA_OK;
+        if (wrote)
+            do_wpath_keep(bt, &path, shape);
         break;
     }
     case KURA_UPDATE_REMOVE:
         if (!path.found)
             break;
-        if (bt->cfg.read_only) {
-            src = KURA_EREADONLY;
-            break;
-        }
         if (lv != KURA_LIVE) {
             if (do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
                 bt->reclaimed++;
@@ -619,11 +522,12 @@ static int bt_update_op(kura_store *s, const char *key, size_t klen, const kura_
         wrote = src == KURA_OK;
         break;
     default:
-        src = KURA_EINVAL;
+        break;
     }
 out:
-    do_path_release(bt, &path);
-    bt_read_bufs_trim();
+    do_path_release_held(bt, &path);
+    if (read)
+        bt_read_bufs_trim();
     bt_unlock(bt);
     src = finish_write(bt, src, wrote, lsn);
     return src ? src : rc;
@@ -1040,9 +944,7 @@ static int bt_commit_op(kura_store *s, uint64_t seq)
 static const kura_store_ops btree_ops = {
     .name = "tree",
     .get = bt_get_op,
-    .put = bt_put_op,
-    .del = bt_del_op,
-    .update = bt_update_op,
+    .rmw = bt_rmw_op,
     .parts = 1,
     .ordered = true,
     .iterate = bt_iterate_op,
