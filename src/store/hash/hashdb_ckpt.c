@@ -856,6 +856,146 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
     return KURA_OK;
 }
 
+/* Picks the newer intact checkpoint of cur and prev (read by the caller)
+ * and loads it, or, with none, decides where a replay starts.  Sets *use
+ * to the one loaded (NULL for none) and *P to where replay starts. */
+static int load_checkpoint(hashdb *db, const uint32_t *ids, size_t nids, ck_file *cur,
+                           ck_file *prev, ck_file **use, hd_pos *P, char *err, size_t errlen)
+{
+    int rc;
+    *use = NULL;
+    if (cur->valid && (!prev->valid || cur->seq >= prev->seq))
+        *use = cur;
+    else if (prev->valid)
+        *use = prev;
+    if (cur->exists && !cur->valid)
+        hd_log(db, KURA_LOG_ERROR, "checkpoint damaged (%s)%s", cur->why,
+               *use ? "; using checkpoint.prev and replaying more of the log" : "");
+
+    if (*use) {
+        *P = (*use)->P;
+        /* the database's hash key, before anything is hashed (else the
+         * one hdx_init drew stays, and the next checkpoint keeps it) */
+        if ((*use)->has_key && (!KURA_TEST_SWITCH(hashdb_fresh_key) || (*use)->version >= 7))
+            db->arena.key = (*use)->key;   /* version 7's tables are laid out by it */
+        KURA_TEST_SET(hashdb_fresh_key, false);
+        rc = ck_load(db, *use, err, errlen);
+        if (rc)
+            return rc;
+        ck_file *other = *use == cur ? prev : cur;
+        db->ckpt_cur = *P;
+        db->ckpt_prev = other->valid && other->P.seg < P->seg ? other->P : *P;
+        if (other->valid && other->P.seg == P->seg && other->P.off < P->off)
+            db->ckpt_prev = other->P;
+    } else if (cur->exists || prev->exists) {
+        if (!db->cfg.recover) {
+            snprintf(err, errlen, "%s: no intact checkpoint (%s); start with recovery to "
+                     "rebuild the index by scanning every segment", db->dir,
+                     cur->why[0] ? cur->why : prev->why);
+            return KURA_ECORRUPT;
+        }
+        hd_log(db, KURA_LOG_ERROR, "no intact checkpoint: rebuilding the index from every segment "
+               "(keys deleted long ago may reappear)");
+        P->seg = nids ? ids[0] : 1;
+    } else if (nids && ids[0] != 1 && !db->cfg.recover) {
+        snprintf(err, errlen, "%s: checkpoint files are missing; start with recovery to "
+                 "rebuild the index", db->dir);
+        return KURA_ECORRUPT;
+    } else {
+        P->seg = nids ? ids[0] : 1;   /* never checkpointed: a full replay is exact */
+    }
+    return KURA_OK;
+}
+
+/* Opens every segment of ids into segs (a lookup in replay reads the
+ * record an entry names, which may lie in any of them).  A newest segment
+ * torn at its creation leaves *nids one shorter; with recovery, a damaged
+ * one is set aside (its slot stays NULL). */
+static int open_segments(hashdb *db, const uint32_t *ids, size_t *nids, hd_seg **segs,
+                         char *err, size_t errlen)
+{
+    for (size_t i = 0; i < *nids; i++) {
+        hd_seg *sg;
+        char e2[300];
+        int rc = sl_seg_open(&db->log, ids[i], &sg, e2, sizeof(e2));
+        if (rc == KURA_ECORRUPT && i == *nids - 1 &&
+            sl_torn_creation(&db->log, ids[i], &db->truncated_bytes)) {
+            (*nids)--;  /* died while creating it: it never held a record */
+            break;
+        }
+        if (rc) {
+            if (!db->cfg.recover || rc == KURA_ENOMEM) {
+                snprintf(err, errlen, "%s", e2);
+                return rc;
+            }
+            hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
+            db->recovery_lost++;
+            sl_set_aside(&db->log, ids[i]);
+            continue;
+        }
+        segs[i] = sg;
+    }
+    return KURA_OK;
+}
+
+/* Replays the segments at or after P, in order; a gap or a segment
+ * shorter than P says is corruption (with recovery: logged, lost). */
+static int replay_segments(hashdb *db, const uint32_t *ids, size_t nids, hd_seg **segs,
+                           hd_pos P, char *err, size_t errlen)
+{
+    uint32_t expect = P.seg;
+    for (size_t i = 0; i < nids; i++) {
+        hd_seg *sg = segs[i];
+        if (!sg || ids[i] < P.seg)
+            continue;
+        if (ids[i] != expect) {
+            if (!db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: missing from the log", db->dir, expect);
+                return KURA_ECORRUPT;
+            }
+            hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg: missing from the log", db->dir, expect);
+            db->recovery_lost++;
+        }
+        expect = ids[i] + 1;
+        uint64_t start = ids[i] == P.seg ? P.off : HD_SEG_HDR;
+        if (start > sg->size) {
+            if (!db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: shorter (%llu bytes) than the checkpoint "
+                         "says (%llu)", db->dir, ids[i], (unsigned long long)sg->size,
+                         (unsigned long long)start);
+                return KURA_ECORRUPT;
+            }
+            start = sg->size;
+        }
+        int rc = replay_segment(db, sg, start, i == nids - 1, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return KURA_OK;
+}
+
+/* Makes the newest segment the active one (a new one if there is none),
+ * the others sealed; sequence numbers go on from the highest seen. */
+static int start_log(hashdb *db, const uint32_t *ids, size_t nids, hd_pos P, char *err,
+                     size_t errlen)
+{
+    hd_seg *last = nids ? hd_seg_get(db, ids[nids - 1]) : NULL;
+    if (!last) {
+        if (db->cfg.read_only) {
+            snprintf(err, errlen, "%s: no segment to open read-only", db->dir);
+            return KURA_EINVAL;
+        }
+        int rc = sl_seg_create(&db->log, nids ? ids[nids - 1] + 1 : P.seg, 0, &last);
+        if (rc) {
+            snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
+            return rc;
+        }
+    }
+    sl_start(&db->log, last, nids ? ids[0] : last->id);
+    sl_set_recno(&db->log, db->seq);
+    return KURA_OK;
+}
+
 int hd_recover(hashdb *db, char *err, size_t errlen)
 {
     uint32_t *ids = NULL;
@@ -877,132 +1017,21 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     }
     ck_check(db, "checkpoint", &cur);
     ck_check(db, "checkpoint.prev", &prev);
-    if (cur.valid && (!prev.valid || cur.seq >= prev.seq))
-        use = &cur;
-    else if (prev.valid)
-        use = &prev;
-    if (cur.exists && !cur.valid)
-        hd_log(db, KURA_LOG_ERROR, "checkpoint damaged (%s)%s", cur.why,
-               use ? "; using checkpoint.prev and replaying more of the log" : "");
-
-    if (use) {
-        P = use->P;
-        /* the database's hash key, before anything is hashed (else the
-         * one hdx_init drew stays, and the next checkpoint keeps it) */
-        if (use->has_key && (!KURA_TEST_SWITCH(hashdb_fresh_key) || use->version >= 7))
-            db->arena.key = use->key;   /* version 7's tables are laid out by it */
-        KURA_TEST_SET(hashdb_fresh_key, false);
-        rc = ck_load(db, use, err, errlen);
-        if (rc)
-            goto out;
-        ck_file *other = use == &cur ? &prev : &cur;
-        db->ckpt_cur = P;
-        db->ckpt_prev = other->valid && other->P.seg < P.seg ? other->P : P;
-        if (other->valid && other->P.seg == P.seg && other->P.off < P.off)
-            db->ckpt_prev = other->P;
-    } else if (cur.exists || prev.exists) {
-        if (!db->cfg.recover) {
-            snprintf(err, errlen, "%s: no intact checkpoint (%s); start with recovery to "
-                     "rebuild the index by scanning every segment", db->dir,
-                     cur.why[0] ? cur.why : prev.why);
-            rc = KURA_ECORRUPT;
-            goto out;
-        }
-        hd_log(db, KURA_LOG_ERROR, "no intact checkpoint: rebuilding the index from every segment "
-               "(keys deleted long ago may reappear)");
-        P.seg = nids ? ids[0] : 1;
-    } else if (nids && ids[0] != 1 && !db->cfg.recover) {
-        snprintf(err, errlen, "%s: checkpoint files are missing; start with recovery to "
-                 "rebuild the index", db->dir);
-        rc = KURA_ECORRUPT;
+    if ((rc = load_checkpoint(db, ids, nids, &cur, &prev, &use, &P, err, errlen)))
         goto out;
-    } else {
-        P.seg = nids ? ids[0] : 1;   /* never checkpointed: a full replay is exact */
-    }
 
-    /* open every segment first (a lookup in replay reads the record an
-     * entry names, which may lie in any of them); then replay those at or
-     * after P */
+    /* open every segment first, then replay those at or after P */
     segs = calloc(nids ? nids : 1, sizeof(*segs));
     if (!segs) {
         snprintf(err, errlen, "out of memory");
         rc = KURA_ENOMEM;
         goto out;
     }
-    for (size_t i = 0; i < nids; i++) {
-        hd_seg *sg;
-        char e2[300];
-        rc = sl_seg_open(&db->log, ids[i], &sg, e2, sizeof(e2));
-        if (rc == KURA_ECORRUPT && i == nids - 1 &&
-            sl_torn_creation(&db->log, ids[i], &db->truncated_bytes)) {
-            nids--;     /* died while creating it: it never held a record */
-            break;
-        }
-        if (rc) {
-            if (!db->cfg.recover || rc == KURA_ENOMEM) {
-                snprintf(err, errlen, "%s", e2);
-                goto out;
-            }
-            hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
-            db->recovery_lost++;
-            sl_set_aside(&db->log, ids[i]);
-            continue;
-        }
-        segs[i] = sg;
-    }
-    uint32_t expect = P.seg;
-    for (size_t i = 0; i < nids; i++) {
-        hd_seg *sg = segs[i];
-        if (!sg || ids[i] < P.seg)
-            continue;
-        if (ids[i] != expect) {
-            if (!db->cfg.recover) {
-                snprintf(err, errlen, "%s/%08x.seg: missing from the log", db->dir, expect);
-                rc = KURA_ECORRUPT;
-                goto out;
-            }
-            hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg: missing from the log", db->dir, expect);
-            db->recovery_lost++;
-        }
-        expect = ids[i] + 1;
-        uint64_t start = ids[i] == P.seg ? P.off : HD_SEG_HDR;
-        if (start > sg->size) {
-            if (!db->cfg.recover) {
-                snprintf(err, errlen, "%s/%08x.seg: shorter (%llu bytes) than the checkpoint "
-                         "says (%llu)", db->dir, ids[i], (unsigned long long)sg->size,
-                         (unsigned long long)start);
-                rc = KURA_ECORRUPT;
-                goto out;
-            }
-            start = sg->size;
-        }
-        rc = replay_segment(db, sg, start, i == nids - 1, err, errlen);
-        if (rc)
-            goto out;
-    }
-
-    rc = finish_index(db, err, errlen);
-    if (rc)
+    if ((rc = open_segments(db, ids, &nids, segs, err, errlen)) ||
+        (rc = replay_segments(db, ids, nids, segs, P, err, errlen)) ||
+        (rc = finish_index(db, err, errlen)) ||
+        (rc = start_log(db, ids, nids, P, err, errlen)))
         goto out;
-
-    /* the newest segment is the active one */
-    hd_seg *last = nids ? hd_seg_get(db, ids[nids - 1]) : NULL;
-    if (!last) {
-        if (db->cfg.read_only) {
-            snprintf(err, errlen, "%s: no segment to open read-only", db->dir);
-            rc = KURA_EINVAL;
-            goto out;
-        }
-        rc = sl_seg_create(&db->log, nids ? ids[nids - 1] + 1 : P.seg, 0, &last);
-        if (rc) {
-            snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
-            goto out;
-        }
-    }
-    /* the newest is active, the others sealed; sequence numbers go on
-     * from the highest seen */
-    sl_start(&db->log, last, nids ? ids[0] : last->id);
-    sl_set_recno(&db->log, db->seq);
     if (!use) {
         db->ckpt_cur = db->ckpt_prev = P;
         db->need_ckpt = true;
