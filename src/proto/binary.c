@@ -580,6 +580,139 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
     *flushed = out->len;
 }
 
+/* Reads the 24-byte header at h into r (key and extras point after it):
+ * the bytes up to the key's end, which must be there before r is used. */
+static size_t read_header(bin_req *r, const unsigned char *h)
+{
+    *r = (bin_req){
+        .opcode = h[1], .keylen = be16(h + 2), .extlen = h[4], .bodylen = be32(h + 8),
+        .cas = be64(h + 16),
+    };
+    memcpy(&r->opaque, h + 12, 4);
+    r->ext = h + BIN_HDR;
+    r->key = (const char *)h + BIN_HDR + r->extlen;
+    r->cmd = loud_of(r->opcode, &r->quiet);
+    return BIN_HDR + (size_t)r->extlen + r->keylen;
+}
+
+/* The checks that close the connection after one error reply (lengths
+ * that disagree, SASL not done, a key too long, lengths wrong for the
+ * opcode): -1 when it closes, else bin_check's 0 (fine) or 2 (unknown). */
+static int admit(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    if ((uint32_t)r->keylen + r->extlen > r->bodylen) {
+        bin_error(s, out, r, ST_UNKNOWN_COMMAND);
+        s->close = true;
+        return -1;
+    }
+    if (s->server->sasl && !sasl_allowed(s, r)) {
+        bin_error(s, out, r, ST_AUTH_ERROR);
+        s->close = true;
+        return -1;
+    }
+    if (r->keylen > KURA_KEY_MAX) {
+        bin_error(s, out, r, ST_EINVAL);
+        s->close = true;
+        return -1;
+    }
+    int check = bin_check(r);
+    if (check == 1) {
+        bin_error(s, out, r, ST_EINVAL);
+        s->close = true;
+        return -1;
+    }
+    return check;
+}
+
+/* An unknown opcode (SASL's without -S): its error, and the `skip` bytes
+ * after the key left to swallow (the whole body for an unknown opcode,
+ * the value for SASL), as memcached skips them.  With nothing to skip,
+ * memcached writes out what it has queued. */
+static void unknown_command(kura_session *s, binary_state *b, const bin_req *r, uint32_t skip,
+                            kura_buf *out, size_t *flushed)
+{
+    if (skip == 0) {
+        bin_error_flush(s, out, r, ST_UNKNOWN_COMMAND, flushed);
+        KURA_STAT_INC(s->stats, unknown_commands);
+        return;
+    }
+    bin_error(s, out, r, ST_UNKNOWN_COMMAND);
+    KURA_STAT_INC(s->stats, unknown_commands);
+    b->swallow = skip;
+}
+
+/* A request with a value (a store, SASL's data) whose head (its first
+ * `head` bytes) is at h: refused before its value is read (which is then
+ * swallowed), or run once the whole value is there.  False when the value
+ * is still arriving (s->need set); else *pos moved past what it used. */
+static bool with_value(kura_session *s, binary_state *b, bin_req *r, const unsigned char *h,
+                       size_t avail, size_t head, bool sasl_data, size_t *pos, kura_buf *out,
+                       size_t *flushed)
+{
+    r->vlen = r->bodylen - r->extlen - r->keylen;
+    uint16_t refused = sasl_data ? sasl_refusal(s, r) : store_refusal(s, r);
+    if (refused) {
+        bin_error(s, out, r, refused);
+        *pos += head;
+        b->swallow = r->vlen;
+        return true;
+    }
+    if (avail < head + r->vlen) {
+        s->need = head + r->vlen;       /* the value is still arriving */
+        return false;
+    }
+    r->value = (const char *)h + head;
+    *pos += head + r->vlen;
+    b->wrote = false;
+    if (sasl_data)
+        bin_sasl_auth(s, r, out);
+    else
+        bin_store(s, r, out);
+    if (b->wrote)
+        *flushed = out->len;
+    return true;
+}
+
+/* Runs a request without a value. */
+static void dispatch(kura_session *s, bin_req *r, kura_buf *out, size_t *flushed)
+{
+    switch (r->cmd) {
+    case OP_GET: case OP_GETK: case OP_TOUCH: case OP_GAT: case OP_GATK:
+        bin_get(s, r, out);
+        break;
+    case OP_DELETE:
+        bin_delete(s, r, out);
+        break;
+    case OP_INCREMENT: case OP_DECREMENT:
+        bin_arith(s, r, out);
+        break;
+    case OP_FLUSH: {
+        int64_t delay = r->extlen == 4 ? (int64_t)be32(r->ext) : 0;
+        s->dirty = true;
+        int rc = engine_flush_all(s->engine, s->stats, delay);
+        if (rc < 0)
+            bin_store_error(s, out, r, rc);
+        else
+            bin_ok(s, out, r, 0, NULL, 0);
+        break;
+    }
+    case OP_NOOP:
+        bin_ok(s, out, r, 0, NULL, 0);
+        *flushed = out->len;            /* noop makes memcached write */
+        break;
+    case OP_VERSION:
+        bin_ok(s, out, r, 0, KURA_MEMCACHED_VERSION, sizeof(KURA_MEMCACHED_VERSION) - 1);
+        break;
+    case OP_QUIT:
+        bin_ok(s, out, r, 0, NULL, 0);
+        s->close = true;
+        break;
+    case OP_STAT:
+        bin_stat(s, r, out);
+        break;
+    }
+}
+
 const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state),
                                         binary_release };
 
@@ -616,41 +749,15 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             s->close = true;
             return len;
         }
-        bin_req r = {
-            .opcode = h[1], .keylen = be16(h + 2), .extlen = h[4], .bodylen = be32(h + 8),
-            .cas = be64(h + 16),
-        };
-        memcpy(&r.opaque, h + 12, 4);
-        size_t head = BIN_HDR + (size_t)r.extlen + r.keylen;
+        bin_req r;
+        size_t head = read_header(&r, h);
         if (avail < head) {
             s->need = head;
             break;
         }
-        r.ext = h + BIN_HDR;
-        r.key = (const char *)h + BIN_HDR + r.extlen;
-        r.cmd = loud_of(r.opcode, &r.quiet);
-
-        if ((uint32_t)r.keylen + r.extlen > r.bodylen) {
-            bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
-            s->close = true;
+        int check = admit(s, &r, out);
+        if (check < 0)
             return len;
-        }
-        if (s->server->sasl && !sasl_allowed(s, &r)) {
-            bin_error(s, out, &r, ST_AUTH_ERROR);
-            s->close = true;
-            return len;
-        }
-        if (r.keylen > KURA_KEY_MAX) {
-            bin_error(s, out, &r, ST_EINVAL);
-            s->close = true;
-            return len;
-        }
-        int check = bin_check(&r);
-        if (check == 1) {
-            bin_error(s, out, &r, ST_EINVAL);
-            s->close = true;
-            return len;
-        }
         uint32_t skip = check == 2 ? r.bodylen : r.bodylen - r.keylen;
         if (s->server->sasl && r.cmd == OP_SASL_LIST_MECHS) {
             pos += head;
@@ -662,82 +769,19 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
         bool unknown = check == 2 || (!s->server->sasl && (r.cmd == OP_SASL_LIST_MECHS ||
                                                            r.cmd == OP_SASL_AUTH ||
                                                            r.cmd == OP_SASL_STEP));
-        if (unknown && skip == 0) {
-            bin_error_flush(s, out, &r, ST_UNKNOWN_COMMAND, &flushed);
-            KURA_STAT_INC(s->stats, unknown_commands);
-            pos += head;
-            continue;
-        }
         if (unknown) {
-            /* memcached skips this many bytes after the key: the whole
-             * body for an unknown opcode, the value for SASL */
-            bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
-            KURA_STAT_INC(s->stats, unknown_commands);
+            unknown_command(s, b, &r, skip, out, &flushed);
             pos += head;
-            b->swallow = skip;
             continue;
         }
         if (has_value(r.cmd) || sasl_data) {
-            r.vlen = r.bodylen - r.extlen - r.keylen;
-            uint16_t refused = sasl_data ? sasl_refusal(s, &r) : store_refusal(s, &r);
-            if (refused) {
-                bin_error(s, out, &r, refused);
-                pos += head;
-                b->swallow = r.vlen;
-                continue;
-            }
-            if (avail < head + r.vlen) {
-                s->need = head + r.vlen;    /* the value is still arriving */
-                break;
-            }
-            r.value = (const char *)h + head;
-            pos += head + r.vlen;
-            b->wrote = false;
-            if (sasl_data)
-                bin_sasl_auth(s, &r, out);
-            else
-                bin_store(s, &r, out);
-            if (b->wrote)
-                flushed = out->len;
+            if (!with_value(s, b, &r, h, avail, head, sasl_data, &pos, out, &flushed))
+                break;                  /* the value is still arriving */
             continue;
         }
         pos += head;
         b->wrote = false;
-        switch (r.cmd) {
-        case OP_GET: case OP_GETK: case OP_TOUCH: case OP_GAT: case OP_GATK:
-            bin_get(s, &r, out);
-            break;
-        case OP_DELETE:
-            bin_delete(s, &r, out);
-            break;
-        case OP_INCREMENT: case OP_DECREMENT:
-            bin_arith(s, &r, out);
-            break;
-        case OP_FLUSH: {
-            int64_t delay = r.extlen == 4 ? (int64_t)be32(r.ext) : 0;
-            s->dirty = true;
-            int rc = engine_flush_all(s->engine, s->stats, delay);
-            if (rc < 0)
-                bin_store_error(s, out, &r, rc);
-            else
-                bin_ok(s, out, &r, 0, NULL, 0);
-            break;
-        }
-        case OP_NOOP:
-            bin_ok(s, out, &r, 0, NULL, 0);
-            flushed = out->len;         /* noop makes memcached write */
-            break;
-        case OP_VERSION:
-            bin_ok(s, out, &r, 0, KURA_MEMCACHED_VERSION, sizeof(KURA_MEMCACHED_VERSION) - 1);
-            break;
-        case OP_QUIT:
-            bin_ok(s, out, &r, 0, NULL, 0);
-            s->close = true;
-            break;
-        case OP_STAT:
-            bin_stat(s, &r, out);
-            break;
-        }
+        dispatch(s, &r, out, &flushed);
         if (b->wrote)
             flushed = out->len;
     }
