@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/bytes.h"
 #include "proto_int.h"
 
 #define BIN_REQ_MAGIC 0x80
@@ -72,28 +73,6 @@ typedef struct bin_req {
     const char *value;          /* storage commands: bodylen - extlen - keylen bytes */
     uint32_t vlen;
 } bin_req;
-
-static uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
-static uint32_t be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static uint64_t be64(const unsigned char *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
-/* The protocol's fields are big-endian (network order); bytes.h's put32
- * and put64 are the little-endian ones of kura's files. */
-static void put_be16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v;
-}
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v);
-}
 
 /* The session's state between calls, private to this file (s->state). */
 typedef struct binary_state {
@@ -226,7 +205,7 @@ static void bin_get(kura_session *s, const bin_req *r, kura_buf *out)
     bin_get_ctx g = { s, out, r, r->cmd == OP_GETK || r->cmd == OP_GATK, r->cmd != OP_TOUCH };
     engine_get_opts o = { .touch = touch };
     if (touch) {
-        o.exptime = (int64_t)be32(r->ext);     /* memcached: unsigned, never "past" */
+        o.exptime = (int64_t)get_be32(r->ext);     /* memcached: unsigned, never "past" */
         s->dirty = true;
     }
     size_t mark = out->len;
@@ -265,7 +244,7 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
         cmd = KURA_CMD_CAS;
     kura_item it = {
         .key = r->key, .klen = r->keylen, .val = r->value, .vlen = r->vlen,
-        .flags = concat ? 0 : be32(r->ext), .exptime = concat ? 0 : (int64_t)be32(r->ext + 4),
+        .flags = concat ? 0 : get_be32(r->ext), .exptime = concat ? 0 : (int64_t)get_be32(r->ext + 4),
     };
     engine_store_opts o = { .cas_in = r->cas };
     uint64_t cas = 0;
@@ -303,17 +282,17 @@ static void bin_delete(kura_session *s, const bin_req *r, kura_buf *out)
 static void bin_arith(kura_session *s, const bin_req *r, kura_buf *out)
 {
     char result[KURA_INCR_MAX_LEN];
-    uint32_t expiration = be32(r->ext + 16);
+    uint32_t expiration = get_be32(r->ext + 16);
     engine_arith_opts o = {
         .cas_in = r->cas,
         .vivify = expiration != 0xffffffffu,
-        .initial = be64(r->ext + 8),
+        .initial = get_be64(r->ext + 8),
         .vivify_exptime = (int64_t)expiration,
     };
     engine_item_info info = { 0 };
     s->dirty = true;
     int rc = engine_arith(s->engine, s->stats, r->key, r->keylen, r->cmd == OP_INCREMENT,
-                          be64(r->ext), &o, result, &info);
+                          get_be64(r->ext), &o, result, &info);
     switch (rc) {
     case KURA_OK: {
         unsigned char v[8];
@@ -548,7 +527,7 @@ static bool has_value(uint8_t cmd)
  * refused set removes the old value, as memcached); 0: it can. */
 static uint16_t store_refusal(kura_session *s, bin_req *r)
 {
-    uint32_t flags = r->cmd == OP_APPEND || r->cmd == OP_PREPEND ? 0 : be32(r->ext);
+    uint32_t flags = r->cmd == OP_APPEND || r->cmd == OP_PREPEND ? 0 : get_be32(r->ext);
     if (engine_item_fits(s->engine, r->keylen, r->vlen, flags))
         return 0;
     KURA_STAT_INC(s->stats, store_too_large);
@@ -585,8 +564,8 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
 static size_t read_header(bin_req *r, const unsigned char *h)
 {
     *r = (bin_req){
-        .opcode = h[1], .keylen = be16(h + 2), .extlen = h[4], .bodylen = be32(h + 8),
-        .cas = be64(h + 16),
+        .opcode = h[1], .keylen = get_be16(h + 2), .extlen = h[4], .bodylen = get_be32(h + 8),
+        .cas = get_be64(h + 16),
     };
     memcpy(&r->opaque, h + 12, 4);
     r->ext = h + BIN_HDR;
@@ -687,7 +666,7 @@ static void dispatch(kura_session *s, bin_req *r, kura_buf *out, size_t *flushed
         bin_arith(s, r, out);
         break;
     case OP_FLUSH: {
-        int64_t delay = r->extlen == 4 ? (int64_t)be32(r->ext) : 0;
+        int64_t delay = r->extlen == 4 ? (int64_t)get_be32(r->ext) : 0;
         s->dirty = true;
         int rc = engine_flush_all(s->engine, s->stats, delay);
         if (rc < 0)

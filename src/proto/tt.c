@@ -50,7 +50,7 @@ bool tt_code(tt_req *r, uint8_t code)
 bool tt_code_u32(tt_req *r, uint8_t code, uint32_t n)
 {
     unsigned char b[5] = { code };
-    tt_put_be32(b + 1, n);
+    put_be32(b + 1, n);
     if (kura_buf_append(r->out, b, 5))
         return true;
     r->s->close = true;
@@ -60,15 +60,15 @@ bool tt_code_u32(tt_req *r, uint8_t code, uint32_t n)
 bool tt_elem(kura_buf *b, const void *p, size_t n)
 {
     unsigned char l[4];
-    tt_put_be32(l, (uint32_t)n);
+    put_be32(l, (uint32_t)n);
     return kura_buf_reserve(b, 4 + n) && kura_buf_append(b, l, 4) && kura_buf_append(b, p, n);
 }
 
 static bool tt_code_u64(tt_req *r, uint64_t n)
 {
     unsigned char b[9] = { 0 };
-    tt_put_be32(b + 1, (uint32_t)(n >> 32));
-    tt_put_be32(b + 5, (uint32_t)n);
+    put_be32(b + 1, (uint32_t)(n >> 32));
+    put_be32(b + 5, (uint32_t)n);
     if (kura_buf_append(r->out, b, 9))
         return true;
     r->s->close = true;
@@ -125,7 +125,7 @@ static int emit_value(void *arg, const kura_item *it)
     if (!kura_buf_reserve(out, 5 + n))
         return KURA_ENOMEM;
     unsigned char h[5] = { 0 };
-    tt_put_be32(h + 1, (uint32_t)it->vlen);
+    put_be32(h + 1, (uint32_t)it->vlen);
     kura_buf_append(out, h, 5);
     kura_buf_append(out, it->val, n);
     return 0;
@@ -161,8 +161,8 @@ static int emit_record(void *arg, const kura_item *it)
     if (!kura_buf_reserve(m->out, 8 + m->klen + it->vlen))
         return KURA_ENOMEM;
     unsigned char h[8];
-    tt_put_be32(h, (uint32_t)m->klen);
-    tt_put_be32(h + 4, (uint32_t)it->vlen);
+    put_be32(h, (uint32_t)m->klen);
+    put_be32(h + 4, (uint32_t)it->vlen);
     kura_buf_append(m->out, h, 8);
     kura_buf_append(m->out, m->key, m->klen);
     kura_buf_append(m->out, it->val, it->vlen);
@@ -177,7 +177,7 @@ static void cmd_mget(tt_req *r)
     uint32_t found = 0;
     const char *p = r->body;
     for (uint32_t i = 0; i < r->f[0]; i++) {
-        mget_arg m = { r->out, p + 4, tt_be32(p) };
+        mget_arg m = { r->out, p + 4, get_be32(p) };
         p += 4 + m.klen;
         if (m.klen > KURA_KEY_MAX)
             continue;                   /* no such key can be stored here */
@@ -192,7 +192,7 @@ static void cmd_mget(tt_req *r)
         if (rc == KURA_OK)
             found++;
     }
-    tt_put_be32((unsigned char *)r->out->data + head + 1, found);
+    put_be32((unsigned char *)r->out->data + head + 1, found);
 }
 
 static void cmd_addint(tt_req *r)
@@ -270,7 +270,7 @@ static void cmd_iternext(tt_req *r)
         return;
     }
     unsigned char h[5] = { 0 };
-    tt_put_be32(h + 1, (uint32_t)klen);
+    put_be32(h + 1, (uint32_t)klen);
     if (!kura_buf_reserve(r->out, 5 + klen) || !kura_buf_append(r->out, h, 5) ||
         !kura_buf_append(r->out, key, klen))
         r->s->close = true;
@@ -330,7 +330,7 @@ static int list_end(tt_state *st, const char *p, size_t avail, uint32_t n, size_
             *end = off + 4;
             return 1;
         }
-        uint32_t l = tt_be32(p + off);
+        uint32_t l = get_be32(p + off);
         if (l > TT_MAX_ARG || off + 4 + l > TT_REQ_MAX)
             return -1;
         if (off + 4 + l > avail) {
@@ -399,8 +399,8 @@ static int frame_body(tt_req *r, const char *h, size_t avail, size_t *head, uint
     case TT_SETMST:
         if (r->f[0] > TT_NAME_MAX || r->f[1] > INT32_MAX)
             return FRAME_CLOSE;
-        r->ts = (uint64_t)tt_be32(f + 8) << 32 | tt_be32(f + 12);
-        r->f[2] = tt_be32(f + 16);
+        r->ts = (uint64_t)get_be32(f + 8) << 32 | get_be32(f + 12);
+        r->f[2] = get_be32(f + 16);
         *body = r->f[0];
         break;
     case TT_MGET: case TT_MISC: {
@@ -521,7 +521,7 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
     }
     const char *f = h + 2;
     for (int i = 0; i < fixed / 4 && i < 4; i++)
-        r.f[i] = tt_be32(f + 4 * i);
+        r.f[i] = get_be32(f + 4 * i);
     uint64_t body;                      /* bytes after the fixed fields */
     bool keep = true;                   /* false: read past the body, answer a failure */
     switch (frame_body(&r, h, avail, &head, &body, &keep)) {

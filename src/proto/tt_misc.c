@@ -36,7 +36,7 @@ static bool next_arg(misc_args *a, const char **v, size_t *n)
 {
     if (a->left == 0)
         return false;
-    *n = tt_be32(a->p);
+    *n = get_be32(a->p);
     *v = a->p + 4;
     a->p += 4 + *n;
     a->left--;
@@ -356,7 +356,7 @@ void tt_misc(tt_req *r)
         tt_code_u32(r, 1, 0);
         return;
     }
-    tt_put_be32((unsigned char *)r->out->data + m.head + 1, m.count);
+    put_be32((unsigned char *)r->out->data + m.head + 1, m.count);
 }
 
 /* ---- stat ---------------------------------------------------------------------------- */
