@@ -743,7 +743,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
     /* a segment of an older format (opened from an older database) takes
      * no new records: they go to a new segment */
     if (a->version != log->cfg.version ||
-        (a->size > SL_SEG_HDR && a->size + rlen > log->cfg.segsiz)) {
+        sl_would_roll(log, a->size, rlen)) {
         rc = do_roll(log, rlen, 0);
         if (rc)
             goto out;

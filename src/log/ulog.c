@@ -521,7 +521,7 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
      * takes no record that would carry it past segsiz */
     tail_arg ta;
     sl_locked(&log->sl, get_tail, &ta);
-    bool rolls = ta.t.off > SL_SEG_HDR && ta.t.off + rlen > log->sl.cfg.segsiz;
+    bool rolls = sl_would_roll(&log->sl, ta.t.off, rlen);
     bool with_hdr = rolls || ta.t.off == SL_SEG_HDR;
     size_t hlen = 0;
     if (with_hdr) {
