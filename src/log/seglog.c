@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/grow.h"
 #include "kura/seglog.h"
 #include "kura/testhooks.h"
 #include "kura/status.h"
@@ -459,13 +460,9 @@ int sl_list(sl_log *log, uint32_t **ids, size_t *n)
         if (strlen(de->d_name) != 12 || sscanf(de->d_name, "%8x%7s", &id, tail) != 2 ||
             strcmp(tail, ".seg") != 0)
             continue;
-        if (*n == cap) {
-            uint32_t *m = realloc(*ids, (cap *= 2) * sizeof(uint32_t));
-            if (!m) {
-                closedir(d);
-                return KURA_ENOMEM;
-            }
-            *ids = m;
+        if (kura_grow(ids, &cap, *n + 1, sizeof(uint32_t), cap)) {
+            closedir(d);
+            return KURA_ENOMEM;
         }
         (*ids)[(*n)++] = id;
     }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "kura/grow.h"
 #include "kura/tlsio.h"
 #include "slave_int.h"
 
@@ -26,16 +27,8 @@ int slave_send_all(session *ss, const void *buf, size_t len)
 /* Reads more into the buffer: 1 when bytes came, 0 on silence, -1 closed. */
 int slave_fill(session *ss, size_t want)
 {
-    if (want > ss->cap) {
-        size_t ncap = ss->cap ? ss->cap : 256 * 1024;
-        while (ncap < want)
-            ncap *= 2;
-        unsigned char *nb = realloc(ss->buf, ncap);
-        if (!nb)
-            return -1;
-        ss->buf = nb;
-        ss->cap = ncap;
-    }
+    if (kura_grow(&ss->buf, &ss->cap, want, 1, 256 * 1024))
+        return -1;
     if (ss->len == ss->cap)
         return 1;
     if (!(ss->ssl && kura_tls_pending(ss->ssl))) {     /* decrypted already: no wait */

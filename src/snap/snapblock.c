@@ -21,6 +21,7 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/status.h"
 #include "snapblock.h"
 
@@ -59,15 +60,7 @@ static int grow(unsigned char **p, size_t *cap, size_t need)
 {
     if (*p && need <= *cap)
         return KURA_OK;
-    size_t c = *cap ? *cap : 64 * 1024;
-    while (c < need)
-        c *= 2;
-    unsigned char *n = realloc(*p, c);
-    if (!n)
-        return KURA_ENOMEM;
-    *p = n;
-    *cap = c;
-    return KURA_OK;
+    return kura_grow(p, cap, need ? need : 1, 1, 64 * 1024) ? KURA_ENOMEM : KURA_OK;
 }
 
 sb_builder *sb_builder_new(kura_codec codec, int level)

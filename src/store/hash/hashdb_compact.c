@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/testhooks.h"
 #include "hashdb_int.h"
 
@@ -171,16 +172,9 @@ static int do_retire(hashdb *db, hd_seg *x, uint32_t limit)
         return KURA_ECORRUPT;
     }
     rc = hd_sync_now(db);     /* the copies are durable before the original goes */
-    if (rc == KURA_OK && db->nretired == db->retired_cap) {
-        size_t cap = db->retired_cap ? 2 * db->retired_cap : 16;
-        struct hd_retired *n = realloc(db->retired, cap * sizeof(*n));
-        if (n) {
-            db->retired = n;
-            db->retired_cap = cap;
-        } else {
-            rc = KURA_ENOMEM;
-        }
-    }
+    if (rc == KURA_OK &&
+        kura_grow(&db->retired, &db->retired_cap, db->nretired + 1, sizeof(*db->retired), 16))
+        rc = KURA_ENOMEM;
     if (rc == KURA_OK && KURA_TEST_SWITCH(hashdb_drop_compacted)) {
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, x->size);
