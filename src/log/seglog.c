@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "kura/grow.h"
+#include "kura/logf.h"
 #include "kura/seglog.h"
 #include "kura/testhooks.h"
 #include "kura/status.h"
@@ -47,21 +48,17 @@
 #include "kura/lockorder.h"
 #include "kura/tlbuf.h"
 
-static void sl_logf(sl_log *log, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void sl_logf(sl_log *log, int level, const char *fmt, ...)
+/* sl_logf's sink: the user's hook, or stderr. */
+static void sl_log_line(void *arg, int level, const char *line)
 {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
+    sl_log *log = arg;
     if (log->cfg.log)
-        log->cfg.log(log->cfg.log_arg, level, buf);
+        log->cfg.log(log->cfg.log_arg, level, line);
     else
-        fprintf(stderr, "kura seglog %s: %s\n", log->cfg.dir, buf);
+        fprintf(stderr, "kura seglog %s: %s\n", log->cfg.dir, line);
 }
+
+#define sl_logf(log, level, ...) kura_logf(sl_log_line, log, level, __VA_ARGS__)
 
 int sl_errno_status(int e)
 {

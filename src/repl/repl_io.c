@@ -34,19 +34,6 @@ int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *ro
     return KURA_OK;
 }
 
-void repl_log(void (*log)(int level, const char *line), int level, const char *fmt, ...)
-{
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (log)
-        log(level, line);
-    else
-        fprintf(stderr, "%s\n", line);
-}
-
 void repl_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
 {
     char b[32];

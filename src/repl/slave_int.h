@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "kura/journal.h"
+#include "kura/logf.h"
 #include "kura/repl.h"
 #include "keyset.h"
 
@@ -71,7 +72,7 @@ struct repl_slave {
     bool hist_warned;                   /* the thread's: "cannot check" logged once */
 };
 
-#define logf_(x, level, ...) repl_log((x)->cfg.log, level, __VA_ARGS__)
+#define logf_(x, level, ...) kura_logf_hook((x)->cfg.log, level, __VA_ARGS__)
 
 static inline uint64_t mono_ms(void)
 {

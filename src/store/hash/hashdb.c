@@ -31,9 +31,9 @@
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 
-/* One line of the hash file's, or of its log's (the log's hook, with db as
- * its arg: the same prefix either way). */
-static void log_line(void *arg, int level, const char *buf)
+/* One line of the hash file's (hd_log's sink), or of its log's (the log's
+ * hook, with db as its arg: the same prefix either way). */
+void hd_log_line(void *arg, int level, const char *buf)
 {
     hashdb *db = arg;
     if (KURA_TEST_SWITCH(quiet_stores))
@@ -45,16 +45,6 @@ static void log_line(void *arg, int level, const char *buf)
     } else {
         fprintf(stderr, "kura hashdb %s: %s\n", db->dir, buf);
     }
-}
-
-void hd_log(hashdb *db, int level, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    log_line(db, level, buf);
 }
 
 /* Counts an entry in (or out of) the totals and its segment's live bytes.
@@ -973,7 +963,7 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                      .version = HD_VERSION, .versions = HD_VERSIONS,
                      .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
-                     .check = hd_rec_check, .log = log_line, .log_arg = db,
+                     .check = hd_rec_check, .log = hd_log_line, .log_arg = db,
                      .lock_rank = LOCK_RANK_STORE_LOG };
     memcpy(lc.magic, HD_SEG_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&db->log, &lc))) {

@@ -47,22 +47,14 @@
 
 static inline btree *B(kura_store *s) { return (btree *)s; }
 
-void bt_log(btree *bt, int level, const char *fmt, ...)
+/* bt_log's sink, and the tree's log's hook (bt as its arg). */
+void bt_log_line(void *arg, int level, const char *line)
 {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
+    btree *bt = arg;
     if (bt->cfg.log)
-        bt->cfg.log(level, buf);
+        bt->cfg.log(level, line);
     else if (!KURA_TEST_SWITCH(quiet_stores))
-        fprintf(stderr, "kura tree: %s\n", buf);
-}
-
-static void log_line(void *arg, int level, const char *line)
-{
-    bt_log(arg, level, "%s", line);
+        fprintf(stderr, "kura tree: %s\n", line);
 }
 
 uint64_t bt_item_bytes(size_t klen, size_t vlen, uint32_t flags)
@@ -1198,7 +1190,7 @@ static int open_tree_file(btree *bt, const char *path, const open_params *p, boo
                      .versions = (1u << BT_WAL_VERSION) | (1u << BT_WAL_VERSION_MIN),
                      .segsiz = p->segsiz, .msiz = 0, .wbehind = p->wbehind,
                      .mapwrite = p->mapwrite != 0, .read_only = cfg->read_only,
-                     .check = bt_wal_check, .log = log_line, .log_arg = bt,
+                     .check = bt_wal_check, .log = bt_log_line, .log_arg = bt,
                      .lock_rank = LOCK_RANK_STORE_LOG,
                      .presync = bt_wal_presync, .presync_arg = bt };
     memcpy(lc.magic, BT_WAL_MAGIC, sizeof(lc.magic));
