@@ -465,23 +465,24 @@ static size_t __attribute__((noinline, cold)) sasl_to_text(kura_session *s, char
 
 /* ---- the request loop -------------------------------------------------------------- */
 
-/* Quiet opcodes and the loud ones they stand for. */
+/* Quiet opcodes and the loud ones they stand for, indexed by opcode: QUIET
+ * with the loud one, 0 for an opcode that is not quiet (every opcode is
+ * below QUIET). */
+#define QUIET 0x80
+static const uint8_t loud_ops[256] = {
+    [OP_SETQ] = QUIET | OP_SET, [OP_ADDQ] = QUIET | OP_ADD,
+    [OP_REPLACEQ] = QUIET | OP_REPLACE, [OP_DELETEQ] = QUIET | OP_DELETE,
+    [OP_INCREMENTQ] = QUIET | OP_INCREMENT, [OP_DECREMENTQ] = QUIET | OP_DECREMENT,
+    [OP_QUITQ] = QUIET | OP_QUIT, [OP_FLUSHQ] = QUIET | OP_FLUSH,
+    [OP_APPENDQ] = QUIET | OP_APPEND, [OP_PREPENDQ] = QUIET | OP_PREPEND,
+    [OP_GETQ] = QUIET | OP_GET, [OP_GETKQ] = QUIET | OP_GETK, [OP_GATQ] = QUIET | OP_GAT,
+    [OP_GATKQ] = QUIET | OP_GATK,
+};
+
 static uint8_t loud_of(uint8_t op, bool *quiet)
 {
-    static const uint8_t map[][2] = {
-        { OP_SETQ, OP_SET }, { OP_ADDQ, OP_ADD }, { OP_REPLACEQ, OP_REPLACE },
-        { OP_DELETEQ, OP_DELETE }, { OP_INCREMENTQ, OP_INCREMENT },
-        { OP_DECREMENTQ, OP_DECREMENT }, { OP_QUITQ, OP_QUIT }, { OP_FLUSHQ, OP_FLUSH },
-        { OP_APPENDQ, OP_APPEND }, { OP_PREPENDQ, OP_PREPEND }, { OP_GETQ, OP_GET },
-        { OP_GETKQ, OP_GETK }, { OP_GATQ, OP_GAT }, { OP_GATKQ, OP_GATK },
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (map[i][0] == op) {
-            *quiet = true;
-            return map[i][1];
-        }
-    *quiet = false;
-    return op;
+    *quiet = loud_ops[op] & QUIET;
+    return *quiet ? (uint8_t)(loud_ops[op] & ~QUIET) : op;
 }
 
 /* Checks a request's lengths against its opcode, as memcached's dispatch
