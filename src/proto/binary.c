@@ -244,7 +244,8 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
         cmd = KURA_CMD_CAS;
     kura_item it = {
         .key = r->key, .klen = r->keylen, .val = r->value, .vlen = r->vlen,
-        .flags = concat ? 0 : get_be32(r->ext), .exptime = concat ? 0 : (int64_t)get_be32(r->ext + 4),
+        .flags = concat ? 0 : get_be32(r->ext),
+        .exptime = concat ? 0 : (int64_t)get_be32(r->ext + 4),
     };
     engine_store_opts o = { .cas_in = r->cas };
     uint64_t cas = 0;

@@ -199,8 +199,8 @@ static void *slave_main(void *arg)
             pthread_mutex_unlock(&s->lock);
             close(fd);
         } else {
-            slave_fail(s, KURA_LOG_ERROR, "cannot connect to master %s:%d: %s; retrying with backoff",
-                 s->host, s->port, why);
+            slave_fail(s, KURA_LOG_ERROR, "cannot connect to master %s:%d: %s; retrying with "
+                       "backoff", s->host, s->port, why);
         }
         if (res == SESS_FATAL) {
             slave_set_state(s, REPL_ST_DIVERGED);

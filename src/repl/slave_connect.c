@@ -113,8 +113,8 @@ static int welcome(session *ss, const char *line)
         /* its rows may be larger than any this server takes: refused here
          * rather than stopped at the first such row */
         slave_fail(s, KURA_LOG_ERROR, "master %s:%d's -I (%" PRIu64 ") is larger than this "
-             "replica's (%" PRIu64 "): start this replica with -I %" PRIu64 " or more",
-             s->host, s->port, w.imax, s->cfg.item_max, w.imax);
+                   "replica's (%" PRIu64 "): start this replica with -I %" PRIu64 " or more",
+                   s->host, s->port, w.imax, s->cfg.item_max, w.imax);
         return SESS_REFUSED;
     }
     atomic_store(&s->master_hid, w.hid);
@@ -191,11 +191,11 @@ static int authenticate(session *ss)
         return SESS_OPEN;
     case KURA_LOGIN_REFUSED:
         slave_fail(s, KURA_LOG_ERROR, "master %s:%d refused authentication as user '%s': %s; "
-             "retrying with backoff", s->host, s->port, s->cfg.auth_user, msg);
+                   "retrying with backoff", s->host, s->port, s->cfg.auth_user, msg);
         return SESS_REFUSED;
     case KURA_LOGIN_LOST:
         slave_fail(s, KURA_LOG_ERROR, "master %s:%d did not answer the authentication", s->host,
-             s->port);
+                   s->port);
         return SESS_FAILED;
     default:
         slave_fail(s, KURA_LOG_ERROR, "master %s:%d: %s", s->host, s->port, msg);
@@ -221,7 +221,7 @@ int slave_handshake(session *ss)
                                    sizeof(why));
         if (!ss->ssl) {
             slave_fail(s, KURA_LOG_ERROR, "master %s:%d (-mtls): %s; retrying with backoff",
-                       s->host, s->port, why);
+                             s->host, s->port, why);
             return SESS_FAILED;
         }
     }
@@ -231,7 +231,7 @@ int slave_handshake(session *ss)
     if (n < 0 || slave_send_all(ss, line, (size_t)n) < 0 ||
         read_line(ss, line, sizeof(line)) < 0) {
         slave_fail(s, KURA_LOG_ERROR, "master %s:%d did not answer the repl command", s->host,
-                   s->port);
+                         s->port);
         return SESS_FAILED;
     }
     return welcome(ss, line);

@@ -121,7 +121,7 @@ int slave_history_check(repl_slave *s, const repl_welcome *w)
         /* saved already, and the master did not send the copy asked for */
         slave_set_state(s, REPL_ST_DIVERGED);
         slave_fail(s, KURA_LOG_ERROR, "master %s:%d did not send the full copy asked for (copy=1); "
-             "nothing applied, retrying", s->host, s->port);
+                   "nothing applied, retrying", s->host, s->port);
         return SESS_FAILED;
     }
     slave_set_state(s, REPL_ST_DIVERGED);
@@ -130,10 +130,10 @@ int slave_history_check(repl_slave *s, const repl_welcome *w)
     uint64_t rows = 0, skipped = 0;
     int rc = save_diverged(s, &mine, &theirs, w->msid, path, sizeof(path), &rows, &skipped);
     if (rc != KURA_OK) {
-        slave_fail(s, KURA_LOG_ERROR, "diverged from master %s:%d (origin %u: rows up to %" PRIu64
-             " here, %" PRIu64 " there), and cannot save its rows to %s: %s; nothing applied, "
-             "retrying", s->host, s->port, o, journal_hist_get(&mine, o),
-             journal_hist_get(&theirs, o), path, kura_strerror(rc));
+        slave_fail(s, KURA_LOG_ERROR, "diverged from master %s:%d (origin %u: rows up to %"
+                   PRIu64 " here, %" PRIu64 " there), and cannot save its rows to %s: %s; "
+                   "nothing applied, retrying", s->host, s->port, o, journal_hist_get(&mine, o),
+                   journal_hist_get(&theirs, o), path, kura_strerror(rc));
         return SESS_FAILED;
     }
     char extra[96] = "";
