@@ -160,13 +160,83 @@ static void ck_head_locked(void *arg, const sl_tail *t)
 
 static bool retire_prev(hashdb *db, const char *prev, hd_pos P);
 
+/* The checkpoint's bytes into w (its file, tmp): a header with P (set) and
+ * the state, every stripe's table, the trailer with the count and CRC. */
+static int write_dump(hashdb *db, wbuf *w, int version, hd_pos *P, hd_ckscratch *sc,
+                      const char *tmp)
+{
+    unsigned char h[CK_HDR], t[CK_TRAILER];
+    uint64_t count = 0;
+    memset(h, 0, sizeof(h));
+    /* P, the sequence number and the state as one consistent view: taken
+     * under the log's append lock, which the framing callback that hands
+     * out sequence numbers runs under too */
+    ck_head ch = { db, h, P };
+    sl_locked(&db->log, ck_head_locked, &ch);
+    /* the log must be on disk before the checkpoint is renamed into place:
+     * start its writeback now, to overlap the dump (hd_sync_now waits) */
+    sl_writeback_hint(&db->log);
+    if (version != CK_VERSION)
+        put32(h + 8, version);
+    wb_put(w, h, sizeof(h));
+    for (int i = 0; i < HD_STRIPES && !w->err; i++) {
+        uint64_t items;
+        size_t n = hd_cktab_encode(&db->stripes[i], version, sc, &items);
+        if (!n)
+            return KURA_ENOMEM;
+        count += items;
+        wb_put(w, sc->out, n);
+    }
+    memcpy(t, HD_CKPT_END, 8);
+    put64(t + 8, count);
+    wb_put(w, t, 16);
+    wb_flush(w);
+    put32(t + 16, w->crc);
+    put32(t + 20, 0);
+    wb_put(w, t + 16, 8);
+    wb_flush(w);
+    if (w->err) {
+        int rc = hd_errno_status(w->err);
+        hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", tmp, strerror(w->err));
+        return rc;
+    }
+    return KURA_OK;
+}
+
+/* The dump at tmp made durable after every record it names, then renamed
+ * into place (the current one becoming checkpoint.prev), the directory
+ * synced; closes w's file. */
+static int put_in_place(hashdb *db, wbuf *w, const char *tmp, const char *cur,
+                        const char *prev)
+{
+    /* every record the checkpoint points at must be on disk before it is */
+    int rc = hd_sync_now(db);
+    if (rc)
+        return rc;
+    if (db->io->fdatasync(db->io, w->fd) != 0) {
+        hd_fail(db, "fdatasync of a checkpoint", errno);
+        return hd_failed(db);
+    }
+    db->io->close(db->io, w->fd);
+    w->fd = -1;
+    if (db->io->renameat(db->io, AT_FDCWD, cur, AT_FDCWD, prev) != 0 && errno != ENOENT) {
+        rc = hd_errno_status(errno);
+        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", cur, strerror(errno));
+        return rc;
+    }
+    if (db->io->renameat(db->io, AT_FDCWD, tmp, AT_FDCWD, cur) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", tmp, strerror(errno));
+        return rc;
+    }
+    return hd_fsync_dir(db);   /* failed: sticky, the renames may not be durable */
+}
+
 int hd_ckpt_write(hashdb *db)
 {
     char tmp[4200], cur[4200], prev[4200];
-    unsigned char h[CK_HDR], t[CK_TRAILER];
     wbuf w = { .io = db->io, .fd = -1, .cap = 1 << 20 };
     hd_pos P;
-    uint64_t count = 0;
     int rc = KURA_OK;
     hd_ckscratch sc = { 0 };
     int version = KURA_TEST_SWITCH(hashdb_ckpt_v7) ? 7 : CK_VERSION;
@@ -190,64 +260,9 @@ int hd_ckpt_write(hashdb *db)
         goto out;
     }
 
-    memset(h, 0, sizeof(h));
-    /* P, the sequence number and the state as one consistent view: taken
-     * under the log's append lock, which the framing callback that hands
-     * out sequence numbers runs under too */
-    ck_head ch = { db, h, &P };
-    sl_locked(&db->log, ck_head_locked, &ch);
-    /* the log must be on disk before the checkpoint is renamed into place:
-     * start its writeback now, to overlap the dump (hd_sync_now waits) */
-    sl_writeback_hint(&db->log);
-    if (version != CK_VERSION)
-        put32(h + 8, version);
-    wb_put(&w, h, sizeof(h));
-    for (int i = 0; i < HD_STRIPES && !w.err; i++) {
-        uint64_t items;
-        size_t n = hd_cktab_encode(&db->stripes[i], version, &sc, &items);
-        if (!n) {
-            rc = KURA_ENOMEM;
-            goto out;
-        }
-        count += items;
-        wb_put(&w, sc.out, n);
-    }
-    memcpy(t, HD_CKPT_END, 8);
-    put64(t + 8, count);
-    wb_put(&w, t, 16);
-    wb_flush(&w);
-    put32(t + 16, w.crc);
-    put32(t + 20, 0);
-    wb_put(&w, t + 16, 8);
-    wb_flush(&w);
-    if (w.err) {
-        rc = hd_errno_status(w.err);
-        hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", tmp, strerror(w.err));
+    if ((rc = write_dump(db, &w, version, &P, &sc, tmp)) ||
+        (rc = put_in_place(db, &w, tmp, cur, prev)))
         goto out;
-    }
-    /* every record the checkpoint points at must be on disk before it is */
-    rc = hd_sync_now(db);
-    if (rc)
-        goto out;
-    if (db->io->fdatasync(db->io, w.fd) != 0) {
-        hd_fail(db, "fdatasync of a checkpoint", errno);
-        rc = hd_failed(db);
-        goto out;
-    }
-    db->io->close(db->io, w.fd);
-    w.fd = -1;
-    if (db->io->renameat(db->io, AT_FDCWD, cur, AT_FDCWD, prev) != 0 && errno != ENOENT) {
-        rc = hd_errno_status(errno);
-        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", cur, strerror(errno));
-        goto out;
-    }
-    if (db->io->renameat(db->io, AT_FDCWD, tmp, AT_FDCWD, cur) != 0) {
-        rc = hd_errno_status(errno);
-        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    if ((rc = hd_fsync_dir(db)))
-        goto out;       /* sticky: the renames may not be durable */
     db->ckpt_prev = retire_prev(db, prev, P) ? P : db->ckpt_cur;
     db->ckpt_cur = P;
     db->ckpt_count++;
