@@ -152,7 +152,7 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
-        bench-tt fuzz fuzz-build soak bench-footprint
+        bench-tt fuzz fuzz-build soak bench-footprint check-functions
 # kura-enginebench too: a measurement with a stale one would time old code.
 # A test tree (TEST_HOOKS=1) also holds what only the tests use.
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench \
@@ -309,6 +309,10 @@ check-layers:
 	/usr/bin/python3 tools/check-layers
 
 check: test
+
+# No function in src/ over 120 lines (tools/long-functions; Universal Ctags)
+check-functions:
+	tools/long-functions -max 120 src
 
 # The load and soak test at length: tests/integration/test_soak.py with its
 # mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s);

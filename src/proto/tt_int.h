@@ -14,6 +14,7 @@
 
 #include <regex.h>
 
+#include "kura/bytes.h"
 #include "kura/list.h"
 #include "proto_int.h"
 
@@ -117,18 +118,6 @@ typedef struct tt_req {
     const char *body;                   /* what follows the fixed fields */
     size_t blen;
 } tt_req;
-
-/* Big-endian fields (the protocol's). */
-static inline uint32_t tt_be32(const void *p)
-{
-    const unsigned char *b = p;
-    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-static inline void tt_put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
 
 /* Replies: a status byte; a status byte and a 32-bit number; an element
  * ([be32 length][bytes]).  False (the session closes) when memory runs

@@ -183,7 +183,7 @@ bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
     bool failed = rc < 0;
     if (!failed) {
         unsigned char h[5] = { 0 };
-        tt_put_be32(h + 1, w->count);
+        put_be32(h + 1, w->count);
         if (!kura_buf_reserve(r->out, 5 + w->res.len) || !kura_buf_append(r->out, h, 5) ||
             !kura_buf_append(r->out, w->res.data, w->res.len))
             s->close = true;
