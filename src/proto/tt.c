@@ -230,6 +230,17 @@ static void cmd_setmst(tt_req *r)
     tt_code(r, rc == KURA_OK ? 0 : 1);
 }
 
+/* copy: the server's hook writes a snapshot at the path. */
+static void cmd_copy(tt_req *r)
+{
+    kura_server_info *si = r->s->server;
+    char path[TT_NAME_MAX + 1];
+    memcpy(path, r->body, r->blen);
+    path[r->blen] = '\0';
+    int rc = si && si->tt_copy ? si->tt_copy(si->tt_copy_ctx, path) : KURA_EINVAL;
+    tt_code(r, rc == KURA_OK ? 0 : 1);
+}
+
 static void cmd_simple(tt_req *r)
 {
     kura_session *s = r->s;
@@ -247,7 +258,7 @@ static void cmd_simple(tt_req *r)
         break;
     case TT_OPTIMIZE:
         break;                          /* kura compacts its files itself */
-    default:                            /* copy, restore, ext: not served */
+    default:                            /* restore, ext: not served */
         rc = KURA_EINVAL;
         break;
     }
@@ -486,6 +497,9 @@ static bool dispatch(tt_req *r)
         return !r->st->walk.kind;       /* a walk paused: this request again later */
     case TT_SETMST:
         cmd_setmst(r);
+        break;
+    case TT_COPY:
+        cmd_copy(r);
         break;
     case TT_RNUM: case TT_SIZE:
         cmd_count(r);

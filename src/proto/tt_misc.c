@@ -395,10 +395,10 @@ void tt_stat(tt_req *r)
     char buf[4096];
     int n = snprintf(buf, sizeof(buf),
                      "version\t1.1.41\nlibver\t324\nprotver\t0.91\nos\tLinux\n"
-                     "time\t%.6f\npid\t%lld\nsid\t0\ntype\t%s\npath\t%s\n"
+                     "time\t%.6f\npid\t%lld\nsid\t%lu\ntype\t%s\npath\t%s\n"
                      "rnum\t%llu\nsize\t%llu\nbigend\t0\nfd\t%d\nloadavg\t%.6f\n"
                      "ru_user\t%.6f\nru_sys\t%.6f\nru_real\t%.6f\n",
-                     t, si ? (long long)si->pid : 0LL, db_type(engine_backend(s->engine)),
+                     t, si ? (long long)si->pid : 0LL, si ? (unsigned long)si->sid : 0UL, db_type(engine_backend(s->engine)),
                      si && si->dbname ? si->dbname : "*", (unsigned long long)u.curr_items,
                      (unsigned long long)u.bytes, s->conn_id, load[0],
                      ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,

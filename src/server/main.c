@@ -281,9 +281,12 @@ static void init_info(kura_server *srv)
     si->item_size_max = st->item_size_max;
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
+    si->sid = (uint32_t)st->sid;
     si->sync_mode = options_sync_name(st->sync_mode);
     si->tt_setmst = repladmin_tt_setmst;
     si->tt_setmst_ctx = srv;
+    si->tt_copy = snapd_tt_copy;
+    si->tt_copy_ctx = srv;
     si->unix_mode = st->unix_mode;
     si->auth = st->auth;
     si->sasl = st->sasl;
