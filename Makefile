@@ -5,7 +5,7 @@
 #   make programs   only kurad and kuractl
 #   make run        build, then run kurad in the foreground on localhost:11211
 #                   (PORT=N, DB=NAME: see "run" below)
-#   make test       make check-layers, then build the test tree (build-test/:
+#   make test       make check-layers and check-functions, then build the test tree (build-test/:
 #                   the programs, the unit tests and the fuzz replayers, with
 #                   the test switches, -DKURA_TEST_HOOKS) and run every test
 #                   against it; ends with "N passed, N failed"
@@ -295,7 +295,7 @@ run: $(KURAD)
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
 # The suite runs against a tree of its own, built with the test switches
 # (testhooks.h): $(TEST_BUILD), never build/, whose programs are release ones.
-test: check-layers
+test: check-layers check-functions
 	$(MAKE) BUILD=$(TEST_BUILD) TEST_HOOKS=1 test-run
 
 test-run: all
@@ -310,7 +310,8 @@ check-layers:
 
 check: test
 
-# No function in src/ over 120 lines (tools/long-functions; Universal Ctags)
+# No function in src/ over 120 lines (tools/long-functions; Debian's
+# universal-ctags, which the README's test command installs); make test runs it.
 check-functions:
 	tools/long-functions -max 120 src
 
