@@ -13,16 +13,19 @@
 #  * With one worker, one client runs a costly pattern (a program of
 #    about 800 instructions, every key walked to its end) over 3000 keys
 #    of 250 bytes (3 s of matching on an idle machine) while another sends
-#    gets one at a time: every get is answered within the bound.  This is
-#    a property, not a timing flake: a get waits at most one slice (about
-#    a millisecond of matching plus one key's millisecond) and the walk is
-#    a thousand times longer, so a get waits either a slice or the whole
-#    walk.  The target is 50 ms; the assertion's bound is a generous
-#    250 ms (times the suite's deadline scale, for sanitizer builds), so
-#    that a loaded machine's scheduling does not fail it (at load average
-#    14 on 2 cores the worst get took 43 ms, the median 6 ms, while the
-#    inline walk held a get for its whole 13 s): it sits between the two
-#    with a factor of ten or more each side.
+#    gets one at a time: every get is answered within 50 ms of the
+#    server's CPU time, measured as the CPU kurad's threads ran between
+#    the get's send and its reply (/proc/PID/task/*/schedstat, in ns).
+#    This is a property, not a timing flake: a get waits at most one
+#    slice (about a millisecond of matching plus one key's millisecond)
+#    and the walk is a thousand times longer, so a get waits either a
+#    slice or the whole walk, and the bound (50 ms times the suite's
+#    deadline scale, for sanitizer builds) sits between the two with a
+#    factor of ten or more each side.  CPU time, not the wall clock: on a
+#    loaded machine (load average 12 on 2 cores under `make test`) the
+#    scheduler alone kept a sliced get waiting up to a second of wall
+#    time, while the CPU the server spent before answering stays that of
+#    a slice.  The wall-clock figures are printed.
 #  * Negative check (RegexInline): kurad with KURA_TEST_LIST_INLINE, which
 #    runs the walk whole in one call as before the slices, answers a get
 #    sent during the walk only after it: the same measure fails.
@@ -35,7 +38,7 @@ P = struct.pack
 BACKREF = rb"(.*)(.*)(.*)(.*)(.*)\5\4\3\2\1x"
 COSTLY = rb"(.?.?.?.?){100}z"                   # ~800 instructions, never matches
 KEYS = 3000
-BOUND = 0.250 * kuratest.SCALE                  # generous: the target is 50 ms
+BOUND = 0.050 * kuratest.SCALE                  # seconds of kurad's CPU
 
 
 def elems(*xs):
@@ -96,15 +99,29 @@ class Regex(ServerTestCase):
                 done.set()
         t = threading.Thread(target=walk, daemon=True)
         t.start()
-        lat = []
+        lat, wall = [], []
         while not done.is_set():
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), self.server_cpu()
             self.c.send(get(key(len(lat) % KEYS)))
             self.assertEqual(self.c.recv_exact(6, timeout=600), b"\x00" + P(">I", 1) + b"v")
-            lat.append(time.monotonic() - t0)
+            lat.append(self.server_cpu() - c0)
+            wall.append(time.monotonic() - t0)
         t.join()
         self.assertEqual(len(result), 2, "the listing failed")
+        print("# gets during the walk: %d; the worst took %.3f s of kurad's CPU, %.3f s of "
+              "wall time; the walk %.3f s" % (len(lat), max(lat), max(wall), result[1]))
         return result[0], result[1], lat
+
+    def server_cpu(self):
+        """Seconds of CPU kurad's threads have run (schedstat: ns)."""
+        total, base = 0, "/proc/%d/task" % self.server.proc.pid
+        for tid in os.listdir(base):
+            try:
+                with open("%s/%s/schedstat" % (base, tid)) as f:
+                    total += int(f.read().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass                            # a thread that ended meanwhile
+        return total / 1e9
 
     @kura_only
     def test_backref_refused(self):
@@ -119,13 +136,14 @@ class Regex(ServerTestCase):
         (st, n), took, lat = self.gets_during(COSTLY)
         self.assertEqual((st, n), (0, 0))
         # the walk was long enough to prove something: many bounds long
-        self.assertGreater(took, 4 * BOUND, "the walk took %.3f s" % took)
+        self.assertGreater(took, 20 * BOUND, "the walk took %.3f s" % took)
         self.check_latency(lat, took)
 
     def check_latency(self, lat, took):
         self.assertGreater(len(lat), 10, "gets during the walk")
         worst = max(lat)
-        self.assertLess(worst, BOUND, "a get waited %.3f s during a %.3f s regex walk"
+        self.assertLess(worst, BOUND, "a get waited for %.3f s of kurad's CPU during a %.3f s "
+                        "regex walk"
                         % (worst, took))
 
 
