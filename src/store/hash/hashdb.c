@@ -912,7 +912,9 @@ static const kura_store_ops hashdb_ops = {
 int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
                 kura_store **out, char *err, size_t errlen)
 {
-    uint64_t bnum = 1048576, msiz = 4ULL << 30, segsiz = 128ULL << 20,
+    /* bnum and segsiz 0: not given, a new database starts small and grows
+     * (HD_SEG_FIRST, hdx_init) */
+    uint64_t bnum = 0, msiz = 4ULL << 30, segsiz = 0,
              ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1,
              wbehind = 4ULL << 20;
     int rc;
@@ -967,9 +969,14 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
         goto fail;
     /* the log's record framing is this file's: the hash file's format
      * (docs/formats.md) stays as it was (hashdb_rec.c) */
+    uint64_t seg_first = 0;
+    if (!segsiz) {
+        segsiz = HD_SEGSIZ;
+        seg_first = kura_test.hashdb_seg_first ? kura_test.hashdb_seg_first : HD_SEG_FIRST;
+    }
     sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
                      .version = HD_VERSION, .versions = HD_VERSIONS,
-                     .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
+                     .segsiz = segsiz, .segsiz_first = seg_first, .msiz = msiz, .wbehind = wbehind,
                      .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
                      .check = hd_rec_check, .log = log_line, .log_arg = db,
                      .lock_rank = LOCK_RANK_STORE_LOG };
