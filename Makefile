@@ -136,7 +136,7 @@ KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all programs run test test-asan test-tsan check install install-bench uninstall clean \
+.PHONY: all programs run test test-asan test-tsan test-fresh check install install-bench uninstall clean \
         distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build soak \
         bench-footprint
 # kura-enginebench too: a measurement with a stale one would time old code
@@ -402,6 +402,15 @@ deb:
 # the packaged kurad serving), which plain `make test` skips.
 test-deb: deb programs
 	KURA_DEB_DIR=$(CURDIR)/$(DEB_DIR) KURA_BUILD=$(BUILD) /usr/bin/python3 tests/run test_package
+
+# The README's two quick-start commands on a new machine: a fresh minimal
+# Debian 12 chroot (debootstrap), then only those lines, as root
+# (tests/fresh/run says how; about half an hour, most of it apt and make
+# test).  Not part of make test.  Where it cannot run (not root, no
+# debootstrap) the script exits 77 with its reason, which is no failure
+# here; KEEP=1 keeps the chroot.
+test-fresh:
+	tests/fresh/run || { rc=$$?; [ $$rc = 77 ] || exit $$rc; }
 
 clean:
 	rm -rf build build-asan build-tsan build-deb build-fuzz
