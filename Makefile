@@ -138,7 +138,7 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-asan test-tsan test-fresh check install install-bench uninstall clean \
         distclean deb test-deb bench bench-repl bench-snapshot bench-tt fuzz fuzz-build soak \
-        bench-footprint
+        bench-footprint FORCE
 # kura-enginebench too: a measurement with a stale one would time old code
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(UNIT_BIN) $(BUILD)/tests/libfailsync.so \
      $(FUZZ_BIN)
@@ -152,7 +152,21 @@ $(BUILD)/tests/libfailsync.so: tests/shim/failsync.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -Wall -Wextra $(WERROR) -fPIC -shared -o $@ $< -ldl
 
-$(BUILD)/%.o: %.c
+# What this build is made with: compiler, flags, libraries and the optional
+# libraries found.  Rewritten only when that changes, and every object
+# depends on it, so that a build made before libssl-dev or libsasl2-dev was
+# installed (the README's quick start, then its test line) is made again
+# with them, instead of leaving a kurad without TLS or SASL.
+BUILD_FLAGS = $(CC) $(CFLAGS_ALL) | $(LIBS) | $(CAB_CFLAGS) $(CAB_LIBS) | sasl $(HAVE_SASL) \
+              $(SASL_CFLAGS)
+$(BUILD)/flags: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' | cmp -s - $@ || \
+	    printf '%s\n' '$(subst ','\'',$(BUILD_FLAGS))' > $@
+
+FORCE:
+
+$(BUILD)/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
 
