@@ -56,6 +56,8 @@ typedef struct sl_seg {
     int fd;
     uint64_t size;              /* bytes of complete records + header */
     uint32_t version;           /* its records' format (from its header) */
+    uint64_t limit;             /* sealed when a record would take it past
+                                   this: segsiz, or less (cfg.segsiz_first) */
     bool sealed;
     bool trimmed;               /* its preallocated tail cut and synced (roll) */
     const unsigned char *map;   /* mapping for reads (offsets < size), or NULL */
@@ -108,7 +110,14 @@ typedef struct sl_config {
     char magic[8];              /* of a segment file's header */
     uint32_t version;           /* format version of new segments */
     uint32_t versions;          /* accepted at open: bit v for version v */
-    uint64_t segsiz;            /* a segment is sealed past this */
+    uint64_t segsiz;            /* a segment is sealed past this (<= 2^31) */
+    /* 0: every segment is sealed past segsiz.  Otherwise the segments
+     * grow: the first a log makes is sealed past segsiz_first, each
+     * one after past twice its predecessor's size, up to segsiz; a
+     * segment's header keeps its size (docs/formats.md), so a reopen goes
+     * on where it was.  A new store starts small, and an older log's
+     * segments (their header says 0) keep segsiz. */
+    uint64_t segsiz_first;
     uint64_t msiz;              /* bytes of sealed segments mapped for reads */
     uint64_t wbehind;           /* write-behind step, 0 = none */
     bool mapwrite;              /* append through a shared mapping */
@@ -187,8 +196,10 @@ int sl_list(sl_log *log, uint32_t **ids, size_t *n);
  * KURA_ECORRUPT for a bad header, KURA_EINVAL for a format version not in
  * cfg.versions or an id whose slot is taken; err says which. */
 int sl_seg_open(sl_log *log, uint32_t id, sl_seg **out, char *err, size_t errlen);
-/* Creates segment id with cap bytes reserved (0: segsiz; mapped too, with
- * mapwrite); its header is durable, then its name. */
+/* Creates segment id with cap bytes reserved (0: its limit; mapped too,
+ * with mapwrite); its header is durable, then its name.  The first segment
+ * of a log: its limit is segsiz_first where the segments grow (else
+ * segsiz). */
 int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out);
 void sl_seg_map(sl_log *log, sl_seg *sg);       /* for reads, if msiz allows */
 void sl_seg_close(sl_log *log, sl_seg *sg);     /* closes, frees */
@@ -254,7 +265,7 @@ typedef struct sl_tail {
 void sl_locked(sl_log *log, void (*fn)(void *arg, const sl_tail *t), void *arg);
 void sl_set_recno(sl_log *log, uint64_t recno);     /* at open, before appends */
 /* Seals the active segment now if it holds records (a new one takes the
- * next, with cap bytes reserved: 0 for segsiz; a user about to close
+ * next, with cap bytes reserved: 0 for its limit; a user about to close
  * passes SL_SEG_HDR, as the next open reserves the active segment's room
  * anyway); 0 or KURA_E* as for a roll by sl_append. */
 int sl_roll(sl_log *log, uint64_t cap);
@@ -263,9 +274,15 @@ int sl_roll(sl_log *log, uint64_t cap);
  * record would carry it past segsiz (an empty segment takes any record).
  * sl_append rolls by it; a user that frames its records by where they
  * fall (the update log's segment-opening row) asks it first. */
+static inline bool sl_would_roll_at(uint64_t limit, uint64_t size, uint64_t rlen)
+{
+    return size > SL_SEG_HDR && size + rlen > limit;
+}
+/* The same for a log whose segments do not grow (cfg.segsiz_first 0, as
+ * the update log's): every segment's limit is segsiz. */
 static inline bool sl_would_roll(const sl_log *log, uint64_t size, uint64_t rlen)
 {
-    return size > SL_SEG_HDR && size + rlen > log->cfg.segsiz;
+    return sl_would_roll_at(log->cfg.segsiz, size, rlen);
 }
 static inline uint64_t sl_lsn(sl_log *log)
 {

@@ -68,6 +68,10 @@ typedef struct kura_testhooks {
      * bytes from the checkpoint: the negative check of test_hashdb's
      * test_live_bytes_reopen. */
     bool hashdb_cksum_unmarked;
+    /* A new hash file opened without #segsiz starts its segments at this
+     * many bytes instead of 1 MiB (0: 1 MiB), so that a test's few
+     * records pass through the sizes they grow by. */
+    uint64_t hashdb_seg_first;
     /* Called by a hash file writer copying a large value while the
      * readers of its stripe are let in (hd_append_put), so that a test
      * can hold the copy there and read meanwhile.  Set before the writer

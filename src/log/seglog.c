@@ -188,7 +188,22 @@ static void seg_unmap(sl_log *log, sl_seg *sg)
     pthread_mutex_unlock(&log->seg_mu);
 }
 
-int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out)
+/* The limit of the segment after one of `prev` bytes' limit (0: the
+ * first of a log): segsiz, or where the segments grow, twice prev's, from
+ * segsiz_first up to segsiz. */
+static uint64_t seg_next_limit(const sl_log *log, uint64_t prev)
+{
+    uint64_t max = log->cfg.segsiz, n = prev * 2;
+    if (!log->cfg.segsiz_first)
+        return max;
+    if (n < log->cfg.segsiz_first)
+        n = log->cfg.segsiz_first;
+    return n < max ? n : max;
+}
+
+/* sl_seg_create, with the new segment's limit (kept in its header when it
+ * is below segsiz: a header's 0 means segsiz). */
+static int seg_create(sl_log *log, uint32_t id, uint64_t cap, uint64_t limit, sl_seg **out)
 {
     const kura_io *io = log->cfg.io;
     char path[4200];
@@ -197,7 +212,7 @@ int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out)
     if (rc)
         return rc;
     if (!cap)
-        cap = log->cfg.segsiz;
+        cap = limit;
     sl_seg_path(log, id, path, sizeof(path));
     int fd = io->open(io, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -213,6 +228,7 @@ int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out)
     uint64_t now = (uint64_t)time(NULL);
     put32(h + 16, (uint32_t)now);
     put32(h + 20, (uint32_t)(now >> 32));
+    put32(h + 24, limit < log->cfg.segsiz ? (uint32_t)limit : 0);
     put32(h + 28, crc32c_update(0, h, 28));
     sl_seg *sg = calloc(1, sizeof(*sg));
     if (!sg) {
@@ -225,6 +241,7 @@ int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out)
         sg->id = id;
         sg->fd = fd;
         sg->version = log->cfg.version;
+        sg->limit = limit;
         sg->size = SL_SEG_HDR;
         rc = seg_prealloc(log, sg, cap);
     }
@@ -250,6 +267,11 @@ int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out)
     seg_publish(log, sg);
     *out = sg;
     return KURA_OK;
+}
+
+int sl_seg_create(sl_log *log, uint32_t id, uint64_t cap, sl_seg **out)
+{
+    return seg_create(log, id, cap, seg_next_limit(log, 0), out);
 }
 
 int sl_seg_open(sl_log *log, uint32_t id, sl_seg **out, char *err, size_t errlen)
@@ -290,6 +312,10 @@ int sl_seg_open(sl_log *log, uint32_t id, sl_seg **out, char *err, size_t errlen
     sg->id = id;
     sg->fd = fd;
     sg->version = version;
+    /* 0 in a segment of a log whose segments do not grow, or of one
+     * written before they could */
+    uint32_t limit = get32(h + 24);
+    sg->limit = limit && limit < log->cfg.segsiz ? limit : log->cfg.segsiz;
     sg->size = (uint64_t)st.st_size;
     seg_publish(log, sg);
     *out = sg;
@@ -413,10 +439,10 @@ void sl_start(sl_log *log, sl_seg *last, uint32_t first)
 {
     const kura_io *io = log->cfg.io;
     log->active = last;
-    if (!log->cfg.read_only && last->size < log->cfg.segsiz && !last->wmap) {
+    if (!log->cfg.read_only && last->size < last->limit && !last->wmap) {
         /* cut anything after the last record, then reserve and map again */
         if (io->ftruncate(io, last->fd, (off_t)last->size) != 0 ||
-            seg_prealloc(log, last, log->cfg.segsiz) != KURA_OK)
+            seg_prealloc(log, last, last->limit) != KURA_OK)
             sl_logf(log, KURA_LOG_INFO, "segment %08x: appending with write() (no preallocation)",
                     last->id);
     }
@@ -595,8 +621,8 @@ static int presync(sl_log *log)
 }
 
 /* Seals the active segment and starts the next, large enough for a record
- * of rlen bytes (cap: that many bytes reserved instead of segsiz, if not
- * 0); log->mu held.  The old segment is trimmed and synced
+ * of rlen bytes (cap: that many bytes reserved instead of its limit, if
+ * not 0); log->mu held.  The old segment is trimmed and synced
  * first: a failed sync stops every write (sl_fail) and nothing is sealed; a
  * failed creation (a full disk) leaves the old segment active, synced, and
  * taking no records until a later roll succeeds. */
@@ -604,8 +630,8 @@ static int do_roll(sl_log *log, uint64_t rlen, uint64_t want)
 {
     const kura_io *io = log->cfg.io;
     sl_seg *old = log->active, *nw;
-    uint64_t segsiz = want ? want : log->cfg.segsiz;
-    uint64_t cap = segsiz > SL_SEG_HDR + rlen ? segsiz : SL_SEG_HDR + rlen;
+    uint64_t limit = seg_next_limit(log, old->limit), res = want ? want : limit;
+    uint64_t cap = res > SL_SEG_HDR + rlen ? res : SL_SEG_HDR + rlen;
     if (atomic_load(&log->segs[(old->id + 1) % SL_SEG_SLOTS])) {
         /* the user's compaction keeps the span of live ids far below this */
         sl_logf(log, KURA_LOG_ERROR, "segment %08x would reuse the table slot of a live "
@@ -639,7 +665,7 @@ static int do_roll(sl_log *log, uint64_t rlen, uint64_t want)
         pthread_cond_broadcast(&log->ccv);
         pthread_mutex_unlock(&log->cmu);
     }
-    int rc = sl_seg_create(log, old->id + 1, cap, &nw);
+    int rc = seg_create(log, old->id + 1, cap, limit, &nw);
     if (rc)
         return rc;
     old->sealed = true;
@@ -737,7 +763,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
     /* a segment of an older format (opened from an older database) takes
      * no new records: they go to a new segment */
     if (a->version != log->cfg.version ||
-        sl_would_roll(log, a->size, rlen)) {
+        sl_would_roll_at(a->limit, a->size, rlen)) {
         rc = do_roll(log, rlen, 0);
         if (rc)
             goto out;

@@ -35,6 +35,10 @@
  *    KURA_ENOSPC and change nothing, and resume once space returns (not
  *    sticky).  A short pwritev is retried and succeeds.
  *
+ * The hash file also runs as a new database is made (no #segsiz, no
+ * #bnum: HASH_GROW), its segments growing from 4 KiB, cut in the middle of
+ * that growth.
+ *
  * The tree runs three ways: plain, with compressed overflow runs (#zcomp
  * at 4 KiB pages), and with compressed leaf and branch pages too (8 KiB
  * pages, holes punched: the recorder keeps a punch pending like a write).
@@ -83,6 +87,11 @@ static int tree_maintain(kura_store *s, bool full)
 static const backend HASH = { "data.kh", "#segsiz=65536#ckpt=16k#bnum=256",
                               "#bnum=256#segsiz=65536", "#segsiz=65536#bnum=256#mapwrite=0",
                               "#segsiz=65536#bnum=256", hash_maintain, false };
+/* the hash file as a new database is made (no #segsiz, no #bnum): its
+ * segments grow from kura_test.hashdb_seg_first (set by the tests that
+ * use it) and its index from 8 slots a stripe */
+static const backend HASH_GROW = { "data.kh", "#ckpt=16k", "", "#mapwrite=0", "",
+                                   hash_maintain, false };
 static const backend TREE = { "data.kb", "#segsiz=65536#ckpt=64k#psiz=4096#pccap=1m",
                               "#segsiz=65536", "#segsiz=65536#psiz=4096#mapwrite=0",
                               "#segsiz=65536#psiz=4096", tree_maintain, false };
@@ -956,6 +965,49 @@ static void test_tree_short_pwritev(void)
     test_short_pwritev();
 }
 
+/* A new hash file whose segments grow (4 KiB, 8 KiB, ... up to 128 MiB:
+ * the workload's records roll it through the sizes, and its values past
+ * 64 KB take segments of their own), cut at power loss in the middle of
+ * that growth, in every sync mode and during recovery; a roll that fails
+ * (a full disk at the next segment's fallocate, a failed sync of its
+ * seal) refuses the write and the next one goes on. */
+static void hash_grow(void)
+{
+    be = &HASH_GROW;
+    kura_test.hashdb_seg_first = 4096;
+}
+
+static void test_grow_powerloss_sync_always(void)
+{
+    hash_grow();
+    run_mode("grow-always", KURA_SYNC_ALWAYS, 700, cuts(200), 2);
+}
+
+static void test_grow_powerloss_sync_none(void)
+{
+    hash_grow();
+    run_mode("grow-none", KURA_SYNC_NONE, 900, cuts(150), 2);
+}
+
+static void test_grow_powerloss_during_recovery(void)
+{
+    hash_grow();
+    test_powerloss_during_recovery();
+}
+
+static void test_grow_eio_on_every_fdatasync(void)
+{
+    hash_grow();
+    test_eio_on_every_fdatasync();
+}
+
+static void test_grow_enospc_on_every_fallocate(void)
+{
+    hash_grow();
+    test_enospc_on_every_fallocate();
+    kura_test.hashdb_seg_first = 0;
+}
+
 /* The same on the tree with compressed overflow runs. */
 static void test_tree_zcomp_powerloss_sync_always(void)
 {
@@ -1023,6 +1075,11 @@ int main(void)
     RUN(test_enospc_on_every_pwritev);
     RUN(test_enospc_on_every_fallocate);
     RUN(test_short_pwritev);
+    RUN(test_grow_powerloss_sync_always);
+    RUN(test_grow_powerloss_sync_none);
+    RUN(test_grow_powerloss_during_recovery);
+    RUN(test_grow_eio_on_every_fdatasync);
+    RUN(test_grow_enospc_on_every_fallocate);
     RUN(test_tree_powerloss_sync_always);
     RUN(test_tree_powerloss_sync_none);
     RUN(test_tree_powerloss_sync_interval);

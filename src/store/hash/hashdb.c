@@ -866,7 +866,9 @@ typedef struct open_params {
 static int parse_params(const char *path, kura_params *params, open_params *p, char *err,
                         size_t errlen)
 {
-    uint64_t bnum = 1048576, msiz = 4ULL << 30, segsiz = 128ULL << 20,
+    /* bnum and segsiz 0: not given, a new database starts small and grows
+     * (HD_SEG_FIRST, hdx_init) */
+    uint64_t bnum = 0, msiz = 4ULL << 30, segsiz = 0,
              ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1,
              wbehind = 4ULL << 20;
     int rc;
@@ -933,10 +935,17 @@ static int open_log_and_index(hashdb *db, const char *path, const open_params *p
         return rc;
     /* the log's record framing is this file's: the hash file's format
      * (docs/formats.md) stays as it was (hashdb_rec.c) */
+    uint64_t segsiz = p->segsiz, seg_first = 0;
+    if (!segsiz) {
+        segsiz = HD_SEGSIZ;
+        seg_first = KURA_TEST_SWITCH(hashdb_seg_first) ? KURA_TEST_SWITCH(hashdb_seg_first)
+                                                        : HD_SEG_FIRST;
+    }
     sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
                      .version = HD_VERSION, .versions = HD_VERSIONS,
-                     .segsiz = p->segsiz, .msiz = p->msiz, .wbehind = p->wbehind,
-                     .mapwrite = p->mapwrite != 0, .read_only = cfg->read_only,
+                     .segsiz = segsiz, .segsiz_first = seg_first, .msiz = p->msiz,
+                     .wbehind = p->wbehind, .mapwrite = p->mapwrite != 0,
+                     .read_only = cfg->read_only,
                      .check = hd_rec_check, .log = hd_log_line, .log_arg = db,
                      .lock_rank = LOCK_RANK_STORE_LOG };
     memcpy(lc.magic, HD_SEG_MAGIC, sizeof(lc.magic));

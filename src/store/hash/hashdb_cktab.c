@@ -34,7 +34,7 @@
 #define PAR_MIN_SLOTS 65536     /* below this, one thread does it all */
 #define PAR_RANGE 32            /* stripes a thread takes at a time: 8 MiB of
                                    tables of 16384 slots, four huge pages */
-#define PREFAULT_SLOTS 4096    /* a table (64 KiB) worth a call that makes
+#define PREFAULT_SLOTS 512     /* a table (8 KiB) worth a call that makes
                                    its pages present (hdx_prefault) */
 #define CK8_SLOT_MAX 19         /* tag 4, offset and segment and length <= 5 each */
 

@@ -12,7 +12,7 @@
  * 3/4, or is rebuilt at its size when tombstones are most of them, under
  * its own write lock: growth is online and touches 1/HD_STRIPES of the keys
  * at a time (their tags, not their records), so `bnum` is only a starting
- * size.  Every function here
+ * size, and without it a new store starts at 8 slots a stripe.  Every function here
  * expects the caller to hold the stripe's lock (a write lock for the ones
  * that change it).
  */
@@ -47,7 +47,7 @@
  * its 256 MiB of tables in 35 to 600 ms of kernel time with them against a
  * steady 130-250 ms without (its CPU over 20 alternated opens: median 330
  * ms, 161-572, against 283, 255-328).  So:
- *   - the tables hdx_init makes (sized for bnum) are advised for huge pages
+ *   - the tables hdx_init makes (sized for bnum, if given) are advised for huge pages
  *     at once, and, when no checkpoint's tables replace them, faulted in
  *     by the end of the open (hdx_populate), not by the first requests:
  *     1M 8-byte records written then read (kura-enginebench) took 0.93 s
@@ -57,9 +57,13 @@
  *   - a chunk made while the store serves (growth) is advised once it is
  *     HUGE_AFTER seconds old (by the background thread);
  * and the kernel's khugepaged collapses the small pages of an advised
- * chunk in its own time.  Chunks are aligned to 2 MiB so that every page
+ * chunk in its own time.  Tables of less than HUGE_MIN in all (a new
+ * store's, which start at 8 slots a stripe: 128 KiB) are advised none of
+ * this until they have grown past it.  Chunks are aligned to 2 MiB so that every page
  * of one can be huge. */
 #define HUGE_AFTER 10.0
+/* Tables smaller than this in all are not advised (hdx_advise_huge). */
+#define HUGE_MIN ((uint64_t)8 << 20)
 
 struct hd_chunk {
     struct hd_chunk *next;
@@ -123,6 +127,11 @@ static void *arena_alloc(hd_arena *a, size_t n)
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
+        /* small pages until hdx_advise_huge says otherwise, also where
+         * transparent huge pages are "always": there the first touch of a
+         * new store's 128 KiB of tables would take a 2 MiB page, and a
+         * growing table's a huge page fault under its stripe lock */
+        (void)madvise(m, len, MADV_NOHUGEPAGE);
         struct hd_chunk *c = m;
         c->next = a->chunks;
         c->len = len;
@@ -172,6 +181,12 @@ void hdx_advise_huge(hashdb *db, bool all)
 {
     hd_arena *a = &db->arena;
     double now = mono_now();
+    /* small tables stay in small pages: one huge page would be most of
+     * the index of a new store (its 128 KiB), and tables this small are
+     * within the TLB's reach anyway; the background thread advises their
+     * chunks once they have grown */
+    if (atomic_load_explicit(&a->nslots, memory_order_relaxed) * sizeof(hd_slot) < HUGE_MIN)
+        return;
     pthread_mutex_lock(&a->mu);
     for (struct hd_chunk *c = a->chunks; c; c = c->next)
         if (!c->advised && (all || now - c->born >= HUGE_AFTER)) {
@@ -216,7 +231,9 @@ static void publish(hd_stripe *s, hd_slot *slot, size_t nslot)
 
 int hdx_init(hashdb *db, uint64_t bnum)
 {
-    /* bnum records fit without growing: at most 3/4 of the slots used */
+    /* bnum records fit without growing: at most 3/4 of the slots used;
+     * bnum 0 (not given): 8 slots a stripe, 128 KiB in all, which grow as
+     * keys come */
     size_t per = 8;
     while (per * HD_STRIPES * 3 / 4 < bnum && per < ((size_t)1 << 30))
         per <<= 1;
@@ -389,6 +406,24 @@ static size_t free_slot(const hd_slot *slot, size_t nslot, size_t home)
     return i;
 }
 
+/* Makes the pages of a table of n slots present: one call instead of a
+ * page fault per 4 KiB (64 per table of 16384 slots; 66,000 at 10M keys,
+ * about 30 ms of kernel time of 200); the pages at its ends may be a
+ * neighbour's too, which is harmless (it only makes them present).  Where
+ * the kernel lacks it (before 5.14), the table's pages fault in as it
+ * fills. */
+static void populate(hd_slot *slot, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)slot & ~(pg - 1),
+              b = ((uintptr_t)(slot + n) + pg - 1) & ~(pg - 1);
+    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+    (void)slot;
+    (void)n;
+#endif
+}
+
 /* Rebuilds the table with nn slots, dropping the tombstones; O(slots of
  * this stripe), from the tags alone.  False when memory is out (the table
  * stays as it was). */
@@ -397,6 +432,11 @@ static bool rebuild(hd_stripe *s, size_t nn)
     hd_slot *ns = arena_alloc(s->arena, nn * sizeof(hd_slot));
     if (!ns)
         return false;
+    /* its pages present in one call: filled slot by slot, a fresh table
+     * took two faults a page (a probe's read maps the zero page, the
+     * store copies it), 42,000 faults in a load of 1M keys into a new
+     * store against 2,300 with the tables made at the open */
+    populate(ns, nn);
     for (size_t i = 0; i < s->nslot; i++) {
         const hd_slot *sl = &s->slot[i];
         if (hd_slot_used(sl))
@@ -459,18 +499,7 @@ bool hdx_load(hd_stripe *s, size_t nslot)
 
 void hdx_prefault(hd_stripe *s)
 {
-#ifdef MADV_POPULATE_WRITE
-    /* one call instead of a page fault per 4 KiB (64 per table of 16384
-     * slots; 66,000 at 10M keys, about 30 ms of kernel time of 200); the
-     * pages at its ends may be a neighbour's too, which is harmless (it
-     * only makes them present).  Where the kernel lacks it (before 5.14),
-     * the table's pages fault in as it fills. */
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)s->slot & ~(pg - 1),
-              b = ((uintptr_t)(s->slot + s->nslot) + pg - 1) & ~(pg - 1);
-    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
-#else
-    (void)s;
-#endif
+    populate(s->slot, s->nslot);
 }
 
 void hdx_put(hd_stripe *s, const hd_slot *v)

@@ -48,6 +48,13 @@
 #include "kura/store.h"
 
 #define HD_STRIPES      1024            /* power of two */
+/* Segments: without #segsiz, a new database's first is sealed past
+ * HD_SEG_FIRST and each next one past twice its predecessor's size, up to
+ * HD_SEGSIZ (sl_config.segsiz_first): an empty store takes 1 MiB of disk,
+ * not a whole segment's 128 MiB reserved at once, and reaches full-size
+ * segments after 255 MiB of records.  #segsiz=N makes every segment N. */
+#define HD_SEGSIZ       (128ULL << 20)
+#define HD_SEG_FIRST    (1ULL << 20)
 #define HD_SEG_SLOTS    SL_SEG_SLOTS    /* live segment ids must span fewer */
 #define HD_SEG_HDR      SL_SEG_HDR      /* bytes of a segment file header */
 #define HD_REC_HDR_V1   40              /* bytes of a version 1 record header */
