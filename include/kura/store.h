@@ -92,17 +92,20 @@ typedef struct kura_store kura_store;
  * The change feed: how a store tells its owner (the engine) of a put or a
  * delete it has decided to make, under the key's lock, before it writes
  * anything.  put() gives the item its cas (it->cas is replaced) and records
- * the change (the update log); delete() records a delete.  A non-zero
- * return (a negative KURA_E*) cancels the change, and the store returns
- * that error.  Because the feed runs under the key's lock, a key's changes
- * reach it in the order the store applies them.  Read-modify-writes
- * (update) need no call: their callback already runs under the lock and
- * the engine's callbacks feed themselves.  NULL feed (a store used without
- * an engine, in tests): the cas given is kept and nothing is recorded.
+ * the change (the update log); delete() records a delete.  Both get the
+ * feed_ctx of the clock the store call was given (item.h): the caller's
+ * record of this one change, where the feed finds what kind of change it
+ * is and leaves what it did.  A non-zero return (a negative KURA_E*)
+ * cancels the change, and the store returns that error.  Because the feed
+ * runs under the key's lock, a key's changes reach it in the order the
+ * store applies them.  Read-modify-writes (update) need no call: their
+ * callback already runs under the lock and the engine's callbacks feed
+ * themselves.  NULL feed (a store used without an engine, in tests): the
+ * cas given is kept and nothing is recorded.
  */
 typedef struct kura_feed {
-    int (*put)(void *arg, kura_item *it);
-    int (*del)(void *arg, const char *key, size_t klen);
+    int (*put)(void *arg, void *change, kura_item *it);
+    int (*del)(void *arg, void *change, const char *key, size_t klen);
     void *arg;
 } kura_feed;
 
@@ -223,14 +226,16 @@ struct kura_store {
     const kura_feed *feed;      /* set by the engine; see kura_feed */
 };
 
-/* For backends: call under the key's lock once a put or delete is decided. */
-static inline int kura_feed_put(kura_store *s, kura_item *it)
+/* For backends: call under the key's lock once a put or delete is decided,
+ * with the clock the put or del was given. */
+static inline int kura_feed_put(kura_store *s, const kura_clock *clk, kura_item *it)
 {
-    return s->feed ? s->feed->put(s->feed->arg, it) : KURA_OK;
+    return s->feed ? s->feed->put(s->feed->arg, clk->feed_ctx, it) : KURA_OK;
 }
-static inline int kura_feed_del(kura_store *s, const char *key, size_t klen)
+static inline int kura_feed_del(kura_store *s, const kura_clock *clk, const char *key,
+                                size_t klen)
 {
-    return s->feed ? s->feed->del(s->feed->arg, key, klen) : KURA_OK;
+    return s->feed ? s->feed->del(s->feed->arg, clk->feed_ctx, key, klen) : KURA_OK;
 }
 
 /* Settings from the command line that backends need. */

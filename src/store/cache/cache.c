@@ -649,7 +649,7 @@ static int cache_put(kura_store *s, const kura_item *item, int cond, uint64_t cm
     pp = do_cache_lookup(st, hash, item->key, klen, clk, &dead, &why);
     rc = cache_put_cond(*pp, cond, cmp_cas);
     kura_item stamped = *item;
-    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
+    if (rc == KURA_OK && (rc = kura_feed_put(s, clk, &stamped)) == KURA_OK) {
         ni->ci_cas = stamped.cas;
         old = do_cache_link(st, pp, ni);
         ni = NULL;
@@ -687,7 +687,7 @@ static int cache_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
         rc = KURA_NOTFOUND;
     else if (cmp_cas && (*pp)->ci_cas != cmp_cas)
         rc = KURA_EXISTS;
-    else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
+    else if ((rc = kura_feed_del(s, clk, key, klen)) == KURA_OK) {
         dead = cache_list_add(dead, do_cache_unlink(st, pp));
     }
     pthread_mutex_unlock(&st->cs_lock);

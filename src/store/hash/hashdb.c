@@ -307,7 +307,7 @@ static int hashdb_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp
             goto out;
     }
     kura_item stamped = *it;
-    if ((rc = kura_feed_put(s, &stamped)) != KURA_OK)
+    if ((rc = kura_feed_put(s, clk, &stamped)) != KURA_OK)
         goto out;
     rc = hd_append_put(db, st, it->key, it->klen, sval, slen, NULL, 0, bcrc, it->flags,
                        it->exptime, stamped.cas, 0, &z, &loc);
@@ -359,7 +359,7 @@ static int hashdb_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_
         rc = KURA_NOTFOUND;
     } else if (cmp_cas && e->cas != cmp_cas) {
         rc = KURA_EXISTS;
-    } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
+    } else if ((rc = kura_feed_del(s, clk, key, klen)) == KURA_OK) {
         rc = hd_append(db, HD_REC_DEL, key, klen, NULL, 0, NULL, 0, crc32c_update(0, key, klen),
                        0, 0, 0, 0, NULL, &loc);
         if (rc == KURA_OK) {

@@ -473,7 +473,7 @@ static int bt_put_op(kura_store *s, const kura_item *it, int cond, uint64_t cmp_
     rc = kura_put_cond_check(cond, live, path.found ? c.cas : 0, cmp_cas);
     /* the change feed (store.h) gives the cas and logs the change */
     kura_item stamped = *it;
-    if (rc == KURA_OK && (rc = kura_feed_put(s, &stamped)) == KURA_OK) {
+    if (rc == KURA_OK && (rc = kura_feed_put(s, clk, &stamped)) == KURA_OK) {
         if (path.found && !live)
             bt->reclaimed++;
         rc = do_write_put(bt, &path, it->key, it->klen, it->flags, it->exptime, stamped.cas,
@@ -516,7 +516,7 @@ static int bt_del_op(kura_store *s, const char *key, size_t klen, uint64_t cmp_c
             rc = KURA_NOTFOUND;
         } else if (cmp_cas && c.cas != cmp_cas) {
             rc = KURA_EXISTS;
-        } else if ((rc = kura_feed_del(s, key, klen)) == KURA_OK) {
+        } else if ((rc = kura_feed_del(s, clk, key, klen)) == KURA_OK) {
             rc = do_write_del(bt, &path, key, klen, &lsn);
             wrote = rc == KURA_OK;
         }
@@ -890,9 +890,9 @@ static int bt_save_state_op(kura_store *s, const kura_store_state *st)
     bt_put64(v + 8, st->oldest_cas);
     bt_put64(v + 16, (uint64_t)st->flush_at);
     bt_put64(v + 24, st->ulog_ts);
-    /* state_mu, not mu: the feed calls this from a put that holds mu; the
-     * record and the state change together, so a checkpoint (which takes
-     * its log position and the state under state_mu) has both or neither */
+    /* state_mu: the record and the state change together, so a checkpoint
+     * (which takes its log position and the state under state_mu) has both
+     * or neither */
     lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     int rc = do_wal_append(bt, BT_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0, 0, 0, 0, &lsn);
     if (rc == KURA_OK)
