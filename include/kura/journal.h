@@ -118,8 +118,8 @@ int commit_next_step(bool stop, bool has_failed, uint64_t requested, uint64_t du
 
 /* ---- the journal under the engine (src/journal/feed.c, attach.c) ----------- */
 
-/* What the journal needs from the engine above it.  Both are called with
- * arg; neither calls into the journal's lock-holding paths again. */
+/* What the journal needs from the engine above it, both called with arg
+ * and with no lock of the journal's held. */
 typedef struct journal_hooks {
     /* A cas for a local change (JOURNAL_LOCAL), called under the key's
      * lock from inside the store call: KURA_OK, JOURNAL_RESERVE (*cas is
@@ -163,12 +163,12 @@ int journal_set_dual(kura_journal *j);
  * row of it from then on (it must stay open until journal_free).  logfn
  * as the store's.  The engine then saves its state, and journal_start
  * starts the thread (saves the watermark through the save_state hook once
- * a second, syncs the log under -sync interval): KURA_ESYS (the log
+ * a second, syncs the log under -sync interval; on KURA_ESYS the log is
  * detached again). */
 int journal_attach(kura_journal *j, kura_store *s, ul_log *log, int sync_mode,
                    void (*logfn)(int level, const char *line),
                    int (*redo)(void *arg, const ul_row *row), void *arg, uint64_t *redone);
-int journal_start(kura_journal *j);
+int journal_start(kura_journal *j);        /* 0 or KURA_ESYS */
 
 /* One change, on its caller's stack: what kind it is (a local change, a
  * master's row, a row applied again at open), and what the journal did
