@@ -93,7 +93,7 @@ int master_greet(peer *p)
      * another log (the request's hid) is no position here; a replica with
      * a smaller -I is refused (rows it could not take). */
     w.hid = ul_log_id(log);
-    if (journal_history_format(m->cfg.engine, w.hist, sizeof(w.hist)) < 0)
+    if (journal_history_format(engine_journal(m->cfg.engine), w.hist, sizeof(w.hist)) < 0)
         w.hist[0] = '\0';              /* too long to send: the replica cannot check */
     if (h->hid && h->hid != w.hid) {
         logf_(m, KURA_LOG_INFO, "replica %s (sid %u): its position %" PRIu64 " counts in "
@@ -354,7 +354,7 @@ int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms)
 
 void repl_master_tick(repl_master *m)
 {
-    uint64_t keep = journal_applied_ts(m->cfg.engine);
+    uint64_t keep = journal_applied_ts(engine_journal(m->cfg.engine));
     time_t now = time(NULL);
     lockorder_lock(&m->lock, LOCK_RANK_REPL);
     for (peer *p = m->peers; p; p = p->next)

@@ -3,7 +3,7 @@
  * protocol; docs/replication.md the operator's view).
  *
  * One thread: connect, send "repl <position> <sid>", apply every row that
- * comes, in order, through journal_apply_row() (which logs it in this
+ * comes, in order, through engine_apply_row() (which logs it in this
  * server's own update log, when it has one, with its origin's sid and
  * timestamp, so replicas can chain); ack what is applied; keep the position
  * in the rts file.  On a cut connection, a master that restarts or goes
@@ -314,7 +314,7 @@ static int history_check(repl_slave *s, const repl_welcome *w)
         s->hist_warned = true;
         return 0;
     }
-    journal_history(s->cfg.engine, &mine);
+    journal_history(engine_journal(s->cfg.engine), &mine);
     uint32_t o = journal_hist_ahead(&mine, &theirs);
     if (!o || (s->want_copy && w->boot))
         return 0;                       /* (its rows are saved: the copy asked for comes) */
@@ -495,7 +495,7 @@ static int del_stale(void *arg, const char *key, size_t klen)
     session *ss = arg;
     ul_row del = { .type = UL_DEL, .key = key, .klen = klen, .sid = ss->s->cfg.sid,
                    .origin_ts = 0 };
-    int rc = journal_apply_row(ss->s->cfg.engine, &del);
+    int rc = engine_apply_row(ss->s->cfg.engine, &del);
     return rc < 0 ? rc : 0;
 }
 
@@ -536,7 +536,7 @@ static int copy_done(session *ss)
      * rows from before: diverged ones included), durably before the
      * position moves on */
     if (ss->has_hist && !s->cfg.rw && s->cfg.ulog &&
-        journal_history_reset(s->cfg.engine, &ss->hist) != KURA_OK)
+        journal_history_reset(engine_journal(s->cfg.engine), &ss->hist) != KURA_OK)
         return KURA_EIO;
     s->want_copy = false;
     s->rts_hid = ss->hid;
@@ -572,14 +572,14 @@ static int handle(session *ss, const ul_row *row)
         }
         if (ss->stale)
             keyset_remove(ss->stale, row->key, row->klen);
-        return journal_apply_row(s->cfg.engine, row);
+        return engine_apply_row(s->cfg.engine, row);
     }
     if (row->ts <= atomic_load(&s->pos))
         return KURA_OK;                 /* had it (a master's log read from before) */
     int rc = KURA_OK;
     if (row->sid == s->cfg.sid)
         atomic_fetch_add(&s->skipped, 1);   /* our own change, back from a dual master */
-    else if ((rc = journal_apply_row(s->cfg.engine, row)) == KURA_OK)
+    else if ((rc = engine_apply_row(s->cfg.engine, row)) == KURA_OK)
         atomic_fetch_add(&s->applied, 1);
     if (rc < 0)
         return rc;
@@ -596,7 +596,7 @@ static int send_ack(session *ss)
     uint64_t pos = atomic_load(&s->pos);
     if (s->cfg.sync_mode == KURA_SYNC_ALWAYS) {
         kura_commit src;
-        if (journal_commit_source(s->cfg.engine, &src) &&
+        if (engine_commit_source(s->cfg.engine, &src) &&
             src.commit(src.ctx, src.write_seq(src.ctx)) < 0)
             return -1;
     }
