@@ -5,7 +5,7 @@
 #   make programs   only kurad and kuractl
 #   make run        build, then run kurad in the foreground on localhost:11211
 #                   (PORT=N, DB=NAME: see "run" below)
-#   make test       make check-layers, then build the test tree (build-test/:
+#   make test       make check-layers and check-functions, then build the test tree (build-test/:
 #                   the programs, the unit tests and the fuzz replayers, with
 #                   the test switches, -DKURA_TEST_HOOKS) and run every test
 #                   against it; ends with "N passed, N failed"
@@ -152,7 +152,7 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
-        bench-tt fuzz fuzz-build soak bench-footprint
+        bench-tt fuzz fuzz-build soak bench-footprint check-functions
 # kura-enginebench too: a measurement with a stale one would time old code.
 # A test tree (TEST_HOOKS=1) also holds what only the tests use.
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench \
@@ -295,7 +295,7 @@ run: $(KURAD)
 # closing "N passed, N failed" line.  KURA_BUILD tells the tests which kurad.
 # The suite runs against a tree of its own, built with the test switches
 # (testhooks.h): $(TEST_BUILD), never build/, whose programs are release ones.
-test: check-layers
+test: check-layers check-functions
 	$(MAKE) BUILD=$(TEST_BUILD) TEST_HOOKS=1 test-run
 
 test-run: all
@@ -309,6 +309,11 @@ check-layers:
 	/usr/bin/python3 tools/check-layers
 
 check: test
+
+# No function in src/ over 120 lines (tools/long-functions; Debian's
+# universal-ctags, which the README's test command installs); make test runs it.
+check-functions:
+	tools/long-functions -max 120 src
 
 # The load and soak test at length: tests/integration/test_soak.py with its
 # mixed-traffic soak SOAK_SECONDS long on each backend (make test runs it 30 s);

@@ -121,6 +121,7 @@ typedef struct kura_server_info {
     size_t item_size_max;
     int idle_timeout;
     const char *dbname;
+    uint32_t sid;                       /* -sid: TT's stat shows it */
     const char *sync_mode;
     int unix_mode;                      /* -a (stats settings' umask) */
     const kura_auth *auth;              /* -Y: connections authenticate first; NULL: not */
@@ -138,6 +139,12 @@ typedef struct kura_server_info {
      * setmst answers failure (1). */
     int (*tt_setmst)(void *ctx, const char *host, int port, uint64_t ts, int opts);
     void *tt_setmst_ctx;
+    /* Tokyo Tyrant's copy (src/proto/tt.c): a consistent copy of the store
+     * written at path on the server, returning once it is complete and
+     * on disk: KURA_OK, or an error.  Called on a worker thread, which it
+     * holds for the copy's length.  NULL: copy answers failure (1). */
+    int (*tt_copy)(void *ctx, const char *path);
+    void *tt_copy_ctx;
 } kura_server_info;
 
 /* What a session is given at creation; the pointers must outlive it. */

@@ -198,9 +198,6 @@ void repl_slave_stats(repl_slave *s, bool all, kura_stat_fn emit, void *arg);
 /* Sends all of buf on a non-blocking socket, waiting up to timeout_ms for
  * room each time; 0 or -1 (errno set; ETIMEDOUT). */
 int repl_send_all(int fd, const void *buf, size_t len, int timeout_ms);
-/* A log line through log (the server's), or stderr when NULL. */
-void repl_log(void (*log)(int level, const char *line), int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 void repl_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v);
 /* Appends row (encoded, value included) to *buf (grown with realloc). */
 int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *row);

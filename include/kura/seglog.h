@@ -258,6 +258,15 @@ void sl_set_recno(sl_log *log, uint64_t recno);     /* at open, before appends *
  * passes SL_SEG_HDR, as the next open reserves the active segment's room
  * anyway); 0 or KURA_E* as for a roll by sl_append. */
 int sl_roll(sl_log *log, uint64_t cap);
+/* The roll rule: a segment whose tail is at `size` (its header included)
+ * takes a record of rlen bytes unless it holds records already and the
+ * record would carry it past segsiz (an empty segment takes any record).
+ * sl_append rolls by it; a user that frames its records by where they
+ * fall (the update log's segment-opening row) asks it first. */
+static inline bool sl_would_roll(const sl_log *log, uint64_t size, uint64_t rlen)
+{
+    return size > SL_SEG_HDR && size + rlen > log->cfg.segsiz;
+}
 static inline uint64_t sl_lsn(sl_log *log)
 {
     return atomic_load(&log->lsn);

@@ -136,6 +136,8 @@ struct ul_log;
 
 typedef struct snap_take_cfg {
     const char *dir;            /* where snapshots live (must exist) */
+    const char *path;           /* or the file to write, whatever its name (its
+                                   directory must exist; dir and keep unused) */
     kura_codec codec;
     int level;                  /* 0: the codec's default */
     unsigned keep;              /* then keep the newest this many (0: all) */
@@ -147,7 +149,8 @@ typedef struct snap_take_cfg {
     void *progress_arg;
 } snap_take_cfg;
 
-/* Writes every live item of e to a new snapshot in cfg->dir, from the
+/* Writes every live item of e to a new snapshot in cfg->dir (or at
+ * cfg->path: written beside it, fsynced, renamed over it), from the
  * caller's thread, with no store lock held while it compresses or writes
  * (engine_walk).  start_ts is the engine's update-log watermark when the
  * copy begins (0 without a log), end_ts the log's last row when it ends.

@@ -74,11 +74,13 @@ typedef struct kura_testhooks {
      * starts, cleared after it is joined. */
     void (*hashdb_copy)(void *arg);
     void *hashdb_copy_arg;
-    /* Listings and digest (src/proto/listing.c, digest.c) run whole in
-     * the call that starts them, without the per-call bounds that let the
-     * worker's other connections have a turn (and without the output's
-     * high-water pause): the walk inline on the worker, as before the
-     * bounds.  Read from KURA_TEST_LIST_INLINE by listing_register. */
+    /* Listings and digest (src/proto/listing.c, digest.c) and Tokyo
+     * Tyrant's listings (tt_walk.c: fwmkeys, misc regex and range) run
+     * whole in the call that starts them, without the per-call bounds
+     * that let the worker's other connections have a turn (and without
+     * the output's high-water pause): the walk inline on the worker, as
+     * before the bounds.  Read from KURA_TEST_LIST_INLINE by
+     * listing_register. */
     bool list_inline;
     /* A segment scan reads each window afresh from the offset asked for,
      * as it did before it kept what it had read: the negative check of

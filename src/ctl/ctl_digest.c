@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/grow.h"
 #include "ctl.h"
 
 typedef struct bucket {
@@ -79,14 +80,8 @@ static int on_key(void *arg, char *l)
     if (!sp)
         return ctl_err(CTL_FAIL, "unexpected digest line: %s", l);
     *sp = '\0';
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 64;
-        keyent *nv = realloc(k->v, cap * sizeof(*nv));
-        if (!nv)
-            return ctl_err(CTL_FAIL, "out of memory");
-        k->v = nv;
-        k->cap = cap;
-    }
+    if (kura_grow(&k->v, &k->cap, k->n + 1, sizeof(*k->v), 64))
+        return ctl_err(CTL_FAIL, "out of memory");
     k->v[k->n].key = strdup(l + 4);
     k->v[k->n].hash = strtoull(sp + 1, NULL, 16);
     if (!k->v[k->n].key)

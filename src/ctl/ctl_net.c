@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "kura/grow.h"
 #include "kura/login.h"
 #include "kura/proto.h"
 #include "kura/tlsio.h"
@@ -290,13 +291,8 @@ static int fill(ctl_conn *c, double deadline)
             memmove(c->buf, c->buf + c->pos, c->len - c->pos);
             c->len -= c->pos;
             c->pos = 0;
-        } else {
-            size_t cap = c->cap ? c->cap * 2 : 65536;
-            char *nb = realloc(c->buf, cap);
-            if (!nb)
-                return ctl_err(CTL_FAIL, "out of memory");
-            c->buf = nb;
-            c->cap = cap;
+        } else if (kura_grow(&c->buf, &c->cap, c->cap + 1, 1, 65536)) {
+            return ctl_err(CTL_FAIL, "out of memory");
         }
     }
     for (;;) {

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/grow.h"
 #include "kura/hlc.h"
 #include "ctl.h"
 
@@ -109,15 +110,10 @@ static int read_stdin(char **out, size_t *len)
         n += r;
         if (r == 0)
             break;
-        if (n == cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
+        if (kura_grow(&b, &cap, n + 1, 1, cap)) {
+            free(b);
+            b = NULL;
+            break;
         }
     }
     if (!b)

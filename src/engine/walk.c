@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/grow.h"
 #include "engine_int.h"
 
 #define WALK_BATCH_BYTES (4u << 20)     /* an ordered store's batch */
@@ -46,25 +47,9 @@ static int batch_copy(void *arg, const kura_item *it)
     }
     if (b->limit && b->n && b->used + it->klen + it->vlen > WALK_BATCH_BYTES)
         return WALK_PAUSE;
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        kura_item *v = realloc(b->items, cap * sizeof(*v));
-        if (!v)
-            return KURA_ENOMEM;
-        b->items = v;
-        b->cap = cap;
-    }
-    size_t need = it->klen + it->vlen;
-    if (b->size - b->used < need) {
-        size_t size = b->size ? b->size : 1u << 20;
-        while (size - b->used < need)
-            size *= 2;
-        unsigned char *m = realloc(b->mem, size);
-        if (!m)
-            return KURA_ENOMEM;
-        b->mem = m;
-        b->size = size;
-    }
+    if (kura_grow(&b->items, &b->cap, b->n + 1, sizeof(*b->items), 1024) ||
+        kura_grow(&b->mem, &b->size, b->used + it->klen + it->vlen, 1, 1u << 20))
+        return KURA_ENOMEM;
     /* offsets now, pointers once the batch is complete (mem may move) */
     kura_item *c = &b->items[b->n++];
     *c = *it;

@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/grow.h"
+#include "kura/logf.h"
 #include "kura/seglog.h"
 #include "kura/testhooks.h"
 #include "kura/status.h"
@@ -46,21 +48,17 @@
 #include "kura/lockorder.h"
 #include "kura/tlbuf.h"
 
-static void sl_logf(sl_log *log, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void sl_logf(sl_log *log, int level, const char *fmt, ...)
+/* sl_logf's sink: the user's hook, or stderr. */
+static void sl_log_line(void *arg, int level, const char *line)
 {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
+    sl_log *log = arg;
     if (log->cfg.log)
-        log->cfg.log(log->cfg.log_arg, level, buf);
+        log->cfg.log(log->cfg.log_arg, level, line);
     else
-        fprintf(stderr, "kura seglog %s: %s\n", log->cfg.dir, buf);
+        fprintf(stderr, "kura seglog %s: %s\n", log->cfg.dir, line);
 }
+
+#define sl_logf(log, level, ...) kura_logf(sl_log_line, log, level, __VA_ARGS__)
 
 int sl_errno_status(int e)
 {
@@ -459,13 +457,9 @@ int sl_list(sl_log *log, uint32_t **ids, size_t *n)
         if (strlen(de->d_name) != 12 || sscanf(de->d_name, "%8x%7s", &id, tail) != 2 ||
             strcmp(tail, ".seg") != 0)
             continue;
-        if (*n == cap) {
-            uint32_t *m = realloc(*ids, (cap *= 2) * sizeof(uint32_t));
-            if (!m) {
-                closedir(d);
-                return KURA_ENOMEM;
-            }
-            *ids = m;
+        if (kura_grow(ids, &cap, *n + 1, sizeof(uint32_t), cap)) {
+            closedir(d);
+            return KURA_ENOMEM;
         }
         (*ids)[(*n)++] = id;
     }
@@ -743,7 +737,7 @@ int sl_append(sl_log *log, struct iovec *iov, int n, size_t head_max, size_t bod
     /* a segment of an older format (opened from an older database) takes
      * no new records: they go to a new segment */
     if (a->version != log->cfg.version ||
-        (a->size > SL_SEG_HDR && a->size + rlen > log->cfg.segsiz)) {
+        sl_would_roll(log, a->size, rlen)) {
         rc = do_roll(log, rlen, 0);
         if (rc)
             goto out;

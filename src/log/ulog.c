@@ -362,9 +362,55 @@ static int lock_dir(ul_log *log, char *err, size_t errlen)
     return KURA_OK;
 }
 
+/* Opens the log's n segments (ids, in order; a gap is refused) and reads
+ * the newest for the last ts and a torn tail (older ones only while it
+ * holds no row; bytes cut added to *cutb); with none, creates the first
+ * as new_id (refused read-only).  *sgp: the newest. */
+static int open_segments(ul_log *log, const uint32_t *ids, size_t n, uint32_t new_id,
+                         sl_seg **sgp, uint64_t *cutb, char *err, size_t errlen)
+{
+    const ul_config *cfg = &log->cfg;
+    uint64_t max_ts = 0;
+    int rc;
+    sl_seg *sg = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] != ids[0] + i) {
+            snprintf(err, errlen, "%s: segment %08x is missing", cfg->dir,
+                     ids[0] + (uint32_t)i);
+            return KURA_ECORRUPT;
+        }
+        if ((rc = sl_seg_open(&log->sl, ids[i], &sg, err, errlen)))
+            return rc;
+    }
+    if (!n && cfg->read_only) {
+        snprintf(err, errlen, "%s: no update log segments", cfg->dir);
+        return KURA_NOTFOUND;
+    }
+    if (!n) {
+        if ((rc = sl_seg_create(&log->sl, new_id, 0, &sg))) {
+            snprintf(err, errlen, "%s: cannot create the first segment", cfg->dir);
+            return rc;
+        }
+    } else {
+        /* the newest segment is the only one that can end in a torn row:
+         * the older ones were synced whole when the log rolled past them.
+         * Only if it holds no row are older ones read for the last ts. */
+        uint64_t last = 0;
+        for (size_t i = n; i-- > 0 && !last;) {
+            sl_seg *s = sl_seg_get(&log->sl, ids[i]);
+            if ((rc = scan_seg(log, s, i == n - 1, &last, &max_ts, cutb, err, errlen)))
+                return rc;
+        }
+        log->last_ts = last;
+        hlc_observe(log->clock, max_ts);
+    }
+    *sgp = sg;
+    return KURA_OK;
+}
+
 int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t errlen)
 {
-    uint64_t cutb = 0, max_ts = 0;
+    uint64_t cutb = 0;
     uint32_t *ids = NULL;
     size_t n = 0;
     int rc;
@@ -404,39 +450,8 @@ int ul_open(const ul_config *cfg, ul_log **out, uint64_t *cut, char *err, size_t
     if (n && sl_torn_creation(&log->sl, ids[n - 1], &cutb))
         n--;
     sl_seg *sg = NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] != ids[0] + i) {
-            snprintf(err, errlen, "%s: segment %08x is missing", cfg->dir,
-                     ids[0] + (uint32_t)i);
-            rc = KURA_ECORRUPT;
-            goto fail;
-        }
-        if ((rc = sl_seg_open(&log->sl, ids[i], &sg, err, errlen)))
-            goto fail;
-    }
-    if (!n && cfg->read_only) {
-        snprintf(err, errlen, "%s: no update log segments", cfg->dir);
-        rc = KURA_NOTFOUND;
+    if ((rc = open_segments(log, ids, n, new_id, &sg, &cutb, err, errlen)))
         goto fail;
-    }
-    if (!n) {
-        if ((rc = sl_seg_create(&log->sl, new_id, 0, &sg))) {
-            snprintf(err, errlen, "%s: cannot create the first segment", cfg->dir);
-            goto fail;
-        }
-    } else {
-        /* the newest segment is the only one that can end in a torn row:
-         * the older ones were synced whole when the log rolled past them.
-         * Only if it holds no row are older ones read for the last ts. */
-        uint64_t last = 0;
-        for (size_t i = n; i-- > 0 && !last;) {
-            sl_seg *s = sl_seg_get(&log->sl, ids[i]);
-            if ((rc = scan_seg(log, s, i == n - 1, &last, &max_ts, &cutb, err, errlen)))
-                goto fail;
-        }
-        log->last_ts = last;
-        hlc_observe(log->clock, max_ts);
-    }
     uint32_t first = n ? ids[0] : new_id;
     /* no row held and earlier segments pruned: nothing tells what came
      * before, so only positions from now on are served (do_from_ts) */
@@ -521,7 +536,7 @@ int ul_append(ul_log *log, const ul_row *row, ul_pos *pos)
      * takes no record that would carry it past segsiz */
     tail_arg ta;
     sl_locked(&log->sl, get_tail, &ta);
-    bool rolls = ta.t.off > SL_SEG_HDR && ta.t.off + rlen > log->sl.cfg.segsiz;
+    bool rolls = sl_would_roll(&log->sl, ta.t.off, rlen);
     bool with_hdr = rolls || ta.t.off == SL_SEG_HDR;
     size_t hlen = 0;
     if (with_hdr) {

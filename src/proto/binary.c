@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/bytes.h"
 #include "proto_int.h"
 
 #define BIN_REQ_MAGIC 0x80
@@ -72,28 +73,6 @@ typedef struct bin_req {
     const char *value;          /* storage commands: bodylen - extlen - keylen bytes */
     uint32_t vlen;
 } bin_req;
-
-static uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
-static uint32_t be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static uint64_t be64(const unsigned char *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
-/* The protocol's fields are big-endian (network order); bytes.h's put32
- * and put64 are the little-endian ones of kura's files. */
-static void put_be16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v;
-}
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v);
-}
 
 /* The session's state between calls, private to this file (s->state). */
 typedef struct binary_state {
@@ -226,7 +205,7 @@ static void bin_get(kura_session *s, const bin_req *r, kura_buf *out)
     bin_get_ctx g = { s, out, r, r->cmd == OP_GETK || r->cmd == OP_GATK, r->cmd != OP_TOUCH };
     engine_get_opts o = { .touch = touch };
     if (touch) {
-        o.exptime = (int64_t)be32(r->ext);     /* memcached: unsigned, never "past" */
+        o.exptime = (int64_t)get_be32(r->ext);     /* memcached: unsigned, never "past" */
         s->dirty = true;
     }
     size_t mark = out->len;
@@ -265,7 +244,8 @@ static void bin_store(kura_session *s, const bin_req *r, kura_buf *out)
         cmd = KURA_CMD_CAS;
     kura_item it = {
         .key = r->key, .klen = r->keylen, .val = r->value, .vlen = r->vlen,
-        .flags = concat ? 0 : be32(r->ext), .exptime = concat ? 0 : (int64_t)be32(r->ext + 4),
+        .flags = concat ? 0 : get_be32(r->ext),
+        .exptime = concat ? 0 : (int64_t)get_be32(r->ext + 4),
     };
     engine_store_opts o = { .cas_in = r->cas };
     uint64_t cas = 0;
@@ -303,17 +283,17 @@ static void bin_delete(kura_session *s, const bin_req *r, kura_buf *out)
 static void bin_arith(kura_session *s, const bin_req *r, kura_buf *out)
 {
     char result[KURA_INCR_MAX_LEN];
-    uint32_t expiration = be32(r->ext + 16);
+    uint32_t expiration = get_be32(r->ext + 16);
     engine_arith_opts o = {
         .cas_in = r->cas,
         .vivify = expiration != 0xffffffffu,
-        .initial = be64(r->ext + 8),
+        .initial = get_be64(r->ext + 8),
         .vivify_exptime = (int64_t)expiration,
     };
     engine_item_info info = { 0 };
     s->dirty = true;
     int rc = engine_arith(s->engine, s->stats, r->key, r->keylen, r->cmd == OP_INCREMENT,
-                          be64(r->ext), &o, result, &info);
+                          get_be64(r->ext), &o, result, &info);
     switch (rc) {
     case KURA_OK: {
         unsigned char v[8];
@@ -486,23 +466,24 @@ static size_t __attribute__((noinline, cold)) sasl_to_text(kura_session *s, char
 
 /* ---- the request loop -------------------------------------------------------------- */
 
-/* Quiet opcodes and the loud ones they stand for. */
+/* Quiet opcodes and the loud ones they stand for, indexed by opcode: QUIET
+ * with the loud one, 0 for an opcode that is not quiet (every opcode is
+ * below QUIET). */
+#define QUIET 0x80
+static const uint8_t loud_ops[256] = {
+    [OP_SETQ] = QUIET | OP_SET, [OP_ADDQ] = QUIET | OP_ADD,
+    [OP_REPLACEQ] = QUIET | OP_REPLACE, [OP_DELETEQ] = QUIET | OP_DELETE,
+    [OP_INCREMENTQ] = QUIET | OP_INCREMENT, [OP_DECREMENTQ] = QUIET | OP_DECREMENT,
+    [OP_QUITQ] = QUIET | OP_QUIT, [OP_FLUSHQ] = QUIET | OP_FLUSH,
+    [OP_APPENDQ] = QUIET | OP_APPEND, [OP_PREPENDQ] = QUIET | OP_PREPEND,
+    [OP_GETQ] = QUIET | OP_GET, [OP_GETKQ] = QUIET | OP_GETK, [OP_GATQ] = QUIET | OP_GAT,
+    [OP_GATKQ] = QUIET | OP_GATK,
+};
+
 static uint8_t loud_of(uint8_t op, bool *quiet)
 {
-    static const uint8_t map[][2] = {
-        { OP_SETQ, OP_SET }, { OP_ADDQ, OP_ADD }, { OP_REPLACEQ, OP_REPLACE },
-        { OP_DELETEQ, OP_DELETE }, { OP_INCREMENTQ, OP_INCREMENT },
-        { OP_DECREMENTQ, OP_DECREMENT }, { OP_QUITQ, OP_QUIT }, { OP_FLUSHQ, OP_FLUSH },
-        { OP_APPENDQ, OP_APPEND }, { OP_PREPENDQ, OP_PREPEND }, { OP_GETQ, OP_GET },
-        { OP_GETKQ, OP_GETK }, { OP_GATQ, OP_GAT }, { OP_GATKQ, OP_GATK },
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (map[i][0] == op) {
-            *quiet = true;
-            return map[i][1];
-        }
-    *quiet = false;
-    return op;
+    *quiet = loud_ops[op] & QUIET;
+    return *quiet ? (uint8_t)(loud_ops[op] & ~QUIET) : op;
 }
 
 /* Checks a request's lengths against its opcode, as memcached's dispatch
@@ -548,7 +529,7 @@ static bool has_value(uint8_t cmd)
  * refused set removes the old value, as memcached); 0: it can. */
 static uint16_t store_refusal(kura_session *s, bin_req *r)
 {
-    uint32_t flags = r->cmd == OP_APPEND || r->cmd == OP_PREPEND ? 0 : be32(r->ext);
+    uint32_t flags = r->cmd == OP_APPEND || r->cmd == OP_PREPEND ? 0 : get_be32(r->ext);
     if (engine_item_fits(s->engine, r->keylen, r->vlen, flags))
         return 0;
     KURA_STAT_INC(s->stats, store_too_large);
@@ -578,6 +559,139 @@ static void bin_error_flush(kura_session *s, kura_buf *out, const bin_req *r, ui
 {
     bin_error(s, out, r, status);
     *flushed = out->len;
+}
+
+/* Reads the 24-byte header at h into r (key and extras point after it):
+ * the bytes up to the key's end, which must be there before r is used. */
+static size_t read_header(bin_req *r, const unsigned char *h)
+{
+    *r = (bin_req){
+        .opcode = h[1], .keylen = get_be16(h + 2), .extlen = h[4], .bodylen = get_be32(h + 8),
+        .cas = get_be64(h + 16),
+    };
+    memcpy(&r->opaque, h + 12, 4);
+    r->ext = h + BIN_HDR;
+    r->key = (const char *)h + BIN_HDR + r->extlen;
+    r->cmd = loud_of(r->opcode, &r->quiet);
+    return BIN_HDR + (size_t)r->extlen + r->keylen;
+}
+
+/* The checks that close the connection after one error reply (lengths
+ * that disagree, SASL not done, a key too long, lengths wrong for the
+ * opcode): -1 when it closes, else bin_check's 0 (fine) or 2 (unknown). */
+static int admit(kura_session *s, const bin_req *r, kura_buf *out)
+{
+    if ((uint32_t)r->keylen + r->extlen > r->bodylen) {
+        bin_error(s, out, r, ST_UNKNOWN_COMMAND);
+        s->close = true;
+        return -1;
+    }
+    if (s->server->sasl && !sasl_allowed(s, r)) {
+        bin_error(s, out, r, ST_AUTH_ERROR);
+        s->close = true;
+        return -1;
+    }
+    if (!proto_key_ok(r->keylen, PROTO_MC_KEY_MAX)) {
+        bin_error(s, out, r, ST_EINVAL);
+        s->close = true;
+        return -1;
+    }
+    int check = bin_check(r);
+    if (check == 1) {
+        bin_error(s, out, r, ST_EINVAL);
+        s->close = true;
+        return -1;
+    }
+    return check;
+}
+
+/* An unknown opcode (SASL's without -S): its error, and the `skip` bytes
+ * after the key left to swallow (the whole body for an unknown opcode,
+ * the value for SASL), as memcached skips them.  With nothing to skip,
+ * memcached writes out what it has queued. */
+static void unknown_command(kura_session *s, binary_state *b, const bin_req *r, uint32_t skip,
+                            kura_buf *out, size_t *flushed)
+{
+    if (skip == 0) {
+        bin_error_flush(s, out, r, ST_UNKNOWN_COMMAND, flushed);
+        KURA_STAT_INC(s->stats, unknown_commands);
+        return;
+    }
+    bin_error(s, out, r, ST_UNKNOWN_COMMAND);
+    KURA_STAT_INC(s->stats, unknown_commands);
+    b->swallow = skip;
+}
+
+/* A request with a value (a store, SASL's data) whose head (its first
+ * `head` bytes) is at h: refused before its value is read (which is then
+ * swallowed), or run once the whole value is there.  False when the value
+ * is still arriving (s->need set); else *pos moved past what it used. */
+static bool with_value(kura_session *s, binary_state *b, bin_req *r, const unsigned char *h,
+                       size_t avail, size_t head, bool sasl_data, size_t *pos, kura_buf *out,
+                       size_t *flushed)
+{
+    r->vlen = r->bodylen - r->extlen - r->keylen;
+    uint16_t refused = sasl_data ? sasl_refusal(s, r) : store_refusal(s, r);
+    if (refused) {
+        bin_error(s, out, r, refused);
+        *pos += head;
+        b->swallow = r->vlen;
+        return true;
+    }
+    if (avail < head + r->vlen) {
+        s->need = head + r->vlen;       /* the value is still arriving */
+        return false;
+    }
+    r->value = (const char *)h + head;
+    *pos += head + r->vlen;
+    b->wrote = false;
+    if (sasl_data)
+        bin_sasl_auth(s, r, out);
+    else
+        bin_store(s, r, out);
+    if (b->wrote)
+        *flushed = out->len;
+    return true;
+}
+
+/* Runs a request without a value. */
+static void dispatch(kura_session *s, bin_req *r, kura_buf *out, size_t *flushed)
+{
+    switch (r->cmd) {
+    case OP_GET: case OP_GETK: case OP_TOUCH: case OP_GAT: case OP_GATK:
+        bin_get(s, r, out);
+        break;
+    case OP_DELETE:
+        bin_delete(s, r, out);
+        break;
+    case OP_INCREMENT: case OP_DECREMENT:
+        bin_arith(s, r, out);
+        break;
+    case OP_FLUSH: {
+        int64_t delay = r->extlen == 4 ? (int64_t)get_be32(r->ext) : 0;
+        s->dirty = true;
+        int rc = engine_flush_all(s->engine, s->stats, delay);
+        if (rc < 0)
+            bin_store_error(s, out, r, rc);
+        else
+            bin_ok(s, out, r, 0, NULL, 0);
+        break;
+    }
+    case OP_NOOP:
+        bin_ok(s, out, r, 0, NULL, 0);
+        *flushed = out->len;            /* noop makes memcached write */
+        break;
+    case OP_VERSION:
+        bin_ok(s, out, r, 0, KURA_MEMCACHED_VERSION, sizeof(KURA_MEMCACHED_VERSION) - 1);
+        break;
+    case OP_QUIT:
+        bin_ok(s, out, r, 0, NULL, 0);
+        s->close = true;
+        break;
+    case OP_STAT:
+        bin_stat(s, r, out);
+        break;
+    }
 }
 
 const kura_proto kura_proto_binary = { "binary", binary_process, sizeof(binary_state),
@@ -616,41 +730,15 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
             s->close = true;
             return len;
         }
-        bin_req r = {
-            .opcode = h[1], .keylen = be16(h + 2), .extlen = h[4], .bodylen = be32(h + 8),
-            .cas = be64(h + 16),
-        };
-        memcpy(&r.opaque, h + 12, 4);
-        size_t head = BIN_HDR + (size_t)r.extlen + r.keylen;
+        bin_req r;
+        size_t head = read_header(&r, h);
         if (avail < head) {
             s->need = head;
             break;
         }
-        r.ext = h + BIN_HDR;
-        r.key = (const char *)h + BIN_HDR + r.extlen;
-        r.cmd = loud_of(r.opcode, &r.quiet);
-
-        if ((uint32_t)r.keylen + r.extlen > r.bodylen) {
-            bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
-            s->close = true;
+        int check = admit(s, &r, out);
+        if (check < 0)
             return len;
-        }
-        if (s->server->sasl && !sasl_allowed(s, &r)) {
-            bin_error(s, out, &r, ST_AUTH_ERROR);
-            s->close = true;
-            return len;
-        }
-        if (!proto_key_ok(r.keylen, PROTO_MC_KEY_MAX)) {
-            bin_error(s, out, &r, ST_EINVAL);
-            s->close = true;
-            return len;
-        }
-        int check = bin_check(&r);
-        if (check == 1) {
-            bin_error(s, out, &r, ST_EINVAL);
-            s->close = true;
-            return len;
-        }
         uint32_t skip = check == 2 ? r.bodylen : r.bodylen - r.keylen;
         if (s->server->sasl && r.cmd == OP_SASL_LIST_MECHS) {
             pos += head;
@@ -662,82 +750,19 @@ size_t binary_process(kura_session *s, char *in, size_t len, kura_buf *out)
         bool unknown = check == 2 || (!s->server->sasl && (r.cmd == OP_SASL_LIST_MECHS ||
                                                            r.cmd == OP_SASL_AUTH ||
                                                            r.cmd == OP_SASL_STEP));
-        if (unknown && skip == 0) {
-            bin_error_flush(s, out, &r, ST_UNKNOWN_COMMAND, &flushed);
-            KURA_STAT_INC(s->stats, unknown_commands);
-            pos += head;
-            continue;
-        }
         if (unknown) {
-            /* memcached skips this many bytes after the key: the whole
-             * body for an unknown opcode, the value for SASL */
-            bin_error(s, out, &r, ST_UNKNOWN_COMMAND);
-            KURA_STAT_INC(s->stats, unknown_commands);
+            unknown_command(s, b, &r, skip, out, &flushed);
             pos += head;
-            b->swallow = skip;
             continue;
         }
         if (has_value(r.cmd) || sasl_data) {
-            r.vlen = r.bodylen - r.extlen - r.keylen;
-            uint16_t refused = sasl_data ? sasl_refusal(s, &r) : store_refusal(s, &r);
-            if (refused) {
-                bin_error(s, out, &r, refused);
-                pos += head;
-                b->swallow = r.vlen;
-                continue;
-            }
-            if (avail < head + r.vlen) {
-                s->need = head + r.vlen;    /* the value is still arriving */
-                break;
-            }
-            r.value = (const char *)h + head;
-            pos += head + r.vlen;
-            b->wrote = false;
-            if (sasl_data)
-                bin_sasl_auth(s, &r, out);
-            else
-                bin_store(s, &r, out);
-            if (b->wrote)
-                flushed = out->len;
+            if (!with_value(s, b, &r, h, avail, head, sasl_data, &pos, out, &flushed))
+                break;                  /* the value is still arriving */
             continue;
         }
         pos += head;
         b->wrote = false;
-        switch (r.cmd) {
-        case OP_GET: case OP_GETK: case OP_TOUCH: case OP_GAT: case OP_GATK:
-            bin_get(s, &r, out);
-            break;
-        case OP_DELETE:
-            bin_delete(s, &r, out);
-            break;
-        case OP_INCREMENT: case OP_DECREMENT:
-            bin_arith(s, &r, out);
-            break;
-        case OP_FLUSH: {
-            int64_t delay = r.extlen == 4 ? (int64_t)be32(r.ext) : 0;
-            s->dirty = true;
-            int rc = engine_flush_all(s->engine, s->stats, delay);
-            if (rc < 0)
-                bin_store_error(s, out, &r, rc);
-            else
-                bin_ok(s, out, &r, 0, NULL, 0);
-            break;
-        }
-        case OP_NOOP:
-            bin_ok(s, out, &r, 0, NULL, 0);
-            flushed = out->len;         /* noop makes memcached write */
-            break;
-        case OP_VERSION:
-            bin_ok(s, out, &r, 0, KURA_MEMCACHED_VERSION, sizeof(KURA_MEMCACHED_VERSION) - 1);
-            break;
-        case OP_QUIT:
-            bin_ok(s, out, &r, 0, NULL, 0);
-            s->close = true;
-            break;
-        case OP_STAT:
-            bin_stat(s, &r, out);
-            break;
-        }
+        dispatch(s, &r, out, &flushed);
         if (b->wrote)
             flushed = out->len;
     }

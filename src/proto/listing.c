@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "kura/testhooks.h"
+#include "kura/uriencode.h"
 #include "proto_int.h"
 
 #define LIST_SORTED_MAX 100000          /* the largest limit answered in key order
@@ -111,25 +112,6 @@ static int slab_class(uint64_t size)
 
 /* ---- output ----------------------------------------------------------- */
 
-/* memcached's uriencode: RFC 3986's unreserved bytes stay, the rest %XX. */
-static size_t urlencode(char *dst, const char *key, size_t klen)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = 0;
-    for (size_t i = 0; i < klen; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '.' || c == '_' || c == '~') {
-            dst[n++] = (char)c;
-        } else {
-            dst[n++] = '%';
-            dst[n++] = hex[c >> 4];
-            dst[n++] = hex[c & 15];
-        }
-    }
-    return n;
-}
-
 static int emit_metadump(list_run *r, const kura_list_item *it)
 {
     uint64_t size = kura_item_wire_total(it->klen, it->vlen, it->flags);
@@ -142,7 +124,7 @@ static int emit_metadump(list_run *r, const kura_list_item *it)
     char line[3 * KURA_KEY_MAX + 160];
     size_t n = 4;
     memcpy(line, "key=", 4);
-    n += urlencode(line + n, it->key, it->klen);
+    n += kura_uriencode(it->key, it->klen, line + n, sizeof(line) - n);
     n += (size_t)snprintf(line + n, sizeof(line) - n,
                           " exp=%lld la=%lld cas=%llu fetch=%s cls=%d size=%llu\n",
                           it->exptime ? (long long)it->exptime : -1LL, (long long)la,

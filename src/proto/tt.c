@@ -50,7 +50,7 @@ bool tt_code(tt_req *r, uint8_t code)
 bool tt_code_u32(tt_req *r, uint8_t code, uint32_t n)
 {
     unsigned char b[5] = { code };
-    tt_put_be32(b + 1, n);
+    put_be32(b + 1, n);
     if (kura_buf_append(r->out, b, 5))
         return true;
     r->s->close = true;
@@ -60,15 +60,15 @@ bool tt_code_u32(tt_req *r, uint8_t code, uint32_t n)
 bool tt_elem(kura_buf *b, const void *p, size_t n)
 {
     unsigned char l[4];
-    tt_put_be32(l, (uint32_t)n);
+    put_be32(l, (uint32_t)n);
     return kura_buf_reserve(b, 4 + n) && kura_buf_append(b, l, 4) && kura_buf_append(b, p, n);
 }
 
 static bool tt_code_u64(tt_req *r, uint64_t n)
 {
     unsigned char b[9] = { 0 };
-    tt_put_be32(b + 1, (uint32_t)(n >> 32));
-    tt_put_be32(b + 5, (uint32_t)n);
+    put_be32(b + 1, (uint32_t)(n >> 32));
+    put_be32(b + 5, (uint32_t)n);
     if (kura_buf_append(r->out, b, 9))
         return true;
     r->s->close = true;
@@ -125,7 +125,7 @@ static int emit_value(void *arg, const kura_item *it)
     if (!kura_buf_reserve(out, 5 + n))
         return KURA_ENOMEM;
     unsigned char h[5] = { 0 };
-    tt_put_be32(h + 1, (uint32_t)it->vlen);
+    put_be32(h + 1, (uint32_t)it->vlen);
     kura_buf_append(out, h, 5);
     kura_buf_append(out, it->val, n);
     return 0;
@@ -161,8 +161,8 @@ static int emit_record(void *arg, const kura_item *it)
     if (!kura_buf_reserve(m->out, 8 + m->klen + it->vlen))
         return KURA_ENOMEM;
     unsigned char h[8];
-    tt_put_be32(h, (uint32_t)m->klen);
-    tt_put_be32(h + 4, (uint32_t)it->vlen);
+    put_be32(h, (uint32_t)m->klen);
+    put_be32(h + 4, (uint32_t)it->vlen);
     kura_buf_append(m->out, h, 8);
     kura_buf_append(m->out, m->key, m->klen);
     kura_buf_append(m->out, it->val, it->vlen);
@@ -177,7 +177,7 @@ static void cmd_mget(tt_req *r)
     uint32_t found = 0;
     const char *p = r->body;
     for (uint32_t i = 0; i < r->f[0]; i++) {
-        mget_arg m = { r->out, p + 4, tt_be32(p) };
+        mget_arg m = { r->out, p + 4, get_be32(p) };
         p += 4 + m.klen;
         if (!proto_key_ok(m.klen, TT_KEY_MAX))
             continue;                   /* no such key can be stored here */
@@ -192,7 +192,7 @@ static void cmd_mget(tt_req *r)
         if (rc == KURA_OK)
             found++;
     }
-    tt_put_be32((unsigned char *)r->out->data + head + 1, found);
+    put_be32((unsigned char *)r->out->data + head + 1, found);
 }
 
 static void cmd_addint(tt_req *r)
@@ -230,6 +230,17 @@ static void cmd_setmst(tt_req *r)
     tt_code(r, rc == KURA_OK ? 0 : 1);
 }
 
+/* copy: the server's hook writes a snapshot at the path. */
+static void cmd_copy(tt_req *r)
+{
+    kura_server_info *si = r->s->server;
+    char path[TT_NAME_MAX + 1];
+    memcpy(path, r->body, r->blen);
+    path[r->blen] = '\0';
+    int rc = si && si->tt_copy ? si->tt_copy(si->tt_copy_ctx, path) : KURA_EINVAL;
+    tt_code(r, rc == KURA_OK ? 0 : 1);
+}
+
 static void cmd_simple(tt_req *r)
 {
     kura_session *s = r->s;
@@ -247,7 +258,7 @@ static void cmd_simple(tt_req *r)
         break;
     case TT_OPTIMIZE:
         break;                          /* kura compacts its files itself */
-    default:                            /* copy, restore, ext: not served */
+    default:                            /* restore, ext: not served */
         rc = KURA_EINVAL;
         break;
     }
@@ -270,7 +281,7 @@ static void cmd_iternext(tt_req *r)
         return;
     }
     unsigned char h[5] = { 0 };
-    tt_put_be32(h + 1, (uint32_t)klen);
+    put_be32(h + 1, (uint32_t)klen);
     if (!kura_buf_reserve(r->out, 5 + klen) || !kura_buf_append(r->out, h, 5) ||
         !kura_buf_append(r->out, key, klen))
         r->s->close = true;
@@ -287,49 +298,32 @@ static bool cmd_fwmkeys(tt_req *r)
 
 /* ---- framing --------------------------------------------------------------------------- */
 
-/* The fixed bytes after magic and command; -1: not a command kura reads
- * (ttserver's repl stream, or unknown): the connection closes. */
-static int fixed_len(uint8_t cmd)
-{
-    switch (cmd) {
-    case TT_PUT: case TT_PUTKEEP: case TT_PUTCAT: case TT_PUTNR: case TT_ADDINT:
-    case TT_FWMKEYS:
-        return 8;
-    case TT_PUTSHL: case TT_MISC:
-        return 12;
-    case TT_OUT: case TT_GET: case TT_VSIZ: case TT_MGET: case TT_OPTIMIZE: case TT_COPY:
-        return 4;
-    case TT_ADDDOUBLE: case TT_SETMST:
-        return 20;
-    case TT_EXT: case TT_RESTORE:
-        return 16;
-    case TT_ITERINIT: case TT_ITERNEXT: case TT_SYNC: case TT_VANISH: case TT_RNUM:
-    case TT_SIZE: case TT_STAT:
-        return 0;
-    default:
-        return -1;
-    }
-}
+/* Each command kura reads: its fixed bytes after magic and command, and
+ * the counter ttserver's stat counts it under.  A command not here (a
+ * zero head: ttserver's repl stream, or unknown) closes the connection. */
+static const struct {
+    uint8_t fixed1;                     /* the fixed bytes + 1 (0: not a command kura reads) */
+    uint8_t counter;
+} tt_cmds[256] = {
+    [TT_PUT] = { 8 + 1, TTC_put },              [TT_PUTKEEP] = { 8 + 1, TTC_putkeep },
+    [TT_PUTCAT] = { 8 + 1, TTC_putcat },        [TT_PUTSHL] = { 12 + 1, TTC_putshl },
+    [TT_PUTNR] = { 8 + 1, TTC_putnr },          [TT_OUT] = { 4 + 1, TTC_out },
+    [TT_GET] = { 4 + 1, TTC_get },              [TT_MGET] = { 4 + 1, TTC_mget },
+    [TT_VSIZ] = { 4 + 1, TTC_vsiz },            [TT_ITERINIT] = { 0 + 1, TTC_iterinit },
+    [TT_ITERNEXT] = { 0 + 1, TTC_iternext },    [TT_FWMKEYS] = { 8 + 1, TTC_fwmkeys },
+    [TT_ADDINT] = { 8 + 1, TTC_addint },        [TT_ADDDOUBLE] = { 20 + 1, TTC_adddouble },
+    [TT_EXT] = { 16 + 1, TTC_ext },             [TT_SYNC] = { 0 + 1, TTC_sync },
+    [TT_OPTIMIZE] = { 4 + 1, TTC_optimize },    [TT_VANISH] = { 0 + 1, TTC_vanish },
+    [TT_COPY] = { 4 + 1, TTC_copy },            [TT_RESTORE] = { 16 + 1, TTC_restore },
+    [TT_SETMST] = { 20 + 1, TTC_setmst },       [TT_RNUM] = { 0 + 1, TTC_rnum },
+    [TT_SIZE] = { 0 + 1, TTC_size },            [TT_STAT] = { 0 + 1, TTC_stat },
+    [TT_MISC] = { 12 + 1, TTC_misc },
+};
 
 /* Counts a command as ttserver's stat does. */
 static void count_cmd(uint8_t cmd)
 {
-    static const struct { uint8_t cmd; uint8_t counter; } map[] = {
-        { TT_PUT, TTC_put }, { TT_PUTKEEP, TTC_putkeep }, { TT_PUTCAT, TTC_putcat },
-        { TT_PUTSHL, TTC_putshl }, { TT_PUTNR, TTC_putnr }, { TT_OUT, TTC_out },
-        { TT_GET, TTC_get }, { TT_MGET, TTC_mget }, { TT_VSIZ, TTC_vsiz },
-        { TT_ITERINIT, TTC_iterinit }, { TT_ITERNEXT, TTC_iternext },
-        { TT_FWMKEYS, TTC_fwmkeys }, { TT_ADDINT, TTC_addint },
-        { TT_ADDDOUBLE, TTC_adddouble }, { TT_EXT, TTC_ext }, { TT_SYNC, TTC_sync },
-        { TT_OPTIMIZE, TTC_optimize }, { TT_VANISH, TTC_vanish }, { TT_COPY, TTC_copy },
-        { TT_RESTORE, TTC_restore }, { TT_SETMST, TTC_setmst }, { TT_RNUM, TTC_rnum },
-        { TT_SIZE, TTC_size }, { TT_STAT, TTC_stat }, { TT_MISC, TTC_misc },
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (map[i].cmd == cmd) {
-            atomic_fetch_add_explicit(&tt_counts[map[i].counter], 1, memory_order_relaxed);
-            return;
-        }
+    atomic_fetch_add_explicit(&tt_counts[tt_cmds[cmd].counter], 1, memory_order_relaxed);
 }
 
 /* What follows a list of n elements ([be32 length][bytes] each) starting
@@ -347,7 +341,7 @@ static int list_end(tt_state *st, const char *p, size_t avail, uint32_t n, size_
             *end = off + 4;
             return 1;
         }
-        uint32_t l = tt_be32(p + off);
+        uint32_t l = get_be32(p + off);
         if (l > TT_MAX_ARG || off + 4 + l > TT_REQ_MAX)
             return -1;
         if (off + 4 + l > avail) {
@@ -363,6 +357,163 @@ static int list_end(tt_state *st, const char *p, size_t avail, uint32_t n, size_
 /* The lengths ttserver refuses: negative (as int32) or over 256 MiB. */
 static bool absurd(uint32_t n) { return n > TT_MAX_ARG; }
 
+/* What frame_body found. */
+enum { FRAME_READY, FRAME_NEED, FRAME_CLOSE };
+
+/* The length of r's body (the bytes after its fixed fields, at h + *head)
+ * into *body, from its fixed fields; *keep false when the request is to be
+ * read past and answered with a failure.  FRAME_NEED sets s->need;
+ * FRAME_CLOSE: absurd lengths, the connection closes. */
+static int frame_body(tt_req *r, const char *h, size_t avail, size_t *head, uint64_t *body,
+                      bool *keep)
+{
+    kura_session *s = r->s;
+    const char *f = h + 2;
+    switch (r->cmd) {
+    case TT_PUT: case TT_PUTKEEP: case TT_PUTCAT: case TT_PUTNR:
+    case TT_PUTSHL:
+        if (absurd(r->f[0]) || absurd(r->f[1]) || (r->cmd == TT_PUTSHL && r->f[2] > INT32_MAX))
+            return FRAME_CLOSE;
+        *body = (uint64_t)r->f[0] + r->f[1];
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX) &&
+                engine_item_fits(s->engine, r->f[0], r->f[1], 0);
+        break;
+    case TT_OUT: case TT_GET: case TT_VSIZ: case TT_ADDINT:
+        if (absurd(r->f[0]))
+            return FRAME_CLOSE;
+        *body = r->f[0];
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX);
+        break;
+    case TT_ADDDOUBLE:
+        if (absurd(r->f[0]))
+            return FRAME_CLOSE;
+        *body = 16 + (uint64_t)r->f[0];
+        *head -= 16;                    /* the number is read with the key */
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX);
+        break;
+    case TT_FWMKEYS:
+        if (absurd(r->f[0]))
+            return FRAME_CLOSE;
+        *body = r->f[0];
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX);
+        break;
+    case TT_EXT:
+        if (r->f[0] >= TT_NAME_MAX || absurd(r->f[2]) || absurd(r->f[3]))
+            return FRAME_CLOSE;
+        *body = (uint64_t)r->f[0] + r->f[2] + r->f[3];
+        *keep = false;                  /* no script extension: a failure */
+        break;
+    case TT_OPTIMIZE: case TT_COPY: case TT_RESTORE:
+        if (r->f[0] > TT_NAME_MAX)
+            return FRAME_CLOSE;
+        *body = r->f[0];
+        break;
+    case TT_SETMST:
+        if (r->f[0] > TT_NAME_MAX || r->f[1] > INT32_MAX)
+            return FRAME_CLOSE;
+        r->ts = (uint64_t)get_be32(f + 8) << 32 | get_be32(f + 12);
+        r->f[2] = get_be32(f + 16);
+        *body = r->f[0];
+        break;
+    case TT_MGET: case TT_MISC: {
+        uint32_t n = r->cmd == TT_MGET ? r->f[0] : r->f[2];
+        size_t pre = r->cmd == TT_MISC ? r->f[0] : 0;   /* misc's name */
+        if (n > TT_MAX_ARGS || pre >= TT_NAME_MAX)
+            return FRAME_CLOSE;
+        if (avail < *head + pre) {
+            s->need = *head + pre;
+            return FRAME_NEED;
+        }
+        size_t end;
+        int rc = list_end(r->st, h + *head + pre, avail - *head - pre, n, &end);
+        if (rc < 0)
+            return FRAME_CLOSE;
+        if (rc > 0) {
+            s->need = *head + pre + end;
+            return FRAME_NEED;
+        }
+        *body = pre + end;
+        break;
+    }
+    default:
+        *body = 0;
+        break;
+    }
+    return FRAME_READY;
+}
+
+/* A request not buffered (its key too long, its item too big, a script
+ * extension): answered with a failure now, its body read past (the reply
+ * comes before anything the client sends after the body). */
+static void refuse_unread(tt_req *r, uint64_t body)
+{
+    count_cmd(r->cmd);
+    switch (r->cmd) {
+    case TT_FWMKEYS:
+        tt_code_u32(r, 0, 0);           /* no key is that long */
+        break;
+    case TT_PUTNR:
+        TT_COUNT(put_miss);
+        break;
+    default:
+        if (r->cmd <= TT_PUTNR)
+            TT_COUNT(put_miss);
+        tt_code(r, 1);
+        break;
+    }
+    r->st->swallow = body;
+}
+
+/* Runs the whole request r; false when it paused (a walk's slice ran out,
+ * or it must wait for its turn): the same request runs again later. */
+static bool dispatch(tt_req *r)
+{
+    switch (r->cmd) {
+    case TT_PUT: case TT_PUTKEEP: case TT_PUTCAT: case TT_PUTNR: case TT_PUTSHL:
+        cmd_put(r);
+        break;
+    case TT_OUT:
+        cmd_out(r);
+        break;
+    case TT_GET: case TT_VSIZ:
+        cmd_get(r);
+        break;
+    case TT_MGET:
+        cmd_mget(r);
+        break;
+    case TT_ADDINT:
+        cmd_addint(r);
+        break;
+    case TT_ADDDOUBLE:
+        cmd_adddouble(r);
+        break;
+    case TT_ITERNEXT:
+        cmd_iternext(r);
+        break;
+    case TT_FWMKEYS:
+        return cmd_fwmkeys(r);
+    case TT_MISC:
+        tt_misc(r);
+        return !r->st->walk.kind;       /* a walk paused: this request again later */
+    case TT_SETMST:
+        cmd_setmst(r);
+        break;
+    case TT_COPY:
+        cmd_copy(r);
+        break;
+    case TT_RNUM: case TT_SIZE:
+        cmd_count(r);
+        break;
+    case TT_STAT:
+        tt_stat(r);
+        break;
+    default:
+        cmd_simple(r);
+        break;
+    }
+    return true;
+}
+
 /* Handles the request at h: the bytes it used, or 0 when it needs more
  * input (s->need set) or must wait for its turn (s->out_full set); a
  * request that closes the connection uses everything. */
@@ -375,7 +526,7 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
         return 0;
     }
     tt_req r = { .s = s, .st = st, .out = out, .cmd = (uint8_t)h[1] };
-    int fixed = fixed_len(r.cmd);
+    int fixed = tt_cmds[r.cmd].fixed1 - 1;
     if (fixed < 0)
         goto close;
     size_t head = 2 + (size_t)fixed;
@@ -385,101 +536,17 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
     }
     const char *f = h + 2;
     for (int i = 0; i < fixed / 4 && i < 4; i++)
-        r.f[i] = tt_be32(f + 4 * i);
+        r.f[i] = get_be32(f + 4 * i);
     uint64_t body;                      /* bytes after the fixed fields */
     bool keep = true;                   /* false: read past the body, answer a failure */
-    switch (r.cmd) {
-    case TT_PUT: case TT_PUTKEEP: case TT_PUTCAT: case TT_PUTNR:
-    case TT_PUTSHL:
-        if (absurd(r.f[0]) || absurd(r.f[1]) || (r.cmd == TT_PUTSHL && r.f[2] > INT32_MAX))
-            goto close;
-        body = (uint64_t)r.f[0] + r.f[1];
-        keep = proto_key_ok(r.f[0], TT_KEY_MAX) && engine_item_fits(s->engine, r.f[0], r.f[1], 0);
-        break;
-    case TT_OUT: case TT_GET: case TT_VSIZ: case TT_ADDINT:
-        if (absurd(r.f[0]))
-            goto close;
-        body = r.f[0];
-        keep = proto_key_ok(r.f[0], TT_KEY_MAX);
-        break;
-    case TT_ADDDOUBLE:
-        if (absurd(r.f[0]))
-            goto close;
-        body = 16 + (uint64_t)r.f[0];
-        head -= 16;                     /* the number is read with the key */
-        keep = proto_key_ok(r.f[0], TT_KEY_MAX);
-        break;
-    case TT_FWMKEYS:
-        if (absurd(r.f[0]))
-            goto close;
-        body = r.f[0];
-        keep = proto_key_ok(r.f[0], TT_KEY_MAX);
-        break;
-    case TT_EXT:
-        if (r.f[0] >= TT_NAME_MAX || absurd(r.f[2]) || absurd(r.f[3]))
-            goto close;
-        body = (uint64_t)r.f[0] + r.f[2] + r.f[3];
-        keep = false;                   /* no script extension: a failure */
-        break;
-    case TT_OPTIMIZE: case TT_COPY:
-        if (r.f[0] > TT_NAME_MAX)
-            goto close;
-        body = r.f[0];
-        break;
-    case TT_RESTORE:
-        if (r.f[0] > TT_NAME_MAX)
-            goto close;
-        body = r.f[0];
-        break;
-    case TT_SETMST:
-        if (r.f[0] > TT_NAME_MAX || r.f[1] > INT32_MAX)
-            goto close;
-        r.ts = (uint64_t)tt_be32(f + 8) << 32 | tt_be32(f + 12);
-        r.f[2] = tt_be32(f + 16);
-        body = r.f[0];
-        break;
-    case TT_MGET: case TT_MISC: {
-        uint32_t n = r.cmd == TT_MGET ? r.f[0] : r.f[2];
-        size_t pre = r.cmd == TT_MISC ? r.f[0] : 0;     /* misc's name */
-        if (n > TT_MAX_ARGS || pre >= TT_NAME_MAX)
-            goto close;
-        if (avail < head + pre) {
-            s->need = head + pre;
-            return 0;
-        }
-        size_t end;
-        int rc = list_end(st, h + head + pre, avail - head - pre, n, &end);
-        if (rc < 0)
-            goto close;
-        if (rc > 0) {
-            s->need = head + pre + end;
-            return 0;
-        }
-        body = pre + end;
-        break;
-    }
-    default:
-        body = 0;
-        break;
+    switch (frame_body(&r, h, avail, &head, &body, &keep)) {
+    case FRAME_NEED:
+        return 0;
+    case FRAME_CLOSE:
+        goto close;
     }
     if (!keep) {
-        /* not buffered: read past, answer a failure now (the reply comes
-         * before anything the client sends after the body) */
-        count_cmd(r.cmd);
-        switch (r.cmd) {
-        case TT_FWMKEYS:
-            tt_code_u32(&r, 0, 0);      /* no key is that long */
-            break;
-        case TT_PUTNR:
-            TT_COUNT(put_miss);
-            break;
-        default:
-            if (r.cmd <= TT_PUTNR)
-                TT_COUNT(put_miss);
-            tt_code(&r, 1);
-            break;
-        }
-        st->swallow = body;
+        refuse_unread(&r, body);
         return head;
     }
     if (avail - head < body) {
@@ -490,50 +557,8 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
     r.blen = (size_t)body;
     if (!st->walk.kind)
         count_cmd(r.cmd);               /* once, not per resumed slice */
-    switch (r.cmd) {
-    case TT_PUT: case TT_PUTKEEP: case TT_PUTCAT: case TT_PUTNR: case TT_PUTSHL:
-        cmd_put(&r);
-        break;
-    case TT_OUT:
-        cmd_out(&r);
-        break;
-    case TT_GET: case TT_VSIZ:
-        cmd_get(&r);
-        break;
-    case TT_MGET:
-        cmd_mget(&r);
-        break;
-    case TT_ADDINT:
-        cmd_addint(&r);
-        break;
-    case TT_ADDDOUBLE:
-        cmd_adddouble(&r);
-        break;
-    case TT_ITERNEXT:
-        cmd_iternext(&r);
-        break;
-    case TT_FWMKEYS:
-        if (!cmd_fwmkeys(&r))
-            return 0;
-        break;
-    case TT_MISC:
-        tt_misc(&r);
-        if (st->walk.kind)
-            return 0;                   /* a walk paused: this request again later */
-        break;
-    case TT_SETMST:
-        cmd_setmst(&r);
-        break;
-    case TT_RNUM: case TT_SIZE:
-        cmd_count(&r);
-        break;
-    case TT_STAT:
-        tt_stat(&r);
-        break;
-    default:
-        cmd_simple(&r);
-        break;
-    }
+    if (!dispatch(&r))
+        return 0;
     return head + (size_t)body;
 
 close:

@@ -12,8 +12,8 @@
 #ifndef KURA_TT_INT_H
 #define KURA_TT_INT_H
 
-#include <regex.h>
-
+#include "kura/bytes.h"
+#include "kura/ere.h"
 #include "kura/list.h"
 #include "proto_int.h"
 
@@ -44,6 +44,14 @@
 #ifndef TT_WALK_SLICE
 #define TT_WALK_SLICE 1024
 #endif
+/* misc regex's work is counted in the matcher's steps (ere.h), not keys:
+ * a call stops before the key after the one that took it past
+ * TT_WALK_STEPS (about a millisecond; one key costs at most 2 * ERE_PROG_MAX *
+ * 251 steps, about 6 ms), and a key that would take more than
+ * TT_REGEX_KEY_STEPS (only a key far past KURA_KEY_MAX could) fails the
+ * request rather than hold the worker. */
+#define TT_WALK_STEPS (1u << 18)
+#define TT_REGEX_KEY_STEPS (16u << 20)
 
 enum tt_cmd {
     TT_PUT = 0x10, TT_PUTKEEP = 0x11, TT_PUTCAT = 0x12, TT_PUTSHL = 0x13, TT_PUTNR = 0x18,
@@ -82,7 +90,7 @@ typedef struct tt_walk {
     kura_buf res;                       /* the reply's elements so far */
     uint32_t count;                     /* elements in res */
     uint64_t max;                       /* records still wanted */
-    regex_t re;                         /* TT_WALK_REGEX */
+    ere *re;                            /* TT_WALK_REGEX: the compiled pattern */
 } tt_walk;
 
 /* The iterator of iterinit / iternext: a batch of keys copied out of a
@@ -117,18 +125,6 @@ typedef struct tt_req {
     const char *body;                   /* what follows the fixed fields */
     size_t blen;
 } tt_req;
-
-/* Big-endian fields (the protocol's). */
-static inline uint32_t tt_be32(const void *p)
-{
-    const unsigned char *b = p;
-    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-static inline void tt_put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
-}
 
 /* Replies: a status byte; a status byte and a 32-bit number; an element
  * ([be32 length][bytes]).  False (the session closes) when memory runs

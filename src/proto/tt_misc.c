@@ -36,7 +36,7 @@ static bool next_arg(misc_args *a, const char **v, size_t *n)
 {
     if (a->left == 0)
         return false;
-    *n = tt_be32(a->p);
+    *n = get_be32(a->p);
     *v = a->p + 4;
     a->p += 4 + *n;
     a->left--;
@@ -126,131 +126,218 @@ static bool is(const char *name, size_t n, const char *lit)
     return strlen(lit) == n && memcmp(name, lit, n) == 0;
 }
 
-/* The function: true if it succeeded (its elements are in the reply),
- * false if it failed; a paused walk leaves st->walk.kind set. */
-static bool run(tt_req *r, const char *name, size_t nlen, misc_args a, misc_out *m)
+/* A misc function: true if it succeeded (its elements are in the reply),
+ * false if it failed; a paused walk leaves st->walk.kind set.  name is
+ * the function's name as asked (one function serves several). */
+typedef bool misc_fn(tt_req *r, const char *name, misc_args *a, misc_out *m);
+
+/* put, putkeep, putcat: key, value */
+static bool misc_put(tt_req *r, const char *name, misc_args *a, misc_out *m)
 {
-    uint32_t argc = a.left;
+    (void)m;
     const char *k = NULL, *v = NULL;
     size_t kl = 0, vl = 0;
-    if (is(name, nlen, "put") || is(name, nlen, "putkeep") || is(name, nlen, "putcat")) {
-        if (argc < 2)
+    if (a->left < 2)
+        return false;
+    next_arg(a, &k, &kl);
+    next_arg(a, &v, &vl);
+    int cmd = name[3] == 'k' ? KURA_CMD_ADD : name[3] == 'c' ? KURA_CMD_APPEND
+                                                               : KURA_CMD_SET;
+    return set(r, cmd, k, kl, v, vl) == KURA_STORED;
+}
+
+static bool misc_del(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)m;
+    const char *k = NULL;
+    size_t kl = 0;
+    return a->left >= 1 && next_arg(a, &k, &kl) && del(r, k, kl) == KURA_OK;
+}
+
+static bool misc_get(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name;
+    const char *k = NULL;
+    size_t kl = 0;
+    return a->left >= 1 && next_arg(a, &k, &kl) && get(r, k, kl, emit_value, m) == KURA_OK;
+}
+
+static bool misc_putlist(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)m;
+    const char *k = NULL, *v = NULL;
+    size_t kl = 0, vl = 0;
+    while (a->left >= 2) {
+        next_arg(a, &k, &kl);
+        next_arg(a, &v, &vl);
+        if (set(r, KURA_CMD_SET, k, kl, v, vl) != KURA_STORED)
             return false;
-        next_arg(&a, &k, &kl);
-        next_arg(&a, &v, &vl);
-        int cmd = name[3] == 'k' ? KURA_CMD_ADD : name[3] == 'c' ? KURA_CMD_APPEND
-                                                                   : KURA_CMD_SET;
-        return set(r, cmd, k, kl, v, vl) == KURA_STORED;
     }
-    if (is(name, nlen, "out")) {
-        return argc >= 1 && next_arg(&a, &k, &kl) && del(r, k, kl) == KURA_OK;
-    }
-    if (is(name, nlen, "get")) {
-        return argc >= 1 && next_arg(&a, &k, &kl) && get(r, k, kl, emit_value, m) == KURA_OK;
-    }
-    if (is(name, nlen, "putlist")) {
-        while (a.left >= 2) {
-            next_arg(&a, &k, &kl);
-            next_arg(&a, &v, &vl);
-            if (set(r, KURA_CMD_SET, k, kl, v, vl) != KURA_STORED)
-                return false;
-        }
-        return true;
-    }
-    if (is(name, nlen, "outlist")) {
-        while (next_arg(&a, &k, &kl))
-            if (del(r, k, kl) < 0)
-                return false;
-        return true;
-    }
-    if (is(name, nlen, "getlist")) {
-        while (next_arg(&a, &k, &kl)) {
-            pair_arg p = { m, k, kl };
-            if (get(r, k, kl, emit_pair, &p) < 0)
-                return false;
-        }
-        return true;
-    }
-    if (is(name, nlen, "getpart")) {
-        if (!next_arg(&a, &k, &kl) || !key_ok(kl) || tt_read(r, k, kl) != KURA_OK)
+    return true;
+}
+
+static bool misc_outlist(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)m;
+    const char *k = NULL;
+    size_t kl = 0;
+    while (next_arg(a, &k, &kl))
+        if (del(r, k, kl) < 0)
             return false;
-        long long off = 0, len = -1;
-        if (next_arg(&a, &v, &vl))
-            off = tc_atoi(v, vl);
-        if (next_arg(&a, &v, &vl))
-            len = tc_atoi(v, vl);
-        if (off < 0)
-            off = 0;
-        kura_buf *val = &r->st->scratch;
-        if ((size_t)off >= val->len)
+    return true;
+}
+
+static bool misc_getlist(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name;
+    const char *k = NULL;
+    size_t kl = 0;
+    while (next_arg(a, &k, &kl)) {
+        pair_arg p = { m, k, kl };
+        if (get(r, k, kl, emit_pair, &p) < 0)
             return false;
-        size_t n = val->len - (size_t)off;
-        if (len >= 0 && (size_t)len < n)
-            n = (size_t)len;
-        return add(m, val->data + off, n);
     }
-    if (is(name, nlen, "iterinit")) {
-        if (next_arg(&a, &k, &kl))
-            tt_iterinit(r, k, kl);
-        else
-            tt_iterinit(r, NULL, 0);
-        return true;
-    }
-    if (is(name, nlen, "iternext")) {
-        const char *key;
-        size_t klen;
-        if (tt_iternext(r, &key, &klen) != KURA_OK)
+    return true;
+}
+
+/* getpart: key [offset [length]] */
+static bool misc_getpart(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name;
+    const char *k = NULL, *v = NULL;
+    size_t kl = 0, vl = 0;
+    if (!next_arg(a, &k, &kl) || !key_ok(kl) || tt_read(r, k, kl) != KURA_OK)
+        return false;
+    long long off = 0, len = -1;
+    if (next_arg(a, &v, &vl))
+        off = tc_atoi(v, vl);
+    if (next_arg(a, &v, &vl))
+        len = tc_atoi(v, vl);
+    if (off < 0)
+        off = 0;
+    kura_buf *val = &r->st->scratch;
+    if ((size_t)off >= val->len)
+        return false;
+    size_t n = val->len - (size_t)off;
+    if (len >= 0 && (size_t)len < n)
+        n = (size_t)len;
+    return add(m, val->data + off, n);
+}
+
+static bool misc_iterinit(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)m;
+    const char *k = NULL;
+    size_t kl = 0;
+    if (next_arg(a, &k, &kl))
+        tt_iterinit(r, k, kl);
+    else
+        tt_iterinit(r, NULL, 0);
+    return true;
+}
+
+static bool misc_iternext(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)a;
+    const char *key;
+    size_t klen;
+    if (tt_iternext(r, &key, &klen) != KURA_OK)
+        return false;
+    char kc[KURA_KEY_MAX];          /* the next call may move the iterator's batch */
+    memcpy(kc, key, klen);
+    if (!add(m, kc, klen))
+        return false;
+    get(r, kc, klen, emit_value, m);    /* removed meanwhile: the key alone */
+    return true;
+}
+
+static bool misc_sync(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)a, (void)m;
+    return engine_sync(r->s->engine) >= 0;
+}
+
+static bool misc_vanish(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)name, (void)a, (void)m;
+    r->s->dirty = true;
+    return engine_flush_all(r->s->engine, r->s->stats, 0) >= 0;
+}
+
+/* optimize, defrag, cacheclear: kura compacts and caches by itself */
+static bool misc_nothing(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)r, (void)name, (void)a, (void)m;
+    return true;
+}
+
+static bool misc_error(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    (void)r, (void)name, (void)a;
+    return add(m, "0: success", 10);
+}
+
+/* regex: pattern [max]; range: [start [max [end]]], on an ordered store
+ * only.  The walk writes the whole reply itself (m->head SIZE_MAX). */
+static bool misc_walk(tt_req *r, const char *name, misc_args *a, misc_out *m)
+{
+    const char *v = NULL;
+    size_t vl = 0;
+    bool range = name[1] == 'a';
+    if (range && !engine_list_ordered(r->s->engine))
+        return false;               /* a hash database has no range */
+    const char *b = NULL, *e = NULL;
+    size_t bl = 0, el = 0;
+    long long max = 0;
+    if (!next_arg(a, &b, &bl)) {
+        if (!range)
             return false;
-        char kc[KURA_KEY_MAX];          /* the next call may move the iterator's batch */
-        memcpy(kc, key, klen);
-        if (!add(m, kc, klen))
-            return false;
-        get(r, kc, klen, emit_value, m);    /* removed meanwhile: the key alone */
-        return true;
+        b = NULL;
     }
-    if (is(name, nlen, "sync"))
-        return engine_sync(r->s->engine) >= 0;
-    if (is(name, nlen, "vanish")) {
-        r->s->dirty = true;
-        return engine_flush_all(r->s->engine, r->s->stats, 0) >= 0;
+    if (next_arg(a, &v, &vl))
+        max = tc_atoi(v, vl);
+    if (range && next_arg(a, &e, &el) && !key_ok(el))
+        return false;
+    if (range && b && !key_ok(bl))
+        return false;
+    kura_list_spec spec = { 0 };
+    if (range) {
+        spec = (kura_list_spec){ .start = b, .slen = bl, .end = e, .elen = el,
+                                 .end_open = true };
     }
-    if (is(name, nlen, "optimize") || is(name, nlen, "defrag") || is(name, nlen, "cacheclear"))
-        return true;                    /* kura compacts and caches by itself */
-    if (is(name, nlen, "error"))
-        return add(m, "0: success", 10);
-    if (is(name, nlen, "regex") || is(name, nlen, "range")) {
-        bool range = name[1] == 'a';
-        if (range && !engine_list_ordered(r->s->engine))
-            return false;               /* a hash database has no range */
-        const char *b = NULL, *e = NULL;
-        size_t bl = 0, el = 0;
-        long long max = 0;
-        if (!next_arg(&a, &b, &bl)) {
-            if (!range)
-                return false;
-            b = NULL;
-        }
-        if (next_arg(&a, &v, &vl))
-            max = tc_atoi(v, vl);
-        if (range && next_arg(&a, &e, &el) && !key_ok(el))
-            return false;
-        if (range && b && !key_ok(bl))
-            return false;
-        kura_list_spec spec = { 0 };
-        if (range) {
-            spec = (kura_list_spec){ .start = b, .slen = bl, .end = e, .elen = el,
-                                     .end_open = true };
-        }
-        size_t mark = r->out->len;
-        r->out->len = m->head;          /* the walk writes the whole reply itself */
-        if (!tt_walk_run(r, range ? TT_WALK_RANGE : TT_WALK_REGEX, &spec,
-                         max < 1 ? UINT64_MAX : (uint64_t)max, b, bl)) {
-            r->out->len = mark;
-            return true;                /* paused: st->walk.kind says so */
-        }
-        m->head = SIZE_MAX;             /* answered */
-        return true;
+    size_t mark = r->out->len;
+    r->out->len = m->head;          /* the walk writes the whole reply itself */
+    if (!tt_walk_run(r, range ? TT_WALK_RANGE : TT_WALK_REGEX, &spec,
+                     max < 1 ? UINT64_MAX : (uint64_t)max, b, bl)) {
+        r->out->len = mark;
+        return true;                /* paused: st->walk.kind says so */
     }
+    m->head = SIZE_MAX;             /* answered */
+    return true;
+}
+
+/* The functions kura answers; any other name (putdup, setindex, search,
+ * genuid, unknown) fails. */
+static const struct {
+    const char *name;
+    misc_fn *fn;
+} misc_fns[] = {
+    { "put", misc_put }, { "putkeep", misc_put }, { "putcat", misc_put },
+    { "out", misc_del }, { "get", misc_get }, { "putlist", misc_putlist },
+    { "outlist", misc_outlist }, { "getlist", misc_getlist }, { "getpart", misc_getpart },
+    { "iterinit", misc_iterinit }, { "iternext", misc_iternext }, { "sync", misc_sync },
+    { "vanish", misc_vanish }, { "optimize", misc_nothing }, { "defrag", misc_nothing },
+    { "cacheclear", misc_nothing }, { "error", misc_error }, { "regex", misc_walk },
+    { "range", misc_walk },
+};
+
+/* Runs the function named: true if it succeeded (its elements are in the
+ * reply), false if it failed; a paused walk leaves st->walk.kind set. */
+static bool run(tt_req *r, const char *name, size_t nlen, misc_args a, misc_out *m)
+{
+    for (size_t i = 0; i < sizeof(misc_fns) / sizeof(misc_fns[0]); i++)
+        if (is(name, nlen, misc_fns[i].name))
+            return misc_fns[i].fn(r, name, &a, m);
     return false;                       /* putdup, setindex, search, genuid, unknown */
 }
 
@@ -272,7 +359,7 @@ void tt_misc(tt_req *r)
         tt_code_u32(r, 1, 0);
         return;
     }
-    tt_put_be32((unsigned char *)r->out->data + m.head + 1, m.count);
+    put_be32((unsigned char *)r->out->data + m.head + 1, m.count);
 }
 
 /* ---- stat ---------------------------------------------------------------------------- */
@@ -308,10 +395,10 @@ void tt_stat(tt_req *r)
     char buf[4096];
     int n = snprintf(buf, sizeof(buf),
                      "version\t1.1.41\nlibver\t324\nprotver\t0.91\nos\tLinux\n"
-                     "time\t%.6f\npid\t%lld\nsid\t0\ntype\t%s\npath\t%s\n"
+                     "time\t%.6f\npid\t%lld\nsid\t%lu\ntype\t%s\npath\t%s\n"
                      "rnum\t%llu\nsize\t%llu\nbigend\t0\nfd\t%d\nloadavg\t%.6f\n"
                      "ru_user\t%.6f\nru_sys\t%.6f\nru_real\t%.6f\n",
-                     t, si ? (long long)si->pid : 0LL, db_type(engine_backend(s->engine)),
+                     t, si ? (long long)si->pid : 0LL, si ? (unsigned long)si->sid : 0UL, db_type(engine_backend(s->engine)),
                      si && si->dbname ? si->dbname : "*", (unsigned long long)u.curr_items,
                      (unsigned long long)u.bytes, s->conn_id, load[0],
                      ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,

@@ -172,14 +172,9 @@ static int dbl_modify(void *arg, const kura_item *cur, engine_mod *out)
  * NaN, an integral part of INT64_MAX / INT64_MIN an infinity. */
 #define TT_TRILLION 1000000000000.0
 
-static uint64_t be64(const unsigned char *p)
-{
-    return (uint64_t)tt_be32(p) << 32 | tt_be32(p + 4);
-}
-
 static double unpack_double(const unsigned char *p)
 {
-    int64_t integ = (int64_t)be64(p), fract = (int64_t)be64(p + 8);
+    int64_t integ = (int64_t)get_be64(p), fract = (int64_t)get_be64(p + 8);
     if (integ == INT64_MIN && fract == INT64_MIN)
         return NAN;
     if (integ == INT64_MAX)
@@ -205,10 +200,10 @@ static void pack_double(double d, unsigned char *p)
     } else {
         integ = fract = INT64_MIN;
     }
-    tt_put_be32(p, (uint32_t)((uint64_t)integ >> 32));
-    tt_put_be32(p + 4, (uint32_t)integ);
-    tt_put_be32(p + 8, (uint32_t)((uint64_t)fract >> 32));
-    tt_put_be32(p + 12, (uint32_t)fract);
+    put_be32(p, (uint32_t)((uint64_t)integ >> 32));
+    put_be32(p + 4, (uint32_t)integ);
+    put_be32(p + 8, (uint32_t)((uint64_t)fract >> 32));
+    put_be32(p + 12, (uint32_t)fract);
 }
 
 int tt_putshl(tt_req *r, const char *key, size_t klen, const char *val, size_t vlen,

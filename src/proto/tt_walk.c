@@ -17,10 +17,15 @@
  * session's state before it is appended; the walk goes TT_WALK_SLICE keys
  * a call, leaving the request unconsumed in between (the connection calls
  * again on its next turn), and stops at TT_LIST_MAX records or
- * TT_LIST_BYTES bytes.
+ * TT_LIST_BYTES bytes.  misc regex matches with kura's own matcher
+ * (ere.h: linear time, no back-references) and measures its slice in the
+ * matcher's steps as well (TT_WALK_STEPS), so that a costly pattern over
+ * many keys costs the worker's other connections a few milliseconds a
+ * turn, never the seconds libc's backtracking regexec took on one key.
  */
 #include <string.h>
 
+#include "kura/testhooks.h"
 #include "tt_int.h"
 
 /* ---- the iterator ------------------------------------------------------------------ */
@@ -72,7 +77,8 @@ int tt_iternext(tt_req *r, const char **key, size_t *klen)
 void tt_walk_release(tt_walk *w)
 {
     if (w->kind == TT_WALK_REGEX)
-        regfree(&w->re);
+        ere_free(w->re);
+    w->re = NULL;
     w->kind = 0;
     kura_buf_free(&w->res);
     engine_list_end(&w->cur);          /* a cursor keeps its batch between steps */
@@ -81,9 +87,12 @@ void tt_walk_release(tt_walk *w)
 typedef struct walk_run {
     tt_req *r;
     tt_walk *w;
+    uint64_t steps;                     /* the matcher's, in this call */
+    bool sliced;                        /* this call stops at TT_WALK_STEPS */
 } walk_run;
 
 #define WALK_FULL 3                     /* emit's stop: the reply is as long as it may be */
+#define WALK_BUDGET 4                   /* emit's failure: a key past TT_REGEX_KEY_STEPS */
 
 static int emit_value(void *arg, const kura_item *it)
 {
@@ -98,6 +107,8 @@ static int walk_emit(void *arg, const kura_list_item *li)
     tt_walk *w = run->w;
     if (w->max == 0 || w->count >= TT_LIST_MAX || w->res.len >= TT_LIST_BYTES)
         return WALK_FULL;
+    if (w->kind == TT_WALK_REGEX && run->sliced && run->steps >= TT_WALK_STEPS)
+        return LIST_STOP;               /* this key first on the next turn */
     w->cur.count++;                     /* keys seen: the slice's measure */
     if (w->kind == TT_WALK_FWM) {
         if (!tt_elem(&w->res, li->key, li->klen))
@@ -107,10 +118,12 @@ static int walk_emit(void *arg, const kura_list_item *li)
         return 0;
     }
     if (w->kind == TT_WALK_REGEX) {
-        char k[KURA_KEY_MAX + 1];       /* regexec wants a C string, as Tokyo's passes it */
-        memcpy(k, li->key, li->klen);
-        k[li->klen] = '\0';
-        if (regexec(&w->re, k, 0, NULL, 0) != 0)
+        /* up to a NUL, as ttserver's regexec reads the key */
+        size_t kl = strnlen(li->key, li->klen);
+        int m = ere_match(w->re, li->key, kl, TT_REGEX_KEY_STEPS, &run->steps);
+        if (m == ERE_EBUDGET)
+            return WALK_BUDGET;
+        if (m != ERE_OK)
             return 0;
     }
     /* the value as it is now; a key removed since the step saw it is
@@ -140,23 +153,20 @@ bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
             return true;
         }
         if (kind == TT_WALK_REGEX) {
-            /* Tokyo's rule: a leading '*' makes it case-insensitive */
-            char pat[TT_NAME_MAX + 1];
-            int flags = REG_EXTENDED | REG_NOSUB;
+            /* Tokyo's rule: a leading '*' makes it case-insensitive; the
+             * pattern ends at a NUL, as ttserver's C string does */
+            unsigned flags = 0;
             if (rlen > 0 && regex[0] == '*') {
-                flags |= REG_ICASE;
+                flags |= ERE_ICASE;
                 regex++;
                 rlen--;
             }
-            bool ok = rlen <= TT_NAME_MAX && !memchr(regex, '\0', rlen);
-            if (ok) {
-                memcpy(pat, regex, rlen);
-                pat[rlen] = '\0';
-                ok = regcomp(&w->re, pat, flags) == 0;
-            }
-            if (!ok) {
+            rlen = strnlen(regex, rlen);
+            /* refused (a back-reference, a syntax error, too large):
+             * failure, as ttserver answers a pattern regcomp refuses */
+            if (rlen > TT_NAME_MAX || ere_compile(&w->re, regex, rlen, flags, NULL) != ERE_OK) {
                 walk_release(s);
-                tt_code_u32(r, 1, 0);   /* a pattern that does not compile: failure */
+                tt_code_u32(r, 1, 0);
                 return true;
             }
         }
@@ -166,24 +176,31 @@ bool tt_walk_run(tt_req *r, int kind, const kura_list_spec *spec, uint64_t max,
         w->res.len = 0;
         engine_list_begin(&w->cur);
     }
-    walk_run run = { r, w };
+    /* the test switch list_inline: the whole walk in this call, as before
+     * the slices (the negative check of test_tt_regex.py) */
+    bool sliced = !KURA_TEST_SWITCH(list_inline);
+    walk_run run = { r, w, 0, sliced };
     uint64_t start = w->cur.count;
     int rc = KURA_OK;
     while (rc == KURA_OK && !w->cur.done) {
-        if (w->cur.count - start >= TT_WALK_SLICE) {
+        if (sliced && w->cur.count - start >= TT_WALK_SLICE) {
             s->out_full = true;         /* the rest on the connection's next turn */
             return false;
         }
         rc = engine_list_step(s->engine, spec, &w->cur, walk_emit, &run);
         if (rc == LIST_END)
             rc = KURA_OK;
+        if (rc == LIST_STOP) {
+            s->out_full = true;         /* the matcher's budget for this turn is spent */
+            return false;
+        }
     }
     if (rc == WALK_FULL)
         rc = KURA_OK;
-    bool failed = rc < 0;
+    bool failed = rc < 0 || rc == WALK_BUDGET;
     if (!failed) {
         unsigned char h[5] = { 0 };
-        tt_put_be32(h + 1, w->count);
+        put_be32(h + 1, w->count);
         if (!kura_buf_reserve(r->out, 5 + w->res.len) || !kura_buf_append(r->out, h, 5) ||
             !kura_buf_append(r->out, w->res.data, w->res.len))
             s->close = true;

@@ -75,6 +75,85 @@ static void do_register(peer *p)
     m->nstreams++;
 }
 
+/* The checks before anything is read for p: its log id (a position counted
+ * in another log is no position here: *after becomes 0), its -I, its
+ * server id, the stream count.  Fills w's history; a refusal is written
+ * into line (empty when p may go on). */
+static void greet_check(peer *p, repl_welcome *w, uint64_t *after, char *line, size_t len)
+{
+    repl_master *m = p->m;
+    const repl_hello *h = &p->hello;
+    /* The history (docs/replication.md, "History and divergence"): the
+     * welcome carries this log's id and history; a position counted in
+     * another log (the request's hid) is no position here; a replica with
+     * a smaller -I is refused (rows it could not take). */
+    w->hid = ul_log_id(m->cfg.ulog);
+    if (journal_history_format(engine_journal(m->cfg.engine), w->hist, sizeof(w->hist)) < 0)
+        w->hist[0] = '\0';              /* too long to send: the replica cannot check */
+    if (h->hid && h->hid != w->hid) {
+        logf_(m, KURA_LOG_INFO, "replica %s (sid %u): its position %" PRIu64 " counts in "
+              "another update log (%016" PRIx64 "): treated as a new replica", p->name, p->sid,
+              *after, h->hid);
+        *after = 0;
+    }
+    if (h->imax && h->imax < m->cfg.item_max) {
+        snprintf(line, len, "SERVER_ERROR this master's -I (%" PRIu64 ") is larger "
+                 "than the replica's (%" PRIu64 "): start the replica with -I %" PRIu64
+                 " or more\r\n", m->cfg.item_max, h->imax, m->cfg.item_max);
+        return;
+    }
+    if (p->sid == m->cfg.sid) {
+        snprintf(line, len, "SERVER_ERROR server id %u is this master's own (give the "
+                 "replica a -sid of its own)\r\n", p->sid);
+        return;
+    }
+    lockorder_lock(&m->lock, LOCK_RANK_REPL);
+    int live = do_live_streams(m);
+    for (peer *o = m->peers; o; o = o->next)
+        live -= o->sid == p->sid && !atomic_load(&o->stop);     /* replaced, not added */
+    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
+    if (live >= m->cfg.repl_max)
+        snprintf(line, len, "SERVER_ERROR too many replication streams (-repl-max "
+                 "%d)\r\n", m->cfg.repl_max);
+}
+
+/* A full copy for p (asked for, or its position is not held here): the
+ * shared spool, and a reader at the spool's start into *rd.  Returns the
+ * reader's status; a refusal is written into line. */
+static int greet_copy(peer *p, repl_welcome *w, uint64_t after, ul_reader **rd, char *line,
+                      size_t len)
+{
+    repl_master *m = p->m;
+    char why[400];
+    if (m->copying >= COPIES_MAX) {
+        snprintf(line, len, "SERVER_ERROR too many full copies at once (%d); try "
+                 "again later\r\n", COPIES_MAX);
+        return KURA_OK;
+    }
+    spool *sp = spool_get(m, why, sizeof(why));
+    if (!sp) {
+        snprintf(line, len, "SERVER_ERROR %s\r\n", why);
+        return KURA_OK;
+    }
+    int rc = ul_reader_open(m->cfg.ulog, sp->start, rd);
+    if (rc != KURA_OK) {
+        spool_put(m, sp);
+        return rc;
+    }
+    ul_reader_shed(*rd);                /* not read until the copy is sent */
+    p->sp = sp;
+    p->state = PEER_COPY;
+    m->copying++;
+    atomic_store(&p->copying, true);
+    atomic_fetch_add(&m->boots, 1);
+    w->boot = true;
+    w->pos = sp->start;
+    logf_(m, KURA_LOG_INFO, "replica %s (sid %u) at %" PRIu64 ": %s", p->name, p->sid,
+          after, p->hello.copy ? "asks for a full copy (its data diverged)" : after ?
+          "position not held here, sending a full copy" : "new, sending a full copy");
+    return KURA_OK;
+}
+
 int master_greet(peer *p)
 {
     repl_master *m = p->m;
@@ -88,40 +167,9 @@ int master_greet(peer *p)
     int rc = KURA_OK;
 
     line[0] = '\0';
-    /* The history (docs/replication.md, "History and divergence"): the
-     * welcome carries this log's id and history; a position counted in
-     * another log (the request's hid) is no position here; a replica with
-     * a smaller -I is refused (rows it could not take). */
-    w.hid = ul_log_id(log);
-    if (journal_history_format(engine_journal(m->cfg.engine), w.hist, sizeof(w.hist)) < 0)
-        w.hist[0] = '\0';              /* too long to send: the replica cannot check */
-    if (h->hid && h->hid != w.hid) {
-        logf_(m, KURA_LOG_INFO, "replica %s (sid %u): its position %" PRIu64 " counts in "
-              "another update log (%016" PRIx64 "): treated as a new replica", p->name, p->sid,
-              after, h->hid);
-        after = 0;
-    }
-    if (h->imax && h->imax < m->cfg.item_max) {
-        snprintf(line, sizeof(line), "SERVER_ERROR this master's -I (%" PRIu64 ") is larger "
-                 "than the replica's (%" PRIu64 "): start the replica with -I %" PRIu64
-                 " or more\r\n", m->cfg.item_max, h->imax, m->cfg.item_max);
+    greet_check(p, &w, &after, line, sizeof(line));
+    if (line[0])
         goto refuse;
-    }
-    if (p->sid == m->cfg.sid) {
-        snprintf(line, sizeof(line), "SERVER_ERROR server id %u is this master's own (give the "
-                 "replica a -sid of its own)\r\n", p->sid);
-        goto refuse;
-    }
-    lockorder_lock(&m->lock, LOCK_RANK_REPL);
-    int live = do_live_streams(m);
-    for (peer *o = m->peers; o; o = o->next)
-        live -= o->sid == p->sid && !atomic_load(&o->stop);     /* replaced, not added */
-    lockorder_unlock(&m->lock, LOCK_RANK_REPL);
-    if (live >= m->cfg.repl_max) {
-        snprintf(line, sizeof(line), "SERVER_ERROR too many replication streams (-repl-max "
-                 "%d)\r\n", m->cfg.repl_max);
-        goto refuse;
-    }
     if (!copy && after > last) {
         /* a position past every row here counts in another log: never
          * taken as held (nor as acknowledged) */
@@ -139,33 +187,9 @@ int master_greet(peer *p)
         copy = rc == KURA_NOTFOUND;
     }
     if (copy) {
-        char why[400];
-        if (m->copying >= COPIES_MAX) {
-            snprintf(line, sizeof(line), "SERVER_ERROR too many full copies at once (%d); try "
-                     "again later\r\n", COPIES_MAX);
+        rc = greet_copy(p, &w, after, &rd, line, sizeof(line));
+        if (line[0])
             goto refuse;
-        }
-        spool *sp = spool_get(m, why, sizeof(why));
-        if (!sp) {
-            snprintf(line, sizeof(line), "SERVER_ERROR %s\r\n", why);
-            goto refuse;
-        }
-        rc = ul_reader_open(log, sp->start, &rd);
-        if (rc != KURA_OK) {
-            spool_put(m, sp);
-        } else {
-            ul_reader_shed(rd);         /* not read until the copy is sent */
-            p->sp = sp;
-            p->state = PEER_COPY;
-            m->copying++;
-            atomic_store(&p->copying, true);
-            atomic_fetch_add(&m->boots, 1);
-            w.boot = true;
-            w.pos = sp->start;
-            logf_(m, KURA_LOG_INFO, "replica %s (sid %u) at %" PRIu64 ": %s", p->name, p->sid,
-                  after, h->copy ? "asks for a full copy (its data diverged)" : after ?
-                  "position not held here, sending a full copy" : "new, sending a full copy");
-        }
     } else if (rc == KURA_OK) {
         p->state = PEER_STREAM;
         w.pos = after;

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kura/logf.h"
 #include "kura/repl.h"
 
 #define SEND_TIMEOUT_MS 60000           /* a replica reading nothing this long is dropped */
@@ -116,7 +117,7 @@ struct repl_master {
     _Atomic uint64_t waits, wait_timeouts, refused, spools;
 };
 
-#define logf_(x, level, ...) repl_log((x)->cfg.log, level, __VA_ARGS__)
+#define logf_(x, level, ...) kura_logf_hook((x)->cfg.log, level, __VA_ARGS__)
 
 /* master.c */
 /* The first line: the decision between REPL, BOOT and a refusal, on the

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/grow.h"
 #include "kura/lockorder.h"
 #include "kura/tlsio.h"
 #include "master_int.h"
@@ -109,16 +110,8 @@ int peer_queue(peer *p, const void *b, size_t n)
             p->olen -= p->ooff;
             p->ooff = 0;
         }
-        if (p->olen + n > p->ocap) {
-            size_t cap = p->ocap ? p->ocap : 4096;
-            while (cap < p->olen + n)
-                cap *= 2;
-            unsigned char *nb = realloc(p->out, cap);
-            if (!nb)
-                return -1;
-            p->out = nb;
-            p->ocap = cap;
-        }
+        if (kura_grow(&p->out, &p->ocap, p->olen + n, 1, 4096))
+            return -1;
     }
     memcpy(p->out + p->olen, b, n);
     p->olen += n;

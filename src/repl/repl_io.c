@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "kura/grow.h"
 #include "kura/repl.h"
 #include "kura/tlsio.h"
 
@@ -22,16 +23,8 @@ int repl_send_all(int fd, const void *buf, size_t len, int timeout_ms)
 int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *row)
 {
     size_t need = *len + UL_ROW_HEAD_MAX + row->vlen + row->vlen2;
-    if (need > *cap) {
-        size_t ncap = *cap ? *cap : 64 * 1024;
-        while (ncap < need)
-            ncap *= 2;
-        unsigned char *nb = realloc(*buf, ncap);
-        if (!nb)
-            return KURA_ENOMEM;
-        *buf = nb;
-        *cap = ncap;
-    }
+    if (kura_grow(buf, cap, need, 1, 64 * 1024))
+        return KURA_ENOMEM;
     size_t h = ul_encode(*buf + *len, row);
     if (row->vlen)
         memcpy(*buf + *len + h, row->val, row->vlen);
@@ -39,19 +32,6 @@ int repl_buf_row(unsigned char **buf, size_t *len, size_t *cap, const ul_row *ro
         memcpy(*buf + *len + h + row->vlen, row->val2, row->vlen2);
     *len += h + row->vlen + row->vlen2;
     return KURA_OK;
-}
-
-void repl_log(void (*log)(int level, const char *line), int level, const char *fmt, ...)
-{
-    char line[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (log)
-        log(level, line);
-    else
-        fprintf(stderr, "%s\n", line);
 }
 
 void repl_emit_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)

@@ -281,9 +281,12 @@ static void init_info(kura_server *srv)
     si->item_size_max = st->item_size_max;
     si->idle_timeout = st->idle_timeout;
     si->dbname = st->dbname;
+    si->sid = (uint32_t)st->sid;
     si->sync_mode = options_sync_name(st->sync_mode);
     si->tt_setmst = repladmin_tt_setmst;
     si->tt_setmst_ctx = srv;
+    si->tt_copy = snapd_tt_copy;
+    si->tt_copy_ctx = srv;
     si->unix_mode = st->unix_mode;
     si->auth = st->auth;
     si->sasl = st->sasl;
@@ -348,6 +351,150 @@ static int sasl_setup(kura_settings *s)
     return 0;
 }
 
+/* The process made ready before the server starts: -S's and -Z's files
+ * read (as the starting user), the user checked, malloc tuned, detached
+ * with -d, the log opened.  0, or the exit status. */
+static int prepare_process(kura_settings *settings)
+{
+    int rc;
+    if (settings->sasl && (rc = sasl_setup(settings)) != 0)
+        return rc;
+    /* -Z's certificates read now, as the starting user, as -Y's file */
+    if ((rc = tls_configure(settings)) != 0)
+        return rc;
+    rc = daemon_check_user(settings);
+    if (rc)
+        return rc;
+    /* The cache charges items as malloc allocates them; with one arena,
+     * memory freed by one worker is reused by the others, so the process
+     * stays at the limit plus a fixed overhead (src/store/cache/cache.c).  glibc's
+     * default of an arena per thread group let it grow 37% past the limit
+     * under mixed sizes, for a gain of a few percent on sets.  Set before
+     * any thread exists: a thread that already has an arena keeps it. */
+    if (kura_dbname_is_cache(settings->dbname))
+        mallopt(M_ARENA_MAX, 1);
+    /* Buffers of a megabyte and more (a snapshot's blocks, up to 3 x 16
+     * MiB while one is written; a large value's scratch) are mapped and go
+     * back to the system when freed.  glibc's default raises its threshold
+     * to the size of the first such buffer freed, after which they came
+     * from the heap and stayed resident: a kurad writing a snapshot every
+     * few seconds swung by 10-18 MB of RSS (test_soak.py). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    if (settings->daemonize) {
+        daemon_absolute_paths(settings);
+        daemon_detach();                /* from here on, the daemon */
+    }
+    log_init(settings->log_base, settings->verbosity);
+    if (settings->log_path && log_open(settings->log_path) < 0)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    /* A file size limit (ulimit -f) must fail the write with EFBIG, which
+     * the store reports as a full disk, not kill the server. */
+    signal(SIGXFSZ, SIG_IGN);
+    if (settings->conf_path)
+        log_msg(KURA_LOG_INFO, "options read from %s", settings->conf_path);
+    for (int i = 0; i < settings->nnotes; i++)
+        log_msg(KURA_LOG_INFO, "%s", settings->notes[i]);
+    return 0;
+}
+
+/* Says the server is up: the log's line, -d's parent and systemd told. */
+static void announce(const kura_settings *settings)
+{
+    char status[256], port2[32] = "";
+    if (settings->port2)
+        snprintf(port2, sizeof(port2), " and port %d", settings->port2);
+    snprintf(status, sizeof(status), "listening on %s port %d%s%s%s, %d threads, sync %s",
+             listener_addresses(), settings->port, port2,
+             settings->unix_path ? " and " : "", settings->unix_path ? settings->unix_path : "",
+             settings->threads, options_sync_name(settings->sync_mode));
+    log_msg(KURA_LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,
+            settings->daemonize ? ", as a daemon" : "");
+    daemon_ready();
+    notify_ready(status);
+}
+
+/* The last of a stop, clean or not: the store and the update log closed,
+ * the pid file removed. */
+static void free_server(kura_server *srv)
+{
+    if (srv->engine)
+        engine_close(srv->engine);
+    if (srv->ulog)
+        ul_close(srv->ulog);
+    free(srv->info.thread_stats);
+    kura_cmdtab_free(srv->cmds);
+    pidfile_remove();
+}
+
+/* The orderly stop once the loop has ended: listeners, then the threads
+ * that feed the store, then the store after its final sync.  The exit
+ * status: 1 without a good final sync, else the one a command asked for. */
+static int stop_server(kura_server *srv, struct event **sigevs, struct event *tick)
+{
+    int rc;
+    notify_stopping();
+    daemon_stop_watchdog(STOP_TIMEOUT);
+    listener_close(srv);
+    metrics_stop();
+    kura_watch_stop();
+    /* The committer's last sync releases the replies it covers, so it stops
+     * before the workers; its lock outlives them (they may still ask for a
+     * sequence until they stop). */
+    committer_stop(srv->committer);
+    workers_stop(srv);
+    bool sync_failed = committer_failed(srv->committer);
+    committer_free(srv->committer);
+    srv->committer = NULL;
+    stop_repl(srv);
+    snapd_stop(srv, true);
+    signals_free(sigevs);
+    event_free(tick);
+    event_base_free(srv->base);
+    /* After a failed group-commit sync nothing is synced again (committer.c
+     * says why): a later sync that "succeeds" proves nothing.  A stop
+     * without a good final sync is not clean, and the exit status says so
+     * (a service manager shows the failure; the next start recovers from
+     * what is on the disk). */
+    rc = sync_failed ? KURA_EFAILED : engine_sync(srv->engine);
+    if (rc < 0)
+        log_msg(KURA_LOG_ERROR, "final sync failed: %s", kura_strerror(rc));
+    free_server(srv);
+    int code = atomic_load(&srv->exit_code);
+    if (rc < 0)
+        log_msg(KURA_LOG_INFO, "stopped without a final sync (exit status 1)");
+    else if (code)
+        log_msg(KURA_LOG_INFO, "stopped (exit status %d)", code);
+    else
+        log_msg(KURA_LOG_INFO, "stopped");
+    return rc < 0 ? 1 : code;
+}
+
+/* Start-up failed: the reason is logged (and on stderr).  Undo what was
+ * done, in reverse, so no pid file or socket file is left behind. */
+static int undo_start(kura_server *srv, struct event **sigevs, struct event *tick,
+                      bool listening, bool workers)
+{
+    committer_stop(srv->committer);
+    metrics_stop();
+    kura_watch_stop();
+    if (workers)
+        workers_stop(srv);
+    committer_free(srv->committer);
+    srv->committer = NULL;
+    stop_repl(srv);
+    snapd_stop(srv, false);
+    if (listening)
+        listener_close(srv);
+    signals_free(sigevs);
+    if (tick)
+        event_free(tick);
+    if (srv->base)
+        event_base_free(srv->base);
+    free_server(srv);
+    return start_status;
+}
+
 int main(int argc, char **argv)
 {
     kura_settings settings;
@@ -362,45 +509,8 @@ int main(int argc, char **argv)
         return 0;
     if (rc)
         return rc;
-    if (settings.sasl && (rc = sasl_setup(&settings)) != 0)
+    if ((rc = prepare_process(&settings)) != 0)
         return rc;
-    /* -Z's certificates read now, as the starting user, as -Y's file */
-    if ((rc = tls_configure(&settings)) != 0)
-        return rc;
-    rc = daemon_check_user(&settings);
-    if (rc)
-        return rc;
-    /* The cache charges items as malloc allocates them; with one arena,
-     * memory freed by one worker is reused by the others, so the process
-     * stays at the limit plus a fixed overhead (src/store/cache/cache.c).  glibc's
-     * default of an arena per thread group let it grow 37% past the limit
-     * under mixed sizes, for a gain of a few percent on sets.  Set before
-     * any thread exists: a thread that already has an arena keeps it. */
-    if (kura_dbname_is_cache(settings.dbname))
-        mallopt(M_ARENA_MAX, 1);
-    /* Buffers of a megabyte and more (a snapshot's blocks, up to 3 x 16
-     * MiB while one is written; a large value's scratch) are mapped and go
-     * back to the system when freed.  glibc's default raises its threshold
-     * to the size of the first such buffer freed, after which they came
-     * from the heap and stayed resident: a kurad writing a snapshot every
-     * few seconds swung by 10-18 MB of RSS (test_soak.py). */
-    mallopt(M_MMAP_THRESHOLD, 1 << 20);
-    if (settings.daemonize) {
-        daemon_absolute_paths(&settings);
-        daemon_detach();                /* from here on, the daemon */
-    }
-    log_init(settings.log_base, settings.verbosity);
-    if (settings.log_path && log_open(settings.log_path) < 0)
-        return 1;
-    signal(SIGPIPE, SIG_IGN);
-    /* A file size limit (ulimit -f) must fail the write with EFBIG, which
-     * the store reports as a full disk, not kill the server. */
-    signal(SIGXFSZ, SIG_IGN);
-    if (settings.conf_path)
-        log_msg(KURA_LOG_INFO, "options read from %s", settings.conf_path);
-    for (int i = 0; i < settings.nnotes; i++)
-        log_msg(KURA_LOG_INFO, "%s", settings.notes[i]);
-
     memset(&srv, 0, sizeof(srv));
     srv.settings = &settings;
     if (settings.kill_old && settings.pid_path && kill_old_server(settings.pid_path) < 0)
@@ -461,86 +571,12 @@ int main(int argc, char **argv)
     if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;
 
-    char status[256], port2[32] = "";
-    if (settings.port2)
-        snprintf(port2, sizeof(port2), " and port %d", settings.port2);
-    snprintf(status, sizeof(status), "listening on %s port %d%s%s%s, %d threads, sync %s",
-             listener_addresses(), settings.port, port2,
-             settings.unix_path ? " and " : "", settings.unix_path ? settings.unix_path : "",
-             settings.threads, options_sync_name(settings.sync_mode));
-    log_msg(KURA_LOG_INFO, "kurad %s %s%s", KURA_VERSION, status,
-            settings.daemonize ? ", as a daemon" : "");
-    daemon_ready();
-    notify_ready(status);
+    announce(&settings);
 
     event_base_dispatch(srv.base);
 
-    notify_stopping();
-    daemon_stop_watchdog(STOP_TIMEOUT);
-    listener_close(&srv);
-    metrics_stop();
-    kura_watch_stop();
-    /* The committer's last sync releases the replies it covers, so it stops
-     * before the workers; its lock outlives them (they may still ask for a
-     * sequence until they stop). */
-    committer_stop(srv.committer);
-    workers_stop(&srv);
-    bool sync_failed = committer_failed(srv.committer);
-    committer_free(srv.committer);
-    srv.committer = NULL;
-    stop_repl(&srv);
-    snapd_stop(&srv, true);
-    signals_free(sigevs);
-    event_free(tick);
-    event_base_free(srv.base);
-    /* After a failed group-commit sync nothing is synced again (committer.c
-     * says why): a later sync that "succeeds" proves nothing.  A stop
-     * without a good final sync is not clean, and the exit status says so
-     * (a service manager shows the failure; the next start recovers from
-     * what is on the disk). */
-    rc = sync_failed ? KURA_EFAILED : engine_sync(srv.engine);
-    if (rc < 0)
-        log_msg(KURA_LOG_ERROR, "final sync failed: %s", kura_strerror(rc));
-    engine_close(srv.engine);
-    if (srv.ulog)
-        ul_close(srv.ulog);
-    free(srv.info.thread_stats);
-    kura_cmdtab_free(srv.cmds);
-    pidfile_remove();
-    int code = atomic_load(&srv.exit_code);
-    if (rc < 0)
-        log_msg(KURA_LOG_INFO, "stopped without a final sync (exit status 1)");
-    else if (code)
-        log_msg(KURA_LOG_INFO, "stopped (exit status %d)", code);
-    else
-        log_msg(KURA_LOG_INFO, "stopped");
-    return rc < 0 ? 1 : code;
+    return stop_server(&srv, sigevs, tick);
 
 fail:
-    /* Start-up failed: the reason is logged (and on stderr).  Undo what was
-     * done, in reverse, so no pid file or socket file is left behind. */
-    committer_stop(srv.committer);
-    metrics_stop();
-    kura_watch_stop();
-    if (workers)
-        workers_stop(&srv);
-    committer_free(srv.committer);
-    srv.committer = NULL;
-    stop_repl(&srv);
-    snapd_stop(&srv, false);
-    if (listening)
-        listener_close(&srv);
-    signals_free(sigevs);
-    if (tick)
-        event_free(tick);
-    if (srv.base)
-        event_base_free(srv.base);
-    if (srv.engine)
-        engine_close(srv.engine);
-    if (srv.ulog)
-        ul_close(srv.ulog);
-    free(srv.info.thread_stats);
-    kura_cmdtab_free(srv.cmds);
-    pidfile_remove();
-    return start_status;
+    return undo_start(&srv, sigevs, tick, listening, workers);
 }

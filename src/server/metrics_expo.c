@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/grow.h"
 #include "kura/kio.h"
 #include "metrics.h"
 
@@ -42,15 +43,9 @@ typedef struct mx_lines {
 static void collect(void *arg, const char *name, const char *value)
 {
     mx_lines *l = arg;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 128;
-        mx_line *v = realloc(l->v, cap * sizeof(*v));
-        if (!v) {
-            l->oom = true;
-            return;
-        }
-        l->v = v;
-        l->cap = cap;
+    if (kura_grow(&l->v, &l->cap, l->n + 1, sizeof(*l->v), 128)) {
+        l->oom = true;
+        return;
     }
     char *n = strdup(name), *val = strdup(value);
     if (!n || !val) {

@@ -445,6 +445,48 @@ opt_error(const char *where, const char *arg, const char *fmt, ...)
     return 2;
 }
 
+/* A snapshot codec's name into *field (apply_option's OPT_CODEC). */
+static int apply_codec(kura_settings *s, const char *arg, const char *val, const char *where,
+                       int *field)
+{
+    kura_codec c;
+    /* ktserver's -bgsc names: gz and oz are zlib and lzo; kura has no
+     * lzma, and bz2 is the closest in ratio */
+    if (!strcmp(val, "gz") || !strcmp(val, "oz"))
+        val = val[0] == 'g' ? "zlib" : "lzo";
+    else if (!strcmp(val, "lzma") || !strcmp(val, "xz")) {
+        add_note(s, "option '%s %s': kura has no lzma; snapshots are compressed with bz2",
+                 arg, val);
+        val = "bz2";
+    }
+    if (codec_by_name(val, &c) != KURA_OK)
+        return opt_error(where, arg, "'%s' is not one of lzo, zlib, bz2, none", val);
+    *field = (int)c;
+    return 0;
+}
+
+/* A size in megabytes into *field, in bytes (apply_option's OPT_MBYTES). */
+static int apply_mbytes(const char *arg, const char *val, const char *where, uint64_t *field)
+{
+    long n;
+    uint64_t sz;
+    /* memcached's -m is megabytes; a unit suffix is taken literally.
+     * 0 is refused as memcached refuses it, and a number of megabytes
+     * whose bytes do not fit in 64 bits is not taken modulo 2^64. */
+    if (parse_long(val, &n) == 0 && n >= 0) {
+        if ((uint64_t)n > UINT64_MAX >> 20)
+            return opt_error(where, arg, "'%s' megabytes is more than 64 bits of bytes",
+                             val);
+        sz = (uint64_t)n << 20;
+    } else if (kura_parse_size(val, &sz) != KURA_OK) {
+        return opt_error(where, arg, "'%s' is not a size", val);
+    }
+    if (sz == 0)
+        return opt_error(where, arg, "the memory limit cannot be 0");
+    *field = sz;
+    return 0;
+}
+
 /* Applies option o, named arg, with value val (NULL for options without
  * one).  where names the conf file line, or NULL for the command line.
  * Returns 0, 1 (-h or -version printed: exit 0) or 2 (reason printed). */
@@ -464,22 +506,8 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         if (o->offset == F(maxconns))
             s->maxconns_given = true;   /* fdlimit.c: refuse rather than lower it */
         break;
-    case OPT_CODEC: {
-        kura_codec c;
-        /* ktserver's -bgsc names: gz and oz are zlib and lzo; kura has no
-         * lzma, and bz2 is the closest in ratio */
-        if (!strcmp(val, "gz") || !strcmp(val, "oz"))
-            val = val[0] == 'g' ? "zlib" : "lzo";
-        else if (!strcmp(val, "lzma") || !strcmp(val, "xz")) {
-            add_note(s, "option '%s %s': kura has no lzma; snapshots are compressed with bz2",
-                     arg, val);
-            val = "bz2";
-        }
-        if (codec_by_name(val, &c) != KURA_OK)
-            return opt_error(where, arg, "'%s' is not one of lzo, zlib, bz2, none", val);
-        *(int *)field = (int)c;
-        break;
-    }
+    case OPT_CODEC:
+        return apply_codec(s, arg, val, where, (int *)field);
     case OPT_MODE: {
         /* memcached's -a: octal */
         char *end;
@@ -508,21 +536,7 @@ static int apply_option(kura_settings *s, const opt *o, const char *arg, const c
         *(uint64_t *)field = sz;
         break;
     case OPT_MBYTES:
-        /* memcached's -m is megabytes; a unit suffix is taken literally.
-         * 0 is refused as memcached refuses it, and a number of megabytes
-         * whose bytes do not fit in 64 bits is not taken modulo 2^64. */
-        if (parse_long(val, &n) == 0 && n >= 0) {
-            if ((uint64_t)n > UINT64_MAX >> 20)
-                return opt_error(where, arg, "'%s' megabytes is more than 64 bits of bytes",
-                                 val);
-            sz = (uint64_t)n << 20;
-        } else if (kura_parse_size(val, &sz) != KURA_OK) {
-            return opt_error(where, arg, "'%s' is not a size", val);
-        }
-        if (sz == 0)
-            return opt_error(where, arg, "the memory limit cannot be 0");
-        *(uint64_t *)field = sz;
-        break;
+        return apply_mbytes(arg, val, where, (uint64_t *)field);
     case OPT_SIZE:
         if (kura_parse_size(val, &sz) != KURA_OK || sz < 1024 || sz > (1ULL << 30))
             return opt_error(where, arg, "'%s' is not a size from 1k to 1g", val);
@@ -775,6 +789,8 @@ static int check_addresses(const kura_settings *s)
     return 0;
 }
 
+static int check_options(kura_settings *s);
+
 int options_parse(kura_settings *s, int argc, char **argv)
 {
     const char *conf = find_conf(argc, argv);
@@ -844,6 +860,14 @@ int options_parse(kura_settings *s, int argc, char **argv)
         if (rc)
             return rc;
     }
+    return check_options(s);
+}
+
+/* What holds only for the options together, once all are read (-plex,
+ * -S, ttserver's unix socket, what an option needs), and the password
+ * files read.  0 or 2 (reason printed). */
+static int check_options(kura_settings *s)
+{
     if (apply_plex(s, NULL))
         return 2;
     if (s->sasl && !kura_sasl_available()) {

@@ -274,8 +274,19 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
     kura_server *srv = ctx;
     char msg[600], shown[KURA_ESCAPED_MAX(256)];
     (void)ts; (void)opts;
-    int rc = host[0] && port > 0 ? replctl_follow(srv, host, port, msg, sizeof(msg))
-                                 : replctl_promote(srv, msg, sizeof(msg));
+    int rc;
+    if (host[0] && port > 0) {
+        rc = replctl_follow(srv, host, port, msg, sizeof(msg));
+    } else {
+        /* ttserver's stop is taken whatever the state: not following
+         * already is the state asked for, and answers 0 as there */
+        pthread_mutex_lock(&replctl_slave_lock);
+        bool replica = srv->repl_slave != NULL;
+        pthread_mutex_unlock(&replctl_slave_lock);
+        rc = replica ? replctl_promote(srv, msg, sizeof(msg)) : 0;
+        if (!replica)
+            snprintf(msg, sizeof(msg), "not a replica: nothing to stop");
+    }
     /* the host as the client sent it, escaped (a newline would forge a
      * line); msg shows only a host that passed host_word_ok */
     log_msg(rc == 0 ? KURA_LOG_INFO : KURA_LOG_ERROR, "Tokyo Tyrant setmst %s:%d: %s",

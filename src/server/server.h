@@ -106,6 +106,7 @@ void swap_remove_old(const char *dbname);
  * (engine_observe_cas it); 0 or -1 (logged). */
 int snapd_restore(struct kura_server *srv, kura_store **store, uint64_t *max_cas);
 int snapd_start(struct kura_server *srv);
+int snapd_tt_copy(void *ctx, const char *path);    /* kura_server_info.tt_copy */
 /* Registers "snapshot" and "stats snapshot" (cmdtab.h), before the workers
  * start; without -bgs they answer that snapshots are not enabled.  0 or -1
  * (logged). */

@@ -144,6 +144,40 @@ static void cmd_snapshot(void *ctx, kura_session *s, text_token *tok, int ntok, 
     kura_session_reply(s, out, "OK");
 }
 
+/* Tokyo Tyrant's copy (kura_server_info.tt_copy, src/proto/tt.c): a
+ * snapshot of the whole store written at path, on the calling worker's
+ * thread, answered once it is complete and safe (snap_take: written
+ * beside path, fsynced, renamed over it, the directory fsynced).  A
+ * snapshot rather than ttserver's byte copy of the Cabinet file; it is
+ * restored with kuractl snapshot restore (docs/migration.md).  ttserver's
+ * "@command" form (run a command) is refused.  KURA_OK, or an error
+ * logged with its reason. */
+int snapd_tt_copy(void *ctx, const char *path)
+{
+    kura_server *srv = ctx;
+    kura_settings *st = srv->settings;
+    if (path[0] == '\0' || path[0] == '@') {
+        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant copy '%s': %s", path,
+                path[0] ? "running a command is not served" : "no path");
+        return KURA_EINVAL;
+    }
+    snap_take_cfg cfg = {
+        .path = path, .codec = (kura_codec)st->bgsc, .sid = (uint32_t)st->sid,
+        .ulog = srv->ulog,
+    };
+    snap_info info;
+    char out[4200], err[300] = "";
+    int64_t t0 = kura_mono_ms();
+    int rc = snap_take(srv->engine, &cfg, &info, out, sizeof(out), err, sizeof(err));
+    if (rc)
+        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant copy to %s failed: %s", path, err);
+    else
+        log_msg(KURA_LOG_INFO, "Tokyo Tyrant copy: snapshot %s, %" PRIu64 " items, %" PRIu64
+                " bytes in %lld ms", out, info.items, info.file_bytes,
+                (long long)(kura_mono_ms() - t0));
+    return rc;
+}
+
 static void stat_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
 {
     char b[32];

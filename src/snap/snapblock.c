@@ -21,6 +21,7 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/status.h"
 #include "snapblock.h"
 
@@ -59,15 +60,7 @@ static int grow(unsigned char **p, size_t *cap, size_t need)
 {
     if (*p && need <= *cap)
         return KURA_OK;
-    size_t c = *cap ? *cap : 64 * 1024;
-    while (c < need)
-        c *= 2;
-    unsigned char *n = realloc(*p, c);
-    if (!n)
-        return KURA_ENOMEM;
-    *p = n;
-    *cap = c;
-    return KURA_OK;
+    return kura_grow(p, cap, need ? need : 1, 1, 64 * 1024) ? KURA_ENOMEM : KURA_OK;
 }
 
 sb_builder *sb_builder_new(kura_codec codec, int level)
@@ -142,6 +135,78 @@ static int ent_cmp(const void *a, const void *b, void *arg)
     return c ? c : (int)x[0] - (int)y[0];
 }
 
+/* sb_seal's key and value columns, in key order: each key's prefix shared
+ * with the one before and its suffix (into the fields at b->fields), and,
+ * with sorted (n > 1), each value less what it shares with the one before
+ * (into sorted, the shares into vpl).  Returns where the suffixes end;
+ * *vpos: the value column's length. */
+static unsigned char *seal_keys(sb_builder *b, unsigned char *sorted, uint32_t *vpl,
+                                size_t *vposp)
+{
+    uint32_t n = b->n;
+    unsigned char *f = b->fields;
+    unsigned char *pfx = f, *sfl = f + n, *sfx = f + 2 * (size_t)n;
+    const unsigned char *prev = NULL, *pv = NULL;
+    size_t plen = 0, vpos = 0, pvl = 0;
+    for (uint32_t i = 0; i < n; i++) {      /* keys: shared prefix, suffix */
+        if (i + 8 < n) {    /* in key order they are scattered: fetched ahead */
+            __builtin_prefetch(b->meta + b->ents[i + 8].moff);
+            __builtin_prefetch(b->vals + b->ents[i + 8].voff);
+        }
+        const unsigned char *m = b->meta + b->ents[i].moff;
+        size_t kl = m[0], p = 0, lim = kl < plen ? kl : plen;
+        while (p < lim && p < 255 && prev[p] == m[ENT_HEAD + p])
+            p++;
+        pfx[i] = (unsigned char)p;
+        sfl[i] = (unsigned char)(kl - p);
+        memcpy(sfx, m + ENT_HEAD + p, kl - p);
+        sfx += kl - p;
+        prev = m + ENT_HEAD;
+        plen = kl;
+        uint32_t vl = get32(m + 21);
+        const unsigned char *v = b->vals + b->ents[i].voff;
+        size_t q = 0, vlim = vl < pvl ? vl : pvl;
+        while (q < vlim && pv[q] == v[q])
+            q++;
+        if (sorted) {
+            vpl[i] = (uint32_t)q;
+            memcpy(sorted + vpos, v + q, vl - q);
+        }
+        vpos += vl - q;
+        pv = v;
+        pvl = vl;
+    }
+    *vposp = vpos;
+    return sfx;
+}
+
+/* sb_seal's number columns from p on: value lengths, shared value
+ * prefixes (vpl, or none), flags, exptimes and cas each as the difference
+ * from the one before.  Returns where they end. */
+static unsigned char *seal_numbers(sb_builder *b, unsigned char *p, const uint32_t *vpl)
+{
+    uint32_t n = b->n;
+    for (uint32_t i = 0; i < n; i++)        /* value lengths */
+        p = put_varint(p, get32(b->meta + b->ents[i].moff + 21));
+    for (uint32_t i = 0; i < n; i++)        /* value prefixes shared */
+        p = put_varint(p, vpl ? vpl[i] : 0);
+    for (uint32_t i = 0; i < n; i++, p += 4)        /* flags */
+        memcpy(p, b->meta + b->ents[i].moff + 1, 4);
+    int64_t pe = 0;
+    for (uint32_t i = 0; i < n; i++) {      /* exptime: from the one before */
+        int64_t e = (int64_t)get64(b->meta + b->ents[i].moff + 5);
+        p = put_varint(p, zigzag((int64_t)((uint64_t)e - (uint64_t)pe)));
+        pe = e;
+    }
+    uint64_t pc = 0;
+    for (uint32_t i = 0; i < n; i++) {      /* cas: from the one before */
+        uint64_t c = get64(b->meta + b->ents[i].moff + 13);
+        p = put_varint(p, zigzag((int64_t)(c - pc)));
+        pc = c;
+    }
+    return p;
+}
+
 /* Appends the compressed form of in to b->out at *at. */
 static int squeeze(sb_builder *b, const unsigned char *in, size_t n, size_t *at, char *msg,
                    size_t msglen)
@@ -204,56 +269,8 @@ int sb_seal(sb_builder *b, const unsigned char **out, size_t *len, uint64_t *raw
         return rc;
     }
     unsigned char *f = b->fields;
-    unsigned char *pfx = f, *sfl = f + n, *sfx = f + 2 * (size_t)n;
-    const unsigned char *prev = NULL, *pv = NULL;
-    size_t plen = 0, vpos = 0, pvl = 0;
-    for (uint32_t i = 0; i < n; i++) {      /* keys: shared prefix, suffix */
-        if (i + 8 < n) {    /* in key order they are scattered: fetched ahead */
-            __builtin_prefetch(b->meta + b->ents[i + 8].moff);
-            __builtin_prefetch(b->vals + b->ents[i + 8].voff);
-        }
-        const unsigned char *m = b->meta + b->ents[i].moff;
-        size_t kl = m[0], p = 0, lim = kl < plen ? kl : plen;
-        while (p < lim && p < 255 && prev[p] == m[ENT_HEAD + p])
-            p++;
-        pfx[i] = (unsigned char)p;
-        sfl[i] = (unsigned char)(kl - p);
-        memcpy(sfx, m + ENT_HEAD + p, kl - p);
-        sfx += kl - p;
-        prev = m + ENT_HEAD;
-        plen = kl;
-        uint32_t vl = get32(m + 21);
-        const unsigned char *v = b->vals + b->ents[i].voff;
-        size_t q = 0, vlim = vl < pvl ? vl : pvl;
-        while (q < vlim && pv[q] == v[q])
-            q++;
-        if (sorted) {
-            vpl[i] = (uint32_t)q;
-            memcpy(sorted + vpos, v + q, vl - q);
-        }
-        vpos += vl - q;
-        pv = v;
-        pvl = vl;
-    }
-    unsigned char *p = sfx;
-    for (uint32_t i = 0; i < n; i++)        /* value lengths */
-        p = put_varint(p, get32(b->meta + b->ents[i].moff + 21));
-    for (uint32_t i = 0; i < n; i++)        /* value prefixes shared */
-        p = put_varint(p, vpl ? vpl[i] : 0);
-    for (uint32_t i = 0; i < n; i++, p += 4)        /* flags */
-        memcpy(p, b->meta + b->ents[i].moff + 1, 4);
-    int64_t pe = 0;
-    for (uint32_t i = 0; i < n; i++) {      /* exptime: from the one before */
-        int64_t e = (int64_t)get64(b->meta + b->ents[i].moff + 5);
-        p = put_varint(p, zigzag((int64_t)((uint64_t)e - (uint64_t)pe)));
-        pe = e;
-    }
-    uint64_t pc = 0;
-    for (uint32_t i = 0; i < n; i++) {      /* cas: from the one before */
-        uint64_t c = get64(b->meta + b->ents[i].moff + 13);
-        p = put_varint(p, zigzag((int64_t)(c - pc)));
-        pc = c;
-    }
+    size_t vpos;
+    unsigned char *p = seal_numbers(b, seal_keys(b, sorted, vpl, &vpos), vpl);
     size_t flen = (size_t)(p - f);
     size_t at = SB_HEAD;
     rc = grow(&b->out, &b->ocap, SB_HEAD);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kura/grow.h"
 #include "kura/snapshot.h"
 #include "kura/store.h"
 
@@ -72,15 +73,10 @@ int snap_list(const char *dir, snap_entry **out, size_t *n)
         snap_entry e;
         if (!parse_name(de->d_name, &e))
             continue;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 8;
-            snap_entry *nv = realloc(v, cap * sizeof(*v));
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return KURA_ENOMEM;
-            }
-            v = nv;
+        if (kura_grow(&v, &cap, cnt + 1, sizeof(*v), 8)) {
+            free(v);
+            closedir(d);
+            return KURA_ENOMEM;
         }
         snprintf(e.path, sizeof(e.path), "%s/%s", dir, de->d_name);
         v[cnt++] = e;

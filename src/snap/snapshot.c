@@ -29,6 +29,7 @@
 
 #include "kura/bytes.h"
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/snapshot.h"
 #include "kura/store.h"
 #include "snapblock.h"
@@ -476,17 +477,8 @@ bad:
 /* Makes room in raw for at least IO_CHUNK / 4 more decoded bytes. */
 static int r_room(snap_reader *r)
 {
-    if (r->r_cap - r->r_len >= IO_CHUNK / 4)
-        return KURA_OK;
-    size_t cap = r->r_cap ? r->r_cap : RAW_CHUNK;
-    while (cap - r->r_len < IO_CHUNK / 4)
-        cap *= 2;
-    unsigned char *n = realloc(r->raw, cap);
-    if (!n)
-        return KURA_ENOMEM;
-    r->raw = n;
-    r->r_cap = cap;
-    return KURA_OK;
+    return kura_grow(&r->raw, &r->r_cap, r->r_len + IO_CHUNK / 4, 1, RAW_CHUNK) ? KURA_ENOMEM
+                                                                                : KURA_OK;
 }
 
 /* Decodes more into raw, so that at least `want` bytes are there from

@@ -53,7 +53,10 @@ int snap_take(kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *pa
     clock_gettime(CLOCK_REALTIME, &now);
     snap_name(name, sizeof(name), start,
               (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000);
-    snprintf(path, plen, "%s/%s", cfg->dir, name);
+    if (cfg->path)
+        snprintf(path, plen, "%s", cfg->path);
+    else
+        snprintf(path, plen, "%s/%s", cfg->dir, name);
     take t = { .cfg = cfg };
     int rc = snap_writer_open(path, &in, cfg->level, cfg->io, &t.w, err, errlen);
     if (rc)
@@ -71,7 +74,7 @@ int snap_take(kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *pa
         return rc;
     if (cfg->progress)
         cfg->progress(cfg->progress_arg, out->items, out->file_bytes);
-    if (cfg->keep)
+    if (cfg->keep && !cfg->path)
         snap_prune(cfg->dir, cfg->keep, cfg->io);
     return KURA_OK;
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kura/logf.h"
 #include "kura/store.h"
 #include "dbcompat.h"
 
@@ -74,19 +75,8 @@ static const compat_param table[] = {
     { "pccap", { "the cache has no pages", NO_PAGES, NULL } },
 };
 
-static void __attribute__((format(printf, 2, 3)))
-note(void (*log)(int, const char *), const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (log)
-        log(KURA_LOG_INFO, line);
-    else
-        fprintf(stderr, "%s\n", line);
-}
+/* A note to the server's log (stderr without one). */
+#define note(log, ...) kura_logf_hook(log, KURA_LOG_INFO, __VA_ARGS__)
 
 static kura_param *find(kura_params *ps, const char *name)
 {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "kura/buf.h"
+#include "kura/grow.h"
 
 bool kura_buf_reserve(kura_buf *b, size_t extra)
 {
@@ -13,18 +14,7 @@ bool kura_buf_reserve(kura_buf *b, size_t extra)
     size_t need = b->len + extra;
     if (need < b->len)
         return false;                   /* overflow */
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > (size_t)-1 / 2)
-            return false;
-        cap *= 2;
-    }
-    char *p = realloc(b->data, cap);
-    if (!p)
-        return false;
-    b->data = p;
-    b->cap = cap;
-    return true;
+    return kura_grow(&b->data, &b->cap, need, 1, 256) == 0;
 }
 
 void kura_buf_free(kura_buf *b)

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kura/bytes.h"
 #include "kura/login.h"
 
 #define OP_SASL_LIST_MECHS 0x20
@@ -54,10 +55,8 @@ static void bin_header(unsigned char *h, uint8_t op, uint16_t klen, uint32_t ble
     memset(h, 0, 24);
     h[0] = 0x80;
     h[1] = op;
-    h[2] = (unsigned char)(klen >> 8);
-    h[3] = (unsigned char)klen;
-    for (int i = 0; i < 4; i++)
-        h[8 + i] = (unsigned char)(blen >> (24 - 8 * i));
+    put_be16(h + 2, klen);
+    put_be32(h + 8, blen);
 }
 
 /* A binary reply's status and body (NUL-terminated in body); 0, or a
@@ -65,7 +64,7 @@ static void bin_header(unsigned char *h, uint8_t op, uint16_t klen, uint32_t ble
 static int bin_reply(const kura_login_io *io, unsigned char *h, uint16_t *status, char *body,
                      char *msg, size_t msglen)
 {
-    uint32_t blen = (uint32_t)h[8] << 24 | (uint32_t)h[9] << 16 | (uint32_t)h[10] << 8 | h[11];
+    uint32_t blen = get_be32(h + 8);
     if (blen > LOGIN_BODY_MAX) {
         snprintf(msg, msglen, "a binary reply of %u bytes to a login", blen);
         return KURA_LOGIN_BAD;
@@ -73,7 +72,7 @@ static int bin_reply(const kura_login_io *io, unsigned char *h, uint16_t *status
     if (blen && io->read(io->ctx, body, blen) < 0)
         return KURA_LOGIN_LOST;
     body[blen] = '\0';
-    *status = (uint16_t)(h[6] << 8 | h[7]);
+    *status = get_be16(h + 6);
     return 0;
 }
 

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "kura/observer.h"
+#include "kura/uriencode.h"
 #include "kura/watch.h"
 
 #define WATCH_MAX 20                    /* memcached's LOGGER_MAX_WATCHERS */
@@ -90,25 +91,6 @@ static pthread_t thread;
 static bool running, stopping;
 
 /* ---- lines ------------------------------------------------------------------ */
-
-static int uriencode(const char *key, size_t klen, char *out, size_t cap)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = 0;
-    for (size_t i = 0; i < klen && n + 4 < cap; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '.' || c == '_' || c == '~') {
-            out[n++] = (char)c;
-        } else {
-            out[n++] = '%';
-            out[n++] = hex[c >> 4];
-            out[n++] = hex[c & 15];
-        }
-    }
-    out[n] = '\0';
-    return (int)n;
-}
 
 /* "ts=<sec>.<usec> gid=<n> " as memcached's logger starts every line. */
 static int head(char *b, size_t cap)
@@ -174,7 +156,7 @@ static void emit(unsigned flag, const char *line, size_t n)
 static void item_get(int cfd, const char *key, size_t klen, bool found, uint64_t size)
 {
     char line[WATCH_LINE_MAX], k[3 * 250 + 8];
-    uriencode(key, klen, k, sizeof(k));
+    kura_uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
                   "type=item_get key=%s status=%s clsid=0 cfd=%d size=%llu\n", k,
@@ -187,7 +169,7 @@ static void item_store(int cfd, const char *key, size_t klen, const char *status
                        const char *cmd, long long ttl, uint64_t size)
 {
     char line[WATCH_LINE_MAX], k[3 * 250 + 8];
-    uriencode(key, klen, k, sizeof(k));
+    kura_uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
                   "type=item_store key=%s status=%s cmd=%s ttl=%lld clsid=0 cfd=%d size=%llu\n",
@@ -199,7 +181,7 @@ static void eviction(const char *key, size_t klen, bool fetched, long long ttl, 
                      uint64_t size)
 {
     char line[WATCH_LINE_MAX], k[3 * 250 + 8];
-    uriencode(key, klen, k, sizeof(k));
+    kura_uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
                   "type=eviction key=%s fetch=%s ttl=%lld la=%lld clsid=0 size=%llu\n", k,

@@ -1,16 +1,16 @@
 /*
  * fuzz_repl.c - the replication stream as a replica reads it
- * (src/repl/slave.c): the master's first line (REPL or BOOT), then rows
+ * (src/repl/slave*.c): the master's first line (REPL or BOOT), then rows
  * decoded off the socket (ul_decode, whole or cut anywhere), marks
  * (heartbeats, COPY_DONE), a full copy applied over the store with the
  * keys it did not bring deleted, and every row applied to the engine.
  *
- * The stream's decoding is static in slave.c and runs on the replica's own
+ * The stream's decoding is static in slave_stream.c and runs on the replica's own
  * thread, so the target drives the narrowest public entry, the replica
  * itself: repl_slave_start() follows a "master" that is this target, on a
  * loopback socket; the target accepts its connection, sends the input,
  * closes its side, reads (acks) until the replica closes, then stops it.
- * A socket pair handed to slave.c would skip the TCP connect; it would
+ * A socket pair handed to the replica would skip the TCP connect; it would
  * need a hook there (a connect function in repl_config).
  *
  * Input: a flags byte (fuzz.h: FUZZ_FIX_CRC repairs the CRC of every row

@@ -28,7 +28,7 @@
 #    left waiting) without a reply, and the server serves others; a value
 #    over -I is answered 1 before its body is sent (so it is not buffered)
 #    and the connection goes on after the body.
-import os, socket, struct, sys, time, unittest
+import os, shutil, socket, struct, subprocess, sys, tempfile, time, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
 from kuratest import ServerTestCase, Conn, Closed, not_applicable
@@ -444,11 +444,78 @@ class TTProtocol(ServerTestCase):
         self.assertEqual(d["type"], want[kuratest.db_kind()])
         self.assertGreaterEqual(int(d["cnt_stat"]), 1)
 
+    def test_stat_sid(self):
+        """stat's sid is -sid, as ttserver's is (ttserver -sid 7 answered
+        "sid\t7"; kura said 0 whatever -sid was)."""
+        srv = self.start_server(kura_args=("-sid", "7"))
+        c = Conn(srv.port)
+        self.addCleanup(c.close)
+        c.send(STAT)
+        self.assertEqual(c.recv_exact(1), b"\x00")
+        text = c.recv_exact(struct.unpack(">I", c.recv_exact(4))[0]).decode()
+        self.assertIn("\nsid\t7\n", text)
+
     def test_setmst_refused(self):
         """A server that cannot follow (no -ulog or -rts to keep a position
         in): ttserver's failure code; test_failover.py has setmst working."""
         t = self.tt()
         self.assertEqual(t.status(setmst(b"127.0.0.1", 1978)), 1)
+        self.assertEqual(t.status(put(b"after", b"1")), 0)
+
+    def test_setmst_stop_when_master(self):
+        """setmst with no host (tcrmgr setmst without a master: host "",
+        port 1978; or port 0) on a server that follows no one: ttserver
+        1.1.41 answered 0 each time (recorded); kura said 1 ("not a
+        replica") from the second on, or always for port 0."""
+        d = tempfile.mkdtemp(prefix="kuratest-setmst-")
+        self.addCleanup(shutil.rmtree, d, True)
+        srv = self.start_server(kura_args=("-ulog", os.path.join(d, "ulog")))
+        t = TT(srv)
+        self.addCleanup(t.close)
+        for host, port in ((b"", 0), (b"", 1978), (b"", 0)):
+            with self.subTest(host=host, port=port):
+                self.assertEqual(t.status(setmst(host, port)), 0)
+        self.assertEqual(t.status(put(b"after", b"1")), 0)   # still a master
+
+    def test_copy(self):
+        """copy (tcrmgr copy, TT's hot backup) writes a kura snapshot at the
+        path on the server and answers 0 once it is complete: the file is
+        there whole (kuractl snapshot verify), no temporary file is left
+        beside it, and it restores into a database holding the records.
+        Before: 1, nothing written.  ttserver's "@command" form and a
+        missing directory: 1."""
+        d = tempfile.mkdtemp(prefix="kuratest-copy-")
+        self.addCleanup(shutil.rmtree, d, True)
+        t = self.tt()
+        for i in range(50):
+            self.assertEqual(t.status(put(b"c%d" % i, b"v%d" % i)), 0)
+        dest = os.path.join(d, "backup.tch")
+        self.assertEqual(t.status(pathcmd(0x73, dest.encode())), 0)
+        self.assertEqual(sorted(os.listdir(d)), ["backup.tch"])
+        kuractl = os.path.join(os.path.dirname(kuratest.kurad_path()), "kuractl")
+        out = subprocess.run([kuractl, "snapshot", "verify", dest], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn(b" 50 items", out.stdout)
+        db = os.path.join(d, "restored.kh")
+        out = subprocess.run([kuractl, "snapshot", "restore", dest, db],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        srv = self.start_server(db=db)
+        r = TT(srv)
+        self.addCleanup(r.close)
+        self.assertEqual(r.value(get(b"c49")), b"v49")
+        # a second copy replaces the first whole
+        self.assertEqual(t.status(put(b"c50", b"v50")), 0)
+        self.assertEqual(t.status(pathcmd(0x73, dest.encode())), 0)
+        out = subprocess.run([kuractl, "snapshot", "verify", dest], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=60)
+        self.assertIn(b" 51 items", out.stdout)
+        # refused: a command (ttserver's "@cmd"), a directory that is missing
+        self.assertEqual(t.status(pathcmd(0x73, b"@/bin/true")), 1)
+        self.assertEqual(t.status(pathcmd(0x73, os.path.join(d, "no", "x").encode())), 1)
+        self.assertEqual([f for f in os.listdir(d) if f.startswith(".")], [], "no temporary")
+        self.assertFalse(os.path.exists(os.path.join(d, "no")))
         self.assertEqual(t.status(put(b"after", b"1")), 0)
 
     def test_value_over_limit_not_buffered(self):

@@ -75,7 +75,7 @@ static size_t run(tt_harness *h, const void *req, size_t len)
 static void be32(kura_buf *b, uint32_t v)
 {
     unsigned char p[4];
-    tt_put_be32(p, v);
+    put_be32(p, v);
     kura_buf_append(b, p, 4);
 }
 
@@ -137,7 +137,7 @@ static void test_fwmkeys_walks_in_slices(void)
     CHECK_EQ_INT(used, req.len);
     CHECK(calls >= 2);
     CHECK_EQ_INT(h.out.len, 5 + (size_t)n * (4 + 6));
-    CHECK_EQ_INT(tt_be32(h.out.data + 1), (uint32_t)n);
+    CHECK_EQ_INT(get_be32(h.out.data + 1), (uint32_t)n);
     kura_buf_free(&req);
     close_tt(&h);
 }
@@ -169,7 +169,7 @@ static void test_walks_capped(void)
     kura_session_free(busy[0]);
     CHECK_EQ_INT(run(&h, req.data, req.len), req.len);
     CHECK_EQ_INT(h.out.data[0], 0);
-    CHECK_EQ_INT(tt_be32(h.out.data + 1), 1u);              /* "fa" */
+    CHECK_EQ_INT(get_be32(h.out.data + 1), 1u);              /* "fa" */
     kura_session *x = kura_session_new(&sc);
     CHECK(walk_admit(x));                                   /* the walk gave its place back */
     kura_session_free(x);
@@ -325,7 +325,7 @@ static void *adder_run(void *arg)
             a->failed++;
             continue;
         }
-        uint32_t sum = tt_be32(out.data + 1);
+        uint32_t sum = get_be32(out.data + 1);
         if (i > 0 && sum != last + 1)
             a->jumps++;
         last = sum;

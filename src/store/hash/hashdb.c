@@ -31,9 +31,9 @@
 
 static inline hashdb *H(kura_store *s) { return (hashdb *)s; }
 
-/* One line of the hash file's, or of its log's (the log's hook, with db as
- * its arg: the same prefix either way). */
-static void log_line(void *arg, int level, const char *buf)
+/* One line of the hash file's (hd_log's sink), or of its log's (the log's
+ * hook, with db as its arg: the same prefix either way). */
+void hd_log_line(void *arg, int level, const char *buf)
 {
     hashdb *db = arg;
     if (KURA_TEST_SWITCH(quiet_stores))
@@ -45,16 +45,6 @@ static void log_line(void *arg, int level, const char *buf)
     } else {
         fprintf(stderr, "kura hashdb %s: %s\n", db->dir, buf);
     }
-}
-
-void hd_log(hashdb *db, int level, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    log_line(db, level, buf);
 }
 
 /* Counts an entry in (or out of) the totals and its segment's live bytes.
@@ -865,15 +855,22 @@ static const kura_store_ops hashdb_ops = {
     .commit = hashdb_commit,
 };
 
-int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
-                kura_store **out, char *err, size_t errlen)
+/* hashdb_open's parameters, parsed. */
+typedef struct open_params {
+    uint64_t bnum, msiz, segsiz, ckpt, dfunit, frag, mapwrite, wbehind, zmin;
+    kura_codec zcomp;
+} open_params;
+
+/* Takes the hash file's parameters from `params` into *p, defaults for
+ * the rest; any parameter left over is refused. */
+static int parse_params(const char *path, kura_params *params, open_params *p, char *err,
+                        size_t errlen)
 {
     uint64_t bnum = 1048576, msiz = 4ULL << 30, segsiz = 128ULL << 20,
              ckpt = 64ULL << 20, dfunit = 256, frag = 50, mapwrite = 1,
              wbehind = 4ULL << 20;
     int rc;
 
-    *out = NULL;
     if ((rc = kura_param_size(params, "hash file", "bnum", &bnum, 1, 1ULL << 36, err, errlen)) ||
         (rc = kura_param_size(params, "hash file", "msiz", &msiz, 0, 1ULL << 46, err, errlen)) ||
         (rc = kura_param_size(params, "hash file", "segsiz", &segsiz, 4096, 1ULL << 31, err, errlen)) ||
@@ -893,15 +890,19 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                  zname);
         return KURA_EINVAL;
     }
-    rc = kura_params_reject_unused(params, path, err, errlen);
-    if (rc)
-        return rc;
+    *p = (open_params){ .bnum = bnum, .msiz = msiz, .segsiz = segsiz, .ckpt = ckpt,
+                        .dfunit = dfunit, .frag = frag, .mapwrite = mapwrite,
+                        .wbehind = wbehind, .zmin = zmin, .zcomp = zcomp };
+    return kura_params_reject_unused(params, path, err, errlen);
+}
 
+/* A new hashdb object for `path`, nothing opened yet. */
+static hashdb *db_new(const char *path, const kura_store_config *cfg, const open_params *p)
+{
     hashdb *db = calloc(1, sizeof(*db));
     if (!db || !(db->dir = strdup(path))) {
         free(db);
-        snprintf(err, errlen, "out of memory");
-        return KURA_ENOMEM;
+        return NULL;
     }
     db->base.ops = &hashdb_ops;
     db->cfg = *cfg;
@@ -909,44 +910,59 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
     if (!db->cfg.item_size_max)
         db->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
     db->dirfd = db->lockfd = -1;
-    db->bnum = bnum;
-    db->ckpt_bytes = ckpt;
-    db->dfunit = (unsigned)dfunit;
-    db->frag_pct = (unsigned)frag;
-    db->zcomp = (int)zcomp;
-    db->zmin = zmin;
+    db->bnum = p->bnum;
+    db->ckpt_bytes = p->ckpt;
+    db->dfunit = (unsigned)p->dfunit;
+    db->frag_pct = (unsigned)p->frag;
+    db->zcomp = (int)p->zcomp;
+    db->zmin = p->zmin;
     pthread_mutex_init(&db->ckpt_mu, NULL);
     kura_bg_init(&db->bg);
+    return db;
+}
 
+/* Opens the directory (locked), sets up the log over its segments and
+ * makes the index. */
+static int open_log_and_index(hashdb *db, const char *path, const open_params *p, char *err,
+                              size_t errlen)
+{
+    const kura_store_config *cfg = &db->cfg;
+    int rc;
     if ((rc = kura_db_dir_open(db->io, path, cfg->read_only, "hash", &db->dirfd, &db->lockfd,
                                err, errlen)))
-        goto fail;
+        return rc;
     /* the log's record framing is this file's: the hash file's format
      * (docs/formats.md) stays as it was (hashdb_rec.c) */
     sl_config lc = { .dir = db->dir, .dirfd = db->dirfd, .io = db->io,
                      .version = HD_VERSION, .versions = HD_VERSIONS,
-                     .segsiz = segsiz, .msiz = msiz, .wbehind = wbehind,
-                     .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
-                     .check = hd_rec_check, .log = log_line, .log_arg = db,
+                     .segsiz = p->segsiz, .msiz = p->msiz, .wbehind = p->wbehind,
+                     .mapwrite = p->mapwrite != 0, .read_only = cfg->read_only,
+                     .check = hd_rec_check, .log = hd_log_line, .log_arg = db,
                      .lock_rank = LOCK_RANK_STORE_LOG };
     memcpy(lc.magic, HD_SEG_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&db->log, &lc))) {
         snprintf(err, errlen, "out of memory");
-        goto fail;
+        return rc;
     }
-    rc = hdx_init(db, bnum);
+    rc = hdx_init(db, p->bnum);
     if (rc) {
         if (rc == KURA_ENOMEM)
             snprintf(err, errlen, "out of memory for an index of %llu records",
-                     (unsigned long long)bnum);
+                     (unsigned long long)p->bnum);
         else
             snprintf(err, errlen, "no random bytes for the index's hash key "
                      "(getrandom, /dev/urandom): %s", kura_strerror(rc));
-        goto fail;
     }
-    rc = hd_recover(db, err, errlen);
+    return rc;
+}
+
+/* Brings the index to the last durable state (hd_recover), and writes the
+ * checkpoint a recovery asked for. */
+static int recover_db(hashdb *db, const char *path, char *err, size_t errlen)
+{
+    int rc = hd_recover(db, err, errlen);
     if (rc)
-        goto fail;
+        return rc;
     /* The tables a checkpoint loaded were faulted in small pages:
      * khugepaged makes huge ones of them from now on, off the restart's
      * path.  A store that loaded none has the tables hdx_init made (huge
@@ -954,11 +970,11 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
      * under a stripe lock (hashdb_index.c). */
     hdx_advise_huge(db, true);
     hdx_populate(db);
-    if (db->need_ckpt && !cfg->read_only) {
+    if (db->need_ckpt && !db->cfg.read_only) {
         rc = hd_ckpt_write(db);
         if (rc) {
             snprintf(err, errlen, "%s: cannot write a checkpoint: %s", path, kura_strerror(rc));
-            goto fail;
+            return rc;
         }
     }
     if (db->recovered_records || db->truncated_bytes || db->recovery_lost)
@@ -966,6 +982,26 @@ int hashdb_open(const char *path, kura_params *params, const kura_store_config *
                "lost %llu records or regions", (unsigned long long)hdx_items(db, NULL),
                (unsigned long long)db->recovered_records,
                (unsigned long long)db->truncated_bytes, (unsigned long long)db->recovery_lost);
+    return KURA_OK;
+}
+
+int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
+                kura_store **out, char *err, size_t errlen)
+{
+    open_params p;
+    int rc;
+
+    *out = NULL;
+    if ((rc = parse_params(path, params, &p, err, errlen)))
+        return rc;
+    hashdb *db = db_new(path, cfg, &p);
+    if (!db) {
+        snprintf(err, errlen, "out of memory");
+        return KURA_ENOMEM;
+    }
+    if ((rc = open_log_and_index(db, path, &p, err, errlen)) ||
+        (rc = recover_db(db, path, err, errlen)))
+        goto fail;
     if (!cfg->read_only) {
         db->bg_last_ckpt = kura_mono();
         if ((rc = kura_bg_start(&db->bg, bg_work, cfg->sync_mode == KURA_SYNC_INTERVAL ? bg_sync : NULL,

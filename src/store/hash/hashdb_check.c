@@ -31,6 +31,7 @@
 
 #include "kura/codec.h"
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/storecheck.h"
 #include "hashdb_int.h"
 
@@ -76,14 +77,8 @@ typedef struct seg_list {
 static void collect(void *arg, hd_seg *sg)
 {
     seg_list *l = arg;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        uint32_t *nv = realloc(l->ids, cap * sizeof(*nv));
-        if (!nv)
-            return;             /* counted short: the caller sees n < segments */
-        l->ids = nv;
-        l->cap = cap;
-    }
+    if (kura_grow(&l->ids, &l->cap, l->n + 1, sizeof(*l->ids), 64))
+        return;                 /* counted short: the caller sees n < segments */
     l->ids[l->n++] = sg->id;
     l->bytes += sg->size;
 }

@@ -160,13 +160,83 @@ static void ck_head_locked(void *arg, const sl_tail *t)
 
 static bool retire_prev(hashdb *db, const char *prev, hd_pos P);
 
+/* The checkpoint's bytes into w (its file, tmp): a header with P (set) and
+ * the state, every stripe's table, the trailer with the count and CRC. */
+static int write_dump(hashdb *db, wbuf *w, int version, hd_pos *P, hd_ckscratch *sc,
+                      const char *tmp)
+{
+    unsigned char h[CK_HDR], t[CK_TRAILER];
+    uint64_t count = 0;
+    memset(h, 0, sizeof(h));
+    /* P, the sequence number and the state as one consistent view: taken
+     * under the log's append lock, which the framing callback that hands
+     * out sequence numbers runs under too */
+    ck_head ch = { db, h, P };
+    sl_locked(&db->log, ck_head_locked, &ch);
+    /* the log must be on disk before the checkpoint is renamed into place:
+     * start its writeback now, to overlap the dump (hd_sync_now waits) */
+    sl_writeback_hint(&db->log);
+    if (version != CK_VERSION)
+        put32(h + 8, version);
+    wb_put(w, h, sizeof(h));
+    for (int i = 0; i < HD_STRIPES && !w->err; i++) {
+        uint64_t items;
+        size_t n = hd_cktab_encode(&db->stripes[i], version, sc, &items);
+        if (!n)
+            return KURA_ENOMEM;
+        count += items;
+        wb_put(w, sc->out, n);
+    }
+    memcpy(t, HD_CKPT_END, 8);
+    put64(t + 8, count);
+    wb_put(w, t, 16);
+    wb_flush(w);
+    put32(t + 16, w->crc);
+    put32(t + 20, 0);
+    wb_put(w, t + 16, 8);
+    wb_flush(w);
+    if (w->err) {
+        int rc = hd_errno_status(w->err);
+        hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", tmp, strerror(w->err));
+        return rc;
+    }
+    return KURA_OK;
+}
+
+/* The dump at tmp made durable after every record it names, then renamed
+ * into place (the current one becoming checkpoint.prev), the directory
+ * synced; closes w's file. */
+static int put_in_place(hashdb *db, wbuf *w, const char *tmp, const char *cur,
+                        const char *prev)
+{
+    /* every record the checkpoint points at must be on disk before it is */
+    int rc = hd_sync_now(db);
+    if (rc)
+        return rc;
+    if (db->io->fdatasync(db->io, w->fd) != 0) {
+        hd_fail(db, "fdatasync of a checkpoint", errno);
+        return hd_failed(db);
+    }
+    db->io->close(db->io, w->fd);
+    w->fd = -1;
+    if (db->io->renameat(db->io, AT_FDCWD, cur, AT_FDCWD, prev) != 0 && errno != ENOENT) {
+        rc = hd_errno_status(errno);
+        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", cur, strerror(errno));
+        return rc;
+    }
+    if (db->io->renameat(db->io, AT_FDCWD, tmp, AT_FDCWD, cur) != 0) {
+        rc = hd_errno_status(errno);
+        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", tmp, strerror(errno));
+        return rc;
+    }
+    return hd_fsync_dir(db);   /* failed: sticky, the renames may not be durable */
+}
+
 int hd_ckpt_write(hashdb *db)
 {
     char tmp[4200], cur[4200], prev[4200];
-    unsigned char h[CK_HDR], t[CK_TRAILER];
     wbuf w = { .io = db->io, .fd = -1, .cap = 1 << 20 };
     hd_pos P;
-    uint64_t count = 0;
     int rc = KURA_OK;
     hd_ckscratch sc = { 0 };
     int version = KURA_TEST_SWITCH(hashdb_ckpt_v7) ? 7 : CK_VERSION;
@@ -190,64 +260,9 @@ int hd_ckpt_write(hashdb *db)
         goto out;
     }
 
-    memset(h, 0, sizeof(h));
-    /* P, the sequence number and the state as one consistent view: taken
-     * under the log's append lock, which the framing callback that hands
-     * out sequence numbers runs under too */
-    ck_head ch = { db, h, &P };
-    sl_locked(&db->log, ck_head_locked, &ch);
-    /* the log must be on disk before the checkpoint is renamed into place:
-     * start its writeback now, to overlap the dump (hd_sync_now waits) */
-    sl_writeback_hint(&db->log);
-    if (version != CK_VERSION)
-        put32(h + 8, version);
-    wb_put(&w, h, sizeof(h));
-    for (int i = 0; i < HD_STRIPES && !w.err; i++) {
-        uint64_t items;
-        size_t n = hd_cktab_encode(&db->stripes[i], version, &sc, &items);
-        if (!n) {
-            rc = KURA_ENOMEM;
-            goto out;
-        }
-        count += items;
-        wb_put(&w, sc.out, n);
-    }
-    memcpy(t, HD_CKPT_END, 8);
-    put64(t + 8, count);
-    wb_put(&w, t, 16);
-    wb_flush(&w);
-    put32(t + 16, w.crc);
-    put32(t + 20, 0);
-    wb_put(&w, t + 16, 8);
-    wb_flush(&w);
-    if (w.err) {
-        rc = hd_errno_status(w.err);
-        hd_log(db, KURA_LOG_ERROR, "cannot write %s: %s", tmp, strerror(w.err));
+    if ((rc = write_dump(db, &w, version, &P, &sc, tmp)) ||
+        (rc = put_in_place(db, &w, tmp, cur, prev)))
         goto out;
-    }
-    /* every record the checkpoint points at must be on disk before it is */
-    rc = hd_sync_now(db);
-    if (rc)
-        goto out;
-    if (db->io->fdatasync(db->io, w.fd) != 0) {
-        hd_fail(db, "fdatasync of a checkpoint", errno);
-        rc = hd_failed(db);
-        goto out;
-    }
-    db->io->close(db->io, w.fd);
-    w.fd = -1;
-    if (db->io->renameat(db->io, AT_FDCWD, cur, AT_FDCWD, prev) != 0 && errno != ENOENT) {
-        rc = hd_errno_status(errno);
-        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", cur, strerror(errno));
-        goto out;
-    }
-    if (db->io->renameat(db->io, AT_FDCWD, tmp, AT_FDCWD, cur) != 0) {
-        rc = hd_errno_status(errno);
-        hd_log(db, KURA_LOG_ERROR, "rename %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    if ((rc = hd_fsync_dir(db)))
-        goto out;       /* sticky: the renames may not be durable */
     db->ckpt_prev = retire_prev(db, prev, P) ? P : db->ckpt_cur;
     db->ckpt_cur = P;
     db->ckpt_count++;
@@ -856,6 +871,146 @@ static int finish_index(hashdb *db, char *err, size_t errlen)
     return KURA_OK;
 }
 
+/* Picks the newer intact checkpoint of cur and prev (read by the caller)
+ * and loads it, or, with none, decides where a replay starts.  Sets *use
+ * to the one loaded (NULL for none) and *P to where replay starts. */
+static int load_checkpoint(hashdb *db, const uint32_t *ids, size_t nids, ck_file *cur,
+                           ck_file *prev, ck_file **use, hd_pos *P, char *err, size_t errlen)
+{
+    int rc;
+    *use = NULL;
+    if (cur->valid && (!prev->valid || cur->seq >= prev->seq))
+        *use = cur;
+    else if (prev->valid)
+        *use = prev;
+    if (cur->exists && !cur->valid)
+        hd_log(db, KURA_LOG_ERROR, "checkpoint damaged (%s)%s", cur->why,
+               *use ? "; using checkpoint.prev and replaying more of the log" : "");
+
+    if (*use) {
+        *P = (*use)->P;
+        /* the database's hash key, before anything is hashed (else the
+         * one hdx_init drew stays, and the next checkpoint keeps it) */
+        if ((*use)->has_key && (!KURA_TEST_SWITCH(hashdb_fresh_key) || (*use)->version >= 7))
+            db->arena.key = (*use)->key;   /* version 7's tables are laid out by it */
+        KURA_TEST_SET(hashdb_fresh_key, false);
+        rc = ck_load(db, *use, err, errlen);
+        if (rc)
+            return rc;
+        ck_file *other = *use == cur ? prev : cur;
+        db->ckpt_cur = *P;
+        db->ckpt_prev = other->valid && other->P.seg < P->seg ? other->P : *P;
+        if (other->valid && other->P.seg == P->seg && other->P.off < P->off)
+            db->ckpt_prev = other->P;
+    } else if (cur->exists || prev->exists) {
+        if (!db->cfg.recover) {
+            snprintf(err, errlen, "%s: no intact checkpoint (%s); start with recovery to "
+                     "rebuild the index by scanning every segment", db->dir,
+                     cur->why[0] ? cur->why : prev->why);
+            return KURA_ECORRUPT;
+        }
+        hd_log(db, KURA_LOG_ERROR, "no intact checkpoint: rebuilding the index from every segment "
+               "(keys deleted long ago may reappear)");
+        P->seg = nids ? ids[0] : 1;
+    } else if (nids && ids[0] != 1 && !db->cfg.recover) {
+        snprintf(err, errlen, "%s: checkpoint files are missing; start with recovery to "
+                 "rebuild the index", db->dir);
+        return KURA_ECORRUPT;
+    } else {
+        P->seg = nids ? ids[0] : 1;   /* never checkpointed: a full replay is exact */
+    }
+    return KURA_OK;
+}
+
+/* Opens every segment of ids into segs (a lookup in replay reads the
+ * record an entry names, which may lie in any of them).  A newest segment
+ * torn at its creation leaves *nids one shorter; with recovery, a damaged
+ * one is set aside (its slot stays NULL). */
+static int open_segments(hashdb *db, const uint32_t *ids, size_t *nids, hd_seg **segs,
+                         char *err, size_t errlen)
+{
+    for (size_t i = 0; i < *nids; i++) {
+        hd_seg *sg;
+        char e2[300];
+        int rc = sl_seg_open(&db->log, ids[i], &sg, e2, sizeof(e2));
+        if (rc == KURA_ECORRUPT && i == *nids - 1 &&
+            sl_torn_creation(&db->log, ids[i], &db->truncated_bytes)) {
+            (*nids)--;  /* died while creating it: it never held a record */
+            break;
+        }
+        if (rc) {
+            if (!db->cfg.recover || rc == KURA_ENOMEM) {
+                snprintf(err, errlen, "%s", e2);
+                return rc;
+            }
+            hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
+            db->recovery_lost++;
+            sl_set_aside(&db->log, ids[i]);
+            continue;
+        }
+        segs[i] = sg;
+    }
+    return KURA_OK;
+}
+
+/* Replays the segments at or after P, in order; a gap or a segment
+ * shorter than P says is corruption (with recovery: logged, lost). */
+static int replay_segments(hashdb *db, const uint32_t *ids, size_t nids, hd_seg **segs,
+                           hd_pos P, char *err, size_t errlen)
+{
+    uint32_t expect = P.seg;
+    for (size_t i = 0; i < nids; i++) {
+        hd_seg *sg = segs[i];
+        if (!sg || ids[i] < P.seg)
+            continue;
+        if (ids[i] != expect) {
+            if (!db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: missing from the log", db->dir, expect);
+                return KURA_ECORRUPT;
+            }
+            hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg: missing from the log", db->dir, expect);
+            db->recovery_lost++;
+        }
+        expect = ids[i] + 1;
+        uint64_t start = ids[i] == P.seg ? P.off : HD_SEG_HDR;
+        if (start > sg->size) {
+            if (!db->cfg.recover) {
+                snprintf(err, errlen, "%s/%08x.seg: shorter (%llu bytes) than the checkpoint "
+                         "says (%llu)", db->dir, ids[i], (unsigned long long)sg->size,
+                         (unsigned long long)start);
+                return KURA_ECORRUPT;
+            }
+            start = sg->size;
+        }
+        int rc = replay_segment(db, sg, start, i == nids - 1, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return KURA_OK;
+}
+
+/* Makes the newest segment the active one (a new one if there is none),
+ * the others sealed; sequence numbers go on from the highest seen. */
+static int start_log(hashdb *db, const uint32_t *ids, size_t nids, hd_pos P, char *err,
+                     size_t errlen)
+{
+    hd_seg *last = nids ? hd_seg_get(db, ids[nids - 1]) : NULL;
+    if (!last) {
+        if (db->cfg.read_only) {
+            snprintf(err, errlen, "%s: no segment to open read-only", db->dir);
+            return KURA_EINVAL;
+        }
+        int rc = sl_seg_create(&db->log, nids ? ids[nids - 1] + 1 : P.seg, 0, &last);
+        if (rc) {
+            snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
+            return rc;
+        }
+    }
+    sl_start(&db->log, last, nids ? ids[0] : last->id);
+    sl_set_recno(&db->log, db->seq);
+    return KURA_OK;
+}
+
 int hd_recover(hashdb *db, char *err, size_t errlen)
 {
     uint32_t *ids = NULL;
@@ -877,132 +1032,21 @@ int hd_recover(hashdb *db, char *err, size_t errlen)
     }
     ck_check(db, "checkpoint", &cur);
     ck_check(db, "checkpoint.prev", &prev);
-    if (cur.valid && (!prev.valid || cur.seq >= prev.seq))
-        use = &cur;
-    else if (prev.valid)
-        use = &prev;
-    if (cur.exists && !cur.valid)
-        hd_log(db, KURA_LOG_ERROR, "checkpoint damaged (%s)%s", cur.why,
-               use ? "; using checkpoint.prev and replaying more of the log" : "");
-
-    if (use) {
-        P = use->P;
-        /* the database's hash key, before anything is hashed (else the
-         * one hdx_init drew stays, and the next checkpoint keeps it) */
-        if (use->has_key && (!KURA_TEST_SWITCH(hashdb_fresh_key) || use->version >= 7))
-            db->arena.key = use->key;   /* version 7's tables are laid out by it */
-        KURA_TEST_SET(hashdb_fresh_key, false);
-        rc = ck_load(db, use, err, errlen);
-        if (rc)
-            goto out;
-        ck_file *other = use == &cur ? &prev : &cur;
-        db->ckpt_cur = P;
-        db->ckpt_prev = other->valid && other->P.seg < P.seg ? other->P : P;
-        if (other->valid && other->P.seg == P.seg && other->P.off < P.off)
-            db->ckpt_prev = other->P;
-    } else if (cur.exists || prev.exists) {
-        if (!db->cfg.recover) {
-            snprintf(err, errlen, "%s: no intact checkpoint (%s); start with recovery to "
-                     "rebuild the index by scanning every segment", db->dir,
-                     cur.why[0] ? cur.why : prev.why);
-            rc = KURA_ECORRUPT;
-            goto out;
-        }
-        hd_log(db, KURA_LOG_ERROR, "no intact checkpoint: rebuilding the index from every segment "
-               "(keys deleted long ago may reappear)");
-        P.seg = nids ? ids[0] : 1;
-    } else if (nids && ids[0] != 1 && !db->cfg.recover) {
-        snprintf(err, errlen, "%s: checkpoint files are missing; start with recovery to "
-                 "rebuild the index", db->dir);
-        rc = KURA_ECORRUPT;
+    if ((rc = load_checkpoint(db, ids, nids, &cur, &prev, &use, &P, err, errlen)))
         goto out;
-    } else {
-        P.seg = nids ? ids[0] : 1;   /* never checkpointed: a full replay is exact */
-    }
 
-    /* open every segment first (a lookup in replay reads the record an
-     * entry names, which may lie in any of them); then replay those at or
-     * after P */
+    /* open every segment first, then replay those at or after P */
     segs = calloc(nids ? nids : 1, sizeof(*segs));
     if (!segs) {
         snprintf(err, errlen, "out of memory");
         rc = KURA_ENOMEM;
         goto out;
     }
-    for (size_t i = 0; i < nids; i++) {
-        hd_seg *sg;
-        char e2[300];
-        rc = sl_seg_open(&db->log, ids[i], &sg, e2, sizeof(e2));
-        if (rc == KURA_ECORRUPT && i == nids - 1 &&
-            sl_torn_creation(&db->log, ids[i], &db->truncated_bytes)) {
-            nids--;     /* died while creating it: it never held a record */
-            break;
-        }
-        if (rc) {
-            if (!db->cfg.recover || rc == KURA_ENOMEM) {
-                snprintf(err, errlen, "%s", e2);
-                goto out;
-            }
-            hd_log(db, KURA_LOG_ERROR, "%s: skipped", e2);
-            db->recovery_lost++;
-            sl_set_aside(&db->log, ids[i]);
-            continue;
-        }
-        segs[i] = sg;
-    }
-    uint32_t expect = P.seg;
-    for (size_t i = 0; i < nids; i++) {
-        hd_seg *sg = segs[i];
-        if (!sg || ids[i] < P.seg)
-            continue;
-        if (ids[i] != expect) {
-            if (!db->cfg.recover) {
-                snprintf(err, errlen, "%s/%08x.seg: missing from the log", db->dir, expect);
-                rc = KURA_ECORRUPT;
-                goto out;
-            }
-            hd_log(db, KURA_LOG_ERROR, "%s/%08x.seg: missing from the log", db->dir, expect);
-            db->recovery_lost++;
-        }
-        expect = ids[i] + 1;
-        uint64_t start = ids[i] == P.seg ? P.off : HD_SEG_HDR;
-        if (start > sg->size) {
-            if (!db->cfg.recover) {
-                snprintf(err, errlen, "%s/%08x.seg: shorter (%llu bytes) than the checkpoint "
-                         "says (%llu)", db->dir, ids[i], (unsigned long long)sg->size,
-                         (unsigned long long)start);
-                rc = KURA_ECORRUPT;
-                goto out;
-            }
-            start = sg->size;
-        }
-        rc = replay_segment(db, sg, start, i == nids - 1, err, errlen);
-        if (rc)
-            goto out;
-    }
-
-    rc = finish_index(db, err, errlen);
-    if (rc)
+    if ((rc = open_segments(db, ids, &nids, segs, err, errlen)) ||
+        (rc = replay_segments(db, ids, nids, segs, P, err, errlen)) ||
+        (rc = finish_index(db, err, errlen)) ||
+        (rc = start_log(db, ids, nids, P, err, errlen)))
         goto out;
-
-    /* the newest segment is the active one */
-    hd_seg *last = nids ? hd_seg_get(db, ids[nids - 1]) : NULL;
-    if (!last) {
-        if (db->cfg.read_only) {
-            snprintf(err, errlen, "%s: no segment to open read-only", db->dir);
-            rc = KURA_EINVAL;
-            goto out;
-        }
-        rc = sl_seg_create(&db->log, nids ? ids[nids - 1] + 1 : P.seg, 0, &last);
-        if (rc) {
-            snprintf(err, errlen, "%s: cannot create a segment: %s", db->dir, kura_strerror(rc));
-            goto out;
-        }
-    }
-    /* the newest is active, the others sealed; sequence numbers go on
-     * from the highest seen */
-    sl_start(&db->log, last, nids ? ids[0] : last->id);
-    sl_set_recno(&db->log, db->seq);
     if (!use) {
         db->ckpt_cur = db->ckpt_prev = P;
         db->need_ckpt = true;

@@ -39,21 +39,18 @@
 #include <string.h>
 
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/testhooks.h"
 #include "hashdb_int.h"
 
-/* Returns 1 if it removed a segment, 0 if there was nothing to do, or a
- * negative status. */
-int hd_compact_one(hashdb *db, bool force)
+/* The sealed segment to compact (ckpt_mu held), below `limit` (both
+ * checkpoints' replay positions): the one with the most dead bytes past
+ * frag percent (with force, any), or the oldest when the live ones span
+ * half the table; NULL for none. */
+static hd_seg *do_pick_segment(hashdb *db, bool force, uint32_t limit)
 {
     hd_seg *x = NULL;
     uint64_t best = 0;
-    int rc = KURA_OK;
-
-    if (db->cfg.read_only)
-        return 0;
-    pthread_mutex_lock(&db->ckpt_mu);
-    uint32_t limit = db->ckpt_prev.seg < db->ckpt_cur.seg ? db->ckpt_prev.seg : db->ckpt_cur.seg;
     /* segment ids index a table of HD_SEG_SLOTS: when the live ones span
      * half of it, the oldest moves to the head of the log whatever its
      * fragmentation (a fully live old segment would otherwise stay forever) */
@@ -63,10 +60,8 @@ int hd_compact_one(hashdb *db, bool force)
         hd_seg *sg = hd_seg_get(db, id);
         if (!sg || !sg->sealed || sg->keep)
             continue;
-        if (span) {
-            x = sg;
-            break;
-        }
+        if (span)
+            return sg;
         uint64_t live = atomic_load(&sg->live);
         uint64_t dead = sg->size > live + HD_SEG_HDR ? sg->size - live - HD_SEG_HDR : 0;
         bool ok = force ? dead > 0 : dead * 100 >= (uint64_t)db->frag_pct * sg->size;
@@ -75,11 +70,57 @@ int hd_compact_one(hashdb *db, bool force)
             x = sg;
         }
     }
-    if (!x) {
-        pthread_mutex_unlock(&db->ckpt_mu);
-        return 0;
-    }
+    return x;
+}
 
+/* One PUT record r (its bytes at p, rlen long) at `off` in x: if the index
+ * still names it, it is dropped when dead (clk given) or copied to the
+ * log's head and its entry moved, under its stripe's write lock. */
+static int move_record(hashdb *db, hd_seg *x, uint64_t off, const hd_rec *r,
+                       const unsigned char *p, uint64_t rlen, const kura_clock *clk)
+{
+    int rc = KURA_OK;
+    const char *key = (const char *)p + r->hlen;
+    uint64_t h = hd_hash(db, key, r->klen);
+    hd_stripe *st = hd_stripe_of(db, h);
+    hd_ent ev;
+    hd_write_lock(st);
+    /* the record's bytes at p are the scanner's: hdx_find's read
+     * goes through the mapping or this thread's read buffer */
+    hd_ent *e = hdx_find(db, st, h, key, r->klen, &ev);
+    if (e && e->seg == x->id && e->off == off) {
+        int lv = clk ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
+        if (lv != KURA_LIVE) {
+            rc = hd_drop_dead(db, st, e, lv);
+        } else {
+            hd_loc loc;
+            /* copied as it is: a compressed value stays so */
+            uint32_t bcrc = crc32c_update(0, p + r->hlen, rlen - r->hlen);
+            hd_zval z = { r->codec, r->rawlen };
+            rc = hd_append_put(db, st, key, r->klen, p + r->hlen + r->klen, r->vlen,
+                               NULL, 0, bcrc, r->flags, r->exptime, r->cas, r->seq, &z,
+                               &loc);
+            if (rc == KURA_OK) {
+                hd_ent_unref_bytes(db, st, e);
+                e->seg = loc.seg;
+                e->hlen = (uint8_t)loc.hlen;
+                e->off = (uint32_t)loc.off;
+                hdx_set(e->sl, e->seg, e->off, hd_rec_size(e->hlen, e->klen, e->vlen),
+                        hd_slot_marks(e->sl));
+                hd_ent_ref_bytes(db, st, e);
+            }
+        }
+    }
+    hd_write_unlock(st);
+    return rc;
+}
+
+/* Reads x in order and moves every record the index still names (ckpt_mu
+ * held); a corrupt stretch is skipped and logged.  Yields the CPU every
+ * dfunit records and stops (KURA_EINVAL) when the background work does. */
+static int do_copy_live(hashdb *db, hd_seg *x)
+{
+    int rc = KURA_OK;
     bool have_clk = atomic_load(&db->clk_seen);
     kura_clock clk = { .now = atomic_load(&db->clk_now), .oldest_cas = atomic_load(&db->clk_oldest) };
     hd_scan sc;
@@ -103,42 +144,9 @@ int hd_compact_one(hashdb *db, bool force)
             break;
         }
         uint64_t rlen = hd_rec_size(r.hlen, r.klen, r.vlen);
-        if (hd_rec_is_put(r.type)) {
-            const char *key = (const char *)p + r.hlen;
-            uint64_t h = hd_hash(db, key, r.klen);
-            hd_stripe *st = hd_stripe_of(db, h);
-            hd_ent ev;
-            hd_write_lock(st);
-            /* the record's bytes at p are the scanner's: hdx_find's read
-             * goes through the mapping or this thread's read buffer */
-            hd_ent *e = hdx_find(db, st, h, key, r.klen, &ev);
-            if (e && e->seg == x->id && e->off == off) {
-                int lv = have_clk ? kura_item_liveness(e->exptime, e->cas, &clk) : KURA_LIVE;
-                if (lv != KURA_LIVE) {
-                    rc = hd_drop_dead(db, st, e, lv);
-                } else {
-                    hd_loc loc;
-                    /* copied as it is: a compressed value stays so */
-                    uint32_t bcrc = crc32c_update(0, p + r.hlen, rlen - r.hlen);
-                    hd_zval z = { r.codec, r.rawlen };
-                    rc = hd_append_put(db, st, key, r.klen, p + r.hlen + r.klen, r.vlen,
-                                       NULL, 0, bcrc, r.flags, r.exptime, r.cas, r.seq, &z,
-                                       &loc);
-                    if (rc == KURA_OK) {
-                        hd_ent_unref_bytes(db, st, e);
-                        e->seg = loc.seg;
-                        e->hlen = (uint8_t)loc.hlen;
-                        e->off = (uint32_t)loc.off;
-                        hdx_set(e->sl, e->seg, e->off, hd_rec_size(e->hlen, e->klen, e->vlen),
-                                hd_slot_marks(e->sl));
-                        hd_ent_ref_bytes(db, st, e);
-                    }
-                }
-            }
-            hd_write_unlock(st);
-            if (rc)
-                break;
-        }
+        if (hd_rec_is_put(r.type) &&
+            (rc = move_record(db, x, off, &r, p, rlen, have_clk ? &clk : NULL)))
+            break;
         off += rlen;
         if (++n % db->dfunit == 0) {
             if (kura_bg_stopping(&db->bg)) {
@@ -149,24 +157,24 @@ int hd_compact_one(hashdb *db, bool force)
         }
     }
     hd_scan_done(&sc);
-    if (rc == KURA_OK && atomic_load(&x->live) != 0) {
+    return rc;
+}
+
+/* x emptied (ckpt_mu held): once the copies are durable it is retired, to
+ * be unlinked two checkpoints later (hd_retired_drop). */
+static int do_retire(hashdb *db, hd_seg *x, uint32_t limit)
+{
+    int rc = KURA_OK;
+    if (atomic_load(&x->live) != 0) {
         hd_log(db, KURA_LOG_ERROR, "compaction: %08x.seg still holds %llu live bytes; kept",
                x->id, (unsigned long long)atomic_load(&x->live));
         x->keep = true;
-        rc = KURA_ECORRUPT;
+        return KURA_ECORRUPT;
     }
-    if (rc == KURA_OK)
-        rc = hd_sync_now(db);     /* the copies are durable before the original goes */
-    if (rc == KURA_OK && db->nretired == db->retired_cap) {
-        size_t cap = db->retired_cap ? 2 * db->retired_cap : 16;
-        struct hd_retired *n = realloc(db->retired, cap * sizeof(*n));
-        if (n) {
-            db->retired = n;
-            db->retired_cap = cap;
-        } else {
-            rc = KURA_ENOMEM;
-        }
-    }
+    rc = hd_sync_now(db);     /* the copies are durable before the original goes */
+    if (rc == KURA_OK &&
+        kura_grow(&db->retired, &db->retired_cap, db->nretired + 1, sizeof(*db->retired), 16))
+        rc = KURA_ENOMEM;
     if (rc == KURA_OK && KURA_TEST_SWITCH(hashdb_drop_compacted)) {
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, x->size);
@@ -178,6 +186,25 @@ int hd_compact_one(hashdb *db, bool force)
         atomic_fetch_add(&db->compactions, 1);
         atomic_fetch_add(&db->compacted_bytes, x->size);
     }
+    return rc;
+}
+
+/* Returns 1 if it removed a segment, 0 if there was nothing to do, or a
+ * negative status. */
+int hd_compact_one(hashdb *db, bool force)
+{
+    if (db->cfg.read_only)
+        return 0;
+    pthread_mutex_lock(&db->ckpt_mu);
+    uint32_t limit = db->ckpt_prev.seg < db->ckpt_cur.seg ? db->ckpt_prev.seg : db->ckpt_cur.seg;
+    hd_seg *x = do_pick_segment(db, force, limit);
+    if (!x) {
+        pthread_mutex_unlock(&db->ckpt_mu);
+        return 0;
+    }
+    int rc = do_copy_live(db, x);
+    if (rc == KURA_OK)
+        rc = do_retire(db, x, limit);
     pthread_mutex_unlock(&db->ckpt_mu);
     return rc == KURA_OK ? 1 : rc;
 }

@@ -41,6 +41,7 @@
 
 #include "kura/dbfile.h"
 #include "kura/lockorder.h"
+#include "kura/logf.h"
 #include "kura/seglog.h"
 #include "kura/bytes.h"
 #include "kura/siphash.h"
@@ -667,7 +668,8 @@ extern _Thread_local const hashdb *hd_thread_db;
 extern _Thread_local uint64_t hd_thread_lsn;
 
 /* hashdb.c */
-void hd_log(hashdb *db, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void hd_log_line(void *arg, int level, const char *line);
+#define hd_log(db, level, ...) kura_logf(hd_log_line, db, level, __VA_ARGS__)
 /* hd_append of a PUT record by a writer of st (its write locks held): a
  * large value is copied with the readers let back in (hd_write_lock). */
 int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const void *v0,

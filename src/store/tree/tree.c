@@ -47,22 +47,14 @@
 
 static inline btree *B(kura_store *s) { return (btree *)s; }
 
-void bt_log(btree *bt, int level, const char *fmt, ...)
+/* bt_log's sink, and the tree's log's hook (bt as its arg). */
+void bt_log_line(void *arg, int level, const char *line)
 {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
+    btree *bt = arg;
     if (bt->cfg.log)
-        bt->cfg.log(level, buf);
+        bt->cfg.log(level, line);
     else if (!KURA_TEST_SWITCH(quiet_stores))
-        fprintf(stderr, "kura tree: %s\n", buf);
-}
-
-static void log_line(void *arg, int level, const char *line)
-{
-    bt_log(arg, level, "%s", line);
+        fprintf(stderr, "kura tree: %s\n", line);
 }
 
 uint64_t bt_item_bytes(size_t klen, size_t vlen, uint32_t flags)
@@ -984,8 +976,17 @@ static int reject_foreign(kura_params *params, char *err, size_t errlen)
     return KURA_OK;
 }
 
-int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
-               kura_store **out, char *err, size_t errlen)
+/* btree_open's parameters, parsed. */
+typedef struct open_params {
+    uint64_t pccap, psiz, ckpt, segsiz, mapwrite, lcnum, ncnum, wbehind, vcache;
+    bool psiz_given;
+    kura_codec zcomp;
+} open_params;
+
+/* Takes the B+ tree's parameters from `params` into *p, defaults for the
+ * rest; any parameter left over is refused. */
+static int parse_params(const char *path, kura_params *params, const kura_store_config *cfg,
+                        open_params *p, char *err, size_t errlen)
 {
     uint64_t pccap = 64ULL << 20, psiz = 8192, ckpt = 64ULL << 20, segsiz = 64ULL << 20,
              mapwrite = 1, lcnum = 0, ncnum = 0, wbehind = 4ULL << 20;
@@ -994,7 +995,6 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     uint64_t vcache = cfg->mem_limit ? cfg->mem_limit : 64ULL << 20;
     int rc;
 
-    *out = NULL;
     bool psiz_given = kura_param_take(params, "psiz") != NULL;
     /* zcomp: the codec of new overflow runs (tree_zcomp.c); a file may
      * hold runs of any codec, so it can change from one open to the next */
@@ -1033,35 +1033,39 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
      * not given: the cache holds as many pages of either kind */
     if ((lcnum || ncnum) && !kura_param_take(params, "pccap"))
         pccap = (lcnum + ncnum) * psiz < (1 << 20) ? 1 << 20 : (lcnum + ncnum) * psiz;
-    rc = kura_params_reject_unused(params, path, err, errlen);
-    if (rc)
-        return rc;
+    *p = (open_params){ .pccap = pccap, .psiz = psiz, .ckpt = ckpt, .segsiz = segsiz,
+                        .mapwrite = mapwrite, .lcnum = lcnum, .ncnum = ncnum,
+                        .wbehind = wbehind, .vcache = vcache, .psiz_given = psiz_given,
+                        .zcomp = zcomp };
+    return kura_params_reject_unused(params, path, err, errlen);
+}
 
+/* A new btree object for `path`, its locks made, nothing opened yet. */
+static btree *bt_new(const char *path, const kura_store_config *cfg, const open_params *p)
+{
     btree *bt = calloc(1, sizeof(*bt));
     if (!bt || !(bt->dir = strdup(path))) {
         free(bt);
-        snprintf(err, errlen, "out of memory");
-        return KURA_ENOMEM;
+        return NULL;
     }
     bt->base.ops = &btree_ops;
     bt->cfg = *cfg;
-    bt->zcomp = (int)zcomp;
-    bt->wbehind = cfg->read_only ? 0 : wbehind;
+    bt->zcomp = (int)p->zcomp;
+    bt->wbehind = cfg->read_only ? 0 : p->wbehind;
     bt->io = kio_or_default(cfg->io);
     if (!bt->cfg.item_size_max)
         bt->cfg.item_size_max = KURA_ITEM_SIZE_MAX_DEFAULT;
     bt->dirfd = bt->lockfd = bt->fd = bt->salvage_fd = -1;
-    bt->psiz = psiz;
-    bt->psiz_given = psiz_given;
-    bt->ckpt_bytes = ckpt;
-    bt->wal_roll_min = (ckpt < segsiz ? ckpt : segsiz) / 4;
+    bt->psiz = p->psiz;
+    bt->psiz_given = p->psiz_given;
+    bt->ckpt_bytes = p->ckpt;
+    bt->wal_roll_min = (p->ckpt < p->segsiz ? p->ckpt : p->segsiz) / 4;
     /* writers first (tree_lock.c): a steady stream of readers must not
      * hold a change (or a checkpoint) off for ever */
     if (bt_lock_init(bt)) {
         free(bt->dir);
         free(bt);
-        snprintf(err, errlen, "out of memory");
-        return KURA_ENOMEM;
+        return NULL;
     }
     bt->gen = bt_gen_base();
     pthread_mutex_init(&bt->cmu, NULL);
@@ -1070,40 +1074,51 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     pthread_mutex_init(&bt->ckpt_mu, NULL);
     pthread_cond_init(&bt->ckpt_cv, NULL);
     kura_bg_init(&bt->bg);
+    return bt;
+}
 
+/* Opens the tree's file (made if new and writable) and reads its meta
+ * page; sets *salvage when a salvage is under way. */
+static int open_tree_file(btree *bt, const char *path, const open_params *p, bool *salvage,
+                          char *err, size_t errlen)
+{
+    const kura_store_config *cfg = &bt->cfg;
+    int rc;
     if ((rc = kura_db_dir_open(bt->io, path, cfg->read_only, "B+ tree", &bt->dirfd,
                                &bt->lockfd, err, errlen)))
-        goto fail;
+        return rc;
     sl_config lc = { .dir = bt->dir, .dirfd = bt->dirfd, .io = bt->io,
                      .version = BT_WAL_VERSION,
                      .versions = (1u << BT_WAL_VERSION) | (1u << BT_WAL_VERSION_MIN),
-                     .segsiz = segsiz, .msiz = 0, .wbehind = wbehind,
-                     .mapwrite = mapwrite != 0, .read_only = cfg->read_only,
-                     .check = bt_wal_check, .log = log_line, .log_arg = bt,
+                     .segsiz = p->segsiz, .msiz = 0, .wbehind = p->wbehind,
+                     .mapwrite = p->mapwrite != 0, .read_only = cfg->read_only,
+                     .check = bt_wal_check, .log = bt_log_line, .log_arg = bt,
                      .lock_rank = LOCK_RANK_STORE_LOG,
                      .presync = bt_wal_presync, .presync_arg = bt };
     memcpy(lc.magic, BT_WAL_MAGIC, sizeof(lc.magic));
     if ((rc = sl_init(&bt->log, &lc))) {
         snprintf(err, errlen, "out of memory");
-        goto fail;
+        return rc;
     }
-    bool salvage = false;
-    if ((rc = bt_salvage_begin(bt, &salvage, err, errlen)))
-        goto fail;
+    if ((rc = bt_salvage_begin(bt, salvage, err, errlen)))
+        return rc;
     int oflags = (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
     bt->fd = bt->io->open(bt->io, bt->dirfd, "tree", oflags, 0);
     if (bt->fd < 0 && errno == ENOENT && !cfg->read_only) {
         if ((rc = bt_create_file(bt, err, errlen)))
-            goto fail;
+            return rc;
         bt->fd = bt->io->open(bt->io, bt->dirfd, "tree", oflags, 0);
     }
     if (bt->fd < 0) {
         snprintf(err, errlen, "%s/tree: %s", path, strerror(errno));
-        rc = sl_errno_status(errno);
-        goto fail;
+        return sl_errno_status(errno);
     }
-    if ((rc = bt_meta_read(bt, err, errlen)))
-        goto fail;
+    return bt_meta_read(bt, err, errlen);
+}
+
+/* The buffers and caches sized by the file's page size. */
+static int alloc_page_buffers(btree *bt, const open_params *p, char *err, size_t errlen)
+{
     bt->cell_max = (bt->psiz - BT_HDR) / 3 - 2;
     if (bt->cell_max > BT_CELL_MAX)
         bt->cell_max = BT_CELL_MAX;
@@ -1118,18 +1133,24 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     if (!(bt->scr[0] = malloc(bt->psiz)) || !(bt->scr[1] = malloc(bt->psiz)) ||
         (bt->zcomp && !(bt->pz_out = malloc(bt_pz_out_size(bt)))) ||
         !(bt->cptr = malloc(bt->ccap * sizeof(*bt->cptr))) ||
-        !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, pccap) ||
-        bt_vc_init(bt, vcache)) {
+        !(bt->clen = malloc(bt->ccap * sizeof(*bt->clen))) || bc_init(bt, p->pccap) ||
+        bt_vc_init(bt, p->vcache)) {
         snprintf(err, errlen, "out of memory");
-        rc = KURA_ENOMEM;
-        goto fail;
+        return KURA_ENOMEM;
     }
+    return KURA_OK;
+}
+
+/* Brings the tree to its last durable state: a salvage's pages loaded,
+ * the log replayed, and what that replayed checkpointed. */
+static int recover_tree(btree *bt, const char *path, bool salvage, char *err, size_t errlen)
+{
     bt_wrlock(bt);
-    rc = salvage ? do_salvage_load(bt, err, errlen) : KURA_OK;
+    int rc = salvage ? do_salvage_load(bt, err, errlen) : KURA_OK;
     if (rc == KURA_OK)
         rc = bt_wal_open(bt, err, errlen);
     uint64_t replayed = atomic_load(&bt->recovered_records);
-    if (rc == KURA_OK && (replayed || bt->pend.n) && !cfg->read_only) {
+    if (rc == KURA_OK && (replayed || bt->pend.n) && !bt->cfg.read_only) {
         rc = do_checkpoint(bt);
         if (rc)
             snprintf(err, errlen, "%s: cannot write a checkpoint after replay: %s", path,
@@ -1139,11 +1160,33 @@ int btree_open(const char *path, kura_params *params, const kura_store_config *c
     if (rc == KURA_OK && salvage && (rc = bt_salvage_end(bt)))
         snprintf(err, errlen, "%s: cannot finish the salvage: %s", path, kura_strerror(rc));
     if (rc)
-        goto fail;
+        return rc;
     if (replayed || bt->wal_cut)
         bt_log(bt, KURA_LOG_INFO, "opened: %llu items, replayed %llu log records, cut %llu "
                "torn bytes", (unsigned long long)bt->items, (unsigned long long)replayed,
                (unsigned long long)bt->wal_cut);
+    return KURA_OK;
+}
+
+int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
+               kura_store **out, char *err, size_t errlen)
+{
+    open_params p;
+    bool salvage = false;
+    int rc;
+
+    *out = NULL;
+    if ((rc = parse_params(path, params, cfg, &p, err, errlen)))
+        return rc;
+    btree *bt = bt_new(path, cfg, &p);
+    if (!bt) {
+        snprintf(err, errlen, "out of memory");
+        return KURA_ENOMEM;
+    }
+    if ((rc = open_tree_file(bt, path, &p, &salvage, err, errlen)) ||
+        (rc = alloc_page_buffers(bt, &p, err, errlen)) ||
+        (rc = recover_tree(bt, path, salvage, err, errlen)))
+        goto fail;
     if (!cfg->read_only) {
         bt->bg_last_ckpt = kura_mono();
         if ((rc = kura_bg_start(&bt->bg, bg_work, cfg->sync_mode == KURA_SYNC_INTERVAL ? bg_sync : NULL,

@@ -53,6 +53,7 @@
 #include <sys/stat.h>
 
 #include "kura/crc32c.h"
+#include "kura/grow.h"
 #include "kura/testhooks.h"
 #include "kura/tlbuf.h"
 #include "tree_int.h"
@@ -128,14 +129,8 @@ static bt_page *hash_find_unlocked(btree *bt, uint64_t pgno)
 
 int bt_vec_push(bt_vec *v, uint64_t x)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        uint64_t *nv = realloc(v->v, cap * sizeof(*nv));
-        if (!nv)
-            return KURA_ENOMEM;
-        v->v = nv;
-        v->cap = cap;
-    }
+    if (kura_grow(&v->v, &v->cap, v->n + 1, sizeof(*v->v), 64))
+        return KURA_ENOMEM;
     v->v[v->n++] = x;
     return KURA_OK;
 }

@@ -285,65 +285,93 @@ static void cut_file(btree *bt)
                strerror(errno));
 }
 
-int do_checkpoint(btree *bt)
+/* What one checkpoint holds from its start to its end. */
+typedef struct ckpt_work {
+    tail_arg ta;                /* P: the log's tail the meta page says replay starts from */
+    kura_store_state state;     /* the store's state as of P */
+    uint64_t np_before;         /* the file's pages before its free end was cut */
+    uint64_t trimmed;           /* pages cut off the file's end */
+    size_t k;                   /* pages the free list takes */
+    bt_vec chain;               /* those pages */
+    bt_vec all;                 /* the list's entries */
+    bt_vec pend;                /* the pages freed up to P, waiting for this meta page */
+    bt_page **pages;            /* the dirty pages, in file order */
+    size_t nd;
+    unsigned char *fl;          /* a free-list page being written */
+    bool stopped;               /* a sync failed: writes stopped for good */
+} ckpt_work;
+
+static void ckpt_work_free(ckpt_work *w)
 {
-    int rc;
-    /* one at a time: another may be in its syncs, with the lock let go */
-    do_ckpt_wait(bt);
-    if ((rc = sl_failed(&bt->log)))
-        return rc;
-    tail_arg ta;
-    kura_store_state state;
+    free(w->pend.v);
+    free(w->chain.v);
+    free(w->all.v);
+    free(w->pages);
+    free(w->fl);
+}
+
+/* Takes P (the log's tail, with the store's state beside it) with the lock
+ * held.  False when nothing changed since the last checkpoint. */
+static bool do_ckpt_take_p(btree *bt, ckpt_work *w)
+{
     roll_log(bt);
     lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);     /* P and the state together */
     if (bt->replaying) {
-        memset(&ta, 0, sizeof(ta));
-        ta.t.seg = bt->wal_at_seg;
-        ta.t.off = bt->wal_at_off;
+        memset(&w->ta, 0, sizeof(w->ta));
+        w->ta.t.seg = bt->wal_at_seg;
+        w->ta.t.off = bt->wal_at_off;
     } else {
-        sl_locked(&bt->log, get_tail, &ta);
+        sl_locked(&bt->log, get_tail, &w->ta);
     }
-    state = bt->state;
+    w->state = bt->state;
     lockorder_unlock(&bt->state_mu, LOCK_RANK_STORE_STATE);
-    if (!bt->ndirty && !bt->pend.n && ta.t.seg == bt->ckpt_seg && ta.t.off == bt->ckpt_off &&
-        !tail_free(bt))
-        return KURA_OK;
+    return bt->ndirty || bt->pend.n || w->ta.t.seg != bt->ckpt_seg ||
+           w->ta.t.off != bt->ckpt_off || tail_free(bt);
+}
 
+/* Steps 1a and 1, with the lock held: cuts the free end and builds the
+ * free list (its pages taken, its entries gathered).  KURA_ENOMEM leaves
+ * what it took in w for the caller's undo. */
+static int do_ckpt_freelist(btree *bt, ckpt_work *w)
+{
     /* 1a. free pages that end the file leave it: the meta page names the
      * shorter file, which is cut once that is durable (their numbers are
      * free in the durable meta page too, so a page taken from the end
      * meanwhile may reuse them) */
-    uint64_t np_before = bt->npages;
-    uint64_t trimmed = KURA_TEST_SWITCH(tree_keep_tail) ? 0 : do_free_trim_tail(bt);
+    w->np_before = bt->npages;
+    w->trimmed = KURA_TEST_SWITCH(tree_keep_tail) ? 0 : do_free_trim_tail(bt);
 
     /* 1. the free list: what is free now and what becomes free with this
      * meta page (freed since the last one, and the old list's pages) */
     size_t per = (bt->psiz - BT_HDR) / 8;
-    bt_vec chain = { 0 }, all = { 0 }, pend = { 0 };
-    bt_page **pages = NULL;
-    unsigned char *fl = NULL;
     size_t m = bt->freev.n + bt->pend.n + bt->flpages.n;
-    size_t k = (m + per - 1) / per;
-    rc = KURA_ENOMEM;
-    for (size_t j = 0; j < k; j++)
-        if (bt_vec_push(&chain, do_alloc_run(bt, 1)))
-            goto undo;
+    w->k = (m + per - 1) / per;
+    for (size_t j = 0; j < w->k; j++)
+        if (bt_vec_push(&w->chain, do_alloc_run(bt, 1)))
+            return KURA_ENOMEM;
     for (size_t j = 0; j < bt->freev.n; j++)
-        if (bt_vec_push(&all, bt->freev.v[j]))
-            goto undo;
+        if (bt_vec_push(&w->all, bt->freev.v[j]))
+            return KURA_ENOMEM;
     for (size_t j = 0; j < bt->pend.n; j++)
-        if (bt_vec_push(&all, bt->pend.v[j]))
-            goto undo;
+        if (bt_vec_push(&w->all, bt->pend.v[j]))
+            return KURA_ENOMEM;
     for (size_t j = 0; j < bt->flpages.n; j++)
-        if (bt_vec_push(&all, bt->flpages.v[j]))
-            goto undo;
-    if (!(pages = malloc((bt->ndirty + 1) * sizeof(*pages))) ||
-        !(fl = calloc(1, bt->psiz)))
-        goto undo;
+        if (bt_vec_push(&w->all, bt->flpages.v[j]))
+            return KURA_ENOMEM;
+    if (!(w->pages = malloc((bt->ndirty + 1) * sizeof(*w->pages))) ||
+        !(w->fl = calloc(1, bt->psiz)))
+        return KURA_ENOMEM;
+    return KURA_OK;
+}
 
+/* Step 2's start, with the lock held, which it lets go: the dirty pages
+ * made ready to write and frozen, and the meta page filled. */
+static void do_ckpt_freeze(btree *bt, ckpt_work *w, bt_meta *mt)
+{
     /* 2. the dirty pages, in file order, made ready to write (a
      * compressible page's gap zeroed, every page sealed) */
     size_t nd = 0;
+    bt_page **pages = w->pages;
     for (bt_page *p = bt->dirty.next; p != &bt->dirty; p = p->next)
         pages[nd++] = p;
     qsort(pages, nd, sizeof(*pages), cmp_page);
@@ -351,6 +379,7 @@ int do_checkpoint(btree *bt)
         bt_pz_prep(bt, pages[j]->data);
         pg_seal(pages[j]->data, bt->psiz);
     }
+    w->nd = nd;
 
     /* The tree as of P is what these pages and the meta page say.  Freeze
      * it: its pages become clean and belong to a finished checkpoint, so a
@@ -360,8 +389,7 @@ int do_checkpoint(btree *bt)
      * the pages freed up to now wait in a list of their own for this meta
      * page.  Then the writes and the syncs run with the lock let go, so
      * reads and changes go on meanwhile. */
-    bt_meta mt;
-    fill_meta(bt, &mt, k ? chain.v[0] : 0, all.n, &state, ta.t.seg, ta.t.off);
+    fill_meta(bt, mt, w->k ? w->chain.v[0] : 0, w->all.n, &w->state, w->ta.t.seg, w->ta.t.off);
     for (size_t j = 0; j < nd; j++) {
         bt_page *p = pages[j];
         p->prev->next = p->next;
@@ -376,49 +404,58 @@ int do_checkpoint(btree *bt)
     }
     bt->ndirty = 0;
     bt->txn++;
-    pend = bt->pend;
+    w->pend = bt->pend;
     memset(&bt->pend, 0, sizeof(bt->pend));
     do_ckpt_flag(bt, &bt->ckpt_busy, true);
     do_ckpt_flag(bt, &bt->ckpt_writing, true);
     bt_unlock(bt);
+}
 
-    KURA_TEST_CALL(tree_ckpt_writing);
-
-    /* 2. the pages, then the free list's */
-    bool stopped = false, zipped = false, written = false;
-    rc = write_tree(bt, pages, nd, &chain, &all, fl, mt.txn, &zipped, &written);
+/* Step 2's writes, without the lock (which it takes for a moment after
+ * them): the pages, then the free list's. */
+static int ckpt_write_pages(btree *bt, ckpt_work *w, bt_meta *mt)
+{
+    bool zipped = false, written = false;
+    int rc = write_tree(bt, w->pages, w->nd, &w->chain, &w->all, w->fl, mt->txn, &zipped,
+                        &written);
     /* the meta page written after compressed pages names them: from it on,
      * an older kurad must refuse the file */
     if (zipped)
-        mt.version = BT_VERSION;
+        mt->version = BT_VERSION;
     /* the pages are done with: unpinned for the syncs (evictable, as clean
      * pages in the file), or, if not written, dirty again in this
      * checkpoint (their numbers are in no durable meta page); those changed
      * or freed meanwhile were left to this checkpoint, and go now */
     bt_wrlock(bt);
-    do_ckpt_pages_done(bt, pages, nd, written);
+    do_ckpt_pages_done(bt, w->pages, w->nd, written);
     if (zipped)
         bt->version = BT_VERSION;       /* the file holds compressed pages */
     do_ckpt_flag(bt, &bt->ckpt_writing, false);
     bt_unlock(bt);
+    return rc;
+}
 
+/* Steps 0 and 3 to 5, without the lock, after the writes (rc: theirs):
+ * the log up to P and the pages durable, then the meta page into the slot
+ * given and durable.  Sets w->stopped when a sync failed. */
+static int ckpt_write_meta(btree *bt, ckpt_work *w, const bt_meta *mt, int slot, int rc)
+{
     /* 0. the log up to P durable: the meta page says "replay from P", so a
      * log cut short of P by a power loss (-sync none, interval) would
      * leave the records appended after the next open behind P;
      * 3. the pages durable before the meta page names them */
     if (rc) {
         /* not written: no sync, no meta page */
-    } else if (!bt->replaying && (rc = sl_commit(&bt->log, ta.t.lsn))) {
-        stopped = true;
+    } else if (!bt->replaying && (rc = sl_commit(&bt->log, w->ta.t.lsn))) {
+        w->stopped = true;
     } else if (bt->io->fdatasync(bt->io, bt->fd) != 0) {
         sl_fail(&bt->log, "the tree file's checkpoint sync", errno);
         rc = KURA_EFAILED;
-        stopped = true;
+        w->stopped = true;
     }
     /* 4, 5. the meta page, into the other slot */
-    int slot = bt->meta_slot ^ 1;
     unsigned char mb[META_LEN];
-    meta_encode(mb, &mt);
+    meta_encode(mb, mt);
     if (!rc && kio_pwrite_all(bt->io, bt->fd, mb, META_LEN, (off_t)slot * 4096) != 0) {
         rc = sl_errno_status(errno);
         bt_log(bt, KURA_LOG_ERROR, "%s/tree: meta page not written: %s", bt->dir,
@@ -429,8 +466,62 @@ int do_checkpoint(btree *bt)
          * after a failed sync, so the pages it names stay as they are */
         sl_fail(&bt->log, "the tree file's meta page sync", errno);
         rc = KURA_EFAILED;
-        stopped = true;
+        w->stopped = true;
     }
+    return rc;
+}
+
+/* The new meta page in `slot` is durable (the lock held): the old root's
+ * pages may go, the log before P too, and the file's free end. */
+static void do_ckpt_done(btree *bt, ckpt_work *w, int slot)
+{
+    bt->meta_slot = slot;
+    vec_append(&bt->freev, &w->pend);
+    vec_append(&bt->freev, &bt->flpages);
+    bt->free_sorted = false;
+    free(bt->flpages.v);
+    bt->flpages = w->chain;
+    memset(&w->chain, 0, sizeof(w->chain));
+    bt->ckpt_seg = w->ta.t.seg;
+    bt->ckpt_off = w->ta.t.off;
+    bt->ckpt_lsn = w->ta.t.lsn;
+    atomic_fetch_add_explicit(&bt->checkpoints, 1, memory_order_relaxed);
+    ckpt_work_free(w);
+    do_evict(bt);
+    do_wal_trim(bt);
+    if (w->trimmed) {
+        atomic_fetch_add_explicit(&bt->trimmed_pages, w->trimmed, memory_order_relaxed);
+        cut_file(bt);
+    }
+}
+
+int do_checkpoint(btree *bt)
+{
+    int rc;
+    /* one at a time: another may be in its syncs, with the lock let go */
+    do_ckpt_wait(bt);
+    if ((rc = sl_failed(&bt->log)))
+        return rc;
+    ckpt_work w;
+    memset(&w, 0, sizeof(w));
+    if (!do_ckpt_take_p(bt, &w))
+        return KURA_OK;
+    if ((rc = do_ckpt_freelist(bt, &w))) {
+        /* the list's pages go back; nothing else changed */
+        for (size_t j = 0; j < w.chain.n; j++)
+            do_free_pgno(bt, w.chain.v[j], 1, true);
+        untrim(bt, w.np_before, w.trimmed);
+        ckpt_work_free(&w);
+        return rc;
+    }
+    bt_meta mt;
+    do_ckpt_freeze(bt, &w, &mt);
+
+    KURA_TEST_CALL(tree_ckpt_writing);
+
+    int slot = bt->meta_slot ^ 1;
+    rc = ckpt_write_pages(bt, &w, &mt);
+    rc = ckpt_write_meta(bt, &w, &mt, slot, rc);
     bt_wrlock(bt);
     do_ckpt_flag(bt, &bt->ckpt_busy, false);
     if (rc) {
@@ -438,51 +529,15 @@ int do_checkpoint(btree *bt)
          * for the next, and so do the list's pages (a meta page that may
          * name them could be on the disk).  The frozen pages stay as they
          * are in the file (synced, unless writes stopped for good). */
-        vec_append(&bt->pend, &pend);
-        if (!stopped)
-            vec_append(&bt->pend, &chain);
-        untrim(bt, np_before, trimmed);
-        free(pend.v);
-        free(chain.v);
-        free(all.v);
-        free(pages);
-        free(fl);
+        vec_append(&bt->pend, &w.pend);
+        if (!w.stopped)
+            vec_append(&bt->pend, &w.chain);
+        untrim(bt, w.np_before, w.trimmed);
+        ckpt_work_free(&w);
         return rc;
     }
-
-    /* the new meta page is durable: the old root's pages may go */
-    bt->meta_slot = slot;
-    vec_append(&bt->freev, &pend);
-    vec_append(&bt->freev, &bt->flpages);
-    bt->free_sorted = false;
-    free(bt->flpages.v);
-    bt->flpages = chain;
-    bt->ckpt_seg = ta.t.seg;
-    bt->ckpt_off = ta.t.off;
-    bt->ckpt_lsn = ta.t.lsn;
-    atomic_fetch_add_explicit(&bt->checkpoints, 1, memory_order_relaxed);
-    free(pend.v);
-    free(all.v);
-    free(pages);
-    free(fl);
-    do_evict(bt);
-    do_wal_trim(bt);
-    if (trimmed) {
-        atomic_fetch_add_explicit(&bt->trimmed_pages, trimmed, memory_order_relaxed);
-        cut_file(bt);
-    }
+    do_ckpt_done(bt, &w, slot);
     return KURA_OK;
-
-undo:
-    /* the list's pages go back; nothing else changed */
-    for (size_t j = 0; j < chain.n; j++)
-        do_free_pgno(bt, chain.v[j], 1, true);
-    untrim(bt, np_before, trimmed);
-    free(chain.v);
-    free(all.v);
-    free(pages);
-    free(fl);
-    return rc;
 }
 
 /* Loads the free list the meta page names. */

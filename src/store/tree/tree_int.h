@@ -62,6 +62,7 @@
 
 #include "kura/bytes.h"
 #include "kura/dbfile.h"
+#include "kura/logf.h"
 #include "kura/seglog.h"
 #include "kura/store.h"
 
@@ -710,7 +711,8 @@ long long bt_wal_check(void *arg, const unsigned char *p, size_t avail, uint32_t
 int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
                  int64_t exptime, uint64_t cas, const void *v0, size_t l0, const void *v1,
                  size_t l1, const bt_ovf *ovf);
-void bt_log(btree *bt, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void bt_log_line(void *arg, int level, const char *line);
+#define bt_log(bt, level, ...) kura_logf(bt_log_line, bt, level, __VA_ARGS__)
 uint64_t bt_item_bytes(size_t klen, size_t vlen, uint32_t flags);
 
 #endif
