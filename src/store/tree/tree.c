@@ -1171,7 +1171,7 @@ static int recover_tree(btree *bt, const char *path, bool salvage, char *err, si
 int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
                kura_store **out, char *err, size_t errlen)
 {
-    open_params p;
+    open_params p = { 0 };      /* gcc -O1 (make test-tsan) cannot see parse_params set it */
     bool salvage = false;
     int rc;
 
