@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "kura/item.h"
+#include "kura/journal.h"
 #include "kura/store.h"
 #include "kura/ulog.h"
 
@@ -205,15 +206,18 @@ int engine_arith(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
 
 /* A read-modify-write of one key's value, atomic on every backend: the
  * one way a protocol changes a value from what it holds (incr/decr, Tokyo
- * Tyrant's putcat, putshl, addint, adddouble).  fn is called once, under
- * the key's lock, with the live item or NULL; it fills *out with the new
+ * Tyrant's putcat, putshl, addint, adddouble).  fn is called under the
+ * key's lock, with the live item or NULL; it fills *out with the new
  * version (its value as up to two parts, which may point into cur or into
  * fn's own memory and stay valid until engine_modify returns; its flags
  * and absolute exptime) and returns KURA_OK to store it, or any other
  * status to leave the item as it is (that status is returned).  fn must be
- * short and must not call into the engine or the store.  No retry, so no
- * failure under contention: concurrent modifies of a key are serialised
- * by its lock.  KURA_OK (stored; *cas_out, may be NULL, the new cas), fn's
+ * short and must not call into the engine or the store.  Usually once;
+ * twice when a racing change used up the reserved cas values (the change
+ * is then made again, engine.c's make_again), so fn computes from cur and
+ * arg alone and does not leak what a first call allocated.  No retry
+ * under contention, so no failure: concurrent modifies of a key are
+ * serialised by its lock.  KURA_OK (stored; *cas_out, may be NULL, the new cas), fn's
  * status, KURA_ETOOBIG (the new version past -I, its flags counted:
  * nothing stored), KURA_EREPLICA or a store error.  Counts nothing: the
  * caller counts its command. */
@@ -259,10 +263,28 @@ void engine_enable_swap(kura_engine *e);
 int engine_swap_store(kura_engine *e,
                       int (*swap)(void *arg, kura_store *old, kura_store **now), void *arg);
 
-/* ---- the update log and replicas ------------------------------------------ */
+/* ---- the update log and replicas (src/engine/durable.c) -------------------- */
 
-/* Attaching the update log, applying a master's rows and the watermark:
- * journal.h. */
+/* The journal below the engine (journal.h): its watermark
+ * (journal_applied_ts), history and the replicas' wait. */
+kura_journal *engine_journal(kura_engine *e);
+/* From here on every change is also a row of log (which must stay open
+ * until engine_close).  First applies again the rows after the store's
+ * watermark (those a crash may have kept from the store), counted in
+ * *redone.  sync_mode: the server's -sync (interval: the log is synced
+ * once a second by the journal's thread).  logfn as the store's. */
+int engine_attach_log(kura_engine *e, ul_log *log, int sync_mode,
+                      void (*logfn)(int level, const char *line), uint64_t *redone);
+/* Applies a row received from a master (PUT, DEL, FLUSH; others ignored):
+ * the item with its cas, logged here with its origin's sid and origin_ts.
+ * Allowed on a replica. */
+int engine_apply_row(kura_engine *e, const ul_row *row);
+/* What the server's group commit syncs and waits for (set *out): the
+ * update log when there is one (journal_commit_source: its rows make the
+ * store's changes durable, with the replicas' wait when set); else the
+ * store, found under the swap gate when the store can be swapped.  false:
+ * nothing to commit. */
+bool engine_commit_source(kura_engine *e, kura_commit *out);
 
 /* Calls fn for every live item (the store's iterate, fuzzy: each stripe
  * is seen at its own moment). */
@@ -291,9 +313,9 @@ int engine_walk_step(kura_engine *e, kura_walk_cursor *c, size_t budget, kura_it
 /* No cas at or below this is handed out from now on (items loaded into
  * the store behind the engine's back: a snapshot into the cache). */
 void engine_observe_cas(kura_engine *e, uint64_t cas);
-/* Dual master (after journal_attach, before serving): cas values are
+/* Dual master (after engine_attach_log, before serving): cas values are
  * read from the update log's clock, so the cas of an item orders it among
- * the changes of both masters, and rows applied with journal_apply_row()
+ * the changes of both masters, and rows applied with engine_apply_row()
  * win only when they are newer than what is there (the latest timestamp
  * wins, then the higher server id: the low 4 bits of each cas are sid's;
  * a delete is remembered for a while so an older set arriving later does

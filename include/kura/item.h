@@ -66,6 +66,9 @@ typedef struct kura_clock {
     int64_t now;                        /* Unix time in seconds */
     uint64_t oldest_cas;                /* flush_all watermark; items below it are dead */
     int64_t flush_at;                   /* pending delayed flush_all (Unix time), 0 = none */
+    void *feed_ctx;                     /* the caller's record of the change this store
+                                           call makes, handed to the store's feed
+                                           (store.h, kura_feed); NULL: none */
 } kura_clock;
 
 enum kura_liveness {

@@ -168,18 +168,21 @@ int kura_store_update(kura_store *s, const char *key, size_t klen, const kura_cl
  * The change feed: how a store tells its owner (the engine) of a put or a
  * delete it has decided to make, under the key's lock, before it writes
  * anything.  put() gives the item its cas (it->cas is replaced) and records
- * the change (the update log); delete() records a delete.  A non-zero
- * return (a negative KURA_E*) cancels the change, and the store returns
- * that error.  Because the feed runs under the key's lock, a key's changes
- * reach it in the order the store applies them.  The interpreter
- * (update.c) calls it from kura_store_put's and kura_store_del's decisions;
- * kura_store_update's callbacks (the engine's) feed themselves.  NULL feed
- * (a store used without an engine, in tests): the cas given is kept and
- * nothing is recorded.
+ * the change (the update log); delete() records a delete.  Both get the
+ * feed_ctx of the clock the store call was given (item.h): the caller's
+ * record of this one change, where the feed finds what kind of change it
+ * is and leaves what it did.  A non-zero return (a negative KURA_E*)
+ * cancels the change, and the store returns that error.  Because the feed
+ * runs under the key's lock, a key's changes reach it in the order the
+ * store applies them.  The interpreter (update.c) calls it from
+ * kura_store_put's and kura_store_del's decisions; kura_store_update's
+ * callbacks (the engine's) feed themselves.  NULL feed (a store used
+ * without an engine, in tests): the cas given is kept and nothing is
+ * recorded.
  */
 typedef struct kura_feed {
-    int (*put)(void *arg, kura_item *it);
-    int (*del)(void *arg, const char *key, size_t klen);
+    int (*put)(void *arg, void *change, kura_item *it);
+    int (*del)(void *arg, void *change, const char *key, size_t klen);
     void *arg;
 } kura_feed;
 

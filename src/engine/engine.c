@@ -11,8 +11,12 @@
  * The cas counter is handed out from an atomic; a high-water mark a block
  * ahead is persisted through the store before any cas beyond it is used, so
  * cas uniques keep growing across restarts and crashes.  A cas is handed
- * out under the key's lock, by the change feed (src/journal/feed.c), so a key's cas
- * values increase in the order its changes are applied.
+ * out under the key's lock, by the change feed (src/journal/feed.c, which
+ * asks the next_cas hook here), so a key's cas values increase in the
+ * order its changes are applied.  The reservation is saved outside the
+ * store call: before it when the next cas is not covered, and, when a
+ * racing change took the last covered one meanwhile, after it (the feed
+ * then refused the change, JOURNAL_RESERVE, and it is made again).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -54,14 +58,20 @@ static int do_save_state_max(kura_engine *e, uint64_t max_cas)
         .max_cas = max_cas,
         .oldest_cas = atomic_load(&e->oldest_cas),
         .flush_at = atomic_load(&e->flush_at),
-        .ulog_ts = feed_watermark(e),
+        .ulog_ts = journal_applied_ts(e->journal),
     };
     if (!e->store->ops->save_state)
         return KURA_OK;
     int rc = e->store->ops->save_state(e->store, &st);
     if (rc == KURA_OK)
-        e->saved_ulog_ts = st.ulog_ts;
+        engine_set_saved(e, st.ulog_ts);
     return rc;
+}
+
+void engine_set_saved(kura_engine *e, uint64_t ulog_ts)
+{
+    e->saved_ulog_ts = ulog_ts;
+    journal_set_saved(e->journal, ulog_ts);
 }
 
 /* do_: state_lock held.  Persists the engine's state as it is. */
@@ -120,12 +130,53 @@ static int reserve_through(kura_engine *e, uint64_t cas)
     return rc;
 }
 
-/* Hands out a cas unique.  Cost: one atomic add, and a state save once
- * per cas_block uniques. */
-int engine_next_cas(kura_engine *e, uint64_t *cas)
+/* The journal's next_cas hook (journal.h), under the key's lock inside a
+ * store call: a cas unique, KURA_OK if the reservation covers it, else
+ * JOURNAL_RESERVE (the change is not made; make_again reserves through it
+ * after the store call and makes it again).  Cost: one atomic add and one
+ * load; nothing saved here. */
+static int hook_next_cas(void *arg, uint64_t *cas)
 {
+    kura_engine *e = arg;
     *cas = take_cas(e);
-    return reserve_through(e, *cas);
+    return *cas < atomic_load_explicit(&e->cas_reserved, memory_order_acquire)
+           ? KURA_OK : JOURNAL_RESERVE;
+}
+
+/* The journal's save_state hook: its thread, once a second. */
+static uint64_t hook_save_state(void *arg)
+{
+    kura_engine *e = arg;
+    engine_state_lock(e);
+    uint64_t w = journal_applied_ts(e->journal);
+    if (w != e->saved_ulog_ts)
+        (void)do_save_state(e);
+    engine_state_unlock(e);
+    return w;
+}
+
+/* Before a local change's store call: the next cas covered, so that the
+ * feed's take (hook_next_cas) finds it reserved (all but a racing change
+ * at a block's end).  Two loads when it is.  A failed save is returned
+ * for make_again, which reports it if the change then wanted a cas. */
+static int reserve_ahead(kura_engine *e)
+{
+    uint64_t next = e->cas_clock ? hlc_last(e->cas_clock) + 1
+                                 : atomic_load_explicit(&e->next_cas, memory_order_relaxed);
+    return reserve_through(e, next);
+}
+
+/* After a local change's store call: true if the feed refused it for a
+ * cas past the reservation (JOURNAL_RESERVE: nothing was made) and the
+ * reservation through that cas is now saved: make it again.  Else *rc is
+ * the change's result (the failed save's error, ahead's or this one's, in
+ * place of JOURNAL_RESERVE). */
+static bool make_again(kura_engine *e, const journal_change *ch, int ahead, int *rc)
+{
+    if (*rc != JOURNAL_RESERVE)
+        return false;
+    *rc = ahead != KURA_OK ? ahead : reserve_through(e, ch->cas);
+    return *rc == KURA_OK;
 }
 
 /* A cas from elsewhere (a master's row, a row applied again at open): the
@@ -147,13 +198,14 @@ void engine_observe_cas(kura_engine *e, uint64_t cas)
 int engine_set_dual(kura_engine *e, uint32_t sid)
 {
     e->cas_tag = sid & ((1u << DUAL_TAG_BITS) - 1);
-    if (!feed_log(e))
+    ul_log *log = journal_ulog(e->journal);
+    if (!log)
         return KURA_EINVAL;
-    hlc *c = ul_clock(feed_log(e));
+    hlc *c = ul_clock(log);
     /* past every cas handed out before, whichever way */
     hlc_observe(c, atomic_load(&e->next_cas));
     hlc_observe(c, atomic_load(&e->cas_reserved));
-    int rc = feed_dual(e);
+    int rc = journal_set_dual(e->journal);
     if (rc)
         return rc;
     e->cas_block = DUAL_CAS_RESERVE_BLOCK;
@@ -164,6 +216,7 @@ int engine_set_dual(kura_engine *e, uint32_t sid)
 void engine_set_replica(kura_engine *e, bool replica)
 {
     atomic_store(&e->replica, replica);
+    journal_set_replica(e->journal, replica);
 }
 
 /* Every use of e->store outside state_lock is inside the gate once a
@@ -200,8 +253,9 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     pthread_mutex_init(&e->state_lock, NULL);
     pthread_rwlock_init(&e->gate, NULL);
     e->marks = marks_new(cfg ? cfg->marks_sets : 0);
-    if (!e->marks || feed_init(e) != KURA_OK) {
-        feed_destroy(e);
+    journal_hooks hooks = { hook_next_cas, hook_save_state, e };
+    if (!e->marks || journal_new(&hooks, &e->journal) != KURA_OK) {
+        journal_free(e->journal);
         marks_free(e->marks);
         pthread_rwlock_destroy(&e->gate);
         pthread_mutex_destroy(&e->state_lock);
@@ -213,7 +267,7 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     if (store->ops->load_state) {
         int rc = store->ops->load_state(store, &st);
         if (rc < 0) {
-            feed_destroy(e);
+            journal_free(e->journal);
             marks_free(e->marks);
             pthread_mutex_destroy(&e->state_lock);
             pthread_rwlock_destroy(&e->gate);
@@ -225,9 +279,9 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->cas_reserved, st.max_cas);   /* the first next_cas() reserves */
     atomic_store(&e->oldest_cas, st.oldest_cas);
     atomic_store(&e->flush_at, st.flush_at);
-    e->saved_ulog_ts = st.ulog_ts;
+    engine_set_saved(e, st.ulog_ts);
     e->cas_block = CAS_RESERVE_BLOCK;
-    feed_hook(e, store);
+    journal_hook(e->journal, store);
     *out = e;
     return KURA_OK;
 }
@@ -236,7 +290,7 @@ void engine_close(kura_engine *e)
 {
     if (!e)
         return;
-    feed_stop(e);
+    journal_stop(e->journal);
     engine_state_lock(e);
     /* Nothing above next_cas was handed out: a clean stop saves exactly that. */
     uint64_t used = e->cas_clock ? hlc_last(e->cas_clock) : atomic_load(&e->next_cas) - 1;
@@ -245,7 +299,7 @@ void engine_close(kura_engine *e)
     do_save_state(e);
     engine_state_unlock(e);
     kura_store_close(e->store);
-    feed_destroy(e);
+    journal_free(e->journal);
     marks_free(e->marks);
     pthread_mutex_destroy(&e->state_lock);
     pthread_rwlock_destroy(&e->gate);
@@ -253,6 +307,7 @@ void engine_close(kura_engine *e)
 }
 
 kura_store *engine_store_of(kura_engine *e) { return e->store; }
+kura_journal *engine_journal(kura_engine *e) { return e->journal; }
 int64_t engine_now(kura_engine *e) { (void)e; return wall_now(); }
 int64_t engine_started(kura_engine *e) { return e->started; }
 int64_t engine_disk_full_at(kura_engine *e) { return atomic_load(&e->disk_full_at); }
@@ -322,27 +377,55 @@ bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t
  * options is the text protocol's command.  Each public call is its
  * *_gated body inside the store-swap gate.
  *
- * Every change goes through the change feed: local_change first, then
- * feed_begin/feed_end around the store call, and feed_update in the update
- * callback, which hands out the cas under the key's lock.  The marks are
- * read and changed under that lock too, inside the callbacks, so that two
- * readers racing for a recache token cannot both win it. */
+ * Every change goes through the journal below (journal.h) as a
+ * journal_change on the caller's stack: local_change first, then
+ * journal_begin/journal_end around the store call, the change handed to
+ * the store's feed in the clock (feed_ctx) and to journal_update by the
+ * update callback (fed), which hands out the cas under the key's lock.  A
+ * change the feed refused for want of reserved cas values is made again
+ * (make_again).  The marks are read and changed under the key's lock too,
+ * inside the callbacks, so that two readers racing for a recache token
+ * cannot both win it. */
 
-/* A change decided by an update callback, inside feed_begin/feed_end (the
- * callback calls feed_update). */
-static int fed_update(kura_engine *e, const char *key, size_t klen, const kura_clock *clk,
-                      kura_update_fn fn, void *arg)
+/* A local put as one change: the new cas in *cas. */
+static int fed_put(kura_engine *e, kura_clock *clk, const kura_item *it, int cond,
+                   uint64_t cmp_cas, uint64_t *cas)
 {
-    int slot = feed_begin(e);
-    int rc = kura_store_update(e->store, key, klen, clk, fn, arg);
-    feed_end(e, slot, rc);
+    journal_change ch = { .kind = JOURNAL_LOCAL };
+    int ahead = reserve_ahead(e), rc;
+    clk->feed_ctx = &ch;
+    do {
+        journal_begin(e->journal, &ch);
+        rc = kura_store_put(e->store, it, cond, cmp_cas, clk);
+        journal_end(e->journal, &ch, rc);
+    } while (make_again(e, &ch, ahead, &rc));
+    *cas = ch.cas;
     return rc;
 }
 
-/* In an update callback, rc is what feed_update said of the change decided
- * in out: a change the feed refuses is not made. */
-static int fed(int rc, kura_update *out)
+/* A change decided by an update callback, as ch (the callback calls fed
+ * with it). */
+static int fed_update(kura_engine *e, journal_change *ch, const char *key, size_t klen,
+                      kura_clock *clk, kura_update_fn fn, void *arg)
 {
+    int ahead = reserve_ahead(e), rc;
+    *ch = (journal_change){ .kind = JOURNAL_LOCAL };
+    clk->feed_ctx = ch;
+    do {
+        journal_begin(e->journal, ch);
+        rc = kura_store_update(e->store, key, klen, clk, fn, arg);
+        journal_end(e->journal, ch, rc);
+    } while (make_again(e, ch, ahead, &rc));
+    return rc;
+}
+
+/* In an update callback: the change decided in out, of key (cur's, or a
+ * new item's), stamped and logged as ch (journal_update: a REPLACE gets
+ * its cas); a change the journal refuses is not made. */
+static int fed(kura_engine *e, journal_change *ch, const char *key, size_t klen,
+               const kura_item *cur, kura_update *out)
+{
+    int rc = journal_update(e->journal, ch, key, klen, cur, out);
     if (rc != KURA_OK)
         out->action = KURA_UPDATE_KEEP;
     return rc;
@@ -361,6 +444,7 @@ typedef struct get_arg {
     bool touch_cmd;             /* the touch command: leaves the access marks
                                    alone, and a store error is not a miss */
     int64_t now, touch_abs, vivify_abs, recache_abs;
+    journal_change *ch;         /* gat, touch, mg N: the change */
 } get_arg;
 
 /* Reads and updates the marks of a live item (key lock held), fills info. */
@@ -409,7 +493,7 @@ static int get_update_cb(void *arg, const kura_item *cur, kura_update *out)
         out->action = KURA_UPDATE_REPLACE;
         out->flags = 0;
         out->exptime = g->vivify_abs;
-        if ((rc = fed(feed_update_key(g->e, g->key, g->klen, NULL, out), out)) != KURA_OK)
+        if ((rc = fed(g->e, g->ch, g->key, g->klen, NULL, out)) != KURA_OK)
             return rc;
         shown = (kura_item){ .key = g->key, .klen = g->klen, .val = "", .vlen = 0,
                              .flags = 0, .exptime = g->vivify_abs, .cas = out->cas };
@@ -423,7 +507,7 @@ static int get_update_cb(void *arg, const kura_item *cur, kura_update *out)
             shown.exptime = g->touch_abs;
             out->action = KURA_UPDATE_TOUCH;
             out->exptime = g->touch_abs;
-            if ((rc = fed(feed_update(g->e, cur, out), out)) != KURA_OK)
+            if ((rc = fed(g->e, g->ch, cur->key, cur->klen, cur, out)) != KURA_OK)
                 return rc;
         }
         if (!g->touch_cmd)
@@ -450,7 +534,9 @@ static int get_gated(kura_engine *e, kura_thread_stats *ts, get_arg *g)
             g->touch_abs = engine_abs_exptime(e, o->exptime);
         if (o->vivify)
             g->vivify_abs = engine_abs_exptime(e, o->vivify_exptime);
-        rc = fed_update(e, g->key, g->klen, &clk, get_update_cb, g);
+        journal_change ch;
+        g->ch = &ch;
+        rc = fed_update(e, &ch, g->key, g->klen, &clk, get_update_cb, g);
     } else {
         rc = e->store->ops->get(e->store, g->key, g->klen, &clk, get_read_cb, g);
     }
@@ -488,6 +574,7 @@ typedef struct store_arg {
     int64_t exptime;            /* absolute */
     uint64_t cas_in, new_cas;
     int64_t now;
+    journal_change *ch;         /* append, prepend, ms I: the change */
 } store_arg;
 
 /* append/prepend: the old item keeps its flags and exptime; memcached
@@ -513,7 +600,7 @@ static int concat_cb(void *arg, const kura_item *cur, kura_update *out)
         out->part[0].base = a->in->val; out->part[0].len = a->in->vlen;
         out->part[1].base = cur->val;  out->part[1].len = cur->vlen;
     }
-    int rc = fed(feed_update(a->e, cur, out), out);
+    int rc = fed(a->e, a->ch, cur->key, cur->klen, cur, out);
     if (rc != KURA_OK)
         return rc;
     a->new_cas = out->cas;
@@ -535,7 +622,7 @@ static int store_stale_cb(void *arg, const kura_item *cur, kura_update *out)
     out->exptime = stale ? cur->exptime : a->exptime;
     out->part[0].base = a->in->val;
     out->part[0].len = a->in->vlen;
-    int rc = fed(feed_update(a->e, cur, out), out);
+    int rc = fed(a->e, a->ch, cur->key, cur->klen, cur, out);
     if (rc != KURA_OK)
         return rc;
     a->new_cas = out->cas;
@@ -554,7 +641,7 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
 {
     uint64_t cas_in = o ? o->cas_in : 0;
     kura_clock clk = engine_clock(e);
-    store_arg a = { e, in, cmd == KURA_CMD_APPEND, 0, 0, 0, clk.now };
+    store_arg a = { e, in, cmd == KURA_CMD_APPEND, 0, 0, 0, clk.now, NULL };
     int rc;
 
     if ((rc = local_change(e)) != KURA_OK)
@@ -567,7 +654,10 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
     a.cas_in = cas_in;
     a.exptime = engine_abs_exptime(e, in->exptime);
     if (concat || (cmd == KURA_CMD_CAS && o && o->invalidate)) {
-        rc = fed_update(e, in->key, in->klen, &clk, concat ? concat_cb : store_stale_cb, &a);
+        journal_change ch;
+        a.ch = &ch;
+        rc = fed_update(e, &ch, in->key, in->klen, &clk, concat ? concat_cb : store_stale_cb,
+                        &a);
         if (rc == KURA_NOTFOUND)
             rc = concat ? KURA_NOT_STORED : KURA_STORE_NOT_FOUND;
     } else {
@@ -578,11 +668,10 @@ static int store_gated(kura_engine *e, kura_thread_stats *ts, int cmd, const kur
             [KURA_CMD_SET] = KURA_PUT_ANY, [KURA_CMD_ADD] = KURA_PUT_ABSENT,
             [KURA_CMD_REPLACE] = KURA_PUT_PRESENT, [KURA_CMD_CAS] = KURA_PUT_CAS,
         };
-        int slot = feed_begin(e);
-        rc = kura_store_put(e->store, &it, cond_of[cmd], cas_in, &clk);
-        feed_end(e, slot, rc);
+        uint64_t cas;
+        rc = fed_put(e, &clk, &it, cond_of[cmd], cas_in, &cas);
         if (rc == KURA_OK)
-            a.new_cas = feed_last_cas();
+            a.new_cas = cas;
         /* add over a live item, replace of a missing one: NOT_STORED */
         rc = rc == KURA_OK ? KURA_STORED
            : rc == KURA_EXISTS ? (cmd == KURA_CMD_CAS ? KURA_STORE_EXISTS : KURA_NOT_STORED)
@@ -622,6 +711,7 @@ typedef struct delete_arg {
     kura_engine *e;
     const engine_delete_opts *o;
     int64_t exptime, now;
+    journal_change *ch;         /* md I: the change */
 } delete_arg;
 
 /* md I: the item stays, marked stale with a new cas; its token is free again. */
@@ -637,7 +727,7 @@ static int invalidate_cb(void *arg, const kura_item *cur, kura_update *out)
     out->exptime = d->o->touch ? d->exptime : cur->exptime;
     out->part[0].base = cur->val;
     out->part[0].len = cur->vlen;
-    int rc = fed(feed_update(d->e, cur, out), out);
+    int rc = fed(d->e, d->ch, cur->key, cur->klen, cur, out);
     if (rc != KURA_OK)
         return rc;
     marks_set(d->e->marks, cur->key, cur->klen, out->cas, d->now, MARK_STALE);
@@ -654,12 +744,17 @@ static int delete_gated(kura_engine *e, kura_thread_stats *ts, const char *key, 
         return rc;
     o = o ? o : &none;
     if (o->invalidate) {
-        delete_arg d = { e, o, o->touch ? engine_abs_exptime(e, o->exptime) : 0, clk.now };
-        rc = fed_update(e, key, klen, &clk, invalidate_cb, &d);
+        delete_arg d = { e, o, o->touch ? engine_abs_exptime(e, o->exptime) : 0, clk.now,
+                          NULL };
+        journal_change ch;
+        d.ch = &ch;
+        rc = fed_update(e, &ch, key, klen, &clk, invalidate_cb, &d);
     } else {
-        int slot = feed_begin(e);
+        journal_change ch = { .kind = JOURNAL_LOCAL };      /* a delete takes no cas */
+        clk.feed_ctx = &ch;
+        journal_begin(e->journal, &ch);
         rc = kura_store_del(e->store, key, klen, o->cas_in, &clk);
-        feed_end(e, slot, rc);
+        journal_end(e->journal, &ch, rc);
     }
     if (o->unlink)
         return rc == KURA_NOTFOUND ? KURA_OK : rc;
@@ -679,6 +774,7 @@ typedef struct modify_arg {
     engine_modify_fn fn;
     void *arg;
     uint64_t cas;
+    journal_change *ch;                 /* the change */
 } modify_arg;
 
 /* fn's new version, checked against -I and fed (its cas handed out), all
@@ -702,7 +798,7 @@ static int modify_cb(void *arg, const kura_item *cur, kura_update *out)
     out->part[0].len = l0;
     out->part[1].base = mod.part[1].base;
     out->part[1].len = l1;
-    if ((rc = fed(feed_update_key(m->e, m->key, m->klen, cur, out), out)) != KURA_OK)
+    if ((rc = fed(m->e, m->ch, m->key, m->klen, cur, out)) != KURA_OK)
         return rc;
     m->cas = out->cas;
     return KURA_OK;
@@ -715,8 +811,10 @@ static int modify_gated(kura_engine *e, const char *key, size_t klen, engine_mod
     int rc = local_change(e);
     if (rc != KURA_OK)
         return rc;
-    modify_arg m = { e, key, klen, fn, arg, 0 };
-    rc = fed_update(e, key, klen, &clk, modify_cb, &m);
+    modify_arg m = { e, key, klen, fn, arg, 0, NULL };
+    journal_change ch;
+    m.ch = &ch;
+    rc = fed_update(e, &ch, key, klen, &clk, modify_cb, &m);
     if (rc == KURA_OK && cas_out)
         *cas_out = m.cas;
     if (rc == KURA_ENOSPC)
@@ -815,6 +913,7 @@ static int arith_modify(void *arg, const kura_item *cur, engine_mod *out)
         if (padlen <= sizeof(spaces)) {
             out->part[1].base = spaces;
         } else {
+            free(x->pad);               /* made again (make_again): a new length */
             x->pad = malloc(padlen);
             if (!x->pad)
                 return KURA_ENOMEM;         /* nothing fed: nothing written */
@@ -871,7 +970,7 @@ static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
         rc = do_next_cas(e, &oldest);
     int64_t at = oldest_live >= now ? oldest_live : 0;
     /* logged first: a flush the log refuses is not made */
-    if (rc == KURA_OK && (rc = feed_flush(e, oldest, at)) == KURA_OK) {
+    if (rc == KURA_OK && (rc = journal_flush(e->journal, NULL, oldest, at)) == KURA_OK) {
         if (oldest)
             atomic_store(&e->oldest_cas, oldest);
         atomic_store(&e->flush_at, at);
@@ -901,8 +1000,8 @@ long engine_sweep(kura_engine *e, size_t budget)
 
 int engine_sync(kura_engine *e)
 {
-    if (feed_log(e)) {
-        int rc = ul_sync_now(feed_log(e));
+    if (journal_ulog(e->journal)) {
+        int rc = ul_sync_now(journal_ulog(e->journal));
         if (rc)
             return rc;
     }
@@ -978,7 +1077,7 @@ int engine_get(kura_engine *e, kura_thread_stats *ts, const char *key, size_t kl
     static const engine_get_opts none;
     engine_item_info scratch;
     get_arg g = { e, o ? o : &none, info ? info : &scratch, fn, arg, key, klen, false,
-                  0, 0, 0, 0 };
+                  0, 0, 0, 0, NULL };
     if (engine_observing(KURA_OBSERVE_FETCHERS))
         return get_watched(e, ts, &g);
     gate_in(e);
@@ -992,7 +1091,7 @@ int engine_touch(kura_engine *e, kura_thread_stats *ts, const char *key, size_t 
 {
     engine_get_opts o = { .touch = true, .exptime = exptime };
     engine_item_info scratch;
-    get_arg g = { e, &o, &scratch, NULL, NULL, key, klen, true, 0, 0, 0, 0 };
+    get_arg g = { e, &o, &scratch, NULL, NULL, key, klen, true, 0, 0, 0, 0, NULL };
     if (engine_observing(KURA_OBSERVE_FETCHERS))
         return get_watched(e, ts, &g);
     gate_in(e);
@@ -1083,7 +1182,7 @@ int engine_swap_store(kura_engine *e,
     int rc = swap(arg, e->store, &ns);
     e->store = ns;
     if (ns)
-        feed_hook(e, ns);
+        journal_hook(e->journal, ns);
     if (rc == KURA_OK) {
         kura_store_state st = { 0 };
         rc = ns->ops->load_state ? ns->ops->load_state(ns, &st) : KURA_OK;
@@ -1098,8 +1197,8 @@ int engine_swap_store(kura_engine *e,
             atomic_store(&e->cas_reserved, 0);      /* the next cas reserves anew */
             atomic_store(&e->oldest_cas, 0);
             atomic_store(&e->flush_at, 0);
-            e->saved_ulog_ts = 0;
-            feed_unpin(e);
+            engine_set_saved(e, 0);
+            journal_unpin(e->journal);
             rc = do_save_state(e);
         }
     }

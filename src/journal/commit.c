@@ -5,9 +5,9 @@
  * With an update log the group commit waits for the log alone: a change
  * whose row is durable is durable, since recovery puts it back into the
  * store.  Its sequence is the rows' log sequence numbers; with -syncrepl it
- * is their timestamps, which is what replicas acknowledge.  Without a log,
- * a replica whose store may be swapped commits its store through an
- * adapter that finds the store under the engine's gate.
+ * is their timestamps, which is what replicas acknowledge.  Without a log
+ * the engine commits its store (engine_commit_source: through its swap
+ * gate when the store can be swapped).
  */
 #include "journal_int.h"
 
@@ -37,46 +37,16 @@ bool journal_commit_store(kura_store *s, kura_commit *out)
     return s->ops->write_seq && s->ops->commit;
 }
 
-/* ---- the engine's store, under the swap gate -------------------------------- */
-
-static uint64_t gated_seq(kura_engine *e, bool own_thread)
-{
-    engine_gate_in(e);
-    uint64_t v = own_thread ? store_thread_seq(e->store) : store_write_seq(e->store);
-    engine_gate_out(e);
-    return v;
-}
-
-static uint64_t gated_write_seq(void *ctx)
-{
-    return gated_seq(ctx, false);
-}
-
-static uint64_t gated_thread_seq(void *ctx)
-{
-    return gated_seq(ctx, true);
-}
-
-static int gated_commit(void *ctx, uint64_t seq)
-{
-    kura_engine *e = ctx;
-    engine_gate_in(e);
-    int rc = store_commit(e->store, seq);
-    engine_gate_out(e);
-    return rc;
-}
-
 /* ---- the update log, and the replicas ------------------------------------- */
 
 /* The update log's sequence: its log sequence numbers, or with the
  * replicas' wait its rows' timestamps, which is what replicas acknowledge.
  * own_thread: the calling thread's last row, if it appended one. */
-static uint64_t log_seq(kura_engine *e, bool own_thread)
+static uint64_t log_seq(struct kura_journal *j, bool own_thread)
 {
-    struct kura_journal *j = e->journal;
     bool by_ts = j->replica_wait != NULL;
     uint64_t lsn, ts;
-    if (own_thread && feed_thread_pos(e, &lsn, &ts))
+    if (own_thread && feed_thread_pos(j, &lsn, &ts))
         return by_ts ? ts : lsn;
     return by_ts ? ul_last_ts(j->ulog) : ul_write_lsn(j->ulog);
 }
@@ -93,8 +63,7 @@ static uint64_t log_thread_seq(void *ctx)
 
 static int log_commit(void *ctx, uint64_t seq)
 {
-    kura_engine *e = ctx;
-    struct kura_journal *j = e->journal;
+    struct kura_journal *j = ctx;
     if (!j->replica_wait)
         return ul_commit(j->ulog, seq);
     if (j->ulog_sync == KURA_SYNC_ALWAYS) {
@@ -105,21 +74,18 @@ static int log_commit(void *ctx, uint64_t seq)
     return j->replica_wait(j->replica_wait_arg, seq);
 }
 
-void journal_set_replica_wait(kura_engine *e, int (*wait)(void *arg, uint64_t ts), void *arg)
+void journal_set_replica_wait(struct kura_journal *j, int (*wait)(void *arg, uint64_t ts),
+                              void *arg)
 {
-    e->journal->replica_wait = wait;
-    e->journal->replica_wait_arg = arg;
+    j->replica_wait = wait;
+    j->replica_wait_arg = arg;
 }
 
-bool journal_commit_source(kura_engine *e, kura_commit *out)
+bool journal_commit_source(struct kura_journal *j, kura_commit *out)
 {
-    struct kura_journal *j = e->journal;
-    if (j->ulog)
-        *out = (kura_commit){ j->replica_wait ? "ulog+replicas" : "ulog", log_write_seq,
-                              log_thread_seq, log_commit, e };
-    else if (!journal_commit_store(e->store, out))
+    if (!j->ulog)
         return false;
-    else if (e->gated)
-        *out = (kura_commit){ "store", gated_write_seq, gated_thread_seq, gated_commit, e };
+    *out = (kura_commit){ j->replica_wait ? "ulog+replicas" : "ulog", log_write_seq,
+                          log_thread_seq, log_commit, j };
     return true;
 }

@@ -13,7 +13,7 @@
  * ran, so many concurrent writers share each sync.
  *
  * The source is a kura_commit (journal.h): the store, the update log, or
- * with -syncrepl N the update log and the replicas (journal_commit_source),
+ * with -syncrepl N the update log and the replicas (engine_commit_source),
  * whose commit returns once N replicas hold the rows, or says that they did
  * not in time (KURA_COMMIT_ABANDONED): the connections waiting for that
  * sequence are then closed without their replies, as after a failed sync,

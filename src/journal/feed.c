@@ -5,10 +5,13 @@
  * Stores call the feed (store.h, kura_feed) once they have decided to put
  * or delete, with the key's lock held and before they write; the engine's
  * read-modify-write callbacks (append, incr, touch, gat) call
- * feed_update() from under the same lock.  Either way the cas is handed out
- * there (engine_next_cas), and the row goes into the update log there, so
- * two racing changes of one key get their cas and their rows in the order
- * the store applies them.
+ * journal_update() from under the same lock.  Either way the cas is handed
+ * out there (the engine's next_cas hook), and the row goes into the update
+ * log there, so two racing changes of one key get their cas and their rows
+ * in the order the store applies them.  Each call carries the caller's
+ * journal_change (from the store through kura_clock.feed_ctx): whether the
+ * change is local, a master's row or one applied again at open, and where
+ * the cas handed out and the row's timestamp are left for the caller.
  *
  * The update log is the write-ahead log of the pair.  A row is appended
  * before the store writes the change, so after a kill -9 the log holds
@@ -16,99 +19,117 @@
  * was between the two writes.  Rows hold results, not commands, so
  * applying one the store already has does no harm, and applying every row
  * after the watermark (watermark.c) in log order leaves each key as its
- * last row says (apply.c).  With -sync always the server's group commit
- * waits for the log alone (commit.c): a change whose row is durable is
- * durable, since recovery puts it back into the store.
+ * last row says (the engine applies them: src/engine/durable.c).  With
+ * -sync always the server's group commit waits for the log alone
+ * (commit.c): a change whose row is durable is durable, since recovery
+ * puts it back into the store.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "journal_int.h"
 
-_Thread_local const change_ctx *journal_tl_ctx;
-_Thread_local uint64_t journal_tl_logged_ts;
 static _Thread_local uint64_t tl_lsn;           /* the last row this thread appended */
 static _Thread_local uint64_t tl_ts;            /* ... and its timestamp */
-static _Thread_local const kura_engine *tl_lsn_engine;
-static _Thread_local uint64_t tl_last_cas;      /* the cas feed_put last gave (feed_last_cas) */
+static _Thread_local const struct kura_journal *tl_lsn_journal;
 
-static int append(kura_engine *e, ul_row *r)
+/* Appends r for ch's change (NULL: a local change no caller follows);
+ * *ts: its timestamp. */
+static int append(struct kura_journal *j, journal_change *ch, ul_row *r, uint64_t *ts)
 {
-    const change_ctx *cx = journal_tl_ctx;
-    if (cx && cx->kind == CH_REPLICA) {
-        r->origin_ts = cx->row->origin_ts;
-        r->sid = cx->row->sid;
+    if (ch && ch->kind == JOURNAL_REPLICA) {
+        r->origin_ts = ch->row->origin_ts;
+        r->sid = ch->row->sid;
     }
     ul_pos pos;
-    int rc = ul_append(e->journal->ulog, r, &pos);
+    int rc = ul_append(j->ulog, r, &pos);
     if (rc)
         return rc;
     /* a read-only replica's own rows (deletes after a copy, evictions) are
      * housekeeping, not changes a client made: not history */
-    if (r->sid || !atomic_load_explicit(&e->replica, memory_order_relaxed))
-        history_note(e->journal, r->sid, r->origin_ts ? r->origin_ts : pos.ts, pos.seg);
-    journal_tl_logged_ts = pos.ts;
+    if (r->sid || !atomic_load_explicit(&j->replica, memory_order_relaxed))
+        history_note(j, r->sid, r->origin_ts ? r->origin_ts : pos.ts, pos.seg);
+    if (ch)
+        ch->logged_ts = pos.ts;
+    *ts = pos.ts;
     tl_lsn = pos.lsn;
     tl_ts = pos.ts;
-    tl_lsn_engine = e;
+    tl_lsn_journal = j;
     return KURA_OK;
 }
 
-bool feed_thread_pos(const kura_engine *e, uint64_t *lsn, uint64_t *ts)
+bool feed_thread_pos(const struct kura_journal *j, uint64_t *lsn, uint64_t *ts)
 {
-    if (tl_lsn_engine != e)
+    if (tl_lsn_journal != j)
         return false;
     *lsn = tl_lsn;
     *ts = tl_ts;
     return true;
 }
 
-static int feed_put(void *arg, kura_item *it)
+/* A local change's cas, from the engine (journal_hooks.next_cas); kept in
+ * ch too, where the engine finds it (a put's, or the one to reserve
+ * through after JOURNAL_RESERVE). */
+static int next_cas(struct kura_journal *j, journal_change *ch, uint64_t *cas)
 {
-    kura_engine *e = arg;
-    const change_ctx *cx = journal_tl_ctx;
+    int rc = j->hooks.next_cas(j->hooks.arg, cas);
+    if (ch)
+        ch->cas = *cas;
+    return rc;
+}
+
+static bool is_local(const journal_change *ch)
+{
+    return !ch || ch->kind == JOURNAL_LOCAL;
+}
+
+static int feed_put(void *arg, void *change, kura_item *it)
+{
+    struct kura_journal *j = arg;
+    journal_change *ch = change;
     int rc;
-    if (!cx && (rc = engine_next_cas(e, &it->cas)) != KURA_OK)
+    if (is_local(ch) && (rc = next_cas(j, ch, &it->cas)) != KURA_OK)
         return rc;
-    tl_last_cas = it->cas;
-    if (!e->journal->ulog || (cx && cx->kind == CH_REDO))
+    if (!j->ulog || (ch && ch->kind == JOURNAL_REDO))
         return KURA_OK;
     ul_row r = {
         .type = UL_PUT, .key = it->key, .klen = it->klen, .val = it->val, .vlen = it->vlen,
         .flags = it->flags, .exptime = it->exptime, .cas = it->cas,
     };
-    return append(e, &r);
+    uint64_t ts;
+    return append(j, ch, &r, &ts);
 }
 
-static int feed_del(void *arg, const char *key, size_t klen)
+/* A delete logged: a dual master remembers when (the origin's time for a
+ * master's row). */
+static int append_del(struct kura_journal *j, journal_change *ch, ul_row *r)
 {
-    kura_engine *e = arg;
-    struct kura_journal *j = e->journal;
-    const change_ctx *cx = journal_tl_ctx;
-    if (!j->ulog || (cx && cx->kind == CH_REDO))
-        return KURA_OK;
-    ul_row r = { .type = UL_DEL, .key = key, .klen = klen };
-    int rc = append(e, &r);
+    uint64_t ts;
+    int rc = append(j, ch, r, &ts);
     if (rc == KURA_OK && j->tombs)
-        tombs_put(j->tombs, key, klen, cx ? cx->row->origin_ts : journal_tl_logged_ts);
+        tombs_put(j->tombs, r->key, r->klen,
+                  ch && ch->kind == JOURNAL_REPLICA ? ch->row->origin_ts : ts);
     return rc;
 }
 
-int feed_update(kura_engine *e, const kura_item *cur, kura_update *up)
+static int feed_del(void *arg, void *change, const char *key, size_t klen)
 {
-    return feed_update_key(e, cur ? cur->key : NULL, cur ? cur->klen : 0, cur, up);
+    struct kura_journal *j = arg;
+    journal_change *ch = change;
+    if (!j->ulog || (ch && ch->kind == JOURNAL_REDO))
+        return KURA_OK;
+    ul_row r = { .type = UL_DEL, .key = key, .klen = klen };
+    return append_del(j, ch, &r);
 }
 
-int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_item *cur,
-                    kura_update *up)
+int journal_update(struct kura_journal *j, journal_change *ch, const char *key, size_t klen,
+                   const kura_item *cur, kura_update *up)
 {
-    struct kura_journal *j = e->journal;
-    const change_ctx *cx = journal_tl_ctx;
     ul_row r = { .type = UL_PUT, .key = key, .klen = klen };
     switch (up->action) {
     case KURA_UPDATE_REPLACE:
-        if (!cx) {                      /* a replica's row keeps its own */
-            int rc = engine_next_cas(e, &up->cas);
+        if (is_local(ch)) {             /* a master's row keeps its own */
+            int rc = next_cas(j, ch, &up->cas);
             if (rc != KURA_OK)
                 return rc;
         }
@@ -141,66 +162,65 @@ int feed_update_key(kura_engine *e, const char *key, size_t klen, const kura_ite
     }
     if (!r.key)
         return KURA_EINVAL;
-    int rc = append(e, &r);
-    if (rc == KURA_OK && r.type == UL_DEL && j->tombs)
-        tombs_put(j->tombs, r.key, r.klen, cx ? cx->row->origin_ts : journal_tl_logged_ts);
-    return rc;
+    uint64_t ts;
+    return r.type == UL_DEL ? append_del(j, ch, &r) : append(j, ch, &r, &ts);
 }
 
-uint64_t feed_last_cas(void)
+int journal_flush(struct kura_journal *j, journal_change *ch, uint64_t oldest_cas,
+                  int64_t flush_at)
 {
-    return tl_last_cas;
-}
-
-int feed_flush(kura_engine *e, uint64_t oldest_cas, int64_t flush_at)
-{
-    if (!e->journal->ulog || (journal_tl_ctx && journal_tl_ctx->kind == CH_REDO))
+    if (!j->ulog || (ch && ch->kind == JOURNAL_REDO))
         return KURA_OK;
     ul_row r = { .type = UL_FLUSH, .cas = oldest_cas, .exptime = flush_at };
-    return append(e, &r);
+    uint64_t ts;
+    return append(j, ch, &r, &ts);
 }
 
-ul_log *feed_log(kura_engine *e)
+ul_log *journal_ulog(struct kura_journal *j)
 {
-    return e->journal->ulog;
+    return j->ulog;
 }
 
-void feed_hook(kura_engine *e, kura_store *s)
+void journal_hook(struct kura_journal *j, kura_store *s)
 {
-    s->feed = &e->journal->feed;
+    s->feed = &j->feed;
 }
 
-void journal_log(kura_engine *e, int level, const char *line)
+void journal_set_replica(struct kura_journal *j, bool replica)
 {
-    if (e->journal->log)
-        e->journal->log(level, line);
+    atomic_store(&j->replica, replica);
+}
+
+void journal_log(struct kura_journal *j, int level, const char *line)
+{
+    if (j->log)
+        j->log(level, line);
     else
         fprintf(stderr, "%s\n", line);
 }
 
-int feed_init(kura_engine *e)
+int journal_new(const journal_hooks *hooks, struct kura_journal **out)
 {
     struct kura_journal *j = calloc(1, sizeof(*j));
-    e->journal = j;
+    *out = j;
     if (!j)
         return KURA_ENOMEM;
-    j->feed = (kura_feed){ feed_put, feed_del, e };
+    j->hooks = *hooks;
+    j->feed = (kura_feed){ feed_put, feed_del, j };
     watermark_init(j);
     attach_init(j);
     history_init(j);
     return KURA_OK;
 }
 
-void feed_destroy(kura_engine *e)
+void journal_free(struct kura_journal *j)
 {
-    struct kura_journal *j = e->journal;
     if (!j)
         return;
-    feed_stop(e);
+    journal_stop(j);
     tombs_free(j->tombs);
     watermark_destroy(j);
     attach_destroy(j);
     history_destroy(j);
     free(j);
-    e->journal = NULL;
 }

@@ -118,7 +118,7 @@ uint32_t journal_hist_ahead(const journal_hist *mine, const journal_hist *theirs
     return 0;
 }
 
-/* ---- under the engine ---------------------------------------------------------- */
+/* ---- the journal's vector ---------------------------------------------------------- */
 
 /* A change made here (the write path) raises this server's own entry with
  * a compare-and-swap, no lock; a row from another origin takes the lock. */
@@ -148,9 +148,8 @@ static void hist_set(struct kura_journal *j, const journal_hist *h)
     atomic_store(&j->hist_own_ts, journal_hist_get(h, j->hist_own_sid));
 }
 
-void journal_history(kura_engine *e, journal_hist *out)
+void journal_history(struct kura_journal *j, journal_hist *out)
 {
-    struct kura_journal *j = e->journal;
     pthread_mutex_lock(&j->hist_lock);
     *out = j->hist;
     uint64_t own = atomic_load(&j->hist_own_ts);
@@ -160,10 +159,10 @@ void journal_history(kura_engine *e, journal_hist *out)
         (void)journal_hist_note(out, j->hist_own_sid, own);
 }
 
-int journal_history_format(kura_engine *e, char *buf, size_t cap)
+int journal_history_format(struct kura_journal *j, char *buf, size_t cap)
 {
     journal_hist h;
-    journal_history(e, &h);
+    journal_history(j, &h);
     return journal_hist_format(&h, buf, cap);
 }
 
@@ -222,14 +221,13 @@ int history_load_file(const char *dir, journal_hist *h, uint64_t *as_of)
 
 /* At attach: the file's vector, then the rows after its as_of (all of the
  * log's without a usable file). */
-int history_load(kura_engine *e, ul_log *log)
+int history_load(struct kura_journal *j, ul_log *log)
 {
-    struct kura_journal *j = e->journal;
     journal_hist h;
     uint64_t as_of;
     int rc = history_load_file(ul_dir(log), &h, &as_of);
     if (rc != KURA_OK && rc != KURA_NOTFOUND) {
-        journal_log(e, KURA_LOG_ERROR, "update log: its history file is damaged: reading the "
+        journal_log(j, KURA_LOG_ERROR, "update log: its history file is damaged: reading the "
                     "whole log for it");
         memset(&h, 0, sizeof(h));
         as_of = 0;
@@ -262,21 +260,20 @@ int history_load(kura_engine *e, ul_log *log)
     return rc == KURA_OK || rc == KURA_EIO ? KURA_OK : rc;
 }
 
-void history_tick(kura_engine *e, uint64_t as_of, bool force)
+void history_tick(struct kura_journal *j, uint64_t as_of, bool force)
 {
-    struct kura_journal *j = e->journal;
     if (!j->ulog)
         return;
     pthread_mutex_lock(&j->hist_save_lock);
     uint32_t seg = atomic_load(&j->hist_seg);
     journal_hist h;
-    journal_history(e, &h);
+    journal_history(j, &h);
     pthread_mutex_lock(&j->hist_lock);
     bool full = j->hist_full && !j->hist_full_logged;
     j->hist_full_logged |= full;
     pthread_mutex_unlock(&j->hist_lock);
     if (full)
-        journal_log(e, KURA_LOG_ERROR, "update log: rows from more than 128 origin servers: "
+        journal_log(j, KURA_LOG_ERROR, "update log: rows from more than 128 origin servers: "
                     "the history keeps the first 128 (divergence from the others is not seen)");
     /* the log is synced first: the file never counts a row that a crash
      * could still cut from the log's tail (under -sync none or interval) */
@@ -287,9 +284,8 @@ void history_tick(kura_engine *e, uint64_t as_of, bool force)
     pthread_mutex_unlock(&j->hist_save_lock);
 }
 
-int journal_history_reset(kura_engine *e, const journal_hist *h)
+int journal_history_reset(struct kura_journal *j, const journal_hist *h)
 {
-    struct kura_journal *j = e->journal;
     if (!j->ulog)
         return KURA_OK;
     pthread_mutex_lock(&j->hist_save_lock);

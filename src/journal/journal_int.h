@@ -1,13 +1,13 @@
 /*
- * journal_int.h - the journal's state under one engine, shared by the files
- * of src/journal/: the change feed (feed.c), the watermark's slots
- * (watermark.c), the recent deletes of a dual master (tombs.c), applying
- * rows (apply.c), attaching the update log and its thread (attach.c) and
- * the commit sources (commit.c).
+ * journal_int.h - the journal's state, shared by the files of
+ * src/journal/: the change feed (feed.c), the watermark's slots
+ * (watermark.c), the recent deletes of a dual master (tombs.c), attaching
+ * the update log and its thread (attach.c), the history vector
+ * (history.c) and the commit sources (commit.c).
  *
- * The engine holds a pointer to it (kura_engine.journal) and calls it
- * through the feed_* functions of engine_int.h; the journal in turn uses
- * the engine's cas assignment, state lock and store.
+ * The engine owns one (kura_engine.journal) and calls it through
+ * journal.h; what the journal needs of the engine comes through the hooks
+ * given to journal_new, and nothing here includes the engine's headers.
  */
 #ifndef KURA_JOURNAL_INT_H
 #define KURA_JOURNAL_INT_H
@@ -16,7 +16,6 @@
 #include <stdatomic.h>
 
 #include "kura/journal.h"
-#include "../engine/engine_int.h"
 
 /* Threads that may be inside a change at once, each with a slot of its own
  * (watermark.c); a thread beyond them waits for the one overflow slot.
@@ -32,12 +31,15 @@ typedef struct journal_slot {
 } journal_slot;
 
 struct kura_journal {
+    journal_hooks hooks;                /* the engine's cas and state save */
     kura_feed feed;                     /* the store's feed points here */
     ul_log *ulog;                       /* NULL: none */
     int ulog_sync;                      /* enum kura_sync_mode */
     void (*log)(int level, const char *line);
+    _Atomic bool replica;               /* journal_set_replica */
     _Atomic uint64_t pinned;            /* a row the store failed to apply: the
                                            watermark stays below it (0: none) */
+    _Atomic uint64_t saved;             /* the watermark the engine last saved */
     journal_slot slots[JOURNAL_SLOTS + 1];
     pthread_mutex_t overflow_lock;      /* held across a change in the last slot */
     struct tombs *tombs;                /* dual master: recent deletes (tombs.c) */
@@ -59,22 +61,10 @@ struct kura_journal {
     uint32_t hist_saved_seg;            /* hist_save_lock: hist_seg at the last save */
 };
 
-/* What the change under way on this thread is, when not a local one
- * (feed.c reads it; apply.c sets it around the store call). */
-enum { CH_LOCAL = 0, CH_REPLICA, CH_REDO };
-typedef struct change_ctx {
-    int kind;
-    const ul_row *row;                  /* CH_REPLICA: the row received */
-    kura_engine *e;
-} change_ctx;
-extern _Thread_local const change_ctx *journal_tl_ctx;
-/* The timestamp of the row this thread's change logged, 0: none (feed.c
- * sets it, feed_end reads it). */
-extern _Thread_local uint64_t journal_tl_logged_ts;
-
-/* feed.c: the calling thread's last row, if it was appended to e's log
- * (false: none, or another engine's). */
-bool feed_thread_pos(const kura_engine *e, uint64_t *lsn, uint64_t *ts);
+/* feed.c: the calling thread's last row, if it was appended to j's log
+ * (false: none, or another journal's): the commit interface's thread_seq,
+ * which is per thread by its definition (journal.h, kura_commit). */
+bool feed_thread_pos(const struct kura_journal *j, uint64_t *lsn, uint64_t *ts);
 
 /* tombs.c: the recent deletes of a dual master. */
 struct tombs *tombs_new(void);
@@ -86,16 +76,13 @@ uint64_t tombs_get(struct tombs *tb, const void *key, size_t klen);
 void watermark_init(struct kura_journal *j);
 void watermark_destroy(struct kura_journal *j);
 
-/* apply.c: the rows after `from` in log, applied again (recovery). */
-int apply_redo(kura_engine *e, ul_log *log, uint64_t from, uint64_t *redone);
-
 /* history.c: a row appended (sid: its origin, 0: this server); the file read at
  * attach (and the rows after it noted); saved when the segment moved on
  * (or always, force) as of the watermark as_of. */
 void history_note(struct kura_journal *j, uint32_t sid, uint64_t origin_ts, uint32_t seg);
-int history_load(kura_engine *e, ul_log *log);
+int history_load(struct kura_journal *j, ul_log *log);
 int history_load_file(const char *dir, journal_hist *h, uint64_t *as_of);
-void history_tick(kura_engine *e, uint64_t as_of, bool force);
+void history_tick(struct kura_journal *j, uint64_t as_of, bool force);
 void history_init(struct kura_journal *j);
 void history_destroy(struct kura_journal *j);
 
@@ -103,8 +90,8 @@ void history_destroy(struct kura_journal *j);
 void attach_init(struct kura_journal *j);
 void attach_destroy(struct kura_journal *j);
 
-/* One line to the engine's log (journal_attach's logfn), or stderr
+/* One line to the server's log (journal_attach's logfn), or stderr
  * without one. */
-void journal_log(kura_engine *e, int level, const char *line);
+void journal_log(struct kura_journal *j, int level, const char *line);
 
 #endif

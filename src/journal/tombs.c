@@ -6,9 +6,10 @@
  * a deleted key carries nothing, so the time of each delete is kept here
  * for TOMB_KEEP_US, or until TOMB_SLOTS/2 newer ones push it out: within
  * that window a set older than the delete, arriving after it from the
- * other master, is not applied (apply.c).  Keys are kept as 64-bit hashes
- * (a collision could only hold back an older set of another key), in an
- * open-addressed table under one mutex, taken after the key's lock.
+ * other master, is not applied (journal_lww, below).  Keys are kept as
+ * 64-bit hashes (a collision could only hold back an older set of another
+ * key), in an open-addressed table under one mutex, taken after the key's
+ * lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,44 @@ void tombs_free(struct tombs *tb)
     free(tb);
 }
 
-int feed_dual(kura_engine *e)
+int journal_set_dual(struct kura_journal *j)
 {
-    e->journal->tombs = tombs_new();
-    return e->journal->tombs ? KURA_OK : KURA_ENOMEM;
+    j->tombs = tombs_new();
+    return j->tombs ? KURA_OK : KURA_ENOMEM;
+}
+
+bool journal_dual(struct kura_journal *j)
+{
+    return j->tombs != NULL;
+}
+
+/* A row is applied only over an older item (cas at most the row's: a
+ * touch keeps the cas), and a set not over a newer delete. */
+int journal_lww(struct kura_journal *j, journal_change *ch, const kura_item *cur,
+                kura_update *up)
+{
+    const ul_row *r = ch->row;
+    struct tombs *tb = j->tombs;
+    if (r->type == UL_PUT) {
+        if (cur ? r->cas < cur->cas : tombs_get(tb, r->key, r->klen) > r->cas)
+            return KURA_OK;             /* what is here is newer */
+        up->action = KURA_UPDATE_REPLACE;
+        up->flags = r->flags;
+        up->exptime = r->exptime;
+        up->cas = r->cas;
+        up->part[0].base = r->val;
+        up->part[0].len = r->vlen;
+    } else {
+        if (!cur) {
+            tombs_put(tb, r->key, r->klen, r->origin_ts);
+            return KURA_OK;
+        }
+        if (cur->cas > r->origin_ts)
+            return KURA_OK;             /* set after the delete was made */
+        up->action = KURA_UPDATE_REMOVE;
+    }
+    int rc = journal_update(j, ch, r->key, r->klen, cur, up);
+    if (rc)
+        up->action = KURA_UPDATE_KEEP;
+    return rc;
 }

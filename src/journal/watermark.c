@@ -13,7 +13,7 @@
  * applies it: the log, not the store, is the truth.
  *
  * A thread takes a slot of its own at its first change and gives it back
- * when it exits, so feed_begin costs one atomic store; threads beyond
+ * when it exits, so journal_begin costs one atomic store; threads beyond
  * JOURNAL_SLOTS share the last slot under a mutex.
  */
 #include <stdio.h>
@@ -51,27 +51,27 @@ static int my_slot(void)
     return JOURNAL_SLOTS;               /* the shared overflow slot */
 }
 
-int feed_begin(kura_engine *e)
+void journal_begin(struct kura_journal *j, journal_change *ch)
 {
-    struct kura_journal *j = e->journal;
+    ch->logged_ts = 0;
+    ch->slot = -1;
     if (!j->ulog)
-        return -1;
+        return;
     int i = my_slot();
     if (i == JOURNAL_SLOTS)
         pthread_mutex_lock(&j->overflow_lock);
-    journal_tl_logged_ts = 0;
     atomic_store(&j->slots[i].ts, hlc_last(ul_clock(j->ulog)) + 1);
-    return i;
+    ch->slot = i;
 }
 
-void feed_end(kura_engine *e, int slot, int rc)
+void journal_end(struct kura_journal *j, journal_change *ch, int rc)
 {
-    struct kura_journal *j = e->journal;
+    int slot = ch->slot;
     if (slot < 0)
         return;
-    if (rc < 0 && journal_tl_logged_ts) {
+    if (rc < 0 && ch->logged_ts) {
         /* logged, then not applied: the next start applies it */
-        uint64_t want = journal_tl_logged_ts - 1, cur = atomic_load(&j->pinned);
+        uint64_t want = ch->logged_ts - 1, cur = atomic_load(&j->pinned);
         while ((cur == 0 || want < cur) &&
                !atomic_compare_exchange_weak(&j->pinned, &cur, want))
             ;
@@ -88,9 +88,8 @@ void feed_end(kura_engine *e, int slot, int rc)
         pthread_mutex_unlock(&j->overflow_lock);
 }
 
-uint64_t feed_watermark(kura_engine *e)
+uint64_t journal_applied_ts(struct kura_journal *j)
 {
-    struct kura_journal *j = e->journal;
     if (!j->ulog)
         return UINT64_MAX;              /* nothing to apply again: see journal_attach */
     uint64_t w = hlc_last(ul_clock(j->ulog));
@@ -104,20 +103,18 @@ uint64_t feed_watermark(kura_engine *e)
         w = p;
     /* never back: a lower value saved after a higher one would only make
      * the next start apply more rows, but the watermark means "applied" */
-    return w > e->saved_ulog_ts ? w : e->saved_ulog_ts;
+    uint64_t saved = atomic_load(&j->saved);
+    return w > saved ? w : saved;
 }
 
-void feed_unpin(kura_engine *e)
+void journal_set_saved(struct kura_journal *j, uint64_t ts)
 {
-    atomic_store(&e->journal->pinned, 0);
+    atomic_store(&j->saved, ts);
 }
 
-uint64_t journal_applied_ts(kura_engine *e)
+void journal_unpin(struct kura_journal *j)
 {
-    engine_state_lock(e);
-    uint64_t w = feed_watermark(e);
-    engine_state_unlock(e);
-    return w;
+    atomic_store(&j->pinned, 0);
 }
 
 void watermark_init(struct kura_journal *j)

@@ -88,7 +88,7 @@ static void greet_check(peer *p, repl_welcome *w, uint64_t *after, char *line, s
      * another log (the request's hid) is no position here; a replica with
      * a smaller -I is refused (rows it could not take). */
     w->hid = ul_log_id(m->cfg.ulog);
-    if (journal_history_format(m->cfg.engine, w->hist, sizeof(w->hist)) < 0)
+    if (journal_history_format(engine_journal(m->cfg.engine), w->hist, sizeof(w->hist)) < 0)
         w->hist[0] = '\0';              /* too long to send: the replica cannot check */
     if (h->hid && h->hid != w->hid) {
         logf_(m, KURA_LOG_INFO, "replica %s (sid %u): its position %" PRIu64 " counts in "
@@ -378,7 +378,7 @@ int repl_master_wait(repl_master *m, uint64_t ts, int n, int timeout_ms)
 
 void repl_master_tick(repl_master *m)
 {
-    uint64_t keep = journal_applied_ts(m->cfg.engine);
+    uint64_t keep = journal_applied_ts(engine_journal(m->cfg.engine));
     time_t now = time(NULL);
     lockorder_lock(&m->lock, LOCK_RANK_REPL);
     for (peer *p = m->peers; p; p = p->next)

@@ -181,7 +181,7 @@ spool *spool_get(repl_master *m, char *why, size_t whylen)
         free(sp);
         return NULL;
     }
-    sp->start = journal_applied_ts(m->cfg.engine);
+    sp->start = journal_applied_ts(engine_journal(m->cfg.engine));
     sp->users = 1;
     int err = pthread_create(&sp->thread, NULL, spool_main, sp);
     if (err) {

@@ -3,7 +3,7 @@
  * protocol; docs/replication.md the operator's view).
  *
  * One thread: connect, send "repl <position> <sid>", apply every row that
- * comes, in order, through journal_apply_row() (which logs it in this
+ * comes, in order, through engine_apply_row() (which logs it in this
  * server's own update log, when it has one, with its origin's sid and
  * timestamp, so replicas can chain); ack what is applied; keep the position
  * in the rts file.  On a cut connection, a master that restarts or goes

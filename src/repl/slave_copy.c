@@ -25,7 +25,7 @@ static int del_stale(void *arg, const char *key, size_t klen)
     session *ss = arg;
     ul_row del = { .type = UL_DEL, .key = key, .klen = klen, .sid = ss->s->cfg.sid,
                    .origin_ts = 0 };
-    int rc = journal_apply_row(ss->s->cfg.engine, &del);
+    int rc = engine_apply_row(ss->s->cfg.engine, &del);
     return rc < 0 ? rc : 0;
 }
 
@@ -66,7 +66,7 @@ int slave_copy_done(session *ss)
      * rows from before: diverged ones included), durably before the
      * position moves on */
     if (ss->has_hist && !s->cfg.rw && s->cfg.ulog &&
-        journal_history_reset(s->cfg.engine, &ss->hist) != KURA_OK)
+        journal_history_reset(engine_journal(s->cfg.engine), &ss->hist) != KURA_OK)
         return KURA_EIO;
     s->want_copy = false;
     s->rts_hid = ss->hid;
@@ -118,7 +118,7 @@ int slave_copy_item(session *ss, const ul_row *row)
     }
     if (ss->stale)
         keyset_remove(ss->stale, row->key, row->klen);
-    return journal_apply_row(ss->s->cfg.engine, row);
+    return engine_apply_row(ss->s->cfg.engine, row);
 }
 
 /* The stream ended before COPY_DONE: what came is dropped (a store of its

@@ -113,7 +113,7 @@ int slave_history_check(repl_slave *s, const repl_welcome *w)
         s->hist_warned = true;
         return 0;
     }
-    journal_history(s->cfg.engine, &mine);
+    journal_history(engine_journal(s->cfg.engine), &mine);
     uint32_t o = journal_hist_ahead(&mine, &theirs);
     if (!o || (s->want_copy && w->boot))
         return 0;                       /* (its rows are saved: the copy asked for comes) */

@@ -69,7 +69,7 @@ static int handle(session *ss, const ul_row *row)
     int rc = KURA_OK;
     if (row->sid == s->cfg.sid)
         atomic_fetch_add(&s->skipped, 1);   /* our own change, back from a dual master */
-    else if ((rc = journal_apply_row(s->cfg.engine, row)) == KURA_OK)
+    else if ((rc = engine_apply_row(s->cfg.engine, row)) == KURA_OK)
         atomic_fetch_add(&s->applied, 1);
     if (rc < 0)
         return rc;
@@ -86,7 +86,7 @@ static int send_ack(session *ss)
     uint64_t pos = atomic_load(&s->pos);
     if (s->cfg.sync_mode == KURA_SYNC_ALWAYS) {
         kura_commit src;
-        if (journal_commit_source(s->cfg.engine, &src) &&
+        if (engine_commit_source(s->cfg.engine, &src) &&
             src.commit(src.ctx, src.write_seq(src.ctx)) < 0)
             return -1;
     }

@@ -171,7 +171,7 @@ static int open_ulog(kura_server *srv)
                 err[0] ? err : kura_strerror(rc));
         return -1;
     }
-    rc = journal_attach(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
+    rc = engine_attach_log(srv->engine, srv->ulog, st->sync_mode, store_log, &redone);
     if (rc) {
         log_msg(KURA_LOG_ERROR, "cannot apply the update log %s to the store: %s", st->ulog_dir,
                 kura_strerror(rc));
@@ -203,7 +203,7 @@ static int start_committer(kura_server *srv)
 {
     committer_config cc = { .wake = wake_workers, .wake_arg = srv, .log = store_log };
     if ((srv->settings->sync_mode != KURA_SYNC_ALWAYS && !srv->settings->syncrepl) ||
-        !journal_commit_source(srv->engine, &cc.source))
+        !engine_commit_source(srv->engine, &cc.source))
         return 0;                       /* nothing to wait for */
     return committer_start(&cc, &srv->committer) == KURA_OK ? 0 : -1;
 }

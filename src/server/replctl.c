@@ -37,7 +37,7 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
         emit(arg, "ulog_last_ts", b);
         snprintf(b, sizeof(b), "%llu", (unsigned long long)ex.from_ts);
         emit(arg, "ulog_from_ts", b);
-        snprintf(b, sizeof(b), "%llu", (unsigned long long)journal_applied_ts(srv->engine));
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)journal_applied_ts(engine_journal(srv->engine)));
         emit(arg, "ulog_applied_ts", b);
         snprintf(b, sizeof(b), "%u", ex.segs);
         emit(arg, "ulog_files", b);
@@ -48,7 +48,7 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
             char h[JOURNAL_HIST_MAX * 28];
             snprintf(b, sizeof(b), "%016llx", (unsigned long long)ul_log_id(srv->ulog));
             emit(arg, "ulog_hid", b);
-            if (journal_history_format(srv->engine, h, sizeof(h)) < 0)
+            if (journal_history_format(engine_journal(srv->engine), h, sizeof(h)) < 0)
                 h[0] = '\0';
             emit(arg, "ulog_history", h[0] ? h : "-");
         }
@@ -217,7 +217,7 @@ int start_repl(kura_server *srv)
             log_msg(KURA_LOG_ERROR, "-syncrepl needs -ulog DIR (replicas follow the update log)");
             return -1;
         }
-        journal_set_replica_wait(srv->engine, wait_replicas, srv);
+        journal_set_replica_wait(engine_journal(srv->engine), wait_replicas, srv);
     }
     if (st->mhost) {
         char rts[4200];

@@ -276,7 +276,7 @@ static int load_into(kura_server *srv, const char *path, kura_store **store, sna
                        errlen);
     if (rc == KURA_OK) {
         /* the rows of the update log after the snapshot's start are applied
-         * next (journal_attach); no cas at or below the loaded ones is
+         * next (engine_attach_log); no cas at or below the loaded ones is
          * handed out again */
         kura_store_state st = { .max_cas = *max_cas, .ulog_ts = info->start_ts };
         if (shadow->ops->save_state && (rc = shadow->ops->save_state(shadow, &st)) < 0)

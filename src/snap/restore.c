@@ -7,7 +7,7 @@
  * to any later moment, exactly from end_ts on (docs/formats.md,
  * "Snapshots").  So for a target T the newest snapshot with end_ts <= T is
  * loaded and the rows in (start_ts, T] applied.  Rows go through the
- * engine as a replica's do (journal_apply_row: the item with its own cas; a
+ * engine as a replica's do (engine_apply_row: the item with its own cas; a
  * flush as a flush), with no update log attached, so nothing is logged:
  * the new database is a store of its own.
  */
@@ -115,7 +115,7 @@ static int replay(const snap_restore_cfg *cfg, kura_engine *e, uint64_t from,
     while ((rc = ul_reader_next(rd, &row)) == KURA_OK) {
         if (row.ts > cfg->until_ts)
             break;
-        if ((rc = journal_apply_row(e, &row)) < 0) {
+        if ((rc = engine_apply_row(e, &row)) < 0) {
             snprintf(err, errlen, "applying the row at %" PRIu64 ": %s", row.ts,
                      kura_strerror(rc));
             break;

@@ -41,7 +41,7 @@ int snap_take(kura_engine *e, const snap_take_cfg *cfg, snap_info *out, char *pa
 {
     /* every row up to the watermark is in the store before the walk starts;
      * without a log there is no position to give */
-    uint64_t start = cfg->ulog ? journal_applied_ts(e) : 0;
+    uint64_t start = cfg->ulog ? journal_applied_ts(engine_journal(e)) : 0;
     if (start == UINT64_MAX)
         start = 0;
     snap_info in = {

@@ -26,20 +26,22 @@ static bool too_big(const kura_store *s, size_t klen, size_t vlen)
            (s->item_max && kura_item_wire_total(klen, vlen, 0) > s->item_max);
 }
 
-static inline int feed_put(kura_store *s, kura_item *it)
+/* The change feed (store.h), given the feed_ctx of the store call's clock. */
+static inline int feed_put(kura_store *s, const kura_clock *clk, kura_item *it)
 {
-    return s->feed ? s->feed->put(s->feed->arg, it) : KURA_OK;
+    return s->feed ? s->feed->put(s->feed->arg, clk->feed_ctx, it) : KURA_OK;
 }
 
-static inline int feed_del(kura_store *s, const char *key, size_t klen)
+static inline int feed_del(kura_store *s, const kura_clock *clk, const char *key, size_t klen)
 {
-    return s->feed ? s->feed->del(s->feed->arg, key, klen) : KURA_OK;
+    return s->feed ? s->feed->del(s->feed->arg, clk->feed_ctx, key, klen) : KURA_OK;
 }
 
 /* ---- put ------------------------------------------------------------------ */
 
 typedef struct put_arg {
     kura_store *s;
+    const kura_clock *clk;
     const kura_item *it;
     int cond;
     uint64_t cmp_cas;
@@ -70,7 +72,7 @@ static int put_decide(void *arg, const kura_item *cur, kura_update *out)
         return rc;
     /* the change feed (store.h) gives the cas and logs the change */
     kura_item stamped = *p->it;
-    if ((rc = feed_put(p->s, &stamped)) != KURA_OK)
+    if ((rc = feed_put(p->s, p->clk, &stamped)) != KURA_OK)
         return rc;
     out->action = KURA_UPDATE_REPLACE;
     out->flags = p->it->flags;
@@ -90,7 +92,7 @@ int kura_store_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp_ca
         return KURA_ETOOBIG;
     if (s->read_only)
         return KURA_EREADONLY;
-    put_arg p = { s, it, cond, cmp_cas };
+    put_arg p = { s, clk, it, cond, cmp_cas };
     kura_rmw_hint h = { .put = it, .meta = true, .blind = cond == KURA_PUT_ANY };
     return s->ops->rmw(s, it->key, it->klen, clk, &h, put_decide, &p);
 }
@@ -99,6 +101,7 @@ int kura_store_put(kura_store *s, const kura_item *it, int cond, uint64_t cmp_ca
 
 typedef struct del_arg {
     kura_store *s;
+    const kura_clock *clk;
     uint64_t cmp_cas;
 } del_arg;
 
@@ -111,7 +114,7 @@ static int del_decide(void *arg, const kura_item *cur, kura_update *out)
     }
     if (d->cmp_cas && cur->cas != d->cmp_cas)
         return KURA_EXISTS;
-    int rc = feed_del(d->s, cur->key, cur->klen);
+    int rc = feed_del(d->s, d->clk, cur->key, cur->klen);
     if (rc == KURA_OK)
         out->action = KURA_UPDATE_REMOVE;
     return rc;
@@ -124,7 +127,7 @@ int kura_store_del(kura_store *s, const char *key, size_t klen, uint64_t cmp_cas
         return KURA_NOTFOUND;
     if (s->read_only)
         return KURA_EREADONLY;
-    del_arg d = { s, cmp_cas };
+    del_arg d = { s, clk, cmp_cas };
     static const kura_rmw_hint h = { .meta = true };
     return s->ops->rmw(s, key, klen, clk, &h, del_decide, &d);
 }

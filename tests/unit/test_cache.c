@@ -26,7 +26,7 @@ static const kura_iter_spec ITER_ALL = { .scope = KURA_ITER_ALL };
 
 static kura_clock clk_at(int64_t now, uint64_t oldest_cas)
 {
-    kura_clock c = { now, oldest_cas, 0 };
+    kura_clock c = { .now = now, .oldest_cas = oldest_cas };
     return c;
 }
 

@@ -80,7 +80,7 @@ static int rig_open(rig *r, const char *name, uint32_t sid)
         printf("# ul_open: %s\n", err);
         return rc;
     }
-    return journal_attach(r->e, r->log, KURA_SYNC_NONE, elog, &r->redone);
+    return engine_attach_log(r->e, r->log, KURA_SYNC_NONE, elog, &r->redone);
 }
 
 static void rig_close(rig *r)
@@ -361,12 +361,12 @@ static void test_replica_rows(void)
     CHECK_EQ_INT(engine_flush_all(r.e, &r.ts, 0), KURA_EREPLICA);
     ul_row in = { .type = UL_PUT, .key = "m", .klen = 1, .val = "abc", .vlen = 3, .flags = 8,
                   .cas = 4242, .sid = 1, .origin_ts = 1000 };
-    CHECK_EQ_INT(journal_apply_row(r.e, &in), KURA_OK);
+    CHECK_EQ_INT(engine_apply_row(r.e, &in), KURA_OK);
     got g;
     CHECK_EQ_INT(get(&r, "m", &g), KURA_OK);
     CHECK(g.cas == 4242 && g.flags == 8 && g.vlen == 3);
     ul_row fl = { .type = UL_FLUSH, .cas = 5000, .sid = 1, .origin_ts = 2000 };
-    CHECK_EQ_INT(journal_apply_row(r.e, &fl), KURA_OK);
+    CHECK_EQ_INT(engine_apply_row(r.e, &fl), KURA_OK);
     CHECK_EQ_INT(get(&r, "m", &g), KURA_NOTFOUND);      /* cas 4242 < 5000: flushed */
     ul_row rows[8];
     char keys[8][64];

@@ -74,7 +74,7 @@ static int rig_open(rig *r, uint32_t sid)
     ul_config uc = { .dir = uldir, .sid = sid, .ulim = 1 << 16, .log = quiet };
     if ((rc = ul_open(&uc, &r->log, &cut, err, sizeof(err))))
         return rc;
-    return journal_attach(r->e, r->log, KURA_SYNC_NONE, elog, &redone);
+    return engine_attach_log(r->e, r->log, KURA_SYNC_NONE, elog, &redone);
 }
 
 static void rig_close(rig *r)
@@ -91,7 +91,7 @@ static int set(rig *r, const char *k)
 
 static void hist_text(rig *r, char *buf, size_t cap)
 {
-    if (journal_history_format(r->e, buf, cap) < 0)
+    if (journal_history_format(engine_journal(r->e), buf, cap) < 0)
         snprintf(buf, cap, "(too long)");
 }
 
@@ -161,10 +161,10 @@ static void test_upkeep_and_file(void)
     /* a master's row: under its origin, at its origin time */
     ul_row in = { .type = UL_PUT, .key = "m", .klen = 1, .val = "abc", .vlen = 3,
                   .cas = 4242, .sid = 5, .origin_ts = 1000 };
-    CHECK_EQ_INT(journal_apply_row(r.e, &in), KURA_OK);
+    CHECK_EQ_INT(engine_apply_row(r.e, &in), KURA_OK);
     CHECK_EQ_INT(journal_hist_get(&(journal_hist){ 0 }, 5), 0);
     journal_hist h;
-    journal_history(r.e, &h);
+    journal_history(engine_journal(r.e), &h);
     CHECK_EQ_INT(journal_hist_get(&h, 5), 1000);
     CHECK_EQ_INT(journal_hist_get(&h, 1), last);
     /* a read-only replica's own deletes are housekeeping: not history */
@@ -209,7 +209,7 @@ static void test_crash_images(void)
         CHECK_EQ_INT(set(&r, k), KURA_STORED);
     }
     ul_row in = { .type = UL_DEL, .key = "m", .klen = 1, .sid = 9, .origin_ts = 777 };
-    CHECK_EQ_INT(journal_apply_row(r.e, &in), KURA_OK);
+    CHECK_EQ_INT(engine_apply_row(r.e, &in), KURA_OK);
     hist_text(&r, t1, sizeof(t1));
     rig_close(&r);
     REQUIRE(copy_file(old, hfile) == 0);           /* the crash: the newer save lost */
@@ -243,12 +243,12 @@ static void test_reset(void)
     CHECK_EQ_INT(set(&r, "a"), KURA_STORED);
     journal_hist m;
     journal_hist_parse("2:500", &m);
-    CHECK_EQ_INT(journal_history_reset(r.e, &m), KURA_OK);
+    CHECK_EQ_INT(journal_history_reset(engine_journal(r.e), &m), KURA_OK);
     hist_text(&r, t, sizeof(t));
     CHECK_EQ_STR(t, "2:500");
     ul_row in = { .type = UL_PUT, .key = "n", .klen = 1, .val = "x", .vlen = 1, .cas = 9,
                   .sid = 2, .origin_ts = 600 };
-    CHECK_EQ_INT(journal_apply_row(r.e, &in), KURA_OK);
+    CHECK_EQ_INT(engine_apply_row(r.e, &in), KURA_OK);
     ul_close(NULL);
     /* no clean stop: the engine is left, its log reopened elsewhere would
      * be locked; a clean stop saves, so the file is put back as the reset

@@ -188,7 +188,7 @@ static void run(const char *suffix)
     ul_config uc = { .dir = uldir, .sid = 3, .ulim = 1 << 14, .log = quiet };
     uint64_t cut, redone;
     REQUIRE(ul_open(&uc, &w.log, &cut, err, sizeof(err)) == 0);
-    REQUIRE(journal_attach(w.e, w.log, KURA_SYNC_NONE, elog, &redone) == 0);
+    REQUIRE(engine_attach_log(w.e, w.log, KURA_SYNC_NONE, elog, &redone) == 0);
 
     pthread_t th;
     pthread_create(&th, NULL, write_all, &w);

@@ -105,25 +105,29 @@ static bool holds(const fake *f, const char *val)
     return f->have && f->vlen == strlen(val) && memcmp(f->val, val, f->vlen) == 0;
 }
 
-/* A feed that stamps its own cas, or refuses. */
+/* A feed that stamps its own cas, or refuses, and keeps the change it was
+ * handed (the store call's clock's feed_ctx). */
 typedef struct feed_rec {
     int puts, dels, fail;
+    void *change;
 } feed_rec;
 
-static int rec_put(void *arg, kura_item *it)
+static int rec_put(void *arg, void *change, kura_item *it)
 {
     feed_rec *r = arg;
     r->puts++;
+    r->change = change;
     it->cas = 700 + (uint64_t)r->puts;
     return r->fail;
 }
 
-static int rec_del(void *arg, const char *key, size_t klen)
+static int rec_del(void *arg, void *change, const char *key, size_t klen)
 {
     feed_rec *r = arg;
     (void)key;
     (void)klen;
     r->dels++;
+    r->change = change;
     return r->fail;
 }
 
@@ -177,6 +181,21 @@ static void test_feed_calls(void)
     r.fail = KURA_OK;
     CHECK_EQ_INT(kura_store_del(s, "k", 1, 0, &clk), KURA_OK);
     CHECK(!f.have && r.dels == 2);
+    /* the change the caller put in the clock reaches the feed, put and
+     * delete, and a refusal is the store call's result as the feed said it */
+    int change;
+    kura_clock cc = clk;
+    cc.feed_ctx = &change;
+    r.change = NULL;
+    CHECK_EQ_INT(kura_store_put(s, &a, KURA_PUT_ANY, 0, &cc), KURA_OK);
+    CHECK(r.change == &change);
+    r.change = NULL;
+    CHECK_EQ_INT(kura_store_del(s, "k", 1, 0, &cc), KURA_OK);
+    CHECK(r.change == &change);
+    r.fail = -1000;                                             /* any negative */
+    CHECK_EQ_INT(kura_store_put(s, &a, KURA_PUT_ANY, 0, &cc), -1000);
+    CHECK(!f.have && f.action == KURA_UPDATE_KEEP);
+    r.fail = KURA_OK;
 }
 
 static void test_delete(void)

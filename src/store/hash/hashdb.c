@@ -997,7 +997,7 @@ static int recover_db(hashdb *db, const char *path, char *err, size_t errlen)
 int hashdb_open(const char *path, kura_params *params, const kura_store_config *cfg,
                 kura_store **out, char *err, size_t errlen)
 {
-    open_params p;
+    open_params p = { 0 };      /* gcc -O1 (make test-tsan) cannot see parse_params set it */
     int rc;
 
     *out = NULL;

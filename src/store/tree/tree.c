@@ -786,9 +786,9 @@ static int bt_save_state_op(kura_store *s, const kura_store_state *st)
     bt_put64(v + 8, st->oldest_cas);
     bt_put64(v + 16, (uint64_t)st->flush_at);
     bt_put64(v + 24, st->ulog_ts);
-    /* state_mu, not mu: the feed calls this from a put that holds mu; the
-     * record and the state change together, so a checkpoint (which takes
-     * its log position and the state under state_mu) has both or neither */
+    /* state_mu: the record and the state change together, so a checkpoint
+     * (which takes its log position and the state under state_mu) has both
+     * or neither */
     lockorder_lock(&bt->state_mu, LOCK_RANK_STORE_STATE);
     int rc = do_wal_append(bt, BT_REC_STATE, NULL, 0, v, sizeof(v), NULL, 0, 0, 0, 0, &lsn);
     if (rc == KURA_OK)
@@ -1171,7 +1171,7 @@ static int recover_tree(btree *bt, const char *path, bool salvage, char *err, si
 int btree_open(const char *path, kura_params *params, const kura_store_config *cfg,
                kura_store **out, char *err, size_t errlen)
 {
-    open_params p;
+    open_params p = { 0 };      /* gcc -O1 (make test-tsan) cannot see parse_params set it */
     bool salvage = false;
     int rc;
 
