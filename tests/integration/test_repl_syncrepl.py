@@ -26,6 +26,18 @@ from test_repl import SYNCREPL_TIMEOUT_MS, wait_caught_up
 WAIT_LINE = "fewer than 1 replicas confirmed a change"
 
 
+def stopped(pid):
+    """True once every thread of pid is stopped (state T): a SIGSTOP is
+    queued by kill() and takes effect when each thread next runs, so on a
+    loaded machine the replica could still ack a row sent right after."""
+    tasks = os.listdir("/proc/%d/task" % pid)
+    for tid in tasks:
+        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] != "T":
+                return False
+    return True
+
+
 def timeouts(server):
     with server.conn() as c:
         return int(stats(c)["repl_syncrepl_timeouts"])
@@ -53,6 +65,7 @@ class SyncreplTimeout(unittest.TestCase):
 
         os.kill(r.proc.pid, signal.SIGSTOP)
         self.addCleanup(os.kill, r.proc.pid, signal.SIGCONT)   # before its stop
+        kuratest.poll_until(lambda: stopped(r.proc.pid), what="the replica stopped")
         with m.conn() as c:
             c.send(b"set held 0 0 1\r\nh\r\n")
             self.assertTrue(c.is_closed(timeout=SYNCREPL_TIMEOUT_MS / 1000 * 4 + 10),
