@@ -350,6 +350,9 @@ static int repl_status(const char *server)
     seen(t, server);
     char date[64], chain[TREE_DEPTH * 310 + 400] = "";
     printf("%s: %s", server, r->role);
+    bool replica = strcmp(r->role, "replica") == 0 || strcmp(r->role, "dual") == 0;
+    if (replica)
+        printf(" of %s", r->master[0] ? r->master : "?");
     if (r->term[0])
         printf(" (term %s, role from %s)", r->term, r->source[0] ? r->source : "?");
     if (strcmp(r->role, "fenced") == 0) {
@@ -357,7 +360,7 @@ static int repl_status(const char *server)
         t->all_in_sync = false;
         printf(": not in sync, a master that was replaced (repl follow the current master)");
     }
-    if (strcmp(r->role, "replica") == 0 || strcmp(r->role, "dual") == 0) {
+    if (replica) {
         const char *st = replica_state(r);
         bool connected = strcmp(st, "connected") == 0;
         long long us;
@@ -367,8 +370,7 @@ static int repl_status(const char *server)
         bool ok = connected && !r->copying && lag0 && rooted;
         t->all_in_sync &= ok;
         ctl_ts_date(r->position, date, sizeof(date));
-        printf(" of %s: %s, %s", r->master[0] ? r->master : "?", st,
-               ok ? "in sync" : "not in sync");
+        printf(": %s, %s", st, ok ? "in sync" : "not in sync");
         if (r->next_attempt_ms >= 0 && !connected)
             printf(", next attempt in %.1f s", (double)r->next_attempt_ms / 1000);
         printf(", position %" PRIu64 " (%s), lag ", r->position, date);

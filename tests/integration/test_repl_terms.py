@@ -185,8 +185,8 @@ class TermsTest(unittest.TestCase):
         self.assertIn("kuractl repl reset", log_text(b))
         # kuractl repl status: the truth, exit 0 once all in sync
         for s, want in ((b, "master (term 1, role from promote)"),
-                        (c, "replica (term 1, role from follow)"),
-                        (a, "replica (term 1, role from fence)")):
+                        (c, "replica of %s (term 1, role from follow)" % addr(b)),
+                        (a, "replica of %s (term 1, role from fence)" % addr(b))):
             ran = []
             poll_until(lambda: ran.append(kuractl("repl", "status", addr(s))) or
                        ran[-1][0] == 0, timeout=TIMEOUT, what="repl status exit 0 on %r" % s)
