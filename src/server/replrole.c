@@ -240,8 +240,11 @@ static void take_persisted(kura_server *srv, const role_state *f, const role_sta
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* the settings point at it for the process's life (one server a process) */
+    static char mhost[ROLEFILE_HOST_MAX + 1];
     if (f->role == ROLE_REPLICA) {
-        st->mhost = strdup(f->host);
+        snprintf(mhost, sizeof(mhost), "%s", f->host);
+        st->mhost = mhost;
         st->mport = f->port;
     } else {
         st->mhost = NULL;
@@ -314,7 +317,11 @@ void replrole_stop(kura_server *srv)
     if (!r)
         return;
     replrole_probe_stop(srv);
-    /* the engine's gate may still be read by a worker: r stays until exit */
+    /* the workers, the committer and the replication threads are stopped */
+    engine_set_write_gate(srv->engine, NULL, NULL);
+    srv->role = NULL;
+    pthread_mutex_destroy(&r->r_lock);
+    free(r);
 }
 
 struct replprobe **replrole_probe_slot(kura_server *srv)
