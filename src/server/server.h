@@ -241,10 +241,18 @@ int replchain_check(struct kura_server *srv, const char *host, int port, char *m
                     size_t msglen);
 /* replchain.c: sends req to host:port (a plain connection) and reads the
  * answer into buf (NUL-terminated) until it holds end or "ERROR", within
- * timeout_ms: 0, or -1 (no connection, no complete answer).  local: this
- * side's address of the connection, numeric (may be NULL). */
-int replchain_ask(const char *host, int port, const char *req, const char *end, char *buf,
-                  size_t cap, int timeout_ms, char *local, size_t llen);
+ * timeout_ms: 0, or -1 (no connection, no complete answer), logged in
+ * first with auth when the server asks (-Y, -S).  local: this side's
+ * address of the connection, numeric (may be NULL). */
+typedef struct replchain_auth {
+    const char *user, *pass;            /* NULL: none */
+} replchain_auth;
+int replchain_ask(const char *host, int port, const replchain_auth *auth, const char *req,
+                  const char *end, char *buf, size_t cap, int timeout_ms, char *local,
+                  size_t llen);
+/* The credentials a replica sends its master (-mauth's first entry, else
+ * -Y's), for the connections above. */
+void replchain_credentials(struct kura_server *srv, replchain_auth *auth);
 /* repladmin.c: "repl term TERM HOST PORT" from the master that replaced
  * this one: the reply line in msg. */
 int repladmin_heard_term(struct kura_server *srv, uint64_t term, const char *host, int port,

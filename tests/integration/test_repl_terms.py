@@ -24,6 +24,8 @@ docs/replication.md, "Roles and terms" and "Fencing").
                command lines follow each other, and a replica of them, are
                "not in sync" in kuractl repl status, which exits non-zero on
                each (before the fix one of them said "in sync", exit 0)
+  Login        with -Y on both, the probe logs in (the replica's credentials)
+               and fences the old master all the same
   Corrupt      a role file flipped, cut short or of another version: kurad
                does not start and says why (never a role guessed)
 """
@@ -223,6 +225,34 @@ class TermsTest(unittest.TestCase):
         self.assertEqual(rstats(a)["repl_role_source"], "fence")
         self.assertEqual(try_set(a, b"k2", b"v"), b"SERVER_ERROR this server is a read-only "
                          b"replica (write to its master)\r\n")
+
+    def test_probe_logs_in(self):
+        """Servers with -Y: the probe logs in as a replica does (-mauth's
+        first entry, else -Y's) and still fences the old master."""
+        users = os.path.join(self.tmp(), "users")
+        with open(users, "w") as f:
+            f.write("alice:secret\n")
+        os.chmod(users, 0o600)
+        a = make(1, args=["-Y", users]).start()
+        b = make(2, a.port, ["-Y", users]).start()
+        self.keep(a, b)
+        login = b"set auth 0 0 12\r\nalice secret\r\n"
+
+        def ask(s, req):
+            with s.conn() as c:
+                self.assertEqual(c.request(login), b"STORED\r\n")
+                return c.request(req)
+        poll_until(lambda: b"repl_state connected" in ask(b, b"stats repl\r\n"),
+                   timeout=TIMEOUT, what="B to follow A")
+        self.assertTrue(ask(b, b"repl promote\r\n").startswith(b"PROMOTED "))
+        poll_until(lambda: ("repl_master %s" % addr(b)).encode() in ask(a, b"stats repl\r\n"),
+                   timeout=TIMEOUT, what="B's probe, logged in, to fence A")
+
+    def tmp(self):
+        import tempfile, shutil
+        d = tempfile.mkdtemp(prefix="kuratest-terms-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
 
     def test_reset_gives_the_command_line_back(self):
         a = make(1).start()
