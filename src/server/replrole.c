@@ -338,6 +338,8 @@ void replrole_stats(kura_server *srv, bool all, kura_stat_fn emit, void *arg)
     if (!r)
         return;
     role_state st;
+    if (!all && !srv->ulog && !srv->repl_slave)
+        return;                         /* "stats" of a server that does not replicate */
     repl_role_get(srv, &st);
     snprintf(b, sizeof(b), "%" PRIu64, st.term);
     emit(arg, "repl_term", b);
