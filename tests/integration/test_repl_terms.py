@@ -17,6 +17,9 @@ docs/replication.md, "Roles and terms" and "Fencing").
                B's probe fences it within the deadline with no operator; the
                unacknowledged write it took is saved aside in a divergence
                file, not lost and not on B
+  Handshake    a replica at a higher term asking a master: the master is
+               fenced (writes refused, kept across a restart, repl status
+               non-zero), the stream refused; a promote takes writes again
   Reset        kuractl repl reset on the promoted server: the next start with
                -mhost follows again (the command line rules)
   Loops        a follow that would form a loop (directly, or up a chain) is
@@ -225,6 +228,36 @@ class TermsTest(unittest.TestCase):
         self.assertEqual(rstats(a)["repl_role_source"], "fence")
         self.assertEqual(try_set(a, b"k2", b"v"), b"SERVER_ERROR this server is a read-only "
                          b"replica (write to its master)\r\n")
+
+    def test_handshake_fences(self):
+        """A master that hears a higher term in a replica's request is
+        fenced: writes refused, role fenced (kept across a restart), the
+        stream refused, repl status non-zero; a promote takes it back."""
+        z = make(1).start()
+        y = make(2, z.port).start()
+        x = make(3).start()
+        self.keep(z, y, x)
+        poll_until(lambda: caught_up(y, z), timeout=TIMEOUT, what="Y to follow Z")
+        self.assertEqual(kuractl("repl", "promote", addr(y))[0], 0)      # Y: term 1
+        self.assertEqual(try_set(x, b"a", b"1"), b"STORED\r\n")
+        self.assertEqual(kuractl("repl", "follow", addr(y), addr(x))[0], 0)
+        poll_until(lambda: rstats(x)["repl_role"] == "fenced", timeout=TIMEOUT,
+                   what="X to hear Y's term")
+        self.assertEqual((rstats(x)["repl_term"], rstats(x)["repl_fenced"]), ("1", "1"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"SERVER_ERROR this server is a read-only "
+                         b"replica (write to its master)\r\n")
+        poll_until(lambda: rstats(y)["repl_state"] == "refused", timeout=TIMEOUT,
+                   what="Y's stream refused")
+        rc, out, err = kuractl("repl", "status", addr(x))
+        self.assertNotEqual(rc, 0)
+        self.assertIn("not in sync", out)
+        stop(x)
+        restart(x)
+        self.assertEqual(rstats(x)["repl_role"], "fenced")          # kept
+        self.assertIn("fenced", log_text(x))
+        self.assertEqual(kuractl("repl", "promote", addr(x))[0], 0)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("master", "2"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
 
     def test_probe_logs_in(self):
         """Servers with -Y: the probe logs in as a replica does (-mauth's
