@@ -43,9 +43,14 @@ struct repl_role {
     struct replprobe *r_probe;          /* replprobe.c's, NULL when not probing */
 };
 
+/* The engine's check before every local change: not fenced (whatever a
+ * promote racing with a fence left the engine's replica switch at), and
+ * the failover gate open. */
 static bool role_write_gate(void *arg)
 {
     repl_role *r = arg;
+    if (atomic_load_explicit(&r->r_kind, memory_order_relaxed) == ROLE_FENCED)
+        return false;
     bool (*gate)(void *) = atomic_load_explicit(&r->r_gate, memory_order_acquire);
     return !gate || gate(atomic_load_explicit(&r->r_gate_arg, memory_order_relaxed));
 }
@@ -83,12 +88,14 @@ int replrole_save(kura_server *srv, role_kind kind, role_source src, const char 
         st.former[0] = '\0';
         st.former_port = 0;
     }
-    if (min_term > st.term)
-        st.term = min_term;
+    /* a master's term rises past every term heard, here under the lock
+     * (a fence racing with the promote cannot leave them equal) */
+    uint64_t term = kind == ROLE_MASTER ? st.term + 1 : st.term;
+    st.term = term > min_term ? term : min_term;
     int rc = do_save(r, &st, err, errlen);
-    pthread_mutex_unlock(&r->r_lock);
     if (rc == KURA_OK)
         atomic_store(&r->r_kind, kind);
+    pthread_mutex_unlock(&r->r_lock);
     return rc;
 }
 
@@ -139,15 +146,19 @@ int repl_role_fence(kura_server *srv, uint64_t term, const char *why)
     char err[300];
     if (!r || term <= atomic_load(&r->r_term))
         return KURA_OK;
+    pthread_mutex_lock(&r->r_lock);     /* the kind and the file change together */
+    if (term <= atomic_load(&r->r_term)) {      /* raised meanwhile (a promote) */
+        pthread_mutex_unlock(&r->r_lock);
+        return KURA_OK;
+    }
     int kind = atomic_load(&r->r_kind);
     bool master = kind == ROLE_MASTER || kind == ROLE_NONE;
     if (master) {
-        engine_set_replica(srv->engine, true);  /* first: no write taken from here */
-        atomic_store(&r->r_kind, ROLE_FENCED);
+        atomic_store(&r->r_kind, ROLE_FENCED);  /* first: the engine's gate refuses */
+        engine_set_replica(srv->engine, true);
         atomic_fetch_add(&r->r_fences, 1);
     }
     atomic_store(&r->r_term, term);     /* -syncrepl's waits see it at once */
-    pthread_mutex_lock(&r->r_lock);
     role_state st = r->r_st;
     st.term = term;
     if (master) {

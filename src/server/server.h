@@ -216,7 +216,9 @@ bool repladmin_command(struct kura_server *srv, kura_session *s, text_token *tok
  * of -ulog, may rewrite st->mhost/mport from it; -1: a corrupt file,
  * reported, the server does not start).  save: the role changed (a
  * promote's host:port is the master it replaced); the term rises to
- * min_term.  config: the term callbacks of a repl_config. */
+ * min_term, and a master's by one at least (under the state's lock, so a
+ * fence racing with it cannot leave two masters at one term).  config:
+ * the term callbacks of a repl_config. */
 typedef struct repl_role repl_role;
 int replrole_start(struct kura_server *srv);
 void replrole_stop(struct kura_server *srv);
