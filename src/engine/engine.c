@@ -235,9 +235,22 @@ static void gate_out(kura_engine *e)
         pthread_rwlock_unlock(&e->gate);
 }
 
+/* The arg is written before the function, which is published with
+ * release: a worker that sees the function sees its arg. */
+void engine_set_write_gate(kura_engine *e, bool (*gate)(void *arg), void *arg)
+{
+    atomic_store_explicit(&e->write_gate, NULL, memory_order_release);
+    atomic_store_explicit(&e->write_gate_arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&e->write_gate, gate, memory_order_release);
+}
+
 static int local_change(kura_engine *e)
 {
-    return atomic_load_explicit(&e->replica, memory_order_relaxed) ? KURA_EREPLICA : KURA_OK;
+    if (atomic_load_explicit(&e->replica, memory_order_relaxed))
+        return KURA_EREPLICA;
+    bool (*gate)(void *) = atomic_load_explicit(&e->write_gate, memory_order_acquire);
+    return gate && !gate(atomic_load_explicit(&e->write_gate_arg, memory_order_relaxed))
+           ? KURA_EREPLICA : KURA_OK;
 }
 
 int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg)
