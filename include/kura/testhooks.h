@@ -190,6 +190,12 @@ typedef struct kura_testhooks {
      * then meets partial sends of every large reply, whatever the
      * kernel's tuning.  Read from KURA_TEST_SNDBUF by conn_new. */
     int conn_sndbuf;
+    /* Called each time engine_usage_exact walks the keys to count them
+     * (src/engine/count.c), so that test_count can show a count after a
+     * flush does not walk, and one on a store opened under a watermark
+     * does, once. */
+    void (*count_walked)(void *arg);
+    void *count_walked_arg;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -24,8 +24,10 @@ static int apply_flush(kura_engine *e, journal_change *ch)
         engine_observe_cas(e, row->cas);
     engine_state_lock(e);
     if (row->cas) {
-        if (row->cas > atomic_load(&e->oldest_cas))
+        if (row->cas > atomic_load(&e->oldest_cas)) {
             atomic_store(&e->oldest_cas, row->cas);
+            engine_count_note(e, true);
+        }
     }
     if (row->exptime > 0 && row->exptime > atomic_load(&e->flush_at))
         atomic_store(&e->flush_at, row->exptime);

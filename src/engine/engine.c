@@ -279,6 +279,8 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->cas_reserved, st.max_cas);   /* the first next_cas() reserves */
     atomic_store(&e->oldest_cas, st.oldest_cas);
     atomic_store(&e->flush_at, st.flush_at);
+    if (st.oldest_cas == 0)
+        engine_count_note(e, false);    /* nothing flushed; else count.c walks once */
     engine_set_saved(e, st.ulog_ts);
     e->cas_block = CAS_RESERVE_BLOCK;
     journal_hook(e->journal, store);
@@ -331,6 +333,7 @@ kura_clock engine_clock(kura_engine *e)
         if (atomic_load(&e->flush_at) == c.flush_at && do_next_cas(e, &oldest) == KURA_OK) {
             atomic_store(&e->oldest_cas, oldest);
             atomic_store(&e->flush_at, 0);
+            engine_count_note(e, true);
             do_save_state(e);
         }
         engine_state_unlock(e);
@@ -971,8 +974,10 @@ static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     int64_t at = oldest_live >= now ? oldest_live : 0;
     /* logged first: a flush the log refuses is not made */
     if (rc == KURA_OK && (rc = journal_flush(e->journal, NULL, oldest, at)) == KURA_OK) {
-        if (oldest)
+        if (oldest) {
             atomic_store(&e->oldest_cas, oldest);
+            engine_count_note(e, true);
+        }
         atomic_store(&e->flush_at, at);
         rc = do_save_state(e);
     }
@@ -1197,6 +1202,7 @@ int engine_swap_store(kura_engine *e,
             atomic_store(&e->cas_reserved, 0);      /* the next cas reserves anew */
             atomic_store(&e->oldest_cas, 0);
             atomic_store(&e->flush_at, 0);
+            engine_count_note(e, false);
             engine_set_saved(e, 0);
             journal_unpin(e->journal);
             rc = do_save_state(e);

@@ -38,8 +38,14 @@ struct kura_engine {
     uint64_t saved_ulog_ts;             /* state_lock: the watermark last saved (the
                                            journal is told: journal_set_saved) */
     kura_journal *journal;              /* the layer below: the update log's side */
-    _Atomic uint64_t count_clean;       /* count.c: oldest_cas + 1 under which the store's
-                                           counters were shown to hold no dead item; 0 none */
+    /* count.c: what the flush watermark leaves in the store's counters:
+     * the items and bytes it had covered when last noted, and the
+     * store's flushed_gone counters then.  Written under state_lock as a
+     * seqlock (count_seq odd while written); count_known false until
+     * noted (at open under a watermark: until a walk has counted). */
+    _Atomic uint64_t count_seq;
+    _Atomic bool count_known;
+    _Atomic uint64_t count_items, count_bytes, count_gone, count_gone_bytes;
 };
 
 /* state_lock, with its rank (lockorder.h): ranked above a stripe or the
@@ -59,6 +65,10 @@ static inline void engine_state_unlock(kura_engine *e)
 int engine_save_state_locked(kura_engine *e);   /* state_lock held */
 void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
 void engine_gate_out(kura_engine *e);
+/* count.c, state_lock held: the flush watermark was raised (flushed:
+ * every item the store holds is under it) or reset to 0 (a new store,
+ * nothing flushed); e->store is the store now. */
+void engine_count_note(kura_engine *e, bool flushed);
 /* state_lock held: e->saved_ulog_ts, and the journal told. */
 void engine_set_saved(kura_engine *e, uint64_t ulog_ts);
 
