@@ -24,7 +24,8 @@
  *
  * kura's rows are results, not requests: each is applied as a master's
  * row is on a replica (engine_apply_row: with its cas and origin); -rcc
- * has nothing to compare.  A log read while rows are appended to it (the
+ * has nothing to compare.  A directory holding neither replays nothing
+ * and answers success, as ttserver does.  A log read while rows are appended to it (the
  * server's own directory) stops at the row that was last when it began.
  */
 #include <dirent.h>
@@ -264,6 +265,12 @@ static int kura_restore(kura_server *srv, const char *dir, uint64_t ts)
     ul_reader *rd = NULL;
     char err[300] = "";
     int rc = ul_open(&uc, &log, NULL, err, sizeof(err));
+    if (rc == KURA_NOTFOUND) {
+        /* no segment: nothing to replay, which ttserver answers 0 */
+        log_msg(KURA_LOG_INFO, "Tokyo Tyrant restore: no update log in %s: nothing replayed",
+                dir);
+        return KURA_OK;
+    }
     if (rc) {
         log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore: %s is neither ttserver's update log "
                 "nor kura's: %s", dir, err[0] ? err : kura_strerror(rc));
