@@ -21,20 +21,26 @@
  * holds.  A new store (a full copy swapped in) starts with nothing
  * flushed.
  *
- * One case is not known at once: an engine opened under a watermark
- * (a flush before a restart), whose store may still hold flushed items
- * nobody counted.  There the first call walks the live keys once (keys
- * only: the hash file reads its index, not its records), and a walk
- * whose count held still notes the difference; until one does, each
- * call walks.
+ * The note reads the store's counters, whose locks rank below the
+ * engine's state_lock (lockorder.h), so it is made once that lock is let
+ * go, numbered by the change it follows (engine_count_epoch) so that two
+ * flushes noted out of order keep the later.  Two cases are not known at
+ * once: an engine opened under a watermark (a flush before a restart),
+ * whose store may still hold flushed items nobody counted, and a delayed
+ * flush_all whose second passed (the watermark is raised inside
+ * engine_clock, where the store may not be read).  There the next call
+ * walks the live keys once (keys only: the hash file reads its index, not
+ * its records), and a walk whose count held still notes the difference;
+ * until one does, each call walks.
  *
- * Inexact only in a race no client can order: an item written by a
- * change that took its cas before a flush and stored it after the flush
- * was noted, or removed under a clock read before it, is counted on the
- * wrong side until the next flush (never below zero).  Items that
+ * Inexact only in a race no client can order: a change made by another
+ * client while a flush is made (between the watermark's rise and the
+ * note), or an item removed under a clock read before the flush, may be
+ * counted on the wrong side until the next flush (never below zero).  Items that
  * expired and are not yet reclaimed stay counted (Tokyo Tyrant's clients
  * set no expiry; docs/migration.md says so).
  */
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "kura/testhooks.h"
@@ -46,9 +52,26 @@ typedef struct ledger {
     uint64_t items, bytes, gone, gone_bytes;
 } ledger;
 
-/* state_lock held: writes the ledger as a seqlock. */
-static void do_ledger_set(kura_engine *e, const ledger *l)
+/* The ledger's writers (a flush's note, a walk's) take turns: rare and
+ * short, so they spin. */
+static void ledger_lock(kura_engine *e)
 {
+    while (atomic_flag_test_and_set(&e->count_busy))
+        sched_yield();
+}
+
+static void ledger_unlock(kura_engine *e)
+{
+    atomic_flag_clear(&e->count_busy);
+}
+
+/* ledger_lock held: writes the ledger of watermark change `epoch` as a
+ * seqlock, unless a later change was noted already. */
+static void do_ledger_set(kura_engine *e, uint64_t epoch, const ledger *l)
+{
+    if (epoch < atomic_load(&e->count_noted))
+        return;
+    atomic_store(&e->count_noted, epoch);
     atomic_fetch_add(&e->count_seq, 1);
     atomic_store(&e->count_items, l->items);
     atomic_store(&e->count_bytes, l->bytes);
@@ -88,7 +111,12 @@ static void usage_steady(kura_store *s, kura_store_usage *u)
     }
 }
 
-void engine_count_note(kura_engine *e, bool flushed)
+uint64_t engine_count_epoch(kura_engine *e)
+{
+    return atomic_fetch_add(&e->count_epoch, 1) + 1;
+}
+
+void engine_count_note(kura_engine *e, uint64_t epoch, bool flushed)
 {
     kura_store_usage u;
     usage_steady(e->store, &u);
@@ -97,7 +125,17 @@ void engine_count_note(kura_engine *e, bool flushed)
         l.items = u.curr_items;
         l.bytes = u.bytes;
     }
-    do_ledger_set(e, &l);
+    ledger_lock(e);
+    do_ledger_set(e, epoch, &l);
+    ledger_unlock(e);
+}
+
+void engine_count_forget(kura_engine *e, uint64_t epoch)
+{
+    ledger l = { false, 0, 0, 0, 0 };
+    ledger_lock(e);
+    do_ledger_set(e, epoch, &l);
+    ledger_unlock(e);
 }
 
 /* u less what the ledger says is still flushed in it. */
@@ -135,6 +173,7 @@ static void walk_count(kura_engine *e, const kura_clock *clk, kura_store_usage *
 {
     kura_store *s = e->store;
     KURA_TEST_CALL(count_walked);
+    uint64_t epoch = atomic_load(&e->count_epoch);
     uint64_t seq = write_seq(s);
     live_count c = { 0, 0 };
     int rc = s->ops->iterate(s, &(kura_iter_spec){ .scope = KURA_ITER_ALL, .keys_only = true },
@@ -145,15 +184,14 @@ static void walk_count(kura_engine *e, const kura_clock *clk, kura_store_usage *
     s->ops->usage(s, &after);
     if (after.curr_items == u->curr_items && after.bytes == u->bytes &&
         after.flushed_gone == u->flushed_gone && write_seq(s) == seq &&
-        c.items <= u->curr_items && c.bytes <= u->bytes) {
-        engine_state_lock(e);
-        if (atomic_load(&e->oldest_cas) == clk->oldest_cas && atomic_load(&e->flush_at) == 0 &&
-            !atomic_load(&e->count_known)) {
-            ledger l = { true, u->curr_items - c.items, u->bytes - c.bytes, u->flushed_gone,
-                         u->flushed_gone_bytes };
-            do_ledger_set(e, &l);
-        }
-        engine_state_unlock(e);
+        c.items <= u->curr_items && c.bytes <= u->bytes && clk->flush_at == 0) {
+        ledger l = { true, u->curr_items - c.items, u->bytes - c.bytes, u->flushed_gone,
+                     u->flushed_gone_bytes };
+        ledger_lock(e);
+        /* noted only if no watermark change came since the walk began */
+        if (atomic_load(&e->count_epoch) == epoch && !atomic_load(&e->count_known))
+            do_ledger_set(e, epoch, &l);
+        ledger_unlock(e);
     }
     u->curr_items = c.items;
     u->bytes = c.bytes;
