@@ -18,6 +18,9 @@
 #  * The copy still answers only once the copy is complete and safe: when
 #    its 0 comes, the file verifies (kuractl snapshot verify) with every
 #    record, and no temporary file is left beside it.
+#  * A client gone before its copy's reply: the copy completes and the
+#    server carries on; requests pipelined behind a copy are answered after
+#    it, in order.
 #  * Negative check (CopyInline): kurad with KURA_TEST_JOB_INLINE, which
 #    writes the copy on the worker as before, answers no get before the
 #    copy's reply, and the same measure fails.
@@ -140,6 +143,20 @@ class Copy(ServerTestCase):
         self.assertEqual(result["files"], ["backup.tch"], "a temporary file beside the copy")
         self.check_latency(lat, before, result["took"])
 
+    @kura_only
+    def test_client_gone_mid_copy(self):
+        """The client that asked for a copy goes before its reply: the copy
+        still completes, and the server carries on (the job's reference
+        outlives the session's)."""
+        dest = os.path.join(self.dir, "gone.tch")
+        copier = self.server.conn()
+        copier.send(copy(dest.encode()))
+        copier.close()
+        kuratest.poll_until(lambda: os.path.exists(dest), timeout=120, what="the copy")
+        self.c.send(get(key(1)))
+        self.assertEqual(self.c.recv_exact(5, timeout=120), b"\x00" + P(">I", VLEN))
+        self.assertEqual(self.c.recv_exact(VLEN)[:7], b"000001:")
+
     def check_latency(self, lat, before, took):
         self.assertGreater(before, 0, "no get was answered before the copy's reply")
         worst = max(lat)
@@ -147,9 +164,27 @@ class Copy(ServerTestCase):
                         "%.3f s copy" % (worst, took))
 
 
+class CopyOrder(ServerTestCase):
+    """Requests pipelined behind a copy on its connection are answered
+    after it, in order."""
+
+    @kura_only
+    def test_pipelined_after_copy(self):
+        d = tempfile.mkdtemp(prefix="kuratest-copy-")
+        self.addCleanup(shutil.rmtree, d, True)
+        self.c.send(b"".join(putnr(key(i), b"v%d" % i) for i in range(100)))
+        dest = os.path.join(d, "b.tch")
+        self.c.send(copy(dest.encode()) + get(key(5)) + b"\xc8\x80")
+        self.assertEqual(self.c.recv_exact(1, timeout=120), b"\x00")
+        self.assertTrue(os.path.exists(dest))
+        self.assertEqual(self.c.recv_exact(7, timeout=60), b"\x00" + P(">I", 2) + b"v5")
+        self.assertEqual(self.c.recv_exact(9, timeout=60), b"\x00" + P(">Q", 100))
+
+
 class CopyInline(Copy):
     """The negative check: the copy written on the worker, as before."""
     ENV = {"KURA_TEST_JOB_INLINE": "1"}
+    test_client_gone_mid_copy = None    # the negative check needs only the measure
 
     def check_latency(self, lat, before, took):
         # the get sent with the copy (or right after) waited for all of it
