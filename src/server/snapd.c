@@ -313,7 +313,9 @@ int snapd_start(kura_server *srv)
         log_msg(KURA_LOG_ERROR, "cannot start the snapshot thread");
         return -1;
     }
+    pthread_mutex_lock(&sd.mu);         /* the workers run: snapd_tt_job reads it */
     sd.started = true;
+    pthread_mutex_unlock(&sd.mu);
     return 0;
 }
 
