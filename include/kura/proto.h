@@ -41,6 +41,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 #include "kura/buf.h"
@@ -94,6 +95,47 @@ bool kura_sasl_available(void);
 int kura_sasl_init(const kura_auth *pwdb, void (*log)(int level, const char *msg), char *err,
                    size_t errlen);
 
+/*
+ * A request's work done on another thread (Tokyo Tyrant's copy and
+ * restore, on kurad's snapshot thread): the session that starts one waits
+ * for it without holding its worker (kura_session_waiting: its connection
+ * stops reading and is looked at again when woken), and the runner calls
+ * kura_job_finish once done, which wakes it.  Two references, the
+ * runner's and the session's; the last one released frees it, so either
+ * side may go first (a client gone mid-copy).
+ */
+enum { KURA_JOB_TT_COPY = 1, KURA_JOB_TT_RESTORE };
+typedef struct kura_job {
+    _Atomic int kj_refs;
+    _Atomic bool kj_done;
+    int kj_rc;                          /* KURA_OK or an error, once kj_done */
+    void (*kj_wake)(void *arg);         /* the session's (kura_session_config.wake) */
+    void *kj_wake_arg;
+    int kj_what;                        /* KURA_JOB_* */
+    uint64_t kj_ts;                     /* restore: from this update-log timestamp */
+    int kj_opts;                        /* restore: ttserver's options (RDBROCHKCON) */
+    char kj_path[];                     /* copy: the target; restore: the log directory */
+} kura_job;
+
+/* Drops a reference; the last one frees the job. */
+static inline void kura_job_release(kura_job *j)
+{
+    if (atomic_fetch_sub(&j->kj_refs, 1) == 1)
+        free(j);
+}
+
+/* The runner's end: the outcome published, the session woken, the
+ * runner's reference dropped.  wake may be left NULL by a runner that
+ * knows the sessions are gone (kurad stopping). */
+static inline void kura_job_finish(kura_job *j, int rc, bool wake)
+{
+    j->kj_rc = rc;
+    atomic_store(&j->kj_done, true);
+    if (wake && j->kj_wake)
+        j->kj_wake(j->kj_wake_arg);
+    kura_job_release(j);
+}
+
 /* What "stats" and "stats settings" report about the server: filled in by
  * the server, read by the protocol. */
 typedef struct kura_server_info {
@@ -139,12 +181,16 @@ typedef struct kura_server_info {
      * setmst answers failure (1). */
     int (*tt_setmst)(void *ctx, const char *host, int port, uint64_t ts, int opts);
     void *tt_setmst_ctx;
-    /* Tokyo Tyrant's copy (src/proto/tt.c): a consistent copy of the store
-     * written at path on the server, returning once it is complete and
-     * on disk: KURA_OK, or an error.  Called on a worker thread, which it
-     * holds for the copy's length.  NULL: copy answers failure (1). */
-    int (*tt_copy)(void *ctx, const char *path);
-    void *tt_copy_ctx;
+    /* Tokyo Tyrant's copy and restore (src/proto/tt.c), run on another
+     * thread (kurad's snapshot thread): starts the work of job->kj_what
+     * (KURA_JOB_TT_COPY: a consistent copy of the store written at
+     * job->kj_path, answered once complete and on disk;
+     * KURA_JOB_TT_RESTORE: the update log at job->kj_path replayed from
+     * kj_ts, kj_opts ttserver's) and returns at once: KURA_OK when taken
+     * (the runner then holds a reference and calls kura_job_finish), an
+     * error when refused.  NULL: both answer failure (1). */
+    int (*tt_job)(void *ctx, kura_job *job);
+    void *tt_job_ctx;
 } kura_server_info;
 
 /* What a session is given at creation; the pointers must outlive it. */
@@ -154,6 +200,11 @@ typedef struct kura_session_config {
     kura_server_info *server;
     const kura_cmdtab *cmds;            /* the text protocol's commands */
     int conn_id;                        /* for traces: the socket's descriptor */
+    /* Called on another thread when a job the session waits for is done
+     * (kura_job): the connection's worker looks at it again.  NULL: the
+     * session starts no job (such requests answer failure). */
+    void (*wake)(void *arg);
+    void *wake_arg;
 } kura_session_config;
 
 /* NULL when memory runs out. */
@@ -171,6 +222,10 @@ bool kura_session_closing(const kura_session *s);
 /* Paused (output full, or this call's share of work done): send `out`,
  * then call again. */
 bool kura_session_out_full(const kura_session *s);
+/* Waiting for a job on another thread (kura_job): send `out`, read no
+ * more, and call again once woken (kura_session_config.wake) and this is
+ * false. */
+bool kura_session_waiting(const kura_session *s);
 /* A request since the last call may have changed the store; clears the
  * flag. */
 bool kura_session_take_dirty(kura_session *s);

@@ -83,6 +83,12 @@ typedef struct kura_store_usage {
     uint64_t limit_maxbytes;    /* memory limit (cache) or 0 */
     uint64_t evictions;         /* live items removed to make room */
     uint64_t reclaimed;         /* dead items whose space was reused */
+    /* Of the dead items removed so far (reclaimed, swept, dropped), those
+     * whose cas was under the flush watermark of the clock they were
+     * removed under, and their bytes as `bytes` counted them: with the
+     * counters read at a flush, what a flush left is known without a walk
+     * (src/engine/count.c). */
+    uint64_t flushed_gone, flushed_gone_bytes;
     uint64_t expired_unfetched; /* reclaimed expired items never read */
     uint64_t evicted_unfetched; /* evicted items never read */
 } kura_store_usage;

@@ -17,9 +17,10 @@
  * only a test takes, and a test has one header to include.
  *
  * Every switch is off (zero) unless a test sets it: a unit test directly;
- * kurad of a test build sets list_inline, vref_early_release and
- * conn_sndbuf from KURA_TEST_LIST_INLINE, KURA_TEST_VREF_EARLY and
- * KURA_TEST_SNDBUF in its environment (and kuractl of a test build reads
+ * kurad of a test build sets list_inline, vref_early_release,
+ * conn_sndbuf and job_inline from KURA_TEST_LIST_INLINE,
+ * KURA_TEST_VREF_EARLY, KURA_TEST_SNDBUF and KURA_TEST_JOB_INLINE in its
+ * environment (and kuractl of a test build reads
  * KURACTL_TEST_IMPORT_DROP_FIRST), so that an integration test can show
  * its check fails without the bound or the hold it guards, or meet partial
  * sends.  A switch is process-wide: it applies to every store the test has
@@ -190,6 +191,17 @@ typedef struct kura_testhooks {
      * then meets partial sends of every large reply, whatever the
      * kernel's tuning.  Read from KURA_TEST_SNDBUF by conn_new. */
     int conn_sndbuf;
+    /* Called each time engine_usage_exact walks the keys to count them
+     * (src/engine/count.c), so that test_count can show a count after a
+     * flush does not walk, and one on a store opened under a watermark
+     * does, once. */
+    void (*count_walked)(void *arg);
+    void *count_walked_arg;
+    /* Tokyo Tyrant's copy and restore run on the worker that received
+     * them (snapd_tt_job), as before they moved to the snapshot thread:
+     * the negative check of test_tt_copy (another client's get waits for
+     * the whole copy).  Read from KURA_TEST_JOB_INLINE by snapd_start. */
+    bool job_inline;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

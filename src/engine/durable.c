@@ -16,16 +16,19 @@
  */
 #include "engine_int.h"
 
-/* state_lock not held */
+/* state_lock not held; the gate held, or the engine opening */
 static int apply_flush(kura_engine *e, journal_change *ch)
 {
     const ul_row *row = ch->row;
     if (row->cas)
         engine_observe_cas(e, row->cas);
     engine_state_lock(e);
+    uint64_t epoch = 0;
     if (row->cas) {
-        if (row->cas > atomic_load(&e->oldest_cas))
+        if (row->cas > atomic_load(&e->oldest_cas)) {
             atomic_store(&e->oldest_cas, row->cas);
+            epoch = engine_count_epoch(e);
+        }
     }
     if (row->exptime > 0 && row->exptime > atomic_load(&e->flush_at))
         atomic_store(&e->flush_at, row->exptime);
@@ -33,6 +36,8 @@ static int apply_flush(kura_engine *e, journal_change *ch)
     if (rc == KURA_OK)
         rc = engine_save_state_locked(e);
     engine_state_unlock(e);
+    if (epoch)
+        engine_count_note(e, epoch, true);      /* the store's locks: after state_lock */
     return rc;
 }
 

@@ -292,6 +292,8 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
     atomic_store(&e->cas_reserved, st.max_cas);   /* the first next_cas() reserves */
     atomic_store(&e->oldest_cas, st.oldest_cas);
     atomic_store(&e->flush_at, st.flush_at);
+    if (st.oldest_cas == 0)             /* nothing flushed; else count.c walks once */
+        engine_count_note(e, engine_count_epoch(e), false);
     engine_set_saved(e, st.ulog_ts);
     e->cas_block = CAS_RESERVE_BLOCK;
     journal_hook(e->journal, store);
@@ -344,6 +346,9 @@ kura_clock engine_clock(kura_engine *e)
         if (atomic_load(&e->flush_at) == c.flush_at && do_next_cas(e, &oldest) == KURA_OK) {
             atomic_store(&e->oldest_cas, oldest);
             atomic_store(&e->flush_at, 0);
+            /* not noted here (no store lock under this one, and the gate
+             * may not be held): the next count walks once (count.c) */
+            engine_count_forget(e, engine_count_epoch(e));
             do_save_state(e);
         }
         engine_state_unlock(e);
@@ -978,18 +983,22 @@ static int flush_gated(kura_engine *e, kura_thread_stats *ts, int64_t delay)
     if ((rc = local_change(e)) != KURA_OK)
         return rc;
     engine_state_lock(e);
-    uint64_t oldest = 0;
+    uint64_t oldest = 0, epoch = 0;
     if (oldest_live <= now)
         rc = do_next_cas(e, &oldest);
     int64_t at = oldest_live >= now ? oldest_live : 0;
     /* logged first: a flush the log refuses is not made */
     if (rc == KURA_OK && (rc = journal_flush(e->journal, NULL, oldest, at)) == KURA_OK) {
-        if (oldest)
+        if (oldest) {
             atomic_store(&e->oldest_cas, oldest);
+            epoch = engine_count_epoch(e);
+        }
         atomic_store(&e->flush_at, at);
         rc = do_save_state(e);
     }
     engine_state_unlock(e);
+    if (epoch)
+        engine_count_note(e, epoch, true);      /* the store's locks: after state_lock */
     return rc;
 }
 
@@ -1192,6 +1201,7 @@ int engine_swap_store(kura_engine *e,
      * the swap closes and opens stores, taking their locks under this one */
     pthread_mutex_lock(&e->state_lock);
     kura_store *ns = NULL;
+    uint64_t epoch = 0;
     int rc = swap(arg, e->store, &ns);
     e->store = ns;
     if (ns)
@@ -1210,12 +1220,15 @@ int engine_swap_store(kura_engine *e,
             atomic_store(&e->cas_reserved, 0);      /* the next cas reserves anew */
             atomic_store(&e->oldest_cas, 0);
             atomic_store(&e->flush_at, 0);
+            epoch = engine_count_epoch(e);
             engine_set_saved(e, 0);
             journal_unpin(e->journal);
             rc = do_save_state(e);
         }
     }
     pthread_mutex_unlock(&e->state_lock);
+    if (epoch)
+        engine_count_note(e, epoch, false);     /* the new store: nothing flushed */
     pthread_rwlock_unlock(&e->gate);
     return rc;
 }

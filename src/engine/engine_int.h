@@ -41,8 +41,18 @@ struct kura_engine {
     uint64_t saved_ulog_ts;             /* state_lock: the watermark last saved (the
                                            journal is told: journal_set_saved) */
     kura_journal *journal;              /* the layer below: the update log's side */
-    _Atomic uint64_t count_clean;       /* count.c: oldest_cas + 1 under which the store's
-                                           counters were shown to hold no dead item; 0 none */
+    /* count.c: what the flush watermark leaves in the store's counters:
+     * the items and bytes it had covered when last noted, and the
+     * store's flushed_gone counters then, for watermark change number
+     * count_noted (count_epoch: the last change's number).  Written by
+     * one writer at a time (count_busy) as a seqlock (count_seq odd
+     * while written); count_known false until noted (at open under a
+     * watermark, after a delayed flush: until a walk has counted). */
+    _Atomic uint64_t count_epoch, count_noted;
+    atomic_flag count_busy;
+    _Atomic uint64_t count_seq;
+    _Atomic bool count_known;
+    _Atomic uint64_t count_items, count_bytes, count_gone, count_gone_bytes;
 };
 
 /* state_lock, with its rank (lockorder.h): ranked above a stripe or the
@@ -62,6 +72,15 @@ static inline void engine_state_unlock(kura_engine *e)
 int engine_save_state_locked(kura_engine *e);   /* state_lock held */
 void engine_gate_in(kura_engine *e);            /* see gate_in in engine.c */
 void engine_gate_out(kura_engine *e);
+/* count.c.  epoch, state_lock held: the flush watermark changes; its
+ * number, for the calls below.  note, with no lock held but the gate
+ * (the store's counters are read): the change `epoch` raised the
+ * watermark over every item the store holds (flushed) or reset it to 0 (a
+ * new store, nothing flushed); a note of an earlier change than the last
+ * noted is dropped.  forget: the same, not noted (the next count walks). */
+uint64_t engine_count_epoch(kura_engine *e);
+void engine_count_note(kura_engine *e, uint64_t epoch, bool flushed);
+void engine_count_forget(kura_engine *e, uint64_t epoch);
 /* state_lock held: e->saved_ulog_ts, and the journal told. */
 void engine_set_saved(kura_engine *e, uint64_t ulog_ts);
 

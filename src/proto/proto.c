@@ -34,6 +34,8 @@ kura_session *kura_session_new(const kura_session_config *cfg)
     s->server = cfg->server;
     s->cmds = cfg->cmds;
     s->conn_id = cfg->conn_id;
+    s->wake = cfg->wake;
+    s->wake_arg = cfg->wake_arg;
     return s;
 }
 
@@ -73,6 +75,8 @@ void kura_session_free(kura_session *s)
     session_pause_end(s);               /* a client gone mid-listing: its walk goes too */
     engine_list_end(&s->list);
     walk_release(s);
+    if (s->job)
+        kura_job_release(s->job);       /* the runner's reference stays its own */
     if (s->state && s->proto->release)
         s->proto->release(s->state);
     free(s->state);
@@ -112,6 +116,11 @@ size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out
 size_t kura_session_need(const kura_session *s) { return s->need; }
 bool kura_session_closing(const kura_session *s) { return s->close; }
 bool kura_session_out_full(const kura_session *s) { return s->out_full; }
+
+bool kura_session_waiting(const kura_session *s)
+{
+    return s->job && !atomic_load(&s->job->kj_done);
+}
 
 bool kura_session_take_dirty(kura_session *s)
 {

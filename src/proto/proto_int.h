@@ -81,6 +81,9 @@ struct kura_session {
     void *paused;                       /* another paused command's state (digest.c), */
     void (*paused_free)(void *);        /* and how to free it */
     bool walk_admitted;                 /* a listing or digest under way counts in WALKS_MAX */
+    kura_job *job;                      /* a job the current request waits for (kura_job) */
+    void (*wake)(void *arg);            /* kura_session_config's */
+    void *wake_arg;
 };
 
 /* value.c: a get's value appended to out, copied or (a large one its store

@@ -230,15 +230,41 @@ static void cmd_setmst(tt_req *r)
     tt_code(r, rc == KURA_OK ? 0 : 1);
 }
 
-/* copy: the server's hook writes a snapshot at the path. */
-static void cmd_copy(tt_req *r)
+/* copy and restore: run by the server's hook on another thread (kurad's
+ * snapshot thread), the reply deferred: the first call starts the job and
+ * pauses the request (the connection waits, its worker serves the
+ * others); the call once woken answers with the job's outcome.  false
+ * while it waits. */
+static bool cmd_job(tt_req *r, int what)
 {
-    kura_server_info *si = r->s->server;
-    char path[TT_NAME_MAX + 1];
-    memcpy(path, r->body, r->blen);
-    path[r->blen] = '\0';
-    int rc = si && si->tt_copy ? si->tt_copy(si->tt_copy_ctx, path) : KURA_EINVAL;
-    tt_code(r, rc == KURA_OK ? 0 : 1);
+    kura_session *s = r->s;
+    kura_server_info *si = s->server;
+    if (s->job) {
+        if (!atomic_load(&s->job->kj_done))
+            return false;
+        int rc = s->job->kj_rc;
+        kura_job_release(s->job);
+        s->job = NULL;
+        tt_code(r, rc == KURA_OK ? 0 : 1);
+        return true;
+    }
+    kura_job *j = NULL;
+    if (si && si->tt_job && s->wake && (j = calloc(1, sizeof(*j) + r->blen + 1))) {
+        atomic_init(&j->kj_refs, 2);
+        j->kj_wake = s->wake;
+        j->kj_wake_arg = s->wake_arg;
+        j->kj_what = what;
+        j->kj_ts = r->ts;
+        j->kj_opts = (int)(what == KURA_JOB_TT_RESTORE ? r->f[3] : 0);
+        memcpy(j->kj_path, r->body, r->blen);
+        if (si->tt_job(si->tt_job_ctx, j) == KURA_OK) {
+            s->job = j;
+            return cmd_job(r, what);    /* answered now if it is already done */
+        }
+        free(j);
+    }
+    tt_code(r, 1);
+    return true;
 }
 
 static void cmd_simple(tt_req *r)
@@ -258,7 +284,7 @@ static void cmd_simple(tt_req *r)
         break;
     case TT_OPTIMIZE:
         break;                          /* kura compacts its files itself */
-    default:                            /* restore, ext: not served */
+    default:                            /* ext: not served */
         rc = KURA_EINVAL;
         break;
     }
@@ -406,6 +432,8 @@ static int frame_body(tt_req *r, const char *h, size_t avail, size_t *head, uint
     case TT_OPTIMIZE: case TT_COPY: case TT_RESTORE:
         if (r->f[0] > TT_NAME_MAX)
             return FRAME_CLOSE;
+        if (r->cmd == TT_RESTORE)       /* [path length][ts, 64 bits][opts] */
+            r->ts = (uint64_t)r->f[1] << 32 | r->f[2];
         *body = r->f[0];
         break;
     case TT_SETMST:
@@ -499,8 +527,9 @@ static bool dispatch(tt_req *r)
         cmd_setmst(r);
         break;
     case TT_COPY:
-        cmd_copy(r);
-        break;
+        return cmd_job(r, KURA_JOB_TT_COPY);
+    case TT_RESTORE:
+        return cmd_job(r, KURA_JOB_TT_RESTORE);
     case TT_RNUM: case TT_SIZE:
         cmd_count(r);
         break;
@@ -555,8 +584,8 @@ static size_t tt_one(kura_session *s, tt_state *st, const char *h, size_t avail,
     }
     r.body = h + head;
     r.blen = (size_t)body;
-    if (!st->walk.kind)
-        count_cmd(r.cmd);               /* once, not per resumed slice */
+    if (!st->walk.kind && !s->job)
+        count_cmd(r.cmd);               /* once, not per resumed slice or wait */
     if (!dispatch(&r))
         return 0;
     return head + (size_t)body;

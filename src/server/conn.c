@@ -70,7 +70,9 @@ typedef struct kura_conn {
                                            kura_buf_size's: references too) */
     kura_session *sess;                 /* the protocol's (proto.h) */
     struct kura_conn *prev, *next;      /* the worker's list */
-    bool held;                          /* replies wait for commit_target to be durable */
+    bool held;                          /* replies wait for commit_target to be durable,
+                                           or (job_wait) the session for its job */
+    bool job_wait;                      /* held for a job (kura_session_waiting) */
     uint64_t commit_target;
     struct kura_conn *held_next;        /* the worker's held list */
     conn_entry *entry;                  /* "stats conns" (connlist.c) */
@@ -220,6 +222,24 @@ static void hold(kura_conn *c, uint64_t target)
     committer_request(c->w->srv->committer, target);
 }
 
+/* The session waits for a job on another thread (a Tokyo Tyrant copy):
+ * stop reading until the job's wake (conn_job_wake) brings the worker to
+ * conn_release_durable, which drives the connection again. */
+static void hold_for_job(kura_conn *c)
+{
+    c->held = true;
+    c->job_wait = true;
+    event_del(c->ev);
+    c->held_next = c->w->held;
+    c->w->held = c;
+}
+
+/* kura_session_config.wake: on the job's thread. */
+static void conn_job_wake(void *arg)
+{
+    worker_wake(arg);
+}
+
 /* Writes what is queued.  Returns false if the connection was closed or must
  * wait for the socket to drain (write mode is then set). */
 static bool flush_out(kura_conn *c)
@@ -296,6 +316,10 @@ static bool pump(kura_conn *c)
         }
         if (!flush_out(c))
             return false;
+        if (kura_session_waiting(c->sess)) {
+            hold_for_job(c);
+            return false;
+        }
         const kura_handoff *h = kura_session_handoff(c->sess);
         if (h) {
             conn_handoff(c, h);
@@ -423,6 +447,17 @@ void conn_release_durable(kura_worker *w)
     while (list) {
         kura_conn *c = list;
         list = c->held_next;
+        if (c->job_wait) {
+            if (kura_session_waiting(c->sess)) {
+                c->held_next = w->held;         /* still waiting */
+                w->held = c;
+            } else {
+                c->held = c->job_wait = false;
+                arm(c, false);
+                drive(c);                       /* the request answers, then carry on */
+            }
+            continue;
+        }
         int fate = commit_fate(w->srv->committer, c->commit_target);
         if (fate == COMMIT_SEND) {
             c->held = false;
@@ -465,6 +500,7 @@ struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
     c->fd = fd;
     kura_session_config sc = {
         .engine = w->srv->engine, .stats = w->stats, .server = &w->srv->info,
+        .wake = conn_job_wake, .wake_arg = w,
         .cmds = w->srv->cmds, .conn_id = fd,
     };
     c->sess = kura_session_new(&sc);
@@ -504,7 +540,7 @@ void conn_close_all(kura_worker *w)
         kura_conn *c = w->conns;
         /* Replies waiting for a sync that never came are not sent: their
          * changes were not made durable, so they must not be acknowledged. */
-        bool durable = !c->held ||
+        bool durable = !c->held || c->job_wait ||
                        commit_fate(w->srv->committer, c->commit_target) == COMMIT_SEND;
         if (durable && !c->handshaking && c->wpos < kura_buf_size(&c->wbuf)) {
             ssize_t n = conn_send_out(c);

@@ -285,8 +285,8 @@ static void init_info(kura_server *srv)
     si->sync_mode = options_sync_name(st->sync_mode);
     si->tt_setmst = repladmin_tt_setmst;
     si->tt_setmst_ctx = srv;
-    si->tt_copy = snapd_tt_copy;
-    si->tt_copy_ctx = srv;
+    si->tt_job = snapd_tt_job;
+    si->tt_job_ctx = srv;
     si->unix_mode = st->unix_mode;
     si->auth = st->auth;
     si->sasl = st->sasl;
@@ -442,6 +442,7 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
      * before the workers; its lock outlives them (they may still ask for a
      * sequence until they stop). */
     committer_stop(srv->committer);
+    snapd_jobs_detach();
     workers_stop(srv);
     bool sync_failed = committer_failed(srv->committer);
     committer_free(srv->committer);
@@ -478,6 +479,7 @@ static int undo_start(kura_server *srv, struct event **sigevs, struct event *tic
     committer_stop(srv->committer);
     metrics_stop();
     kura_watch_stop();
+    snapd_jobs_detach();
     if (workers)
         workers_stop(srv);
     committer_free(srv->committer);

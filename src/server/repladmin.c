@@ -11,14 +11,18 @@
  * a stream at once, or a connect attempt within its timeout (5 s), then
  * writes its position (a sync of the store, then the rts file, synced).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "kura/escape.h"
+#include "kura/fsutil.h"
 #include "server.h"
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -212,8 +216,32 @@ static bool host_word_ok(const char *host)
     return n >= 1 && n <= 255;
 }
 
+/* setmst's position: the rts file rewritten to hold `from` alone (the form
+ * of one number: the master's log id unknown), as ttserver's setmst
+ * rewrites its rts file with the timestamp given.  0, or -1 with msg set. */
+static int rts_set(const char *rts, uint64_t from, char *msg, size_t msglen)
+{
+    char dir[4200], b[32];
+    snprintf(dir, sizeof(dir), "%s", rts);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? slash + 1 : rts;
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        strcpy(dir, ".");
+    int n = snprintf(b, sizeof(b), "%" PRIu64 "\n", from);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd >= 0 ? kura_write_file_atomic(dfd, name, b, (size_t)n) : -1;
+    if (rc < 0)
+        snprintf(msg, msglen, "SERVER_ERROR cannot write the position to %s: %s", rts,
+                 strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
+    return rc;
+}
+
 int replctl_follow(kura_server *srv, const char *host, int port, uint64_t min_term,
-                   role_source src, char *msg, size_t msglen)
+                   role_source src, uint64_t from, char *msg, size_t msglen)
 {
     kura_settings *st = srv->settings;
     char rts[4200], ps[16], err[300];
@@ -255,6 +283,11 @@ int replctl_follow(kura_server *srv, const char *host, int port, uint64_t min_te
     engine_set_replica(srv->engine, !st->rw);
     replrole_probe_stop(srv);
     repl_slave_stop(slave_take(srv));
+    if (from && rts_set(rts, from, msg, msglen) < 0) {
+        pthread_mutex_unlock(&ctl_lock);
+        log_msg(KURA_LOG_ERROR, "repl follow %s:%d: %s; following no one", host, port, msg);
+        return -1;
+    }
     int rc = slave_begin(srv, host, port);
     pthread_mutex_unlock(&ctl_lock);
     if (rc < 0) {
@@ -273,7 +306,7 @@ int replctl_follow(kura_server *srv, const char *host, int port, uint64_t min_te
 int repl_role_follow(kura_server *srv, const char *host, int port, uint64_t min_term,
                      role_source source, char *msg, size_t msglen)
 {
-    return replctl_follow(srv, host, port, min_term, source, msg, msglen) == 0 ? KURA_OK
+    return replctl_follow(srv, host, port, min_term, source, 0, msg, msglen) == 0 ? KURA_OK
                                                                                : KURA_EINVAL;
 }
 
@@ -290,7 +323,7 @@ int repladmin_heard_term(kura_server *srv, uint64_t term, const char *host, int 
     snprintf(why, sizeof(why), "%s:%d, which replaced this server, is at term %" PRIu64, host,
              port, term);
     repl_role_fence(srv, term, why);    /* no write taken from here */
-    if (replctl_follow(srv, host, port, term, ROLE_SRC_FENCE, fmsg, sizeof(fmsg)) < 0) {
+    if (replctl_follow(srv, host, port, term, ROLE_SRC_FENCE, 0, fmsg, sizeof(fmsg)) < 0) {
         log_msg(KURA_LOG_ERROR, "fenced, and cannot follow %s:%d: %s", host, port, fmsg);
         snprintf(msg, msglen, "FENCED %" PRIu64 " not following: %.300s", term, fmsg);
         return 0;
@@ -368,7 +401,7 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
                 h[strlen(h) - 1] = '\0';
                 h++;
             }
-            rc = replctl_follow(srv, h, port, 0, ROLE_SRC_FOLLOW, msg, sizeof(msg));
+            rc = replctl_follow(srv, h, port, 0, ROLE_SRC_FOLLOW, 0, msg, sizeof(msg));
         }
     } else if (token_is(&tok[1], "reset")) {
         rc = ntok == 3 ? repl_role_reset(srv, msg, sizeof(msg))
@@ -387,17 +420,20 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
 
 /* Tokyo Tyrant's setmst (kura_server_info.tt_setmst, src/proto/tt.c): a
  * host names the master to follow, an empty one (or port 0) makes this
- * server a master, as ttserver's does.  ttserver's position (ts) and its
- * replication options are not kura's: the position comes from the rts
- * file, as for "repl follow" (docs/migration.md). */
+ * server a master, as ttserver's does.  A timestamp ts (tcrmgr setmst -ts)
+ * is the position to follow from, after the master's update-log row of
+ * that timestamp, written to the rts file as ttserver writes its own; 0
+ * keeps the rts file's position.  opts (-rcc: RDBROCHKCON) is taken and
+ * means nothing here: a kura replica applies the master's results, not
+ * its requests, so there is no outcome to compare (docs/migration.md). */
 int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int opts)
 {
     kura_server *srv = ctx;
     char msg[600], shown[KURA_ESCAPED_MAX(256)];
-    (void)ts; (void)opts;
+    (void)opts;
     int rc;
     if (host[0] && port > 0) {
-        rc = replctl_follow(srv, host, port, 0, ROLE_SRC_SETMST, msg, sizeof(msg));
+        rc = replctl_follow(srv, host, port, 0, ROLE_SRC_SETMST, ts, msg, sizeof(msg));
     } else {
         /* ttserver's stop is taken whatever the state: not following
          * already is the state asked for, and answers 0 as there */

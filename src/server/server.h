@@ -107,7 +107,15 @@ void swap_remove_old(const char *dbname);
  * (engine_observe_cas it); 0 or -1 (logged). */
 int snapd_restore(struct kura_server *srv, kura_store **store, uint64_t *max_cas);
 int snapd_start(struct kura_server *srv);
-int snapd_tt_copy(void *ctx, const char *path);    /* kura_server_info.tt_copy */
+int snapd_tt_job(void *ctx, kura_job *j);         /* kura_server_info.tt_job */
+/* Before the workers stop: a job finished from now on wakes nobody. */
+void snapd_jobs_detach(void);
+/* ttrestore.c, on the snapshot thread: Tokyo Tyrant's restore of the
+ * update log at dir (ttserver's *.ulog files, or kura's own) from
+ * timestamp ts; opts ttserver's (RDBROCHKCON: stop at the first record
+ * whose outcome differs from the logged one).  KURA_OK, or an error
+ * logged with its reason. */
+int ttrestore_run(struct kura_server *srv, const char *dir, uint64_t ts, int opts);
 /* Registers "snapshot" and "stats snapshot" (cmdtab.h), before the workers
  * start; without -bgs they answer that snapshots are not enabled.  0 or -1
  * (logged). */
@@ -195,13 +203,14 @@ int replctl_rts_path(const kura_settings *st, char *buf, size_t len);
  * written durably), takes writes, and msg says from where: "PROMOTED
  * <master-position> <own-last-ts>"; follow: stops any following, becomes a
  * read-only replica (a -rw server keeps taking writes) of host:port with
- * the same rts file: "OK following HOST:PORT".  0, or -1 with msg the
+ * the same rts file (from a nonzero `from`, the position written to it
+ * first: Tokyo Tyrant's setmst -ts): "OK following HOST:PORT".  0, or -1 with msg the
  * error line (SERVER_ERROR or CLIENT_ERROR).  Either blocks its caller
  * while the old replica thread stops: at most its connect timeout (5 s)
  * plus a sync of the store.  Called from any thread (the text protocol's
  * "repl promote|follow", Tokyo Tyrant's setmst). */
 int replctl_follow(struct kura_server *srv, const char *host, int port, uint64_t min_term,
-                   role_source src, char *msg, size_t msglen);
+                   role_source src, uint64_t from, char *msg, size_t msglen);
 int replctl_promote(struct kura_server *srv, char *msg, size_t msglen);
 /* Tokyo Tyrant's setmst, as kura_server_info.tt_setmst (proto.h): follow,
  * or promote for an empty host. */

@@ -13,6 +13,12 @@
  * part under that part's lock, the part's writers wait for it to run
  * again.  One snapshot at a time: a request while one runs is answered by
  * that one.
+ *
+ * Tokyo Tyrant's copy and restore run here too, queued by the worker that
+ * received them (snapd_tt_job), so that the worker serves its other
+ * connections meanwhile: the request's connection waits (kura_job, its
+ * reply deferred) until the job is done and its wake brings the worker
+ * back to it.  The thread therefore runs with or without -bgs.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,9 +33,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/escape.h"
 #include "kura/snapshot.h"
+#include "kura/testhooks.h"
 #include "kura/thread.h"
 #include "server.h"
+
+#define SNAPD_JOBS_MAX 64               /* copies and restores waiting at most */
 
 static struct {
     pthread_t thread;
@@ -42,7 +52,15 @@ static struct {
     uint64_t count, failures, last_items, last_bytes, last_start_ts, last_ms;
     int64_t last_at;
     char last_path[4200], last_error[300];
-} sd = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+    /* Tokyo Tyrant's copy and restore (kura_job), under mu, run in order */
+    kura_job *jobs[SNAPD_JOBS_MAX];
+    int njobs;
+    /* wake_mu: a finished job wakes its worker unless the workers are
+     * going (snapd_jobs_detach) */
+    pthread_mutex_t wake_mu;
+    bool detached;
+} sd = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+         .wake_mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- taking ------------------------------------------------------------ */
 
@@ -88,15 +106,26 @@ static int take_one(kura_server *srv, const char *why)
     return rc;
 }
 
+static int run_job(kura_server *srv, kura_job *j);
+static void job_finish(kura_job *j, int rc);
+
 static void *snapd_main(void *arg)
 {
     kura_server *srv = arg;
     /* below the workers: a snapshot's compression waits for requests */
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
-    int interval = srv->settings->bgsi;
+    int interval = srv->settings->bgs_dir ? srv->settings->bgsi : 0;
     int64_t next = interval ? kura_mono_ms() + (int64_t)interval * 1000 : INT64_MAX;
     pthread_mutex_lock(&sd.mu);
     while (!sd.stop) {
+        if (sd.njobs) {
+            kura_job *j = sd.jobs[0];
+            memmove(sd.jobs, sd.jobs + 1, (size_t)--sd.njobs * sizeof(sd.jobs[0]));
+            pthread_mutex_unlock(&sd.mu);
+            job_finish(j, run_job(srv, j));
+            pthread_mutex_lock(&sd.mu);
+            continue;
+        }
         if (!sd.requested && kura_mono_ms() < next) {
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
@@ -120,6 +149,9 @@ static void *snapd_main(void *arg)
             next = kura_mono_ms() + (int64_t)interval * 1000;
         pthread_mutex_lock(&sd.mu);
     }
+    /* stopping: what waits is not done (its connections are going too) */
+    while (sd.njobs)
+        job_finish(sd.jobs[--sd.njobs], KURA_EFAILED);
     pthread_mutex_unlock(&sd.mu);
     return NULL;
 }
@@ -144,23 +176,16 @@ static void cmd_snapshot(void *ctx, kura_session *s, text_token *tok, int ntok, 
     kura_session_reply(s, out, "OK");
 }
 
-/* Tokyo Tyrant's copy (kura_server_info.tt_copy, src/proto/tt.c): a
- * snapshot of the whole store written at path, on the calling worker's
- * thread, answered once it is complete and safe (snap_take: written
- * beside path, fsynced, renamed over it, the directory fsynced).  A
- * snapshot rather than ttserver's byte copy of the Cabinet file; it is
- * restored with kuractl snapshot restore (docs/migration.md).  ttserver's
- * "@command" form (run a command) is refused.  KURA_OK, or an error
- * logged with its reason. */
-int snapd_tt_copy(void *ctx, const char *path)
+/* ---- Tokyo Tyrant's copy and restore ------------------------------------ */
+
+/* A copy: a snapshot of the whole store written at the job's path,
+ * complete and safe when this returns KURA_OK (snap_take: written beside
+ * the path, fsynced, renamed over it, the directory fsynced).  A snapshot
+ * rather than ttserver's byte copy of the Cabinet file; it is restored
+ * with kuractl snapshot restore (docs/migration.md). */
+static int tt_copy(kura_server *srv, const char *path)
 {
-    kura_server *srv = ctx;
     kura_settings *st = srv->settings;
-    if (path[0] == '\0' || path[0] == '@') {
-        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant copy '%s': %s", path,
-                path[0] ? "running a command is not served" : "no path");
-        return KURA_EINVAL;
-    }
     snap_take_cfg cfg = {
         .path = path, .codec = (kura_codec)st->bgsc, .sid = (uint32_t)st->sid,
         .ulog = srv->ulog,
@@ -176,6 +201,63 @@ int snapd_tt_copy(void *ctx, const char *path)
                 " bytes in %lld ms", out, info.items, info.file_bytes,
                 (long long)(kura_mono_ms() - t0));
     return rc;
+}
+
+static int run_job(kura_server *srv, kura_job *j)
+{
+    if (j->kj_what == KURA_JOB_TT_COPY)
+        return tt_copy(srv, j->kj_path);
+    return ttrestore_run(srv, j->kj_path, j->kj_ts, j->kj_opts);
+}
+
+static void job_finish(kura_job *j, int rc)
+{
+    pthread_mutex_lock(&sd.wake_mu);
+    kura_job_finish(j, rc, !sd.detached);
+    pthread_mutex_unlock(&sd.wake_mu);
+}
+
+/* kura_server_info.tt_job (src/proto/tt.c), on a worker: queues the job
+ * for this thread and returns at once; the worker serves its other
+ * connections meanwhile and the job's own waits for its wake.  ttserver's
+ * "@command" form of copy (run a command) is refused, as is a job while
+ * SNAPD_JOBS_MAX wait.  KURA_OK, or an error logged with its reason. */
+int snapd_tt_job(void *ctx, kura_job *j)
+{
+    if (KURA_TEST_SWITCH(job_inline)) {
+        job_finish(j, run_job(ctx, j));        /* on this worker, as before */
+        return KURA_OK;
+    }
+    const char *what = j->kj_what == KURA_JOB_TT_COPY ? "copy" : "restore";
+    const char *why = NULL;
+    if (j->kj_path[0] == '\0')
+        why = "no path";
+    else if (j->kj_path[0] == '@' && j->kj_what == KURA_JOB_TT_COPY)
+        why = "running a command is not served";
+    pthread_mutex_lock(&sd.mu);
+    if (!why && (!sd.started || sd.stop))
+        why = "the server is stopping";
+    else if (!why && sd.njobs == SNAPD_JOBS_MAX)
+        why = "too many copies and restores waiting";
+    if (!why) {
+        sd.jobs[sd.njobs++] = j;        /* the session's reference becomes the runner's too */
+        pthread_cond_broadcast(&sd.cv);
+    }
+    pthread_mutex_unlock(&sd.mu);
+    if (why) {
+        char shown[KURA_ESCAPED_MAX(256)];
+        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant %s '%s': %s", what,
+                kura_escape(shown, sizeof(shown), j->kj_path, strlen(j->kj_path)), why);
+        return KURA_EINVAL;
+    }
+    return KURA_OK;
+}
+
+void snapd_jobs_detach(void)
+{
+    pthread_mutex_lock(&sd.wake_mu);
+    sd.detached = true;
+    pthread_mutex_unlock(&sd.wake_mu);
 }
 
 static void stat_u64(kura_stat_fn emit, void *arg, const char *name, uint64_t v)
@@ -221,14 +303,19 @@ int snapd_register(kura_server *srv)
 
 int snapd_start(kura_server *srv)
 {
-    kura_settings *st = srv->settings;
-    if (!st->bgs_dir)
-        return 0;
+#ifdef KURA_TEST_HOOKS
+    /* test_tt_copy's negative check (testhooks.h; test builds only) */
+    if (getenv("KURA_TEST_JOB_INLINE"))
+        kura_test.job_inline = true;
+#endif
+    /* always: Tokyo Tyrant's copy and restore run here too */
     if (pthread_create(&sd.thread, NULL, snapd_main, srv) != 0) {
         log_msg(KURA_LOG_ERROR, "cannot start the snapshot thread");
         return -1;
     }
+    pthread_mutex_lock(&sd.mu);         /* the workers run: snapd_tt_job reads it */
     sd.started = true;
+    pthread_mutex_unlock(&sd.mu);
     return 0;
 }
 
@@ -239,7 +326,7 @@ void snapd_stop(kura_server *srv, bool clean)
     kura_thread_stop(sd.thread, &sd.mu, &sd.cv, &sd.stop);
     sd.started = false;
     /* the workers have stopped: this one is the state the server stops in */
-    if (clean && srv->settings->bgs_stop)
+    if (clean && srv->settings->bgs_dir && srv->settings->bgs_stop)
         take_one(srv, "at stop");
 }
 

@@ -132,6 +132,8 @@ typedef struct cache_stripe {
     uint64_t cs_bytes;                  /* memcached-style item totals */
     uint64_t cs_evictions;
     uint64_t cs_reclaimed;
+    uint64_t cs_flushed_gone;           /* of those, under the flush watermark (store.h) */
+    uint64_t cs_flushed_gone_bytes;
     uint64_t cs_expired_unfetched;
     uint64_t cs_evicted_unfetched;
 } cache_stripe;
@@ -303,13 +305,26 @@ static inline cache_item *do_cache_unlink(cache_stripe *st, cache_item **pp)
     return it;
 }
 
-/* Unlinks a dead item and counts it as reclaimed; the caller frees it. */
-static inline cache_item *do_cache_reclaim(cache_stripe *st, cache_item **pp)
+/* Counts a dead item just unlinked as reclaimed (and as flushed, when its
+ * cas is under clk's watermark: kura_store_usage.flushed_gone). */
+static inline void do_cache_count_reclaim(cache_stripe *st, const cache_item *it,
+                                          const kura_clock *clk)
 {
-    cache_item *it = do_cache_unlink(st, pp);
     st->cs_reclaimed++;
     if (!(it->ci_bits & CACHE_FETCHED))
         st->cs_expired_unfetched++;
+    if (it->ci_cas < clk->oldest_cas) {
+        st->cs_flushed_gone++;
+        st->cs_flushed_gone_bytes += kura_item_wire_total(it->ci_klen, it->ci_vlen, it->ci_flags);
+    }
+}
+
+/* Unlinks a dead item and counts it as reclaimed; the caller frees it. */
+static inline cache_item *do_cache_reclaim(cache_stripe *st, cache_item **pp,
+                                           const kura_clock *clk)
+{
+    cache_item *it = do_cache_unlink(st, pp);
+    do_cache_count_reclaim(st, it, clk);
     return it;
 }
 
@@ -336,7 +351,7 @@ static inline cache_item **do_cache_lookup(cache_stripe *st, uint32_t hash,
         int l = cache_liveness(*pp, clk);
         if (l != KURA_LIVE) {
             *why = l;
-            *dead = do_cache_reclaim(st, pp);
+            *dead = do_cache_reclaim(st, pp, clk);
             /* Keys are unique: searching again ends at the chain's NULL,
              * where the caller may link a new item. */
             pp = do_cache_find(st, hash, key, klen);
@@ -354,9 +369,7 @@ static cache_item *do_cache_evict_one(cache_stripe *st, const kura_clock *clk)
     for (int i = 0; it && i < CACHE_TAIL_SCAN; i++, it = it->ci_prev) {
         if (cache_liveness(it, clk) != KURA_LIVE) {
             cache_item *dead = do_cache_unlink_item(st, it);
-            st->cs_reclaimed++;
-            if (!(dead->ci_bits & CACHE_FETCHED))
-                st->cs_expired_unfetched++;
+            do_cache_count_reclaim(st, dead, clk);
             return dead;
         }
     }
@@ -763,7 +776,7 @@ static long cache_sweep(kura_store *s, const kura_clock *clk, size_t budget)
             while (*pp) {
                 work++;
                 if (cache_liveness(*pp, clk) != KURA_LIVE) {
-                    dead = cache_list_add(dead, do_cache_reclaim(st, pp));
+                    dead = cache_list_add(dead, do_cache_reclaim(st, pp, clk));
                     reclaimed++;
                 } else {
                     pp = &(*pp)->ci_hnext;
@@ -805,6 +818,8 @@ static void cache_usage(kura_store *s, kura_store_usage *u)
         u->bytes += st->cs_bytes;
         u->evictions += st->cs_evictions;
         u->reclaimed += st->cs_reclaimed;
+        u->flushed_gone += st->cs_flushed_gone;
+        u->flushed_gone_bytes += st->cs_flushed_gone_bytes;
         u->expired_unfetched += st->cs_expired_unfetched;
         u->evicted_unfetched += st->cs_evicted_unfetched;
         pthread_mutex_unlock(&st->cs_lock);

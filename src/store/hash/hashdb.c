@@ -82,6 +82,18 @@ void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e)
                                                               e->marks & HD_FLAGGED));
 }
 
+void hd_count_reclaim(hashdb *db, const hd_ent *e, int lv, const kura_clock *clk)
+{
+    atomic_fetch_add(&db->reclaimed, 1);
+    if (lv == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
+        atomic_fetch_add(&db->expired_unfetched, 1);
+    if (e->cas < clk->oldest_cas) {
+        atomic_fetch_add(&db->flushed_gone, 1);
+        atomic_fetch_add(&db->flushed_gone_bytes,
+                         kura_item_wire_total(e->klen, hd_ent_rawlen(e), e->marks & HD_FLAGGED));
+    }
+}
+
 static void note_clock(hashdb *db, const kura_clock *clk)
 {
     if (!clk)
@@ -156,7 +168,7 @@ static int hashdb_get(kura_store *s, const char *key, size_t klen, const kura_cl
             e = hdx_find(db, st, h, key, klen, &ev);
             int lv = e ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
             if (lv != KURA_LIVE)
-                (void)hd_drop_dead(db, st, e, lv);
+                (void)hd_drop_dead(db, st, e, lv, clk);
         }
         pthread_rwlock_unlock(&st->lock);
     }
@@ -310,14 +322,12 @@ static int do_append_version(hashdb *db, hd_stripe *st, const char *key, size_t 
  * key's entry (NULL: none) of liveness lv, replaced.  Stripe write lock
  * held. */
 static void do_link_version(hashdb *db, hd_stripe *st, hd_ent *e, int lv, uint64_t h,
-                            size_t klen, const hd_loc *loc, const hd_ver *v, bool touch)
+                            size_t klen, const hd_loc *loc, const hd_ver *v, bool touch,
+                            const kura_clock *clk)
 {
     if (e) {
-        if (lv != KURA_LIVE) {
-            atomic_fetch_add(&db->reclaimed, 1);
-            if (lv == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
-                atomic_fetch_add(&db->expired_unfetched, 1);
-        }
+        if (lv != KURA_LIVE)
+            hd_count_reclaim(db, e, lv, clk);
         hd_ent_unref_bytes(db, st, e);
     }
     set_entry(db, st, e, h, klen, loc, v->len, &v->z, v->flags);
@@ -412,14 +422,15 @@ static int hashdb_rmw(kura_store *s, const char *key, size_t klen, const kura_cl
         wrote = true;
         if (lookup_after)
             e = lookup(db, st, h, key, klen, clk, &ev, &lv);
-        do_link_version(db, st, e, lv, h, klen, &loc, &v, up.action == KURA_UPDATE_TOUCH);
+        do_link_version(db, st, e, lv, h, klen, &loc, &v, up.action == KURA_UPDATE_TOUCH,
+                        clk);
         break;
     }
     case KURA_UPDATE_REMOVE:
         if (!e)
             break;
         if (lv != KURA_LIVE) {
-            hd_drop_dead(db, st, e, lv);        /* on a write error it just stays */
+            hd_drop_dead(db, st, e, lv, clk);   /* on a write error it just stays */
             break;
         }
         src = do_write_del(db, st, e, key, klen, &loc);
@@ -540,6 +551,8 @@ static void hashdb_usage(kura_store *s, kura_store_usage *u)
     memset(u, 0, sizeof(*u));
     u->curr_items = hdx_items(db, &u->bytes);
     u->reclaimed = atomic_load(&db->reclaimed);
+    u->flushed_gone = atomic_load(&db->flushed_gone);
+    u->flushed_gone_bytes = atomic_load(&db->flushed_gone_bytes);
     u->expired_unfetched = atomic_load(&db->expired_unfetched);
 }
 

@@ -91,7 +91,7 @@ static int move_record(hashdb *db, hd_seg *x, uint64_t off, const hd_rec *r,
     if (e && e->seg == x->id && e->off == off) {
         int lv = clk ? kura_item_liveness(e->exptime, e->cas, clk) : KURA_LIVE;
         if (lv != KURA_LIVE) {
-            rc = hd_drop_dead(db, st, e, lv);
+            rc = hd_drop_dead(db, st, e, lv, clk);
         } else {
             hd_loc loc;
             /* copied as it is: a compressed value stays so */
@@ -230,16 +230,14 @@ void hd_retired_drop(hashdb *db)
  * in may be compacted away before the next one, so replay must learn of
  * the removal.  Stripe write lock held.  On a write error the entry stays
  * (it is dead, so invisible) and the error is returned. */
-int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness)
+int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness, const kura_clock *clk)
 {
     hd_loc loc;
     int rc = hd_append(db, HD_REC_DEL, e->key, e->klen, NULL, 0, NULL, 0,
                        crc32c_update(0, e->key, e->klen), 0, 0, 0, 0, NULL, &loc);
     if (rc)
         return rc;
-    atomic_fetch_add(&db->reclaimed, 1);
-    if (liveness == KURA_DEAD_EXPIRED && !(e->marks & HD_FETCHED))
-        atomic_fetch_add(&db->expired_unfetched, 1);
+    hd_count_reclaim(db, e, liveness, clk);
     hd_ent_unref_bytes(db, st, e);
     hdx_remove(st, e->sl);
     return KURA_OK;
@@ -317,7 +315,7 @@ long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget)
             int lv = kura_item_liveness(e->exptime, e->cas, clk);
             if (lv != KURA_LIVE) {
                 uint64_t bytes = hd_rec_size(e->hlen, e->klen, e->vlen);
-                rc = hd_drop_dead(db, st, e, lv);
+                rc = hd_drop_dead(db, st, e, lv, clk);
                 if (rc)
                     break;      /* the entry stays; the next call retries it */
                 sw->pass_bytes += bytes;

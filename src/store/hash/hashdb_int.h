@@ -393,6 +393,7 @@ typedef struct hashdb {
 
     /* counters */
     _Atomic uint64_t reclaimed, expired_unfetched;
+    _Atomic uint64_t flushed_gone, flushed_gone_bytes;  /* hd_count_reclaim */
     _Atomic bool expiry_written; /* a record with an expiry time was written
                                     since the sweep's pass began (its quiet) */
     _Atomic uint64_t compactions, compacted_bytes, checkpoints;
@@ -666,7 +667,7 @@ int hd_compact_one(hashdb *db, bool force);
  * checkpoint on disk can name any more. */
 void hd_retired_drop(hashdb *db);
 long hd_sweep(hashdb *db, const kura_clock *clk, size_t budget);
-int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness);
+int hd_drop_dead(hashdb *db, hd_stripe *st, hd_ent *e, int liveness, const kura_clock *clk);
 
 /* The last record this thread appended, and to which store: what a
  * connection's requests, answered by this thread, wait for under -sync
@@ -684,6 +685,10 @@ int hd_append_put(hashdb *db, hd_stripe *st, const char *key, size_t klen, const
                   int64_t exptime, uint64_t cas, uint64_t seq, const hd_zval *z,
                   hd_loc *loc);
 void hd_ent_unref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
+/* Counts the dead entry e (liveness lv under clk), about to go, as
+ * reclaimed, and as flushed when under clk's watermark (kura_store_usage's
+ * flushed_gone). */
+void hd_count_reclaim(hashdb *db, const hd_ent *e, int lv, const kura_clock *clk);
 void hd_ent_ref_bytes(hashdb *db, hd_stripe *st, hd_ent *e);
 
 

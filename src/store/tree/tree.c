@@ -143,6 +143,18 @@ int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_
     return KURA_OK;
 }
 
+/* Counts the dead cell c, about to go, as reclaimed, and as flushed when
+ * under clk's watermark (kura_store_usage's flushed_gone).  Write lock
+ * held. */
+static void do_count_reclaim(btree *bt, const bt_cell *c, const kura_clock *clk)
+{
+    bt->reclaimed++;
+    if (c->cas < clk->oldest_cas) {
+        bt->flushed_gone++;
+        bt->flushed_gone_bytes += bt_item_bytes(c->klen, c->vlen, c->flags);
+    }
+}
+
 /* Removes the cell the path found (its record already logged). */
 static void do_apply_del(btree *bt, bt_path *path)
 {
@@ -403,7 +415,7 @@ static int bt_get_op(kura_store *s, const char *key, size_t klen, const kura_clo
                                         (unsigned)path.idx[path.depth - 1]), &c);
                 if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE &&
                     do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
-                    bt->reclaimed++;
+                    do_count_reclaim(bt, &c, clk);     /* c's sizes and cas stay valid */
             }
             do_path_release(bt, &path);
         }
@@ -494,7 +506,7 @@ static int bt_rmw_op(kura_store *s, const char *key, size_t klen, const kura_clo
             }
         }
         if (path.found && lv != KURA_LIVE)
-            bt->reclaimed++;
+            do_count_reclaim(bt, &c, clk);
         src = do_write_put(bt, &path, key, klen, flags, up.exptime, cas, v0, l0, v1, l1, keep,
                            &lsn);
         wrote = src == KURA_OK;
@@ -507,7 +519,7 @@ static int bt_rmw_op(kura_store *s, const char *key, size_t klen, const kura_clo
             break;
         if (lv != KURA_LIVE) {
             if (do_write_del(bt, &path, key, klen, NULL) == KURA_OK)
-                bt->reclaimed++;
+                do_count_reclaim(bt, &c, clk);
             break;
         }
         src = do_write_del(bt, &path, key, klen, &lsn);
@@ -684,7 +696,7 @@ static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
             if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE &&
                 do_write_del(bt, &path, sa->keys[k], sa->klen[k], NULL) == KURA_OK) {
                 done++;
-                bt->reclaimed++;
+                do_count_reclaim(bt, &c, clk);
             }
         }
         do_path_release(bt, &path);
@@ -708,6 +720,8 @@ static void bt_usage_op(kura_store *s, kura_store_usage *u)
     u->curr_items = bt->items;
     u->bytes = bt->bytes;
     u->reclaimed = bt->reclaimed;
+    u->flushed_gone = bt->flushed_gone;
+    u->flushed_gone_bytes = bt->flushed_gone_bytes;
     bt_unlock(bt);
 }
 

@@ -341,6 +341,8 @@ typedef struct btree {
     bool punch_off;             /* the file system refused to punch a hole */
     double inline_retry_at;     /* a writer's checkpoint failed: not before */
     uint64_t reclaimed;         /* dead items removed (usage) */
+    uint64_t flushed_gone;      /* of those, under the flush watermark (store.h) */
+    uint64_t flushed_gone_bytes;
 
     /* background thread; and the interval syncer (-sync interval only) */
     kura_bg bg;
