@@ -25,11 +25,11 @@ hits     hit ratio of each server started with -m 64 (-t 1 / -th 1 pinned to
          mix (Zipf 0.99, each 100,000 requests followed by a scan of 50,000
          consecutive keys); 1,000,000 requests of warm-up, 2,000,000
          counted.  The difference in points is kura's minus memcached's.
-cpu      small-value throughput and the server's CPU a request (utime +
-         stime of /proc/PID/stat over the cell), bench/cells_cpu.sh's cells
-         with kura-bench: each server -m 1024, one worker pinned to the
-         server CPU, started fresh each repetition, all cells in turn,
-         servers alternated.  Ratios against memcached, and against the
+cpu      small-value throughput and the server's CPU a request (the run
+         time of its threads over the cell, /proc/PID/task/*/schedstat),
+         bench/cells_cpu.sh's cells with kura-bench, 50,000 requests each:
+         each server -m 1024, one worker pinned to the server CPU, started
+         fresh each repetition, all cells in turn, servers alternated.  Ratios against memcached, and against the
          first kurad (today's cache) for the ones after it.
 restart  warm restart, for a kurad that takes -e FILE (its -h lists it):
          -m 1024 -e FILE (on /dev/shm when there is one), 1,000,000 items of
@@ -137,6 +137,9 @@ class Running:
 
 
 def shown(cmd, tmp):
+    """A command line as the results show it: no path of this machine, the
+    port as PORT."""
+    cmd = [("PORT" if i and cmd[i - 1] in ("-p", "-port") else a) for i, a in enumerate(cmd)]
     return " ".join("DIR/" + os.path.relpath(a, tmp) if a.startswith(tmp + "/") else
                     "SHM/" + os.path.basename(a) if a.startswith("/dev/shm/") else
                     os.path.basename(a) if os.path.isabs(a) and os.access(a, os.X_OK) else a
@@ -214,6 +217,12 @@ def part_hits(a, servers, tmp, rep, raw):
                     st.get("curr_items"), res["seconds"]))
 
 
+def threads_cpu_s(pid):
+    """The CPU time of a process's threads (schedstat, in ns: a cell of a few
+    thousand requests is a few ticks of /proc/PID/stat)."""
+    return sum(run for run, _wait in F.proc_threads(pid).values())
+
+
 def part_cpu(a, servers, tmp, rep, raw):
     for s in (servers if rep % 2 else servers[::-1]):
         r = Running(s, tmp, 1024, threads=1, cpus=a.server_cpus)
@@ -221,9 +230,9 @@ def part_cpu(a, servers, tmp, rep, raw):
             for cid, conns, args in CELLS:
                 argv = args.replace("N", str(a.cpu_ops)).split()
                 F.settle(r.proc.pid)
-                c0 = F.proc_cpu_s(r.proc.pid)
+                c0 = threads_cpu_s(r.proc.pid)
                 res = F.bench_run(a, r.port, argv, a.client_cpus, threads=1, conns=conns)
-                c1 = F.proc_cpu_s(r.proc.pid)
+                c1 = threads_cpu_s(r.proc.pid)
                 raw.append(dict(rep=rep, part="cpu", cell=cid, server=s.label,
                                 ops_s=res["ops_per_sec"], ops=res["ops"],
                                 cpu_us=1e6 * (c1 - c0) / res["ops"] if res["ops"] else 0.0,
@@ -433,9 +442,10 @@ def markdown(rows, raw, a, servers, info, load0, load1, elapsed, failures):
             md.append("| %s | %s |" % (title, " | ".join(cells)))
         md.append("")
     if any(r["part"] == "cpu" for r in rows):
-        md.append("**Small values: throughput and the server's CPU a request** (bench/cells_cpu.sh's "
-                  "cells, %s requests each, one worker on CPU %s, kura-bench on CPU %s; median of "
-                  "%d repetition(s); ratios paired by repetition%s).\n" % (
+        md.append("**Small values: throughput and the server's CPU a request** "
+                  "(bench/cells_cpu.sh's cells, %s requests each, one worker on CPU %s, "
+                  "kura-bench on CPU %s; median of %d repetition(s); ratios paired by "
+                  "repetition%s).\n" % (
                       R.fmt_ops(a.cpu_ops), a.server_cpus or "any", a.client_cpus or "any",
                       a.cpu_reps, "; \"/ %s\": against the first kurad, today's cache" % kuras[0]
                       if len(kuras) > 1 else ""))
@@ -513,7 +523,7 @@ def plot(rows, servers, out):
                                    cid), vals + [targets.get((part, cid), float("nan"))]))
     return R.gnuplot_bars(
         dat, kuras + ["target"], out,
-        "kura's cache / memcached: bytes an item, hit ratio at -m 64, small-value ops/s",
+        "the cache over memcached: bytes an item, hit ratio at -m 64, small-value ops/s",
         "ratio to memcached", logscale=False, yformat="%.1f")
 
 
@@ -554,13 +564,16 @@ def main(argv=None):
     ap.add_argument("--hit-mb", type=int, default=64, help="-m of the hits part (default 64)")
     ap.add_argument("--warmup", type=int, default=1000000)
     ap.add_argument("--requests", type=int, default=2000000)
-    ap.add_argument("--cpu-ops", type=int, default=100000, help="requests a cpu cell")
+    ap.add_argument("--cpu-ops", type=int, default=50000,
+                    help="requests a cpu cell (default 50000)")
     ap.add_argument("--quick", action="store_true",
                     help="a tenth of the items and requests, 1 repetition: checks the pipeline")
     R.output_args(ap, "the clients")
     a = ap.parse_args(argv)
-    a.shown_args = "".join(" " + x for x in (argv if argv is not None else sys.argv[1:])
-                           if not x.startswith("/") and "=/" not in x)
+    # the command as the results show it: no path of this machine
+    a.shown_args = "".join(" " + ("PATH" if x.startswith("/") else
+                                  x.split("=")[0] + "=PATH" if "=/" in x else x)
+                           for x in (argv if argv is not None else sys.argv[1:]))
     R.pin_defaults(a)
     if a.quick:
         a.reps, a.cpu_reps = 1, 1

@@ -8,9 +8,10 @@
 #    enough to hold it all grows past that bound.
 #  * the hit ratio under a Zipf(0.99) load (a get, then a set on a miss) at
 #    -m 8 is not far below memcached's in the same run: at most 8 points
-#    below it (the cache was 1-2 points below it when this was written); both
-#    servers must have evicted.  Negative check: the same load against kurad
-#    at -m 2 falls below the bound.  A ratio, so load does not make it flaky.
+#    below it (main's cache and issue 35's were within half a point of it
+#    when this was written); both servers must have evicted.  Negative
+#    check: the same load against kurad at -m 1 falls below the bound (19
+#    to 26 points below memcached).  A ratio: load does not make it flaky.
 #  * a warm restart (-e FILE, as memcached's), where kurad takes -e: a
 #    graceful stop (SIGTERM) and a start with the same file give the items
 #    back; after kill -9 it starts empty.  Skipped (not applicable) for a
@@ -143,7 +144,7 @@ class MemoryLimit(unittest.TestCase):
 
 
 class HitRatio(unittest.TestCase):
-    KEYS, WARMUP, REQUESTS = 100000, 60000, 100000
+    KEYS, WARMUP, REQUESTS = 100000, 40000, 60000
 
     def ratio(self, kind, limit_mb):
         s = Server(kind=kind, memory_mb=limit_mb, threads=1)
@@ -152,7 +153,8 @@ class HitRatio(unittest.TestCase):
         with s.conn() as c:
             st = stats(c)
         self.assertGreater(int(st.get("evictions", 0)), 0,
-                           "%s at -m %d never evicted: the load does not test it" % (kind, limit_mb))
+                           "%s at -m %d never evicted: the load does not test it"
+                           % (kind, limit_mb))
         return r
 
     @cache_only
@@ -165,11 +167,11 @@ class HitRatio(unittest.TestCase):
         sys.stdout.write("# hit ratio at -m 8: memcached %.4f, kurad %.4f (%+.2f points)\n"
                          % (mc, kura, 100 * (kura - mc)))
         self.assertGreater(100 * kura, 100 * mc - HIT_SLACK_POINTS)
-        # negative: a quarter of the memory falls below the bound
-        small = self.ratio("kurad", 2)
-        sys.stdout.write("# kurad at -m 2: %.4f\n" % small)
+        # negative: an eighth of the memory falls below the bound
+        small = self.ratio("kurad", 1)
+        sys.stdout.write("# kurad at -m 1: %.4f\n" % small)
         self.assertLess(100 * small, 100 * mc - HIT_SLACK_POINTS,
-                        "kurad at -m 2: %.4f; the bound would not see a poor cache" % small)
+                        "kurad at -m 1: %.4f; the bound would not see a poor cache" % small)
 
 
 class WarmRestart(unittest.TestCase):
