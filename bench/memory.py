@@ -28,6 +28,20 @@ def rss_kib(pid):
     return 0
 
 
+def settled_rss_kib(pid, deadline=20.0):
+    """The RSS once it has stayed the same for half a second (polled), or at
+    the deadline: memcached grows its hash table in a background thread,
+    holding the old and the new table until the move is done."""
+    end = time.monotonic() + deadline
+    last, since = rss_kib(pid), time.monotonic()
+    while time.monotonic() < end and time.monotonic() - since < 0.5:
+        time.sleep(0.05)
+        now = rss_kib(pid)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 def connect(port, proc, deadline=10.0):
     end = time.monotonic() + deadline
     while time.monotonic() < end:
@@ -82,7 +96,7 @@ def measure(name, cmd, port, n, vsize, full=False):
         s = connect(port, proc)
         before = rss_kib(proc.pid)
         fill(s, n, vsize)
-        after = rss_kib(proc.pid)
+        after = settled_rss_kib(proc.pid)
         items = stat(s, "curr_items")
         s.close()
     finally:
