@@ -490,6 +490,7 @@ def markdown(rows, raw, a, servers, info, load0, load1, elapsed, failures):
                     " (%s)" % r["note"] if r["note"] else "",
                     "hit" if r["first_get_hit"] else "miss", r["stop_s"]))
         md.append("")
+    md += targets_markdown(rows, servers)
     md.append("Commands (DIR: a temp dir; SHM: one on /dev/shm):\n")
     for part in ("memory", "hits", "cpu", "restart"):
         for lab in [base] + kuras:
@@ -501,6 +502,51 @@ def markdown(rows, raw, a, servers, info, load0, load1, elapsed, failures):
         md.append("**Failures:**\n\n" + "\n".join("- " + f.replace("\n", " ") for f in failures)
                   + "\n")
     return "\n".join(md)
+
+
+def targets_markdown(rows, servers):
+    """Issue 35's targets, each kurad's figure and whether it meets it."""
+    kuras = [s.label for s in servers[1:]]
+
+    def get(part, cell, lab):
+        r = [x for x in rows if x["part"] == part and x["cell"] == cell and x["server"] == lab]
+        return r[0] if r else None
+
+    def cell(ok, figure, na="-"):
+        return na if ok is None else "%s: %s" % (figure, "met" if ok else "**not met**")
+    md = ["**Issue 35's targets** (this run):\n",
+          "| target | " + " | ".join(kuras) + " |", "|---|" + "---|" * len(kuras)]
+    lines = {k: [] for k in ("mem", "z99", "others", "restart", "cells")}
+    for lab in kuras:
+        r = get("memory", "112B", lab)
+        ok = r["ratio"] <= 0.70 if r and r["ratio"] != "" else None
+        lines["mem"].append(cell(ok, ok is not None and "%.2f" % r["ratio"]))
+        r = get("hits", "zipf-0.99", lab)
+        ok = r["points"] >= 0 if r and r["points"] != "" else None
+        lines["z99"].append(cell(ok, ok is not None and "%+.2f points" % r["points"]))
+        pts = [get("hits", m[0], lab) for m in MIXES if m[0] != "zipf-0.99"]
+        pts = [r["points"] for r in pts if r and r["points"] != ""]
+        ok = min(pts) >= -0.5 if pts else None
+        lines["others"].append(cell(ok, pts and "lowest %+.2f points" % min(pts)))
+        r = get("restart", "restart", lab)
+        ok = (r["value"] < 1.0 and r["items_after"] == r["items_before"]) \
+            if r and r["value"] != "" else None
+        lines["restart"].append(cell(ok, ok is not None and "%.3f s" % r["value"],
+                                     "not applicable (no -e)"))
+        vs = [get("cpu", c[0], lab) for c in CELLS]
+        vs = [r["vs_first"] for r in vs if r and r["vs_first"] != ""]
+        ok = min(vs) >= 0.95 if vs else None
+        lines["cells"].append(cell(ok, vs and "lowest %.2f" % min(vs),
+                                   "the reference" if lab == kuras[0] else "-"))
+    for key, what in (("mem", "RSS growth per 112 B item ≤ 0.70 × memcached's"),
+                      ("z99", "hit ratio under the limit, Zipf 0.99 ≥ memcached's"),
+                      ("others", "hit ratio, every other mix ≥ memcached's − 0.5 points"),
+                      ("restart", "warm restart in < 1 s, every item back"),
+                      ("cells", "no small-value cell's ops/s below 0.95 × the first kurad's "
+                                "(today's cache)")):
+        md.append("| %s | %s |" % (what, " | ".join(lines[key])))
+    md.append("")
+    return md
 
 
 def plot(rows, servers, out):
