@@ -1,6 +1,6 @@
 # kura - top-level Makefile.  Plain `make` needs no configure step.
 #
-#   make            build kurad, kuractl, kura-bench, kura-enginebench (into build/):
+#   make            build kurad, kuractl, kura-bench, kura-enginebench, kura-hitbench (into build/):
 #                   release builds, without a test switch (include/kura/testhooks.h)
 #   make programs   only kurad and kuractl
 #   make run        build, then run kurad in the foreground on localhost:11211
@@ -28,6 +28,8 @@
 #   make bench-tt   Tokyo Tyrant's protocol beside the text protocol (TT_BENCH_ARGS=...)
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
+#   make bench-cache     the cache beside memcached: memory per item, hit ratios,
+#                   small-value CPU, warm restart (CACHE_BENCH_ARGS=...)
 #   make distclean  clean, and what ./configure wrote
 #   make soak       tests/integration/test_soak.py with a 10-minute soak (SOAK_SECONDS=N)
 #   make fuzz       build the fuzz targets with clang's libFuzzer (build-fuzz/) and
@@ -152,10 +154,10 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
-        bench-tt fuzz fuzz-build soak bench-footprint check-functions test-fresh FORCE
+        bench-tt fuzz fuzz-build soak bench-footprint bench-cache check-functions test-fresh FORCE
 # kura-enginebench too: a measurement with a stale one would time old code.
 # A test tree (TEST_HOOKS=1) also holds what only the tests use.
-all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench \
+all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(BUILD)/kura-hitbench \
      $(if $(TEST_HOOKS),$(UNIT_BIN) $(BUILD)/tests/libfailsync.so $(BUILD)/tests/libnoipv6.so \
        $(FUZZ_BIN))
 
@@ -219,6 +221,10 @@ $(BUILD)/kura-turnbench: $(BUILD)/bench/turns/kura-turnbench.o $(BUILD)/libkura.
 $(BUILD)/kura-snapgen: $(BUILD)/bench/snapgen/kura-snapgen.o $(BUILD)/libkura.a
 	$(CC) $(CFLAGS_ALL) -o $@ $^ $(LIBS)
 
+# A cache's hit ratio, get then set on a miss (bench/hits/; bench/cache.py runs it).
+$(BUILD)/kura-hitbench: $(BUILD)/bench/hits/kura-hitbench.o
+	$(CC) $(CFLAGS_ALL) -o $@ $^ -lm
+
 # kura beside memcached and the Cabinets (bench/run.py --help; under 10 min).
 bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench $(BUILD)/kura-turnbench
 	/usr/bin/python3 bench/run.py --build $(BUILD) $(BENCH_ARGS)
@@ -244,6 +250,11 @@ bench-snapshot: $(KURAD) $(BUILD)/kura-bench
 # gets' server CPU, -th 2, 20 KB sets against dd (bench/footprint.py --help).
 bench-footprint: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench
 	/usr/bin/python3 bench/footprint.py --build $(BUILD) $(FOOTPRINT_BENCH_ARGS)
+
+# Issue 35's figures: the cache beside memcached, memory per item, hit ratios,
+# small-value CPU, warm restart (bench/cache.py --help; a few minutes).
+bench-cache: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-hitbench
+	/usr/bin/python3 bench/cache.py --build $(BUILD) $(CACHE_BENCH_ARGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(BUILD)/libkura.a
 	@mkdir -p $(dir $@)

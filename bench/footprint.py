@@ -558,17 +558,9 @@ def main(argv=None):
     ap.add_argument("--disk-limit", type=float, default=0, metavar="MBPS",
                     help="disk part: hold dd and the servers to MBPS MB/s of writes with the "
                     "block cgroup (bench/disklimit.py; root), a disk of known bandwidth")
-    ap.add_argument("--server-cpus", default=None, help="taskset list for servers (default 0)")
-    ap.add_argument("--client-cpus", default=None, help="taskset list for kura-bench (default 1)")
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
-    ap.add_argument("--out", default=R.RESULTS)
-    ap.add_argument("-v", "--verbose", action="store_true")
+    R.output_args(ap, "kura-bench")
     a = ap.parse_args(argv)
-    ncpu = os.cpu_count() or 1
-    if a.server_cpus is None:
-        a.server_cpus = "0" if ncpu >= 2 else ""
-    if a.client_cpus is None:
-        a.client_cpus = "1" if ncpu >= 2 else ""
+    R.pin_defaults(a)
     if a.quick:
         a.reps = 1
         a.engine_rnum = min(a.engine_rnum, 100000)
@@ -609,10 +601,7 @@ def main(argv=None):
     md = markdown(rows, a, info, load0, R.loadavg(), elapsed, failures)
     log("")
     log(md)
-    R.write_csv(os.path.join(a.out, "footprint.csv"), rows)
-    R.write_csv(os.path.join(a.out, "footprint-runs.csv"), raw)
-    with open(os.path.join(a.out, "footprint.md"), "w") as f:
-        f.write(md)
+    R.save_results(a.out, "footprint", rows, raw, md)
     dat = [(r["label"], [r["ratio"], r["target_value"]]) for r in rows]
     R.gnuplot_bars(dat, ["measured", "target"], os.path.join(a.out, "footprint.png"),
                    "issue 23: kura / its yardstick, median of %d run(s)" % a.reps,

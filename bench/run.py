@@ -668,6 +668,15 @@ def write_csv(path, rows):
             w.writerow(r)
 
 
+def save_results(out, name, rows, raw, md):
+    """A script's results: out/NAME.csv (its rows), NAME-runs.csv (every
+    run) and NAME.md (its part of docs/benchmarks.md)."""
+    write_csv(os.path.join(out, name + ".csv"), rows)
+    write_csv(os.path.join(out, name + "-runs.csv"), raw)
+    with open(os.path.join(out, name + ".md"), "w") as f:
+        f.write(md)
+
+
 def gnuplot_bars(dat_rows, series, out_png, title, ylabel, logscale=True, yformat="%.0s%c"):
     """dat_rows: [(label, [value per series])]; yformat: the y tics' gnuplot format
     (the default: 1k, 10k...; "%.1f" for ratios)."""
@@ -766,10 +775,7 @@ def main():
 
     t_start = time.monotonic()
     ncpu = os.cpu_count() or 1
-    if a.server_cpus is None:
-        a.server_cpus = "0" if ncpu >= 2 else ""
-    if a.client_cpus is None:
-        a.client_cpus = "1" if ncpu >= 2 else ""
+    pin_defaults(a)
     if a.threads <= 0:
         a.threads = max(1, len(expand_cpus(a.server_cpus)) if a.server_cpus else ncpu)
     if a.quick:
@@ -929,6 +935,27 @@ def main():
             log("  " + f)
         return 1
     return 0
+
+
+def output_args(ap, client):
+    """The options bench/footprint.py and bench/cache.py share: where the
+    servers and the client run, and where the results go."""
+    ap.add_argument("--server-cpus", default=None, help="taskset list for servers (default 0)")
+    ap.add_argument("--client-cpus", default=None,
+                    help="taskset list for %s (default 1)" % client)
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("-v", "--verbose", action="store_true")
+
+
+def pin_defaults(a):
+    """--server-cpus and --client-cpus left out: CPU 0 and CPU 1 on a machine
+    of two CPUs or more, else anywhere."""
+    ncpu = os.cpu_count() or 1
+    if a.server_cpus is None:
+        a.server_cpus = "0" if ncpu >= 2 else ""
+    if a.client_cpus is None:
+        a.client_cpus = "1" if ncpu >= 2 else ""
 
 
 def loadavg():

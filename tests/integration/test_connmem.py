@@ -11,7 +11,7 @@
 import os, socket, sys, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import ServerTestCase, stats, poll_until, kura_only
+from kuratest import ServerTestCase, stats, poll_until, kura_only, rss
 
 MB = 1024 * 1024
 # The bound asserted on growth.  kurad holds at most its output high-water
@@ -31,14 +31,6 @@ def sanitized():
             return b"__asan_init" in f.read()
     except OSError:
         return False
-
-
-def rss(server):
-    with open("/proc/%d/status" % server.proc.pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def quiet_client(port):

@@ -16,7 +16,7 @@
 import os, re, shutil, socket, subprocess, sys, threading, time, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
-from kuratest import ServerTestCase, kura_only
+from kuratest import ServerTestCase, kura_only, rss
 
 MB = 1024 * 1024
 RSS_BOUND = 32 * MB     # as test_connmem.py: the output high-water mark plus slack
@@ -30,14 +30,6 @@ def ordered():
 
 def unquote(k):
     return re.sub(rb"%([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), k)
-
-
-def rss(server):
-    with open("/proc/%d/status" % server.proc.pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def metadump(c, arg=b"all"):

@@ -633,6 +633,15 @@ def stats(conn, sub=b""):
     return d
 
 
+def rss(server):
+    """The server process's resident memory in bytes (VmRSS)."""
+    with open("/proc/%d/status" % server.proc.pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
 def digest(server, n=64):
     """The lines of kura's `digest N` reply (a hash per bucket of keys), to
     compare a master and its replica."""
