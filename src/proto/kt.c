@@ -318,10 +318,9 @@ static size_t kt_one(kura_session *s, kt_state *st, char *in, size_t avail, kura
         kt_fail(&r, rc, r.h.why);
         return avail;
     }
-    if (avail - r.h.head_len < r.h.body_len) {
-        s->need = r.h.head_len + r.h.body_len;
-        return late ? too_slow(&r, avail) : 0;
-    }
+    if (avail - r.h.head_len < r.h.body_len)
+        return late ? too_slow(&r, avail) : 0;     /* need stays 0: called at every read,
+                                                       so the deadline is checked */
     r.body = in + r.h.head_len;
     r.blen = r.h.body_len;
     if (!route(&r))

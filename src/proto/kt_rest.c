@@ -54,6 +54,7 @@ static void rest_get(kt_req *r, const char *key, size_t klen)
         return;
     }
     int n = 0;
+    h[0] = '\0';
     if (r->h.method == KT_HEAD)
         n = snprintf(h, sizeof(h), "Content-Length: %llu\r\n", (unsigned long long)g.vlen);
     if (g.exptime) {
