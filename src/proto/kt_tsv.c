@@ -152,10 +152,10 @@ int kt_content_enc(kt_span ct, bool *tsv, bool *form)
 
 static bool add_pair(kt_params *out, char *k, size_t kn, char *v, size_t vn, int enc, size_t max)
 {
+    if (out->n >= max)
+        return false;
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 16;
-        if (out->n >= max)
-            return false;
         kt_pair *nv = realloc(out->v, cap * sizeof(*nv));
         if (!nv)
             return false;
