@@ -207,12 +207,12 @@ typedef struct kt_cursor {
 } kt_cursor;
 
 typedef struct kt_walk {
-    int kind;                           /* 0 none, 1 prefix, 2 regex */
+    int kind;                           /* 0 none, 1 prefix, 2 regex, 3 similar */
     kura_list_cursor cur;
     ere *re;
     uint64_t max;
     uint64_t count;
-    kura_buf keys;                      /* [4 byte length][key] ... */
+    kura_buf keys;                      /* [4 length][4 distance][key] ... */
 } kt_walk;
 
 typedef struct kt_state {
@@ -292,7 +292,7 @@ bool kt_rpc(kt_req *r, const char *name, size_t nlen);
 
 /* kt_rpc2.c: the procedures on several records, and match_*. */
 int kt_rpc_bulk(kt_req *r, const char *name);
-int kt_rpc_match(kt_req *r, bool regex, bool *paused);
+int kt_rpc_match(kt_req *r, int kind, bool *paused);   /* 1 prefix, 2 regex, 3 similar */
 void kt_walk_release(kura_session *s, kt_walk *w);
 
 /* kt_cur.c: a cursor procedure (name after "cur_"); its HTTP status. */

@@ -496,9 +496,11 @@ static int run(kt_req *r, const char *name)
         return rpc_remove(r);
     if (!strcmp(name, "get") || !strcmp(name, "check") || !strcmp(name, "seize"))
         return rpc_get(r, name[0] != 'c', name[1] == 'e' && name[0] == 's');
-    if (!strcmp(name, "match_prefix") || !strcmp(name, "match_regex")) {
+    int kind = !strcmp(name, "match_prefix") ? 1 : !strcmp(name, "match_regex") ? 2
+               : !strcmp(name, "match_similar") ? 3 : 0;
+    if (kind) {
         bool paused = false;
-        int code = kt_rpc_match(r, name[6] == 'r', &paused);
+        int code = kt_rpc_match(r, kind, &paused);
         return paused ? -1 : code;
     }
     if (!strncmp(name, "cur_", 4))
@@ -511,13 +513,23 @@ static int run(kt_req *r, const char *name)
     return kt_error(r, 501, msg);
 }
 
+/* ktserver's conditions: WAIT=NAME holds the request until another
+ * sends SIGNAL=NAME, or WAITTIME passes.  A kura worker is never held:
+ * a WAIT is answered at once as one that timed out (503), so no request
+ * waits and a SIGNAL wakes nobody (SIGNALED 0). */
 bool kt_rpc(kt_req *r, const char *name, size_t nlen)
 {
     kt_state *st = r->st;
     kt_out_reset(&st->out);
-    int code = strlen(name) == nlen ? run(r, name) : kt_error(r, 501, "not implemented");
+    int code;
+    if (kt_param(&st->in, "WAIT").p)
+        code = kt_error(r, 503, "the condition timed out");
+    else
+        code = strlen(name) == nlen ? run(r, name) : kt_error(r, 501, "not implemented");
     if (code < 0)
         return false;
+    if (kt_param(&st->in, "SIGNAL").p)
+        kt_out_setf(&st->out, "SIGNALED", "0");
     st->reply.len = 0;
     int enc = 0;
     if (!kt_out_write(&st->out, &st->reply, &enc)) {
