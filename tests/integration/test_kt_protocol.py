@@ -168,7 +168,7 @@ class KTRest(KTCase):
         k = self.k
         code, h, _ = k.http(b"PUT", b"/a%20b", b"hello")
         self.assertEqual(code, 201)
-        self.assertEqual(h["location"], "http://test/a%20b")
+        self.assertEqual(h["location"], "http://localhost:%d/a%%20b" % self.ktport)
         code, h, body = k.http(b"GET", b"/a%20b")
         self.assertEqual((code, body), (200, b"hello"))
         self.assertNotIn("x-kt-xt", h)
