@@ -19,7 +19,8 @@
 #  * Values across protocols: a record set here is read by memcached's get
 #    with flags 0; increment keeps an 8-byte big-endian number.
 #  * Binary: set_bulk, remove_bulk, get_bulk (xt, no-reply), play_script
-#    answered 0xBF, replication and an unknown magic closing.
+#    answered 0xBF, replication answered 0xBF and closed (as ktserver
+#    without an update log), an unknown magic closing.
 #  * HTTP: keep-alive, pipelined requests answered in order, HTTP/1.0
 #    closing, Connection: close.
 #  * Bad input, each class: a request line ktserver does not read (closed
@@ -435,6 +436,7 @@ class KTBinary(KTCase):
         self.assertEqual(k.exact(5), b"\xba" + P(">I", 0))     # no reply to the first
         k2 = self.kt()
         k2.send(b"\xb1" + P(">IQH", 0, 0, 1))
+        self.assertEqual(k2.exact(1), b"\xbf")  # as ktserver without an update log
         self.assertTrue(k2.is_closed())
         k3 = self.kt()
         k3.send(b"\xb0\x00\x00")
