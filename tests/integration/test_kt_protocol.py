@@ -12,7 +12,8 @@
 #  * RPC: every procedure (void echo report status clear set add replace
 #    append increment increment_double cas remove get check seize set_bulk
 #    remove_bulk get_bulk vacuum synchronize match_prefix match_regex and
-#    the cursors), play_script and tune_replication as ktserver with the
+#    the cursors, one over 30,000 records whose walk pauses between turns),
+#    play_script and tune_replication as ktserver with the
 #    feature off, an unknown procedure 501, DB= another database 400.
 #  * Encodings: colenc=B, Q and U in, a form body, a GET query string; an
 #    output holding a control byte comes back base64 or %XX, as named.
@@ -370,6 +371,27 @@ class KTRpc(KTCase):
         for i in range(2, 65):
             self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"%d" % i)])[0], 200)
         self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"99")])[0], 400)     # the 65th
+
+    def test_cursor_over_many(self):
+        """30,000 records: on the hash file and the cache a cursor's sorted
+        walk takes more than one turn (16 listing steps) to find a key, and
+        pauses; the keys still come in order, each once."""
+        k = self.k
+        n = 30000
+        for i in range(0, n, 1000):
+            k.rpc(b"set_bulk", [(b"_m%05d" % j, b"v") for j in range(i, i + 1000)])
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"7"), (b"key", b"m29990")]), (200, {}))
+        got = []
+        while True:
+            code, m = k.rpc(b"cur_get_key", [(b"CUR", b"7"), (b"step", b"")])
+            if code != 200:
+                break
+            got.append(m[b"key"])
+        self.assertEqual((code, got), (450, [b"m%05d" % j for j in range(29990, n)]))
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"7")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m00000"}))
+        self.assertEqual(k.rpc(b"cur_step", [(b"CUR", b"7")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m00001"}))
 
     def test_encodings(self):
         k = self.k
