@@ -629,6 +629,15 @@ class KTMemcachedPort(KTCase):
         self.assertEqual(self.c.request(b"set a 1 0 1\r\nx\r\n"), b"STORED\r\n")
         self.assertEqual(self.k.http(b"GET", b"/a")[2], b"x")
 
+    def test_bad_kt_option(self):
+        import subprocess
+        for spec, why in ((b"abc", b"no port"), (b"70000", b"not from 1 to 65535"),
+                          (b"notls:", b"no port"), (b"h:0", b"from 1 to 65535")):
+            p = subprocess.run([kuratest.kurad_path(), "-port", "0", "-kt", spec],
+                               capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 2, spec)
+            self.assertIn(why, p.stderr)
+
     def test_refused_with_sasl_alone(self):
         srv = kuratest.Server(start=False, kura_args=("-kt", "1978", "-S"))
         import subprocess
