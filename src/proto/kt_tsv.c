@@ -376,7 +376,7 @@ static bool put_field(kura_buf *out, const char *p, size_t n, int enc)
         return kura_buf_append(out, p, n);
     if (!kura_buf_reserve(out, 3 * n + 1))
         return false;
-    static const char hex[] = "0123456789ABCDEF";
+    static const char hex[] = "0123456789abcdef";    /* Kyoto Cabinet's urlencode: lower case */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
         if (url_plain(c)) {
