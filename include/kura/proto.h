@@ -157,6 +157,7 @@ typedef struct kura_server_info {
     /* settings */
     int maxconns;
     int tcpport;
+    int kt_port;                        /* -kt's port (a PUT's Location: names it); 0 none */
     const char *inter;
     const char *domain_socket;
     uint64_t maxbytes;
@@ -205,7 +206,13 @@ typedef struct kura_session_config {
      * session starts no job (such requests answer failure). */
     void (*wake)(void *arg);
     void *wake_arg;
+    bool kt;                            /* accepted on -kt: Kyoto Tycoon's protocols
+                                           (src/proto/kt.c), whatever the first byte */
 } kura_session_config;
+
+/* How long a -kt connection may stay idle, or hold a request half sent
+ * (ktserver's default -tout); -tout below it wins (src/server/conn.c). */
+#define KURA_KT_IDLE_MS 30000
 
 /* NULL when memory runs out. */
 kura_session *kura_session_new(const kura_session_config *cfg);
