@@ -322,6 +322,9 @@ typedef struct kura_store_config {
      * table's back; kio.h says how a replacement refuses one.  Tests put a
      * fault injector or a recorder here. */
     const kura_io *io;
+    /* cache: -e, the file its segments are mapped from, kept across a
+     * graceful stop (src/store/cache/seg_warm.c); NULL: memory only. */
+    const char *memory_file;
 } kura_store_config;
 
 

@@ -1149,6 +1149,94 @@ static void test_model_random(void)
     kura_store_close(s);
 }
 
+/* ---- warm restart (seg_warm.c) ------------------------------------------- */
+
+static kura_store *open_warm(const char *file, uint64_t limit)
+{
+    kura_store_config cfg = { .mem_limit = limit, .item_size_max = 1 << 20,
+                              .memory_file = file };
+    kura_store *s = NULL;
+    char err[256] = "";
+    if (kura_store_open("*", &cfg, &s, err, sizeof(err)) != KURA_OK)
+        printf("# open: %s\n", err);
+    return s;
+}
+
+/* Items, their flags, exptimes and cas, deletes and replacements, and the
+ * engine's state come back after a close and an open of the same file;
+ * not after a crash (a copy of the file taken while it was open) nor with
+ * another limit. */
+static void test_warm_restart(void)
+{
+    char dir[] = "/tmp/kura_warm_XXXXXX", file[64], copy[80], cmd[200];
+    kura_clock t = clk_at(T0, 0);
+    char key[32], val[32];
+    got g;
+    REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(file, sizeof(file), "%s/mem", dir);
+    snprintf(copy, sizeof(copy), "%s/crashed", dir);
+    kura_store *s = open_warm(file, 8 << 20);
+    REQUIRE(s != NULL);
+    for (int i = 0; i < 20000; i++) {
+        fmt_key(key, i);
+        sprintf(val, "v%d", i);
+        CHECK_EQ_INT(put_kv(s, key, val, (uint32_t)i % 3, i % 2 ? T0 + 1000 : 0,
+                            (uint64_t)i + 1, KURA_PUT_ANY, 0, &t), KURA_OK);
+    }
+    CHECK_EQ_INT(kura_store_del(s, "key:0000005", 11, 0, &t), KURA_OK);
+    CHECK_EQ_INT(put_kv(s, "key:0000006", "new", 9, 0, 30000, KURA_PUT_ANY, 0, &t), KURA_OK);
+    kura_store_state st = { .max_cas = 40000, .oldest_cas = 3, .flush_at = 0, .ulog_ts = 7 };
+    CHECK_EQ_INT(s->ops->save_state(s, &st), KURA_OK);
+    /* a crash: the file as it is while the cache runs */
+    snprintf(cmd, sizeof(cmd), "cp %s %s", file, copy);
+    CHECK_EQ_INT(system(cmd), 0);
+    kura_store_close(s);
+
+    s = open_warm(file, 8 << 20);
+    REQUIRE(s != NULL);
+    CHECK_EQ_INT(usage_of(s).curr_items, 19999);
+    int bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        if (i == 5 || i == 6)
+            continue;
+        fmt_key(key, i);
+        sprintf(val, "v%d", i);
+        if (get_kv(s, key, &t, &g) != KURA_OK || strcmp(g.val, val) != 0 ||
+            g.flags != (uint32_t)i % 3 || g.exptime != (i % 2 ? T0 + 1000 : 0) ||
+            g.cas != (uint64_t)i + 1)
+            bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(get_kv(s, "key:0000005", &t, &g), KURA_NOTFOUND);
+    CHECK_EQ_INT(get_kv(s, "key:0000006", &t, &g), KURA_OK);
+    CHECK_EQ_STR(g.val, "new");
+    CHECK_EQ_INT(g.cas, 30000);
+    kura_store_state back;
+    CHECK_EQ_INT(s->ops->load_state(s, &back), KURA_OK);
+    CHECK(back.max_cas == 40000 && back.oldest_cas == 3 && back.ulog_ts == 7);
+    /* the same file opened twice at once: the second runs in memory */
+    kura_store *s2 = open_warm(file, 8 << 20);
+    REQUIRE(s2 != NULL);
+    CHECK_EQ_INT(usage_of(s2).curr_items, 0);
+    kura_store_close(s2);
+    kura_store_close(s);
+
+    s = open_warm(copy, 8 << 20);                       /* crashed: empty */
+    REQUIRE(s != NULL);
+    CHECK_EQ_INT(usage_of(s).curr_items, 0);
+    kura_store_close(s);
+    s = open_warm(file, 16 << 20);                      /* another limit: empty */
+    REQUIRE(s != NULL);
+    CHECK_EQ_INT(usage_of(s).curr_items, 0);
+    kura_store_close(s);
+    s = open_warm(file, 8 << 20);       /* and the header was used up by the open above */
+    REQUIRE(s != NULL);
+    CHECK_EQ_INT(usage_of(s).curr_items, 0);
+    kura_store_close(s);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
 /* ---- process memory ------------------------------------------------------ */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -1222,6 +1310,7 @@ int main(void)
     RUN(test_threads_stress);
     RUN(test_threads_eviction);
     RUN(test_model_random);
+    RUN(test_warm_restart);
     RUN(test_rss_bound);
     UNIT_DONE();
 }

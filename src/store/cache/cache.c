@@ -946,8 +946,7 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
         buckets = v;
     }
     if (!layout || strcmp(layout, "seg") == 0) {
-        size_t item_max = cfg ? cfg->item_size_max : 0;
-        if ((rc = segcache_make(out, limit, cap, buckets, item_max)) != KURA_OK)
+        if ((rc = segcache_make(out, limit, cap, buckets, cfg)) != KURA_OK)
             snprintf(err, errlen, "database name '%s': cannot allocate the cache", path);
         return rc;
     }

@@ -12,11 +12,13 @@
 
 #include "kura/store.h"
 
-/* An empty segment cache of limit bytes, capped at about cap items (0:
- * none; each stripe its share), its index starting with `buckets` slots in
- * all, its segments holding an item of item_max bytes.  KURA_ENOMEM. */
+/* A segment cache of limit bytes, capped at about cap items (0: none;
+ * each stripe its share), its index starting with `buckets` slots in all,
+ * its segments holding an item of cfg->item_size_max bytes; empty, or with
+ * what cfg->memory_file kept at a graceful stop (seg_warm.c).
+ * KURA_ENOMEM. */
 int segcache_make(kura_store **out, uint64_t limit, uint64_t cap, uint64_t buckets,
-                  size_t item_max);
+                  const kura_store_config *cfg);
 
 /* exptime in 32 bits, as both layouts keep it: 0 stays 0 (never), a time
  * already past is 1, a time past 2106 is UINT32_MAX (and reads back so). */

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kura/siphash.h"
 #include "seg_int.h"
@@ -456,17 +457,17 @@ static void segc_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "cache_segments_expired", atomic_load(&c->sc_seg_expired));
 }
 
+/* The engine's state: nothing, or what a warm restart brought back; a
+ * save is kept for the memory file's header (seg_warm.c). */
 static int segc_load_state(kura_store *s, kura_store_state *st)
 {
-    (void)s;
-    memset(st, 0, sizeof(*st));
+    *st = ((segcache *)s)->sc_state;
     return KURA_OK;
 }
 
 static int segc_save_state(kura_store *s, const kura_store_state *st)
 {
-    (void)s;
-    (void)st;
+    ((segcache *)s)->sc_state = *st;
     return KURA_OK;
 }
 
@@ -482,15 +483,20 @@ static void seg_free_all(segcache *c)
     for (unsigned b = 0; b < SEG_TTL_BUCKETS; b++)
         pthread_mutex_destroy(&c->sc_ttl[b].tb_lock);
     seg_pool_destroy(&c->sc_pool);
+    if (c->sc_warm_fd >= 0)
+        close(c->sc_warm_fd);
     pthread_mutex_destroy(&c->sc_evict_lock);
     pthread_mutex_destroy(&c->sc_sweep_lock);
     free(c);
 }
 
-/* Frees everything, or leaves that to the last hold's release. */
+/* Writes the memory file's table and header (a graceful stop), then
+ * frees everything, or leaves that to the last hold's release. */
 static void segc_close(kura_store *s)
 {
     segcache *c = (segcache *)s;
+    if (c && c->sc_warm_fd >= 0)
+        seg_warm_save(c);
     if (c && atomic_fetch_add_explicit(&c->sc_pins, SEG_CLOSED, memory_order_acq_rel) == 0)
         seg_free_all(c);
 }
@@ -533,8 +539,9 @@ static uint32_t seg_size_for(uint64_t limit, size_t item_max)
 /* seg.h.  The cache's structures; the hash key is made once, before the
  * first cache. */
 int segcache_make(kura_store **out, uint64_t limit, uint64_t cap, uint64_t buckets,
-                  size_t item_max)
+                  const kura_store_config *cfg)
 {
+    size_t item_max = cfg ? cfg->item_size_max : 0;
     *out = NULL;
     pthread_once(&seg_key_once, seg_key_init);
     if (seg_key_rc != KURA_OK)
@@ -546,6 +553,7 @@ int segcache_make(kura_store **out, uint64_t limit, uint64_t cap, uint64_t bucke
     c->sc_limit = limit;
     c->sc_stripe_cap = (cap + SEG_STRIPES - 1) / SEG_STRIPES;
     c->sc_drop_seg = SEG_NONE;
+    c->sc_warm_fd = -1;
     pthread_mutex_init(&c->sc_evict_lock, NULL);
     pthread_mutex_init(&c->sc_sweep_lock, NULL);
     seg_ttl_init(c);
@@ -568,10 +576,16 @@ int segcache_make(kura_store **out, uint64_t limit, uint64_t cap, uint64_t bucke
                                   memory_order_relaxed);
     }
     pthread_mutexattr_destroy(&attr);
+    bool warm = false;
+    warm_hdr h;
+    if (rc == KURA_OK && cfg && cfg->memory_file)
+        rc = seg_warm_map(c, cfg->memory_file, cfg, &warm, &h);
     if (rc != KURA_OK) {
         seg_free_all(c);
         return rc;
     }
+    if (warm)
+        seg_warm_load(c, &h, cfg, cfg->memory_file);
     *out = &c->sc_base;
     return KURA_OK;
 }

@@ -204,6 +204,8 @@ typedef struct segcache {
     uint32_t sc_drop_seg, sc_drop_off;  /* a dead segment being dropped (evict lock) */
     _Atomic uint64_t sc_merges, sc_merged_segs, sc_seg_expired, sc_kept;
     _Atomic uint32_t sc_pins;           /* holds outstanding, plus SEG_CLOSED after close */
+    int sc_warm_fd;                     /* the memory file (-e), or -1 */
+    kura_store_state sc_state;          /* the engine's, kept for the memory file */
 } segcache;
 
 uint64_t seg_hash(const void *key, size_t len);
@@ -233,6 +235,23 @@ int seg_ttl_reserve(segcache *c, unsigned b, size_t klen, size_t vlen, uint32_t 
 void do_seg_ttl_unlink(segcache *c, uint32_t id);
 void seg_ttl_append_sealed(segcache *c, unsigned b, uint32_t id);
 uint32_t seg_ttl_seal_active(segcache *c, unsigned b);
+
+/* seg_warm.c */
+/* The memory file's header (seg_warm.c says what the file holds). */
+typedef struct warm_hdr {
+    uint64_t magic;
+    uint32_t version, seg_size;
+    uint32_t nsegs, pad;
+    uint64_t limit;
+    uint64_t items;
+    kura_store_state state;
+    uint32_t table_crc, hdr_crc;
+} warm_hdr;
+int seg_warm_map(segcache *c, const char *path, const kura_store_config *cfg, bool *warm,
+                 warm_hdr *h);
+void seg_warm_load(segcache *c, const warm_hdr *h, const kura_store_config *cfg,
+                   const char *path);
+void seg_warm_save(segcache *c);
 
 /* seg_evict.c */
 int seg_make_room(segcache *c, const kura_clock *clk);
