@@ -85,6 +85,10 @@ typedef struct kura_store_usage {
     uint64_t reclaimed;         /* dead items whose space was reused */
     uint64_t expired_unfetched; /* reclaimed expired items never read */
     uint64_t evicted_unfetched; /* evicted items never read */
+    /* The cache's memory as memcached's slab pages would show it (0 in
+     * the other stores): its segments in use (page_size bytes each: the
+     * pages of `stats slabs`) and all it holds, the index included. */
+    uint64_t pages, page_size, mem_used;
 } kura_store_usage;
 
 /* The engine's own durable state, kept by the store (a no-op for the cache). */

@@ -409,6 +409,9 @@ static void segc_usage(kura_store *s, kura_store_usage *u)
     segcache *c = (segcache *)s;
     memset(u, 0, sizeof(*u));
     u->limit_maxbytes = c->sc_limit;
+    u->pages = atomic_load_explicit(&c->sc_pool.sp_used, memory_order_relaxed);
+    u->page_size = c->sc_pool.sp_seg_size;
+    u->mem_used = seg_mem_used(c);
     for (unsigned i = 0; i < SEG_STRIPES; i++) {
         seg_stripe *st = &c->sc_stripes[i];
         pthread_mutex_lock(&st->st_lock);
