@@ -531,7 +531,7 @@ static void test_eviction_lru(void)
     }
     t.now++;
     /* 16,000 more: past the limit by about 5,000 items of 11 + 100 bytes
-     * (7 bytes of header in a segment and 8-byte slots at 53-80% full) */
+     * (7 bytes of header in a segment and 8-byte slots at 64-80% full) */
     for (int i = 20000; i < 36000; i++) {
         fmt_key(key, i);
         CHECK_EQ_INT(put_kv(s, key, value100, 0, 0, (uint64_t)i + 1, KURA_PUT_ANY, 0, &t),

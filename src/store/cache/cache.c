@@ -1,6 +1,13 @@
 /*
- * cache.c - the in-memory cache backend ("*" or ":"): a striped hash table
- * with LRU eviction under a memory limit, memcached's job done without slabs.
+ * cache.c - the in-memory cache backend ("*" or ":"): its database name's
+ * parameters, and the older of its two layouts.
+ *
+ * cache_open reads the name's parameters (#capsiz, #capcnt, #bnum and
+ * #layout) and opens the segment layout (seg_cache.c, seg_int.h say why
+ * it is the default: a third less memory an item than memcached) or, with
+ * #layout=heap, the layout below: a striped hash table of malloc'd items
+ * with LRU eviction under a memory limit, memcached's job done without
+ * slabs, kept for comparison (bench/, docs/benchmarks.md).
  *
  * Why this shape.  Worker threads hit the store concurrently, so the table is
  * split into CACHE_STRIPES independent stripes chosen by the top bits of a

@@ -7,8 +7,9 @@
  * no pointer, no chain link and no copy of the hash in the item.  Slots
  * are open-addressed with linear probing from a home slot chosen by the
  * hash's low 32 bits scaled to the table (any size, not a power of two), so
- * that a stripe grows by half again at 80% full: slots stay between 53%
- * and 80% used, 10 to 15 bytes an item.  A removed slot becomes a
+ * that a stripe grows by a quarter at 80% full: slots stay between 64% and
+ * 80% used, 10 to 12.5 bytes an item (each growth reads every key of the
+ * stripe again: a quarter is four rebuilds an item on the way up, not two).  A removed slot becomes a
  * tombstone only where a probe may have passed over it (the next slot is
  * used); a table with too many tombstones is rebuilt at the same size.
  * Segcache chains 64-byte buckets of 8-byte slots; probing whole cache
@@ -157,7 +158,7 @@ uint32_t do_seg_index_want_grow(seg_stripe *st)
         return 0;
     if ((uint64_t)(st->st_used + 1) * 2 <= n)
         return st->st_n;                /* mostly tombstones: same size */
-    uint64_t nn = n + n / 2 + 8;
+    uint64_t nn = n + n / 4 + 8;
     return nn > UINT32_MAX / 2 ? st->st_n : (uint32_t)nn;
 }
 
