@@ -460,11 +460,12 @@ static void segc_stats(kura_store *s, kura_stat_fn emit, void *arg)
     emit_u64(emit, arg, "cache_segments_expired", atomic_load(&c->sc_seg_expired));
 }
 
-/* The engine's state: nothing, or what a warm restart brought back; a
+/* The engine's state: nothing (as for any cache: what the engine saved in
+ * this process is not read back), or what a warm restart brought back; a
  * save is kept for the memory file's header (seg_warm.c). */
 static int segc_load_state(kura_store *s, kura_store_state *st)
 {
-    *st = ((segcache *)s)->sc_state;
+    *st = ((segcache *)s)->sc_warm_state;
     return KURA_OK;
 }
 

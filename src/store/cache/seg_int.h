@@ -205,7 +205,8 @@ typedef struct segcache {
     _Atomic uint64_t sc_merges, sc_merged_segs, sc_seg_expired, sc_kept;
     _Atomic uint32_t sc_pins;           /* holds outstanding, plus SEG_CLOSED after close */
     int sc_warm_fd;                     /* the memory file (-e), or -1 */
-    kura_store_state sc_state;          /* the engine's, kept for the memory file */
+    kura_store_state sc_state;          /* the engine's last save, for the memory file */
+    kura_store_state sc_warm_state;     /* what the memory file brought back, or zeros */
 } segcache;
 
 uint64_t seg_hash(const void *key, size_t len);

@@ -277,7 +277,7 @@ void seg_warm_load(segcache *c, const warm_hdr *h, const kura_store_config *cfg,
     for (uint32_t i = 0; i < p->sp_nsegs; i++)
         if (p->sp_segs[i].sg_state == SEG_SEALED)
             warm_index_segment(c, i);
-    c->sc_state = h->state;
+    c->sc_state = c->sc_warm_state = h->state;
     uint64_t items = 0;
     for (unsigned i = 0; i < SEG_STRIPES; i++)
         items += c->sc_stripes[i].st_items;
