@@ -626,7 +626,7 @@ static void test_too_large(void)
     /* items of most of a segment each: older ones are evicted, the
      * memory stays under the limit */
     it.vlen = 4000;
-    char key[8];
+    char key[16];
     for (int i = 0; i < 20; i++) {
         snprintf(key, sizeof(key), "big%d", i);
         it.key = key;
