@@ -1214,11 +1214,16 @@ static void test_warm_restart(void)
     kura_store_state back;
     CHECK_EQ_INT(s->ops->load_state(s, &back), KURA_OK);
     CHECK(back.max_cas == 40000 && back.oldest_cas == 3 && back.ulog_ts == 7);
-    /* the same file opened twice at once: the second runs in memory */
+    /* the same file opened twice at once: the second runs in memory, and
+     * the first (replaced, as by a replica's full copy) keeps nothing */
     kura_store *s2 = open_warm(file, 8 << 20);
     REQUIRE(s2 != NULL);
     CHECK_EQ_INT(usage_of(s2).curr_items, 0);
     kura_store_close(s2);
+    kura_store_close(s);
+    s = open_warm(file, 8 << 20);
+    REQUIRE(s != NULL);
+    CHECK_EQ_INT(usage_of(s).curr_items, 0);
     kura_store_close(s);
 
     s = open_warm(copy, 8 << 20);                       /* crashed: empty */

@@ -487,8 +487,10 @@ static void seg_free_all(segcache *c)
     for (unsigned b = 0; b < SEG_TTL_BUCKETS; b++)
         pthread_mutex_destroy(&c->sc_ttl[b].tb_lock);
     seg_pool_destroy(&c->sc_pool);
-    if (c->sc_warm_fd >= 0)
+    if (c->sc_warm_fd >= 0) {
+        seg_warm_forget(c);
         close(c->sc_warm_fd);
+    }
     pthread_mutex_destroy(&c->sc_evict_lock);
     pthread_mutex_destroy(&c->sc_sweep_lock);
     free(c);

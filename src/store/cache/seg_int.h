@@ -205,6 +205,7 @@ typedef struct segcache {
     _Atomic uint64_t sc_merges, sc_merged_segs, sc_seg_expired, sc_kept;
     _Atomic uint32_t sc_pins;           /* holds outstanding, plus SEG_CLOSED after close */
     int sc_warm_fd;                     /* the memory file (-e), or -1 */
+    atomic_bool sc_warm_superseded;     /* another cache opened the file: no header */
     kura_store_state sc_state;          /* the engine's last save, for the memory file */
     kura_store_state sc_warm_state;     /* what the memory file brought back, or zeros */
 } segcache;
@@ -253,6 +254,7 @@ int seg_warm_map(segcache *c, const char *path, const kura_store_config *cfg, bo
 void seg_warm_load(segcache *c, const warm_hdr *h, const kura_store_config *cfg,
                    const char *path);
 void seg_warm_save(segcache *c);
+void seg_warm_forget(segcache *c);
 
 /* seg_evict.c */
 int seg_make_room(segcache *c, const kura_clock *clk);

@@ -27,7 +27,9 @@
  *
  * One cache a file: the file is locked (flock); a second cache opened on
  * it in the same process (a replica's full copy opens its new store beside
- * the old) runs in memory, and says so.
+ * the old) runs in memory, and says so, and the first is then superseded:
+ * its close writes no header, since the new store has replaced what it
+ * holds (the next start is empty, and says why).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +38,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +59,49 @@ typedef struct warm_seg {
     uint64_t cas_base, max_cas;
     int64_t created;
 } warm_seg;
+
+/* The caches of this process that hold a memory file, to mark superseded. */
+#define WARM_OPEN_MAX 16
+static pthread_mutex_t warm_open_lock = PTHREAD_MUTEX_INITIALIZER;
+static segcache *warm_open[WARM_OPEN_MAX];
+
+static void warm_register(segcache *c)
+{
+    pthread_mutex_lock(&warm_open_lock);
+    for (int i = 0; i < WARM_OPEN_MAX; i++) {
+        if (!warm_open[i]) {
+            warm_open[i] = c;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&warm_open_lock);
+}
+
+/* The cache holding the file fd is open on (if one of this process does)
+ * will write no header at its close. */
+static void warm_supersede(int fd)
+{
+    struct stat a, b;
+    if (fstat(fd, &a) != 0)
+        return;
+    pthread_mutex_lock(&warm_open_lock);
+    for (int i = 0; i < WARM_OPEN_MAX; i++) {
+        segcache *c = warm_open[i];
+        if (c && fstat(c->sc_warm_fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            atomic_store(&c->sc_warm_superseded, true);
+    }
+    pthread_mutex_unlock(&warm_open_lock);
+}
+
+/* At close: out of the list. */
+void seg_warm_forget(segcache *c)
+{
+    pthread_mutex_lock(&warm_open_lock);
+    for (int i = 0; i < WARM_OPEN_MAX; i++)
+        if (warm_open[i] == c)
+            warm_open[i] = NULL;
+    pthread_mutex_unlock(&warm_open_lock);
+}
 
 static void warm_log(const kura_store_config *cfg, const char *line)
 {
@@ -120,8 +166,9 @@ int seg_warm_map(segcache *c, const char *path, const kura_store_config *cfg, bo
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         snprintf(line, sizeof(line), "memory file %s: in use by another cache: this one "
-                 "runs in memory", path);
+                 "runs in memory%s", path, " (and the other one's items will not be kept)");
         warm_log(cfg, line);
+        warm_supersede(fd);
         close(fd);
         return KURA_OK;
     }
@@ -149,6 +196,7 @@ int seg_warm_map(segcache *c, const char *path, const kura_store_config *cfg, bo
     munmap(p->sp_base, p->sp_region);
     p->sp_base = m;
     c->sc_warm_fd = fd;
+    warm_register(c);
     if (!*warm) {
         snprintf(line, sizeof(line), "memory file %s: %s: the cache starts empty", path, why);
         warm_log(cfg, line);
@@ -294,6 +342,9 @@ void seg_warm_load(segcache *c, const warm_hdr *h, const kura_store_config *cfg,
 void seg_warm_save(segcache *c)
 {
     seg_pool *p = &c->sc_pool;
+    seg_warm_forget(c);
+    if (atomic_load(&c->sc_warm_superseded))
+        return;
     size_t tb = warm_table_bytes(p->sp_nsegs);
     warm_seg *t = calloc(1, tb);
     if (!t)
