@@ -91,6 +91,10 @@ typedef struct kura_store_usage {
     uint64_t flushed_gone, flushed_gone_bytes;
     uint64_t expired_unfetched; /* reclaimed expired items never read */
     uint64_t evicted_unfetched; /* evicted items never read */
+    /* The cache's memory as memcached's slab pages would show it (0 in
+     * the other stores): its segments in use (page_size bytes each: the
+     * pages of `stats slabs`) and all it holds, the index included. */
+    uint64_t pages, page_size, mem_used;
 } kura_store_usage;
 
 /* The engine's own durable state, kept by the store (a no-op for the cache). */
@@ -328,6 +332,9 @@ typedef struct kura_store_config {
      * table's back; kio.h says how a replacement refuses one.  Tests put a
      * fault injector or a recorder here. */
     const kura_io *io;
+    /* cache: -e, the file its segments are mapped from, kept across a
+     * graceful stop (src/store/cache/seg_warm.c); NULL: memory only. */
+    const char *memory_file;
 } kura_store_config;
 
 

@@ -196,7 +196,8 @@ static void stats_settings(const kura_stats_source *s, const stat_out *out)
 }
 
 /* kura has no slab classes; it reports everything as class 1 so that tools
- * which sum over classes get the right totals. */
+ * which sum over classes get the right totals.  The cache's segments are
+ * its pages (stats_slabs: total_pages, total_malloced its memory). */
 static void stats_items(const kura_stats_source *s, const stat_out *out)
 {
     kura_store_usage u = {0};
@@ -232,10 +233,12 @@ static void stats_slabs(const kura_stats_source *s, const stat_out *out)
     kura_stats_totals t;
     engine_usage(s->engine, &u);
     totals(si, &t);
+    /* the cache's segments are the pages (store.h: pages, page_size) */
+    uint64_t pages = u.page_size ? u.pages : u.curr_items;
     if (u.curr_items > 0) {
         stat_u64(out, "1:chunk_size", u.curr_items ? u.bytes / u.curr_items : 0);
-        stat_u64(out, "1:chunks_per_page", 1);
-        stat_u64(out, "1:total_pages", u.curr_items);
+        stat_u64(out, "1:chunks_per_page", pages ? (u.curr_items + pages - 1) / pages : 1);
+        stat_u64(out, "1:total_pages", pages);
         stat_u64(out, "1:total_chunks", u.curr_items);
         stat_u64(out, "1:used_chunks", u.curr_items);
         stat_u64(out, "1:free_chunks", 0);
@@ -250,7 +253,7 @@ static void stats_slabs(const kura_stats_source *s, const stat_out *out)
         stat_u64(out, "1:touch_hits", t.touch_hits);
     }
     stat_u64(out, "active_slabs", u.curr_items ? 1 : 0);
-    stat_u64(out, "total_malloced", u.bytes);
+    stat_u64(out, "total_malloced", u.page_size ? u.mem_used : u.bytes);
 }
 
 static bool sub_is(const text_token *t, const char *s)

@@ -214,6 +214,7 @@ static int open_engine(kura_server *srv)
     kura_store_config cfg = {
         .mem_limit = st->mem_limit,
         .item_size_max = st->item_size_max,
+        .memory_file = st->memory_file,
         .sync_mode = st->sync_mode,
         .recover = st->recover,
         /* -sync always: the committer (journal.h) syncs for every connection

@@ -92,6 +92,9 @@ static const opt options[] = {
     { { "-m" }, OPT_MBYTES, F(mem_limit), 0, 0, "MB",
       "memory limit of the in-memory cache and of a B+ tree's cached large values, "
       "megabytes (default 64; units k/m/g accepted)" },
+    { { "-e" }, OPT_STR, F(memory_file), 0, 0, "FILE",
+      "the in-memory cache's memory file (memcached's -e): its items survive a graceful "
+      "stop and restart with the same file and -m, -I" },
     { { "-I" }, OPT_SIZE, F(item_size_max), 0, 0, "SIZE",
       "largest item, as memcached counts it (default 1m; 1k..1g)" },
     { { "-sync" }, OPT_SYNC, F(sync_mode), 0, 0, "MODE",

@@ -33,6 +33,7 @@ typedef struct kura_settings {
     bool maxconns_given;        /* -c was given (else fdlimit.c may lower it) */
     int idle_timeout;           /* -tout, seconds, 0 = never */
     uint64_t mem_limit;         /* -m, bytes */
+    const char *memory_file;    /* -e: the cache's memory file, or NULL */
     uint64_t item_size_max;     /* -I, bytes */
     int verbosity;              /* -v, -vv */
     int sync_mode;              /* -sync */

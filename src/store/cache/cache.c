@@ -1,6 +1,13 @@
 /*
- * cache.c - the in-memory cache backend ("*" or ":"): a striped hash table
- * with LRU eviction under a memory limit, memcached's job done without slabs.
+ * cache.c - the in-memory cache backend ("*" or ":"): its database name's
+ * parameters, and the older of its two layouts.
+ *
+ * cache_open reads the name's parameters (#capsiz, #capcnt, #bnum and
+ * #layout) and opens the segment layout (seg_cache.c, seg_int.h say why
+ * it is the default: a third less memory an item than memcached) or, with
+ * #layout=heap, the layout below: a striped hash table of malloc'd items
+ * with LRU eviction under a memory limit, memcached's job done without
+ * slabs, kept for comparison (bench/, docs/benchmarks.md).
  *
  * Why this shape.  Worker threads hit the store concurrently, so the table is
  * split into CACHE_STRIPES independent stripes chosen by the top bits of a
@@ -82,6 +89,7 @@
 #include "kura/siphash.h"
 #include "kura/store.h"
 #include "kura/evictions.h"
+#include "seg.h"
 
 /* 256 stripes.  make fuzz builds 4 (-DCACHE_STRIPE_BITS=2): the protocol
  * targets open a cache per input, and a listing or digest in an input
@@ -197,17 +205,6 @@ static inline uint64_t cache_item_charge(size_t klen, size_t vlen)
 static inline uint64_t cache_buckets_charge(uint64_t n)
 {
     return cache_malloc_charge(n * sizeof(cache_item *));
-}
-
-static inline uint32_t cache_exptime_in(int64_t e)
-{
-    if (e == 0)
-        return 0;
-    if (e < 1)
-        return 1;
-    if (e > (int64_t)UINT32_MAX)
-        return UINT32_MAX;
-    return (uint32_t)e;
 }
 
 static inline int cache_liveness(const cache_item *it, const kura_clock *clk)
@@ -670,7 +667,7 @@ static int cache_rmw(kura_store *s, const char *key, size_t klen, const kura_clo
             atomic_fetch_add_explicit(&c->cc_mem_used, reserved, memory_order_relaxed);
         }
         ni->ci_cas = out.cas;
-        ni->ci_exptime = cache_exptime_in(out.exptime);
+        ni->ci_exptime = cache_exptime32(out.exptime);
         ni->ci_flags = out.flags;
         free_list = cache_list_add(free_list, do_cache_link(st, pp, ni));
         ni = NULL;
@@ -681,7 +678,7 @@ static int cache_rmw(kura_store *s, const char *key, size_t klen, const kura_clo
     }
     case KURA_UPDATE_TOUCH:
         if (cur) {
-            cur->ci_exptime = cache_exptime_in(out.exptime);
+            cur->ci_exptime = cache_exptime32(out.exptime);
             cur->ci_bits |= CACHE_FETCHED;
             cur->ci_atime = (uint32_t)clk->now;
             if (st->cs_head != cur) {
@@ -923,6 +920,7 @@ static const kura_store_ops cache_ops = {
 int cache_open(const char *path, kura_params *params, const kura_store_config *cfg,
                kura_store **out, char *err, size_t errlen)
 {
+    const char *layout = kura_param_take(params, "layout");
     const char *capsiz = kura_param_take(params, "capsiz");
     const char *bnum = kura_param_take(params, "bnum");
     const char *capcnt = kura_param_take(params, "capcnt");
@@ -936,6 +934,10 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
     *out = NULL;
     if ((rc = kura_params_reject_unused(params, path, err, errlen)) != KURA_OK)
         return rc;
+    if (layout && strcmp(layout, "seg") != 0 && strcmp(layout, "heap") != 0) {
+        snprintf(err, errlen, "database name '%s': bad layout '%s' (seg or heap)", path, layout);
+        return KURA_EINVAL;
+    }
     pthread_once(&cache_key_once, cache_key_init);
     if (cache_key_rc != KURA_OK) {
         snprintf(err, errlen, "database name '%s': no random bytes for the hash key "
@@ -964,6 +966,11 @@ int cache_open(const char *path, kura_params *params, const kura_store_config *c
             return KURA_EINVAL;
         }
         buckets = v;
+    }
+    if (!layout || strcmp(layout, "seg") == 0) {
+        if ((rc = segcache_make(out, limit, cap, buckets, cfg)) != KURA_OK)
+            snprintf(err, errlen, "database name '%s': cannot allocate the cache", path);
+        return rc;
     }
     uint32_t per = 1;
     while ((uint64_t)per * CACHE_STRIPES < buckets && per < CACHE_MAX_BUCKETS_PER_STRIPE)
