@@ -154,7 +154,13 @@ typedef struct kura_session_config {
     kura_server_info *server;
     const kura_cmdtab *cmds;            /* the text protocol's commands */
     int conn_id;                        /* for traces: the socket's descriptor */
+    bool kt;                            /* accepted on -kt: Kyoto Tycoon's protocols
+                                           (src/proto/kt.c), whatever the first byte */
 } kura_session_config;
+
+/* How long a -kt connection may stay idle, or hold a request half sent
+ * (ktserver's default -tout); -tout below it wins (src/server/conn.c). */
+#define KURA_KT_IDLE_MS 30000
 
 /* NULL when memory runs out. */
 kura_session *kura_session_new(const kura_session_config *cfg);

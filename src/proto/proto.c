@@ -10,6 +10,9 @@
  * in text (a 0x80 later in a text connection is just a bad command).  The
  * chosen protocol's private state is allocated then, once.
  *
+ * A connection accepted on -kt speaks Kyoto Tycoon's protocols (kt.c),
+ * which handle -Y themselves (HTTP Basic credentials), whatever it sends.
+ *
  * Tokyo Tyrant's binary protocol is chosen the same way, by its magic
  * 0xC8, as ttserver tells it from the memcached text protocol on the same
  * port (ttserver looks at every request's first byte; kura at the
@@ -34,6 +37,7 @@ kura_session *kura_session_new(const kura_session_config *cfg)
     s->server = cfg->server;
     s->cmds = cfg->cmds;
     s->conn_id = cfg->conn_id;
+    s->kt = cfg->kt;
     return s;
 }
 
@@ -95,7 +99,8 @@ size_t kura_session_process(kura_session *s, char *in, size_t len, kura_buf *out
          * are in (binary.c's bad magic), so text, meta, kura's own
          * commands and Tokyo Tyrant's protocol are not served. */
         unsigned char first = (unsigned char)in[0];
-        const kura_proto *p = s->server->auth          ? &kura_proto_auth
+        const kura_proto *p = s->kt                     ? &kura_proto_kt
+                              : s->server->auth          ? &kura_proto_auth
                               : s->server->sasl           ? &kura_proto_binary
                               : first == BINARY_REQ_MAGIC ? &kura_proto_binary
                               : first == TT_REQ_MAGIC     ? &kura_proto_tt

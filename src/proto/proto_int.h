@@ -48,6 +48,7 @@ extern const kura_proto kura_proto_text;
 extern const kura_proto kura_proto_binary;
 extern const kura_proto kura_proto_auth;        /* -Y: before any other (auth.c) */
 extern const kura_proto kura_proto_tt;  /* Tokyo Tyrant's (tt.c) */
+extern const kura_proto kura_proto_kt;  /* Kyoto Tycoon's, on -kt (kt.c) */
 
 /* A connection's protocol session.  The first part is every protocol's:
  * set at creation, or read by the connection through proto.h's accessors;
@@ -58,6 +59,7 @@ struct kura_session {
     kura_server_info *server;
     const kura_cmdtab *cmds;
     int conn_id;                        /* for traces: the socket's descriptor */
+    bool kt;                            /* accepted on -kt: Kyoto Tycoon's protocols */
     size_t need;                        /* input bytes needed before progress; 0 = any */
     bool close;                         /* close once the queued replies are sent */
     bool dirty;                         /* a request since the flag was cleared may have

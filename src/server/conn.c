@@ -75,6 +75,7 @@ typedef struct kura_conn {
     struct kura_conn *held_next;        /* the worker's held list */
     conn_entry *entry;                  /* "stats conns" (connlist.c) */
     struct ssl_st *ssl;                 /* a TLS port's (tls.c); NULL: plaintext */
+    bool kt;                            /* accepted on -kt (Kyoto Tycoon's protocols) */
     bool handshaking;                   /* TLS: the handshake is not done */
     int64_t handshake_until;            /* ...by then (monotonic ms; 0: no bound) */
 } kura_conn;
@@ -181,8 +182,14 @@ static void conn_handoff(kura_conn *c, const kura_handoff *req)
  * byte: a peer dripping a byte at a time gets no longer). */
 static int64_t timeout_of(kura_conn *c)
 {
-    if (!c->handshaking)
-        return (int64_t)c->w->srv->settings->idle_timeout * 1000;
+    if (!c->handshaking) {
+        int64_t idle = (int64_t)c->w->srv->settings->idle_timeout * 1000;
+        /* -kt: ktserver's session timeout bounds an idle connection and a
+         * silent half-sent request (src/proto/kt.c), unless -tout is less */
+        if (c->kt && (idle == 0 || idle > KURA_KT_IDLE_MS))
+            idle = KURA_KT_IDLE_MS;
+        return idle;
+    }
     if (!c->handshake_until)
         return 0;
     int64_t left = c->handshake_until - kura_mono_ms();
@@ -444,7 +451,7 @@ static void read_hooks(void)
 }
 #endif
 
-struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
+struct kura_conn *conn_new(kura_worker *w, int fd, bool tls, bool kt)
 {
 #ifdef KURA_TEST_HOOKS
     pthread_once(&hooks_once, read_hooks);
@@ -456,9 +463,10 @@ struct kura_conn *conn_new(kura_worker *w, int fd, bool tls)
         return NULL;
     c->w = w;
     c->fd = fd;
+    c->kt = kt;
     kura_session_config sc = {
         .engine = w->srv->engine, .stats = w->stats, .server = &w->srv->info,
-        .cmds = w->srv->cmds, .conn_id = fd,
+        .cmds = w->srv->cmds, .conn_id = fd, .kt = kt,
     };
     c->sess = kura_session_new(&sc);
     c->ssl = tls ? tls_conn_start(fd) : NULL;

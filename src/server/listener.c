@@ -39,6 +39,7 @@
 static struct event *listen_events[MAX_LISTENERS];
 static int listen_fds[MAX_LISTENERS];
 static bool listen_tls[MAX_LISTENERS];  /* -Z, unless the address said notls: */
+static bool listen_kt[MAX_LISTENERS];   /* -kt's: Kyoto Tycoon's protocols */
 static conn_entry *listen_entries[MAX_LISTENERS];   /* "stats conns" */
 static int nlisten;
 static struct event *backoff_timer;     /* re-enables accepting */
@@ -74,10 +75,12 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     kura_server *srv = arg;
     (void)what;
-    bool tls = false;
+    bool tls = false, kt = false;
     for (int i = 0; i < nlisten; i++)
-        if (listen_fds[i] == lfd)
+        if (listen_fds[i] == lfd) {
             tls = listen_tls[i];
+            kt = listen_kt[i];
+        }
     for (int i = 0; i < 64; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -101,11 +104,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  /* fails harmlessly on unix */
         atomic_fetch_add(&srv->info.curr_connections, 1);
         atomic_fetch_add(&srv->info.total_connections, 1);
-        worker_dispatch(srv, fd, tls);
+        worker_dispatch(srv, fd, tls, kt);
     }
 }
 
-static int add_listener(kura_server *srv, int fd, bool tls)
+static int add_listener(kura_server *srv, int fd, bool tls, bool kt)
 {
     if (nlisten == MAX_LISTENERS) {
         close(fd);
@@ -118,6 +121,7 @@ static int add_listener(kura_server *srv, int fd, bool tls)
     }
     listen_entries[nlisten] = connlist_add(fd, true);
     listen_tls[nlisten] = tls;
+    listen_kt[nlisten] = kt;
     listen_fds[nlisten++] = fd;
     return 0;
 }
@@ -239,7 +243,7 @@ static void describe(const kura_settings *st, int fd)
     strncat(bound_desc, word, sizeof(bound_desc) - strlen(bound_desc) - 1);
 }
 
-static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
+static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls, bool kt)
 {
     int fds[MAX_LISTENERS];
     int n = listener_bind("", host, tcp_port, fds, MAX_LISTENERS - nlisten);
@@ -247,7 +251,7 @@ static int open_tcp(kura_server *srv, const char *host, int tcp_port, bool tls)
         return -1;
     for (int i = 0; i < n; i++) {
         describe(srv->settings, fds[i]);
-        if (add_listener(srv, fds[i], tls) < 0) {
+        if (add_listener(srv, fds[i], tls, kt) < 0) {
             while (++i < n)
                 close(fds[i]);
             return -1;
@@ -303,7 +307,7 @@ static int open_unix(kura_server *srv)
         return -1;
     }
     unix_bound = path;
-    return add_listener(srv, fd, false);    /* memcached: no TLS on a unix socket */
+    return add_listener(srv, fd, false, false);     /* memcached: no TLS on a unix socket */
 }
 
 void listener_chown(uid_t uid, gid_t gid)
@@ -338,11 +342,42 @@ static int open_addresses(kura_server *srv)
             return -1;
         }
         int port = given ? given : st->port;
-        if ((port > 0 && open_tcp(srv, host, port, tls) < 0) ||
-            (!given && st->port2 > 0 && open_tcp(srv, host, st->port2, tls) < 0))
+        if ((port > 0 && open_tcp(srv, host, port, tls, false) < 0) ||
+            (!given && st->port2 > 0 && open_tcp(srv, host, st->port2, tls, false) < 0))
             return -1;
     }
     return 0;
+}
+
+/* -kt [notls:][HOST:]PORT: Kyoto Tycoon's HTTP and binary protocols
+ * (src/proto/kt.c), served by the same workers under the same -c, -Y and
+ * TLS rules as -l's addresses; without a host, on -l's first one (or
+ * localhost). */
+static int open_kt(kura_server *srv)
+{
+    const kura_settings *st = srv->settings;
+    char item[300], host[256], why[160];
+    snprintf(item, sizeof(item), "%s", st->kt_listen);
+    char *p = item;
+    bool tls = tls_enabled();
+    if (strncmp(p, "notls:", 6) == 0) {
+        p += 6;
+        tls = false;
+    }
+    int port, given;
+    if (strspn(p, "0123456789") == strlen(p)) {
+        port = atoi(p);
+        char first[256];
+        snprintf(first, sizeof(first), "%s", !st->host ? "localhost" : st->host[0] ? st->host : "*");
+        first[strcspn(first, ",")] = '\0';
+        const char *f = strncmp(first, "notls:", 6) == 0 ? first + 6 : first;
+        if (kura_netaddr_split(f, host, sizeof(host), &given, why, sizeof(why)) < 0)
+            snprintf(host, sizeof(host), "localhost");
+    } else if (kura_netaddr_split(p, host, sizeof(host), &port, why, sizeof(why)) < 0 || !port) {
+        log_msg(KURA_LOG_ERROR, "-kt '%s': %s", st->kt_listen, port ? why : "no port");
+        return -1;
+    }
+    return open_tcp(srv, host, port, tls, true);
 }
 
 const char *listener_addresses(void)
@@ -356,7 +391,8 @@ int listener_open(kura_server *srv)
     backoff_timer = evtimer_new(srv->base, on_backoff_done, srv);
     if (!backoff_timer)
         return -1;
-    if (open_addresses(srv) < 0 || (srv->settings->unix_path && open_unix(srv) < 0)) {
+    if (open_addresses(srv) < 0 || (srv->settings->unix_path && open_unix(srv) < 0) ||
+        (srv->settings->kt_listen && open_kt(srv) < 0)) {
         event_free(backoff_timer);
         backoff_timer = NULL;
         return -1;

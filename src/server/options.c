@@ -80,6 +80,9 @@ static const opt options[] = {
     { { "-port", "-p" }, OPT_INT, F(port), 0, 65535, "NUM",
       "TCP port (default 11211; 0 = no TCP)" },
     { { "-s" }, OPT_STR, F(unix_path), 0, 0, "PATH", "also listen on a unix socket" },
+    { { "-kt" }, OPT_STR, F(kt_listen), 0, 0, "[HOST:]PORT",
+      "also serve Kyoto Tycoon's HTTP and binary protocols on PORT (ktserver's is 1978; "
+      "HOST: -l's first address by default)" },
     { { "-th", "-t", "-thnum" }, OPT_INT, F(threads), 1, 256, "NUM",
       "worker threads (default 4)" },
     { { "-c" }, OPT_INT, F(maxconns), 1, 1000000, "NUM",
@@ -892,8 +895,14 @@ static int check_options(kura_settings *s)
     if (s->kill_old && !s->pid_path)
         add_note(s, "option '-kl' has no effect without -pid: no pid file names an old server "
                  "(as for ttserver)");
-    if (s->port == 0 && !s->unix_path) {
+    if (s->port == 0 && !s->unix_path && !s->kt_listen) {
         fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");
+        return 2;
+    }
+    /* Kyoto Tycoon's clients cannot do SASL: -S alone would leave -kt open */
+    if (s->kt_listen && s->sasl && !s->auth_file) {
+        fprintf(stderr, "kurad: -kt with -S: Kyoto Tycoon's protocols have no SASL; give -Y "
+                "FILE too (its users then authenticate over HTTP Basic on -kt)\n");
         return 2;
     }
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++)

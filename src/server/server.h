@@ -84,6 +84,7 @@ typedef struct kura_settings {
     uint64_t given;             /* options.c: bit i set when options[i] was given */
     /* ttserver and ktserver options (options.c, docs/migration.md) */
     int port2;                  /* -plex port=N beside -port: a second TCP port; 0 = none */
+    const char *kt_listen;      /* -kt [notls:][HOST:]PORT: Kyoto Tycoon's protocols; NULL none */
     bool kill_old;              /* -kl: stop the server the pid file names first */
     char notes[32][320];        /* what they mapped to or why they have no effect, logged
                                    at INFO once the log is open */
@@ -241,7 +242,7 @@ struct kura_server {
 int workers_start(kura_server *srv);
 void workers_stop(kura_server *srv);
 /* Hands an accepted socket to the next worker (listener thread only). */
-void worker_dispatch(kura_server *srv, int fd, bool tls);
+void worker_dispatch(kura_server *srv, int fd, bool tls, bool kt);
 
 /* tls.c: TLS on the TCP ports (-Z, memcached's -o ssl_* options).
  * configure: from options_parse, as the starting user; 0, or 2 with one
@@ -265,7 +266,7 @@ void tls_conn_failed(void);                     /* one more ssl_handshake_errors
 
 /* conn.c: creates a connection on a worker's base (worker thread only). */
 struct kura_conn;
-struct kura_conn *conn_new(kura_worker *w, int fd, bool tls);
+struct kura_conn *conn_new(kura_worker *w, int fd, bool tls, bool kt);
 void conn_close_all(kura_worker *w);
 
 /* worker.c: wakes a worker so it looks at its held connections. */

@@ -34,8 +34,8 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
             event_base_loopbreak(w->base);
             return;
         }
-        int cfd = q >> 1;               /* the low bit: a TLS listener's (worker_dispatch) */
-        if (!conn_new(w, cfd, q & 1)) {
+        int cfd = q >> 2;               /* the low bits: a TLS listener's, -kt's (worker_dispatch) */
+        if (!conn_new(w, cfd, q & 1, q & 2)) {
             close(cfd);
             atomic_fetch_sub(&w->srv->info.curr_connections, 1);
         }
@@ -83,10 +83,10 @@ void worker_wake(kura_worker *w)
     (void)n;                            /* a full pipe already means "look" */
 }
 
-void worker_dispatch(kura_server *srv, int fd, bool tls)
+void worker_dispatch(kura_server *srv, int fd, bool tls, bool kt)
 {
     kura_worker *w = &srv->workers[srv->next_worker++ % (unsigned)srv->nworkers];
-    if (queue_push(w, fd << 1 | (tls ? 1 : 0)) < 0) {
+    if (queue_push(w, fd << 2 | (kt ? 2 : 0) | (tls ? 1 : 0)) < 0) {
         close(fd);
         atomic_fetch_sub(&srv->info.curr_connections, 1);
     }

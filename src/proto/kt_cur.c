@@ -1,0 +1,240 @@
+/*
+ * kt_cur.c - Kyoto Tycoon's cursor procedures (cur_jump, cur_step,
+ * cur_get, cur_set_value, cur_remove, cur_seize, ..., cur_delete), each
+ * naming its cursor with CUR=N; a connection's cursors are its own
+ * (ktserver's too) and at most KT_CURSORS_MAX.
+ *
+ * A cursor is a listing walk (list.h) in key order: the B+ tree's own
+ * order, and on the hash file and the cache the listing's sorted walk
+ * (spec.sorted), which costs a pass over the store per LIST_SORTED_BATCH
+ * keys.  It holds one batch of keys; its position is a key of that
+ * batch, and a step moves to the next, collecting the next batch when
+ * this one is spent.  A record removed after the batch was collected is
+ * passed over.  Backward moves (cur_jump_back, cur_step_back) are
+ * answered 501, as ktserver answers them on a hash database: the listing
+ * walks forward only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kt_int.h"
+
+void kt_cursors_free(kt_state *st)
+{
+    for (int i = 0; i < KT_CURSORS_MAX; i++) {
+        kt_cursor *c = st->curs[i];
+        if (!c)
+            continue;
+        engine_list_end(&c->walk);
+        kura_buf_free(&c->keys);
+        free(c);
+        st->curs[i] = NULL;
+    }
+}
+
+/* The cursor CUR names, made on first use; NULL with the status in *code
+ * (400: no CUR, or KT_CURSORS_MAX already). */
+static kt_cursor *cursor_of(kt_req *r, bool make, int *code)
+{
+    kt_span v = kt_param(&r->st->in, "CUR");
+    *code = 0;
+    if (!v.p || v.n == 0 || v.p[0] < '0' || v.p[0] > '9') {
+        *code = kt_error(r, 400, "no such cursor");
+        return NULL;
+    }
+    int64_t id = kt_atoi(v);
+    int free_slot = -1;
+    for (int i = 0; i < KT_CURSORS_MAX; i++) {
+        if (r->st->curs[i] && r->st->curs[i]->id == id)
+            return r->st->curs[i];
+        if (!r->st->curs[i] && free_slot < 0)
+            free_slot = i;
+    }
+    if (!make)
+        return NULL;
+    if (free_slot < 0) {
+        *code = kt_error(r, 400, "too many cursors on this connection");
+        return NULL;
+    }
+    kt_cursor *c = calloc(1, sizeof(*c));
+    if (!c) {
+        *code = kt_error(r, 500, "out of memory");
+        return NULL;
+    }
+    c->id = id;
+    c->pos = SIZE_MAX;                  /* not positioned */
+    r->st->curs[free_slot] = c;
+    return c;
+}
+
+static int take_key(void *arg, const kura_list_item *li)
+{
+    kura_buf *b = arg;
+    unsigned char l = (unsigned char)li->klen;
+    return kura_buf_append(b, &l, 1) && kura_buf_append(b, li->key, li->klen) ? 0 : KURA_ENOMEM;
+}
+
+/* Makes pos a key of the batch, collecting the next batch when it is
+ * spent: KURA_OK, KURA_NOTFOUND (past the last key) or an error. */
+static int fill(kt_req *r, kt_cursor *c)
+{
+    if (c->pos == SIZE_MAX)
+        return KURA_NOTFOUND;
+    if (c->pos < c->keys.len)
+        return KURA_OK;
+    c->keys.len = c->pos = 0;
+    kura_engine *e = r->s->engine;
+    kura_list_spec spec = { .start = c->have_start ? c->start : NULL, .slen = c->slen,
+                            .sorted = !engine_list_ordered(e) };
+    while (c->keys.len == 0 && !c->walk.done) {
+        int rc = engine_list_step(e, &spec, &c->walk, take_key, &c->keys);
+        if (rc < 0)
+            return rc;
+    }
+    if (c->keys.len == 0) {
+        c->pos = SIZE_MAX;
+        return KURA_NOTFOUND;
+    }
+    return KURA_OK;
+}
+
+static void jump(kt_cursor *c, const char *key, size_t klen)
+{
+    engine_list_begin(&c->walk);
+    c->keys.len = 0;
+    c->pos = 0;
+    c->have_start = key && klen <= sizeof(c->start);
+    c->slen = c->have_start ? klen : 0;
+    if (c->have_start)
+        memcpy(c->start, key, klen);
+}
+
+static void step(kt_cursor *c)
+{
+    if (c->pos < c->keys.len)
+        c->pos += 1 + (unsigned char)c->keys.data[c->pos];
+}
+
+/* The current record, copied into g (the key into *key, *klen), passing
+ * over keys removed since their batch: KURA_OK, KURA_NOTFOUND or an
+ * error. */
+static int current(kt_req *r, kt_cursor *c, rec *g, const char **key, size_t *klen)
+{
+    for (;;) {
+        int rc = fill(r, c);
+        if (rc != KURA_OK)
+            return rc;
+        *klen = (unsigned char)c->keys.data[c->pos];
+        *key = c->keys.data + c->pos + 1;
+        rc = kt_read(r, *key, *klen, g);
+        if (rc != KURA_NOTFOUND)
+            return rc;
+        step(c);
+    }
+}
+
+/* cur_get, cur_get_key, cur_get_value, cur_seize, cur_remove. */
+static int cur_read(kt_req *r, kt_cursor *c, const char *name)
+{
+    bool seize = !strcmp(name, "seize"), remove = !strcmp(name, "remove");
+    bool want_key = !strcmp(name, "get") || !strcmp(name, "get_key") || seize;
+    bool want_val = !strcmp(name, "get") || !strcmp(name, "get_value") || seize;
+    rec g = { &r->st->reply, want_val, 0, 0, 0 };
+    const char *key;
+    size_t klen;
+    int rc = current(r, c, &g, &key, &klen);
+    if (rc != KURA_OK)
+        return kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+    if (seize || remove) {
+        r->s->dirty = true;
+        rc = engine_delete(r->s->engine, r->s->stats, key, klen, NULL);
+        if (rc < 0)
+            return kt_db_fail(r, rc, false);
+    }
+    if (want_key)
+        kt_out_set(&r->st->out, "key", 3, key, klen);
+    if (want_val)
+        kt_out_set(&r->st->out, "value", 5, r->st->reply.data, r->st->reply.len);
+    if (want_val && want_key && g.exptime)
+        kt_out_setf(&r->st->out, "xt", "%lld", (long long)g.exptime);
+    if (seize || remove || kt_param(&r->st->in, "step").p)
+        step(c);
+    return 200;
+}
+
+static int cur_set_value(kt_req *r, kt_cursor *c)
+{
+    kt_span v = kt_param(&r->st->in, "value");
+    if (!v.p)
+        return kt_error(r, 400, "invalid parameters");
+    rec g = { &r->st->reply, false, 0, 0, 0 };
+    const char *key;
+    size_t klen;
+    int rc = current(r, c, &g, &key, &klen);
+    if (rc != KURA_OK)
+        return kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+    kura_session *s = r->s;
+    if (!engine_item_fits(s->engine, klen, v.n, 0))
+        return kt_db_fail(r, KURA_ETOOBIG, false);
+    kura_item it = { .key = key, .klen = klen, .val = v.p, .vlen = v.n,
+                     .exptime = kt_exptime(s->engine, kt_param_xt(r)) };
+    s->dirty = true;
+    KURA_STAT_INC(s->stats, cmd_set);
+    rc = engine_store(s->engine, s->stats, KURA_CMD_REPLACE, &it, NULL, NULL);
+    if (rc == KURA_NOT_STORED)
+        return kt_db_fail(r, KURA_NOTFOUND, true);
+    if (rc != KURA_STORED)
+        return kt_db_fail(r, rc, false);
+    if (kt_param(&r->st->in, "step").p)
+        step(c);
+    return 200;
+}
+
+int kt_rpc_cursor(kt_req *r, const char *name)
+{
+    int code;
+    bool del = !strcmp(name, "delete");
+    kt_cursor *c = cursor_of(r, !del, &code);
+    if (del) {
+        if (!c)
+            return code ? code : kt_error(r, 501, "not implemented: cur_delete");
+        for (int i = 0; i < KT_CURSORS_MAX; i++)
+            if (r->st->curs[i] == c)
+                r->st->curs[i] = NULL;
+        engine_list_end(&c->walk);
+        kura_buf_free(&c->keys);
+        free(c);
+        return 200;
+    }
+    if (!c)
+        return code;
+    if (!strcmp(name, "jump")) {
+        kt_span k = kt_param(&r->st->in, "key");
+        jump(c, k.p, k.n);
+        rec g = { &r->st->reply, false, 0, 0, 0 };
+        const char *key;
+        size_t klen;
+        int rc = current(r, c, &g, &key, &klen);
+        return rc == KURA_OK ? 200 : kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+    }
+    if (!strcmp(name, "jump_back") || !strcmp(name, "step_back"))
+        return kt_error(r, 501, "DB: 1: not implemented: the cursor walks forward only");
+    if (!strcmp(name, "step")) {
+        if (fill(r, c) != KURA_OK)
+            return kt_db_fail(r, KURA_NOTFOUND, true);
+        step(c);
+        rec g = { &r->st->reply, false, 0, 0, 0 };
+        const char *key;
+        size_t klen;
+        int rc = current(r, c, &g, &key, &klen);
+        return rc == KURA_OK ? 200 : kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+    }
+    if (!strcmp(name, "set_value"))
+        return cur_set_value(r, c);
+    if (!strcmp(name, "get") || !strcmp(name, "get_key") || !strcmp(name, "get_value") ||
+        !strcmp(name, "seize") || !strcmp(name, "remove"))
+        return cur_read(r, c, name);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "not implemented: cur_%.64s", name);
+    return kt_error(r, 501, msg);
+}

@@ -1,0 +1,565 @@
+#!/usr/bin/python3
+# Kyoto Tycoon's protocols on the -kt listener (docs/protocol.md, "Kyoto
+# Tycoon's protocols"), with a client written here from Kyoto Tycoon's
+# protocol description (its spex.html: HTTP, TSV with colenc, the binary
+# magic bytes), raw HTTP over a socket, not from kura's code.  The
+# comparison with ktserver's own replies and Kyoto Tycoon's client
+# programs is test_kt_clients.py's.
+#
+#  * REST: PUT (X-Kt-Mode add/replace: 450; X-Kt-Xt), GET (X-Kt-Xt), HEAD
+#    (Content-Length), DELETE, URL-encoded keys, 404s, another method 501,
+#    a /DB/ prefix naming another database 400.
+#  * RPC: every procedure (void echo report status clear set add replace
+#    append increment increment_double cas remove get check seize set_bulk
+#    remove_bulk get_bulk vacuum synchronize match_prefix match_regex and
+#    the cursors), play_script and tune_replication as ktserver with the
+#    feature off, an unknown procedure 501, DB= another database 400.
+#  * Encodings: colenc=B, Q and U in, a form body, a GET query string; an
+#    output holding a control byte comes back base64 or %XX, as named.
+#  * Values across protocols: a record set here is read by memcached's get
+#    with flags 0; increment keeps an 8-byte big-endian number.
+#  * Binary: set_bulk, remove_bulk, get_bulk (xt, no-reply), play_script
+#    answered 0xBF, replication and an unknown magic closing.
+#  * HTTP: keep-alive, pipelined requests answered in order, HTTP/1.0
+#    closing, Connection: close.
+#  * Bad input, each class: a request line ktserver does not read (closed
+#    without a reply), a request line past 8 KiB (414), too many headers
+#    (431), a bad Content-Length (400), a body past the bound (413), a
+#    chunked body (501), a request dripping past -tout (408), absurd
+#    binary lengths (0xBF, closed); the server serves others after each.
+#  * The memcached port is unchanged by -kt; -Y asks -kt for Basic
+#    credentials.
+import base64, os, socket, struct, sys, time, unittest
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kuratest
+from kuratest import ServerTestCase, Conn, not_applicable
+
+SKIP = kuratest.is_memcached()
+WHY = not_applicable("Kyoto Tycoon's protocols are kurad's")
+P = struct.pack
+
+
+class KT:
+    """A keep-alive HTTP/1.1 client on one socket."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=None):
+        self.s = socket.create_connection((host, port), timeout=timeout or kuratest.SCALE * 10)
+        self.buf = b""
+
+    def close(self):
+        self.s.close()
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def _fill(self):
+        d = self.s.recv(65536)
+        if not d:
+            raise EOFError("closed; got %r" % self.buf)
+        self.buf += d
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def response(self, head_only=False):
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.split(b"\r\n")
+        code = int(lines[0].split(b" ")[1])
+        hdrs = {}
+        for l in lines[1:]:
+            k, v = l.split(b":", 1)
+            hdrs[k.strip().lower().decode()] = v.strip().decode()
+        body = b""
+        if not head_only:
+            body = self.exact(int(hdrs.get("content-length", "0")))
+        return code, hdrs, body
+
+    def is_closed(self, timeout=5):
+        self.s.settimeout(timeout * kuratest.SCALE)
+        try:
+            while True:
+                d = self.s.recv(65536)
+                if not d:
+                    return True
+                self.buf += d
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def http(self, method, path, body=b"", headers=()):
+        req = b"%s %s HTTP/1.1\r\nHost: test\r\n" % (method, path)
+        for h in headers:
+            req += h + b"\r\n"
+        if body or method in (b"POST", b"PUT"):
+            req += b"Content-Length: %d\r\n" % len(body)
+        self.send(req + b"\r\n" + body)
+        return self.response(head_only=method == b"HEAD")
+
+    def rpc(self, name, params=(), enc=None):
+        """POST /rpc/name with TSV params (a list of (bytes, bytes)); the
+        reply's code and its decoded map."""
+        def e(x):
+            return {None: lambda v: v, b"B": base64.b64encode,
+                    b"U": lambda v: b"".join(b"%%%02X" % c for c in v),
+                    b"Q": lambda v: b"".join(b"=%02X" % c for c in v)}[enc](x)
+        body = b"".join(e(k) + b"\t" + e(v) + b"\n" for k, v in params)
+        ct = b"Content-Type: text/tab-separated-values" + (b"; colenc=" + enc if enc else b"")
+        code, hdrs, out = self.http(b"POST", b"/rpc/" + name, body, [ct])
+        return code, tsv(out, hdrs.get("content-type", ""))
+
+
+def unquote(v):
+    out, i = bytearray(), 0
+    while i < len(v):
+        if v[i:i + 1] == b"%":
+            out.append(int(v[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.append(v[i])
+            i += 1
+    return bytes(out)
+
+
+def tsv(body, ctype):
+    dec = (lambda v: v)
+    if "colenc=B" in ctype:
+        dec = base64.b64decode
+    elif "colenc=U" in ctype:
+        dec = unquote
+    m = {}
+    for line in body.split(b"\n"):
+        if b"\t" in line:
+            k, v = line.split(b"\t", 1)
+            m[dec(k)] = dec(v)
+    return m
+
+
+def be64(n):
+    return P(">q", n)
+
+
+class KTCase(ServerTestCase):
+    KT_ARGS = ()
+
+    def setUp(self):
+        if SKIP:
+            self.skipTest(WHY)
+        self.ktport = kuratest.free_port()
+        self.server = self.start_server(kura_args=("-kt", str(self.ktport)) + self.KT_ARGS,
+                                        **self.SERVER_OPTS)
+        self.c = self.server.conn()
+        self.addCleanup(self.c.close)
+        self.k = self.kt()
+
+    def kt(self):
+        k = KT(self.ktport)
+        self.addCleanup(k.close)
+        return k
+
+
+class KTRest(KTCase):
+    def test_put_get_head_delete(self):
+        k = self.k
+        code, h, _ = k.http(b"PUT", b"/a%20b", b"hello")
+        self.assertEqual(code, 201)
+        self.assertEqual(h["location"], "http://test/a%20b")
+        code, h, body = k.http(b"GET", b"/a%20b")
+        self.assertEqual((code, body), (200, b"hello"))
+        self.assertNotIn("x-kt-xt", h)
+        code, h, body = k.http(b"HEAD", b"/a%20b")
+        self.assertEqual((code, h["content-length"], body), (200, "5", b""))
+        # the key is "a b": the memcached port can't say it, but RPC can
+        self.assertEqual(k.rpc(b"get", [(b"key", b"a b")]), (200, {b"value": b"hello"}))
+        self.assertEqual(k.http(b"DELETE", b"/a%20b")[0], 204)
+        code, h, body = k.http(b"GET", b"/a%20b")
+        self.assertEqual((code, body), (404, b""))
+        self.assertEqual(h["x-kt-error"], "DB: 7: no record: no record")
+        self.assertEqual(k.http(b"HEAD", b"/a%20b")[0], 404)
+        self.assertEqual(k.http(b"DELETE", b"/a%20b")[0], 404)
+
+    def test_modes_and_xt(self):
+        k = self.k
+        self.assertEqual(k.http(b"PUT", b"/m", b"1", [b"X-Kt-Mode: replace"])[0], 450)
+        self.assertEqual(k.http(b"PUT", b"/m", b"1", [b"X-Kt-Mode: add"])[0], 201)
+        code, h, _ = k.http(b"PUT", b"/m", b"2", [b"X-Kt-Mode: add"])
+        self.assertEqual(code, 450)
+        self.assertIn("record duplication", h["x-kt-error"])
+        self.assertEqual(k.http(b"PUT", b"/m", b"3", [b"X-Kt-Mode: replace"])[0], 201)
+        xt = int(time.time()) + 3600
+        self.assertEqual(k.http(b"PUT", b"/x", b"v", [b"X-Kt-Xt: %d" % xt])[0], 201)
+        code, h, body = k.http(b"GET", b"/x")
+        self.assertEqual(h["x-kt-xt"], time.strftime("%a, %d %b %Y %H:%M:%S GMT",
+                                                     time.gmtime(xt)))
+        self.assertEqual(k.rpc(b"get", [(b"key", b"x")])[1][b"xt"], b"%d" % xt)
+        # an expiry in the past: gone at once
+        self.assertEqual(k.http(b"PUT", b"/y", b"v", [b"X-Kt-Xt: 1000000000"])[0], 201)
+        self.assertEqual(k.http(b"GET", b"/y")[0], 404)
+
+    def test_other_method_and_db(self):
+        k = self.k
+        self.assertEqual(k.http(b"OPTIONS", b"/a")[0], 501)
+        self.assertEqual(k.http(b"PUT", b"/0/dbkey", b"v")[0], 201)
+        self.assertEqual(k.http(b"GET", b"/dbkey")[2], b"v")
+        code, _, body = k.http(b"GET", b"/other/dbkey")
+        self.assertEqual((code, body), (400, b"no such database\n"))
+
+    def test_memcached_reads_it(self):
+        self.assertEqual(self.k.http(b"PUT", b"/mk", b"hello")[0], 201)
+        self.assertEqual(self.c.request(b"get mk\r\n"), b"VALUE mk 0 5\r\nhello\r\nEND\r\n")
+        self.assertEqual(self.c.request(b"set mk2 7 0 2\r\nhi\r\n"), b"STORED\r\n")
+        self.assertEqual(self.k.http(b"GET", b"/mk2")[2], b"hi")
+
+
+class KTRpc(KTCase):
+    def test_void_echo_report_status(self):
+        k = self.k
+        self.assertEqual(k.rpc(b"void"), (200, {}))
+        self.assertEqual(k.rpc(b"echo", [(b"a", b"1"), (b"b", b"2"), (b"a", b"3")]),
+                         (200, {b"a": b"3", b"b": b"2"}))
+        code, m = k.rpc(b"report")
+        self.assertEqual(code, 200)
+        for f in (b"db_0", b"db_total_count", b"serv_conn_count", b"conf_kt_version"):
+            self.assertIn(f, m)
+        k.rpc(b"set", [(b"key", b"s1"), (b"value", b"v")])
+        code, m = k.rpc(b"status")
+        self.assertEqual((code, m[b"count"]), (200, b"1"))
+        self.assertIn(b"size", m)
+
+    def test_set_add_replace_append_remove(self):
+        k = self.k
+        self.assertEqual(k.rpc(b"set", [(b"key", b"k")])[0], 400)
+        self.assertEqual(k.rpc(b"set", [(b"key", b"k"), (b"value", b"v1")]), (200, {}))
+        code, m = k.rpc(b"add", [(b"key", b"k"), (b"value", b"v2")])
+        self.assertEqual(code, 450)
+        self.assertIn(b"ERROR", m)
+        self.assertEqual(k.rpc(b"replace", [(b"key", b"nokey"), (b"value", b"x")])[0], 450)
+        self.assertEqual(k.rpc(b"replace", [(b"key", b"k"), (b"value", b"v3")])[0], 200)
+        self.assertEqual(k.rpc(b"append", [(b"key", b"k"), (b"value", b"+")])[0], 200)
+        self.assertEqual(k.rpc(b"append", [(b"key", b"k2"), (b"value", b"new")])[0], 200)
+        self.assertEqual(k.rpc(b"get", [(b"key", b"k")]), (200, {b"value": b"v3+"}))
+        self.assertEqual(k.rpc(b"get", [(b"key", b"k2")]), (200, {b"value": b"new"}))
+        self.assertEqual(k.rpc(b"remove", [(b"key", b"k")]), (200, {}))
+        self.assertEqual(k.rpc(b"remove", [(b"key", b"k")])[0], 450)
+        self.assertEqual(k.rpc(b"get", [(b"key", b"k")])[0], 450)
+
+    def test_xt(self):
+        k = self.k
+        now = int(time.time())
+        k.rpc(b"set", [(b"key", b"t"), (b"value", b"v"), (b"xt", b"1000")])
+        xt = int(k.rpc(b"get", [(b"key", b"t")])[1][b"xt"])
+        self.assertTrue(now + 1000 <= xt <= int(time.time()) + 1000, xt)
+        k.rpc(b"set", [(b"key", b"t2"), (b"value", b"v"), (b"xt", b"-%d" % (now + 5000))])
+        self.assertEqual(k.rpc(b"check", [(b"key", b"t2")]),
+                         (200, {b"vsiz": b"1", b"xt": b"%d" % (now + 5000)}))
+        k.rpc(b"set", [(b"key", b"t3"), (b"value", b"v"), (b"xt", b"-1000")])
+        self.assertEqual(k.rpc(b"get", [(b"key", b"t3")])[0], 450)
+
+    def test_increment(self):
+        k = self.k
+        self.assertEqual(k.rpc(b"increment", [(b"key", b"n"), (b"num", b"5")]),
+                         (200, {b"num": b"5"}))
+        self.assertEqual(k.rpc(b"increment", [(b"key", b"n"), (b"num", b"-7")]),
+                         (200, {b"num": b"-2"}))
+        self.assertEqual(k.rpc(b"get", [(b"key", b"n")])[1][b"value"], be64(-2))
+        self.assertEqual(self.c.request(b"get n\r\n"), b"VALUE n 0 8\r\n" + be64(-2) + b"\r\nEND\r\n")
+        self.assertEqual(k.rpc(b"increment", [(b"key", b"m"), (b"num", b"1"), (b"orig", b"try")])[0],
+                         450)
+        self.assertEqual(k.rpc(b"increment", [(b"key", b"n"), (b"num", b"9"), (b"orig", b"set")]),
+                         (200, {b"num": b"9"}))
+        self.assertEqual(k.rpc(b"increment", [(b"key", b"o"), (b"num", b"1"), (b"orig", b"10")]),
+                         (200, {b"num": b"11"}))
+        k.rpc(b"set", [(b"key", b"txt"), (b"value", b"12")])
+        self.assertEqual(k.rpc(b"increment", [(b"key", b"txt"), (b"num", b"1")])[0], 450)
+        self.assertEqual(k.rpc(b"increment_double", [(b"key", b"d"), (b"num", b"1.5")]),
+                         (200, {b"num": b"1.500000"}))
+        self.assertEqual(k.rpc(b"increment_double", [(b"key", b"d"), (b"num", b"0.25")]),
+                         (200, {b"num": b"1.750000"}))
+        v = k.rpc(b"get", [(b"key", b"d")])[1][b"value"]
+        self.assertEqual(v, be64(1) + be64(750000000000000))
+
+    def test_cas_check_seize(self):
+        k = self.k
+        k.rpc(b"set", [(b"key", b"c"), (b"value", b"old")])
+        self.assertEqual(k.rpc(b"cas", [(b"key", b"c"), (b"oval", b"x"), (b"nval", b"n")])[0], 450)
+        self.assertEqual(k.rpc(b"cas", [(b"key", b"c"), (b"oval", b"old"), (b"nval", b"new")])[0],
+                         200)
+        self.assertEqual(k.rpc(b"cas", [(b"key", b"c2"), (b"nval", b"born")])[0], 200)
+        self.assertEqual(k.rpc(b"cas", [(b"key", b"c2"), (b"nval", b"again")])[0], 450)
+        self.assertEqual(k.rpc(b"cas", [(b"key", b"c2"), (b"oval", b"born")])[0], 200)
+        self.assertEqual(k.rpc(b"check", [(b"key", b"c2")])[0], 450)
+        self.assertEqual(k.rpc(b"check", [(b"key", b"c")]), (200, {b"vsiz": b"3"}))
+        self.assertEqual(k.rpc(b"seize", [(b"key", b"c")]), (200, {b"value": b"new"}))
+        self.assertEqual(k.rpc(b"seize", [(b"key", b"c")])[0], 450)
+
+    def test_bulk(self):
+        k = self.k
+        recs = [(b"_k%d" % i, b"v%d" % i) for i in range(50)]
+        self.assertEqual(k.rpc(b"set_bulk", recs + [(b"xt", b"100")]), (200, {b"num": b"50"}))
+        code, m = k.rpc(b"get_bulk", [(b"_k1", b""), (b"_k2", b""), (b"_none", b"")])
+        self.assertEqual((code, m), (200, {b"_k1": b"v1", b"_k2": b"v2", b"num": b"2"}))
+        self.assertEqual(k.rpc(b"remove_bulk", [(b"_k1", b""), (b"_none", b"")]),
+                         (200, {b"num": b"1"}))
+        self.assertEqual(k.rpc(b"status")[1][b"count"], b"49")
+
+    def test_server_procedures(self):
+        k = self.k
+        k.rpc(b"set", [(b"key", b"a"), (b"value", b"1")])
+        self.assertEqual(k.rpc(b"synchronize")[0], 200)
+        self.assertEqual(k.rpc(b"vacuum")[0], 200)
+        self.assertEqual(k.rpc(b"clear")[0], 200)
+        self.assertEqual(k.rpc(b"status")[1][b"count"], b"0")
+        code, m = k.rpc(b"play_script", [(b"name", b"x")])
+        self.assertEqual((code, m), (501, {b"ERROR": b"the scripting extention is disabled"}))
+        self.assertEqual(k.rpc(b"tune_replication", [(b"host", b"h")]),
+                         (501, {b"ERROR": b"the RTS file is not set"}))
+        self.assertEqual(k.rpc(b"nosuch"), (501, {b"ERROR": b"not implemented: nosuch"}))
+        self.assertEqual(k.rpc(b"get", [(b"DB", b"other"), (b"key", b"a")]),
+                         (400, {b"ERROR": b"no such database"}))
+        self.assertEqual(k.rpc(b"get", [(b"DB", b"0"), (b"key", b"a")])[0], 450)
+
+    def test_match(self):
+        k = self.k
+        keys = [b"pre%04d" % i for i in range(1500)] + [b"other%d" % i for i in range(10)]
+        for i in range(0, len(keys), 500):
+            k.rpc(b"set_bulk", [(b"_" + x, b"v") for x in keys[i:i + 500]])
+        code, m = k.rpc(b"match_prefix", [(b"prefix", b"pre")])
+        self.assertEqual((code, m[b"num"]), (200, b"1500"))
+        self.assertEqual(sorted(x[1:] for x in m if x != b"num"), keys[:1500])
+        self.assertEqual(sorted(m[x] for x in m if x != b"num"),
+                         sorted(b"%d" % i for i in range(1500)))
+        code, m = k.rpc(b"match_prefix", [(b"prefix", b"pre"), (b"max", b"3")])
+        self.assertEqual(m[b"num"], b"3")
+        code, m = k.rpc(b"match_regex", [(b"regex", b"^other[0-4]$")])
+        self.assertEqual(sorted(x for x in m if x != b"num"),
+                         [b"_other%d" % i for i in range(5)])
+        self.assertEqual(k.rpc(b"match_regex", [(b"regex", b"(a)\\1")])[0], 450)
+        self.assertEqual(k.rpc(b"match_regex", [(b"regex", b"(")])[0], 450)
+
+    def test_cursors(self):
+        k = self.k
+        k.rpc(b"set_bulk", [(b"_c%d" % i, b"v%d" % i) for i in range(5)])
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"1")]), (200, {}))
+        seen = []
+        for _ in range(5):
+            code, m = k.rpc(b"cur_get", [(b"CUR", b"1"), (b"step", b"")])
+            self.assertEqual(code, 200)
+            seen.append((m[b"key"], m[b"value"]))
+        self.assertEqual(seen, [(b"c%d" % i, b"v%d" % i) for i in range(5)])    # key order
+        self.assertEqual(k.rpc(b"cur_get", [(b"CUR", b"1")])[0], 450)
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"1"), (b"key", b"c2")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"1")]), (200, {b"key": b"c2"}))
+        self.assertEqual(k.rpc(b"cur_get_value", [(b"CUR", b"1")]), (200, {b"value": b"v2"}))
+        self.assertEqual(k.rpc(b"cur_set_value", [(b"CUR", b"1"), (b"value", b"X")])[0], 200)
+        self.assertEqual(k.rpc(b"get", [(b"key", b"c2")])[1], {b"value": b"X"})
+        self.assertEqual(k.rpc(b"cur_remove", [(b"CUR", b"1")])[0], 200)
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"1")]), (200, {b"key": b"c3"}))
+        self.assertEqual(k.rpc(b"cur_seize", [(b"CUR", b"1")]), (200, {b"key": b"c3", b"value": b"v3"}))
+        self.assertEqual(k.rpc(b"cur_step", [(b"CUR", b"1")])[0], 450)     # c4 was current
+        self.assertEqual(k.rpc(b"cur_jump_back", [(b"CUR", b"1")])[0], 501)
+        self.assertEqual(k.rpc(b"cur_delete", [(b"CUR", b"1")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get", [(b"CUR", b"1")])[0], 450)     # a fresh cursor
+        self.assertEqual(k.rpc(b"cur_get", [])[0], 400)
+        for i in range(2, 65):
+            self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"%d" % i)])[0], 200)
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"99")])[0], 400)     # the 65th
+
+    def test_encodings(self):
+        k = self.k
+        for enc in (b"B", b"Q", b"U"):
+            key, val = b"enc\t" + enc, b"line\nbreak\x00\x01\xff"
+            self.assertEqual(k.rpc(b"set", [(b"key", key), (b"value", val)], enc=enc)[0], 200)
+            self.assertEqual(k.rpc(b"get", [(b"key", key)], enc=enc), (200, {b"value": val}))
+        # the reply's encoding: ktserver's choice, named in Content-Type
+        k.rpc(b"set", [(b"key", b"bin"), (b"value", bytes(range(256)))], enc=b"B")
+        code, h, body = k.http(b"POST", b"/rpc/get", b"key\tbin\n",
+                               [b"Content-Type: text/tab-separated-values"])
+        self.assertEqual(h["content-type"], "text/tab-separated-values; colenc=B")
+        self.assertEqual(tsv(body, h["content-type"])[b"value"], bytes(range(256)))
+        k.rpc(b"set", [(b"key", b"ctl"), (b"value", b"a\x01b")], enc=b"U")
+        code, h, body = k.http(b"POST", b"/rpc/get", b"key\tctl\n",
+                               [b"Content-Type: text/tab-separated-values"])
+        self.assertEqual((h["content-type"], body), ("text/tab-separated-values; colenc=U",
+                                                     b"value\ta%01b\n"))
+        # a form, and a GET with a query
+        code, h, body = k.http(b"POST", b"/rpc/set", b"key=f%20k&value=a+b",
+                               [b"Content-Type: application/x-www-form-urlencoded"])
+        self.assertEqual(code, 200)
+        code, h, body = k.http(b"GET", b"/rpc/get?key=f%20k")
+        self.assertEqual((code, body), (200, b"value\ta b\n"))
+
+
+class KTBinary(KTCase):
+    def bulk_set(self, recs, flags=0):
+        return b"\xb8" + P(">II", flags, len(recs)) + b"".join(
+            P(">HIIq", 0, len(k), len(v), xt) + k + v for k, v, xt in recs)
+
+    def keys_req(self, magic, keys, flags=0, db=0):
+        return magic + P(">II", flags, len(keys)) + b"".join(P(">HI", db, len(k)) + k for k in keys)
+
+    def test_bulk_ops(self):
+        k = self.k
+        never = (1 << 40) - 1
+        k.send(self.bulk_set([(b"b1", b"one", 1 << 40), (b"b2", b"two", 3600)]))
+        self.assertEqual(k.exact(5), b"\xb8" + P(">I", 2))
+        k.send(self.keys_req(b"\xba", [b"b1", b"b2", b"none"]))
+        self.assertEqual(k.exact(5), b"\xba" + P(">I", 2))
+        db, kl, vl, xt = struct.unpack(">HIIq", k.exact(18))
+        self.assertEqual((db, k.exact(kl), k.exact(vl), xt), (0, b"b1", b"one", never))
+        db, kl, vl, xt = struct.unpack(">HIIq", k.exact(18))
+        self.assertEqual((k.exact(kl), k.exact(vl)), (b"b2", b"two"))
+        self.assertTrue(abs(xt - (time.time() + 3600)) < 60, xt)
+        # no reply; then a remove_bulk whose reply proves the order
+        k.send(self.bulk_set([(b"b3", b"three", 1 << 40)], flags=1) +
+               self.keys_req(b"\xb9", [b"b1", b"b3", b"none"]))
+        self.assertEqual(k.exact(5), b"\xb9" + P(">I", 2))
+        k.send(self.keys_req(b"\xb9", [b"b2"], flags=1) + self.keys_req(b"\xba", [b"b2"]))
+        self.assertEqual(k.exact(5), b"\xba" + P(">I", 0))
+        # another database's records are passed over
+        k.send(self.keys_req(b"\xba", [b"b2"], db=1))
+        self.assertEqual(k.exact(5), b"\xba" + P(">I", 0))
+        # HTTP on the same connection afterwards
+        self.assertEqual(k.http(b"GET", b"/b1")[0], 404)
+
+    def test_play_script_and_others(self):
+        k = self.k
+        k.send(b"\xb4" + P(">III", 0, 3, 1) + b"fun" + P(">II", 1, 1) + b"ab")
+        self.assertEqual(k.exact(1), b"\xbf")
+        k.send(b"\xb4" + P(">III", 1, 3, 0) + b"fun" + self.keys_req(b"\xba", []))
+        self.assertEqual(k.exact(5), b"\xba" + P(">I", 0))     # no reply to the first
+        k2 = self.kt()
+        k2.send(b"\xb1" + P(">IQH", 0, 0, 1))
+        self.assertTrue(k2.is_closed())
+        k3 = self.kt()
+        k3.send(b"\xb0\x00\x00")
+        self.assertTrue(k3.is_closed())
+        k4 = self.kt()
+        k4.send(b"\xb8" + P(">II", 0, 1) + P(">HIIq", 0, 1 << 29, 0, 0))
+        self.assertEqual(k4.exact(1), b"\xbf")
+        self.assertTrue(k4.is_closed())
+        self.assertEqual(k.http(b"GET", b"/x")[0], 404)
+
+
+class KTHttp(KTCase):
+    SERVER_OPTS = {"idle_timeout": 2}
+
+    def test_pipeline_and_keepalive(self):
+        k = self.k
+        reqs = b"".join(b"PUT /p%d HTTP/1.1\r\nContent-Length: 2\r\n\r\nv%d" % (i, i % 10)
+                        for i in range(100))
+        reqs += b"".join(b"GET /p%d HTTP/1.1\r\n\r\n" % i for i in range(100))
+        k.send(reqs)
+        for i in range(100):
+            self.assertEqual(k.response()[0], 201)
+        for i in range(100):
+            code, _, body = k.response()
+            self.assertEqual((code, body), (200, b"v%d" % (i % 10)))
+        k.send(b"GET /p1 HTTP/1.0\r\n\r\n")
+        code, h, body = k.response()
+        self.assertEqual((code, h.get("connection"), body), (200, "close", b"v1"))
+        self.assertTrue(k.is_closed())
+        k2 = self.kt()
+        k2.send(b"GET /p1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /p2 HTTP/1.1\r\n"
+                b"Connection: close\r\n\r\n")
+        self.assertEqual(k2.response()[2], b"v1")
+        self.assertEqual(k2.response()[1].get("connection"), "close")
+        self.assertTrue(k2.is_closed())
+
+    def bad(self, data, code):
+        k = self.kt()
+        k.send(data)
+        if code is None:
+            self.assertTrue(k.is_closed())
+            self.assertEqual(k.buf, b"")
+        else:
+            got, h, body = k.response()
+            self.assertEqual((got, h.get("connection")), (code, "close"))
+            self.assertTrue(body.startswith(b"%d " % code), body)
+            self.assertTrue(k.is_closed())
+        self.assertEqual(self.kt().http(b"GET", b"/none")[0], 404)  # others are served
+
+    def test_bad_input(self):
+        self.bad(b"GARBAGE\r\n\r\n", None)
+        self.bad(b"GET / HTTP/2.0\r\n\r\n", None)
+        self.bad(b"GET  HTTP/1.1\r\n\r\n", None)
+        self.bad(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414)
+        self.bad(b"GET /a HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431)
+        self.bad(b"GET /a HTTP/1.1\r\nX-A: " + b"b" * 9000 + b"\r\n\r\n", 431)
+        self.bad(b"PUT /a HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", 400)
+        self.bad(b"PUT /a HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413)
+        self.bad(b"POST /rpc/set HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501)
+
+    def test_drip_past_deadline(self):
+        k = self.kt()
+        k.send(b"PUT /slow HTTP/1.1\r\nContent-Length: 1000\r\n\r\nab")
+        end = kuratest.deadline(2 + 10)
+        got = None
+        while time.monotonic() < end:
+            k.send(b"x")                # never idle: the whole request's deadline ends it
+            time.sleep(0.2)
+            try:
+                k.s.settimeout(0.01)
+                d = k.s.recv(4096)
+            except socket.timeout:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                break
+            got = d
+            break
+        self.assertIsNotNone(got)
+        self.assertTrue(got.startswith(b"HTTP/1.1 408 "), got)
+        self.assertEqual(self.kt().http(b"GET", b"/slow")[0], 404)
+
+
+class KTAuth(KTCase):
+    def setUp(self):
+        if SKIP:
+            self.skipTest(WHY)
+        d = kuratest.Server(start=False).tmpdir
+        self.pw = os.path.join(d, "pw")
+        with open(self.pw, "w") as f:
+            f.write("u:secret\n")
+        self.KT_ARGS = ("-Y", self.pw)
+        self.ktport = kuratest.free_port()
+        self.server = self.start_server(kura_args=("-kt", str(self.ktport), "-Y", self.pw))
+        self.k = self.kt()
+
+    def test_basic(self):
+        k = self.k
+        code, h, _ = k.http(b"GET", b"/a")
+        self.assertEqual(code, 401)
+        self.assertIn("Basic", h["www-authenticate"])
+        good = b"Authorization: Basic " + base64.b64encode(b"u:secret")
+        bad = b"Authorization: Basic " + base64.b64encode(b"u:wrong")
+        self.assertEqual(k.http(b"PUT", b"/a", b"v", [bad])[0], 401)
+        self.assertEqual(k.http(b"PUT", b"/a", b"v", [good])[0], 201)
+        self.assertEqual(k.http(b"GET", b"/a", b"", [good])[2], b"v")
+        k.send(b"\xba" + P(">II", 0, 0))
+        self.assertTrue(k.is_closed())
+
+
+class KTMemcachedPort(KTCase):
+    def test_unchanged(self):
+        """-kt leaves the memcached port as it was: memcached's answer to
+        HTTP there, and its commands."""
+        with self.server.conn() as c:
+            c.send(b"GET / HTTP/1.0\r\n\r\n")
+            self.assertEqual(c.line(), b"ERROR\r\n")
+        self.assertEqual(self.c.request(b"set a 1 0 1\r\nx\r\n"), b"STORED\r\n")
+        self.assertEqual(self.k.http(b"GET", b"/a")[2], b"x")
+
+    def test_refused_with_sasl_alone(self):
+        srv = kuratest.Server(start=False, kura_args=("-kt", "1978", "-S"))
+        import subprocess
+        p = subprocess.run(srv.argv(kuratest.free_port()), capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"-kt with -S", p.stderr)
+
+
+if __name__ == "__main__":
+    kuratest.main()
