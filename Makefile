@@ -257,7 +257,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 
 # the protocol targets share their session (tests/fuzz/session.c)
 $(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
-$(BUILD)/fuzz/fuzz_tt: $(BUILD)/tests/fuzz/session.o
+$(BUILD)/fuzz/fuzz_tt $(BUILD)/fuzz/fuzz_kt: $(BUILD)/tests/fuzz/session.o
 
 # the conf-file parser and its option table are kurad's
 $(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.o
@@ -282,9 +282,10 @@ FUZZ_SAN = -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=und
 # and a cache of 4 stripes, not 256 (src/store/cache/cache.c): the
 # protocol targets open one per input and a listing in an input visits each;
 # 4 journal slots and 4 access-mark locks (made and cleared per input, for
-# one thread), Tokyo Tyrant's walks paused every 16 keys (a short seed pauses)
+# one thread), Tokyo Tyrant's and Kyoto Tycoon's walks paused every 16 keys
+# (a short seed pauses)
 FUZZ_CFLAGS = -Wno-gnu-variable-sized-type-not-at-end -Wno-unused-function -DCACHE_STRIPE_BITS=2 \
-              -DJOURNAL_SLOTS=4 -DMARKS_LOCKS=4 -DTT_WALK_SLICE=16
+              -DJOURNAL_SLOTS=4 -DMARKS_LOCKS=4 -DTT_WALK_SLICE=16 -DKT_WALK_SLICE=16
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" FUZZ_ENGINE=-fsanitize=fuzzer \
 	    CFLAGS="$(FUZZ_CFLAGS)" fuzz-build
