@@ -115,6 +115,7 @@ typedef struct kura_server_info {
     /* settings */
     int maxconns;
     int tcpport;
+    int kt_port;                        /* -kt's port (a PUT's Location: names it); 0 none */
     const char *inter;
     const char *domain_socket;
     uint64_t maxbytes;

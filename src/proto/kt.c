@@ -135,7 +135,7 @@ const char *kt_db_error(int rc)
     case KURA_EXISTS: return "DB: 6: record duplication: record duplication";
     case KURA_ETOOBIG: return "DB: 2: invalid operation: the record is larger than -I";
     case KURA_EREPLICA: return "DB: 4: no permission: this server is a read-only replica";
-    case KURA_EINVAL: return "DB: 2: invalid operation: the key is longer than 250 bytes";
+    case KURA_EINVAL: return "DB: 2: invalid operation: a key is 1 to 250 bytes";
     default: return "DB: 9: system error: the store failed (see the server's log)";
     }
 }
@@ -293,6 +293,20 @@ static size_t too_slow(kt_req *r, size_t avail)
     return avail;
 }
 
+/* -vv: the request line, as the text protocol traces its lines (once,
+ * not at each resumed slice of a walk). */
+static void trace(kura_session *s, const char *in, size_t head_len)
+{
+    if (!s->server->trace ||
+        atomic_load_explicit(&s->server->verbosity, memory_order_relaxed) < 2)
+        return;
+    const char *eol = memchr(in, '\n', head_len);
+    size_t n = eol ? (size_t)(eol - in) : head_len;
+    if (n && in[n - 1] == '\r')
+        n--;
+    s->server->trace(s->conn_id, in, n);
+}
+
 static size_t kt_one(kura_session *s, kt_state *st, char *in, size_t avail, kura_buf *out)
 {
     unsigned char c = (unsigned char)in[0];
@@ -323,6 +337,8 @@ static size_t kt_one(kura_session *s, kt_state *st, char *in, size_t avail, kura
                                                        so the deadline is checked */
     r.body = in + r.h.head_len;
     r.blen = r.h.body_len;
+    if (!st->walk.kind)
+        trace(s, in, r.h.head_len);
     if (!route(&r))
         return 0;
     if (!r.h.keep)

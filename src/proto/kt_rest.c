@@ -123,11 +123,13 @@ static void rest_put(kt_req *r, const char *key, size_t klen)
     }
     char h[512];
     if (rc == KURA_STORED) {
-        int n = 0;
-        if (r->h.host.p && r->h.host.n < 200 && r->h.path.n < 250)
-            n = snprintf(h, sizeof(h), "Location: http://%.*s%.*s\r\n", (int)r->h.host.n,
-                         r->h.host.p, (int)r->h.path.n, r->h.path.p);
-        h[n] = '\0';
+        /* ktserver's own name: "localhost", and its port unless 80 */
+        char port[16] = "";
+        int kp = s->server->kt_port;
+        if (kp > 0 && kp != 80)
+            snprintf(port, sizeof(port), ":%d", kp);
+        snprintf(h, sizeof(h), "Location: http://localhost%s%.*s\r\n", port,
+                 (int)(r->h.path.n < 400 ? r->h.path.n : 400), r->h.path.p);
         kt_respond(r, 201, h, NULL, 0);
         return;
     }

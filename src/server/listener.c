@@ -377,6 +377,7 @@ static int open_kt(kura_server *srv)
         log_msg(KURA_LOG_ERROR, "-kt '%s': %s", st->kt_listen, port ? why : "no port");
         return -1;
     }
+    srv->info.kt_port = port;
     return open_tcp(srv, host, port, tls, true);
 }
 

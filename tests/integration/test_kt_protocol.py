@@ -28,7 +28,8 @@
 #    chunked body (501), a request dripping past -tout (408), absurd
 #    binary lengths (0xBF, closed); the server serves others after each.
 #  * The memcached port is unchanged by -kt; -Y asks -kt for Basic
-#    credentials.
+#    credentials; -Z serves -kt over TLS (notls: plaintext), and plaintext
+#    on the TLS port gets nothing back.
 import base64, os, socket, struct, sys, time, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
@@ -168,7 +169,7 @@ class KTRest(KTCase):
         k = self.k
         code, h, _ = k.http(b"PUT", b"/a%20b", b"hello")
         self.assertEqual(code, 201)
-        self.assertEqual(h["location"], "http://test/a%20b")
+        self.assertEqual(h["location"], "http://localhost:%d/a%%20b" % self.ktport)
         code, h, body = k.http(b"GET", b"/a%20b")
         self.assertEqual((code, body), (200, b"hello"))
         self.assertNotIn("x-kt-xt", h)
@@ -541,6 +542,57 @@ class KTAuth(KTCase):
         self.assertEqual(k.http(b"GET", b"/a", b"", [good])[2], b"v")
         k.send(b"\xba" + P(">II", 0, 0))
         self.assertTrue(k.is_closed())
+
+
+def make_certs(d):
+    """A CA and a server certificate (localhost, 127.0.0.1) it signs; EC
+    keys, quicker to make than test_tls.py's RSA set."""
+    import subprocess
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    with open(os.path.join(d, "san.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for args in (["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                                          "-subj", "/CN=kura kt test ca"],
+                 ["req"] + ec + ["-keyout", "srv.key", "-out", "srv.csr", "-subj",
+                                 "/CN=localhost"],
+                 ["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                  "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "san.ext"]):
+        subprocess.run(["openssl"] + args, cwd=d, check=True, capture_output=True, timeout=60)
+
+
+class KTTls(unittest.TestCase):
+    """-kt under -Z: TLS as on -l's addresses; notls: turns it off."""
+
+    def test_tls_and_notls(self):
+        if SKIP:
+            self.skipTest(WHY)
+        import shutil, ssl, tempfile
+        import test_tls
+        why = test_tls.kurad_has_tls()
+        if why:
+            self.skipTest(why)
+        d = tempfile.mkdtemp(prefix="kuratest-kttls-")
+        self.addCleanup(shutil.rmtree, d, True)
+        make_certs(d)
+        opts = "ssl_chain_cert=%s/srv.pem,ssl_key=%s/srv.key" % (d, d)
+        for notls in (False, True):
+            port = kuratest.free_port()
+            spec = ("notls:127.0.0.1:%d" if notls else "127.0.0.1:%d") % port
+            srv = kuratest.Server(kind="kurad", kura_args=["-Z", "-o", opts, "-kt", spec])
+            self.addCleanup(srv.stop)
+            k = KT(port)
+            self.addCleanup(k.close)
+            if not notls:
+                ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+                k.s = ctx.wrap_socket(k.s, server_hostname="localhost")
+            self.assertEqual(k.http(b"PUT", b"/t", b"secret")[0], 201)
+            self.assertEqual(k.http(b"GET", b"/t")[2], b"secret")
+            if not notls:
+                plain = KT(port)        # plaintext on the TLS port: no byte back, closed
+                self.addCleanup(plain.close)
+                plain.send(b"GET /t HTTP/1.1\r\n\r\n")
+                self.assertTrue(plain.is_closed())
+                self.assertEqual(plain.buf, b"")
 
 
 class KTMemcachedPort(KTCase):
