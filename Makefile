@@ -26,6 +26,7 @@
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
 #                   bench-repl, bench-tt, then bench/stall.py (a get's wait during listings)
 #   make bench-tt   Tokyo Tyrant's protocol beside the text protocol (TT_BENCH_ARGS=...)
+#   make bench-kt   ktremotetest bulk against ktserver and kurad -kt (KURA_KT_BIN=DIR)
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make distclean  clean, and what ./configure wrote
@@ -152,7 +153,7 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
-        bench-tt fuzz fuzz-build soak bench-footprint check-functions test-fresh FORCE
+        bench-tt bench-kt fuzz fuzz-build soak bench-footprint check-functions test-fresh FORCE
 # kura-enginebench too: a measurement with a stale one would time old code.
 # A test tree (TEST_HOOKS=1) also holds what only the tests use.
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench \
@@ -230,6 +231,11 @@ bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench $(BUILD)/kura-turn
 # Tokyo Tyrant's protocol beside the text protocol, each backend (bench/tt.py --help).
 bench-tt: $(KURAD) $(BUILD)/kura-bench
 	/usr/bin/python3 bench/tt.py --build $(BUILD) $(TT_BENCH_ARGS)
+
+# Kyoto Tycoon's ktremotetest bulk against ktserver and kurad -kt (bench/kt.py;
+# KURA_KT_BIN names the programs, built by hand: docs/HACKING.md).
+bench-kt: $(KURAD)
+	/usr/bin/python3 bench/kt.py --build $(BUILD) $(KT_BENCH_ARGS)
 
 # The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
 bench-repl: $(KURAD) $(BUILD)/kura-bench
