@@ -346,6 +346,21 @@ static size_t kt_one(kura_session *s, kt_state *st, char *in, size_t avail, kura
     return r.h.head_len + r.h.body_len;
 }
 
+/* What a connection keeps between requests: a large request's copies
+ * (body, reply, output map, parameters) are given back once it is done,
+ * so an idle connection holds KT_KEEP bytes of each at most. */
+#define KT_KEEP (64u << 10)
+static void trim(kt_state *st)
+{
+    st->body.len = st->reply.len = 0;
+    kura_buf_trim(&st->body, KT_KEEP);
+    kura_buf_trim(&st->reply, KT_KEEP);
+    if (st->out.bytes.cap > KT_KEEP || st->out.cap > KT_KEEP / 32)
+        kt_out_free(&st->out);
+    if (st->in.cap > KT_KEEP / 32)
+        kt_params_free(&st->in);
+}
+
 static size_t kt_process(kura_session *s, char *in, size_t len, kura_buf *out)
 {
     kt_state *st = s->state;
@@ -362,6 +377,7 @@ static size_t kt_process(kura_session *s, char *in, size_t len, kura_buf *out)
         if (used == 0)
             break;
         pos += used;
+        trim(st);
         st->started_ms = 0;
         st->bin_scan[0] = st->bin_scan[1] = 0;
         st->bin_off = 0;

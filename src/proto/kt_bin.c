@@ -8,6 +8,7 @@
  *                     reply [0xB9][removed:4]
  *   0xBA get_bulk     as remove_bulk; reply [0xBA][hits:4] then per hit
  *                     [db:2][ksiz:4][vsiz:4][xt:8][key][value]
+ *   0xB1 replication  [flags:4][ts:8][sid:2]: [0xBF], closed
  *   0xB4 play_script  [flags:4][nsiz:4][rnum:4][name] then rnum x [ksiz:4][vsiz:4][key][value]
  *                     read whole and answered [0xBF], as ktserver without scripting
  * Numbers are big-endian; flags bit 0 (no reply) silences set_bulk,
@@ -15,8 +16,10 @@
  * for a database other than 0 is passed over (kura serves one).  xt is a
  * KT xt (seconds from now, or absolute when negative); get_bulk's is the
  * absolute expiry, 2^40 - 1 for none (Kyoto Tycoon's XTMAX).
- * Replication (0xB1) is kura's own (-mhost): the connection closes, as on
- * any other first byte, without a reply, as ktserver on an unknown one.
+ * Replication (0xB1) is kura's own (-mhost): its header (flags:4 ts:8
+ * sid:2) is read and answered [0xBF], and the connection closed, as
+ * ktserver answers without an update log.  Another first byte closes the
+ * connection without a reply, as ktserver on an unknown one.
  * A key or value past KT_DATA_MAX is answered [0xBF] and closes, as
  * ktserver; a request past KT_BIN_MAX closes (kura buffers a request
  * whole before it runs it).
@@ -40,6 +43,15 @@ int kt_bin_parse(const char *buf, size_t len, kt_bin_req *req, size_t *need, siz
 {
     memset(req, 0, sizeof(*req));
     req->magic = (uint8_t)buf[0];
+    if (req->magic == KT_BIN_REPL) {     /* flags:4 ts:8 sid:2, answered as ktserver without
+                                            an update log */
+        if (len < 15) {
+            *need = 15;
+            return KT_HTTP_NEED;
+        }
+        req->len = 15;
+        return KT_BIN_DONE;
+    }
     size_t head = req->magic == KT_BIN_SCRIPT ? 13 : 9;
     if (req->magic != KT_BIN_SET_BULK && req->magic != KT_BIN_REMOVE_BULK &&
         req->magic != KT_BIN_GET_BULK && req->magic != KT_BIN_SCRIPT)
@@ -228,7 +240,10 @@ size_t kt_bin(kura_session *s, kt_state *st, const char *in, size_t avail, kura_
         return avail;
     }
     size_t mark = out->len;
-    if (req.magic == KT_BIN_SCRIPT) {
+    if (req.magic == KT_BIN_REPL) {
+        kura_buf_append(out, &err, 1);  /* no replication here: kura's replicas use -mhost */
+        s->close = true;
+    } else if (req.magic == KT_BIN_SCRIPT) {
         if (!noreply)
             kura_buf_append(out, &err, 1);
     } else if (!run(s, in, &req, out)) {

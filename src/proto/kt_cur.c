@@ -74,19 +74,33 @@ static int take_key(void *arg, const kura_list_item *li)
     return kura_buf_append(b, &l, 1) && kura_buf_append(b, li->key, li->klen) ? 0 : KURA_ENOMEM;
 }
 
+/* Listing steps one request may take to find the cursor's next key (a
+ * sorted step looks at LIST_STEP_VISITS items): past them the request
+ * pauses and goes on at the connection's next turn, so a cursor on a
+ * large hash file never holds the worker for a whole pass. */
+#ifndef KT_CUR_STEPS
+#define KT_CUR_STEPS 16
+#endif
+#define CUR_PAUSE 100                   /* fill's: run the request again later */
+
 /* Makes pos a key of the batch, collecting the next batch when it is
- * spent: KURA_OK, KURA_NOTFOUND (past the last key) or an error. */
+ * spent: KURA_OK, KURA_NOTFOUND (past the last key), CUR_PAUSE or an
+ * error. */
 static int fill(kt_req *r, kt_cursor *c)
 {
     if (c->pos == SIZE_MAX)
         return KURA_NOTFOUND;
     if (c->pos < c->keys.len)
         return KURA_OK;
-    c->keys.len = c->pos = 0;
+    c->keys.len = c->pos = 0;           /* (a paused fill left both at 0: goes on) */
     kura_engine *e = r->s->engine;
     kura_list_spec spec = { .start = c->have_start ? c->start : NULL, .slen = c->slen,
                             .sorted = !engine_list_ordered(e) };
-    while (c->keys.len == 0 && !c->walk.done) {
+    for (int steps = 0; c->keys.len == 0 && !c->walk.done; steps++) {
+        if (steps == KT_CUR_STEPS) {
+            c->pos = c->keys.len;       /* the same fill next time */
+            return CUR_PAUSE;
+        }
         int rc = engine_list_step(e, &spec, &c->walk, take_key, &c->keys);
         if (rc < 0)
             return rc;
@@ -133,6 +147,17 @@ static int current(kt_req *r, kt_cursor *c, rec *g, const char **key, size_t *kl
     }
 }
 
+/* The status of a cursor's failed move: -1 (paused: s->out_full set),
+ * 450 past the last record, or the store's error. */
+static int cur_fail(kt_req *r, int rc)
+{
+    if (rc == CUR_PAUSE) {
+        r->s->out_full = true;
+        return -1;
+    }
+    return kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+}
+
 /* cur_get, cur_get_key, cur_get_value, cur_seize, cur_remove. */
 static int cur_read(kt_req *r, kt_cursor *c, const char *name)
 {
@@ -144,7 +169,7 @@ static int cur_read(kt_req *r, kt_cursor *c, const char *name)
     size_t klen;
     int rc = current(r, c, &g, &key, &klen);
     if (rc != KURA_OK)
-        return kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+        return cur_fail(r, rc);
     if (seize || remove) {
         r->s->dirty = true;
         rc = engine_delete(r->s->engine, r->s->stats, key, klen, NULL);
@@ -172,7 +197,7 @@ static int cur_set_value(kt_req *r, kt_cursor *c)
     size_t klen;
     int rc = current(r, c, &g, &key, &klen);
     if (rc != KURA_OK)
-        return kt_db_fail(r, rc, rc == KURA_NOTFOUND);
+        return cur_fail(r, rc);
     kura_session *s = r->s;
     if (!engine_item_fits(s->engine, klen, v.n, 0))
         return kt_db_fail(r, KURA_ETOOBIG, false);
@@ -188,6 +213,31 @@ static int cur_set_value(kt_req *r, kt_cursor *c)
     if (kt_param(&r->st->in, "step").p)
         step(c);
     return 200;
+}
+
+/* cur_jump (to key, or the first) and cur_step; a move whose next key
+ * takes more than a turn to find is made once: the request run again
+ * goes on finding it (c->resuming). */
+static int cur_move(kt_req *r, kt_cursor *c, bool to_jump)
+{
+    int rc;
+    if (!c->resuming) {
+        if (to_jump) {
+            kt_span k = kt_param(&r->st->in, "key");
+            jump(c, k.p, k.n);
+        } else {
+            rc = fill(r, c);
+            if (rc != KURA_OK)
+                return cur_fail(r, rc);
+            step(c);
+        }
+    }
+    rec g = { &r->st->reply, false, 0, 0, 0 };
+    const char *key;
+    size_t klen;
+    rc = current(r, c, &g, &key, &klen);
+    c->resuming = rc == CUR_PAUSE;
+    return rc == KURA_OK ? 200 : cur_fail(r, rc);
 }
 
 int kt_rpc_cursor(kt_req *r, const char *name)
@@ -208,27 +258,10 @@ int kt_rpc_cursor(kt_req *r, const char *name)
     }
     if (!c)
         return code;
-    if (!strcmp(name, "jump")) {
-        kt_span k = kt_param(&r->st->in, "key");
-        jump(c, k.p, k.n);
-        rec g = { &r->st->reply, false, 0, 0, 0 };
-        const char *key;
-        size_t klen;
-        int rc = current(r, c, &g, &key, &klen);
-        return rc == KURA_OK ? 200 : kt_db_fail(r, rc, rc == KURA_NOTFOUND);
-    }
     if (!strcmp(name, "jump_back") || !strcmp(name, "step_back"))
         return kt_error(r, 501, "DB: 1: not implemented: the cursor walks forward only");
-    if (!strcmp(name, "step")) {
-        if (fill(r, c) != KURA_OK)
-            return kt_db_fail(r, KURA_NOTFOUND, true);
-        step(c);
-        rec g = { &r->st->reply, false, 0, 0, 0 };
-        const char *key;
-        size_t klen;
-        int rc = current(r, c, &g, &key, &klen);
-        return rc == KURA_OK ? 200 : kt_db_fail(r, rc, rc == KURA_NOTFOUND);
-    }
+    if (!strcmp(name, "jump") || !strcmp(name, "step"))
+        return cur_move(r, c, name[0] == 'j');
     if (!strcmp(name, "set_value"))
         return cur_set_value(r, c);
     if (!strcmp(name, "get") || !strcmp(name, "get_key") || !strcmp(name, "get_value") ||

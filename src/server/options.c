@@ -866,6 +866,27 @@ int options_parse(kura_settings *s, int argc, char **argv)
     return check_options(s);
 }
 
+/* -kt [notls:][HOST:]PORT: a port from 1 to 65535, the host as -l's;
+ * 0, or 2 with one line printed. */
+static int check_kt(const kura_settings *s)
+{
+    const char *p = s->kt_listen;
+    if (strncmp(p, "notls:", 6) == 0)
+        p += 6;
+    char host[256], why[160] = "no port";
+    int port = 0;
+    if (*p && strspn(p, "0123456789") == strlen(p)) {
+        port = strlen(p) <= 5 ? atoi(p) : 0;
+        snprintf(why, sizeof(why), "port %s is not from 1 to 65535", p);
+    } else if (kura_netaddr_split(p, host, sizeof(host), &port, why, sizeof(why)) < 0) {
+        port = 0;
+    }
+    if (port >= 1 && port <= 65535)
+        return 0;
+    fprintf(stderr, "kurad: -kt '%s': %s\n", s->kt_listen, why);
+    return 2;
+}
+
 /* What holds only for the options together, once all are read (-plex,
  * -S, ttserver's unix socket, what an option needs), and the password
  * files read.  0 or 2 (reason printed). */
@@ -899,6 +920,8 @@ static int check_options(kura_settings *s)
         fprintf(stderr, "kurad: nothing to listen on (-port 0 and no -s)\n");
         return 2;
     }
+    if (s->kt_listen && check_kt(s))
+        return 2;
     /* Kyoto Tycoon's clients cannot do SASL: -S alone would leave -kt open */
     if (s->kt_listen && s->sasl && !s->auth_file) {
         fprintf(stderr, "kurad: -kt with -S: Kyoto Tycoon's protocols have no SASL; give -Y "

@@ -12,14 +12,16 @@
 #  * RPC: every procedure (void echo report status clear set add replace
 #    append increment increment_double cas remove get check seize set_bulk
 #    remove_bulk get_bulk vacuum synchronize match_prefix match_regex and
-#    the cursors), play_script and tune_replication as ktserver with the
+#    the cursors, one over 30,000 records whose walk pauses between turns),
+#    play_script and tune_replication as ktserver with the
 #    feature off, an unknown procedure 501, DB= another database 400.
 #  * Encodings: colenc=B, Q and U in, a form body, a GET query string; an
 #    output holding a control byte comes back base64 or %XX, as named.
 #  * Values across protocols: a record set here is read by memcached's get
 #    with flags 0; increment keeps an 8-byte big-endian number.
 #  * Binary: set_bulk, remove_bulk, get_bulk (xt, no-reply), play_script
-#    answered 0xBF, replication and an unknown magic closing.
+#    answered 0xBF, replication answered 0xBF and closed (as ktserver
+#    without an update log), an unknown magic closing.
 #  * HTTP: keep-alive, pipelined requests answered in order, HTTP/1.0
 #    closing, Connection: close.
 #  * Bad input, each class: a request line ktserver does not read (closed
@@ -370,6 +372,27 @@ class KTRpc(KTCase):
             self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"%d" % i)])[0], 200)
         self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"99")])[0], 400)     # the 65th
 
+    def test_cursor_over_many(self):
+        """30,000 records: on the hash file and the cache a cursor's sorted
+        walk takes more than one turn (16 listing steps) to find a key, and
+        pauses; the keys still come in order, each once."""
+        k = self.k
+        n = 30000
+        for i in range(0, n, 1000):
+            k.rpc(b"set_bulk", [(b"_m%05d" % j, b"v") for j in range(i, i + 1000)])
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"7"), (b"key", b"m29990")]), (200, {}))
+        got = []
+        while True:
+            code, m = k.rpc(b"cur_get_key", [(b"CUR", b"7"), (b"step", b"")])
+            if code != 200:
+                break
+            got.append(m[b"key"])
+        self.assertEqual((code, got), (450, [b"m%05d" % j for j in range(29990, n)]))
+        self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"7")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m00000"}))
+        self.assertEqual(k.rpc(b"cur_step", [(b"CUR", b"7")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m00001"}))
+
     def test_encodings(self):
         k = self.k
         for enc in (b"B", b"Q", b"U"):
@@ -435,6 +458,7 @@ class KTBinary(KTCase):
         self.assertEqual(k.exact(5), b"\xba" + P(">I", 0))     # no reply to the first
         k2 = self.kt()
         k2.send(b"\xb1" + P(">IQH", 0, 0, 1))
+        self.assertEqual(k2.exact(1), b"\xbf")  # as ktserver without an update log
         self.assertTrue(k2.is_closed())
         k3 = self.kt()
         k3.send(b"\xb0\x00\x00")
@@ -604,6 +628,15 @@ class KTMemcachedPort(KTCase):
             self.assertEqual(c.line(), b"ERROR\r\n")
         self.assertEqual(self.c.request(b"set a 1 0 1\r\nx\r\n"), b"STORED\r\n")
         self.assertEqual(self.k.http(b"GET", b"/a")[2], b"x")
+
+    def test_bad_kt_option(self):
+        import subprocess
+        for spec, why in ((b"abc", b"no port"), (b"70000", b"not from 1 to 65535"),
+                          (b"notls:", b"no port"), (b"h:0", b"from 1 to 65535")):
+            p = subprocess.run([kuratest.kurad_path(), "-port", "0", "-kt", spec],
+                               capture_output=True, timeout=30)
+            self.assertEqual(p.returncode, 2, spec)
+            self.assertIn(why, p.stderr)
 
     def test_refused_with_sasl_alone(self):
         srv = kuratest.Server(start=False, kura_args=("-kt", "1978", "-S"))

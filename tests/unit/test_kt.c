@@ -14,7 +14,8 @@
  *    encoding ktserver would choose (none, base64, %XX);
  *  - kt_bin_parse: a set_bulk and a get_bulk read whole, every prefix
  *    needing more; a length past KT_DATA_MAX flagged; replication, an
- *    unknown magic and a request past KT_BIN_MAX closing.
+ *    unknown magic and a request past KT_BIN_MAX closing; replication's
+ *    header read whole (to be answered 0xBF).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,8 +221,9 @@ static void test_binary(void)
     put_be32((unsigned char *)b + 11, KT_BIN_MAX);
     scan[0] = scan[1] = 0;
     CHECK(kt_bin_parse(b, 15, &req, &need, scan) == KT_BIN_CLOSE);
-    b[0] = (char)KT_BIN_REPL;
-    CHECK(kt_bin_parse(b, 15, &req, &need, scan) == KT_BIN_CLOSE);
+    b[0] = (char)KT_BIN_REPL;           /* read whole, to be answered 0xBF */
+    CHECK(kt_bin_parse(b, 14, &req, &need, scan) == KT_HTTP_NEED && need == 15);
+    CHECK(kt_bin_parse(b, 20, &req, &need, scan) == KT_BIN_DONE && req.len == 15);
     b[0] = 0;
     CHECK(kt_bin_parse(b, 15, &req, &need, scan) == KT_BIN_CLOSE);
     /* play_script: read whole */
