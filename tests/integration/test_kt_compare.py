@@ -354,10 +354,6 @@ def records(doc):
     return [(s(k), s(v)) for k, v in K.tsv_decode(doc["body"].encode("latin-1"), ct)]
 
 
-def bin_doc(got):
-    return None if got is None else s(got)
-
-
 def run_exchange(client, ex):
     """Send one exchange; its reply document (HTTP), bytes (binary), None
     (no reply expected) or "closed"."""
