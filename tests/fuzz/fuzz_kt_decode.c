@@ -15,7 +15,8 @@
  *   binary  fed as a connection would (the bytes kt_bin_parse asks for,
  *           its scan carried over), the same answer as the whole input at
  *           once; each wanted length past the bytes given; a whole
- *           request's records read by kt_bin_record end inside it
+ *           request's records (set_bulk, remove_bulk, get_bulk) read by
+ *           kt_bin_record end where it does
  *
  * Input: a first byte choosing the decoder (its value mod 5: HTTP, TSV,
  * form, kt_decode and kt_content_enc, binary) and its parameter (the
@@ -120,7 +121,10 @@ static void binary(const char *b, size_t n)
         return;
     check(step.len == whole.len && whole.len <= n && whole.recs <= whole.len);
     check(inside(whole.name, b, b + whole.len));
-    if (whole.magic == KT_BIN_SCRIPT)
+    /* play_script's records are not read (it is refused), replication's
+     * header has none */
+    if (whole.magic != KT_BIN_SET_BULK && whole.magic != KT_BIN_REMOVE_BULK &&
+        whole.magic != KT_BIN_GET_BULK)
         return;
     size_t off = whole.recs;
     for (uint32_t i = 0; i < whole.rnum; i++) {
