@@ -326,6 +326,8 @@ CASES = [
         rpc("get", ("key", "m")),
         binary(K.bin_get_bulk(["m"]))]),
     ("binary unknown magic", "any", [binary(b"\xbb\x00\x00\x00\x00", closes=True)]),
+    # replication without an update log (kura's replicas use -mhost)
+    ("binary replication", "any", [binary(struct.pack(">BIQH", 0xB1, 0, 0, 1))]),
 ]
 
 
