@@ -41,38 +41,55 @@ static int hexval(char c)
     return -1;
 }
 
-/* %XX (and '+' as a space when plus); a bad escape stays as it is. */
-static size_t url_decode(char *p, size_t n, bool plus)
+/* A hex digit's value; 0 for another byte, as Kyoto Cabinet reads one. */
+static int nibble(char c)
+{
+    int v = hexval(c);
+    return v < 0 ? 0 : v;
+}
+
+/* Kyoto Cabinet's urldecode: %XX (the two bytes after % read as hex
+ * digits, another byte counting 0; cut short at the end: dropped), '+' a
+ * space, spaces and control bytes dropped. */
+static size_t url_decode(char *p, size_t n)
 {
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
-        int h, l;
-        if (p[i] == '%' && i + 2 < n && (h = hexval(p[i + 1])) >= 0 &&
-            (l = hexval(p[i + 2])) >= 0) {
-            p[w++] = (char)(h << 4 | l);
+        char c = p[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                break;
+            p[w++] = (char)(nibble(p[i + 1]) << 4 | nibble(p[i + 2]));
             i += 2;
-        } else {
-            p[w++] = plus && p[i] == '+' ? ' ' : p[i];
+        } else if (c == '+') {
+            p[w++] = ' ';
+        } else if ((unsigned char)c > ' ' && c != 0x7f) {
+            p[w++] = c;
         }
     }
     return w;
 }
 
-/* Quoted-printable: =XX, and '=' before a line end is a soft break. */
+/* Kyoto Cabinet's quotedecode: =XX as %XX above, '=' before a line end a
+ * soft break, control bytes dropped. */
 static size_t qp_decode(char *p, size_t n)
 {
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
-        int h, l;
-        if (p[i] != '=') {
-            p[w++] = p[i];
-        } else if (i + 2 < n && (h = hexval(p[i + 1])) >= 0 && (l = hexval(p[i + 2])) >= 0) {
-            p[w++] = (char)(h << 4 | l);
-            i += 2;
-        } else if (i + 1 < n && p[i + 1] == '\n') {
-            i += 1;
-        } else if (i + 2 < n && p[i + 1] == '\r' && p[i + 2] == '\n') {
-            i += 2;
+        char c = p[i];
+        if (c == '=') {
+            if (i + 1 < n && p[i + 1] == '\n') {
+                i += 1;
+            } else if (i + 1 < n && p[i + 1] == '\r') {
+                i += i + 2 < n && p[i + 2] == '\n' ? 2 : 1;
+            } else if (i + 2 < n) {
+                p[w++] = (char)(nibble(p[i + 1]) << 4 | nibble(p[i + 2]));
+                i += 2;
+            } else {
+                break;
+            }
+        } else if ((unsigned char)c >= ' ' && c != 0x7f) {
+            p[w++] = c;
         }
     }
     return w;
@@ -105,15 +122,18 @@ static size_t b64_decode(char *p, size_t n)
 
 size_t kt_decode(char *p, size_t n, int enc)
 {
+    if (enc) {
+        const char *nul = memchr(p, '\0', n);
+        if (nul)
+            n = (size_t)(nul - p);      /* ktserver decodes C strings: a NUL ends one */
+    }
     switch (enc) {
     case 'B':
         return b64_decode(p, n);
     case 'Q':
         return qp_decode(p, n);
-    case 'U':
-        return url_decode(p, n, false);
-    case 'F':
-        return url_decode(p, n, true);
+    case 'U': case 'F':
+        return url_decode(p, n);
     default:
         return n;
     }
@@ -356,7 +376,7 @@ static bool put_field(kura_buf *out, const char *p, size_t n, int enc)
         return kura_buf_append(out, p, n);
     if (!kura_buf_reserve(out, 3 * n + 1))
         return false;
-    static const char hex[] = "0123456789ABCDEF";
+    static const char hex[] = "0123456789abcdef";    /* Kyoto Cabinet's urlencode: lower case */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
         if (url_plain(c)) {

@@ -92,10 +92,15 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         if (atomic_load(&srv->info.curr_connections) >= (uint64_t)srv->settings->maxconns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
+            /* -kt: an HTTP client is told in HTTP (a TLS one gets the close) */
+            static const char kt_msg[] = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+                                         "Content-Length: 26\r\nContent-Type: text/plain\r\n\r\n"
+                                         "too many open connections\n";
             /* Count before the client can see the close: one that then asks
              * for stats must find itself counted. */
             atomic_fetch_add(&srv->info.rejected_connections, 1);
-            ssize_t w = write(fd, msg, sizeof(msg) - 1);
+            ssize_t w = kt ? (tls ? 0 : write(fd, kt_msg, sizeof(kt_msg) - 1))
+                           : write(fd, msg, sizeof(msg) - 1);
             (void)w;
             close(fd);
             continue;

@@ -29,6 +29,8 @@
 #    (431), a bad Content-Length (400), a body past the bound (413), a
 #    chunked body (501), a request dripping past -tout (408), absurd
 #    binary lengths (0xBF, closed); the server serves others after each.
+#  * -c counts -kt's connections with memcached's: past it an HTTP client
+#    is answered 503 (in HTTP), a memcached one ERROR as before.
 #  * The memcached port is unchanged by -kt; -Y asks -kt for Basic
 #    credentials; -Z serves -kt over TLS (notls: plaintext), and plaintext
 #    on the TLS port gets nothing back.
@@ -628,6 +630,27 @@ class KTMemcachedPort(KTCase):
             self.assertEqual(c.line(), b"ERROR\r\n")
         self.assertEqual(self.c.request(b"set a 1 0 1\r\nx\r\n"), b"STORED\r\n")
         self.assertEqual(self.k.http(b"GET", b"/a")[2], b"x")
+
+    def test_past_c(self):
+        """-c counts -kt's connections with the others; past it an HTTP
+        client is told 503 in HTTP, a memcached one ERROR as before."""
+        port = kuratest.free_port()
+        srv = self.start_server(conns=3, kura_args=("-kt", str(port)))
+        held = [KT(port), KT(port)]
+        for k in held:
+            self.addCleanup(k.close)
+            self.assertEqual(k.http(b"GET", b"/x")[0], 404)
+        with srv.conn() as c:           # the third: memcached's
+            self.assertEqual(c.request(b"version\r\n")[:8], b"VERSION ")
+            extra = KT(port)
+            self.addCleanup(extra.close)
+            code, h, body = extra.response()
+            self.assertEqual((code, h["connection"], body),
+                             (503, "close", b"too many open connections\n"))
+            self.assertTrue(extra.is_closed())
+            other = srv.conn()          # a memcached client past -c: as before
+            self.addCleanup(other.close)
+            self.assertEqual(other.line(), b"ERROR Too many open connections\r\n")
 
     def test_bad_kt_option(self):
         import subprocess
