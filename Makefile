@@ -26,6 +26,7 @@
 #   make bench      kura beside memcached and the Cabinets (BENCH_ARGS=...), then
 #                   bench-repl, bench-tt, then bench/stall.py (a get's wait during listings)
 #   make bench-tt   Tokyo Tyrant's protocol beside the text protocol (TT_BENCH_ARGS=...)
+#   make bench-kt   ktremotetest bulk against ktserver and kurad -kt (KURA_KT_BIN=DIR)
 #   make bench-repl the update log's cost, a replica's lag, a full copy
 #   make bench-snapshot  snapshots of 10M items per codec, restores, latency
 #   make bench-cache     the cache beside memcached: memory per item, hit ratios,
@@ -154,7 +155,7 @@ BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
 .PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
-        bench-tt fuzz fuzz-build soak bench-footprint bench-cache check-functions test-fresh FORCE
+        bench-tt bench-kt fuzz fuzz-build soak bench-footprint bench-cache check-functions test-fresh FORCE
 # kura-enginebench too: a measurement with a stale one would time old code.
 # A test tree (TEST_HOOKS=1) also holds what only the tests use.
 all: $(KURAD) $(KURACTL) $(BENCH) $(BUILD)/kura-enginebench $(BUILD)/kura-hitbench \
@@ -237,6 +238,11 @@ bench: $(KURAD) $(BUILD)/kura-bench $(BUILD)/kura-enginebench $(BUILD)/kura-turn
 bench-tt: $(KURAD) $(BUILD)/kura-bench
 	/usr/bin/python3 bench/tt.py --build $(BUILD) $(TT_BENCH_ARGS)
 
+# Kyoto Tycoon's ktremotetest bulk against ktserver and kurad -kt (bench/kt.py;
+# KURA_KT_BIN names the programs, built by hand: docs/HACKING.md).
+bench-kt: $(KURAD)
+	/usr/bin/python3 bench/kt.py --build $(BUILD) $(KT_BENCH_ARGS)
+
 # The update log's cost, a replica's lag, a full copy (bench/repl.py --help).
 bench-repl: $(KURAD) $(BUILD)/kura-bench
 	/usr/bin/python3 bench/repl.py --build $(BUILD) $(REPL_BENCH_ARGS)
@@ -268,7 +274,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_SUPPORT_OBJ) $(BUILD)/libkura.a
 
 # the protocol targets share their session (tests/fuzz/session.c)
 $(BUILD)/fuzz/fuzz_text $(BUILD)/fuzz/fuzz_meta $(BUILD)/fuzz/fuzz_binary: $(BUILD)/tests/fuzz/session.o
-$(BUILD)/fuzz/fuzz_tt: $(BUILD)/tests/fuzz/session.o
+$(BUILD)/fuzz/fuzz_tt $(BUILD)/fuzz/fuzz_kt: $(BUILD)/tests/fuzz/session.o
 
 # the conf-file parser and its option table are kurad's
 $(BUILD)/fuzz/fuzz_conf: $(BUILD)/src/server/conf.o $(BUILD)/src/server/options.o
@@ -293,9 +299,10 @@ FUZZ_SAN = -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=und
 # and a cache of 4 stripes, not 256 (src/store/cache/cache.c): the
 # protocol targets open one per input and a listing in an input visits each;
 # 4 journal slots and 4 access-mark locks (made and cleared per input, for
-# one thread), Tokyo Tyrant's walks paused every 16 keys (a short seed pauses)
+# one thread), Tokyo Tyrant's and Kyoto Tycoon's walks paused every 16 keys
+# (a short seed pauses)
 FUZZ_CFLAGS = -Wno-gnu-variable-sized-type-not-at-end -Wno-unused-function -DCACHE_STRIPE_BITS=2 \
-              -DJOURNAL_SLOTS=4 -DMARKS_LOCKS=4 -DTT_WALK_SLICE=16
+              -DJOURNAL_SLOTS=4 -DMARKS_LOCKS=4 -DTT_WALK_SLICE=16 -DKT_WALK_SLICE=16
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" FUZZ_ENGINE=-fsanitize=fuzzer \
 	    CFLAGS="$(FUZZ_CFLAGS)" fuzz-build

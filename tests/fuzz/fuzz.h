@@ -62,6 +62,9 @@ struct kura_store *fuzz_store_walk(const char *dbname, bool recover);
 /* Serves data to one protocol session over a fresh in-memory cache, as a
  * connection would (session.c: the protocol targets' shared part). */
 void fuzz_session(const uint8_t *data, size_t size);
+/* The same on a connection of kt's kind: accepted on -kt, so Kyoto
+ * Tycoon's protocols whatever the first byte (kura_session_config.kt). */
+void fuzz_session_as(const uint8_t *data, size_t size, bool kt);
 
 /* Repairs a snapshot file's checksums (src/snap/snapshot.c): the header's
  * (bytes 60..63), version 2's blocks' (src/snap/snapblock.c: the head's

@@ -10,6 +10,10 @@ were written before snapshot version 2, by the kuractl of that time, and
 are kept as they are: the reader still reads version 1).
 
 Each seed is kept small (a few KB); the fuzzer grows from them.
+
+Kyoto Tycoon's seeds (kt, kt_decode) are the requests of
+tests/fixtures/kt/replies.json, the ones whose replies were recorded from
+ktserver: make_corpus.py --kt writes those alone (no kurad needed).
 """
 import glob, os, shutil, socket, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -140,5 +144,60 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def kt_seeds():
+    """kt: each case of the KT fixture as one connection's bytes; kt_decode:
+    its HTTP requests, TSV and form bodies, Content-Types and binary
+    requests, behind the selector byte fuzz_kt_decode.c reads (value mod 5,
+    then the parameter), each shape once (an HTTP request by its method,
+    procedure and uncommon header names, a TSV body by its encoding and
+    its names)."""
+    import json, re
+    with open(os.path.join(ROOT, "tests", "fixtures", "kt", "replies.json")) as f:
+        cases = json.load(f)["cases"]
+    sel = lambda which, arg: bytes([which + 5 * arg])
+    seen = set()
+
+    def once(kind, shape, name, data):
+        if (kind, shape) not in seen and len(data) <= 4096:
+            seen.add((kind, shape))
+            seed("kt_decode", "%s-%d-%s" % (kind, len(seen), name), data)
+
+    for c in cases:
+        reqs = [e["req"].encode("latin-1") for e in c["exchanges"]]
+        name = c["name"].replace(" ", "-") + ("" if c["db"] == "any" else "-" + c["db"])
+        data = b"".join(reqs)
+        if len(data) <= 8192:
+            seed("kt", name, data)
+        for e, r in zip(c["exchanges"], reqs):
+            if e.get("binary"):
+                once("bin", r[:1] + r[1:5] + bytes([len(r) > 64]), name, sel(4, 0) + r)
+                continue
+            if not r:
+                continue
+            head, _, body = r.partition(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            method, target = lines[0].split(b" ")[:2]
+            target = re.sub(rb"[?].*", b"", target) if target.startswith(b"/rpc/") else b"/KEY"
+            names = b",".join(sorted(l.split(b":")[0].lower() for l in lines[1:]
+                                     if not l.lower().startswith((b"host:", b"content-"))))
+            once("http", method + b" " + target + b" " + names, name, sel(0, 50) + r)
+            ctype = [l.split(b":", 1)[1].strip() for l in lines[1:]
+                     if l.lower().startswith(b"content-type:")]
+            if not body or not ctype:
+                continue
+            once("ctype", ctype[0], name, sel(3, 0) + ctype[0])
+            if b"urlencoded" in ctype[0]:
+                once("form", body, name, sel(2, 20) + body)
+            else:
+                # arg % 4 picks the encoding (none, B, Q, U), 1 + arg the pairs' bound
+                arg = {b"B": 9, b"Q": 10, b"U": 11}.get(ctype[0][-1:], 8)
+                cols = b",".join(sorted(set(l.split(b"\t")[0] for l in body.split(b"\n"))))
+                once("tsv", bytes([arg]) + cols, name, sel(1, arg) + body)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--kt"]:
+        kt_seeds()
+    else:
+        main()
+        kt_seeds()

@@ -1,6 +1,6 @@
 /*
  * session.c - the protocol targets' common part (fuzz_text.c, fuzz_meta.c,
- * fuzz_binary.c, fuzz_tt.c): one connection's session over an engine on
+ * fuzz_binary.c, fuzz_tt.c, fuzz_kt.c): one connection's session over an engine on
  * the in-memory cache, fed the input as a connection feeds it, through the
  * narrowest public entry point of the protocol layer, kura_session_process()
  * (include/kura/proto.h).  This file is the one to change when the
@@ -30,6 +30,11 @@
 
 void fuzz_session(const uint8_t *data, size_t size)
 {
+    fuzz_session_as(data, size, false);
+}
+
+void fuzz_session_as(const uint8_t *data, size_t size, bool kt)
+{
     size_t item_max = 64 << 10;
     kura_engine *e = fuzz_engine_open(item_max);
     static kura_thread_stats stats[2];
@@ -50,7 +55,8 @@ void fuzz_session(const uint8_t *data, size_t size)
     if (!cmds && (!(cmds = kura_cmdtab_new()) || digest_register(cmds) != KURA_OK ||
                   listing_register(cmds) != KURA_OK))
         abort();
-    kura_session_config cfg = { .engine = e, .stats = &stats[0], .server = &info, .cmds = cmds };
+    kura_session_config cfg = { .engine = e, .stats = &stats[0], .server = &info, .cmds = cmds,
+                                .kt = kt };
     kura_session *s = kura_session_new(&cfg);
     if (!s)
         abort();
