@@ -77,7 +77,7 @@ typedef struct kura_list_cursor {
                                            the next part of this pass */
     bool have_last;                     /* the walk resumes after `last` */
     bool done;
-    uint8_t llen;
+    uint16_t llen;
     uint64_t count;                     /* the caller's (the engine leaves it): keys shown */
     uint64_t visits;                    /* items the store showed the walk so far */
     char last[KURA_KEY_MAX];

@@ -34,7 +34,8 @@
 
 #define UL_MAGIC        "KURAULOG"
 #define UL_VERSION      1
-#define UL_KEY_MAX      250             /* memcached's key limit */
+#define UL_KEY_MAX      4096            /* any store's key limit: KURA_KEY_MAX
+                                           (item.h; src/engine/engine.c asserts it) */
 #define UL_VAL_MAX      (1u << 30)      /* a row's value, at most */
 
 /* ul_reader_next: no row past the reader yet (not KURA_NOTFOUND, which

@@ -33,6 +33,7 @@ typedef struct kura_settings {
     int idle_timeout;           /* -tout, seconds, 0 = never */
     uint64_t mem_limit;         /* -m, bytes */
     uint64_t item_size_max;     /* -I, bytes */
+    int key_max;                /* -kmax: Tokyo Tyrant's longest key, bytes */
     int verbosity;              /* -v, -vv */
     int sync_mode;              /* -sync */
     const char *dbname;         /* positional */

@@ -308,7 +308,7 @@ static void test_v3_database_opens(void)
     f = fopen(path, "rb");
     REQUIRE(f);
     unsigned char h[16];
-    CHECK(fread(h, 1, 16, f) == 16 && get32(h + 8) == 4 && get32(h + 12) == 2);
+    CHECK(fread(h, 1, 16, f) == 16 && get32(h + 8) == HD_VERSION && get32(h + 12) == 2);
     fclose(f);
 }
 
