@@ -127,7 +127,8 @@ static void emit(unsigned flag, const char *line, size_t n)
 {
     bool wake = false;
     if (n >= WATCH_LINE_MAX)
-        return;                         /* not reached: keys are at most 250 bytes */
+        return;                         /* a Tokyo Tyrant key of some hundreds of bytes: the
+                                           line is left out, as memcached would cut it */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < WATCH_MAX; i++) {
         watcher *w = &ws[i];
