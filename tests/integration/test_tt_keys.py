@@ -19,7 +19,7 @@ import os, shutil, subprocess, sys, tempfile, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
 from kuratest import Server, poll_until, not_applicable, kurad_path, SCALE
-from test_tt import TT, put, get, out, vsiz, mget, ITERINIT, ITERNEXT
+from test_tt import TT, put, get, out, vsiz, mget, RNUM
 
 SKIP = kuratest.is_memcached()
 WHY = not_applicable("Tokyo Tyrant's protocol and -kmax are kurad's")
@@ -107,6 +107,40 @@ class LongKeys(unittest.TestCase):
         for k, v in ks.items():
             self.check_present(t2, k, v)
         self.assertEqual(sorted(t2.keys()), sorted(ks))
+
+    def test_many_long_keys_then_check(self):
+        """3,000 keys of 600 to 1,000 bytes (the tree's branches full of long
+        separators, split and merged; the hash file's records over several
+        hundred bytes of key), half removed, a restart, then kuractl check
+        on the stopped database."""
+        s = self.start()
+        t = self.tt(s)
+        ks = [b"%05d-" % i + bytes([0x61 + i % 26]) * (594 + i * 7919 % 401) for i in range(3000)]
+        t.send(b"".join(put(k, b"v%d" % i) for i, k in enumerate(ks)))
+        self.assertEqual(t.c.recv_exact(3000, timeout=120), b"\x00" * 3000)
+        t.send(b"".join(out(k) for k in ks[::2]))
+        self.assertEqual(t.c.recv_exact(1500, timeout=120), b"\x00" * 1500)
+        self.assertEqual(t.u64(RNUM), 1500)
+        t.close()
+        port = s.port
+        s.stop()
+        s2 = self.start(port=port)
+        t2 = self.tt(s2)
+        self.assertEqual(t2.u64(RNUM), 1500)
+        for i in range(1, 3000, 98):        # odd: kept
+            self.assertEqual(t2.value(get(ks[i])), b"v%d" % i)
+            self.assertEqual(t2.status(get(ks[i - 1])), 1)
+        got = t2.keys()
+        self.assertEqual(sorted(got), sorted(ks[1::2]))
+        if KIND == "tree":
+            self.assertEqual(got, sorted(ks[1::2]))     # in key order
+        t2.close()
+        s2.stop()
+        if KIND != "cache":
+            p = subprocess.run([os.path.join(os.path.dirname(kurad_path()), "kuractl"), "check",
+                                self.db("d")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=120 * SCALE)
+            self.assertEqual(p.returncode, 0, p.stdout)
 
     def test_replica_gets_long_keys(self):
         m = self.start("m", args=["-sid", "1", "-ulog", os.path.join(self.dir, "m.ul")])
