@@ -41,6 +41,12 @@ typedef struct list_slot {
     char k[KURA_KEY_MC_MAX];
 } list_slot;
 
+/* The cursor's last key (have_last). */
+static const char *cursor_last(const kura_list_cursor *c)
+{
+    return c->llen > sizeof(c->last) ? c->last_long : c->last;
+}
+
 static const char *slot_key(list_slot *s)
 {
     return s->it.klen > sizeof(s->k) ? s->big : s->k;
@@ -70,7 +76,7 @@ static int keycmp(const char *a, size_t al, const char *b, size_t bl)
 
 static bool after_cursor(const collect *col, const kura_item *it)
 {
-    return !col->c->have_last || keycmp(it->key, it->klen, col->c->last, col->c->llen) > 0;
+    return !col->c->have_last || keycmp(it->key, it->klen, cursor_last(col->c), col->c->llen) > 0;
 }
 
 static bool below_start(const kura_list_spec *sp, const char *k, size_t kl)
@@ -265,7 +271,7 @@ static const char *ordered_from(const kura_list_spec *sp, const kura_list_cursor
 {
     if (c->have_last) {
         *len = c->llen;
-        return c->last;
+        return cursor_last(c);
     }
     const char *f = sp->start;
     *len = sp->slen;
@@ -285,6 +291,7 @@ void engine_list_end(kura_list_cursor *c)
 {
     for (size_t i = 0; c->v && i < c->alloc; i++)
         free(c->v[i].big);
+    free(c->last_long);
     free(c->v);
     free(c->ix);
     *c = (kura_list_cursor){ 0 };
@@ -364,7 +371,13 @@ int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_curso
         int r = emit(arg, &s->it);
         if (r)
             return r;
-        memcpy(c->last, s->it.key, s->it.klen);
+        char *last = c->last;
+        if (s->it.klen > sizeof(c->last)) {
+            if (!c->last_long && !(c->last_long = malloc(KURA_KEY_MAX)))
+                return KURA_ENOMEM;
+            last = c->last_long;
+        }
+        memcpy(last, s->it.key, s->it.klen);
         c->llen = (uint16_t)s->it.klen;
         c->have_last = true;
         c->next++;
