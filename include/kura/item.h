@@ -2,7 +2,7 @@
  * item.h - what an item is, and when it is alive.
  *
  * An item is a key (0..KURA_KEY_MAX bytes; memcached's protocols take 1..250
- * of them, Tokyo Tyrant's up to -kmax), a value (0..item size limit), 32 bits of
+ * of them, Tokyo Tyrant's 0 to -kmax), a value (0..item size limit), 32 bits of
  * client flags, an absolute expiry time and a 64-bit cas unique.  Every
  * backend stores these fields and nothing else the client can see.
  *
@@ -32,12 +32,13 @@
                                            protocol and kuractl import take */
 #define KURA_ITEM_SIZE_MAX_DEFAULT (1024 * 1024)
 
-/* A key a store takes: 1 to KURA_KEY_MAX bytes (the protocols check their
- * own limit where they parse, proto_key_ok in proto_int.h; a store may
- * hold less: the B+ tree's page size bounds its keys, bt_key_fits). */
+/* A key a store takes: 0 to KURA_KEY_MAX bytes (the protocols check their
+ * own limit where they parse, proto_key_ok in proto_int.h: memcached's
+ * take 1 to 250, Tokyo Tyrant's, as ttserver, the empty key too; a store
+ * may hold less: the B+ tree's page size bounds its keys, bt_key_max). */
 static inline bool kura_key_ok(const char *key, size_t klen)
 {
-    return key && klen >= 1 && klen <= KURA_KEY_MAX;
+    return key && klen <= KURA_KEY_MAX;
 }
 
 /*

@@ -22,7 +22,7 @@
  *    reclaim it when it meets it;
  *  - callbacks (kura_item_fn, kura_update_fn) run with the key's lock held:
  *    they must be short and must not call back into the store;
- *  - keys are 1 to KURA_KEY_MAX bytes (kura_key_ok); other keys are
+ *  - keys are 0 to KURA_KEY_MAX bytes (kura_key_ok); other keys are
  *    refused before any lock (KURA_EINVAL, KURA_NOTFOUND for get and del);
  *    a new key past the store's own key_max is KURA_ETOOBIG;
  *  - return KURA_OK (0), a positive outcome (KURA_NOTFOUND, KURA_EXISTS,

@@ -69,7 +69,7 @@ typedef struct ul_row {
     int64_t exptime;            /* PUT: as stored; FLUSH: when it takes effect */
     uint64_t cas;               /* PUT */
     uint64_t prev_ts;           /* HDR: the last row's ts before this segment */
-    const void *key;            /* PUT, DEL: 1..UL_KEY_MAX bytes */
+    const void *key;            /* PUT, DEL: 0..UL_KEY_MAX bytes (not NULL) */
     size_t klen;
     const void *val;            /* PUT */
     size_t vlen;

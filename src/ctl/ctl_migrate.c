@@ -76,8 +76,6 @@ static void be_write(unsigned char *p, uint64_t v, int n)
  * exactly the records the import set aside. */
 static int classify(const codec_opts *o, size_t kl, size_t vl)
 {
-    if (kl == 0)
-        return REJ_KEY_EMPTY;
     if (kl > (o->kmax ? o->kmax : KURA_KEY_MAX))
         return REJ_KEY_LONG;
     if (o->kt && vl < KT_XTWIDTH)
@@ -91,7 +89,7 @@ static int classify(const codec_opts *o, size_t kl, size_t vl)
 static const char *reason_text(int why, size_t kmax, char *buf, size_t len)
 {
     switch (why) {
-    case REJ_KEY_EMPTY: return "empty key: kura's keys have 1 byte at least";
+    case REJ_KEY_EMPTY: return "empty key (no longer set aside: kura stores it)";
     case REJ_KEY_LONG:
         snprintf(buf, len, "key longer than %zu bytes, the import's key limit (--kmax, at most "
                  "%d; a B+ tree's page size may bound it lower)", kmax ? kmax : KURA_KEY_MAX,

@@ -108,7 +108,7 @@ static bool grow(keyset *ks)
 
 bool keyset_add(keyset *ks, const char *key, size_t klen)
 {
-    if (klen == 0 || klen > KURA_KEY_MAX)
+    if (klen > KURA_KEY_MAX)
         return true;                    /* not a key any store holds */
     if ((ks->used + 1) * 2 > ks->cap && !grow(ks))
         return false;
@@ -130,7 +130,7 @@ bool keyset_add(keyset *ks, const char *key, size_t klen)
 
 void keyset_remove(keyset *ks, const void *key, size_t klen)
 {
-    if (klen == 0 || klen > KURA_KEY_MAX)
+    if (klen > KURA_KEY_MAX)
         return;
     slot *fs, *s = find(ks, key, klen, &fs);
     if (!s)

@@ -441,7 +441,7 @@ static int cur_step(sb_cur *c, sb_reader *r, unsigned char *key, bool dry, kura_
     size_t p = get_width(c->pfx, c->w), s = get_width(c->sfl, c->w);
     c->pfx += c->w;
     c->sfl += c->w;
-    if (p > c->klen || p + s < 1 || p + s > KURA_KEY_MAX)
+    if (p > c->klen || p + s > KURA_KEY_MAX)
         return -1;
     memcpy(key + p, c->sfx, s);
     c->sfx += s;

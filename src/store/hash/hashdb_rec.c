@@ -186,8 +186,8 @@ int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec
         return -1;
     switch (r->type) {
     case HD_REC_PUT:
-    case HD_REC_ZPUT: return r->klen ? 0 : -1;
-    case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
+    case HD_REC_ZPUT: return r->klen || version >= 5 ? 0 : -1;   /* 5: the empty key */
+    case HD_REC_DEL: return (r->klen || version >= 5) && r->vlen == 0 ? 0 : -1;
     case HD_REC_STATE: return r->klen == 0 && (r->vlen == 24 || r->vlen == 32) ? 0 : -1;
     }
     return -1;

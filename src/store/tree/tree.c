@@ -124,7 +124,7 @@ int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_
     }
     /* the cell first: v0 may point into the leaf about to change */
     unsigned char cell[BT_CELL_MAX];
-    if (klen > 255 && bt->version < BT_VERSION_LONGKEYS)
+    if ((klen > 255 || klen == 0) && bt->version < BT_VERSION_LONGKEYS)
         bt->version = BT_VERSION_LONGKEYS;      /* older kurads refuse the file from now on */
     size_t len = pg_leaf_encode(cell, key, klen, flags, exptime, cas, (uint32_t)vlen, v0,
                                 ovf ? 0 : l0, v1, ovf ? 0 : l1, ovf);
@@ -611,7 +611,7 @@ static int bt_iterate_op(kura_store *s, const kura_iter_spec *spec, const kura_c
             return KURA_EINVAL;
         break;
     case KURA_ITER_FROM:
-        if (spec->from && (spec->flen < 1 || spec->flen > KURA_KEY_MAX))
+        if (spec->from && spec->flen > KURA_KEY_MAX)
             return KURA_EINVAL;
         from = spec->from;
         flen = spec->flen;

@@ -342,7 +342,7 @@ int pg_verify_shape(const unsigned char *d, size_t psiz, uint64_t pgno, int type
             return KURA_ECORRUPT;
         const unsigned char *c = d + off;
         size_t kl = cell_klen(t, c);
-        if (kl < 1 || kl > KURA_KEY_MAX)
+        if (kl > KURA_KEY_MAX)          /* 0: the empty key (version 4) */
             return KURA_ECORRUPT;
         if (t == BT_LEAF) {
             uint64_t f[4];

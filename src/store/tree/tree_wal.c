@@ -205,11 +205,11 @@ static long long rec_decode(const unsigned char *p, size_t avail, uint32_t versi
     r->cas = bt_get64(p + 24);
     switch (r->type) {
     case BT_REC_PUT:
-        if (r->klen < 1 || r->vlen > UINT32_MAX - 1024)
-            return SL_NOT_REC;
+        if ((r->klen < 1 && version < 3) || r->vlen > UINT32_MAX - 1024)
+            return SL_NOT_REC;          /* version 3: the empty key */
         break;
     case BT_REC_DEL:
-        if (r->klen < 1 || r->vlen)
+        if ((r->klen < 1 && version < 3) || r->vlen)
             return SL_NOT_REC;
         break;
     case BT_REC_STATE:
@@ -217,7 +217,8 @@ static long long rec_decode(const unsigned char *p, size_t avail, uint32_t versi
             return SL_NOT_REC;
         break;
     case BT_REC_RUN:
-        if (version < BT_WAL_VERSION_RUNS || r->klen < 1 || r->vlen > UINT32_MAX - 1024)
+        if (version < BT_WAL_VERSION_RUNS || (r->klen < 1 && version < 3) ||
+            r->vlen > UINT32_MAX - 1024)
             return SL_NOT_REC;
         break;
     default:
