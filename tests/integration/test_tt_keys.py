@@ -56,6 +56,15 @@ class LongKeys(unittest.TestCase):
         self.addCleanup(t.close)
         return t
 
+    def restart(self, s, t):
+        """Closes t, stops s cleanly and starts it again on its port: the
+        new server and a Tokyo Tyrant connection to it."""
+        t.close()
+        port = s.port
+        s.stop()
+        s2 = self.start(port=port)
+        return s2, self.tt(s2)
+
     def check_present(self, t, k, v):
         self.assertEqual(t.value(get(k)), v)
         t.send(vsiz(k))
@@ -103,11 +112,7 @@ class LongKeys(unittest.TestCase):
         self.assertEqual(t.mget(b"", b"a"), {b"": b"ee", b"a": b"1"})
         self.assertEqual(sorted(t.keys()), [b"", b"a"])
         self.assertEqual(t.u64(RNUM), 2)
-        t.close()
-        port = s.port
-        s.stop()
-        s2 = self.start(port=port)
-        t2 = self.tt(s2)
+        s2, t2 = self.restart(s, t)
         self.check_present(t2, b"", b"ee")
         self.assertEqual(t2.status(out(b"")), 0)
         self.assertEqual(t2.status(get(b"")), 1)
@@ -128,11 +133,7 @@ class LongKeys(unittest.TestCase):
         ks = {key(300 + i * 70, bytes([0x41 + i])): b"value %d" % i for i in range(11)}
         for k, v in ks.items():
             self.assertEqual(t.status(put(k, v)), 0)
-        t.close()
-        port = s.port
-        s.stop()
-        s2 = self.start(port=port)
-        t2 = self.tt(s2)
+        s2, t2 = self.restart(s, t)
         for k, v in ks.items():
             self.check_present(t2, k, v)
         self.assertEqual(sorted(t2.keys()), sorted(ks))
@@ -150,11 +151,7 @@ class LongKeys(unittest.TestCase):
         t.send(b"".join(out(k) for k in ks[::2]))
         self.assertEqual(t.c.recv_exact(1500, timeout=120), b"\x00" * 1500)
         self.assertEqual(t.u64(RNUM), 1500)
-        t.close()
-        port = s.port
-        s.stop()
-        s2 = self.start(port=port)
-        t2 = self.tt(s2)
+        s2, t2 = self.restart(s, t)
         self.assertEqual(t2.u64(RNUM), 1500)
         for i in range(1, 3000, 98):        # odd: kept
             self.assertEqual(t2.value(get(ks[i])), b"v%d" % i)
