@@ -77,6 +77,8 @@ enum kura_store_result {
 
 typedef struct kura_engine_config {
     size_t item_size_max;       /* -I, bytes (memcached's item total, see item.h) */
+    size_t key_max;             /* -kmax: the longest key Tokyo Tyrant's protocol
+                                   takes (0: KURA_KEY_MAX_DEFAULT) */
     size_t marks_sets;          /* the access marks' table, in sets of 4 (0: the
                                    default, 1.5 MiB); an engine made per fuzz input
                                    takes a small one */
@@ -107,6 +109,8 @@ int64_t engine_abs_exptime(kura_engine *e, int64_t exptime);
 /* True when an item of this size is within -I (memcached's accounting). */
 bool engine_item_fits(const kura_engine *e, size_t klen, uint64_t vlen, uint32_t flags);
 size_t engine_item_size_max(const kura_engine *e);
+/* -kmax: the longest key the protocols without memcached's 250 take. */
+size_t engine_key_max(const kura_engine *e);
 
 /* ---- the rules: one call per operation, for every protocol ----------------- *
  *
@@ -305,7 +309,7 @@ int engine_walk(kura_engine *e, engine_walk_fn fn, void *arg);
 typedef struct kura_walk_cursor {
     uint32_t part;
     bool done, have_last;
-    uint8_t llen;
+    uint16_t llen;
     char last[KURA_KEY_MAX];
 } kura_walk_cursor;
 int engine_walk_step(kura_engine *e, kura_walk_cursor *c, size_t budget, kura_item_fn fn,

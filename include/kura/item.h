@@ -1,7 +1,8 @@
 /*
  * item.h - what an item is, and when it is alive.
  *
- * An item is a key (1..250 bytes), a value (0..item size limit), 32 bits of
+ * An item is a key (0..KURA_KEY_MAX bytes; memcached's protocols take 1..250
+ * of them, Tokyo Tyrant's 0 to -kmax), a value (0..item size limit), 32 bits of
  * client flags, an absolute expiry time and a 64-bit cas unique.  Every
  * backend stores these fields and nothing else the client can see.
  *
@@ -24,14 +25,20 @@
 
 #include "kura/vref.h"
 
-#define KURA_KEY_MAX 250                /* memcached's KEY_MAX_LENGTH */
+#define KURA_KEY_MC_MAX 250             /* memcached's KEY_MAX_LENGTH */
+#define KURA_KEY_MAX 4096               /* the longest key any store takes: -kmax's
+                                           ceiling (docs/options.md, -kmax) */
+#define KURA_KEY_MAX_DEFAULT 1024       /* -kmax's default: what Tokyo Tyrant's
+                                           protocol and kuractl import take */
 #define KURA_ITEM_SIZE_MAX_DEFAULT (1024 * 1024)
 
-/* A key a store takes: 1 to KURA_KEY_MAX bytes (the protocols check their
- * own limit where they parse, kura_key_len_ok in proto_int.h). */
+/* A key a store takes: 0 to KURA_KEY_MAX bytes (the protocols check their
+ * own limit where they parse, proto_key_ok in proto_int.h: memcached's
+ * take 1 to 250, Tokyo Tyrant's, as ttserver, the empty key too; a store
+ * may hold less: the B+ tree's page size bounds its keys, bt_key_max). */
 static inline bool kura_key_ok(const char *key, size_t klen)
 {
-    return key && klen >= 1 && klen <= KURA_KEY_MAX;
+    return key && klen <= KURA_KEY_MAX;
 }
 
 /*

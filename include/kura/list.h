@@ -77,10 +77,13 @@ typedef struct kura_list_cursor {
                                            the next part of this pass */
     bool have_last;                     /* the walk resumes after `last` */
     bool done;
-    uint8_t llen;
+    uint16_t llen;
     uint64_t count;                     /* the caller's (the engine leaves it): keys shown */
     uint64_t visits;                    /* items the store showed the walk so far */
-    char last[KURA_KEY_MAX];
+    char last[KURA_KEY_MC_MAX];         /* the last key shown, up to 250 bytes; */
+    char *last_long;                    /* a longer one (Tokyo Tyrant's): KURA_KEY_MAX
+                                           bytes, made when first needed (every
+                                           session holds a cursor: it stays small) */
     /* the batch being collected, or (held) being handed out: slots v[0..n),
      * in the order ix gives (a heap while collected, sorted once held) */
     struct list_slot *v;

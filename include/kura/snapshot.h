@@ -36,7 +36,8 @@
 #include "kura/kio.h"
 
 #define SNAP_MAGIC      "KURASNAP"
-#define SNAP_VERSION    2       /* what a writer writes unless told 1 */
+#define SNAP_VERSION    3       /* what a writer writes unless told 1 (3: blocks may
+                                   be wide, holding keys over 255 bytes) */
 #define SNAP_VERSION_MIN 1      /* the oldest a reader reads */
 #define SNAP_SUFFIX     ".ksnap"
 #define SNAP_BLOCK_MAX  (16u << 20)     /* v2: a block of several items stays under this raw */

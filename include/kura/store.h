@@ -22,8 +22,9 @@
  *    reclaim it when it meets it;
  *  - callbacks (kura_item_fn, kura_update_fn) run with the key's lock held:
  *    they must be short and must not call back into the store;
- *  - keys are 1 to KURA_KEY_MAX bytes (kura_key_ok); other keys are
+ *  - keys are 0 to KURA_KEY_MAX bytes (kura_key_ok); other keys are
  *    refused before any lock (KURA_EINVAL, KURA_NOTFOUND for get and del);
+ *    a new key past the store's own key_max is KURA_ETOOBIG;
  *  - return KURA_OK (0), a positive outcome (KURA_NOTFOUND, KURA_EXISTS,
  *    KURA_DEAD_*) or a negative error (KURA_E*), see kura_strerror().
  */
@@ -305,8 +306,11 @@ struct kura_store {
     const kura_feed *feed;      /* set by the engine; see kura_feed */
     /* The limits the interpreter checks, set by kura_store_open from the
      * config: -I (kura_item_wire_total of a new version, flags not counted,
-     * at most this; 0: none) and a store opened read-only. */
+     * at most this; 0: none) and a store opened read-only.  key_max, set by
+     * a backend that holds less than KURA_KEY_MAX (the B+ tree: its page
+     * size bounds a key): a longer key is KURA_ETOOBIG (0: KURA_KEY_MAX). */
     size_t item_max;
+    size_t key_max;
     bool read_only;
 };
 

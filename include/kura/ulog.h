@@ -34,7 +34,8 @@
 
 #define UL_MAGIC        "KURAULOG"
 #define UL_VERSION      1
-#define UL_KEY_MAX      250             /* memcached's key limit */
+#define UL_KEY_MAX      4096            /* any store's key limit: KURA_KEY_MAX
+                                           (item.h; src/engine/engine.c asserts it) */
 #define UL_VAL_MAX      (1u << 30)      /* a row's value, at most */
 
 /* ul_reader_next: no row past the reader yet (not KURA_NOTFOUND, which
@@ -68,7 +69,7 @@ typedef struct ul_row {
     int64_t exptime;            /* PUT: as stored; FLUSH: when it takes effect */
     uint64_t cas;               /* PUT */
     uint64_t prev_ts;           /* HDR: the last row's ts before this segment */
-    const void *key;            /* PUT, DEL: 1..UL_KEY_MAX bytes */
+    const void *key;            /* PUT, DEL: 0..UL_KEY_MAX bytes (not NULL) */
     size_t klen;
     const void *val;            /* PUT */
     size_t vlen;

@@ -209,6 +209,11 @@ static bool digits_u64(const char *s, uint64_t *out)
     return true;
 }
 
+/* sscanf's width for a key: one byte past KURA_KEY_MAX, so that a longer
+ * one is seen as too long rather than cut. */
+#define KEY_SCAN "4097"
+_Static_assert(KURA_KEY_MAX == 4096, "KEY_SCAN is KURA_KEY_MAX + 1");
+
 /* An exptime: digits with an optional leading minus (memcached's
  * "already expired"), within 64 bits. */
 static bool parse_exptime(const char *s, long long *out)
@@ -240,7 +245,7 @@ static int load_memcached(loader *l, FILE *f, const char *name)
         int end = 0;
         /* "delete KEY": a replica's saved rows (docs/replication.md) hold
          * deletes too */
-        if (sscanf(line, "%15s %251s%n", cmd, key, &end) == 2 && strcmp(cmd, "delete") == 0 &&
+        if (sscanf(line, "%15s %" KEY_SCAN "s%n", cmd, key, &end) == 2 && strcmp(cmd, "delete") == 0 &&
             strlen(key) <= KURA_KEY_MAX && (!line[end] || strcmp(line + end, " noreply") == 0)) {
             int drc = kura_store_del(l->s, key, strlen(key), 0, &l->clk);
             if (drc && drc != KURA_NOTFOUND) {
@@ -251,7 +256,7 @@ static int load_memcached(loader *l, FILE *f, const char *name)
             continue;
         }
         end = 0;
-        if (sscanf(line, "%15s %251s %23s %23s %23s%n", cmd, key, fl, ex, by, &end) != 5 ||
+        if (sscanf(line, "%15s %" KEY_SCAN "s %23s %23s %23s%n", cmd, key, fl, ex, by, &end) != 5 ||
             strcmp(cmd, "set") != 0 || strlen(key) > KURA_KEY_MAX ||
             !digits_u64(fl, &flags) || flags > UINT32_MAX || !parse_exptime(ex, &exptime) ||
             !digits_u64(by, &bytes) || (line[end] && strcmp(line + end, " noreply") != 0)) {

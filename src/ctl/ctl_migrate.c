@@ -52,6 +52,8 @@
 typedef struct codec_opts {
     bool kt;                    /* values behind Kyoto Tycoon's expiry header */
     bool flags;                 /* values end with the plug-in's 4-byte flags */
+    size_t kmax;                /* import: the longest key taken (--kmax, bounded
+                                   by the database's own limit); 0: KURA_KEY_MAX */
 } codec_opts;
 
 static uint64_t be_read(const unsigned char *p, int n)
@@ -74,9 +76,7 @@ static void be_write(unsigned char *p, uint64_t v, int n)
  * exactly the records the import set aside. */
 static int classify(const codec_opts *o, size_t kl, size_t vl)
 {
-    if (kl == 0)
-        return REJ_KEY_EMPTY;
-    if (kl > KURA_KEY_MAX)
+    if (kl > (o->kmax ? o->kmax : KURA_KEY_MAX))
         return REJ_KEY_LONG;
     if (o->kt && vl < KT_XTWIDTH)
         return REJ_SHORT_XT;
@@ -86,12 +86,14 @@ static int classify(const codec_opts *o, size_t kl, size_t vl)
 }
 
 /* What classify's reasons mean, for the rejects file and the messages. */
-static const char *reason_text(int why, char *buf, size_t len)
+static const char *reason_text(int why, size_t kmax, char *buf, size_t len)
 {
     switch (why) {
-    case REJ_KEY_EMPTY: return "empty key: kura's keys have 1 byte at least";
+    case REJ_KEY_EMPTY: return "empty key (no longer set aside: kura stores it)";
     case REJ_KEY_LONG:
-        snprintf(buf, len, "key longer than %d bytes, the database's key limit", KURA_KEY_MAX);
+        snprintf(buf, len, "key longer than %zu bytes, the import's key limit (--kmax, at most "
+                 "%d; a B+ tree's page size may bound it lower)", kmax ? kmax : KURA_KEY_MAX,
+                 KURA_KEY_MAX);
         return buf;
     case REJ_VALUE_LARGE: return "value larger than the item size limit";
     case REJ_SHORT_XT:
@@ -301,8 +303,8 @@ typedef struct importer {
 /* Sets a record aside whole, with why; names the first few. */
 static int reject(importer *im, int why, const char *k, size_t kl, const char *v, size_t vl)
 {
-    char buf[128];
-    const char *text = reason_text(why, buf, sizeof(buf));
+    char buf[256];
+    const char *text = reason_text(why, im->o.kmax, buf, sizeof(buf));
     if (rej_add(&im->rej, (rej_reason)why, text, k, kl, v, vl) < 0)
         return ctl_err(CTL_FAIL, "%s: writing a rejected record: %s (the import stops: a "
                        "record is never dropped)", im->rej.path, strerror(im->rej.err));
@@ -548,10 +550,16 @@ int cmd_import(int argc, char **argv)
     ctl_args a;
     static const ctl_optdef defs[] = { { "--kt", true }, { "--kt-flags", false },
                                        { "--no-verify", false }, { "--rejects", true },
-                                       { NULL, false } };
+                                       { "--kmax", true }, { NULL, false } };
     int rc = ctl_parse(&a, "import", argc, argv, defs);
     if (rc)
         return rc;
+    uint64_t kmax = KURA_KEY_MAX_DEFAULT;
+    if (ctl_has(&a, "--kmax") && (rc = ctl_num(&a, "--kmax", ctl_opt(&a, "--kmax"), &kmax)))
+        return rc;
+    if (kmax < KURA_KEY_MC_MAX || kmax > KURA_KEY_MAX)
+        return ctl_usage(&a, "--kmax %llu: the longest key is from %d to %d bytes",
+                         (unsigned long long)kmax, KURA_KEY_MC_MAX, KURA_KEY_MAX);
     if (a.npos != 2)
         return ctl_usage(&a, "expected FILE DB");
     const char *file = a.pos[0], *db = a.pos[1];
@@ -572,7 +580,7 @@ int cmd_import(int argc, char **argv)
     cabinet c;
     if ((rc = open_cabinet(&c, (cab_kind)kind, file, false, 0)))
         return rc;
-    codec_opts o = { .flags = ctl_has(&a, "--kt-flags") };
+    codec_opts o = { .flags = ctl_has(&a, "--kt-flags"), .kmax = (size_t)kmax };
     bool by_records;
     if ((rc = choose_kt(&a, file, &c, &o.kt, &by_records))) {
         c.ops->close(&c);
@@ -584,6 +592,8 @@ int cmd_import(int argc, char **argv)
         c.ops->close(&c);
         return rc;
     }
+    if (s->key_max && o.kmax > s->key_max)
+        o.kmax = s->key_max;            /* the B+ tree's page size bounds its keys */
     rc = do_import(&a, file, s, &c, &o, by_records, rej_path);
     kura_store_close(s);
     c.ops->close(&c);

@@ -21,8 +21,8 @@
 static int check_key(const ctl_args *a, const char *key)
 {
     size_t n = strlen(key);
-    if (n == 0 || n > KURA_KEY_MAX)
-        return ctl_usage(a, "a key is 1 to %d bytes (this one is %zu)", KURA_KEY_MAX, n);
+    if (n == 0 || n > KURA_KEY_MC_MAX)
+        return ctl_usage(a, "a key is 1 to %d bytes (this one is %zu)", KURA_KEY_MC_MAX, n);
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)key[i] <= ' ' || key[i] == 0x7f)
             return ctl_usage(a, "a key has no spaces or control characters");

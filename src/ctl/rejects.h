@@ -28,7 +28,9 @@
 
 /* Why a record was set aside; the words are the file's <reason>. */
 typedef enum rej_reason {
-    REJ_KEY_EMPTY,          /* "key-empty": kura's keys have at least one byte */
+    REJ_KEY_EMPTY,          /* "key-empty": kura's stores had no empty key; the
+                               empty key is stored now, the word kept for files
+                               written before */
     REJ_KEY_LONG,           /* "key-too-long": longer than the database's key limit */
     REJ_VALUE_LARGE,        /* "value-too-large": past the item size limit */
     REJ_SHORT_XT,           /* "short-for-kt": shorter than Kyoto Tycoon's expiry header */

@@ -28,6 +28,8 @@
 #include "engine_int.h"
 #include "marks.h"
 
+_Static_assert(UL_KEY_MAX == KURA_KEY_MAX, "the update log carries every key a store holds");
+
 #define CAS_RESERVE_BLOCK (1ULL << 20)
 /* in dual-master mode cas values are clock readings: 2^32 is about a second */
 #define DUAL_CAS_RESERVE_BLOCK (1ULL << 32)
@@ -260,6 +262,9 @@ int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *
         return KURA_ENOMEM;
     e->store = store;
     e->item_size_max = cfg && cfg->item_size_max ? cfg->item_size_max : KURA_ITEM_SIZE_MAX_DEFAULT;
+    e->key_max = cfg && cfg->key_max ? cfg->key_max : KURA_KEY_MAX_DEFAULT;
+    if (e->key_max > KURA_KEY_MAX)
+        e->key_max = KURA_KEY_MAX;
     /* memcached pretends it started 2 s early so that absolute exptimes
      * just before start-up still count as past. */
     e->started = wall_now() - 2;
@@ -327,6 +332,7 @@ int64_t engine_now(kura_engine *e) { (void)e; return wall_now(); }
 int64_t engine_started(kura_engine *e) { return e->started; }
 int64_t engine_disk_full_at(kura_engine *e) { return atomic_load(&e->disk_full_at); }
 size_t engine_item_size_max(const kura_engine *e) { return e->item_size_max; }
+size_t engine_key_max(const kura_engine *e) { return e->key_max; }
 
 kura_clock engine_clock(kura_engine *e)
 {

@@ -19,6 +19,7 @@
 struct kura_engine {
     kura_store *store;
     size_t item_size_max;
+    size_t key_max;             /* -kmax (engine_key_max) */
     int64_t started;
 
     _Atomic uint64_t next_cas;          /* the next cas to hand out */

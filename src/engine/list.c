@@ -31,10 +31,26 @@
 #include "kura/list.h"
 #include "marks.h"
 
+/* A key up to memcached's 250 bytes is kept in the slot; a longer one
+ * (Tokyo Tyrant's, up to -kmax) in big, which the slot keeps for reuse
+ * until the cursor ends: a batch of thousands of slots stays small. */
 typedef struct list_slot {
-    kura_list_item it;                  /* it.key points at k */
-    char k[KURA_KEY_MAX];
+    kura_list_item it;                  /* it.key points at k or big */
+    char *big;                          /* NULL, or bigcap bytes */
+    size_t bigcap;
+    char k[KURA_KEY_MC_MAX];
 } list_slot;
+
+/* The cursor's last key (have_last). */
+static const char *cursor_last(const kura_list_cursor *c)
+{
+    return c->llen > sizeof(c->last) ? c->last_long : c->last;
+}
+
+static const char *slot_key(list_slot *s)
+{
+    return s->it.klen > sizeof(s->k) ? s->big : s->k;
+}
 
 /* One store walk's callback state.  The batch is the cursor's (c->v, c->n,
  * c->more), which a sorted pass fills over several walks. */
@@ -60,7 +76,7 @@ static int keycmp(const char *a, size_t al, const char *b, size_t bl)
 
 static bool after_cursor(const collect *col, const kura_item *it)
 {
-    return !col->c->have_last || keycmp(it->key, it->klen, col->c->last, col->c->llen) > 0;
+    return !col->c->have_last || keycmp(it->key, it->klen, cursor_last(col->c), col->c->llen) > 0;
 }
 
 static bool below_start(const kura_list_spec *sp, const char *k, size_t kl)
@@ -84,13 +100,26 @@ static bool has_prefix(const kura_list_spec *sp, const char *k, size_t kl)
     return kl >= sp->plen && memcmp(k, sp->prefix, sp->plen) == 0;
 }
 
-static void fill_slot(list_slot *s, const kura_item *it)
+/* False when a long key's room could not be had. */
+static bool fill_slot(list_slot *s, const kura_item *it)
 {
-    memcpy(s->k, it->key, it->klen);
+    char *k = s->k;
+    if (it->klen > sizeof(s->k)) {
+        if (s->bigcap < it->klen) {
+            char *b = realloc(s->big, it->klen);
+            if (!b)
+                return false;
+            s->big = b;
+            s->bigcap = it->klen;
+        }
+        k = s->big;
+    }
+    memcpy(k, it->key, it->klen);
     s->it = (kura_list_item){
-        .key = s->k, .klen = it->klen, .vlen = it->vlen, .flags = it->flags,
+        .key = k, .klen = it->klen, .vlen = it->vlen, .flags = it->flags,
         .flags_exact = it->val != NULL, .exptime = it->exptime, .cas = it->cas,
     };
+    return true;
 }
 
 /* Room for one more slot in the batch (it grows as it fills: a short
@@ -106,7 +135,11 @@ static bool grow(collect *col)
     list_slot *v = realloc(c->v, a * sizeof(*v));
     if (v) {
         for (size_t i = 0; i < c->n; i++)
-            v[i].it.key = v[i].k;       /* the slots moved */
+            v[i].it.key = slot_key(&v[i]);      /* the slots moved */
+        for (size_t i = c->alloc; i < a; i++) {
+            v[i].big = NULL;
+            v[i].bigcap = 0;
+        }
         c->v = v;
     }
     uint32_t *ix = v ? realloc(c->ix, a * sizeof(*ix)) : NULL;
@@ -142,12 +175,14 @@ static int ordered_cb(void *arg, const kura_item *it)
         return KURA_ENOMEM;
     kura_list_cursor *c = col->c;
     c->ix[c->n] = (uint32_t)c->n;
-    fill_slot(&c->v[c->n++], it);
+    if (!fill_slot(&c->v[c->n], it))
+        return KURA_ENOMEM;
+    c->n++;
     return c->n == col->cap ? COLLECT_FULL : 0;
 }
 
 /* The heap orders slot numbers, not slots: a swap moves 4 bytes, not a
- * 250-byte key. */
+ * slot. */
 static bool slot_less(const list_slot *v, uint32_t a, uint32_t b)
 {
     return keycmp(v[a].it.key, v[a].it.klen, v[b].it.key, v[b].it.klen) < 0;
@@ -177,9 +212,10 @@ static int heap_cb(void *arg, const kura_item *it)
             return KURA_ENOMEM;
         list_slot *v = c->v;
         uint32_t *ix = c->ix;
+        if (!fill_slot(&v[c->n], it))
+            return KURA_ENOMEM;
         i = c->n++;
         ix[i] = (uint32_t)i;
-        fill_slot(&v[i], it);
         while (i > 0 && slot_less(v, ix[(i - 1) / 2], ix[i])) {
             swap_ix(ix, (i - 1) / 2, i);
             i = (i - 1) / 2;
@@ -192,7 +228,8 @@ static int heap_cb(void *arg, const kura_item *it)
     list_slot *top = &v[ix[0]];
     if (keycmp(it->key, it->klen, top->it.key, top->it.klen) >= 0)
         return 0;
-    fill_slot(top, it);                 /* the largest kept makes room */
+    if (!fill_slot(top, it))            /* the largest kept makes room */
+        return KURA_ENOMEM;
     for (i = 0;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
         if (l < c->n && slot_less(v, ix[m], ix[l]))
@@ -234,7 +271,7 @@ static const char *ordered_from(const kura_list_spec *sp, const kura_list_cursor
 {
     if (c->have_last) {
         *len = c->llen;
-        return c->last;
+        return cursor_last(c);
     }
     const char *f = sp->start;
     *len = sp->slen;
@@ -252,6 +289,9 @@ void engine_list_begin(kura_list_cursor *c)
 
 void engine_list_end(kura_list_cursor *c)
 {
+    for (size_t i = 0; c->v && i < c->alloc; i++)
+        free(c->v[i].big);
+    free(c->last_long);
     free(c->v);
     free(c->ix);
     *c = (kura_list_cursor){ 0 };
@@ -331,8 +371,14 @@ int engine_list_step(kura_engine *e, const kura_list_spec *spec, kura_list_curso
         int r = emit(arg, &s->it);
         if (r)
             return r;
-        memcpy(c->last, s->k, s->it.klen);
-        c->llen = (uint8_t)s->it.klen;
+        char *last = c->last;
+        if (s->it.klen > sizeof(c->last)) {
+            if (!c->last_long && !(c->last_long = malloc(KURA_KEY_MAX)))
+                return KURA_ENOMEM;
+            last = c->last_long;
+        }
+        memcpy(last, s->it.key, s->it.klen);
+        c->llen = (uint16_t)s->it.klen;
         c->have_last = true;
         c->next++;
     }

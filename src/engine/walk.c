@@ -157,7 +157,7 @@ static int step_item(void *arg, const kura_item *it)
         return rc;
     w->left--;
     memcpy(c->last, it->key, it->klen);
-    c->llen = (uint8_t)it->klen;
+    c->llen = (uint16_t)it->klen;
     c->have_last = true;
     return 0;
 }

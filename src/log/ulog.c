@@ -190,7 +190,7 @@ long long ul_decode(const unsigned char *p, size_t avail, ul_row *row, size_t *n
         /* fall through */
     case UL_DEL:
         VAR(row->klen);
-        if (row->klen == 0 || row->klen > UL_KEY_MAX || row->klen > (size_t)(end - q))
+        if (row->klen > UL_KEY_MAX || row->klen > (size_t)(end - q))
             return SL_NOT_REC;
         row->key = q;
         q += row->klen;
@@ -504,7 +504,7 @@ static bool row_ok(const ul_row *r)
             return false;
         /* fall through */
     case UL_DEL:
-        return r->key && r->klen >= 1 && r->klen <= UL_KEY_MAX;
+        return r->key && r->klen <= UL_KEY_MAX;
     case UL_FLUSH:
         return true;
     default:

@@ -39,7 +39,7 @@ typedef struct meta_flags {
     uint64_t req_cas, delta, initial;
     const char *key;                    /* decoded if base64 */
     size_t klen;
-    char keybuf[KURA_KEY_MAX];
+    char keybuf[PROTO_MC_KEY_MAX];
 } meta_flags;
 
 /* A flag's value: the token without its letter. */

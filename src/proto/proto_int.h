@@ -24,8 +24,8 @@
  * check, so that one protocol's can change without the others': the
  * memcached protocols' (text, meta, binary) is memcached's, their
  * replies to a longer key being memcached's byte for byte; Tokyo
- * Tyrant's (TT_KEY_MAX, tt_int.h) is the same today. */
-#define PROTO_MC_KEY_MAX KURA_KEY_MAX   /* memcached's KEY_MAX_LENGTH */
+ * Tyrant's is -kmax (tt_key_max, tt_int.h: engine_key_max). */
+#define PROTO_MC_KEY_MAX KURA_KEY_MC_MAX  /* memcached's KEY_MAX_LENGTH */
 
 /* True when a key of klen bytes is within the protocol's limit max. */
 static inline bool proto_key_ok(size_t klen, size_t max)
@@ -245,7 +245,7 @@ void meta_debug(text_session *s, text_token *tok, int ntok, kura_buf *out);
  * once vlen + 2 bytes are at data. */
 typedef struct meta_set_req {
     int cmd;                            /* enum kura_store_cmd */
-    char key[KURA_KEY_MAX];             /* decoded if base64 */
+    char key[PROTO_MC_KEY_MAX];         /* decoded if base64 */
     size_t klen;
     bool key_binary;
     uint32_t flags;

@@ -179,7 +179,7 @@ static void cmd_mget(tt_req *r)
     for (uint32_t i = 0; i < r->f[0]; i++) {
         mget_arg m = { r->out, p + 4, get_be32(p) };
         p += 4 + m.klen;
-        if (!proto_key_ok(m.klen, TT_KEY_MAX))
+        if (!proto_key_ok(m.klen, TT_KEY_MAX(r->s)))
             continue;                   /* no such key can be stored here */
         if (r->out->len - head >= TT_LIST_BYTES)
             break;                      /* the reply is as long as it may be */
@@ -401,27 +401,27 @@ static int frame_body(tt_req *r, const char *h, size_t avail, size_t *head, uint
         if (absurd(r->f[0]) || absurd(r->f[1]) || (r->cmd == TT_PUTSHL && r->f[2] > INT32_MAX))
             return FRAME_CLOSE;
         *body = (uint64_t)r->f[0] + r->f[1];
-        *keep = proto_key_ok(r->f[0], TT_KEY_MAX) &&
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX(s)) &&
                 engine_item_fits(s->engine, r->f[0], r->f[1], 0);
         break;
     case TT_OUT: case TT_GET: case TT_VSIZ: case TT_ADDINT:
         if (absurd(r->f[0]))
             return FRAME_CLOSE;
         *body = r->f[0];
-        *keep = proto_key_ok(r->f[0], TT_KEY_MAX);
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX(s));
         break;
     case TT_ADDDOUBLE:
         if (absurd(r->f[0]))
             return FRAME_CLOSE;
         *body = 16 + (uint64_t)r->f[0];
         *head -= 16;                    /* the number is read with the key */
-        *keep = proto_key_ok(r->f[0], TT_KEY_MAX);
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX(s));
         break;
     case TT_FWMKEYS:
         if (absurd(r->f[0]))
             return FRAME_CLOSE;
         *body = r->f[0];
-        *keep = proto_key_ok(r->f[0], TT_KEY_MAX);
+        *keep = proto_key_ok(r->f[0], TT_KEY_MAX(s));
         break;
     case TT_EXT:
         if (r->f[0] >= TT_NAME_MAX || absurd(r->f[2]) || absurd(r->f[3]))

@@ -27,10 +27,10 @@
 /* A path, host or misc name: longer closes the connection (ttserver keeps
  * 1024 bytes of a host and refuses a misc name that long). */
 #define TT_NAME_MAX 1024
-/* The longest key Tokyo Tyrant's requests may carry (proto_key_ok):
- * memcached's today, the store's limit too; a longer one is answered as a
+/* The longest key Tokyo Tyrant's requests may carry (proto_key_ok): -kmax
+ * (engine_key_max; KURA_KEY_MAX at most); a longer one is answered as a
  * failure (or, in mget, skipped) as no such key can be stored. */
-#define TT_KEY_MAX KURA_KEY_MAX
+#define TT_KEY_MAX(s) engine_key_max((s)->engine)
 /* The most records one fwmkeys / misc regex / misc range reply lists, and
  * the bytes of keys and values it may hold: a reply is counted before it
  * is sent, so it is built whole; past either bound it stops, short. */
@@ -94,7 +94,8 @@ typedef struct tt_walk {
 } tt_walk;
 
 /* The iterator of iterinit / iternext: a batch of keys copied out of a
- * listing step ([1 byte length][key] ...), handed out one at a time. */
+ * listing step ([2-byte big-endian length][key] ...), handed out one at a
+ * time. */
 typedef struct tt_iter {
     kura_list_cursor cur;
     kura_buf keys;

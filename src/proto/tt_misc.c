@@ -92,13 +92,13 @@ static int emit_pair(void *arg, const kura_item *it)
     return add(a->m, a->key, a->klen) && add(a->m, it->val, it->vlen) ? 0 : KURA_ENOMEM;
 }
 
-static bool key_ok(size_t n) { return proto_key_ok(n, TT_KEY_MAX); }
+static bool key_ok(const tt_req *r, size_t n) { return proto_key_ok(n, TT_KEY_MAX(r->s)); }
 
 /* cmd KURA_CMD_APPEND: putcat's append, or add when absent.  The key and
  * the size are checked here, where the arguments are parsed. */
 static int set(tt_req *r, int cmd, const char *k, size_t kl, const char *v, size_t vl)
 {
-    if (!key_ok(kl))
+    if (!key_ok(r, kl))
         return KURA_NOT_STORED;
     if (!engine_item_fits(r->s->engine, kl, vl, 0))
         return KURA_ETOOBIG;
@@ -108,7 +108,7 @@ static int set(tt_req *r, int cmd, const char *k, size_t kl, const char *v, size
 
 static int del(tt_req *r, const char *k, size_t kl)
 {
-    if (!key_ok(kl))
+    if (!key_ok(r, kl))
         return KURA_NOTFOUND;
     r->s->dirty = true;
     return engine_delete(r->s->engine, r->s->stats, k, kl, NULL);
@@ -116,7 +116,7 @@ static int del(tt_req *r, const char *k, size_t kl)
 
 static int get(tt_req *r, const char *k, size_t kl, kura_item_fn fn, void *arg)
 {
-    if (!key_ok(kl))
+    if (!key_ok(r, kl))
         return KURA_NOTFOUND;
     return engine_get(r->s->engine, r->s->stats, k, kl, NULL, fn, arg, NULL);
 }
@@ -206,7 +206,7 @@ static bool misc_getpart(tt_req *r, const char *name, misc_args *a, misc_out *m)
     (void)name;
     const char *k = NULL, *v = NULL;
     size_t kl = 0, vl = 0;
-    if (!next_arg(a, &k, &kl) || !key_ok(kl) || tt_read(r, k, kl) != KURA_OK)
+    if (!next_arg(a, &k, &kl) || !key_ok(r, kl) || tt_read(r, k, kl) != KURA_OK)
         return false;
     long long off = 0, len = -1;
     if (next_arg(a, &v, &vl))
@@ -296,9 +296,9 @@ static bool misc_walk(tt_req *r, const char *name, misc_args *a, misc_out *m)
     }
     if (next_arg(a, &v, &vl))
         max = tc_atoi(v, vl);
-    if (range && next_arg(a, &e, &el) && !key_ok(el))
+    if (range && next_arg(a, &e, &el) && !key_ok(r, el))
         return false;
-    if (range && b && !key_ok(bl))
+    if (range && b && !key_ok(r, bl))
         return false;
     kura_list_spec spec = { 0 };
     if (range) {

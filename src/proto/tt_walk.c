@@ -44,9 +44,8 @@ void tt_iterinit(tt_req *r, const char *start, size_t slen)
 static int take_key(void *arg, const kura_list_item *li)
 {
     kura_buf *b = arg;
-    unsigned char l = (unsigned char)li->klen;
-    return kura_buf_append(b, &l, 1) && kura_buf_append(b, li->key, li->klen) ? 0
-                                                                               : KURA_ENOMEM;
+    unsigned char l[2] = { (unsigned char)(li->klen >> 8), (unsigned char)li->klen };
+    return kura_buf_append(b, l, 2) && kura_buf_append(b, li->key, li->klen) ? 0 : KURA_ENOMEM;
 }
 
 int tt_iternext(tt_req *r, const char **key, size_t *klen)
@@ -66,9 +65,9 @@ int tt_iternext(tt_req *r, const char **key, size_t *klen)
             return KURA_NOTFOUND;
     }
     const char *p = it->keys.data + it->pos;
-    *klen = (unsigned char)p[0];
-    *key = p + 1;
-    it->pos += 1 + *klen;
+    *klen = (size_t)(unsigned char)p[0] << 8 | (unsigned char)p[1];
+    *key = p + 2;
+    it->pos += 2 + *klen;
     return KURA_OK;
 }
 

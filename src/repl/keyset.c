@@ -8,10 +8,17 @@
 #include <string.h>
 
 #include "keyset.h"
+#include "kura/item.h"
 
 typedef struct slot {
-    unsigned char *key;                 /* klen, then the bytes; NULL empty; TOMB removed */
+    unsigned char *key;                 /* klen (2 bytes, big-endian), then the
+                                           bytes; NULL empty; TOMB removed */
 } slot;
+
+static size_t klen_of(const unsigned char *k)
+{
+    return (size_t)k[0] << 8 | k[1];
+}
 
 static unsigned char tomb_byte;
 #define TOMB (&tomb_byte)
@@ -71,7 +78,7 @@ static slot *find(keyset *ks, const void *key, size_t klen, slot **free_slot)
         if (s->key == TOMB) {
             if (!*free_slot)
                 *free_slot = s;
-        } else if (s->key[0] == klen && memcmp(s->key + 1, key, klen) == 0) {
+        } else if (klen_of(s->key) == klen && memcmp(s->key + 2, key, klen) == 0) {
             return s;
         }
         i = (i + 1) & (ks->cap - 1);
@@ -90,7 +97,7 @@ static bool grow(keyset *ks)
     ks->used = ks->count;
     for (size_t i = 0; i < ocap; i++)
         if (old[i].key && old[i].key != TOMB) {
-            size_t j = hash(old[i].key + 1, old[i].key[0]) & (ks->cap - 1);
+            size_t j = hash(old[i].key + 2, klen_of(old[i].key)) & (ks->cap - 1);
             while (t[j].key)
                 j = (j + 1) & (ks->cap - 1);
             t[j].key = old[i].key;
@@ -101,18 +108,19 @@ static bool grow(keyset *ks)
 
 bool keyset_add(keyset *ks, const char *key, size_t klen)
 {
-    if (klen == 0 || klen > 255)
+    if (klen > KURA_KEY_MAX)
         return true;                    /* not a key any store holds */
     if ((ks->used + 1) * 2 > ks->cap && !grow(ks))
         return false;
     slot *fs, *s = find(ks, key, klen, &fs);
     if (s)
         return true;
-    unsigned char *k = malloc(klen + 1);
+    unsigned char *k = malloc(klen + 2);
     if (!k)
         return false;
-    k[0] = (unsigned char)klen;
-    memcpy(k + 1, key, klen);
+    k[0] = (unsigned char)(klen >> 8);
+    k[1] = (unsigned char)klen;
+    memcpy(k + 2, key, klen);
     if (!fs->key)
         ks->used++;
     fs->key = k;
@@ -122,7 +130,7 @@ bool keyset_add(keyset *ks, const char *key, size_t klen)
 
 void keyset_remove(keyset *ks, const void *key, size_t klen)
 {
-    if (klen == 0 || klen > 255)
+    if (klen > KURA_KEY_MAX)
         return;
     slot *fs, *s = find(ks, key, klen, &fs);
     if (!s)
@@ -142,7 +150,7 @@ int keyset_each(keyset *ks, int (*fn)(void *arg, const char *key, size_t klen), 
     for (size_t i = 0; i < ks->cap; i++) {
         unsigned char *k = ks->t[i].key;
         if (k && k != TOMB) {
-            int rc = fn(arg, (const char *)k + 1, k[0]);
+            int rc = fn(arg, (const char *)k + 2, klen_of(k));
             if (rc < 0)
                 return rc;
         }

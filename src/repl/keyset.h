@@ -1,5 +1,5 @@
 /*
- * keyset.h - a set of keys (1..250 bytes), for a replica receiving a full
+ * keyset.h - a set of keys (0..KURA_KEY_MAX bytes), for a replica receiving a full
  * copy: the keys it held that the copy has not brought yet (slave.c).
  */
 #ifndef KURA_REPL_KEYSET_H

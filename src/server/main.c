@@ -235,6 +235,15 @@ static int open_engine(kura_server *srv)
             start_status = 2;
         return -1;
     }
+    /* -kmax past what the database holds (the B+ tree: its page size) */
+    if (store->key_max && (size_t)st->key_max > store->key_max) {
+        log_msg(KURA_LOG_ERROR, "-kmax %d: this %s database holds keys of at most %zu bytes "
+                "(a B+ tree's page size bounds them: psiz=16384 holds %d)", st->key_max,
+                store->ops->name, store->key_max, KURA_KEY_MAX);
+        kura_store_close(store);
+        start_status = 2;
+        return -1;
+    }
     /* a missing or empty database starts from the newest good snapshot;
      * the update log's rows after it are applied next (open_ulog) */
     uint64_t loaded_cas = 0;
@@ -243,7 +252,8 @@ static int open_engine(kura_server *srv)
             kura_store_close(store);
         return -1;
     }
-    kura_engine_config ecfg = { .item_size_max = st->item_size_max };
+    kura_engine_config ecfg = { .item_size_max = st->item_size_max,
+                                .key_max = (size_t)st->key_max };
     rc = engine_open(&srv->engine, store, &ecfg);
     if (rc) {
         log_msg(KURA_LOG_ERROR, "cannot start the engine: %s", kura_strerror(rc));

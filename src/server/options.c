@@ -97,6 +97,9 @@ static const opt options[] = {
       "stop and restart with the same file and -m, -I" },
     { { "-I" }, OPT_SIZE, F(item_size_max), 0, 0, "SIZE",
       "largest item, as memcached counts it (default 1m; 1k..1g)" },
+    { { "-kmax" }, OPT_INT, F(key_max), KURA_KEY_MC_MAX, KURA_KEY_MAX, "BYTES",
+      "longest key Tokyo Tyrant's protocol takes (default 1024; 250..4096; memcached's "
+      "protocols keep 250)" },
     { { "-sync" }, OPT_SYNC, F(sync_mode), 0, 0, "MODE",
       "durability: none, interval (default) or always" },
     { { "-recover" }, OPT_FLAG, F(recover), 0, 0, NULL,
@@ -307,6 +310,7 @@ void options_defaults(kura_settings *s)
     s->maxconns = 1024;
     s->mem_limit = 64ULL << 20;
     s->item_size_max = 1 << 20;
+    s->key_max = KURA_KEY_MAX_DEFAULT;
     s->sync_mode = KURA_SYNC_INTERVAL;
     s->log_base = KURA_LOG_INFO;
     s->ulim = 256ULL << 20;

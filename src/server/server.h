@@ -35,6 +35,7 @@ typedef struct kura_settings {
     uint64_t mem_limit;         /* -m, bytes */
     const char *memory_file;    /* -e: the cache's memory file, or NULL */
     uint64_t item_size_max;     /* -I, bytes */
+    int key_max;                /* -kmax: Tokyo Tyrant's longest key, bytes */
     int verbosity;              /* -v, -vv */
     int sync_mode;              /* -sync */
     const char *dbname;         /* positional */

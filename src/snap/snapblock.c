@@ -25,9 +25,15 @@
 #include "kura/status.h"
 #include "snapblock.h"
 
-/* an item in the builder's arena: klen u8, flags u32, exptime i64,
+/* an item in the builder's arena: klen u16, flags u32, exptime i64,
  * cas u64, vlen u32, the key */
-#define ENT_HEAD 25
+#define M_FLAGS 2
+#define M_EXP 6
+#define M_CAS 14
+#define M_VLEN 22
+#define ENT_HEAD 26
+
+static size_t ent_klen(const unsigned char *m) { return (size_t)m[0] | (size_t)m[1] << 8; }
 
 typedef struct sb_ent {
     uint32_t moff;              /* into meta */
@@ -44,6 +50,7 @@ struct sb_builder {
     sb_ent *ents;
     uint32_t n, ecap;
     size_t est;                 /* the most the block's raw bytes can be */
+    bool wide;                  /* a key of more than 255 bytes: SB_MAGIC_WIDE */
     unsigned char *fields;      /* the sealed block's columns */
     size_t fcap;
     unsigned char *sorted;      /* its values in key order, less shared prefixes */
@@ -111,10 +118,13 @@ int sb_add(sb_builder *b, const kura_item *it)
         return KURA_ENOMEM;
     unsigned char *m = b->meta + b->mlen;
     m[0] = (unsigned char)it->klen;
-    put32(m + 1, it->flags);
-    put64(m + 5, (uint64_t)it->exptime);
-    put64(m + 13, it->cas);
-    put32(m + 21, (uint32_t)it->vlen);
+    m[1] = (unsigned char)(it->klen >> 8);
+    put32(m + M_FLAGS, it->flags);
+    put64(m + M_EXP, (uint64_t)it->exptime);
+    put64(m + M_CAS, it->cas);
+    put32(m + M_VLEN, (uint32_t)it->vlen);
+    if (it->klen > 255)
+        b->wide = true;
     memcpy(m + ENT_HEAD, it->key, it->klen);
     if (it->vlen)
         memcpy(b->vals + b->vlen, it->val, it->vlen);
@@ -130,9 +140,22 @@ static int ent_cmp(const void *a, const void *b, void *arg)
     const unsigned char *meta = arg;
     const unsigned char *x = meta + ((const sb_ent *)a)->moff;
     const unsigned char *y = meta + ((const sb_ent *)b)->moff;
-    size_t n = x[0] < y[0] ? x[0] : y[0];
-    int c = memcmp(x + ENT_HEAD, y + ENT_HEAD, n);
-    return c ? c : (int)x[0] - (int)y[0];
+    size_t xl = ent_klen(x), yl = ent_klen(y);
+    int c = memcmp(x + ENT_HEAD, y + ENT_HEAD, xl < yl ? xl : yl);
+    return c ? c : (xl > yl) - (xl < yl);
+}
+
+/* A key column's entry: 1 byte, or 2 (little-endian) in a wide block. */
+static void put_width(unsigned char *p, size_t w, size_t v)
+{
+    p[0] = (unsigned char)v;
+    if (w == 2)
+        p[1] = (unsigned char)(v >> 8);
+}
+
+static size_t get_width(const unsigned char *p, size_t w)
+{
+    return w == 2 ? (size_t)p[0] | (size_t)p[1] << 8 : p[0];
 }
 
 /* sb_seal's key and value columns, in key order: each key's prefix shared
@@ -145,7 +168,8 @@ static unsigned char *seal_keys(sb_builder *b, unsigned char *sorted, uint32_t *
 {
     uint32_t n = b->n;
     unsigned char *f = b->fields;
-    unsigned char *pfx = f, *sfl = f + n, *sfx = f + 2 * (size_t)n;
+    size_t w = b->wide ? 2 : 1, pmax = b->wide ? 65535 : 255;
+    unsigned char *pfx = f, *sfl = f + w * n, *sfx = f + 2 * w * n;
     const unsigned char *prev = NULL, *pv = NULL;
     size_t plen = 0, vpos = 0, pvl = 0;
     for (uint32_t i = 0; i < n; i++) {      /* keys: shared prefix, suffix */
@@ -154,16 +178,16 @@ static unsigned char *seal_keys(sb_builder *b, unsigned char *sorted, uint32_t *
             __builtin_prefetch(b->vals + b->ents[i + 8].voff);
         }
         const unsigned char *m = b->meta + b->ents[i].moff;
-        size_t kl = m[0], p = 0, lim = kl < plen ? kl : plen;
-        while (p < lim && p < 255 && prev[p] == m[ENT_HEAD + p])
+        size_t kl = ent_klen(m), p = 0, lim = kl < plen ? kl : plen;
+        while (p < lim && p < pmax && prev[p] == m[ENT_HEAD + p])
             p++;
-        pfx[i] = (unsigned char)p;
-        sfl[i] = (unsigned char)(kl - p);
+        put_width(pfx + w * i, w, p);
+        put_width(sfl + w * i, w, kl - p);
         memcpy(sfx, m + ENT_HEAD + p, kl - p);
         sfx += kl - p;
         prev = m + ENT_HEAD;
         plen = kl;
-        uint32_t vl = get32(m + 21);
+        uint32_t vl = get32(m + M_VLEN);
         const unsigned char *v = b->vals + b->ents[i].voff;
         size_t q = 0, vlim = vl < pvl ? vl : pvl;
         while (q < vlim && pv[q] == v[q])
@@ -187,20 +211,20 @@ static unsigned char *seal_numbers(sb_builder *b, unsigned char *p, const uint32
 {
     uint32_t n = b->n;
     for (uint32_t i = 0; i < n; i++)        /* value lengths */
-        p = put_varint(p, get32(b->meta + b->ents[i].moff + 21));
+        p = put_varint(p, get32(b->meta + b->ents[i].moff + M_VLEN));
     for (uint32_t i = 0; i < n; i++)        /* value prefixes shared */
         p = put_varint(p, vpl ? vpl[i] : 0);
     for (uint32_t i = 0; i < n; i++, p += 4)        /* flags */
-        memcpy(p, b->meta + b->ents[i].moff + 1, 4);
+        memcpy(p, b->meta + b->ents[i].moff + M_FLAGS, 4);
     int64_t pe = 0;
     for (uint32_t i = 0; i < n; i++) {      /* exptime: from the one before */
-        int64_t e = (int64_t)get64(b->meta + b->ents[i].moff + 5);
+        int64_t e = (int64_t)get64(b->meta + b->ents[i].moff + M_EXP);
         p = put_varint(p, zigzag((int64_t)((uint64_t)e - (uint64_t)pe)));
         pe = e;
     }
     uint64_t pc = 0;
     for (uint32_t i = 0; i < n; i++) {      /* cas: from the one before */
-        uint64_t c = get64(b->meta + b->ents[i].moff + 13);
+        uint64_t c = get64(b->meta + b->ents[i].moff + M_CAS);
         p = put_varint(p, zigzag((int64_t)(c - pc)));
         pc = c;
     }
@@ -281,7 +305,7 @@ int sb_seal(sb_builder *b, const unsigned char **out, size_t *len, uint64_t *raw
         rc = squeeze(b, vcol, vpos, &at, msg, msglen);
     if (!rc) {
         unsigned char *h = b->out;
-        memcpy(h, SB_MAGIC, 4);
+        memcpy(h, b->wide ? SB_MAGIC_WIDE : SB_MAGIC, 4);
         put32(h + 4, n);
         put32(h + 8, (uint32_t)flen);
         put32(h + 12, (uint32_t)fcomp);
@@ -297,6 +321,7 @@ int sb_seal(sb_builder *b, const unsigned char **out, size_t *len, uint64_t *raw
     }
     b->n = 0;
     b->mlen = b->vlen = b->est = 0;
+    b->wide = false;
     /* a block of one large value gives its memory back */
     if (b->vcap > 2 * SB_TARGET) {
         free(b->vals);
@@ -313,6 +338,7 @@ typedef struct sb_cur {
     const unsigned char *pfx, *sfl, *sfx, *vl, *vp, *fl, *ex, *cs, *val;
     uint32_t i;
     size_t klen;
+    size_t w;                   /* bytes of a pfx or sfl entry: 1, or 2 (wide) */
     const unsigned char *pv;    /* the value before (in the column or in vbuf) */
     size_t pvlen;
     int64_t exp;
@@ -331,6 +357,7 @@ struct sb_reader {
     size_t vbcap;
     uint32_t n;
     size_t flen, vlen;
+    bool wide;                  /* the loaded block is SB_MAGIC_WIDE */
     sb_cur cur;
     unsigned char key[KURA_KEY_MAX];
 };
@@ -411,8 +438,10 @@ static const unsigned char *skip_varints(const unsigned char *p, const unsigned 
 static int cur_step(sb_cur *c, sb_reader *r, unsigned char *key, bool dry, kura_item *it)
 {
     const unsigned char *fend = r->fields + r->flen;
-    size_t p = *c->pfx++, s = *c->sfl++;
-    if (p > c->klen || p + s < 1 || p + s > KURA_KEY_MAX)
+    size_t p = get_width(c->pfx, c->w), s = get_width(c->sfl, c->w);
+    c->pfx += c->w;
+    c->sfl += c->w;
+    if (p > c->klen || p + s > KURA_KEY_MAX)
         return -1;
     memcpy(key + p, c->sfx, s);
     c->sfx += s;
@@ -458,13 +487,14 @@ static int columns(sb_reader *r)
 {
     const unsigned char *f = r->fields, *end = f + r->flen;
     uint32_t n = r->n;
-    if (r->flen < 2 * (size_t)n)
+    size_t w = r->wide ? 2 : 1;
+    if (r->flen / (2 * w) < (size_t)n)
         return -1;
     size_t sum = 0;
     for (uint32_t i = 0; i < n; i++)
-        sum += f[n + i];
-    sb_cur c = { .pfx = f, .sfl = f + n, .sfx = f + 2 * (size_t)n };
-    if (sum > r->flen - 2 * (size_t)n)
+        sum += get_width(f + w * (n + i), w);
+    sb_cur c = { .pfx = f, .sfl = f + w * n, .sfx = f + 2 * w * n, .w = w };
+    if (sum > r->flen - 2 * w * n)
         return -1;
     c.vl = c.sfx + sum;
     c.vp = skip_varints(c.vl, end, n);
@@ -516,7 +546,8 @@ int sb_load(sb_reader *r, int fd, uint64_t off, uint64_t end, uint64_t *next, ui
     uint32_t n = get32(h + 4);
     size_t flen = get32(h + 8), fcomp = get32(h + 12), vlen = get32(h + 16),
            vcomp = get32(h + 20);
-    if (memcmp(h, SB_MAGIC, 4))
+    bool wide = memcmp(h, SB_MAGIC_WIDE, 4) == 0;
+    if (memcmp(h, SB_MAGIC, 4) && !wide)
         return bad(err, errlen, off, "is not a block");
     if (fcomp + vcomp > end - off - SB_HEAD)
         return bad(err, errlen, off, "runs past the end of the file");
@@ -550,6 +581,7 @@ int sb_load(sb_reader *r, int fd, uint64_t off, uint64_t end, uint64_t *next, ui
     r->n = n;
     r->flen = flen;
     r->vlen = vlen;
+    r->wide = wide;
     int cr = columns(r);
     if (cr) {
         r->n = 0;

@@ -25,8 +25,11 @@
 
 #define SB_HEAD         32
 #define SB_MAGIC        "KSBK"
+#define SB_MAGIC_WIDE   "KSBL"          /* version 3: a block whose key columns
+                                           (shared prefix, suffix length) are 2
+                                           bytes each, for keys over 255 bytes */
 #define SB_TARGET       SNAP_BLOCK_MAX  /* a block of several items stays under this raw */
-#define SB_ITEM_FIXED   36              /* the most an item's fields take, its key aside */
+#define SB_ITEM_FIXED   38              /* the most an item's fields take, its key aside */
 #define SB_VAL_MAX      (1u << 30)
 
 /* ---- writing ------------------------------------------------------------ */

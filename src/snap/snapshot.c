@@ -233,8 +233,13 @@ int snap_writer_add(snap_writer *w, const kura_item *it)
 {
     if (w->err)
         return w->err;
-    if (it->klen < 1 || it->klen > KURA_KEY_MAX || it->vlen > VAL_MAX)
+    if (it->klen > KURA_KEY_MAX || it->vlen > VAL_MAX)
         return KURA_EINVAL;
+    if (!w->blk && (it->klen < 1 || it->klen > 255)) {    /* version 1's klen is a byte */
+        snprintf(w->errmsg, sizeof(w->errmsg), "a key of %zu bytes: version 1 holds 1 to 255",
+                 it->klen);
+        return w->err = KURA_EINVAL;
+    }
     if (w->blk) {
         if (!sb_fits(w->blk, it) && w_block(w))
             return w->err;

@@ -19,10 +19,11 @@
 
 /* True when a value of vlen bytes for a key of klen is past the store's
  * limit (flags not counted, as memcached's -I check before it knows them
- * would; 32-bit lengths in every format leave a margin). */
+ * would; 32-bit lengths in every format leave a margin), or the key past
+ * what the store holds (key_max). */
 static bool too_big(const kura_store *s, size_t klen, size_t vlen)
 {
-    return vlen > UINT32_MAX - 1024 ||
+    return vlen > UINT32_MAX - 1024 || (s->key_max && klen > s->key_max) ||
            (s->item_max && kura_item_wire_total(klen, vlen, 0) > s->item_max);
 }
 

@@ -127,7 +127,9 @@ static void emit(unsigned flag, const char *line, size_t n)
 {
     bool wake = false;
     if (n >= WATCH_LINE_MAX)
-        return;                         /* not reached: keys are at most 250 bytes */
+        return;                         /* not reached: a key is encoded into at most
+                                           3 * 250 + 8 bytes (a longer one, Tokyo
+                                           Tyrant's, is cut there: uriencode.h) */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < WATCH_MAX; i++) {
         watcher *w = &ws[i];

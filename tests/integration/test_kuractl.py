@@ -180,7 +180,7 @@ class Server_(Base):
         self.assertIn(" 1 items  lzo  from hash ", out)
         out, _ = self.ok("snapshot", "verify", path)
         self.assertIn("1 items", out)
-        self.assertIn(", format 2,", out)
+        self.assertIn(", format 3,", out)
         s.request(b"set b 9 0 2\r\nbb\r\n")
         cas_b = s.request(b"gets b\r\n").split(b"\r\n")[0].split()[4]
         newest = self.ok("-s", addr(s), "snapshot", "now")[0].strip()

@@ -279,16 +279,18 @@ static void test_put_get(void)
     CHECK(memcmp(g.val, "x\0y", 3) == 0);
 
     /* key limits */
-    char key[300];
+    char key[KURA_KEY_MAX + 2];
     memset(key, 'k', sizeof(key));
-    key[250] = '\0';
+    key[KURA_KEY_MAX] = '\0';            /* the longest key (Tokyo Tyrant's -kmax 4096) */
     CHECK_EQ_INT(put_kv(s, key, "v", 0, 0, 9, KURA_PUT_ANY, 0, &clk), KURA_OK);
     CHECK_EQ_INT(get_kv(s, key, &clk, &g), KURA_OK);
-    key[251] = 'k'; key[252] = '\0';
-    key[250] = 'k';
+    key[KURA_KEY_MAX] = 'k';
+    key[KURA_KEY_MAX + 1] = '\0';
     CHECK_EQ_INT(put_kv(s, key, "v", 0, 0, 9, KURA_PUT_ANY, 0, &clk), KURA_EINVAL);
     CHECK_EQ_INT(get_kv(s, key, &clk, &g), KURA_NOTFOUND);
-    CHECK_EQ_INT(put_kv(s, "", "v", 0, 0, 9, KURA_PUT_ANY, 0, &clk), KURA_EINVAL);
+    /* the empty key, as Tokyo Tyrant's */
+    CHECK_EQ_INT(put_kv(s, "", "e", 0, 0, 9, KURA_PUT_ANY, 0, &clk), KURA_OK);
+    CHECK_EQ_INT(get_kv(s, "", &clk, &g), KURA_OK);
 
     /* item size limit (-I): memcached's total, exactly */
     size_t max_v = 1024 * 1024 - kura_item_wire_total(3, 0, 0);

@@ -139,9 +139,13 @@ static void test_operations(void)
     key[250] = '\0';
     CHECK(t_put(s, key, "long", 0, 0, 18, KURA_PUT_ANY, 0, &CLK) == KURA_OK);
     CHECK(t_get(s, key, &CLK, &v) == KURA_OK && v.len == 4);
-    key[250] = 'k';
-    kura_item big = { .key = key, .klen = 251, .val = "x", .vlen = 1 };
+    /* longer than any store holds (memcached's 250 is the protocols') */
+    char *lk = malloc(KURA_KEY_MAX + 1);
+    REQUIRE(lk);
+    memset(lk, 'k', KURA_KEY_MAX + 1);
+    kura_item big = { .key = lk, .klen = KURA_KEY_MAX + 1, .val = "x", .vlen = 1 };
     CHECK(kura_store_put(s, &big, KURA_PUT_ANY, 0, &CLK) == KURA_EINVAL);
+    free(lk);
     /* too big */
     char *huge = malloc(KURA_ITEM_SIZE_MAX_DEFAULT);
     memset(huge, 'h', KURA_ITEM_SIZE_MAX_DEFAULT);

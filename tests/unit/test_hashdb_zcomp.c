@@ -559,7 +559,7 @@ static void test_segment_version(void)
     size_t len;
     unsigned char *b = slurp(seg, &len);
     REQUIRE(b);
-    CHECK_EQ_INT(b[8], 4);
+    CHECK_EQ_INT(b[8], 5);                             /* HD_VERSION */
     b[8] = 2;                                           /* and its header's CRC */
     uint32_t c = crc32c_update(0, b, 28);
     memcpy(b + 28, &c, 4);

@@ -244,6 +244,7 @@ static void test_checks(void)
     kura_item a = item("k", "one", 11);
 
     kura_item bad = a;
+    bad.key = NULL;                     /* (the empty key is "", 0) */
     bad.klen = 0;
     CHECK_EQ_INT(kura_store_put(s, &bad, KURA_PUT_ANY, 0, &clk), KURA_EINVAL);
     bad.key = key;

@@ -509,8 +509,8 @@ static void test_version1_log_opens(void)
     s->ops->close(s);
     kura_test.tree_log_values = false;
     REQUIRE(t_last_segment(img, seg, sizeof(seg)) == 0);
-    CHECK(seg_version(seg, 0) == 2);    /* a new log is version 2 */
-    CHECK(seg_version(seg, 1) == 2);
+    CHECK(seg_version(seg, 0) == 3);    /* a new log is version 3 (long keys) */
+    CHECK(seg_version(seg, 1) == 3);
     CHECK(seg_version(seg, 0) == 1);
     s = open_io(img, NULL, KURA_SYNC_NONE, NULL);
     REQUIRE(s);
@@ -520,7 +520,7 @@ static void test_version1_log_opens(void)
     CHECK(bad == 0);
     CHECK(put_ver(s, 9, 1) == KURA_OK);
     CHECK(t_stat(s, "tree_run_records") == 1);
-    CHECK(t_last_segment(img, seg, sizeof(seg)) == 0 && seg_version(seg, 0) == 2);
+    CHECK(t_last_segment(img, seg, sizeof(seg)) == 0 && seg_version(seg, 0) == 3);
     CHECK(check_tree(s) == 0);
     s->ops->close(s);
     kura_test.bg_hold = false;

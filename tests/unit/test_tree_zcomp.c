@@ -507,7 +507,7 @@ static void test_pz_format_version(void)
     CHECK_EQ_INT(btree_debug_checkpoint(s), KURA_OK);
     kura_store_close(s);
     CHECK_EQ_INT(meta_version(q), 2);
-    /* a version after 3: refused, saying why */
+    /* a version after the newest: refused, saying why */
     char f[600], err[600];
     snprintf(f, sizeof(f), "%s/tree", p);
     int fd = open(f, O_RDWR);
@@ -517,7 +517,7 @@ static void test_pz_format_version(void)
         REQUIRE(pread(fd, m, 512, slot * 4096) == 512);
         if (m[4] != 1)
             continue;
-        m[16] = 4;
+        m[16] = 5;                      /* BT_VERSION is 4 */
         uint32_t crc = crc32c_update(0, m + 4, 508);
         memcpy(m, &crc, 4);
         REQUIRE(pwrite(fd, m, 512, slot * 4096) == 512);
@@ -526,7 +526,7 @@ static void test_pz_format_version(void)
     kura_store_config c = t_cfg(KURA_SYNC_NONE);
     c.log = quiet_log;
     CHECK(t_open(p, NULL, &c, &s, err, sizeof(err)) == KURA_ECORRUPT);
-    printf("# version 4: %s\n", err);
+    printf("# version 5: %s\n", err);
     CHECK(strstr(err, "unknown format version") != NULL);
 }
 

@@ -254,7 +254,7 @@ static void test_rows_roundtrip(void)
     /* bad rows */
     r = (ul_row){ .type = UL_PUT, .key = key, .klen = UL_KEY_MAX + 1 };
     CHECK(ul_append(log, &r, &pos[0]) == KURA_EINVAL);
-    r = (ul_row){ .type = UL_DEL, .key = key, .klen = 0 };
+    r = (ul_row){ .type = UL_DEL, .key = NULL, .klen = 0 };    /* (the empty key: "") */
     CHECK(ul_append(log, &r, &pos[0]) == KURA_EINVAL);
     r = (ul_row){ .type = UL_HDR };
     CHECK(ul_append(log, &r, &pos[0]) == KURA_EINVAL);

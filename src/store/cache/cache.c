@@ -122,12 +122,13 @@ typedef struct cache_item {
     uint32_t ci_flags;
     uint32_t ci_vlen;
     uint32_t ci_atime;                  /* clock second of the last LRU bump */
-    uint8_t ci_klen;
-    uint8_t ci_bits;                    /* CACHE_FETCHED */
+    uint16_t ci_klen : 13;              /* up to KURA_KEY_MAX (asserted below) */
+    uint16_t ci_bits : 3;               /* CACHE_FETCHED */
     char ci_data[];                     /* key, then value */
 } cache_item;
 
 #define CACHE_ITEM_HDR offsetof(cache_item, ci_data)
+_Static_assert(KURA_KEY_MAX < 1 << 13, "ci_klen holds every key's length");
 
 typedef struct cache_stripe {
     alignas(64) pthread_mutex_t cs_lock;
@@ -509,7 +510,7 @@ static cache_item *cache_item_new(const char *key, size_t klen, uint32_t hash,
     ni->ci_hash = hash;
     ni->ci_vlen = (uint32_t)(l0 + l1);
     ni->ci_atime = (uint32_t)clk->now;
-    ni->ci_klen = (uint8_t)klen;
+    ni->ci_klen = (uint16_t)klen & 0x1fff;
     ni->ci_bits = 0;
     memcpy(ni->ci_data, key, klen);
     if (l0)

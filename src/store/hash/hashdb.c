@@ -190,7 +190,7 @@ static void set_entry(hashdb *db, hd_stripe *st, hd_ent *e, uint64_t h, size_t k
     }
     e->seg = loc->seg;
     e->hlen = (uint8_t)loc->hlen;
-    e->klen = (uint8_t)klen;
+    e->klen = (uint16_t)klen;
     e->off = (uint32_t)loc->off;
     e->vlen = (uint32_t)vlen;
     e->rawlen = z->codec ? z->rawlen : (uint32_t)vlen;

@@ -108,7 +108,7 @@ static void damaged_key(const kura_io *io, hd_seg *sg, uint64_t off, char *out, 
     ssize_t got = io->pread(io, sg->fd, b, sizeof(b), (off_t)off);
     if (got < 8 || hd_rec_decode(b, (size_t)got, sg->version, &r) != 0)
         return;
-    if (r.klen == 0 || (size_t)r.hlen + r.klen > (size_t)got) {
+    if ((size_t)r.hlen + r.klen > (size_t)got) {
         snprintf(out, cap, "(%s record, no key)", r.type == HD_REC_STATE ? "state" : "a");
         return;
     }

@@ -459,7 +459,7 @@ static int ck_put(hashdb *db, const ck_ent *f)
     if (!hdx_room(s))
         return KURA_ENOMEM;
     hd_ent ev = { .sl = hdx_insert(s, hv), .seg = f->seg, .off = f->off, .vlen = f->vlen,
-                  .rawlen = f->rawlen, .hlen = (uint8_t)f->hlen, .klen = (uint8_t)f->klen,
+                  .rawlen = f->rawlen, .hlen = (uint8_t)f->hlen, .klen = (uint16_t)f->klen,
                   .marks = (uint8_t)((f->flagged ? HD_FLAGGED : 0) | (f->zcomp ? HD_ZCOMP : 0)) };
     hdx_set(ev.sl, f->seg, f->off, hd_rec_size(f->hlen, f->klen, f->vlen), ev.marks);
     hd_ent_ref_bytes(db, s, &ev);

@@ -58,20 +58,27 @@
 #define HD_SEG_SLOTS    SL_SEG_SLOTS    /* live segment ids must span fewer */
 #define HD_SEG_HDR      SL_SEG_HDR      /* bytes of a segment file header */
 #define HD_REC_HDR_V1   40              /* bytes of a version 1 record header */
-#define HD_REC_HDR_MAX  54              /* of a version 2 or 3 header: 8 + five varints,
+#define HD_REC_HDR_MAX  56              /* of a version 2 or 3 header: 8 + five varints,
                                            and for a compressed PUT a codec byte
                                            and a varint (48 without them); a
-                                           version 4 header is at most 53 */
+                                           version 4 header is at most 53, a
+                                           version 5 one 55 (a long key's
+                                           length: HD_V5_KLONG) */
 #define HD_REC_MAGIC_V1 0x684b          /* "Kh" little-endian, bytes 4..5 */
 #define HD_REC_MAGIC    0x724b          /* "Kr": a version 2 record */
 #define HD_SEG_MAGIC    "KURAHSEG"
 #define HD_CKPT_MAGIC   "KURAHCKP"
 #define HD_CKPT_END     "KURAHEND"
-#define HD_VERSION      4               /* of new segments (records); 1 to 3 are
+#define HD_VERSION      5               /* of new segments (records); 1 to 4 are
                                            read.  3 may hold HD_REC_ZPUT, 4 has
-                                           the short header (HD_V4_*): an older
-                                           kurad refuses either (formats.md) */
-#define HD_VERSIONS     (1u << 1 | 1u << 2 | 1u << 3 | 1u << 4)   /* read */
+                                           the short header (HD_V4_*), 5 keys
+                                           longer than 255 bytes (HD_V5_KLONG):
+                                           an older kurad refuses each (formats.md) */
+#define HD_VERSIONS     (1u << 1 | 1u << 2 | 1u << 3 | 1u << 4 | 1u << 5)   /* read */
+/* Version 5: a PUT, ZPUT or DEL whose klen byte (byte 5) is this holds its
+ * key's length as a varint right after it (a key of 0 or more than 255
+ * bytes; a STATE record's klen byte is 0 and means no key). */
+#define HD_V5_KLONG     0
 
 /* A version 4 header's descriptor, its byte 4: which optional fields
  * follow (hashdb_rec.c, docs/formats.md). */
@@ -102,7 +109,7 @@ typedef struct hd_rec {
                                    13 to 54 in versions 2 and 3, 8 to 53
                                    in version 4 */
     uint8_t type;
-    uint8_t klen;
+    uint16_t klen;              /* up to KURA_KEY_MAX */
     uint8_t codec;              /* HD_REC_ZPUT: its kura_codec (else 0) */
     uint32_t vlen;              /* of the value as stored: the record's extent */
     uint32_t rawlen;            /* HD_REC_ZPUT: the value's own length (else vlen) */
@@ -148,14 +155,15 @@ typedef struct hd_ent {
     uint32_t vlen;              /* of the value as stored (the record's extent) */
     uint32_t rawlen;            /* the value's own length (compressed: its raw one) */
     uint32_t flags;
-    uint8_t hlen, klen;
+    uint8_t hlen;
+    uint16_t klen;
     uint8_t dead;               /* 1: a tombstone seen in replay (recovery only) */
     uint8_t marks;              /* HD_FETCHED | HD_FLAGGED | HD_ZCOMP */
     const char *key;            /* the key: the caller's, or kbuf */
     int unreadable;             /* hdx_find found no entry, but passed over a
                                    slot of the key's tag whose record could
                                    not be read: the status of that read */
-    char kbuf[256];
+    char kbuf[KURA_KEY_MAX + 1];
 } hd_ent;
 
 /* Marks, in a slot's tag.  HD_FLAGGED and HD_ZCOMP change under the

@@ -3,7 +3,7 @@
  * log (src/log/, include/kura/seglog.h) calls back for.
  *
  * The log appends opaque records and knows nothing of this format; the
- * format (docs/formats.md: versions 1 to 3 read, version 4 written) stays
+ * format (docs/formats.md: versions 1 to 4 read, version 5 written) stays
  * byte-identical to what it was when the log lived inside the hash file,
  * which is why the framing is a callback and not the log's own:
  *   - hd_append builds the record's body (key, value) as an iovec and lets
@@ -22,7 +22,8 @@
 #include "hashdb_int.h"
 
 /* Version 4 (docs/formats.md has it byte by byte): crc, a descriptor
- * byte, klen, then varints vlen, [flags], [exptime (zigzag)], seq, [cas -
+ * byte, klen (version 5: 0 and a varint of it for a key of 0 or more than
+ * 255 bytes), then varints vlen, [flags], [exptime (zigzag)], seq, [cas -
  * seq (zigzag)], and for a compressed PUT the codec and the raw length.
  * The descriptor says which of the optional fields are there: flags and
  * exptime are 0 in most items and then cost nothing, and the cas, handed
@@ -43,8 +44,13 @@ size_t hd_rec_encode(unsigned char *h, const hd_rec *r)
         d |= dcas ? HD_V4_CAS_DELTA : HD_V4_CAS_SEQ;
     put32(h, 0);
     h[4] = (unsigned char)d;
-    h[5] = r->klen;
     unsigned char *p = h + 6;
+    if (r->type != HD_REC_STATE && (r->klen == 0 || r->klen > 255)) {
+        h[5] = HD_V5_KLONG;
+        p = put_varint(p, r->klen);
+    } else {
+        h[5] = (unsigned char)r->klen;
+    }
     p = put_varint(p, r->vlen);
     if (r->flags)
         p = put_varint(p, r->flags);
@@ -136,7 +142,14 @@ static int decode_v4(const unsigned char *h, size_t avail, uint32_t version, hd_
         return -1;
     r->type = (uint8_t)((d & HD_V4_TYPE) + 1);
     r->klen = h[5];
-    if (!(p = get_varint(h + 6, end, &vlen)) || vlen > UINT32_MAX)
+    p = h + 6;
+    if (version >= 5 && r->type != HD_REC_STATE && h[5] == HD_V5_KLONG) {
+        uint64_t kl;
+        if (!(p = get_varint(p, end, &kl)) || kl > KURA_KEY_MAX || (kl && kl < 256))
+            return -1;                  /* only what hd_rec_encode writes */
+        r->klen = (uint16_t)kl;
+    }
+    if (!(p = get_varint(p, end, &vlen)) || vlen > UINT32_MAX)
         return -1;
     if ((d & HD_V4_FLAGS) && (!(p = get_varint(p, end, &flags)) || !flags || flags > UINT32_MAX))
         return -1;
@@ -173,8 +186,8 @@ int hd_rec_decode(const unsigned char *h, size_t avail, uint32_t version, hd_rec
         return -1;
     switch (r->type) {
     case HD_REC_PUT:
-    case HD_REC_ZPUT: return r->klen ? 0 : -1;
-    case HD_REC_DEL: return r->klen && r->vlen == 0 ? 0 : -1;
+    case HD_REC_ZPUT: return r->klen || version >= 5 ? 0 : -1;   /* 5: the empty key */
+    case HD_REC_DEL: return (r->klen || version >= 5) && r->vlen == 0 ? 0 : -1;
     case HD_REC_STATE: return r->klen == 0 && (r->vlen == 24 || r->vlen == 32) ? 0 : -1;
     }
     return -1;
@@ -213,7 +226,7 @@ int hd_append(hashdb *db, int type, const char *key, size_t klen,
     struct iovec iov[4];
     int n = 0;
     hd_frame f = { .db = db, .body_crc = body_crc, .seq = seq,
-                   .r = { .type = (uint8_t)type, .klen = (uint8_t)klen,
+                   .r = { .type = (uint8_t)type, .klen = (uint16_t)klen,
                           .vlen = (uint32_t)(l0 + l1), .rawlen = (uint32_t)(l0 + l1),
                           .flags = flags, .exptime = exptime, .cas = cas } };
     if (z && z->codec) {

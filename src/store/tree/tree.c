@@ -106,7 +106,8 @@ void do_ckpt_flag(btree *bt, bool *flag, bool on)
 
 static bool inline_value(btree *bt, size_t klen, size_t vlen)
 {
-    return BT_LEAF_HDR_MAX + klen + vlen <= bt->cell_max;
+    size_t max = bt->cell_max < BT_INLINE_MAX ? bt->cell_max : BT_INLINE_MAX;
+    return BT_LEAF_HDR_MAX + klen + vlen <= max;
 }
 
 int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_t flags,
@@ -123,6 +124,8 @@ int do_apply_put(btree *bt, bt_path *path, const char *key, size_t klen, uint32_
     }
     /* the cell first: v0 may point into the leaf about to change */
     unsigned char cell[BT_CELL_MAX];
+    if ((klen > 255 || klen == 0) && bt->version < BT_VERSION_LONGKEYS)
+        bt->version = BT_VERSION_LONGKEYS;      /* older kurads refuse the file from now on */
     size_t len = pg_leaf_encode(cell, key, klen, flags, exptime, cas, (uint32_t)vlen, v0,
                                 ovf ? 0 : l0, v1, ovf ? 0 : l1, ovf);
     do_touch_path(bt, path);
@@ -620,7 +623,7 @@ static int bt_iterate_op(kura_store *s, const kura_iter_spec *spec, const kura_c
             return KURA_EINVAL;
         break;
     case KURA_ITER_FROM:
-        if (spec->from && (spec->flen < 1 || spec->flen > KURA_KEY_MAX))
+        if (spec->from && spec->flen > KURA_KEY_MAX)
             return KURA_EINVAL;
         from = spec->from;
         flen = spec->flen;
@@ -638,7 +641,7 @@ typedef struct sweep_arg {
     const kura_clock *clk;
     size_t left;
     char keys[64][KURA_KEY_MAX];
-    uint8_t klen[64];
+    uint16_t klen[64];
     int n;
     bool end;
 } sweep_arg;
@@ -674,7 +677,7 @@ static long bt_sweep_op(kura_store *s, const kura_clock *clk, size_t budget)
             pg_leaf_decode(pg_ccell(leaf->data, i), &c);
             if (kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE) {
                 memcpy(sa->keys[sa->n], c.key, c.klen);
-                sa->klen[sa->n++] = (uint8_t)c.klen;
+                sa->klen[sa->n++] = (uint16_t)c.klen;
             }
             memcpy(bt->sweep_key, c.key, c.klen);
             bt->sweep_klen = c.klen;
@@ -1103,7 +1106,8 @@ static int open_tree_file(btree *bt, const char *path, const open_params *p, boo
         return rc;
     sl_config lc = { .dir = bt->dir, .dirfd = bt->dirfd, .io = bt->io,
                      .version = BT_WAL_VERSION,
-                     .versions = (1u << BT_WAL_VERSION) | (1u << BT_WAL_VERSION_MIN),
+                     .versions = (1u << BT_WAL_VERSION) | (1u << BT_WAL_VERSION_RUNS) |
+                                 (1u << BT_WAL_VERSION_MIN),
                      .segsiz = p->segsiz, .msiz = 0, .wbehind = p->wbehind,
                      .mapwrite = p->mapwrite != 0, .read_only = cfg->read_only,
                      .check = bt_wal_check, .log = bt_log_line, .log_arg = bt,
@@ -1136,6 +1140,7 @@ static int alloc_page_buffers(btree *bt, const open_params *p, char *err, size_t
     bt->cell_max = (bt->psiz - BT_HDR) / 3 - 2;
     if (bt->cell_max > BT_CELL_MAX)
         bt->cell_max = BT_CELL_MAX;
+    bt->base.key_max = bt_key_max(bt->psiz);
     bt->ccap = 2 * (bt->psiz / 8) + 4;
     /* a compressed page must free at least one of the file system's
      * blocks (tree_pzcomp.c); a size that is no power of two is taken as

@@ -420,16 +420,16 @@ static int ckpt_write_pages(btree *bt, ckpt_work *w, bt_meta *mt)
                         &written);
     /* the meta page written after compressed pages names them: from it on,
      * an older kurad must refuse the file */
-    if (zipped)
-        mt->version = BT_VERSION;
+    if (zipped && mt->version < BT_VERSION_ZPAGES)
+        mt->version = BT_VERSION_ZPAGES;
     /* the pages are done with: unpinned for the syncs (evictable, as clean
      * pages in the file), or, if not written, dirty again in this
      * checkpoint (their numbers are in no durable meta page); those changed
      * or freed meanwhile were left to this checkpoint, and go now */
     bt_wrlock(bt);
     do_ckpt_pages_done(bt, w->pages, w->nd, written);
-    if (zipped)
-        bt->version = BT_VERSION;       /* the file holds compressed pages */
+    if (zipped && bt->version < BT_VERSION_ZPAGES)
+        bt->version = BT_VERSION_ZPAGES;        /* the file holds compressed pages */
     do_ckpt_flag(bt, &bt->ckpt_writing, false);
     bt_unlock(bt);
     return rc;
@@ -612,7 +612,7 @@ int bt_meta_read(btree *bt, char *err, size_t errlen)
                bt->dir, mt->psiz, bt->psiz);
     bt->psiz = mt->psiz;
     /* a version 1 file is written as 2 (overflow runs may be compressed
-     * from now on); 3 stays 3: compressed pages may remain */
+     * from now on); 3 stays 3 (compressed pages may remain), 4 stays 4 */
     bt->version = mt->version < BT_VERSION_RUNS ? BT_VERSION_RUNS : mt->version;
     bt->meta_slot = s;
     bt->txn = mt->txn + 1;

@@ -68,7 +68,7 @@ static void rebalance(btree *bt, bt_path *path, int lvl)
             bt->cptr[cnt] = pg_ccell(bt->scr[0], j);
             bt->clen[cnt] = (uint16_t)pg_cell_len(type, bt->cptr[cnt]);
         }
-        unsigned char sepc[BT_BRANCH_FIXED + 256];
+        unsigned char sepc[BT_BRANCH_FIXED + KURA_KEY_MAX];
         if (branch) {
             const char *k;
             size_t kl;
@@ -97,13 +97,13 @@ static void rebalance(btree *bt, bt_path *path, int lvl)
             continue;
         }
         unsigned m = bt_split_point(bt->clen, cnt, room, branch);
-        unsigned char sep[BT_BRANCH_FIXED + 256];
+        unsigned char sep[BT_BRANCH_FIXED + KURA_KEY_MAX];
         const char *k;
         size_t kl;
         pg_cell_key(bt->cptr[m], type, &k, &kl);
         size_t slen = pg_branch_encode(sep, k, kl, R->pgno);
         unsigned rfrom = branch ? m + 1 : m;
-        uint64_t rlink = branch ? bt_get64(bt->cptr[m] + 1) : 0;
+        uint64_t rlink = branch ? pg_cell_child(bt->cptr[m]) : 0;
         pg_build(R->data, bt->psiz, rlink, bt->cptr + rfrom, bt->clen + rfrom, cnt - rfrom);
         pg_build(L->data, bt->psiz, pg_link(bt->scr[0]), bt->cptr, bt->clen, m);
         do_page_unpin(bt, sib);

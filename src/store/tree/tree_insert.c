@@ -103,7 +103,7 @@ static bool share_insert(btree *bt, bt_path *path, int lvl, unsigned i,
         pg_set_child(parent->data, sib_i, do_page_touch(bt, &sib));
         L = side == 0 ? sib : p;        /* (sib may be a copy now) */
         R = side == 0 ? p : sib;
-        unsigned char sep[BT_BRANCH_FIXED + 256];
+        unsigned char sep[BT_BRANCH_FIXED + KURA_KEY_MAX];
         const char *k;
         size_t kl;
         pg_cell_key(bt->cptr[m], BT_LEAF, &k, &kl);
@@ -176,11 +176,11 @@ static void split_insert(btree *bt, bt_path *path, int lvl, unsigned i,
         m = bt_split_point(bt->clen, cnt, room, branch);
 
     /* the separator, copied out before the parent's split reuses scr[0] */
-    unsigned char sep[BT_BRANCH_FIXED + 256];
+    unsigned char sep[BT_BRANCH_FIXED + KURA_KEY_MAX];
     const char *skey;
     size_t sklen;
     pg_cell_key(bt->cptr[m], type, &skey, &sklen);
-    uint64_t rlink = branch ? bt_get64(bt->cptr[m] + 1) : 0;
+    uint64_t rlink = branch ? pg_cell_child(bt->cptr[m]) : 0;
     unsigned rfrom = branch ? m + 1 : m;
 
     bt_page *q = do_page_new(bt, type);

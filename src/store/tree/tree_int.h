@@ -69,18 +69,26 @@
 #define BT_HDR          40              /* bytes of a page header */
 #define BT_META_MAGIC   "KURATREE"
 #define BT_WAL_MAGIC    "KURATWAL"
-#define BT_VERSION      3               /* of the tree file: 2 added compressed
+#define BT_VERSION      4               /* of the tree file: 2 added compressed
                                            overflow runs (leaf cells of kind 2),
-                                           3 compressed leaf and branch pages;
+                                           3 compressed leaf and branch pages,
+                                           4 keys over 255 bytes (a cell's klen
+                                           goes on in spare bits: tree_page.c);
                                            version 1 files open and are written
-                                           as 2 from their next checkpoint, and
-                                           as 3 once a page is compressed */
+                                           as 2 from their next checkpoint, as
+                                           3 once a page is compressed, as 4
+                                           once a key over 255 bytes is stored */
 #define BT_VERSION_RUNS 2
+#define BT_VERSION_ZPAGES 3
+#define BT_VERSION_LONGKEYS 4
 #define BT_VERSION_MIN  1
-#define BT_WAL_VERSION  2               /* of the log's records: 2 added RUN
+#define BT_WAL_VERSION  3               /* of the log's records: 2 added RUN
                                            records (a large value named by
-                                           its run, not carried); segments
-                                           of version 1 are read */
+                                           its run, not carried), 3 keys over
+                                           255 bytes (the type byte's top 5
+                                           bits hold klen's bits 8..12);
+                                           segments of versions 1 and 2 are read */
+#define BT_WAL_VERSION_RUNS 2
 #define BT_WAL_VERSION_MIN 1
 #define BT_RUN_DESC     24              /* a RUN record's body after the key */
 #define BT_MAX_DEPTH    40
@@ -89,7 +97,12 @@
 #define BT_LEAF_MIN     7               /* leaf cell head: klen, hlen, kind, four varints */
 #define BT_LEAF_HDR_MAX 33              /* ... at most (3 + 5 + 5 + 10 + 10) */
 #define BT_BRANCH_FIXED 9               /* branch cell bytes before the key */
-#define BT_CELL_MAX     (BT_LEAF_HDR_MAX + 250 + 2048)  /* a cell buffer's size */
+#define BT_INLINE_MAX   (BT_LEAF_HDR_MAX + 250 + 2048)  /* the largest cell holding
+                                                           its value inline */
+#define BT_CELL_MAX     (BT_LEAF_HDR_MAX + KURA_KEY_MAX + 2048) /* a cell buffer's size */
+#define BT_OVF_REF_MAX  13              /* a leaf cell's bytes naming an overflow run */
+#define BT_CHILD_MASK   0x00ffffffffffffffull   /* a branch cell's child: the top
+                                                   byte holds klen's bits 8..15 */
 
 enum bt_type { BT_META = 1, BT_BRANCH = 2, BT_LEAF = 3, BT_OVERFLOW = 4, BT_FREELIST = 5 };
 enum bt_rec_type { BT_REC_PUT = 1, BT_REC_DEL = 2, BT_REC_STATE = 3, BT_REC_RUN = 4 };
@@ -198,7 +211,7 @@ typedef struct bt_vent {
 /* A decoded log record. */
 typedef struct bt_rec {
     uint8_t type;
-    uint8_t klen;
+    uint16_t klen;
     uint32_t vlen;
     uint32_t flags;
     int64_t exptime;
@@ -215,7 +228,8 @@ typedef struct btree {
     int dirfd, lockfd, fd;
     size_t psiz;
     bool psiz_given;            /* psiz= named (a file keeps its own) */
-    size_t cell_max;            /* largest leaf cell kept inline */
+    size_t cell_max;            /* largest leaf cell (a third of a page's room):
+                                   inline values up to BT_INLINE_MAX */
     size_t blksize;             /* the file system's block (st_blksize): a
                                    compressed page must free at least one */
     uint32_t version;           /* the format version the next meta page says */
@@ -332,7 +346,7 @@ typedef struct btree {
     uint16_t *clen;
     size_t ccap;
     unsigned char *pz_out;      /* a page compressed (bt_pz_out_size) */
-    unsigned char sweep_key[256];
+    unsigned char sweep_key[KURA_KEY_MAX];
     size_t sweep_klen;
 
     /* parameters */
@@ -461,6 +475,21 @@ static inline int bt_keycmp(const char *a, size_t al, const char *b, size_t bl)
 /* lower bound of key in the page's cells; *found if equal */
 unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *found);
 uint64_t pg_child(const unsigned char *d, unsigned i);     /* branch: child i (0..n) */
+/* The longest key a tree of pages of psiz bytes holds: its leaf cell,
+ * naming its value's overflow run, within cell_max (a third of a page), so
+ * that a split always finds room; KURA_KEY_MAX at most (4096: 1304 bytes,
+ * 8192: 2669, 16384 and more: KURA_KEY_MAX). */
+static inline size_t bt_key_max(size_t psiz)
+{
+    size_t k = (psiz - BT_HDR) / 3 - 2 - BT_LEAF_HDR_MAX - BT_OVF_REF_MAX;
+    return k < KURA_KEY_MAX ? k : KURA_KEY_MAX;
+}
+
+/* A branch cell's child (its top byte is the key length's: BT_CHILD_MASK). */
+static inline uint64_t pg_cell_child(const unsigned char *c)
+{
+    return bt_get64(c + 1) & BT_CHILD_MASK;
+}
 void pg_set_child(unsigned char *d, unsigned i, uint64_t pgno);
 bool pg_insert(unsigned char *d, size_t psiz, unsigned i, const void *cell, size_t len,
                unsigned char *scratch);

@@ -12,16 +12,19 @@
  * page may be stored compressed (tree_pzcomp.c): it is decompressed on
  * its way into the cache, so everything here sees the plain page.
  *
- * A leaf cell is klen(1) hlen(1) kind(1: 0 inline, 1 overflow, 2 compressed
- * overflow), then four unsigned LEB128 varints: vlen, flags, exptime
+ * A leaf cell is klen(1) hlen(1) kind(1: bits 0..1 0 inline, 1 overflow, 2
+ * compressed overflow; bits 2..7 the key length's bits 8..13), then four unsigned LEB128 varints: vlen, flags, exptime
  * (zigzag), cas; then the key (at hlen) and the value, or the first page of
  * its overflow run (8), or (kind 2) that page, the run's stored bytes (4)
  * and its codec (1): the cell says how long the run is, so freeing or
  * checking it needs no read.  An
  * item of an 8-byte key and value takes 24 bytes instead of the 42 of fixed
  * fields: 70% more cells to a page, a smaller tree, more of it cached.  A
- * branch cell is klen(1) child(8) key: the child holds keys >= key; the
- * header's link is the child left of the first key.
+ * branch cell is klen(1) child(8) key: the child holds keys >= key (its
+ * top byte, unused by page numbers, holds the key length's bits 8..15);
+ * the header's link is the child left of the first key.  A key over 255
+ * bytes (version 4) uses those spare bits; a shorter one leaves them 0, so
+ * such cells are as older versions wrote them.
  *
  * Bytes read from the file are hostile: pg_verify checks the checksum, the
  * type, the page's own number and that every slot and cell lies inside the
@@ -63,11 +66,23 @@ static uint64_t leaf_vlen(const unsigned char *c)
     return v;
 }
 
-size_t pg_cell_len(int type, const unsigned char *c)
+/* A cell's key length, and a leaf cell's kind (0 inline, 1 or 2 a run). */
+static size_t cell_klen(int type, const unsigned char *c)
 {
     if (type == BT_BRANCH)
-        return BT_BRANCH_FIXED + c[0];
-    return (size_t)c[1] + c[0] + (c[2] == 2 ? 13 : c[2] ? 8 : leaf_vlen(c));
+        return (size_t)c[0] | (size_t)c[8] << 8;
+    return (size_t)c[0] | (size_t)(c[2] >> 2) << 8;
+}
+
+static unsigned leaf_kind(const unsigned char *c) { return c[2] & 3u; }
+
+size_t pg_cell_len(int type, const unsigned char *c)
+{
+    size_t kl = cell_klen(type, c);
+    if (type == BT_BRANCH)
+        return BT_BRANCH_FIXED + kl;
+    unsigned k = leaf_kind(c);
+    return (size_t)c[1] + kl + (k == 2 ? 13 : k ? 8 : leaf_vlen(c));
 }
 
 size_t pg_used(const unsigned char *d, size_t psiz)
@@ -83,7 +98,7 @@ size_t pg_free(const unsigned char *d, size_t psiz)
 
 void pg_cell_key(const unsigned char *c, int type, const char **key, size_t *klen)
 {
-    *klen = c[0];
+    *klen = cell_klen(type, c);
     *key = (const char *)c + (type == BT_BRANCH ? BT_BRANCH_FIXED : c[1]);
 }
 
@@ -142,15 +157,17 @@ unsigned pg_search(const unsigned char *d, const char *key, size_t klen, bool *f
 
 uint64_t pg_child(const unsigned char *d, unsigned i)
 {
-    return i == 0 ? pg_link(d) : bt_get64(pg_ccell(d, i - 1) + 1);
+    return i == 0 ? pg_link(d) : pg_cell_child(pg_ccell(d, i - 1));
 }
 
 void pg_set_child(unsigned char *d, unsigned i, uint64_t pgno)
 {
     if (i == 0)
         pg_set_link(d, pgno);
-    else
-        bt_put64(pg_cell(d, i - 1) + 1, pgno);
+    else {
+        unsigned char *c = pg_cell(d, i - 1);
+        bt_put64(c + 1, pgno | (uint64_t)c[8] << 56);  /* the key length's high byte stays */
+    }
 }
 
 void pg_build(unsigned char *d, size_t psiz, uint64_t link, const unsigned char *const *cells,
@@ -245,8 +262,9 @@ void pg_leaf_decode(const unsigned char *c, bt_cell *out)
 {
     uint64_t f[4] = { 0, 0, 0, 0 };
     (void)leaf_fields(c, c[1], f);      /* pg_verify checked them */
-    out->klen = c[0];
-    out->ovf = c[2] != 0;
+    unsigned kind = leaf_kind(c);
+    out->klen = cell_klen(BT_LEAF, c);
+    out->ovf = kind != 0;
     out->vlen = (uint32_t)f[0];
     out->flags = (uint32_t)f[1];
     out->exptime = unzigzag(f[2]);
@@ -254,8 +272,8 @@ void pg_leaf_decode(const unsigned char *c, bt_cell *out)
     out->key = (const char *)c + c[1];
     out->val = c + c[1] + out->klen;
     out->ovf_pgno = out->ovf ? bt_get64(out->val) : 0;
-    out->ovf_bytes = c[2] == 2 ? bt_get32(out->val + 8) : out->vlen;
-    out->ovf_codec = c[2] == 2 ? out->val[12] : 0;
+    out->ovf_bytes = kind == 2 ? bt_get32(out->val + 8) : out->vlen;
+    out->ovf_codec = kind == 2 ? out->val[12] : 0;
 }
 
 size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t flags,
@@ -264,7 +282,7 @@ size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t f
 {
     size_t h = 3;
     c[0] = (unsigned char)klen;
-    c[2] = !ovf ? 0 : ovf->codec ? 2 : 1;
+    c[2] = (unsigned char)((!ovf ? 0 : ovf->codec ? 2 : 1) | (klen >> 8) << 2);
     h += put_var(c + h, vlen);
     h += put_var(c + h, flags);
     h += put_var(c + h, zigzag(exptime));
@@ -290,7 +308,7 @@ size_t pg_leaf_encode(unsigned char *c, const char *key, size_t klen, uint32_t f
 size_t pg_branch_encode(unsigned char *c, const char *key, size_t klen, uint64_t child)
 {
     c[0] = (unsigned char)klen;
-    bt_put64(c + 1, child);
+    bt_put64(c + 1, (child & BT_CHILD_MASK) | (uint64_t)(klen >> 8) << 56);
     memcpy(c + BT_BRANCH_FIXED, key, klen);
     return BT_BRANCH_FIXED + klen;
 }
@@ -323,11 +341,12 @@ int pg_verify_shape(const unsigned char *d, size_t psiz, uint64_t pgno, int type
         if (off < upper || off + fixed > psiz)
             return KURA_ECORRUPT;
         const unsigned char *c = d + off;
-        if (c[0] < 1)
+        size_t kl = cell_klen(t, c);
+        if (kl > KURA_KEY_MAX)          /* 0: the empty key (version 4) */
             return KURA_ECORRUPT;
         if (t == BT_LEAF) {
             uint64_t f[4];
-            if (c[2] > 2 || c[1] < BT_LEAF_MIN || c[1] > BT_LEAF_HDR_MAX ||
+            if (leaf_kind(c) > 2 || c[1] < BT_LEAF_MIN || c[1] > BT_LEAF_HDR_MAX ||
                 off + c[1] > psiz || leaf_fields(c, c[1], f) != c[1] ||
                 f[0] > UINT32_MAX || f[1] > UINT32_MAX)
                 return KURA_ECORRUPT;
@@ -335,8 +354,8 @@ int pg_verify_shape(const unsigned char *d, size_t psiz, uint64_t pgno, int type
         size_t len = pg_cell_len(t, c);
         if (off + len > psiz)
             return KURA_ECORRUPT;
-        if (t == BT_LEAF && c[2] == 2) {
-            const unsigned char *v = c + c[1] + c[0];
+        if (t == BT_LEAF && leaf_kind(c) == 2) {
+            const unsigned char *v = c + c[1] + kl;
             if (v[12] < 1 || v[12] >= KURA_CODEC_COUNT || bt_get32(v + 8) == 0)
                 return KURA_ECORRUPT;   /* an unknown codec or an empty run */
         }

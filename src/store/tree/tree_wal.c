@@ -76,7 +76,7 @@ static int wal_append(btree *bt, int type, const char *key, size_t klen, const v
     size_t body = klen + l0 + l1;
     bool whole = BT_REC_HDR + body <= WAL_WHOLE;
     bt_put16(head + 4, BT_REC_MAGIC);
-    head[6] = (unsigned char)type;
+    head[6] = (unsigned char)(type | (klen >> 8) << 3);     /* version 3 */
     head[7] = (unsigned char)klen;
     bt_put32(head + 8, vlen);
     bt_put32(head + 12, flags);
@@ -151,7 +151,7 @@ int do_wal_put(btree *bt, const char *key, size_t klen, const void *v0, size_t l
      * rolls to a segment of this version */
     if (run && !bt->wal_runs) {
         sl_seg *a = sl_seg_get(&bt->log, sl_active_id(&bt->log));
-        bt->wal_runs = a && a->version == BT_WAL_VERSION;
+        bt->wal_runs = a && a->version >= BT_WAL_VERSION_RUNS;
     }
     if (run && bt->wal_runs && !KURA_TEST_SWITCH(tree_log_values))
         return do_wal_append_run(bt, key, klen, (uint32_t)(l0 + l1), flags, exptime, cas, run,
@@ -193,17 +193,23 @@ static long long rec_decode(const unsigned char *p, size_t avail, uint32_t versi
         return SL_NOT_REC;
     r->type = p[6];
     r->klen = p[7];
+    if (version >= 3) {                 /* the type byte's top 5 bits: klen's 8..12 */
+        r->type = p[6] & 7;
+        r->klen = (uint16_t)(p[7] | (p[6] >> 3) << 8);
+        if (r->klen > KURA_KEY_MAX)
+            return SL_NOT_REC;
+    }
     r->vlen = bt_get32(p + 8);
     r->flags = bt_get32(p + 12);
     r->exptime = (int64_t)bt_get64(p + 16);
     r->cas = bt_get64(p + 24);
     switch (r->type) {
     case BT_REC_PUT:
-        if (r->klen < 1 || r->vlen > UINT32_MAX - 1024)
-            return SL_NOT_REC;
+        if ((r->klen < 1 && version < 3) || r->vlen > UINT32_MAX - 1024)
+            return SL_NOT_REC;          /* version 3: the empty key */
         break;
     case BT_REC_DEL:
-        if (r->klen < 1 || r->vlen)
+        if ((r->klen < 1 && version < 3) || r->vlen)
             return SL_NOT_REC;
         break;
     case BT_REC_STATE:
@@ -211,7 +217,8 @@ static long long rec_decode(const unsigned char *p, size_t avail, uint32_t versi
             return SL_NOT_REC;
         break;
     case BT_REC_RUN:
-        if (version < 2 || r->klen < 1 || r->vlen > UINT32_MAX - 1024)
+        if (version < BT_WAL_VERSION_RUNS || (r->klen < 1 && version < 3) ||
+            r->vlen > UINT32_MAX - 1024)
             return SL_NOT_REC;
         break;
     default:
