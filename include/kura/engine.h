@@ -323,5 +323,9 @@ void engine_observe_cas(kura_engine *e, uint64_t cas);
 int engine_set_dual(kura_engine *e, uint32_t sid);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
+/* Local changes refused with KURA_EREPLICA while f is closed too (a
+ * failover leader past its lease, kura/fence.h); NULL: none.  Set before
+ * the workers start; f outlives the engine's use. */
+void engine_set_fence(kura_engine *e, const kura_fence *f);
 
 #endif

@@ -235,9 +235,18 @@ static void gate_out(kura_engine *e)
         pthread_rwlock_unlock(&e->gate);
 }
 
+void engine_set_fence(kura_engine *e, const kura_fence *f)
+{
+    e->fence = f;
+}
+
+/* A client's change: refused on a replica, and on a master whose write
+ * fence is closed (fence.h: one load and a clock read, only with one). */
 static int local_change(kura_engine *e)
 {
-    return atomic_load_explicit(&e->replica, memory_order_relaxed) ? KURA_EREPLICA : KURA_OK;
+    if (atomic_load_explicit(&e->replica, memory_order_relaxed))
+        return KURA_EREPLICA;
+    return kura_fence_open(e->fence) ? KURA_OK : KURA_EREPLICA;
 }
 
 int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg)

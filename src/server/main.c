@@ -201,7 +201,8 @@ static void wake_workers(void *arg)
 /* -sync always or -syncrepl: replies wait for durability (journal.h). */
 static int start_committer(kura_server *srv)
 {
-    committer_config cc = { .wake = wake_workers, .wake_arg = srv, .log = store_log };
+    committer_config cc = { .wake = wake_workers, .wake_arg = srv, .log = store_log,
+                            .fence = srv->settings->ha_etcd ? &srv->fence : NULL };
     if ((srv->settings->sync_mode != KURA_SYNC_ALWAYS && !srv->settings->syncrepl) ||
         !engine_commit_source(srv->engine, &cc.source))
         return 0;                       /* nothing to wait for */
@@ -435,6 +436,7 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
     int rc;
     notify_stopping();
     daemon_stop_watchdog(STOP_TIMEOUT);
+    ha_adapter_stop(srv);
     listener_close(srv);
     metrics_stop();
     kura_watch_stop();
@@ -475,6 +477,7 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
 static int undo_start(kura_server *srv, struct event **sigevs, struct event *tick,
                       bool listening, bool workers)
 {
+    ha_adapter_stop(srv);
     committer_stop(srv->committer);
     metrics_stop();
     kura_watch_stop();
@@ -552,6 +555,8 @@ int main(int argc, char **argv)
         goto fail;
     if (start_repl(&srv) < 0)
         goto fail;
+    if (settings.ha_etcd)               /* no write until etcd names this server leader */
+        engine_set_fence(srv.engine, &srv.fence);
     init_info(&srv);
     if (!srv.info.thread_stats || register_commands(&srv) < 0)
         goto fail;
@@ -566,7 +571,7 @@ int main(int argc, char **argv)
         log_msg(KURA_LOG_ERROR, "cannot start the commit thread");
         goto fail;
     }
-    if (snapd_start(&srv) < 0)
+    if (snapd_start(&srv) < 0 || ha_adapter_start(&srv) < 0)
         goto fail;
     if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;

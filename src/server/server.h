@@ -57,6 +57,15 @@ typedef struct kura_settings {
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
     int repl_max;               /* -repl-max: replication streams at once */
     bool divergence_refuse;     /* -repl-divergence refuse (else copy) */
+    /* automatic failover on etcd (src/ha/, docs/replication.md) */
+    const char *ha_etcd;        /* -ha-etcd URL[,URL...]; NULL: no failover */
+    const char *ha_cluster;     /* -ha-cluster NAME (default "kura") */
+    const char *ha_name;        /* -ha-name NAME (default: the address, HOST:PORT) */
+    int ha_ttl;                 /* -ha-ttl SECONDS: the leader's lease */
+    int ha_max_lag;             /* -ha-max-lag MS: /replica's bound */
+    const char *ha_auth_file;   /* -ha-etcd-auth FILE: etcd's user:password */
+    kura_auth *ha_auth;         /* its entries (options_parse) */
+    const char *ha_ca;          /* -ha-etcd-ca FILE: https:// etcd's CAs */
     /* snapshots (docs/operations.md) */
     const char *bgs_dir;        /* -bgs; NULL = none */
     int bgsi;                   /* -bgsi: seconds between them; 0 = on demand only */
@@ -209,6 +218,18 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
 bool repladmin_command(struct kura_server *srv, kura_session *s, text_token *tok, int ntok,
                        kura_buf *out);
 
+/* ha_adapter.c: -ha-etcd's failover thread (src/ha/) on this server's
+ * roles; start: after the replication and the committer, before the
+ * listener accepts (0, or -1 logged); stop: first at a stop, so another
+ * leads at once. */
+int ha_adapter_start(struct kura_server *srv);
+void ha_adapter_stop(struct kura_server *srv);
+/* -metrics' GET /primary (primary) and /replica, as Patroni's: 200 on the
+ * writable leader (without -ha-etcd: a master), or on a replica connected
+ * to the leader within -ha-max-lag; else 503; why says which.  Any
+ * thread. */
+int ha_adapter_http(struct kura_server *srv, bool primary, char *why, size_t len);
+
 /* notify.c: systemd's sd_notify protocol, without libsystemd. */
 void notify_ready(const char *status);
 void notify_stopping(void);
@@ -235,6 +256,10 @@ struct kura_server {
     unsigned next_worker;
     bool stopping;
     _Atomic int exit_code;              /* the status of a clean stop (replctl's fatal: 2) */
+    /* automatic failover (-ha-etcd): the write fence the engine and the
+     * committer check, kept by the failover thread (ha_adapter.c) */
+    kura_fence fence;
+    struct ha_node *ha;                 /* NULL without -ha-etcd */
 };
 
 /* worker.c */
