@@ -19,7 +19,8 @@
  * Every switch is off (zero) unless a test sets it: a unit test directly;
  * kurad of a test build sets list_inline, vref_early_release and
  * conn_sndbuf from KURA_TEST_LIST_INLINE, KURA_TEST_VREF_EARLY and
- * KURA_TEST_SNDBUF in its environment (and kuractl of a test build reads
+ * KURA_TEST_SNDBUF in its environment (ha_no_fence from
+ * KURA_TEST_HA_NO_FENCE) (and kuractl of a test build reads
  * KURACTL_TEST_IMPORT_DROP_FIRST), so that an integration test can show
  * its check fails without the bound or the hold it guards, or meet partial
  * sends.  A switch is process-wide: it applies to every store the test has
@@ -190,6 +191,12 @@ typedef struct kura_testhooks {
      * then meets partial sends of every large reply, whatever the
      * kernel's tuning.  Read from KURA_TEST_SNDBUF by conn_new. */
     int conn_sndbuf;
+    /* Failover's leader keeps its write fence open for good while it
+     * leads (no deadline from its lease): a leader paused past its lease
+     * takes writes when it wakes, until its thread learns it leads no
+     * more, as before the fence.  The negative check of test_ha's Fence.
+     * Read from KURA_TEST_HA_NO_FENCE by ha_start. */
+    bool ha_no_fence;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

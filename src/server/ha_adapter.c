@@ -93,7 +93,9 @@ static void view_of(kura_server *srv, ha_role_view *out, bool with_pos)
         out->position = replica ? (v.position ? v.position : rts_file_position(srv->settings))
                                 : own_position(srv);
     out->term = 0;                      /* no term is kept yet */
-    out->lag_ms = v.lag_us < 0 ? -1 : v.lag_us / 1000;
+    /* a replica with no row yet has no lag to tell (repl_lag_us needs a
+     * position): connected, it is as far as an empty master */
+    out->lag_ms = v.lag_us >= 0 ? v.lag_us / 1000 : v.connected && !v.position ? 0 : -1;
 }
 
 static void view(void *ctx, ha_role_view *out)
