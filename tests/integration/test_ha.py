@@ -40,7 +40,7 @@ its own, and polls with deadlines throughout.
 Skipped as a missing dependency without etcd (etcd-server) or haproxy.
 """
 import os, random, re, shutil, signal, socket, statistics, subprocess, sys, tempfile
-import threading, time, unittest, urllib.request
+import atexit, threading, time, unittest, urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
@@ -67,6 +67,16 @@ def have_tools():
     return None
 
 
+_procs = []
+
+
+@atexit.register
+def _kill_left():
+    """Whatever a failed or interrupted test left running."""
+    for p in _procs:
+        p.kill9()
+
+
 class Proc:
     """A process started, stopped and started again with the same command
     line, its output appended to a file."""
@@ -74,6 +84,7 @@ class Proc:
     def __init__(self, argv, log, cwd, env=None):
         self.argv, self.log, self.cwd, self.env = argv, log, cwd, env
         self.p = None
+        _procs.append(self)
 
     def start(self):
         with open(self.log, "ab") as out:
@@ -91,6 +102,7 @@ class Proc:
 
     def kill9(self):
         if self.alive():
+            self.p.send_signal(signal.SIGCONT)
             self.p.kill()
         if self.p:
             self.p.wait()
@@ -151,6 +163,14 @@ class Cluster:
     """etcd, three kurad and HAProxy on the loopback."""
 
     def __init__(self, ttl, n=3, env=None, syncrepl=1, haproxy=True):
+        self.nodes, self.front, self.etcd = [], None, None
+        try:
+            self.start(ttl, n, env, syncrepl, haproxy)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, ttl, n, env, syncrepl, haproxy):
         self.tmp = tempfile.mkdtemp(prefix="kuratest-ha-")
         self.ttl = ttl
         self.cluster = "t%d" % os.getpid()
@@ -167,7 +187,6 @@ class Cluster:
         self.etcd.start()
         self.wait_etcd()
         user = ["-u", "root"] if os.geteuid() == 0 else []
-        self.nodes = []
         for i in range(1, n + 1):
             d = os.path.join(self.tmp, "k%d" % i)
             os.mkdir(d)
@@ -184,7 +203,6 @@ class Cluster:
                         env=dict(os.environ, **env) if env else None)
             node.port, node.mport, node.name = port, mport, "127.0.0.1:%d" % port
             self.nodes.append(node.start())
-        self.front = None
         if haproxy:
             self.front = free_port()
             cfg = os.path.join(self.tmp, "haproxy.cfg")
@@ -223,12 +241,17 @@ class Cluster:
         return poll_until(self.whole, WAIT, interval=0.1,
                           what="a leader with every other server its connected replica")
 
-    def close(self):
+    def close(self, remove=False):
+        """Stops everything; removes the temp dir when remove (a test that
+        passed: a failure's logs stay for a look)."""
         for k in self.nodes:
             k.stop()
         if self.front:
             self.haproxy.stop()
-        self.etcd.stop()
+        if self.etcd:
+            self.etcd.stop()
+        if remove:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def logs(self):
         out = []
@@ -293,8 +316,10 @@ class Writers:
             return len(self.acked)
 
     def first_ack_after(self, t):
+        """When the first write sent after t was acknowledged (a reply
+        already on its way at t does not count)."""
         with self.lock:
-            acks = [a[3] for a in self.acked if a[3] > t]
+            acks = [a[3] for a in self.acked if a[2] > t]
         return min(acks) if acks else None
 
     def finish(self):
@@ -355,14 +380,15 @@ class Checker(unittest.TestCase):
 class Faults(unittest.TestCase):
     def test_faults(self):
         c = Cluster(TTL)
-        w = None
+        ok = False
         try:
             self.run_faults(c)
+            ok = True
         except Exception:
             print("# " + c.logs().replace("\n", "\n# "))
             raise
         finally:
-            c.close()
+            c.close(remove=ok)
 
     def wait_acks(self, w, n, what):
         base = w.count()
@@ -453,6 +479,7 @@ class Fence(unittest.TestCase):
             s.settimeout(10)
             reply = s.recv(256)
             s.close()
+            c.close(remove=True)
             return reply
         finally:
             c.close()
@@ -497,6 +524,7 @@ class Switchover(unittest.TestCase):
             r = subprocess.run([kuractl_path(), "ha", "switchover", "nobody"] + etcd,
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 4, r.stderr)
+            c.close(remove=True)
         finally:
             c.close()
 
