@@ -103,7 +103,7 @@ bool kura_token_u32(const text_token *t, uint32_t *out);
  * its socket, which take then owns (closes, on failure too).  arg carries
  * what the command parsed for the taker.  The connection is still counted
  * (curr_connections, -c): the taker takes one off when it closes fd. */
-#define KURA_HANDOFF_ARGS 4
+#define KURA_HANDOFF_ARGS 5
 typedef struct kura_handoff {
     void (*take)(void *ctx, int fd, const uint64_t arg[KURA_HANDOFF_ARGS]);
     void *ctx;

@@ -323,9 +323,13 @@ void engine_observe_cas(kura_engine *e, uint64_t cas);
 int engine_set_dual(kura_engine *e, uint32_t sid);
 /* Local changes refused with KURA_EREPLICA while set (a read-only slave). */
 void engine_set_replica(kura_engine *e, bool replica);
-/* Local changes refused with KURA_EREPLICA while f is closed too (a
- * failover leader past its lease, kura/fence.h); NULL: none.  Set before
- * the workers start; f outlives the engine's use. */
-void engine_set_fence(kura_engine *e, const kura_fence *f);
+/* A check before every local change (automatic failover's lease, the
+ * server's fencing: include/kura/replrole.h): while gate(arg) returns
+ * false, local changes are refused with KURA_EREPLICA as on a replica.
+ * Called on the worker's thread with no engine lock held; it must be
+ * cheap and must not block.  Set once (the server's role module,
+ * src/server/replrole.c, owns it), before or while serving: a change
+ * already past the check completes. */
+void engine_set_write_gate(kura_engine *e, bool (*gate)(void *arg), void *arg);
 
 #endif

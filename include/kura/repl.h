@@ -42,6 +42,8 @@
 /* UL_MARK kinds (ul_row.prev_ts) */
 #define REPL_MARK_HEARTBEAT 1           /* ts: the master's last timestamp */
 #define REPL_MARK_COPY_DONE 2           /* ts: the copy's start */
+#define REPL_MARK_TERM 3                /* ts: the master's term (after each heartbeat, to a
+                                           replica that sent its term) */
 
 #define REPL_LINE_MAX 160               /* the longest request or ack a replica sends */
 #define REPL_WELCOME_MAX 4096           /* the longest first line a master sends */
@@ -60,12 +62,15 @@
  * history its position counts in (0 or absent: unknown); imax: its -I (the
  * largest item it takes); port: the port it serves on (0: unknown), for
  * kuractl's tree of replicas; copy=1: it wants a full copy whatever its
- * position (it found its data diverged).  Unknown keys are ignored.  The
- * master answers
+ * position (it found its data diverged); term: its replication term
+ * (docs/replication.md, "Roles and terms"; a master with a lower one is
+ * fenced).  Unknown keys are ignored.  The master answers
  *
- *     REPL <after> <master-sid> [hid=<16 hex> imax=<bytes> hist=<history>]
- *     BOOT <start> <master-sid> [hid=... imax=... hist=...]
+ *     REPL <after> <master-sid> [hid=<16 hex> imax=<bytes> hist=<history> term=<n>]
+ *     BOOT <start> <master-sid> [hid=... imax=... hist=... term=<n>]
  *
+ * (term: the master's; a replica with a higher one refuses it, one with a
+ * lower one takes it)
  * with the key=value words only to a request that had some; hist is the
  * master's history (journal.h), "-" when empty. */
 typedef struct repl_hello {
@@ -76,6 +81,8 @@ typedef struct repl_hello {
     uint32_t port;
     bool copy;
     bool ext;                           /* had key=value words */
+    bool has_term;                      /* term= was sent */
+    uint64_t term;                      /* the replica's replication term */
 } repl_hello;
 
 typedef struct repl_welcome {
@@ -85,6 +92,8 @@ typedef struct repl_welcome {
     bool ext;                           /* had key=value words */
     uint64_t hid;
     uint64_t imax;
+    bool has_term;                      /* term= was sent */
+    uint64_t term;                      /* the master's replication term */
     char hist[REPL_WELCOME_MAX];        /* "" when none */
 } repl_welcome;
 
@@ -94,9 +103,9 @@ int repl_hello_parse(const char *const *words, const size_t *lens, int n, repl_h
                      char *err, size_t errlen);
 /* A request line with every key (CRLF included): its length, or -1. */
 int repl_hello_format(char *buf, size_t cap, const repl_hello *h);
-/* Into and out of a connection hand-off's four numbers (cmdtab.h). */
-void repl_hello_pack(const repl_hello *h, uint64_t arg[4]);
-void repl_hello_unpack(const uint64_t arg[4], repl_hello *h);
+/* Into and out of a connection hand-off's five numbers (cmdtab.h). */
+void repl_hello_pack(const repl_hello *h, uint64_t arg[5]);
+void repl_hello_unpack(const uint64_t arg[5], repl_hello *h);
 /* The master's line (CRLF included; the short form unless ext): its
  * length, or -1 if cap is too small. */
 int repl_welcome_format(char *buf, size_t cap, const repl_welcome *w, bool ext);
@@ -144,6 +153,15 @@ typedef struct repl_config {
      * the master's certificate must verify and name the -mhost; tlsio.h);
      * NULL: plaintext (kept by the caller for the replica's life) */
     struct ssl_ctx_st *tls_ctx;
+    /* terms (docs/replication.md, "Roles and terms"; NULL: none sent or
+     * checked): term() is this server's; heard_term() is told of a higher
+     * one, from the master this replica follows (from_master: its welcome
+     * or a heartbeat) or from a replica's request (a master fences).
+     * Called on the replica's thread and the master's loop thread: they
+     * must not block on either (src/server/replrole.c's save one file). */
+    uint64_t (*term)(void *arg);
+    void (*heard_term)(void *arg, uint64_t term, bool from_master, const char *peer);
+    void *term_arg;
 } repl_config;
 
 #define REPL_MAX_DEFAULT 16

@@ -32,6 +32,8 @@ typedef struct replica_line {
 
 typedef struct repl_info {
     char role[16];
+    char term[24];                      /* repl_term ("" from an older kurad) */
+    char source[32];                    /* repl_role_source */
     char master[300];
     char state[24];                     /* repl_state, or derived from repl_connected */
     char last_error[200];
@@ -48,6 +50,10 @@ static void repl_stat(void *arg, const char *name, const char *value)
     repl_info *r = arg;
     if (strcmp(name, "repl_role") == 0)
         snprintf(r->role, sizeof(r->role), "%s", value);
+    else if (strcmp(name, "repl_term") == 0)
+        snprintf(r->term, sizeof(r->term), "%s", value);
+    else if (strcmp(name, "repl_role_source") == 0)
+        snprintf(r->source, sizeof(r->source), "%s", value);
     else if (strcmp(name, "repl_master") == 0)
         snprintf(r->master, sizeof(r->master), "%s", value);
     else if (strcmp(name, "repl_state") == 0)
@@ -281,6 +287,48 @@ static void walk(tree *t, const repl_info *r, int depth)
         replica_node(t, r, &r->rep[i], depth);
 }
 
+/* Up the chain of masters from a replica whose master is r->master: true
+ * when it ends at a master (or at a server kuractl cannot ask: its own
+ * state says the rest); false for a loop (a server met again, the one
+ * asked among them), a fenced server, a server with no role, or a chain
+ * longer than TREE_DEPTH: replicas with no master are never in sync.
+ * why: the chain as walked. */
+static bool chain_has_master(const char *server, const repl_info *r, char *why, size_t wlen)
+{
+    tree *t = calloc(1, sizeof(*t));
+    repl_info *up = malloc(sizeof(*up));
+    bool ok = true;
+    char at[300];
+    if (!t || !up)
+        goto out;
+    seen(t, server);
+    snprintf(why, wlen, "%s", server);
+    snprintf(at, sizeof(at), "%s", r->master);
+    for (int depth = 0;; depth++) {
+        size_t wl = strlen(why);
+        snprintf(why + wl, wlen - wl, " -> %s", at);
+        if (seen(t, at) || depth >= TREE_DEPTH) {
+            ok = false;                 /* a loop, or no end in sight */
+            break;
+        }
+        if (fetch(at, REPLICA_TIMEOUT, up) != CTL_OK)
+            break;                      /* cannot tell: the replica's state says */
+        if (strcmp(up->role, "master") == 0 || strcmp(up->role, "dual") == 0)
+            break;
+        if (strcmp(up->role, "replica") != 0 || !up->master[0]) {
+            ok = false;                 /* fenced, or none */
+            wl = strlen(why);
+            snprintf(why + wl, wlen - wl, " (%s)", up->role);
+            break;
+        }
+        snprintf(at, sizeof(at), "%s", up->master);
+    }
+out:
+    free(t);
+    free(up);
+    return ok;
+}
+
 static int repl_status(const char *server)
 {
     repl_info *r = malloc(sizeof(*r));
@@ -300,18 +348,29 @@ static int repl_status(const char *server)
         goto out;
     t->all_in_sync = true;
     seen(t, server);
-    char date[64];
+    char date[64], chain[TREE_DEPTH * 310 + 400] = "";
     printf("%s: %s", server, r->role);
-    if (strcmp(r->role, "replica") == 0 || strcmp(r->role, "dual") == 0) {
+    bool replica = strcmp(r->role, "replica") == 0 || strcmp(r->role, "dual") == 0;
+    if (replica)
+        printf(" of %s", r->master[0] ? r->master : "?");
+    if (r->term[0])
+        printf(" (term %s, role from %s)", r->term, r->source[0] ? r->source : "?");
+    if (strcmp(r->role, "fenced") == 0) {
+        /* a master that heard of a newer one: takes no writes, follows no one */
+        t->all_in_sync = false;
+        printf(": not in sync, a master that was replaced (repl follow the current master)");
+    }
+    if (replica) {
         const char *st = replica_state(r);
         bool connected = strcmp(st, "connected") == 0;
         long long us;
         bool lag0 = all_digits(r->lag_us, strlen(r->lag_us), &us) && us == 0;
-        bool ok = connected && !r->copying && lag0;
+        bool rooted = strcmp(r->role, "dual") == 0 ||
+                      chain_has_master(server, r, chain, sizeof(chain));
+        bool ok = connected && !r->copying && lag0 && rooted;
         t->all_in_sync &= ok;
         ctl_ts_date(r->position, date, sizeof(date));
-        printf(" of %s: %s, %s", r->master[0] ? r->master : "?", st,
-               ok ? "in sync" : "not in sync");
+        printf(": %s, %s", st, ok ? "in sync" : "not in sync");
         if (r->next_attempt_ms >= 0 && !connected)
             printf(", next attempt in %.1f s", (double)r->next_attempt_ms / 1000);
         printf(", position %" PRIu64 " (%s), lag ", r->position, date);
@@ -321,6 +380,8 @@ static int repl_status(const char *server)
             printf("unknown");
         if (!connected && r->last_error[0] && strcmp(r->last_error, "-") != 0)
             printf(" (%s)", r->last_error);
+        if (!rooted)
+            printf("; no master up its chain: %s", chain);
     } else if (strcmp(r->role, "none") == 0) {
         printf(" (not replicating: no -ulog, not a replica)");
     }
@@ -386,6 +447,11 @@ int cmd_repl(int argc, char **argv)
                              ctl_has(&a, "--force") ? "repl promote force\r\n"
                                                     : "repl promote\r\n", "PROMOTED ");
     }
+    if (strcmp(sub, "reset") == 0) {
+        if (a.npos > 2 || ctl_has(&a, "--force"))
+            return ctl_usage(&a, "expected 'repl reset [HOST:PORT]'");
+        return admin_request(a.npos == 2 ? a.pos[1] : g_ctl.server, "repl reset\r\n", "OK ");
+    }
     if (strcmp(sub, "follow") == 0) {
         if (a.npos < 2 || a.npos > 3 || ctl_has(&a, "--force"))
             return ctl_usage(&a, "expected 'repl follow [HOST:PORT] MASTERHOST:MASTERPORT'");
@@ -396,5 +462,5 @@ int cmd_repl(int argc, char **argv)
         snprintf(req, sizeof(req), "repl follow %s\r\n", master);
         return admin_request(a.npos == 3 ? a.pos[1] : g_ctl.server, req, "OK ");
     }
-    return ctl_usage(&a, "expected status, promote or follow");
+    return ctl_usage(&a, "expected status, promote, follow or reset");
 }

@@ -235,18 +235,22 @@ static void gate_out(kura_engine *e)
         pthread_rwlock_unlock(&e->gate);
 }
 
-void engine_set_fence(kura_engine *e, const kura_fence *f)
+/* The arg is written before the function, which is published with
+ * release: a worker that sees the function sees its arg. */
+void engine_set_write_gate(kura_engine *e, bool (*gate)(void *arg), void *arg)
 {
-    e->fence = f;
+    atomic_store_explicit(&e->write_gate, NULL, memory_order_release);
+    atomic_store_explicit(&e->write_gate_arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&e->write_gate, gate, memory_order_release);
 }
 
-/* A client's change: refused on a replica, and on a master whose write
- * fence is closed (fence.h: one load and a clock read, only with one). */
 static int local_change(kura_engine *e)
 {
     if (atomic_load_explicit(&e->replica, memory_order_relaxed))
         return KURA_EREPLICA;
-    return kura_fence_open(e->fence) ? KURA_OK : KURA_EREPLICA;
+    bool (*gate)(void *) = atomic_load_explicit(&e->write_gate, memory_order_acquire);
+    return gate && !gate(atomic_load_explicit(&e->write_gate_arg, memory_order_relaxed))
+           ? KURA_EREPLICA : KURA_OK;
 }
 
 int engine_open(kura_engine **out, kura_store *store, const kura_engine_config *cfg)

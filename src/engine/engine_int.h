@@ -26,7 +26,9 @@ struct kura_engine {
     _Atomic uint64_t oldest_cas;        /* flush watermark (item.h) */
     _Atomic int64_t flush_at;           /* pending delayed flush, 0 = none */
     _Atomic bool replica;               /* local changes refused (KURA_EREPLICA) */
-    const kura_fence *fence;            /* closed: likewise (failover); NULL: none */
+    /* engine_set_write_gate: set once (the server's role module) */
+    bool (*_Atomic write_gate)(void *arg);
+    void *_Atomic write_gate_arg;
     _Atomic int64_t disk_full_at;       /* last change refused with KURA_ENOSPC; 0 = never */
     hlc *cas_clock;                     /* dual master: cas values from the clock; else NULL */
     uint32_t cas_tag;                   /* ... ending in these bits of the server id */

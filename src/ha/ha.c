@@ -4,8 +4,8 @@
  * when it is free and this server is the most up-to-date member, and
  * otherwise makes it follow the leader (kura/ha.h says the protocol).
  *
- * A round, every HA_ROUND_MS at most (a third of the TTL for a leader's
- * keepalive): renew the lease (or take a new one), put the member key,
+ * A round, every HA_ROUND_MS (HA_ELECT_MS while the leader key is free; a
+ * third of the TTL, at most a second, for a leader's keepalive): renew the lease (or take a new one), put the member key,
  * read the cluster's keys, decide.  Every request has a deadline (the
  * etcd client's, a third of the TTL at most), and a failed round waits
  * (backoff doubling to HA_BACKOFF_MAX_MS) before the next: nothing here
@@ -41,7 +41,8 @@
 #include "kura/testhooks.h"
 #include "kura/thread.h"
 
-#define HA_ROUND_MS 500                 /* a follower's round; a leader's: a third of the TTL */
+#define HA_ROUND_MS 300                 /* a follower's round; a leader's: a third of the TTL */
+#define HA_ELECT_MS 150                 /* while the leader key is free */
 #define HA_BACKOFF_MAX_MS 5000
 #define HA_MEMBERS_MAX 64
 #define HA_LOG_EVERY_MS 30000           /* a repeated error line at most this often */
@@ -301,7 +302,7 @@ static void lead(ha_node *n, const cluster_view *cv, const ha_role_view *me, uin
         }
         return;
     }
-    if (!me->master) {
+    if (!me->master || me->term < term) {
         if (n->ops.promote(n->ops.ctx, term, msg, sizeof(msg)) < 0) {
             bool d;
             say(n, KURA_LOG_ERROR, "failover: %s leads but cannot be promoted (%s): letting "
@@ -459,9 +460,10 @@ static void *ha_main(void *arg)
         } else {
             n->backoff_ms = 0;
             n->last_err[0] = '\0';
-            wait = atomic_load(&n->leader) ? n->ttl * 1000 / 3 : HA_ROUND_MS;
-            if (wait > HA_ROUND_MS * 2)
-                wait = HA_ROUND_MS * 2;
+            wait = atomic_load(&n->leader) ? n->ttl * 1000 / 3 : n->free_rev ? HA_ELECT_MS
+                                                                            : HA_ROUND_MS;
+            if (wait > 1000)
+                wait = 1000;
         }
         struct timespec until = kura_mono_after_ms(wait);
         pthread_mutex_lock(&n->lock);

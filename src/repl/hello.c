@@ -87,6 +87,8 @@ int repl_hello_parse(const char *const *words, const size_t *lens, int n, repl_h
             ok = parse_u64(v, vlen, &x) && x <= 65535 && (h->port = (uint32_t)x, 1);
         else if (key_is(words[i], klen, "copy"))
             ok = parse_u64(v, vlen, &x) && x <= 1 && (h->copy = x == 1, 1);
+        else if (key_is(words[i], klen, "term"))
+            ok = parse_u64(v, vlen, &h->term) && (h->has_term = true);
         /* other keys: a newer replica's; ignored */
         if (!ok) {
             snprintf(err, errlen, "CLIENT_ERROR bad command line format");
@@ -96,17 +98,19 @@ int repl_hello_parse(const char *const *words, const size_t *lens, int n, repl_h
     return KURA_OK;
 }
 
-/* arg[3]: sid (16 bits) | port << 16 | copy << 32 | ext << 33 */
-void repl_hello_pack(const repl_hello *h, uint64_t arg[4])
+/* arg[3]: sid (16 bits) | port << 16 | copy << 32 | ext << 33 | has_term << 34;
+ * arg[4]: the term */
+void repl_hello_pack(const repl_hello *h, uint64_t arg[5])
 {
     arg[0] = h->after;
     arg[1] = h->hid;
     arg[2] = h->imax;
     arg[3] = (uint64_t)h->sid | (uint64_t)h->port << 16 | (uint64_t)h->copy << 32 |
-             (uint64_t)h->ext << 33;
+             (uint64_t)h->ext << 33 | (uint64_t)h->has_term << 34;
+    arg[4] = h->term;
 }
 
-void repl_hello_unpack(const uint64_t arg[4], repl_hello *h)
+void repl_hello_unpack(const uint64_t arg[5], repl_hello *h)
 {
     memset(h, 0, sizeof(*h));
     h->after = arg[0];
@@ -116,21 +120,29 @@ void repl_hello_unpack(const uint64_t arg[4], repl_hello *h)
     h->port = (uint32_t)(arg[3] >> 16 & 0xffff);
     h->copy = arg[3] >> 32 & 1;
     h->ext = arg[3] >> 33 & 1;
+    h->has_term = arg[3] >> 34 & 1;
+    h->term = arg[4];
 }
 
 int repl_hello_format(char *buf, size_t cap, const repl_hello *h)
 {
+    char term[32] = "";
+    if (h->has_term)
+        snprintf(term, sizeof(term), " term=%" PRIu64, h->term);
     int n = snprintf(buf, cap, "repl %" PRIu64 " %u hid=%016" PRIx64 " imax=%" PRIu64
-                     " port=%u%s\r\n", h->after, h->sid, h->hid, h->imax, h->port,
-                     h->copy ? " copy=1" : "");
+                     " port=%u%s%s\r\n", h->after, h->sid, h->hid, h->imax, h->port,
+                     h->copy ? " copy=1" : "", term);
     return n > 0 && (size_t)n < cap ? n : -1;
 }
 
 int repl_welcome_format(char *buf, size_t cap, const repl_welcome *w, bool ext)
 {
+    char term[32] = "";
+    if (w->has_term)
+        snprintf(term, sizeof(term), " term=%" PRIu64, w->term);
     int n = ext ? snprintf(buf, cap, "%s %" PRIu64 " %u hid=%016" PRIx64 " imax=%" PRIu64
-                           " hist=%s\r\n", w->boot ? "BOOT" : "REPL", w->pos, w->msid, w->hid,
-                           w->imax, w->hist[0] ? w->hist : "-")
+                           " hist=%s%s\r\n", w->boot ? "BOOT" : "REPL", w->pos, w->msid,
+                           w->hid, w->imax, w->hist[0] ? w->hist : "-", term)
                 : snprintf(buf, cap, "%s %" PRIu64 " %u\r\n", w->boot ? "BOOT" : "REPL", w->pos,
                            w->msid);
     return n > 0 && (size_t)n < cap ? n : -1;
@@ -168,6 +180,11 @@ int repl_welcome_parse(const char *line, repl_welcome *w)
                 return KURA_EINVAL;
             if (key_is(p, klen, "imax") && !parse_u64(eq + 1, vlen, &w->imax))
                 return KURA_EINVAL;
+            if (key_is(p, klen, "term")) {
+                if (!parse_u64(eq + 1, vlen, &w->term))
+                    return KURA_EINVAL;
+                w->has_term = true;
+            }
             if (key_is(p, klen, "hist")) {
                 if (vlen >= sizeof(w->hist))
                     return KURA_EINVAL;

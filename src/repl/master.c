@@ -107,6 +107,21 @@ static void greet_check(peer *p, repl_welcome *w, uint64_t *after, char *line, s
                  "replica a -sid of its own)\r\n", p->sid);
         return;
     }
+    if (m->cfg.term) {                  /* "Roles and terms" */
+        uint64_t mine = m->cfg.term(m->cfg.term_arg);
+        w->has_term = true;
+        w->term = mine;
+        if (h->has_term && h->term > mine) {
+            /* the replica has heard of a newer master: this one is fenced
+             * (a master stops taking writes; a replica of a chain only
+             * serves on, and the stream is refused either way) */
+            m->cfg.heard_term(m->cfg.term_arg, h->term, false, p->name);
+            snprintf(line, len, "SERVER_ERROR this server's term (%" PRIu64 ") is older than "
+                     "the replica's (%" PRIu64 "): it is not the current master\r\n", mine,
+                     h->term);
+            return;
+        }
+    }
     lockorder_lock(&m->lock, LOCK_RANK_REPL);
     int live = do_live_streams(m);
     for (peer *o = m->peers; o; o = o->next)

@@ -435,7 +435,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         if (p->state == PEER_STREAM && unsent(p) < OUT_HWM) {
             ul_row hb = { .type = UL_MARK, .ts = last, .sid = m->cfg.sid,
                           .prev_ts = REPL_MARK_HEARTBEAT };
-            if (peer_queue_row(p, &hb) < 0 || flush_peer(p) < 0)
+            /* the term, to a replica that knows of terms (it sent its own) */
+            ul_row tm = { .type = UL_MARK, .ts = m->cfg.term ? m->cfg.term(m->cfg.term_arg) : 0,
+                          .sid = m->cfg.sid, .prev_ts = REPL_MARK_TERM };
+            if (peer_queue_row(p, &hb) < 0 ||
+                (m->cfg.term && p->hello.has_term && peer_queue_row(p, &tm) < 0) ||
+                flush_peer(p) < 0)
                 end_peer(p);
         }
     }

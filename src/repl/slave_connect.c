@@ -95,6 +95,8 @@ static int welcome(session *ss, const char *line)
         return SESS_REFUSED;
     }
     atomic_store(&s->master_hid, w.hid);
+    if (w.has_term && slave_term_check(s, w.term) != 0)
+        return SESS_REFUSED;
     int hc = slave_history_check(s, &w);
     if (hc)
         return hc;
@@ -191,7 +193,8 @@ int slave_handshake(session *ss)
     repl_hello hello = { .after = atomic_load(&s->pos), .sid = s->cfg.sid,
                          .hid = s->rts_hid, .imax = s->cfg.item_max,
                          .port = s->cfg.port > 0 ? (uint32_t)s->cfg.port : 0,
-                         .copy = s->want_copy };
+                         .copy = s->want_copy, .has_term = s->cfg.term != NULL,
+                         .term = s->cfg.term ? s->cfg.term(s->cfg.term_arg) : 0 };
     if (s->cfg.tls_ctx) {
         char why[300];
         ss->ssl = kura_tls_connect(s->cfg.tls_ctx, ss->fd, s->host, CONNECT_TIMEOUT_MS, why,

@@ -165,3 +165,23 @@ int slave_history_check(repl_slave *s, const repl_welcome *w)
     s->want_copy = true;
     return SESS_DIVERGED;
 }
+
+int slave_term_check(repl_slave *s, uint64_t term)
+{
+    if (!s->cfg.term)
+        return 0;
+    uint64_t mine = s->cfg.term(s->cfg.term_arg);
+    if (term < mine) {
+        slave_set_state(s, REPL_ST_REFUSED);
+        slave_fail(s, KURA_LOG_ERROR, "master %s:%d is at term %" PRIu64 ", older than this "
+                   "server's (%" PRIu64 "): a master that was replaced; nothing applied from it "
+                   "(repl follow the current master)", s->host, s->port, term, mine);
+        return -1;
+    }
+    if (term > mine) {
+        char peer[300];
+        snprintf(peer, sizeof(peer), "%s:%d", s->host, s->port);
+        s->cfg.heard_term(s->cfg.term_arg, term, true, peer);
+    }
+    return 0;
+}

@@ -94,6 +94,7 @@ typedef struct session {
     bool copying;
     uint64_t copy_start, copy_items;
     bool progressed;                    /* the stream worked: the backoff starts again */
+    bool term_stale;                        /* the master's term fell behind this server's */
     uint64_t hid;                       /* the master's log's id (0: unknown) */
     bool has_hist;                      /* hist: the master's history, from its welcome */
     journal_hist hist;
@@ -122,5 +123,10 @@ void slave_copy_abort(session *ss);
 
 /* slave_history.c */
 int slave_history_check(repl_slave *s, const repl_welcome *w);
+/* The master's term (its welcome's, a heartbeat's) against this server's:
+ * 0 (a higher one taken, through cfg.heard_term), or -1 when the master's
+ * is lower (a master that was replaced: not followed; the failure
+ * recorded, state "refused"). */
+int slave_term_check(repl_slave *s, uint64_t term);
 
 #endif

@@ -53,6 +53,10 @@ int slave_fill(session *ss, size_t want)
 static int handle(session *ss, const ul_row *row)
 {
     repl_slave *s = ss->s;
+    if (row->type == UL_MARK && row->prev_ts == REPL_MARK_TERM) {
+        ss->term_stale = slave_term_check(s, row->ts) != 0;
+        return KURA_OK;                 /* a stale master: apply_rows ends the stream */
+    }
     if (row->type == UL_MARK) {
         if (row->ts > atomic_load(&s->master_last))
             atomic_store(&s->master_last, row->ts);
@@ -121,6 +125,8 @@ static int apply_rows(session *ss, size_t *off, size_t *need)
             return -1;
         }
         int rc = handle(ss, &row);
+        if (ss->term_stale)
+            return -1;                  /* recorded by slave_term_check */
         if (rc < 0) {
             slave_fail(s, KURA_LOG_ERROR, "cannot apply a row: %s; reconnecting",
                        kura_strerror(rc));
@@ -184,7 +190,7 @@ int slave_session_run(repl_slave *s, int fd)
     int res = slave_handshake(&ss);
     if (res == 0) {
         follow(&ss);
-        res = SESS_FAILED;
+        res = ss.term_stale ? SESS_REFUSED : SESS_FAILED;
     }
     atomic_store(&s->connected, false);
     atomic_store(&s->hb_at_ms, 0);

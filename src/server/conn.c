@@ -273,7 +273,14 @@ static bool pump(kura_conn *c)
                  * closed: its replies promise nothing about durability. */
                 uint64_t target = committer_write_seq(cm);
                 int fate = commit_fate(cm, target);
-                if (fate == COMMIT_CLOSE && committer_thread_seq(cm) == before)
+                bool own = committer_thread_seq(cm) != before;
+                if (fate == COMMIT_CLOSE && !own)
+                    fate = COMMIT_SEND;
+                /* A replica, or a fenced master, refuses every write: a
+                 * batch that changed nothing here rests on no change of
+                 * this server's, and the rows it holds are its master's
+                 * to acknowledge (-syncrepl would close it unanswered). */
+                if (fate == COMMIT_WAIT && !own && !repl_role_is_writable(c->w->srv))
                     fate = COMMIT_SEND;
                 if (fate == COMMIT_CLOSE) {
                     /* A sync has failed: these changes will never be durable. */

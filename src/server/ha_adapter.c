@@ -2,9 +2,10 @@
  * ha_adapter.c - automatic failover's hold on this server: the role ops the
  * failover thread (src/ha/ha.c, kura/ha.h) calls to see, promote and move
  * this server, over the same entry points "repl promote" and "repl follow"
- * use (repladmin.c), and the thread's start and stop.  It is the one file
- * that knows how a server changes role, so a new way of doing it (terms
- * that persist) changes this file only.
+ * use (include/kura/replrole.h: terms and roles that persist, the
+ * source ROLE_SRC_HA), the write fence as the role module's gate, and the
+ * thread's start and stop.  It is the one file that knows how a server
+ * changes role.
  *
  * The position a member reports is comparable across the group: a
  * replica's place in its master's update log (repl_position, or the rts
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "kura/ha.h"
+#include "kura/replrole.h"
 #include "server.h"
 
 typedef struct role_stats {
@@ -79,20 +81,22 @@ static uint64_t own_position(kura_server *srv)
 static void view_of(kura_server *srv, ha_role_view *out, bool with_pos)
 {
     role_stats v = { .lag_us = -1 };
+    role_state rs;
     memset(out, 0, sizeof(*out));
+    repl_role_get(srv, &rs);
     pthread_mutex_lock(&replctl_slave_lock);
     bool replica = srv->repl_slave != NULL;
     if (replica)
         repl_slave_stats(srv->repl_slave, true, role_stat, &v);
     pthread_mutex_unlock(&replctl_slave_lock);
-    out->master = !replica;
+    out->master = !replica && rs.role != ROLE_FENCED;
     out->following = replica && !v.copying;
     out->connected = v.connected;
     snprintf(out->master_addr, sizeof(out->master_addr), "%s", v.master);
     if (with_pos)
         out->position = replica ? (v.position ? v.position : rts_file_position(srv->settings))
                                 : own_position(srv);
-    out->term = 0;                      /* no term is kept yet */
+    out->term = rs.term;
     /* a replica with no row yet has no lag to tell (repl_lag_us needs a
      * position): connected, it is as far as an empty master */
     out->lag_ms = v.lag_us >= 0 ? v.lag_us / 1000 : v.connected && !v.position ? 0 : -1;
@@ -138,22 +142,24 @@ int ha_adapter_http(kura_server *srv, bool primary, char *why, size_t len)
     return 503;
 }
 
+/* The leader of term: a replica or a fenced server is promoted, a master
+ * takes the term (persisted before writes are taken). */
 static int promote(void *ctx, uint64_t term, char *msg, size_t len)
 {
-    kura_server *srv = ctx;
-    (void)term;
-    pthread_mutex_lock(&replctl_slave_lock);
-    bool replica = srv->repl_slave != NULL;
-    pthread_mutex_unlock(&replctl_slave_lock);
-    if (!replica)
-        return 0;                       /* a master already (the fence opens it) */
-    return replctl_promote(srv, msg, len) == 0 ? 0 : -1;
+    return repl_role_promote(ctx, term, ROLE_SRC_HA, false, msg, len) == KURA_OK ? 0 : -1;
 }
 
 static int follow(void *ctx, const char *host, int port, uint64_t term, char *msg, size_t len)
 {
-    (void)term;
-    return replctl_follow(ctx, host, port, msg, len) == 0 ? 0 : -1;
+    return repl_role_follow(ctx, host, port, term, ROLE_SRC_HA, msg, len) == KURA_OK ? 0 : -1;
+}
+
+/* The role module's gate, before every local change and -syncrepl
+ * acknowledgement: the leader's lease deadline. */
+static bool fence_gate(void *arg)
+{
+    kura_server *srv = arg;
+    return kura_fence_open(&srv->fence);
 }
 
 static void ha_log(int level, const char *line)
@@ -190,6 +196,11 @@ int ha_adapter_start(kura_server *srv)
     if (st->ha_auth)
         kura_auth_first(st->ha_auth, &user, &password);
     own_addr(st, addr, sizeof(addr));
+    kura_fence_set(&srv->fence, 0);     /* no write until etcd names this server leader */
+    if (repl_role_set_gate(srv, fence_gate, srv) != KURA_OK) {
+        log_msg(KURA_LOG_ERROR, "-ha-etcd: cannot set the write gate");
+        return -1;
+    }
     ha_config cfg = {
         .etcd = st->ha_etcd, .user = user, .password = password, .ca_file = st->ha_ca,
         .cluster = st->ha_cluster, .name = st->ha_name ? st->ha_name : addr, .addr = addr,

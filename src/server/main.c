@@ -555,8 +555,6 @@ int main(int argc, char **argv)
         goto fail;
     if (start_repl(&srv) < 0)
         goto fail;
-    if (settings.ha_etcd)               /* no write until etcd names this server leader */
-        engine_set_fence(srv.engine, &srv.fence);
     init_info(&srv);
     if (!srv.info.thread_stats || register_commands(&srv) < 0)
         goto fail;

@@ -97,15 +97,43 @@ static int split_master(const char *hp, char *host, size_t hlen, int *port)
     return 0;
 }
 
-static int promote(kura_server *srv, bool force, char *msg, size_t msglen)
+/* A master that is not a replica: a fenced one taking writes again, or
+ * one given a higher term (failover's min_term).  ctl_lock held. */
+static int promote_in_place(kura_server *srv, uint64_t term, role_source src, char *msg,
+                            size_t msglen)
+{
+    kura_settings *st = srv->settings;
+    char err[300];
+    if (replrole_save(srv, ROLE_MASTER, src, NULL, 0, term, true, err, sizeof(err)) != KURA_OK) {
+        snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): nothing changed", err);
+        return -1;
+    }
+    if (!st->rw)
+        engine_set_replica(srv->engine, false);
+    uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
+    log_msg(KURA_LOG_INFO, "promoted (%s): a master at term %" PRIu64 ", taking writes",
+            role_source_name(src), term);
+    snprintf(msg, msglen, "PROMOTED %" PRIu64 " %" PRIu64, own, own);
+    return 0;
+}
+
+/* ctl_lock held */
+static int promote(kura_server *srv, uint64_t min_term, role_source src, bool force, char *msg,
+                   size_t msglen)
 {
     kura_settings *st = srv->settings;
     slave_view v = { 0 };
+    role_state rs;
+    char err[300];
+    repl_role_get(srv, &rs);
+    uint64_t term = rs.term + 1 > min_term ? rs.term + 1 : min_term;
     pthread_mutex_lock(&replctl_slave_lock);
     bool replica = srv->repl_slave != NULL;
     if (replica)
         repl_slave_stats(srv->repl_slave, true, view_stat, &v);
     pthread_mutex_unlock(&replctl_slave_lock);
+    if (!replica && (rs.role == ROLE_FENCED || min_term > rs.term))
+        return promote_in_place(srv, term, src, msg, msglen);
     if (!replica) {
         snprintf(msg, msglen, "SERVER_ERROR not a replica: nothing to promote");
         return -1;
@@ -120,22 +148,35 @@ static int promote(kura_server *srv, bool force, char *msg, size_t msglen)
      * that failed (logged) leaves it behind, and a server that says it is
      * a master from there would hold rows past its own position */
     uint64_t pos = rts_position(st);
-    if (pos < v.position && !force) {
-        char host[256];
-        int port;
-        if (split_master(v.master, host, sizeof(host), &port) == 0)
+    char host[256] = "";
+    int port = 0;
+    bool known = split_master(v.master, host, sizeof(host), &port) == 0;
+    bool durable = pos >= v.position || force;
+    /* the new term and role, on disk before a write is taken */
+    int rc = durable ? replrole_save(srv, ROLE_MASTER, src, known ? host : NULL, port, term,
+                                     false, err, sizeof(err)) : KURA_OK;
+    if (!durable || rc != KURA_OK) {
+        if (known)
             slave_begin(srv, host, port);
-        snprintf(msg, msglen, "SERVER_ERROR the position (%" PRIu64 ") could not be written "
-                 "durably (the rts file holds %" PRIu64 "; see the log): still a replica",
-                 v.position, pos);
+        if (!durable)
+            snprintf(msg, msglen, "SERVER_ERROR the position (%" PRIu64 ") could not be "
+                     "written durably (the rts file holds %" PRIu64 "; see the log): still a "
+                     "replica", v.position, pos);
+        else
+            snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): still a replica",
+                     err);
         return -1;
     }
     if (!st->rw)
         engine_set_replica(srv->engine, false);
     uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
-    log_msg(KURA_LOG_INFO, "promoted by command: no longer a replica of %s, taking writes "
-            "(master position %" PRIu64 ", own last row %" PRIu64 ")%s", v.master, pos, own,
-            srv->repl_master ? "" : "; without -ulog it serves no replicas");
+    log_msg(KURA_LOG_INFO, "promoted (%s): no longer a replica of %s, taking writes at term %"
+            PRIu64 " (master position %" PRIu64 ", own last row %" PRIu64 ")%s%s",
+            role_source_name(src), v.master, term, pos, own,
+            srv->repl_master ? "" : "; without -ulog it serves no replicas",
+            replrole_persisted(srv) ? "" : "; without -ulog the role and term are not kept "
+            "across a restart");
+    replrole_probe_start(srv);          /* tells the old master when it is back */
     snprintf(msg, msglen, "PROMOTED %" PRIu64 " %" PRIu64, pos, own);
     return 0;
 }
@@ -143,9 +184,18 @@ static int promote(kura_server *srv, bool force, char *msg, size_t msglen)
 int replctl_promote(kura_server *srv, char *msg, size_t msglen)
 {
     pthread_mutex_lock(&ctl_lock);
-    int rc = promote(srv, false, msg, msglen);
+    int rc = promote(srv, 0, ROLE_SRC_PROMOTE, false, msg, msglen);
     pthread_mutex_unlock(&ctl_lock);
     return rc;
+}
+
+int repl_role_promote(kura_server *srv, uint64_t min_term, role_source source, bool force,
+                      char *msg, size_t msglen)
+{
+    pthread_mutex_lock(&ctl_lock);
+    int rc = promote(srv, min_term, source, force, msg, msglen);
+    pthread_mutex_unlock(&ctl_lock);
+    return rc == 0 ? KURA_OK : KURA_EINVAL;
 }
 
 /* ---- follow ------------------------------------------------------------------- */
@@ -162,10 +212,11 @@ static bool host_word_ok(const char *host)
     return n >= 1 && n <= 255;
 }
 
-int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size_t msglen)
+int replctl_follow(kura_server *srv, const char *host, int port, uint64_t min_term,
+                   role_source src, char *msg, size_t msglen)
 {
     kura_settings *st = srv->settings;
-    char rts[4200], ps[16];
+    char rts[4200], ps[16], err[300];
     if (!host_word_ok(host) || port < 1 || port > 65535) {
         snprintf(msg, msglen, "CLIENT_ERROR bad address (HOST[:PORT], port 1-65535)");
         return -1;
@@ -189,7 +240,17 @@ int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size
                  host, port);
         return -1;
     }
+    if (replchain_check(srv, host, port, msg, msglen) < 0)
+        return -1;                      /* a loop, or a chain with no master */
     pthread_mutex_lock(&ctl_lock);
+    /* the role first: what a restart takes is what was answered */
+    if (replrole_save(srv, ROLE_REPLICA, src, host, port, min_term, false, err,
+                      sizeof(err)) != KURA_OK) {
+        pthread_mutex_unlock(&ctl_lock);
+        snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): nothing changed", err);
+        return -1;
+    }
+    replrole_probe_stop(srv);
     repl_slave_stop(slave_take(srv));
     /* no local change from here on (a dual master's -rw keeps taking them) */
     engine_set_replica(srv->engine, !st->rw);
@@ -201,9 +262,39 @@ int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size
         snprintf(msg, msglen, "SERVER_ERROR cannot start the replica thread (see the log)");
         return -1;
     }
-    log_msg(KURA_LOG_INFO, "following %s:%d by command (position in %s)%s", host, port, rts,
+    log_msg(KURA_LOG_INFO, "following %s:%d (%s; position in %s, term %" PRIu64 ")%s", host,
+            port, role_source_name(src), rts, repl_role_term(srv),
             st->rw ? ", taking writes too (-rw)" : ", read-only");
     snprintf(msg, msglen, "OK following %s:%d", host, port);
+    return 0;
+}
+
+int repl_role_follow(kura_server *srv, const char *host, int port, uint64_t min_term,
+                     role_source source, char *msg, size_t msglen)
+{
+    return replctl_follow(srv, host, port, min_term, source, msg, msglen) == 0 ? KURA_OK
+                                                                               : KURA_EINVAL;
+}
+
+int repladmin_heard_term(kura_server *srv, uint64_t term, const char *host, int port,
+                         char *msg, size_t msglen)
+{
+    role_state rs;
+    char why[400], fmsg[600];
+    repl_role_get(srv, &rs);
+    if (term <= rs.term || !host_word_ok(host) || port < 1 || port > 65535) {
+        snprintf(msg, msglen, "TERM %" PRIu64 " %s", rs.term, role_kind_name(rs.role));
+        return 0;
+    }
+    snprintf(why, sizeof(why), "%s:%d, which replaced this server, is at term %" PRIu64, host,
+             port, term);
+    repl_role_fence(srv, term, why);    /* no write taken from here */
+    if (replctl_follow(srv, host, port, term, ROLE_SRC_FENCE, fmsg, sizeof(fmsg)) < 0) {
+        log_msg(KURA_LOG_ERROR, "fenced, and cannot follow %s:%d: %s", host, port, fmsg);
+        snprintf(msg, msglen, "FENCED %" PRIu64 " not following: %.300s", term, fmsg);
+        return 0;
+    }
+    snprintf(msg, msglen, "FENCED %" PRIu64 " following %s:%d", term, host, port);
     return 0;
 }
 
@@ -212,6 +303,30 @@ int replctl_follow(kura_server *srv, const char *host, int port, char *msg, size
 static bool token_is(const text_token *t, const char *w)
 {
     return t->length == strlen(w) && memcmp(t->value, w, t->length) == 0;
+}
+
+/* "repl term TERM HOST PORT" (replprobe.c's): the words checked, then
+ * repladmin_heard_term. */
+static int term_command(kura_server *srv, text_token *tok, int ntok, char *msg, size_t msglen)
+{
+    char w[3][300];
+    if (ntok != 6) {
+        snprintf(msg, msglen, "CLIENT_ERROR usage: repl term TERM HOST PORT");
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        size_t n = tok[2 + i].length < sizeof(w[i]) - 1 ? tok[2 + i].length : sizeof(w[i]) - 1;
+        memcpy(w[i], tok[2 + i].value, n);
+        w[i][n] = '\0';
+    }
+    char *e1, *e2;
+    unsigned long long term = strtoull(w[0], &e1, 10);
+    long port = strtol(w[2], &e2, 10);
+    if (*e1 || e1 == w[0] || *e2 || e2 == w[2]) {
+        snprintf(msg, msglen, "CLIENT_ERROR usage: repl term TERM HOST PORT");
+        return -1;
+    }
+    return repladmin_heard_term(srv, term, w[1], (int)port, msg, msglen);
 }
 
 bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int ntok,
@@ -224,7 +339,7 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
     if (token_is(&tok[1], "promote")) {
         if (ntok == 3 || (ntok == 4 && token_is(&tok[2], "force"))) {
             pthread_mutex_lock(&ctl_lock);
-            rc = promote(srv, ntok == 4, msg, sizeof(msg));
+            rc = promote(srv, 0, ROLE_SRC_PROMOTE, ntok == 4, msg, sizeof(msg));
             pthread_mutex_unlock(&ctl_lock);
         } else {
             rc = -1;
@@ -252,8 +367,13 @@ bool repladmin_command(kura_server *srv, kura_session *s, text_token *tok, int n
                 h[strlen(h) - 1] = '\0';
                 h++;
             }
-            rc = replctl_follow(srv, h, port, msg, sizeof(msg));
+            rc = replctl_follow(srv, h, port, 0, ROLE_SRC_FOLLOW, msg, sizeof(msg));
         }
+    } else if (token_is(&tok[1], "reset")) {
+        rc = ntok == 3 ? repl_role_reset(srv, msg, sizeof(msg))
+                       : (snprintf(msg, sizeof(msg), "CLIENT_ERROR usage: repl reset"), -1);
+    } else if (token_is(&tok[1], "term")) {
+        rc = term_command(srv, tok, ntok, msg, sizeof(msg));
     } else {
         return false;
     }
@@ -276,14 +396,20 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
     (void)ts; (void)opts;
     int rc;
     if (host[0] && port > 0) {
-        rc = replctl_follow(srv, host, port, msg, sizeof(msg));
+        rc = replctl_follow(srv, host, port, 0, ROLE_SRC_SETMST, msg, sizeof(msg));
     } else {
         /* ttserver's stop is taken whatever the state: not following
          * already is the state asked for, and answers 0 as there */
         pthread_mutex_lock(&replctl_slave_lock);
         bool replica = srv->repl_slave != NULL;
         pthread_mutex_unlock(&replctl_slave_lock);
-        rc = replica ? replctl_promote(srv, msg, sizeof(msg)) : 0;
+        if (replica) {
+            pthread_mutex_lock(&ctl_lock);
+            rc = promote(srv, 0, ROLE_SRC_SETMST, false, msg, sizeof(msg));
+            pthread_mutex_unlock(&ctl_lock);
+        } else {
+            rc = 0;
+        }
         if (!replica)
             snprintf(msg, sizeof(msg), "not a replica: nothing to stop");
     }

@@ -25,9 +25,17 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
     kura_settings *st = srv->settings;
     char b[64];
     pthread_mutex_lock(&replctl_slave_lock);
-    if (all)
+    if (all) {
+        role_state rs;
+        if (srv->role)
+            repl_role_get(srv, &rs);
         emit(arg, "repl_role", srv->repl_slave ? (st->rw ? "dual" : "replica")
+                               : srv->role && rs.role == ROLE_FENCED ? "fenced"
                                : srv->repl_master ? "master" : "none");
+    }
+    replrole_stats(srv, all, emit, arg);
+    if (all)
+        replrole_probe_stats(srv, emit, arg);
     if (srv->ulog) {
         ul_extent ex;
         ul_get_extent(srv->ulog, &ex);
@@ -143,8 +151,14 @@ static int wait_replicas(void *arg, uint64_t ts)
 {
     kura_server *srv = arg;
     kura_settings *st = srv->settings;
+    /* a fenced master (a newer term was heard), or one whose failover
+     * gate is shut, acknowledges nothing: not before the wait, not after */
+    if (!repl_role_is_writable(srv))
+        return KURA_COMMIT_ABANDONED;
     if (repl_master_wait(srv->repl_master, ts, st->syncrepl, st->syncrepl_timeout) == 0)
-        return 0;
+        return repl_role_is_writable(srv) ? 0 : KURA_COMMIT_ABANDONED;
+    if (!repl_role_is_writable(srv))
+        return KURA_COMMIT_ABANDONED;
     log_msg(KURA_LOG_ERROR, "fewer than %d replicas confirmed a change within %d ms: %s",
             st->syncrepl, st->syncrepl_timeout,
             st->syncrepl_ack ? "acknowledged anyway (-syncrepl-fail ack)"
@@ -186,6 +200,7 @@ void replctl_config(kura_server *srv, repl_config *out)
         rc.open_shadow = NULL;
         rc.swap_in = NULL;
     }
+    replrole_config(srv, &rc);
     *out = rc;
 }
 
@@ -207,6 +222,8 @@ int start_repl(kura_server *srv)
 {
     kura_settings *st = srv->settings;
     repl_config rc;
+    if (replrole_start(srv) < 0)        /* may take -mhost from DIR/role */
+        return -1;
     replctl_config(srv, &rc);
     if (srv->ulog && repl_master_new(&rc, &srv->repl_master) != KURA_OK) {
         log_msg(KURA_LOG_ERROR, "cannot start replication");
@@ -256,6 +273,7 @@ int start_repl(kura_server *srv)
 /* Before the engine closes: the replica stops applying, the streams end. */
 void stop_repl(kura_server *srv)
 {
+    replrole_stop(srv);
     pthread_mutex_lock(&replctl_slave_lock);
     repl_slave *slave = srv->repl_slave;
     srv->repl_slave = NULL;

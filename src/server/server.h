@@ -20,6 +20,7 @@
 #include "kura/journal.h"
 #include "kura/proto.h"
 #include "kura/repl.h"
+#include "kura/replrole.h"
 
 typedef struct kura_server kura_server;
 
@@ -208,7 +209,8 @@ int replctl_rts_path(const kura_settings *st, char *buf, size_t len);
  * while the old replica thread stops: at most its connect timeout (5 s)
  * plus a sync of the store.  Called from any thread (the text protocol's
  * "repl promote|follow", Tokyo Tyrant's setmst). */
-int replctl_follow(struct kura_server *srv, const char *host, int port, char *msg, size_t msglen);
+int replctl_follow(struct kura_server *srv, const char *host, int port, uint64_t min_term,
+                   role_source src, char *msg, size_t msglen);
 int replctl_promote(struct kura_server *srv, char *msg, size_t msglen);
 /* Tokyo Tyrant's setmst, as kura_server_info.tt_setmst (proto.h): follow,
  * or promote for an empty host. */
@@ -218,6 +220,44 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
 bool repladmin_command(struct kura_server *srv, kura_session *s, text_token *tok, int ntok,
                        kura_buf *out);
 
+/* replrole.c: the role and term (include/kura/replrole.h has the calls the
+ * failover code makes).  start: before start_repl's replica (loads DIR/role
+ * of -ulog, may rewrite st->mhost/mport from it; -1: a corrupt file,
+ * reported, the server does not start).  save: the role changed (a
+ * promote's host:port is the master it replaced); the term rises to
+ * min_term.  config: the term callbacks of a repl_config. */
+typedef struct repl_role repl_role;
+int replrole_start(struct kura_server *srv);
+void replrole_stop(struct kura_server *srv);
+int replrole_save(struct kura_server *srv, role_kind kind, role_source src, const char *host,
+                  int port, uint64_t min_term, bool keep_former, char *err, size_t errlen);
+void replrole_config(struct kura_server *srv, repl_config *rc);
+void replrole_stats(struct kura_server *srv, bool all, kura_stat_fn emit, void *arg);
+bool replrole_persisted(struct kura_server *srv);
+struct replprobe **replrole_probe_slot(struct kura_server *srv);
+/* replprobe.c: a promoted master tells the master it replaced, when it
+ * answers again, of the higher term ("repl term"), every few seconds with
+ * backoff, until the role changes.  start/stop: under repladmin's ctl_lock
+ * or at start and stop. */
+void replrole_probe_start(struct kura_server *srv);
+void replrole_probe_stop(struct kura_server *srv);
+void replrole_probe_stats(struct kura_server *srv, kura_stat_fn emit, void *arg);
+/* replchain.c: would following host:port form a loop (it follows this
+ * server up its chain) or join a chain with no master?  0 (no, or cannot
+ * tell: a server that does not answer), or -1 with the refusal in msg.
+ * Blocks: each hop is a connection with a 2 s timeout, at most 8 hops. */
+int replchain_check(struct kura_server *srv, const char *host, int port, char *msg,
+                    size_t msglen);
+/* replchain.c: sends req to host:port (a plain connection) and reads the
+ * answer into buf (NUL-terminated) until it holds end or "ERROR", within
+ * timeout_ms: 0, or -1 (no connection, no complete answer).  local: this
+ * side's address of the connection, numeric (may be NULL). */
+int replchain_ask(const char *host, int port, const char *req, const char *end, char *buf,
+                  size_t cap, int timeout_ms, char *local, size_t llen);
+/* repladmin.c: "repl term TERM HOST PORT" from the master that replaced
+ * this one: the reply line in msg. */
+int repladmin_heard_term(struct kura_server *srv, uint64_t term, const char *host, int port,
+                         char *msg, size_t msglen);
 /* ha_adapter.c: -ha-etcd's failover thread (src/ha/) on this server's
  * roles; start: after the replication and the committer, before the
  * listener accepts (0, or -1 logged); stop: first at a stop, so another
@@ -243,6 +283,7 @@ struct kura_server {
     ul_log *ulog;                       /* NULL without -ulog */
     repl_master *repl_master;           /* serves "repl"; NULL without -ulog */
     repl_slave *repl_slave;             /* NULL unless -mhost */
+    repl_role *role;                    /* replrole.c: the role and term */
     /* group commit: replies wait for durability (-sync always, -syncrepl);
      * NULL otherwise.  Set before the listener listens, freed after the
      * workers stop. */
@@ -256,7 +297,7 @@ struct kura_server {
     unsigned next_worker;
     bool stopping;
     _Atomic int exit_code;              /* the status of a clean stop (replctl's fatal: 2) */
-    /* automatic failover (-ha-etcd): the write fence the engine and the
+    /* automatic failover (-ha-etcd): the write fence the role gate and the
      * committer check, kept by the failover thread (ha_adapter.c) */
     kura_fence fence;
     struct ha_node *ha;                 /* NULL without -ha-etcd */

@@ -393,8 +393,13 @@ class FailoverTest(unittest.TestCase):
         self.assertRegex(r1.request(b"repl promote\r\n"), rb"^PROMOTED \d+ \d+\r\n$")
         self.assertEqual(r1.request(b"set b 0 0 1\r\n2\r\n"), b"STORED\r\n")
         poll_until(lambda: get(r2, b"b") == b"2", timeout=TIMEOUT, what="R2 to get R1's write")
-        # M is untouched: still a master, not told anything
-        self.assertEqual(repl_stats(m)["repl_role"], "master")
+        # M, still up, is told of R1's higher term by R1's probe (issue 32):
+        # it stops taking writes and follows R1, and gets R1's write
+        poll_until(lambda: repl_stats(m).get("repl_master") == addr(r1), timeout=TIMEOUT,
+                   what="M to follow R1")
+        poll_until(lambda: get(m, b"b") == b"2", timeout=TIMEOUT, what="M to get R1's write")
+        self.assertEqual(m.request(b"set c 0 0 1\r\n3\r\n"),
+                         b"SERVER_ERROR this server is a read-only replica (write to its master)\r\n")
 
     def test_tt_setmst_follows_and_promotes(self):
         """Tokyo Tyrant's setmst (tcrmgr setmst) is the same as follow, and

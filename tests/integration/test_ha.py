@@ -118,6 +118,15 @@ class Proc:
             self.kill9()
 
 
+def stopped(pid):
+    """Whether the process is stopped (SIGSTOP), as /proc says."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
 def http_code(port, path, timeout=1.0):
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
@@ -407,17 +416,23 @@ class Faults(unittest.TestCase):
             rnd.shuffle(plan)
         for n, kind in enumerate(plan[:FAULTS], 1):
             lead = c.wait_whole()
-            t = time.monotonic()
+            # the clock starts once the fault is in place: a write sent
+            # before it may still be acknowledged
             if kind == "kill9":
                 lead.kill9()
             elif kind == "sigstop":
                 lead.signal(signal.SIGSTOP)
+                poll_until(lambda: stopped(lead.p.pid), WAIT, interval=0.001,
+                           what="the master stopped")
             elif kind == "etcd":
                 c.etcd.kill9()
-                c.etcd.start()
             else:
                 victim = rnd.choice(c.nodes)
                 victim.stop()
+            t = time.monotonic()
+            if kind == "etcd":
+                c.etcd.start()
+            elif kind == "restart":
                 victim.start()
             if kind == "sigstop":
                 # paused past the lease: resumed only once etcd lets it go

@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""Roles and terms that persist, and an old master fenced (issue 32 items 1-2;
+docs/replication.md, "Roles and terms" and "Fencing").
+
+  Restart      the issue's scenario: A master, B and C its replicas, all with
+               -ulog and -syncrepl 1; kill -9 A, kuractl repl promote B,
+               repl follow C to B, 100 acknowledged writes on B; then every
+               server restarted with its original command line (A first, the
+               worst order): exactly one writable master (B), A fenced by B's
+               probe and following it, every acknowledged write on all three
+               and in no divergence file, kuractl repl status truthful on
+               each (term, the role's source) and exit 0 once in sync.  The
+               restart logs once that the persisted role overrides -mhost.
+               Negative (before the fix): A came back a master, B a replica.
+  Alone        the old master restarted alone, with -syncrepl 1: a write sent
+               before it is fenced is not acknowledged (an isolated master);
+               B's probe fences it within the deadline with no operator; the
+               unacknowledged write it took is saved aside in a divergence
+               file, not lost and not on B
+  Reset        kuractl repl reset on the promoted server: the next start with
+               -mhost follows again (the command line rules)
+  Loops        a follow that would form a loop (directly, or up a chain) is
+               refused with a message and changes nothing; two servers whose
+               command lines follow each other, and a replica of them, are
+               "not in sync" in kuractl repl status, which exits non-zero on
+               each (before the fix one of them said "in sync", exit 0)
+  Corrupt      a role file flipped, cut short or of another version: kurad
+               does not start and says why (never a role guessed)
+"""
+import glob, os, subprocess, sys, time, unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kuratest
+from kuratest import Server, poll_until, stats
+
+TIMEOUT = 60 * kuratest.SCALE
+SYNCREPL_TIMEOUT_MS = int(min(2000 * kuratest.SCALE, 8000))
+SYNC = ["-syncrepl", "1", "-syncrepl-timeout", str(SYNCREPL_TIMEOUT_MS)]
+
+
+def kuractl(*args):
+    """(exit code, stdout, stderr) of kuractl."""
+    path = os.path.join(os.path.dirname(kuratest.kurad_path()), "kuractl")
+    p = subprocess.run([path] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=TIMEOUT)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def addr(s):
+    return "127.0.0.1:%d" % s.port
+
+
+def make(sid, master_port=None, args=(), port=None):
+    """A kurad with -sid and -ulog in its temp dir, on port (fixed: a
+    restart comes back on it, as a real one does), following master_port."""
+    s = Server(start=False, port=port or kuratest.free_port())
+    a = ["-sid", str(sid), "-ulog", os.path.join(s.tmpdir, "ulog")] + list(args)
+    if master_port:
+        a += ["-mhost", "127.0.0.1", "-mport", str(master_port)]
+    s.kura_args = a
+    return s
+
+
+def stop(s):
+    """SIGTERM and a clean exit, its files kept for the restart (kuratest's
+    stop removes them)."""
+    s.proc.terminate()
+    assert s.proc.wait(TIMEOUT) == 0, s.stderr()
+    s._stopped = True
+
+
+def restart(s):
+    s._stopped = False
+    return s.start()
+
+
+def rstats(s):
+    with s.conn() as c:
+        return stats(c, b"repl")
+
+
+def get(s, key):
+    with s.conn() as c:
+        r = c.request(b"get " + key + b"\r\n")
+    return None if r == b"END\r\n" else r.split(b"\r\n")[1]
+
+
+def try_set(s, key, val):
+    """STORED, another reply, or None (closed unanswered)."""
+    try:
+        with s.conn(timeout=TIMEOUT) as c:
+            return c.request(b"set %s 0 0 %d\r\n%s\r\n" % (key, len(val), val))
+    except (OSError, kuratest.Closed):
+        return None
+
+
+def caught_up(replica, master):
+    m, r = rstats(master), rstats(replica)
+    return r.get("repl_state") == "connected" and \
+        int(r["repl_position"]) >= int(m["ulog_last_ts"])
+
+
+def diverged_text(s):
+    out = b""
+    for f in glob.glob(os.path.join(s.tmpdir, "ulog", "diverged-*")):
+        with open(f, "rb") as fh:
+            out += fh.read()
+    return out
+
+
+def log_text(s):
+    return s.stderr() + open(s.stdout_path, errors="replace").read()
+
+
+class TermsTest(unittest.TestCase):
+
+    def keep(self, *servers):
+        for s in servers:
+            self.addCleanup(s.stop, check=False)
+
+    def failover(self):
+        """A, B, C as the issue has them; A killed, B promoted, C following
+        B, 10 writes acknowledged on A before and 100 on B after.  Returns
+        (a, b, c, acked)."""
+        a = make(1, args=SYNC).start()
+        b = make(2, a.port, SYNC).start()
+        c = make(3, a.port, SYNC).start()
+        self.keep(a, b, c)
+        acked = {}
+        for i in range(10):
+            k, v = b"old%d" % i, b"o%d" % i
+            self.assertEqual(try_set(a, k, v), b"STORED\r\n")
+            acked[k] = v
+        poll_until(lambda: caught_up(b, a) and caught_up(c, a), timeout=TIMEOUT,
+                   what="B and C to have A's writes")
+        a.kill9()
+        poll_until(lambda: all(rstats(s)["repl_connected"] == "0" for s in (b, c)),
+                   timeout=TIMEOUT, what="B and C to see A gone")
+        rc, out, err = kuractl("repl", "promote", addr(b))
+        self.assertEqual(rc, 0, err)
+        rc, out, err = kuractl("repl", "follow", addr(c), addr(b))
+        self.assertEqual(rc, 0, err)
+        poll_until(lambda: caught_up(c, b), timeout=TIMEOUT, what="C to follow B")
+        for i in range(100):
+            k, v = b"new%d" % i, b"n%d" % i
+            self.assertEqual(try_set(b, k, v), b"STORED\r\n", k)
+            acked[k] = v
+        return a, b, c, acked
+
+    def test_restart_keeps_the_failover(self):
+        a, b, c, acked = self.failover()
+        st = rstats(b)
+        self.assertEqual((st["repl_role"], st["repl_term"], st["repl_role_source"]),
+                         ("master", "1", "promote"))
+        stop(b)
+        stop(c)
+        for s in (a, b, c):                     # the original command lines, A first
+            restart(s)
+        # B's probe tells A of term 1: A fences itself and follows B
+        poll_until(lambda: rstats(a).get("repl_master") == addr(b), timeout=TIMEOUT,
+                   what="A to be fenced and follow B")
+        roles = {s: rstats(s) for s in (a, b, c)}
+        self.assertEqual([roles[s]["repl_role"] for s in (a, b, c)],
+                         ["replica", "master", "replica"])
+        self.assertEqual(roles[c]["repl_master"], addr(b))
+        self.assertEqual([roles[s]["repl_term"] for s in (a, b, c)], ["1", "1", "1"])
+        self.assertEqual([roles[s]["repl_role_source"] for s in (a, b, c)],
+                         ["fence", "promote", "follow"])
+        # exactly one writable master
+        poll_until(lambda: caught_up(a, b) and caught_up(c, b), timeout=TIMEOUT,
+                   what="A and C in sync with B")
+        replies = [try_set(s, b"probe", b"x") for s in (a, b, c)]
+        self.assertEqual([r == b"STORED\r\n" for r in replies], [False, True, False], replies)
+        acked[b"probe"] = b"x"
+        poll_until(lambda: caught_up(a, b) and caught_up(c, b), timeout=TIMEOUT,
+                   what="A and C to have the probe write")
+        for s in (a, b, c):                     # 0 acknowledged writes lost
+            missing = [k for k, v in acked.items() if get(s, k) != v]
+            self.assertEqual(missing, [], "%r lacks acknowledged writes" % s)
+        for s in (a, b, c):                     # ... or moved aside
+            text = diverged_text(s)
+            self.assertEqual([k for k in acked if k in text], [], "moved aside on %r" % s)
+        # the override said once, with how to clear it
+        self.assertEqual(log_text(b).count("overrides the command line"), 1)
+        self.assertIn("kuractl repl reset", log_text(b))
+        # kuractl repl status: the truth, exit 0 once all in sync
+        for s, want in ((b, "master (term 1, role from promote)"),
+                        (c, "replica of %s (term 1, role from follow)" % addr(b)),
+                        (a, "replica of %s (term 1, role from fence)" % addr(b))):
+            ran = []
+            poll_until(lambda: ran.append(kuractl("repl", "status", addr(s))) or
+                       ran[-1][0] == 0, timeout=TIMEOUT, what="repl status exit 0 on %r" % s)
+            self.assertIn("%s: %s" % (addr(s), want), ran[-1][1])
+
+    def test_old_master_alone_is_fenced(self):
+        a = make(1, args=SYNC).start()
+        b = make(2, a.port).start()             # no replica of its own: no -syncrepl
+        self.keep(a, b)
+        self.assertEqual(try_set(a, b"k0", b"v0"), b"STORED\r\n")      # B acked it
+        poll_until(lambda: caught_up(b, a), timeout=TIMEOUT, what="B to have k0")
+        a.kill9()
+        self.assertEqual(kuractl("repl", "promote", addr(b))[0], 0)
+        self.assertEqual(try_set(b, b"k1", b"v1"), b"STORED\r\n")
+        restart(a)                              # alone: no replica follows it
+        started = time.monotonic()
+        # isolated, not yet told: -syncrepl 1 acknowledges nothing
+        reply = try_set(a, b"lost", b"x")
+        self.assertNotEqual(reply, b"STORED\r\n")
+        poll_until(lambda: rstats(a).get("repl_master") == addr(b), timeout=TIMEOUT,
+                   what="B's probe to fence A")
+        fenced_in = time.monotonic() - started
+        print("# old master fenced %.1f s after its restart" % fenced_in)
+        poll_until(lambda: caught_up(a, b), timeout=TIMEOUT, what="A to follow B")
+        self.assertEqual(get(a, b"k1"), b"v1")
+        self.assertIsNone(get(b, b"lost"))
+        self.assertIsNone(get(a, b"lost"))      # A's data is B's now
+        if reply is None:
+            # A took it before it was fenced (unacknowledged): saved aside
+            poll_until(lambda: b"lost" in diverged_text(a), timeout=TIMEOUT,
+                       what="the write A took alone to be saved aside")
+        self.assertEqual(rstats(a)["repl_role_source"], "fence")
+        self.assertEqual(try_set(a, b"k2", b"v"), b"SERVER_ERROR this server is a read-only "
+                         b"replica (write to its master)\r\n")
+
+    def test_reset_gives_the_command_line_back(self):
+        a = make(1).start()
+        b = make(2).start()                     # a master by its command line
+        self.keep(a, b)
+        self.assertEqual(kuractl("repl", "follow", addr(b), addr(a))[0], 0)
+        stop(b)
+        restart(b)
+        st = rstats(b)                          # the follow is kept
+        self.assertEqual((st["repl_role"], st["repl_role_source"], st["repl_master"]),
+                         ("replica", "follow", addr(a)))
+        rc, out, err = kuractl("repl", "reset", addr(b))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("next start", out)
+        self.assertEqual(rstats(b)["repl_role"], "replica")    # running as it was
+        stop(b)
+        restart(b)
+        st = rstats(b)
+        self.assertEqual((st["repl_role"], st["repl_role_source"]), ("master", "command line"))
+
+    def test_loops_refused_and_shown(self):
+        a = make(1).start()
+        b = make(2).start()
+        self.keep(a, b)
+        rc, out, err = kuractl("repl", "follow", addr(a), addr(b))
+        self.assertEqual(rc, 0, err)
+        rc, out, err = kuractl("repl", "follow", addr(b), addr(a))     # directly
+        self.assertNotEqual(rc, 0)
+        self.assertIn("loop", err)
+        self.assertEqual(rstats(b)["repl_role"], "master")             # nothing changed
+        c = make(3, b.port).start()
+        self.keep(c)
+        rc, out, err = kuractl("repl", "follow", addr(b), addr(c))     # up the chain
+        self.assertNotEqual(rc, 0)
+        self.assertIn("loop", err)
+        self.assertEqual(rstats(b)["repl_role"], "master")
+        # two servers whose command lines follow each other, and a replica
+        px, py = kuratest.free_port(), kuratest.free_port()
+        x, y = make(4, py, port=px), make(5, px, port=py)
+        self.keep(x, y)
+        x.start()
+        y.start()
+        z = make(6, px).start()
+        self.keep(z)
+        poll_until(lambda: all(rstats(s).get("repl_state") == "connected" for s in (x, y, z)),
+                   timeout=TIMEOUT, what="the ring's streams")
+        for s in (x, y, z):
+            rc, out, err = kuractl("repl", "status", addr(s))
+            self.assertNotEqual(rc, 0, out)
+            self.assertIn("not in sync", out.splitlines()[0])
+            self.assertIn("no master up its chain", out)
+        # and a follow into the ring is refused
+        rc, out, err = kuractl("repl", "follow", addr(a), addr(x))
+        self.assertNotEqual(rc, 0)
+        self.assertIn("no master", err)
+
+    def test_corrupt_role_file(self):
+        s = make(1).start()
+        self.keep(s)
+        stop(s)
+        path = os.path.join(s.tmpdir, "ulog", "role")
+        with open(path, "rb") as f:
+            good = f.read()
+        for bad, why in ((good[:20], "torn"), (good[:30] + bytes([good[30] ^ 1]) + good[31:],
+                                                "checksum"),
+                         (good[:8] + b"\x09" + good[9:], "version")):
+            with open(path, "wb") as f:
+                f.write(bad)
+            s._stopped = False
+            with self.assertRaises(kuratest.ServerError) as e:
+                s.start()
+            self.assertIn("%s/role" % os.path.join(s.tmpdir, "ulog"), str(e.exception))
+            self.assertIn(why, str(e.exception))
+        with open(path, "wb") as f:             # the good one starts again
+            f.write(good)
+        restart(s)
+        self.assertEqual(rstats(s)["repl_role"], "master")
+
+
+if __name__ == "__main__":
+    kuratest.main()
