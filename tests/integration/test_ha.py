@@ -33,6 +33,12 @@ its own, and polls with deadlines throughout.
               closed); negative check with KURA_TEST_HA_NO_FENCE (a test
               build's switch: the fence has no deadline): the same write is
               taken
+  EtcdAuth    etcd with authentication on: kurad logs in with
+              -ha-etcd-auth and leads; with a wrong password (negative) it
+              never leads, takes no write, and its log says why
+  EtcdTls     etcd over https: kurad verifies its certificate with
+              -ha-etcd-ca and leads; given another CA (negative) it never
+              reaches etcd, takes no write, and its log says why
   Switchover  `kuractl ha switchover NAME` moves the leader to NAME, which
               has every write; `kuractl ha status` names it, with three
               members; /primary and /replica say the roles
@@ -171,30 +177,45 @@ def parse_values(reply):
 class Cluster:
     """etcd, three kurad and HAProxy on the loopback."""
 
-    def __init__(self, ttl, n=3, env=None, syncrepl=1, haproxy=True):
+    def __init__(self, ttl, n=3, env=None, syncrepl=1, haproxy=True, auth=None, tls=None):
         self.nodes, self.front, self.etcd = [], None, None
+        self.tls = tls                  # (certificate dir, the CA kurad is given)
         try:
-            self.start(ttl, n, env, syncrepl, haproxy)
+            self.start(ttl, n, env, syncrepl, haproxy, auth)
         except BaseException:
             self.close()
             raise
 
-    def start(self, ttl, n, env, syncrepl, haproxy):
+    def start(self, ttl, n, env, syncrepl, haproxy, auth):
         self.tmp = tempfile.mkdtemp(prefix="kuratest-ha-")
         self.ttl = ttl
         self.cluster = "t%d" % os.getpid()
         cp, pp = free_port(), free_port()
-        self.etcd_url = "http://127.0.0.1:%d" % cp
+        self.etcd_url = "%s://127.0.0.1:%d" % ("https" if self.tls else "http", cp)
+        certs = ["--cert-file", os.path.join(self.tls[0], "srv.pem"),
+                 "--key-file", os.path.join(self.tls[0], "srv.key")] if self.tls else []
         self.etcd = Proc([ETCD, "--name", "t", "--data-dir", os.path.join(self.tmp, "etcd"),
                           "--listen-client-urls", self.etcd_url,
                           "--advertise-client-urls", self.etcd_url,
                           "--listen-peer-urls", "http://127.0.0.1:%d" % pp,
                           "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % pp,
-                          "--initial-cluster", "t=http://127.0.0.1:%d" % pp],
+                          "--initial-cluster", "t=http://127.0.0.1:%d" % pp] + certs,
                          os.path.join(self.tmp, "etcd.log"), self.tmp)
         self.etcd_client_port = cp
         self.etcd.start()
         self.wait_etcd()
+        extra = []
+        if auth:
+            # etcd's root user, authentication on; kurad logs in as auth[1]
+            ctl = [shutil.which("etcdctl") or "/usr/bin/etcdctl", "--endpoints", self.etcd_url]
+            for a in (["user", "add", "root:" + auth[0]], ["auth", "enable"]):
+                subprocess.run(ctl + a, check=True, capture_output=True, timeout=60)
+            path = os.path.join(self.tmp, "etcd-auth")
+            with open(path, "w") as f:
+                f.write("root:%s\n" % auth[1])
+            extra = ["-ha-etcd-auth", path]
+        if self.tls:
+            extra = ["-ha-etcd-ca", os.path.join(self.tls[0], self.tls[1])]
         user = ["-u", "root"] if os.geteuid() == 0 else []
         for i in range(1, n + 1):
             d = os.path.join(self.tmp, "k%d" % i)
@@ -204,7 +225,7 @@ class Cluster:
                     "-sid", str(i), "-ulog", os.path.join(d, "ulog"),
                     "-metrics", "127.0.0.1:%d" % mport,
                     "-ha-etcd", self.etcd_url, "-ha-cluster", self.cluster,
-                    "-ha-ttl", str(ttl), "-log", os.path.join(d, "log")] + user
+                    "-ha-ttl", str(ttl), "-log", os.path.join(d, "log")] + user + extra
             if syncrepl:
                 argv += ["-syncrepl", str(syncrepl), "-syncrepl-timeout", "2000"]
             argv.append(os.path.join(d, "data.kh"))
@@ -228,9 +249,23 @@ class Cluster:
                             % (self.nodes.index(k) + 1, k.port, k.mport))
             self.haproxy = Proc([HAPROXY, "-db", "-f", cfg], os.path.join(self.tmp, "haproxy.log"),
                                 self.tmp).start()
-        self.wait_whole()
+        if (not auth or auth[0] == auth[1]) and (not self.tls or self.tls[1] == "ca.pem"):
+            self.wait_whole()
 
     def wait_etcd(self):
+        if self.tls:
+            import ssl
+            ctx = ssl.create_default_context(cafile=os.path.join(self.tls[0], "ca.pem"))
+
+            def up():
+                try:
+                    with urllib.request.urlopen(self.etcd_url + "/health", timeout=1,
+                                                context=ctx) as r:
+                        return r.status == 200
+                except (OSError, ValueError):
+                    return False
+            poll_until(up, WAIT, interval=0.1, what="etcd answering /health over TLS")
+            return
         poll_until(lambda: http_code(self.etcd_client_port, "/health") == 200, WAIT,
                    interval=0.1, what="etcd answering /health")
 
@@ -506,6 +541,68 @@ class Fence(unittest.TestCase):
     def test_no_fence_negative(self):
         reply = self.paused_write({"KURA_TEST_HA_NO_FENCE": "1"})
         self.assertEqual(reply, b"STORED\r\n")
+
+
+def alone(case, words, **etcd):
+    """One kurad on an etcd set up by etcd (auth=, tls=): with words None it
+    leads and takes a write; else it never leads, its log says words, and
+    it takes no write."""
+    c = Cluster(TTL, n=1, syncrepl=0, haproxy=False, **etcd)
+    try:
+        k = c.nodes[0]
+        if words is None:
+            c.wait_whole()
+            case.assertEqual(mc(k.port, b"set a 0 0 1\r\nx\r\n"), b"STORED\r\n")
+        else:
+            log = os.path.join(os.path.dirname(k.log), "log")
+            poll_until(lambda: os.path.exists(log) and words in open(log).read(), WAIT,
+                       interval=0.1, what="'%s' in the log" % words)
+            case.assertEqual(http_code(k.mport, "/primary"), 503)
+            case.assertTrue(mc(k.port, b"set a 0 0 1\r\nx\r\n").startswith(b"SERVER_ERROR"))
+        c.close(remove=True)
+    finally:
+        c.close()
+
+
+@unittest.skipIf(have_tools(), have_tools())
+class EtcdAuth(unittest.TestCase):
+    """etcd with authentication on: kurad logs in (-ha-etcd-auth) and
+    leads; with a wrong password (negative) it never does, and says why."""
+
+    def test_password(self):
+        alone(self, None, auth=("s3cret", "s3cret"))
+
+    def test_wrong_password(self):
+        alone(self, "authentication failed", auth=("s3cret", "wrong"))
+
+
+def tls_missing():
+    return have_tools() or (None if shutil.which("openssl")
+                            else kuratest.missing("the openssl command (Debian: openssl)"))
+
+
+@unittest.skipIf(tls_missing(), tls_missing())
+class EtcdTls(unittest.TestCase):
+    """etcd over https: kurad verifies its certificate against -ha-etcd-ca
+    and leads; given another CA (negative), it never reaches etcd, says why
+    and takes no write."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_tls import make_certs
+        cls.certs = tempfile.mkdtemp(prefix="kuratest-ha-certs-")
+        make_certs(cls.certs)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.certs, ignore_errors=True)
+
+    def test_https(self):
+        alone(self, None, tls=(self.certs, "ca.pem"))
+
+    def test_other_ca(self):
+        alone(self, "TLS", tls=(self.certs, "rogue.pem"))
 
 
 @unittest.skipIf(have_tools(), have_tools())
