@@ -250,6 +250,17 @@ static ssize_t read_all(etcd_client *c, int fd, struct ssl_st *ssl, char **buf, 
     return (ssize_t)len;
 }
 
+int etcd_http_split(const char *raw, size_t n, int *code, size_t *body_off)
+{
+    int major, minor;
+    const char *sep = memmem(raw, n, "\r\n\r\n", 4);
+    if (!sep || n < 12 || sscanf(raw, "HTTP/%d.%d %d", &major, &minor, code) != 3 ||
+        *code < 100 || *code > 999)
+        return -1;
+    *body_off = (size_t)(sep + 4 - raw);
+    return 0;
+}
+
 /* One POST: the status code and the body (in *body, freed by the caller),
  * or -1 (a transport failure: the next endpoint is tried next time). */
 static int post(etcd_client *c, const char *path, const char *json, char **body, size_t *blen)
@@ -287,15 +298,14 @@ static int post(etcd_client *c, const char *path, const char *json, char **body,
     ssize_t n = read_all(c, fd, ssl, &reply, deadline);
     if (n < 0)
         goto out;
-    int major, minor;
-    char *sep = strstr(reply, "\r\n\r\n");
-    if (sscanf(reply, "HTTP/%d.%d %d", &major, &minor, &code) != 3 || !sep) {
+    size_t off;
+    if (etcd_http_split(reply, (size_t)n, &code, &off) < 0) {
         code = -1;
         fail(c, "%s: not an HTTP reply", c->url);
         goto out;
     }
-    *blen = (size_t)(reply + n - (sep + 4));
-    memmove(reply, sep + 4, *blen + 1);
+    *blen = (size_t)n - off;
+    memmove(reply, reply + off, *blen + 1);
     *body = reply;
     reply = NULL;
 out:
@@ -539,7 +549,7 @@ int etcd_range_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, int *n,
 {
     size_t pl = strlen(prefix);
     char *end = malloc(pl + 1), *body;
-    json_span top, arr, kv, v, hdr;
+    json_span top;
     *kvs = NULL;
     *n = 0;
     if (!end || !pl) {
@@ -553,34 +563,51 @@ int etcd_range_prefix(etcd_client *c, const char *prefix, etcd_kv **kvs, int *n,
     free(end);
     if (rc < 0)
         return -1;
-    *rev = json_member(top, "header", &hdr) && json_member(hdr, "revision", &v) ? json_int(v) : 0;
-    int count = 0;
-    bool has = json_member(top, "kvs", &arr);
-    while (has && json_element(arr, count, &kv))
-        count++;
-    etcd_kv *out = count ? calloc((size_t)count, sizeof(*out)) : NULL;
-    if (count && !out) {
-        free(body);
-        return fail(c, "out of memory");
-    }
-    for (int i = 0; i < count; i++) {
-        size_t kl;
-        json_element(arr, i, &kv);
-        out[i].key = json_member(kv, "key", &v) ? json_base64(v, &kl) : NULL;
-        out[i].value = json_member(kv, "value", &v) ? json_base64(v, &out[i].value_len)
-                                                    : calloc(1, 1);
-        out[i].create_rev = json_member(kv, "create_revision", &v) ? json_int(v) : 0;
-        out[i].mod_rev = json_member(kv, "mod_revision", &v) ? json_int(v) : 0;
-        out[i].lease = json_member(kv, "lease", &v) ? json_int(v) : 0;
-        if (!out[i].key || !out[i].value) {
-            etcd_kvs_free(out, count);
-            free(body);
-            return fail(c, "%s: a key or value that does not decode", c->url);
-        }
-    }
+    const char *why;
+    rc = etcd_range_decode(top, kvs, n, rev, &why);
     free(body);
-    *kvs = out;
-    *n = count;
+    if (rc < 0)
+        return fail(c, "%s: %s", c->url, why);
     c->err[0] = '\0';
     return 0;
 }
+
+int etcd_range_decode(json_span top, etcd_kv **kvs, int *n, int64_t *rev, const char **why)
+{
+    json_span arr, kv = { NULL, NULL }, v, hdr;
+    etcd_kv *out = NULL;
+    int count = 0, cap = 0;
+    *kvs = NULL;
+    *n = 0;
+    *rev = json_member(top, "header", &hdr) && json_member(hdr, "revision", &v) ? json_int(v) : 0;
+    bool has = json_member(top, "kvs", &arr);
+    while (has && json_next(arr, &kv)) {
+        if (count == cap) {
+            cap = cap ? cap * 2 : 8;
+            etcd_kv *grown = realloc(out, (size_t)cap * sizeof(*out));
+            if (!grown) {
+                etcd_kvs_free(out, count);
+                *why = "out of memory";
+                return -1;
+            }
+            out = grown;
+        }
+        etcd_kv *e = &out[count++];
+        size_t kl;
+        memset(e, 0, sizeof(*e));
+        e->key = json_member(kv, "key", &v) ? json_base64(v, &kl) : NULL;
+        e->value = json_member(kv, "value", &v) ? json_base64(v, &e->value_len) : calloc(1, 1);
+        e->create_rev = json_member(kv, "create_revision", &v) ? json_int(v) : 0;
+        e->mod_rev = json_member(kv, "mod_revision", &v) ? json_int(v) : 0;
+        e->lease = json_member(kv, "lease", &v) ? json_int(v) : 0;
+        if (!e->key || !e->value) {
+            etcd_kvs_free(out, count);
+            *why = "a key or value that does not decode";
+            return -1;
+        }
+    }
+    *kvs = out;
+    *n = count;
+    return 0;
+}
+

@@ -111,23 +111,26 @@ bool json_member(json_span v, const char *name, json_span *out)
 
 bool json_element(json_span v, int i, json_span *out)
 {
-    const char *p = v.p, *end = v.end;
-    if (p >= end || *p != '[')
-        return false;
-    p = skip_ws(p + 1, end);
-    for (int k = 0; p < end && *p != ']'; k++) {
-        json_span val;
-        if (!json_value(p, end, &val))
+    json_span el = { NULL, NULL };
+    for (int k = 0; k <= i; k++)
+        if (!json_next(v, &el))
             return false;
-        if (k == i) {
-            *out = val;
-            return true;
-        }
-        p = skip_ws(val.end, end);
-        if (p < end && *p == ',')
-            p = skip_ws(p + 1, end);
+    *out = el;
+    return true;
+}
+
+bool json_next(json_span v, json_span *el)
+{
+    const char *p = el->p ? skip_ws(el->end, v.end) : v.p < v.end && *v.p == '[' ?
+                                                      skip_ws(v.p + 1, v.end) : NULL;
+    if (!p || p >= v.end)
+        return false;
+    if (el->p) {
+        if (*p != ',')
+            return false;
+        p++;
     }
-    return false;
+    return *p != ']' && json_value(p, v.end, el);
 }
 
 int64_t json_int(json_span v)
