@@ -16,6 +16,10 @@
  * readers (repl_role_term, repl_role_is_writable, repl_role_get) take no
  * lock a change holds for long and never block.
  *
+ * The calls are valid from the start of replication (start_repl) until
+ * its stop (stop_repl, after the workers and the committer have stopped):
+ * a thread of the failover code stops before that.
+ *
  * Without -ulog nothing is persisted: the role and term live in memory
  * (stats repl's repl_role_persisted is 0) and a restart takes the
  * command line's role with term 0.

@@ -353,8 +353,6 @@ static int repl_status(const char *server)
     bool replica = strcmp(r->role, "replica") == 0 || strcmp(r->role, "dual") == 0;
     if (replica)
         printf(" of %s", r->master[0] ? r->master : "?");
-    if (r->term[0])
-        printf(" (term %s, role from %s)", r->term, r->source[0] ? r->source : "?");
     if (strcmp(r->role, "fenced") == 0) {
         /* a master that heard of a newer one: takes no writes, follows no one */
         t->all_in_sync = false;
@@ -389,6 +387,8 @@ static int repl_status(const char *server)
         ctl_ts_date(r->last_ts, date, sizeof(date));
         printf("; last row %" PRIu64 " (%s)", r->last_ts, date);
     }
+    if (r->term[0])                     /* an older kurad has none */
+        printf("; term %s, role from %s", r->term, r->source[0] ? r->source : "?");
     printf("\n");
     walk(t, r, 1);
     if (strcmp(r->role, "master") == 0 && t->replicas == 0)

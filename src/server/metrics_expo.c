@@ -303,6 +303,9 @@ static const mx_map kura_general_map[] = {
       "Bytes of update-log files deleted past -ulmax.", 0 },
     /* replication: a master's */
     { "repl_replicas", "kura_repl_replicas", "gauge", "Replicas streaming from this server.", 0 },
+    { "repl_term", "kura_repl_term", "gauge", "The replication term (rises with each promote).", 0 },
+    { "repl_fenced", "kura_repl_fenced", "gauge",
+      "1 while fenced: a master that heard of a newer term, refusing writes.", 0 },
     { "repl_rows_sent", "kura_repl_rows_sent_total", "counter", "Update-log rows sent to replicas.", 0 },
     { "repl_copies_sent", "kura_repl_copies_sent_total", "counter", "Full copies sent to replicas.", 0 },
     { "repl_syncrepl_timeouts", "kura_repl_syncrepl_timeouts_total", "counter",

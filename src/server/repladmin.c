@@ -99,12 +99,13 @@ static int split_master(const char *hp, char *host, size_t hlen, int *port)
 
 /* A master that is not a replica: a fenced one taking writes again, or
  * one given a higher term (failover's min_term).  ctl_lock held. */
-static int promote_in_place(kura_server *srv, uint64_t term, role_source src, char *msg,
+static int promote_in_place(kura_server *srv, uint64_t min_term, role_source src, char *msg,
                             size_t msglen)
 {
     kura_settings *st = srv->settings;
     char err[300];
-    if (replrole_save(srv, ROLE_MASTER, src, NULL, 0, term, true, err, sizeof(err)) != KURA_OK) {
+    if (replrole_save(srv, ROLE_MASTER, src, NULL, 0, min_term, true, err,
+                      sizeof(err)) != KURA_OK) {
         snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): nothing changed", err);
         return -1;
     }
@@ -112,7 +113,7 @@ static int promote_in_place(kura_server *srv, uint64_t term, role_source src, ch
         engine_set_replica(srv->engine, false);
     uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
     log_msg(KURA_LOG_INFO, "promoted (%s): a master at term %" PRIu64 ", taking writes",
-            role_source_name(src), term);
+            role_source_name(src), repl_role_term(srv));
     snprintf(msg, msglen, "PROMOTED %" PRIu64 " %" PRIu64, own, own);
     return 0;
 }
@@ -126,14 +127,13 @@ static int promote(kura_server *srv, uint64_t min_term, role_source src, bool fo
     role_state rs;
     char err[300];
     repl_role_get(srv, &rs);
-    uint64_t term = rs.term + 1 > min_term ? rs.term + 1 : min_term;
     pthread_mutex_lock(&replctl_slave_lock);
     bool replica = srv->repl_slave != NULL;
     if (replica)
         repl_slave_stats(srv->repl_slave, true, view_stat, &v);
     pthread_mutex_unlock(&replctl_slave_lock);
     if (!replica && (rs.role == ROLE_FENCED || min_term > rs.term))
-        return promote_in_place(srv, term, src, msg, msglen);
+        return promote_in_place(srv, min_term, src, msg, msglen);
     if (!replica) {
         snprintf(msg, msglen, "SERVER_ERROR not a replica: nothing to promote");
         return -1;
@@ -153,8 +153,8 @@ static int promote(kura_server *srv, uint64_t min_term, role_source src, bool fo
     bool known = split_master(v.master, host, sizeof(host), &port) == 0;
     bool durable = pos >= v.position || force;
     /* the new term and role, on disk before a write is taken */
-    int rc = durable ? replrole_save(srv, ROLE_MASTER, src, known ? host : NULL, port, term,
-                                     false, err, sizeof(err)) : KURA_OK;
+    int rc = durable ? replrole_save(srv, ROLE_MASTER, src, known ? host : NULL, port,
+                                     min_term, false, err, sizeof(err)) : KURA_OK;
     if (!durable || rc != KURA_OK) {
         if (known)
             slave_begin(srv, host, port);
@@ -172,7 +172,7 @@ static int promote(kura_server *srv, uint64_t min_term, role_source src, bool fo
     uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
     log_msg(KURA_LOG_INFO, "promoted (%s): no longer a replica of %s, taking writes at term %"
             PRIu64 " (master position %" PRIu64 ", own last row %" PRIu64 ")%s%s",
-            role_source_name(src), v.master, term, pos, own,
+            role_source_name(src), v.master, repl_role_term(srv), pos, own,
             srv->repl_master ? "" : "; without -ulog it serves no replicas",
             replrole_persisted(srv) ? "" : "; without -ulog the role and term are not kept "
             "across a restart");
@@ -250,10 +250,11 @@ int replctl_follow(kura_server *srv, const char *host, int port, uint64_t min_te
         snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): nothing changed", err);
         return -1;
     }
+    /* no local change from here on (a dual master's -rw keeps taking them),
+     * not even while the old replica thread stops */
+    engine_set_replica(srv->engine, !st->rw);
     replrole_probe_stop(srv);
     repl_slave_stop(slave_take(srv));
-    /* no local change from here on (a dual master's -rw keeps taking them) */
-    engine_set_replica(srv->engine, !st->rw);
     int rc = slave_begin(srv, host, port);
     pthread_mutex_unlock(&ctl_lock);
     if (rc < 0) {

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/login.h"
 #include "server.h"
 
 #define HOP_TIMEOUT_MS 2000
@@ -83,26 +84,83 @@ static int connect_to(const char *host, int port, int64_t deadline, char *local,
     return fd;
 }
 
-int replchain_ask(const char *host, int port, const char *req, const char *end, char *buf,
-                  size_t cap, int timeout_ms, char *local, size_t llen)
+typedef struct ask_io {
+    int fd;
+    int64_t deadline;
+} ask_io;
+
+static int ask_send(void *ctx, const void *buf, size_t len)
 {
-    int64_t deadline = now_ms() + timeout_ms;
-    int fd = connect_to(host, port, deadline, local, llen);
-    if (fd < 0)
-        return -1;
-    size_t len = strlen(req), off = 0, got = 0;
-    int rc = -1;
+    ask_io *a = ctx;
+    size_t off = 0;
     while (off < len) {
-        ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        ssize_t n = send(a->fd, (const char *)buf + off, len - off, MSG_NOSIGNAL);
         if (n > 0)
             off += (size_t)n;
-        else if (n < 0 && errno == EAGAIN && wait_fd(fd, POLLOUT, deadline))
+        else if (n < 0 && errno == EAGAIN && wait_fd(a->fd, POLLOUT, a->deadline))
             continue;
         else if (n < 0 && errno == EINTR)
             continue;
         else
-            goto out;
+            return -1;
     }
+    return 0;
+}
+
+static int ask_read(void *ctx, void *buf, size_t len)
+{
+    ask_io *a = ctx;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = recv(a->fd, (char *)buf + got, len - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+        else if (n < 0 && errno == EINTR)
+            continue;
+        else if (n < 0 && errno == EAGAIN && wait_fd(a->fd, POLLIN, a->deadline))
+            continue;
+        else
+            return -1;
+    }
+    return 0;
+}
+
+/* A connection ready for text requests: logged in when the server asks
+ * (-Y, -S) and the replica's credentials are set; -1 when none. */
+static int open_session(const char *host, int port, const replchain_auth *auth, int64_t deadline,
+                        char *local, size_t llen)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = connect_to(host, port, deadline, local, llen);
+        if (fd < 0 || !auth || !auth->user)
+            return fd;
+        ask_io a = { fd, deadline };
+        kura_login_io io = { &a, ask_send, ask_read };
+        char msg[300];
+        int rc = kura_login(&io, auth->user, auth->pass, msg, sizeof(msg));
+        if (rc == KURA_LOGIN_OK)
+            return fd;
+        close(fd);
+        if (rc != KURA_LOGIN_OPEN)
+            return -1;
+        auth = NULL;                    /* it asks for none: connect again, speak text */
+    }
+    return -1;
+}
+
+int replchain_ask(const char *host, int port, const replchain_auth *auth, const char *req,
+                  const char *end, char *buf, size_t cap, int timeout_ms, char *local,
+                  size_t llen)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    int fd = open_session(host, port, auth, deadline, local, llen);
+    if (fd < 0)
+        return -1;
+    size_t got = 0;
+    int rc = -1;
+    ask_io a = { fd, deadline };
+    if (ask_send(&a, req, strlen(req)) < 0)
+        goto out;
     while (got + 1 < cap) {
         ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
         if (n > 0) {
@@ -150,15 +208,24 @@ static bool reaches_self(const char *host, int port)
     return self;
 }
 
+void replchain_credentials(kura_server *srv, replchain_auth *auth)
+{
+    repl_config rc;
+    replctl_config(srv, &rc);
+    auth->user = rc.auth_user;
+    auth->pass = rc.auth_pass;
+}
+
 int replchain_check(kura_server *srv, const char *host, int port, char *msg, size_t msglen)
 {
     char path[HOPS_MAX * 300 + 64], cur[300], stats[16384], role[32], master[300];
     int cport = port;
-    (void)srv;
+    replchain_auth auth;
+    replchain_credentials(srv, &auth);
     snprintf(cur, sizeof(cur), "%s", host);
     snprintf(path, sizeof(path), "%s:%d", host, port);
     for (int hop = 0; hop < HOPS_MAX; hop++) {
-        if (replchain_ask(cur, cport, "stats repl\r\n", "END\r\n", stats, sizeof(stats),
+        if (replchain_ask(cur, cport, &auth, "stats repl\r\n", "END\r\n", stats, sizeof(stats),
                           HOP_TIMEOUT_MS, NULL, 0) < 0 ||
             !stat_value(stats, "repl_role", role, sizeof(role)))
             return 0;                   /* cannot tell */

@@ -273,7 +273,6 @@ int start_repl(kura_server *srv)
 /* Before the engine closes: the replica stops applying, the streams end. */
 void stop_repl(kura_server *srv)
 {
-    replrole_stop(srv);
     pthread_mutex_lock(&replctl_slave_lock);
     repl_slave *slave = srv->repl_slave;
     srv->repl_slave = NULL;
@@ -281,4 +280,5 @@ void stop_repl(kura_server *srv)
     repl_slave_stop(slave);
     repl_master_free(srv->repl_master);
     srv->repl_master = NULL;
+    replrole_stop(srv);                 /* last: the threads above ask it the term */
 }

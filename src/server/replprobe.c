@@ -59,9 +59,11 @@ static int attempt(struct replprobe *p, int backoff)
     kura_server *srv = p->srv;
     char req[400], ans[512], local[80];
     uint64_t term = repl_role_term(srv);
+    replchain_auth auth;
+    replchain_credentials(srv, &auth);
     /* this side's address as the old master reaches it: found on the
      * connection itself, so a first request learns it, a second sends it */
-    if (replchain_ask(p->host, p->port, "version\r\n", "\r\n", ans, sizeof(ans),
+    if (replchain_ask(p->host, p->port, &auth, "version\r\n", "\r\n", ans, sizeof(ans),
                       PROBE_TIMEOUT_MS, local, sizeof(local)) < 0) {
         note(p, "no answer");
         return backoff;
@@ -69,8 +71,8 @@ static int attempt(struct replprobe *p, int backoff)
     atomic_fetch_add(&p->attempts, 1);
     snprintf(req, sizeof(req), "repl term %" PRIu64 " %s %d\r\n", term, local,
              srv->settings->port);
-    if (replchain_ask(p->host, p->port, req, "\r\n", ans, sizeof(ans), PROBE_TIMEOUT_MS, NULL,
-                      0) < 0) {
+    if (replchain_ask(p->host, p->port, &auth, req, "\r\n", ans, sizeof(ans), PROBE_TIMEOUT_MS,
+                      NULL, 0) < 0) {
         note(p, "no answer");
         return backoff;
     }

@@ -43,9 +43,14 @@ struct repl_role {
     struct replprobe *r_probe;          /* replprobe.c's, NULL when not probing */
 };
 
+/* The engine's check before every local change: not fenced (whatever a
+ * promote racing with a fence left the engine's replica switch at), and
+ * the failover gate open. */
 static bool role_write_gate(void *arg)
 {
     repl_role *r = arg;
+    if (atomic_load_explicit(&r->r_kind, memory_order_relaxed) == ROLE_FENCED)
+        return false;
     bool (*gate)(void *) = atomic_load_explicit(&r->r_gate, memory_order_acquire);
     return !gate || gate(atomic_load_explicit(&r->r_gate_arg, memory_order_relaxed));
 }
@@ -83,12 +88,14 @@ int replrole_save(kura_server *srv, role_kind kind, role_source src, const char 
         st.former[0] = '\0';
         st.former_port = 0;
     }
-    if (min_term > st.term)
-        st.term = min_term;
+    /* a master's term rises past every term heard, here under the lock
+     * (a fence racing with the promote cannot leave them equal) */
+    uint64_t term = kind == ROLE_MASTER ? st.term + 1 : st.term;
+    st.term = term > min_term ? term : min_term;
     int rc = do_save(r, &st, err, errlen);
-    pthread_mutex_unlock(&r->r_lock);
     if (rc == KURA_OK)
         atomic_store(&r->r_kind, kind);
+    pthread_mutex_unlock(&r->r_lock);
     return rc;
 }
 
@@ -139,15 +146,19 @@ int repl_role_fence(kura_server *srv, uint64_t term, const char *why)
     char err[300];
     if (!r || term <= atomic_load(&r->r_term))
         return KURA_OK;
+    pthread_mutex_lock(&r->r_lock);     /* the kind and the file change together */
+    if (term <= atomic_load(&r->r_term)) {      /* raised meanwhile (a promote) */
+        pthread_mutex_unlock(&r->r_lock);
+        return KURA_OK;
+    }
     int kind = atomic_load(&r->r_kind);
     bool master = kind == ROLE_MASTER || kind == ROLE_NONE;
     if (master) {
-        engine_set_replica(srv->engine, true);  /* first: no write taken from here */
-        atomic_store(&r->r_kind, ROLE_FENCED);
+        atomic_store(&r->r_kind, ROLE_FENCED);  /* first: the engine's gate refuses */
+        engine_set_replica(srv->engine, true);
         atomic_fetch_add(&r->r_fences, 1);
     }
     atomic_store(&r->r_term, term);     /* -syncrepl's waits see it at once */
-    pthread_mutex_lock(&r->r_lock);
     role_state st = r->r_st;
     st.term = term;
     if (master) {
@@ -240,8 +251,11 @@ static void take_persisted(kura_server *srv, const role_state *f, const role_sta
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* the settings point at it for the process's life (one server a process) */
+    static char mhost[ROLEFILE_HOST_MAX + 1];
     if (f->role == ROLE_REPLICA) {
-        st->mhost = strdup(f->host);
+        snprintf(mhost, sizeof(mhost), "%s", f->host);
+        st->mhost = mhost;
         st->mport = f->port;
     } else {
         st->mhost = NULL;
@@ -314,7 +328,11 @@ void replrole_stop(kura_server *srv)
     if (!r)
         return;
     replrole_probe_stop(srv);
-    /* the engine's gate may still be read by a worker: r stays until exit */
+    /* the workers, the committer and the replication threads are stopped */
+    engine_set_write_gate(srv->engine, NULL, NULL);
+    srv->role = NULL;
+    pthread_mutex_destroy(&r->r_lock);
+    free(r);
 }
 
 struct replprobe **replrole_probe_slot(kura_server *srv)
@@ -331,6 +349,8 @@ void replrole_stats(kura_server *srv, bool all, kura_stat_fn emit, void *arg)
     if (!r)
         return;
     role_state st;
+    if (!all && !srv->ulog && !srv->repl_slave)
+        return;                         /* "stats" of a server that does not replicate */
     repl_role_get(srv, &st);
     snprintf(b, sizeof(b), "%" PRIu64, st.term);
     emit(arg, "repl_term", b);

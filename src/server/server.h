@@ -225,7 +225,9 @@ bool repladmin_command(struct kura_server *srv, kura_session *s, text_token *tok
  * of -ulog, may rewrite st->mhost/mport from it; -1: a corrupt file,
  * reported, the server does not start).  save: the role changed (a
  * promote's host:port is the master it replaced); the term rises to
- * min_term.  config: the term callbacks of a repl_config. */
+ * min_term, and a master's by one at least (under the state's lock, so a
+ * fence racing with it cannot leave two masters at one term).  config:
+ * the term callbacks of a repl_config. */
 typedef struct repl_role repl_role;
 int replrole_start(struct kura_server *srv);
 void replrole_stop(struct kura_server *srv);
@@ -250,10 +252,18 @@ int replchain_check(struct kura_server *srv, const char *host, int port, char *m
                     size_t msglen);
 /* replchain.c: sends req to host:port (a plain connection) and reads the
  * answer into buf (NUL-terminated) until it holds end or "ERROR", within
- * timeout_ms: 0, or -1 (no connection, no complete answer).  local: this
- * side's address of the connection, numeric (may be NULL). */
-int replchain_ask(const char *host, int port, const char *req, const char *end, char *buf,
-                  size_t cap, int timeout_ms, char *local, size_t llen);
+ * timeout_ms: 0, or -1 (no connection, no complete answer), logged in
+ * first with auth when the server asks (-Y, -S).  local: this side's
+ * address of the connection, numeric (may be NULL). */
+typedef struct replchain_auth {
+    const char *user, *pass;            /* NULL: none */
+} replchain_auth;
+int replchain_ask(const char *host, int port, const replchain_auth *auth, const char *req,
+                  const char *end, char *buf, size_t cap, int timeout_ms, char *local,
+                  size_t llen);
+/* The credentials a replica sends its master (-mauth's first entry, else
+ * -Y's), for the connections above. */
+void replchain_credentials(struct kura_server *srv, replchain_auth *auth);
 /* repladmin.c: "repl term TERM HOST PORT" from the master that replaced
  * this one: the reply line in msg. */
 int repladmin_heard_term(struct kura_server *srv, uint64_t term, const char *host, int port,

@@ -17,6 +17,9 @@ docs/replication.md, "Roles and terms" and "Fencing").
                B's probe fences it within the deadline with no operator; the
                unacknowledged write it took is saved aside in a divergence
                file, not lost and not on B
+  Handshake    a replica at a higher term asking a master: the master is
+               fenced (writes refused, kept across a restart, repl status
+               non-zero), the stream refused; a promote takes writes again
   Reset        kuractl repl reset on the promoted server: the next start with
                -mhost follows again (the command line rules)
   Loops        a follow that would form a loop (directly, or up a chain) is
@@ -24,6 +27,8 @@ docs/replication.md, "Roles and terms" and "Fencing").
                command lines follow each other, and a replica of them, are
                "not in sync" in kuractl repl status, which exits non-zero on
                each (before the fix one of them said "in sync", exit 0)
+  Login        with -Y on both, the probe logs in (the replica's credentials)
+               and fences the old master all the same
   Corrupt      a role file flipped, cut short or of another version: kurad
                does not start and says why (never a role guessed)
 """
@@ -184,13 +189,15 @@ class TermsTest(unittest.TestCase):
         self.assertEqual(log_text(b).count("overrides the command line"), 1)
         self.assertIn("kuractl repl reset", log_text(b))
         # kuractl repl status: the truth, exit 0 once all in sync
-        for s, want in ((b, "master (term 1, role from promote)"),
-                        (c, "replica of %s (term 1, role from follow)" % addr(b)),
-                        (a, "replica of %s (term 1, role from fence)" % addr(b))):
+        for s, role, source in ((b, "master", "promote"),
+                                (c, "replica of %s" % addr(b), "follow"),
+                                (a, "replica of %s" % addr(b), "fence")):
             ran = []
             poll_until(lambda: ran.append(kuractl("repl", "status", addr(s))) or
                        ran[-1][0] == 0, timeout=TIMEOUT, what="repl status exit 0 on %r" % s)
-            self.assertIn("%s: %s" % (addr(s), want), ran[-1][1])
+            first = ran[-1][1].splitlines()[0]
+            self.assertTrue(first.startswith("%s: %s" % (addr(s), role)), first)
+            self.assertTrue(first.endswith("; term 1, role from %s" % source), first)
 
     def test_old_master_alone_is_fenced(self):
         a = make(1, args=SYNC).start()
@@ -221,6 +228,64 @@ class TermsTest(unittest.TestCase):
         self.assertEqual(rstats(a)["repl_role_source"], "fence")
         self.assertEqual(try_set(a, b"k2", b"v"), b"SERVER_ERROR this server is a read-only "
                          b"replica (write to its master)\r\n")
+
+    def test_handshake_fences(self):
+        """A master that hears a higher term in a replica's request is
+        fenced: writes refused, role fenced (kept across a restart), the
+        stream refused, repl status non-zero; a promote takes it back."""
+        z = make(1).start()
+        y = make(2, z.port).start()
+        x = make(3).start()
+        self.keep(z, y, x)
+        poll_until(lambda: caught_up(y, z), timeout=TIMEOUT, what="Y to follow Z")
+        self.assertEqual(kuractl("repl", "promote", addr(y))[0], 0)      # Y: term 1
+        self.assertEqual(try_set(x, b"a", b"1"), b"STORED\r\n")
+        self.assertEqual(kuractl("repl", "follow", addr(y), addr(x))[0], 0)
+        poll_until(lambda: rstats(x)["repl_role"] == "fenced", timeout=TIMEOUT,
+                   what="X to hear Y's term")
+        self.assertEqual((rstats(x)["repl_term"], rstats(x)["repl_fenced"]), ("1", "1"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"SERVER_ERROR this server is a read-only "
+                         b"replica (write to its master)\r\n")
+        poll_until(lambda: rstats(y)["repl_state"] == "refused", timeout=TIMEOUT,
+                   what="Y's stream refused")
+        rc, out, err = kuractl("repl", "status", addr(x))
+        self.assertNotEqual(rc, 0)
+        self.assertIn("not in sync", out)
+        stop(x)
+        restart(x)
+        self.assertEqual(rstats(x)["repl_role"], "fenced")          # kept
+        self.assertIn("fenced", log_text(x))
+        self.assertEqual(kuractl("repl", "promote", addr(x))[0], 0)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("master", "2"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
+
+    def test_probe_logs_in(self):
+        """Servers with -Y: the probe logs in as a replica does (-mauth's
+        first entry, else -Y's) and still fences the old master."""
+        users = os.path.join(self.tmp(), "users")
+        with open(users, "w") as f:
+            f.write("alice:secret\n")
+        os.chmod(users, 0o600)
+        a = make(1, args=["-Y", users]).start()
+        b = make(2, a.port, ["-Y", users]).start()
+        self.keep(a, b)
+        login = b"set auth 0 0 12\r\nalice secret\r\n"
+
+        def ask(s, req):
+            with s.conn() as c:
+                self.assertEqual(c.request(login), b"STORED\r\n")
+                return c.request(req)
+        poll_until(lambda: b"repl_state connected" in ask(b, b"stats repl\r\n"),
+                   timeout=TIMEOUT, what="B to follow A")
+        self.assertTrue(ask(b, b"repl promote\r\n").startswith(b"PROMOTED "))
+        poll_until(lambda: ("repl_master %s" % addr(b)).encode() in ask(a, b"stats repl\r\n"),
+                   timeout=TIMEOUT, what="B's probe, logged in, to fence A")
+
+    def tmp(self):
+        import tempfile, shutil
+        d = tempfile.mkdtemp(prefix="kuratest-terms-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
 
     def test_reset_gives_the_command_line_back(self):
         a = make(1).start()
