@@ -124,6 +124,12 @@ class Proc:
             self.kill9()
 
 
+def wall(t):
+    """A time.monotonic() as the logs' wall clock, for reading them side by side."""
+    w = time.time() - (time.monotonic() - t)
+    return time.strftime("%H:%M:%S", time.gmtime(w)) + ".%03d" % (w % 1 * 1000)
+
+
 def stopped(pid):
     """Whether the process is stopped (SIGSTOP), as /proc says."""
     try:
@@ -427,7 +433,7 @@ class Faults(unittest.TestCase):
         ok = False
         try:
             self.run_faults(c)
-            ok = True
+            ok = not os.environ.get("KURA_HA_KEEP")
         except Exception:
             print("# " + c.logs().replace("\n", "\n# "))
             raise
@@ -442,12 +448,12 @@ class Faults(unittest.TestCase):
         rnd = random.Random(os.environ.get("KURA_HA_SEED", str(os.getpid())))
         w = Writers(c.front)
         self.wait_acks(w, 30, "writes acknowledged through HAProxy")
-        kinds = ["kill9", "sigstop", "etcd", "restart"]
+        kinds = os.environ.get("KURA_HA_KINDS", "kill9,sigstop,etcd,restart").split(",")
         times = {k: [] for k in kinds}
-        plan = kinds[:] if FAULTS <= 4 else []
+        plan = kinds[:] if FAULTS <= len(kinds) else []
         while len(plan) < FAULTS:
             plan.append(rnd.choice(kinds))
-        if FAULTS > 4:
+        if FAULTS > len(kinds):
             rnd.shuffle(plan)
         for n, kind in enumerate(plan[:FAULTS], 1):
             lead = c.wait_whole()
@@ -478,8 +484,8 @@ class Faults(unittest.TestCase):
             first = poll_until(lambda: w.first_ack_after(t), WAIT, interval=0.05,
                                what="the next acknowledged write after %s" % kind)
             times[kind].append(first - t)
-            print("# fault %d %s: next acknowledged write after %.2f s" % (n, kind, first - t),
-                  flush=True)
+            print("# fault %d %s at %s: next acknowledged write after %.2f s"
+                  % (n, kind, wall(t), first - t), flush=True)
             if kind == "kill9":
                 lead.start()            # its original command line
             self.wait_acks(w, 10, "writes after fault %d" % n)
