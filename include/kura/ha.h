@@ -33,6 +33,7 @@ typedef struct ha_role_view {
     bool master;                        /* takes writes (not following anyone) */
     bool following;                     /* a replica: following master_addr */
     bool connected;                     /* a replica whose stream is up */
+    bool copying;                       /* a replica taking a full copy: not a candidate */
     char master_addr[300];              /* "HOST:PORT" it follows */
     uint64_t position;                  /* the last row it holds (update-log timestamp) */
     uint64_t term;                      /* its replication term (0: none kept) */

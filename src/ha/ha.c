@@ -326,7 +326,9 @@ static void follow(ha_node *n, const char *addr, uint64_t term, const ha_role_vi
     char host[300], msg[600];
     int port;
     set_leader_addr(n, addr);
-    if (me->following && strcmp(me->master_addr, addr) == 0)
+    /* following it already, or taking a full copy from it (a follow now
+     * would start the copy again, and again) */
+    if ((me->following || me->copying) && strcmp(me->master_addr, addr) == 0)
         return;
     if (mono_ms() < n->follow_after_ms || !split_addr(addr, host, sizeof(host), &port))
         return;
@@ -399,7 +401,8 @@ static int round_once(ha_node *n)
     ha_role_view me;
     n->ops.view(n->ops.ctx, &me);
     char value[600];
-    const char *role = me.master ? "master" : me.following ? "replica" : "none";
+    const char *role = me.master ? "master" : me.copying ? "copying"
+                     : me.following ? "replica" : "none";
     snprintf(value, sizeof(value), "addr=%s pos=%" PRIu64 " term=%" PRIu64 " role=%s lag_ms=%"
              PRId64, n->addr, me.position, me.term, role, me.lag_ms);
     if (etcd_put(n->etcd, n->k_self, value, n->lease) < 0) {

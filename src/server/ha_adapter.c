@@ -91,6 +91,7 @@ static void view_of(kura_server *srv, ha_role_view *out, bool with_pos)
     pthread_mutex_unlock(&replctl_slave_lock);
     out->master = !replica && rs.role != ROLE_FENCED;
     out->following = replica && !v.copying;
+    out->copying = replica && v.copying;
     out->connected = v.connected;
     snprintf(out->master_addr, sizeof(out->master_addr), "%s", v.master);
     if (with_pos)
@@ -115,6 +116,12 @@ int ha_adapter_http(kura_server *srv, bool primary, char *why, size_t len)
     view_of(srv, &v, false);
     if (srv->ha)
         ha_leader_addr(srv->ha, leader, sizeof(leader));
+    /* "[V6]:PORT" as the replica names its master: "V6:PORT" */
+    char *close = leader[0] == '[' ? strstr(leader, "]:") : NULL;
+    if (close) {
+        memmove(close, close + 1, strlen(close));
+        memmove(leader, leader + 1, strlen(leader));
+    }
     if (primary) {
         if (!v.master)
             snprintf(why, len, "a replica of %s", v.master_addr);

@@ -436,9 +436,11 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
     int rc;
     notify_stopping();
     daemon_stop_watchdog(STOP_TIMEOUT);
+    /* /primary and /replica read the failover state: their thread first,
+     * then failover (it hands the leadership over), then the listeners */
+    metrics_stop();
     ha_adapter_stop(srv);
     listener_close(srv);
-    metrics_stop();
     kura_watch_stop();
     /* The committer's last sync releases the replies it covers, so it stops
      * before the workers; its lock outlives them (they may still ask for a
@@ -477,9 +479,9 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
 static int undo_start(kura_server *srv, struct event **sigevs, struct event *tick,
                       bool listening, bool workers)
 {
+    metrics_stop();
     ha_adapter_stop(srv);
     committer_stop(srv->committer);
-    metrics_stop();
     kura_watch_stop();
     if (workers)
         workers_stop(srv);
@@ -563,13 +565,14 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
-    if (metrics_start(&srv) < 0)
+    /* failover before the metrics thread, which reads its state */
+    if (ha_adapter_start(&srv) < 0 || metrics_start(&srv) < 0)
         goto fail;
     if (start_committer(&srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot start the commit thread");
         goto fail;
     }
-    if (snapd_start(&srv) < 0 || ha_adapter_start(&srv) < 0)
+    if (snapd_start(&srv) < 0)
         goto fail;
     if (listener_listen(&srv) < 0 || pidfile_write() < 0)
         goto fail;

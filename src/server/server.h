@@ -269,8 +269,9 @@ void replchain_credentials(struct kura_server *srv, replchain_auth *auth);
 int repladmin_heard_term(struct kura_server *srv, uint64_t term, const char *host, int port,
                          char *msg, size_t msglen);
 /* ha_adapter.c: -ha-etcd's failover thread (src/ha/) on this server's
- * roles; start: after the replication and the committer, before the
- * listener accepts (0, or -1 logged); stop: first at a stop, so another
+ * roles; start: after the replication and the workers, before the metrics
+ * thread (which reads its state) and the listener (0, or -1 logged);
+ * stop: after the metrics thread, before the listeners close, so another
  * leads at once. */
 int ha_adapter_start(struct kura_server *srv);
 void ha_adapter_stop(struct kura_server *srv);

@@ -488,6 +488,8 @@ class Faults(unittest.TestCase):
                   % (n, kind, wall(t), first - t), flush=True)
             if kind == "kill9":
                 lead.start()            # its original command line
+            elif kind == "etcd":
+                c.wait_etcd()           # the group is whole with etcd answering
             self.wait_acks(w, 10, "writes after fault %d" % n)
         c.wait_whole()
         self.wait_acks(w, 10, "writes at the end")
