@@ -123,8 +123,10 @@ int ha_adapter_http(kura_server *srv, bool primary, char *why, size_t len)
         memmove(leader, leader + 1, strlen(leader));
     }
     if (primary) {
-        if (!v.master)
+        if (!v.master && v.master_addr[0])
             snprintf(why, len, "a replica of %s", v.master_addr);
+        else if (!v.master)
+            snprintf(why, len, "fenced: it heard of a newer term, and follows no one");
         else if (srv->ha && !ha_is_leader(srv->ha))
             snprintf(why, len, "not the leader (the leader is %s)", leader[0] ? leader : "none");
         else if (!kura_fence_open(st->ha_etcd ? &srv->fence : NULL))
