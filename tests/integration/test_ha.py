@@ -293,9 +293,19 @@ class Cluster:
 
     def close(self, remove=False):
         """Stops everything; removes the temp dir when remove (a test that
-        passed: a failure's logs stay for a look)."""
+        passed: a failure's logs stay for a look).  A sanitizer's report in
+        a kurad's stderr fails the test (and keeps the logs)."""
         for k in self.nodes:
             k.stop()
+        for k in self.nodes:
+            try:
+                with open(k.log, errors="replace") as f:
+                    err = f.read()
+            except OSError:
+                err = ""
+            if kuratest.SANITIZER_RE.search(err):
+                self.nodes = []
+                raise AssertionError("sanitizer report from kurad %s:\n%s" % (k.name, err[-6000:]))
         if self.front:
             self.haproxy.stop()
         if self.etcd:
