@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kura/codec.h"
+#include "kura/etcd.h"
 #include "kura/netaddr.h"
 #include "server.h"
 
@@ -833,6 +834,14 @@ static int check_ha(kura_settings *s)
                 "follow its update log)\n");
         return -1;
     }
+    /* the URLs and the CA file, checked now: a usage error, not a start's */
+    char err[400];
+    etcd_client *c;
+    if (etcd_open(s->ha_etcd, NULL, NULL, s->ha_ca, 1000, &c, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kurad: -ha-etcd: %s\n", err);
+        return -1;
+    }
+    etcd_close(c);
     if (s->ha_auth_file && !ha_auth_loaded &&
         load_credentials(s->ha_auth_file, "-ha-etcd-auth", &ha_auth_loaded) < 0)
         return -1;

@@ -39,6 +39,9 @@ its own, and polls with deadlines throughout.
   EtcdTls     etcd over https: kurad verifies its certificate with
               -ha-etcd-ca and leads; given another CA (negative) it never
               reaches etcd, takes no write, and its log says why
+  Options     -ha-* refused at start with exit status 2 and one line: a
+              bad URL, no -ulog, a name with a space, a CA file that does
+              not load, -ha-ttl without -ha-etcd
   Switchover  `kuractl ha switchover NAME` moves the leader to NAME, which
               has every write; `kuractl ha status` names it, with three
               members; /primary and /replica say the roles
@@ -434,6 +437,32 @@ class Checker(unittest.TestCase):
         conc = [("s2", "p", 0.0, 2.0), ("s2", "q", 1.0, 3.0)]
         self.assertEqual(check(conc, {"s2": "p"}), ([], []))
         self.assertEqual(check(conc, {"s2": "q"}), ([], []))
+
+
+@unittest.skipIf(kuratest.is_memcached(), kuratest.not_applicable("kurad-only behaviour"))
+class Options(unittest.TestCase):
+    """-ha-* refused at start, exit status 2 and one line naming it: a bad
+    URL, no -ulog, a name with a space, a CA file that does not load, an
+    option without -ha-etcd."""
+
+    def test_refused(self):
+        d = tempfile.mkdtemp(prefix="kuratest-ha-opt-")
+        ulog = ["-ulog", os.path.join(d, "ulog")]
+        cases = [(ulog + ["-ha-etcd", "ftp://x"], "bad etcd endpoint"),
+                 (["-ha-etcd", "http://127.0.0.1:1"], "needs '-ulog'"),
+                 (ulog + ["-ha-etcd", "http://127.0.0.1:1", "-ha-name", "a b"], "-ha-name"),
+                 (ulog + ["-ha-etcd", "https://127.0.0.1:1", "-ha-etcd-ca", "/nonexistent"],
+                  "/nonexistent"),
+                 (["-ha-ttl", "5"], "needs '-ha-etcd'")]
+        try:
+            for args, words in cases:
+                p = subprocess.run([kuratest.kurad_path(), "-port", str(free_port())] + args,
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 2, (args, p.stderr))
+                self.assertIn(words, p.stderr)
+                self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @unittest.skipIf(have_tools(), have_tools())
