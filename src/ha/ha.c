@@ -510,6 +510,10 @@ int ha_start(const ha_config *cfg, ha_node **out, char *err, size_t errlen)
     pthread_mutex_init(&n->lock, NULL);
     pthread_mutex_init(&n->addr_lock, NULL);
     kura_cond_init_mono(&n->wake);
+    /* said before the thread runs: it changes the endpoint on a failure */
+    say(n, KURA_LOG_INFO, "failover: %s (%s) in cluster %s on etcd %s, lease TTL %d s "
+        "(writes stop %" PRId64 " ms before it could expire)", n->name, n->addr, cfg->cluster,
+        etcd_endpoint(n->etcd), n->ttl, ha_margin_ms(n->ttl));
     if (pthread_create(&n->thread, NULL, ha_main, n) != 0) {
         snprintf(err, errlen, "cannot start the failover thread");
         etcd_close(n->etcd);
@@ -520,9 +524,6 @@ int ha_start(const ha_config *cfg, ha_node **out, char *err, size_t errlen)
         return -1;
     }
     n->running = true;
-    say(n, KURA_LOG_INFO, "failover: %s (%s) in cluster %s on etcd %s, lease TTL %d s "
-        "(writes stop %" PRId64 " ms before it could expire)", n->name, n->addr, cfg->cluster,
-        etcd_endpoint(n->etcd), n->ttl, ha_margin_ms(n->ttl));
     *out = n;
     return 0;
 }
