@@ -28,11 +28,11 @@ its own, and polls with deadlines throughout.
   Checker     the checker itself on made-up histories: a lost write and a
               split-brain overwrite are found (the negative check of the
               fault test's verdicts), a clean history passes
-  Fence       a leader paused (SIGSTOP) past its lease while another takes
-              over refuses a write sent to it before it wakes (its fence
-              closed); negative check with KURA_TEST_HA_NO_FENCE (a test
-              build's switch: the fence has no deadline): the same write is
-              taken
+  Fence       a leader paused (SIGSTOP) past its lease, its key gone and
+              another name's put in etcd, refuses a write sent to it
+              before it wakes (its fence closed); negative check with
+              KURA_TEST_HA_NO_FENCE (a test build's switch: the fence has
+              no deadline): the same write is taken
   EtcdAuth    etcd with authentication on: kurad logs in with
               -ha-etcd-auth and leads; with a wrong password (negative) it
               never leads, takes no write, and its log says why
@@ -173,6 +173,20 @@ def mc(port, data, timeout=3.0):
         return None
     finally:
         s.close()
+
+
+def b64(text):
+    import base64
+    return base64.b64encode(text.encode()).decode()
+
+
+def etcd_call(c, path, body):
+    """One POST to the cluster's etcd (its JSON gateway): the reply's JSON."""
+    import json
+    req = urllib.request.Request(c.etcd_url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def parse_values(reply):
@@ -560,20 +574,26 @@ class Faults(unittest.TestCase):
 @unittest.skipIf(have_tools(), have_tools())
 class Fence(unittest.TestCase):
     def paused_write(self, env):
-        """Two servers without -syncrepl; the leader paused past its lease
-        until the other leads; a set sent to it while paused: its reply."""
-        c = Cluster(TTL, n=2, env=env, syncrepl=0, haproxy=False)
+        """One server without -syncrepl, leading; paused past its lease
+        until etcd has dropped its key and another name holds it (put here,
+        under a lease of the test's: no server of it probes the paused one,
+        so only the fence stands between it and the write); a set sent to
+        it while paused: its reply once it wakes."""
+        c = Cluster(TTL, n=1, env=env, syncrepl=0, haproxy=False)
         try:
             lead = c.wait_whole()
-            other = [k for k in c.nodes if k is not lead][0]
             self.assertEqual(mc(lead.port, b"set f 0 0 1\r\na\r\n"), b"STORED\r\n")
             lead.signal(signal.SIGSTOP)
-            poll_until(lambda: http_code(other.mport, "/primary") == 200, WAIT, interval=0.1,
-                       what="the other server leading")
+            key = "/kura/%s/leader" % c.cluster
+            poll_until(lambda: not etcd_call(c, "/v3/kv/range", {"key": b64(key)}).get("kvs"),
+                       WAIT, interval=0.1, what="the paused leader's key gone with its lease")
+            lease = etcd_call(c, "/v3/lease/grant", {"TTL": 60})["ID"]
+            etcd_call(c, "/v3/kv/put", {"key": b64(key), "value": b64("other 127.0.0.1:1 99"),
+                                        "lease": lease})
             s = socket.create_connection(("127.0.0.1", lead.port), timeout=10)
             s.sendall(b"set f 0 0 1\r\nb\r\n")
             lead.signal(signal.SIGCONT)
-            s.settimeout(10)
+            s.settimeout(10 * kuratest.SCALE)
             reply = s.recv(256)
             s.close()
             c.close(remove=True)
