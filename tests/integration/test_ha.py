@@ -243,19 +243,25 @@ class Cluster:
         for i in range(1, n + 1):
             d = os.path.join(self.tmp, "k%d" % i)
             os.mkdir(d)
-            port, mport = free_port(), free_port()
-            argv = [kuratest.kurad_path(), "-host", "127.0.0.1", "-port", str(port), "-th", "2",
-                    "-sid", str(i), "-ulog", os.path.join(d, "ulog"),
-                    "-metrics", "127.0.0.1:%d" % mport,
-                    "-ha-etcd", self.etcd_url, "-ha-cluster", self.cluster,
-                    "-ha-ttl", str(ttl), "-log", os.path.join(d, "log")] + user + extra
-            if syncrepl:
-                argv += ["-syncrepl", str(syncrepl), "-syncrepl-timeout", "2000"]
-            argv.append(os.path.join(d, "data.kh"))
-            node = Proc(argv, os.path.join(d, "stderr"), d,
-                        env=dict(os.environ, **env) if env else None)
-            node.port, node.mport, node.name = port, mport, "127.0.0.1:%d" % port
-            self.nodes.append(node.start())
+            for attempt in range(5):        # a port taken meanwhile by a parallel test
+                port, mport = free_port(), free_port()
+                argv = [kuratest.kurad_path(), "-host", "127.0.0.1", "-port", str(port), "-th",
+                        "2", "-sid", str(i), "-ulog", os.path.join(d, "ulog"),
+                        "-metrics", "127.0.0.1:%d" % mport,
+                        "-ha-etcd", self.etcd_url, "-ha-cluster", self.cluster,
+                        "-ha-ttl", str(ttl), "-log", os.path.join(d, "log")] + user + extra
+                if syncrepl:
+                    argv += ["-syncrepl", str(syncrepl), "-syncrepl-timeout", "2000"]
+                argv.append(os.path.join(d, "data.kh"))
+                node = Proc(argv, os.path.join(d, "stderr"), d,
+                            env=dict(os.environ, **env) if env else None)
+                node.port, node.mport, node.name = port, mport, "127.0.0.1:%d" % port
+                node.start()
+                poll_until(lambda: not node.alive() or http_code(mport, "/health"), WAIT,
+                           interval=0.05, what="kurad %d serving /health" % i)
+                if node.alive():
+                    break
+            self.nodes.append(node)
         if haproxy:
             self.front = free_port()
             cfg = os.path.join(self.tmp, "haproxy.cfg")
@@ -315,11 +321,14 @@ class Cluster:
         for k in self.nodes:
             k.stop()
         for k in self.nodes:
-            try:
-                with open(k.log, errors="replace") as f:
-                    err = f.read()
-            except OSError:
-                err = ""
+            err = ""
+            # its stderr, and its -log file (where kurad sends stderr once open)
+            for path in (k.log, os.path.join(os.path.dirname(k.log), "log")):
+                try:
+                    with open(path, errors="replace") as f:
+                        err += f.read()
+                except OSError:
+                    pass
             if kuratest.SANITIZER_RE.search(err):
                 self.nodes = []
                 raise AssertionError("sanitizer report from kurad %s:\n%s" % (k.name, err[-6000:]))
@@ -577,8 +586,8 @@ class Fence(unittest.TestCase):
         """One server without -syncrepl, leading; paused past its lease
         until etcd has dropped its key and another name holds it (put here,
         under a lease of the test's: no server of it probes the paused one,
-        so only the fence stands between it and the write); a set sent to
-        it while paused: its reply once it wakes."""
+        so only the fence stands between it and the write), and etcd paused
+        too; a set sent to it while paused: its reply once it wakes."""
         c = Cluster(TTL, n=1, env=env, syncrepl=0, haproxy=False)
         try:
             lead = c.wait_whole()
@@ -590,12 +599,16 @@ class Fence(unittest.TestCase):
             lease = etcd_call(c, "/v3/lease/grant", {"TTL": 60})["ID"]
             etcd_call(c, "/v3/kv/put", {"key": b64(key), "value": b64("other 127.0.0.1:1 99"),
                                         "lease": lease})
+            # etcd paused too: the woken leader's thread cannot learn from
+            # it that it leads no more, so only the fence answers the write
+            c.etcd.signal(signal.SIGSTOP)
             s = socket.create_connection(("127.0.0.1", lead.port), timeout=10)
             s.sendall(b"set f 0 0 1\r\nb\r\n")
             lead.signal(signal.SIGCONT)
             s.settimeout(10 * kuratest.SCALE)
             reply = s.recv(256)
             s.close()
+            c.etcd.signal(signal.SIGCONT)
             c.close(remove=True)
             return reply
         finally:
