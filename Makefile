@@ -153,7 +153,7 @@ KURAD      = $(BUILD)/kurad
 KURACTL    = $(BUILD)/kuractl
 BENCH      = $(if $(BENCH_SRC),$(BUILD)/kura-bench)
 
-.PHONY: all programs run test test-run test-build check-layers test-asan test-tsan check install \
+.PHONY: all programs run test test-run test-build test-ha check-layers test-asan test-tsan check install \
         install-bench uninstall clean distclean deb test-deb bench bench-repl bench-snapshot \
         bench-tt bench-kt fuzz fuzz-build soak bench-footprint bench-cache check-functions test-fresh FORCE
 # kura-enginebench too: a measurement with a stale one would time old code.
@@ -355,6 +355,16 @@ soak: test-build
 	SOAK_SECONDS=$(SOAK_SECONDS) KURA_TEST_TIMEOUT=$$(( $(SOAK_SECONDS) + 300 )) \
 	    SOAK_FIGURES=$(TEST_BUILD)/soak-figures.txt \
 	    KURA_BUILD=$(TEST_BUILD) /usr/bin/python3 tests/run test_soak.py
+
+# The failover fault test at length (tests/integration/test_ha.py: etcd,
+# three kurad and HAProxy): HA_FAULTS faults with an HA_TTL-second lease
+# (make test runs 4 with 2 s), its TAP lines and the distribution of the
+# times from each fault to the next acknowledged write printed.
+HA_FAULTS ?= 24
+HA_TTL ?= 5
+test-ha: test-build
+	KURA_HA_FAULTS=$(HA_FAULTS) KURA_HA_TTL=$(HA_TTL) KURA_BUILD=$(TEST_BUILD) \
+	    /usr/bin/python3 tests/integration/test_ha.py Checker Faults
 
 # The sanitized builds also check the cross-module lock order
 # (include/kura/lockorder.h): a thread taking a lock out of rank aborts.

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kura/fence.h"
 #include "kura/store.h"
 #include "kura/ulog.h"
 
@@ -84,6 +85,8 @@ typedef struct committer_config {
     void (*wake)(void *arg);            /* after each commit: look at the held replies */
     void *wake_arg;
     void (*log)(int level, const char *line);   /* the one line at a failed sync */
+    const kura_fence *fence;            /* closed: no reply is sent, the waiters are
+                                           closed (failover, src/ha/); NULL: none */
 } committer_config;
 
 /* Starts the thread.  durable starts at the source's write_seq.  0, or

@@ -33,4 +33,10 @@ int kura_netaddr_port_spec(const char *spec, char *host, size_t hlen, int *port,
 /* Whether host names the loopback pair: "localhost" (any case). */
 int kura_netaddr_is_localhost(const char *host);
 
+/* A non-blocking TCP socket connected to host:port (each address
+ * getaddrinfo gives, in turn), within timeout_ms per address.  The socket,
+ * or -1 with the reason in why (strerror's words). */
+int kura_netaddr_connect(const char *host, const char *port, int timeout_ms, char *why,
+                         size_t wlen);
+
 #endif

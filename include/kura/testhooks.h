@@ -20,7 +20,7 @@
  * kurad of a test build sets list_inline, vref_early_release,
  * conn_sndbuf and job_inline from KURA_TEST_LIST_INLINE,
  * KURA_TEST_VREF_EARLY, KURA_TEST_SNDBUF and KURA_TEST_JOB_INLINE in its
- * environment (and kuractl of a test build reads
+ * environment (ha_no_fence from KURA_TEST_HA_NO_FENCE) (and kuractl of a test build reads
  * KURACTL_TEST_IMPORT_DROP_FIRST), so that an integration test can show
  * its check fails without the bound or the hold it guards, or meet partial
  * sends.  A switch is process-wide: it applies to every store the test has
@@ -202,6 +202,12 @@ typedef struct kura_testhooks {
      * the negative check of test_tt_copy (another client's get waits for
      * the whole copy).  Read from KURA_TEST_JOB_INLINE by snapd_start. */
     bool job_inline;
+    /* Failover's leader keeps its write fence open for good while it
+     * leads (no deadline from its lease): a leader paused past its lease
+     * takes writes when it wakes, until its thread learns it leads no
+     * more, as before the fence.  The negative check of test_ha's Fence.
+     * Read from KURA_TEST_HA_NO_FENCE by ha_start. */
+    bool ha_no_fence;
 } kura_testhooks;
 
 extern kura_testhooks kura_test;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Initializes c so that pthread_cond_timedwait's deadlines are
  * CLOCK_MONOTONIC times: a step of the wall clock neither stretches nor
@@ -23,5 +24,9 @@ void kura_thread_stop(pthread_t t, pthread_mutex_t *lock, pthread_cond_t *wake, 
 /* CLOCK_MONOTONIC in milliseconds: deadlines and timeouts that a step of
  * the wall clock must not move. */
 int64_t kura_mono_ms(void);
+
+/* The CLOCK_MONOTONIC time ms milliseconds from now, as
+ * pthread_cond_timedwait takes it (on a kura_cond_init_mono condition). */
+struct timespec kura_mono_after_ms(int64_t ms);
 
 #endif

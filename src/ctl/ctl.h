@@ -152,6 +152,7 @@ void progress_end(ctl_progress *p);
 
 int cmd_stats(int argc, char **argv);
 int cmd_repl(int argc, char **argv);
+int cmd_ha(int argc, char **argv);        /* ctl_ha.c */
 int cmd_get(int argc, char **argv);
 int cmd_set(int argc, char **argv);
 int cmd_delete(int argc, char **argv);

@@ -39,6 +39,12 @@ static const cmd_help helps[] = {
               "                       a replica stops following and takes writes\n"
               "repl follow [HOST:PORT] MASTERHOST:MASTERPORT\n"
               "                       the server becomes a replica of MASTER" },
+    { "ha", "ha status --etcd URL[,URL...] [--cluster NAME] [--auth FILE] [--ca FILE]\n"
+            "                       automatic failover's group as etcd holds it: leader, lease,\n"
+            "                       members' positions and terms (exit 1: no leader)\n"
+            "ha switchover NAME --etcd URL [--cluster NAME] [--wait SECONDS]\n"
+            "                       moves the leadership to member NAME: the leader drains,\n"
+            "                       waits until NAME has caught up, hands over (default 60 s)" },
     { "get", "get KEY [--meta]       prints the value (--meta: flags, cas, length to stderr);\n"
              "                       exit 1 if there is none" },
     { "set", "set KEY VALUE [--flags N] [--exptime N]\n"
@@ -114,7 +120,11 @@ static void usage_all(FILE *f)
     static const char *const server[] = { "stats", "repl", "get", "set", "delete", "digest",
                                           NULL };
     print_cmds(f, server);
-    fprintf(f, "  snapshot now [--wait SECONDS]\n\nOn files (server stopped):\n");
+    fprintf(f, "  snapshot now [--wait SECONDS]\n\nAgainst etcd (automatic failover, kurad "
+               "-ha-etcd):\n");
+    static const char *const etcd[] = { "ha", NULL };
+    print_cmds(f, etcd);
+    fprintf(f, "\nOn files (server stopped):\n");
     static const char *const files[] = { "check", "dump", "load", "import", "export",
                                          "snapshot", "restore", "ulog", NULL };
     print_cmds(f, files);
@@ -347,6 +357,7 @@ int main(int argc, char **argv)
     } cmds[] = {
         { "stats", cmd_stats }, { "repl", cmd_repl }, { "get", cmd_get }, { "set", cmd_set },
         { "delete", cmd_delete }, { "digest", cmd_digest }, { "snapshot", cmd_snapshot },
+        { "ha", cmd_ha },
         { "check", cmd_check }, { "dump", cmd_dump }, { "load", cmd_load },
         { "ulog", cmd_ulog }, { "restore", cmd_restore },
         { "import", cmd_import }, { "export", cmd_export },

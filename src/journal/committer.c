@@ -34,6 +34,10 @@
  * sees no acknowledgement, which is the truth.  (The store refuses further
  * writes after a failed sync on its side.)
  *
+ * With automatic failover (src/ha/) a write fence (kura/fence.h) comes
+ * before every acknowledgement: once the leader's lease margin has passed,
+ * the waiters are closed unanswered, as for an abandoned sequence.
+ *
  * The decisions are two pure functions, commit_next_step() for this thread
  * and commit_fate_of() for the connections, tested in
  * tests/unit/test_commit.c.  The server owns the committer (kura_server's
@@ -92,11 +96,16 @@ int commit_fate_of(uint64_t target, uint64_t durable, uint64_t abandoned, bool f
     return failed ? COMMIT_CLOSE : COMMIT_WAIT;
 }
 
-/* failed is read before durable: once failed is set durable never moves
+/* The fence first (one load and a clock read), then failed is read
+ * before durable: once failed is set durable never moves
  * again, so a waiter is closed only if its changes really are past the
  * last durable sequence. */
 int commit_fate(journal_committer *c, uint64_t target)
 {
+    /* the write fence (failover): a leader past its lease's margin, or a
+     * process that slept through it, acknowledges nothing (fence.h) */
+    if (!kura_fence_open(c->cfg.fence))
+        return COMMIT_CLOSE;
     bool f = committer_failed(c);
     uint64_t d = committer_durable(c);
     return commit_fate_of(target, d, atomic_load_explicit(&c->abandoned, memory_order_acquire),

@@ -17,6 +17,7 @@
 
 #include "kura/escape.h"
 #include "kura/login.h"
+#include "kura/netaddr.h"
 #include "kura/tlsio.h"
 #include "slave_int.h"
 
@@ -33,35 +34,9 @@ static bool connected_to_itself(int fd)
 
 int slave_connect(repl_slave *s, char *why, size_t whylen)
 {
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res, *ai;
     char port[16];
     snprintf(port, sizeof(port), "%d", s->port);
-    int e = getaddrinfo(s->host, port, &hints, &res);
-    if (e) {
-        snprintf(why, whylen, "%s", gai_strerror(e));
-        return -1;
-    }
-    int fd = -1;
-    for (ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-            break;
-        if (errno == EINPROGRESS) {
-            struct pollfd pf = { .fd = fd, .events = POLLOUT };
-            int err = 0;
-            socklen_t el = sizeof(err);
-            if (poll(&pf, 1, CONNECT_TIMEOUT_MS) == 1 &&
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
-                break;
-            errno = err ? err : ETIMEDOUT;
-        }
-        snprintf(why, whylen, "%s", strerror(errno));
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
+    int fd = kura_netaddr_connect(s->host, port, CONNECT_TIMEOUT_MS, why, whylen);
     if (fd >= 0 && connected_to_itself(fd)) {
         /* a master on this host, down, whose port is in the range the
          * kernel picks local ports from: TCP's simultaneous open connected

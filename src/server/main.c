@@ -201,7 +201,8 @@ static void wake_workers(void *arg)
 /* -sync always or -syncrepl: replies wait for durability (journal.h). */
 static int start_committer(kura_server *srv)
 {
-    committer_config cc = { .wake = wake_workers, .wake_arg = srv, .log = store_log };
+    committer_config cc = { .wake = wake_workers, .wake_arg = srv, .log = store_log,
+                            .fence = srv->settings->ha_etcd ? &srv->fence : NULL };
     if ((srv->settings->sync_mode != KURA_SYNC_ALWAYS && !srv->settings->syncrepl) ||
         !engine_commit_source(srv->engine, &cc.source))
         return 0;                       /* nothing to wait for */
@@ -446,8 +447,11 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
     int rc;
     notify_stopping();
     daemon_stop_watchdog(STOP_TIMEOUT);
-    listener_close(srv);
+    /* /primary and /replica read the failover state: their thread first,
+     * then failover (it hands the leadership over), then the listeners */
     metrics_stop();
+    ha_adapter_stop(srv);
+    listener_close(srv);
     kura_watch_stop();
     /* The committer's last sync releases the replies it covers, so it stops
      * before the workers; its lock outlives them (they may still ask for a
@@ -487,8 +491,9 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
 static int undo_start(kura_server *srv, struct event **sigevs, struct event *tick,
                       bool listening, bool workers)
 {
-    committer_stop(srv->committer);
     metrics_stop();
+    ha_adapter_stop(srv);
+    committer_stop(srv->committer);
     kura_watch_stop();
     snapd_jobs_detach();
     if (workers)
@@ -573,7 +578,8 @@ int main(int argc, char **argv)
         goto fail;
     }
     workers = true;
-    if (metrics_start(&srv) < 0)
+    /* failover before the metrics thread, which reads its state */
+    if (ha_adapter_start(&srv) < 0 || metrics_start(&srv) < 0)
         goto fail;
     if (start_committer(&srv) < 0) {
         log_msg(KURA_LOG_ERROR, "cannot start the commit thread");

@@ -1,6 +1,7 @@
 /*
  * metrics.c - the Prometheus endpoint: -metrics [HOST:]PORT serves
- * /metrics (metrics_expo.c's exposition) and /health over HTTP, with
+ * /metrics (metrics_expo.c's exposition), /health, and for load balancers
+ * /primary and /replica (Patroni's checks, ha_adapter.c) over HTTP, with
  * libevent's evhttp on a thread and event base of its own, so a slow or
  * hostile scraper never holds up a worker or the listener.
  *
@@ -65,6 +66,7 @@
 
 static struct {
     kura_stats_source src;
+    kura_server *srv;                   /* /primary, /replica (ha_adapter.c) */
     const kura_auth *auth;              /* NULL: /metrics open */
     uint64_t auth_failures;             /* this thread's */
     struct event_base *base;
@@ -278,8 +280,16 @@ static void on_request(struct evhttp_request *req, void *arg)
                                                                     : "unavailable");
         reply(req, code, code == 200 ? "OK" : "Service Unavailable", "text/plain; charset=utf-8",
               body, (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1);
+    } else if (path && (strcmp(path, "/primary") == 0 || strcmp(path, "/replica") == 0)) {
+        /* for load balancers (HAProxy's httpchk), open as /health is */
+        char why[600], body[620];
+        int code = ha_adapter_http(ms.srv, path[1] == 'p', why, sizeof(why));
+        int n = snprintf(body, sizeof(body), "%s\n", why);
+        reply(req, code, code == 200 ? "OK" : "Service Unavailable", "text/plain; charset=utf-8",
+              body, (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1);
     } else {
-        static const char nf[] = "not found: kurad serves /metrics and /health\n";
+        static const char nf[] = "not found: kurad serves /metrics, /health, /primary and "
+                                 "/replica\n";
         reply(req, 404, "Not Found", "text/plain; charset=utf-8", nf, sizeof(nf) - 1);
     }
 }
@@ -354,6 +364,7 @@ int metrics_start(kura_server *srv)
     if (metrics_addr(srv->settings, host, sizeof(host), &port) < 0)
         return -1;
     ms.src = (kura_stats_source){ srv->engine, &srv->info, srv->cmds };
+    ms.srv = srv;
     ms.auth = srv->settings->metrics_auth;
     ms.base = event_base_new();
     ms.http = ms.base ? evhttp_new(ms.base) : NULL;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kura/codec.h"
+#include "kura/etcd.h"
 #include "kura/netaddr.h"
 #include "server.h"
 
@@ -145,6 +146,20 @@ static const opt options[] = {
       "past the timeout: close the connection unanswered (default) or acknowledge anyway" },
     { { "-repl-max" }, OPT_INT, F(repl_max), 1, 100000, "NUM",
       "serve at most NUM replication streams at once (default 16; each counts against -c)" },
+    { { "-ha-etcd" }, OPT_STR, F(ha_etcd), 0, 0, "URL[,URL...]",
+      "automatic failover: elect the master through etcd v3 at these URLs (http[s]://H:P)" },
+    { { "-ha-cluster" }, OPT_STR, F(ha_cluster), 0, 0, "NAME",
+      "the failover group's name in etcd, /kura/NAME/ (default kura)" },
+    { { "-ha-name" }, OPT_STR, F(ha_name), 0, 0, "NAME",
+      "this server's name in the group (default its address, HOST:PORT)" },
+    { { "-ha-ttl" }, OPT_INT, F(ha_ttl), 2, 3600, "SEC",
+      "the leader's etcd lease; writes stop a fifth of it (at least 0.5 s) before (default 10)" },
+    { { "-ha-max-lag" }, OPT_INT, F(ha_max_lag), 0, INT_MAX, "MS",
+      "GET /replica on -metrics answers 200 only within this lag (default 10000)" },
+    { { "-ha-etcd-auth" }, OPT_STR, F(ha_auth_file), 0, 0, "FILE",
+      "authenticate to etcd as FILE's first user:password line" },
+    { { "-ha-etcd-ca" }, OPT_STR, F(ha_ca), 0, 0, "FILE",
+      "the CA certificates (PEM) https:// etcd's must chain to (default: the system's)" },
     { { "-bgs" }, OPT_STR, F(bgs_dir), 0, 0, "DIR",
       "keep snapshots in DIR; a missing or empty database starts from the newest" },
     { { "-bgsi" }, OPT_INT, F(bgsi), 0, INT_MAX, "SEC",
@@ -206,6 +221,8 @@ static const struct {
     { "-repl-divergence", "-mhost" }, { "-mtls-ca", "-mtls" }, { "-mtls-cert", "-mtls" },
     { "-a", "-s" },
     { "-metrics-auth", "-metrics" },
+    { "-ha-cluster", "-ha-etcd" }, { "-ha-name", "-ha-etcd" }, { "-ha-ttl", "-ha-etcd" },
+    { "-ha-etcd-auth", "-ha-etcd" }, { "-ha-etcd-ca", "-ha-etcd" },
 };
 
 /* ttserver 1.1's and ktserver 0.9's options that have no field of their
@@ -323,6 +340,9 @@ void options_defaults(kura_settings *s)
     s->bgsc = KURA_CODEC_LZO;
     s->bgsn = 2;
     s->unix_mode = 0700;
+    s->ha_cluster = "kura";
+    s->ha_ttl = 10;
+    s->ha_max_lag = 10000;
 }
 
 const char *options_sync_name(int mode)
@@ -801,6 +821,44 @@ static int check_addresses(const kura_settings *s)
 
 static int check_options(kura_settings *s);
 
+/* -ha-*: a name etcd's keys and the leader's value can carry (printable,
+ * no space or slash), an update log to replicate from, the credentials
+ * read now.  0, or -1 with one line printed. */
+static int check_ha(kura_settings *s)
+{
+    static kura_auth *ha_auth_loaded;   /* the life of the process */
+    const char *names[2] = { s->ha_cluster, s->ha_name };
+    for (int i = 0; i < 2; i++) {
+        const char *n = names[i];
+        bool ok = !n || (n[0] && strlen(n) < 100);
+        for (; ok && n && *n; n++)
+            ok = *n > 0x20 && *n < 0x7f && *n != '/';
+        if (!ok) {
+            fprintf(stderr, "kurad: %s '%s': 1 to 99 printable characters, no space or "
+                    "slash\n", i ? "-ha-name" : "-ha-cluster", names[i]);
+            return -1;
+        }
+    }
+    if (!s->ulog_dir) {
+        fprintf(stderr, "kurad: option '-ha-etcd' needs '-ulog' (the leader's replicas "
+                "follow its update log)\n");
+        return -1;
+    }
+    /* the URLs and the CA file, checked now: a usage error, not a start's */
+    char err[400];
+    etcd_client *c;
+    if (etcd_open(s->ha_etcd, NULL, NULL, s->ha_ca, 1000, &c, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kurad: -ha-etcd: %s\n", err);
+        return -1;
+    }
+    etcd_close(c);
+    if (s->ha_auth_file && !ha_auth_loaded &&
+        load_credentials(s->ha_auth_file, "-ha-etcd-auth", &ha_auth_loaded) < 0)
+        return -1;
+    s->ha_auth = ha_auth_loaded;
+    return 0;
+}
+
 int options_parse(kura_settings *s, int argc, char **argv)
 {
     const char *conf = find_conf(argc, argv);
@@ -948,6 +1006,8 @@ static int check_options(kura_settings *s)
         fprintf(stderr, "kurad: %s\n", err);
         return 2;
     }
+    if (s->ha_etcd && check_ha(s) < 0)
+        return 2;
     if ((s->mauth_file && load_credentials(s->mauth_file, "-mauth", &s->mauth) < 0) ||
         (s->metrics_auth_file &&
          load_credentials(s->metrics_auth_file, "-metrics-auth", &s->metrics_auth) < 0))

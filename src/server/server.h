@@ -60,6 +60,15 @@ typedef struct kura_settings {
     bool syncrepl_ack;          /* -syncrepl-fail ack (else close) */
     int repl_max;               /* -repl-max: replication streams at once */
     bool divergence_refuse;     /* -repl-divergence refuse (else copy) */
+    /* automatic failover on etcd (src/ha/, docs/replication.md) */
+    const char *ha_etcd;        /* -ha-etcd URL[,URL...]; NULL: no failover */
+    const char *ha_cluster;     /* -ha-cluster NAME (default "kura") */
+    const char *ha_name;        /* -ha-name NAME (default: the address, HOST:PORT) */
+    int ha_ttl;                 /* -ha-ttl SECONDS: the leader's lease */
+    int ha_max_lag;             /* -ha-max-lag MS: /replica's bound */
+    const char *ha_auth_file;   /* -ha-etcd-auth FILE: etcd's user:password */
+    kura_auth *ha_auth;         /* its entries (options_parse) */
+    const char *ha_ca;          /* -ha-etcd-ca FILE: https:// etcd's CAs */
     /* snapshots (docs/operations.md) */
     const char *bgs_dir;        /* -bgs; NULL = none */
     int bgsi;                   /* -bgsi: seconds between them; 0 = on demand only */
@@ -271,6 +280,18 @@ void replchain_credentials(struct kura_server *srv, replchain_auth *auth);
  * this one: the reply line in msg. */
 int repladmin_heard_term(struct kura_server *srv, uint64_t term, const char *host, int port,
                          char *msg, size_t msglen);
+/* ha_adapter.c: -ha-etcd's failover thread (src/ha/) on this server's
+ * roles; start: after the replication and the workers, before the metrics
+ * thread (which reads its state) and the listener (0, or -1 logged);
+ * stop: after the metrics thread, before the listeners close, so another
+ * leads at once. */
+int ha_adapter_start(struct kura_server *srv);
+void ha_adapter_stop(struct kura_server *srv);
+/* -metrics' GET /primary (primary) and /replica, as Patroni's: 200 on the
+ * writable leader (without -ha-etcd: a master), or on a replica connected
+ * to the leader within -ha-max-lag; else 503; why says which.  Any
+ * thread. */
+int ha_adapter_http(struct kura_server *srv, bool primary, char *why, size_t len);
 
 /* notify.c: systemd's sd_notify protocol, without libsystemd. */
 void notify_ready(const char *status);
@@ -299,6 +320,10 @@ struct kura_server {
     unsigned next_worker;
     bool stopping;
     _Atomic int exit_code;              /* the status of a clean stop (replctl's fatal: 2) */
+    /* automatic failover (-ha-etcd): the write fence the role gate and the
+     * committer check, kept by the failover thread (ha_adapter.c) */
+    kura_fence fence;
+    struct ha_node *ha;                 /* NULL without -ha-etcd */
 };
 
 /* worker.c */

@@ -4,10 +4,15 @@
  * resolved here, so a mistake in an option is found when the command line
  * is read (exit 2), not as an errno from bind() later.
  */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "kura/netaddr.h"
 
@@ -98,4 +103,34 @@ int kura_netaddr_port_spec(const char *spec, char *host, size_t hlen, int *port,
 int kura_netaddr_is_localhost(const char *host)
 {
     return strcasecmp(host, "localhost") == 0;
+}
+
+int kura_netaddr_connect(const char *host, const char *port, int timeout_ms, char *why,
+                         size_t wlen)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res, *ai;
+    int g = getaddrinfo(host, port, &hints, &res), fd = -1;
+    if (g) {
+        snprintf(why, wlen, "%s", gai_strerror(g));
+        return -1;
+    }
+    snprintf(why, wlen, "no address");
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        int soerr = errno;
+        socklen_t sl = sizeof(soerr);
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+        if (soerr == EINPROGRESS && poll(&p, 1, timeout_ms) == 1 &&
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
+            break;
+        snprintf(why, wlen, "%s", strerror(soerr == EINPROGRESS ? ETIMEDOUT : soerr));
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return fd;
 }
