@@ -22,7 +22,9 @@
  *  - with spec.sorted, such a store is walked in key order too, at the
  *    price of a pass over every part per LIST_SORTED_BATCH keys (O(items)
  *    each): for a listing with a limit, whose passes are limit /
- *    LIST_SORTED_BATCH.
+ *    LIST_SORTED_BATCH;
+ *  - with spec.back, either walk goes in descending key order, at the
+ *    same cost (the B+ tree walks down from a key: KURA_ITER_BACK).
  * Every key live for the whole walk is given once; a key stored or
  * removed meanwhile may or may not be.  Values are not collected (the
  * hash file reads no record): a caller that wants them gets each one.
@@ -54,7 +56,9 @@
 #define LIST_STEP_VISITS 1024           /* a sorted pass's step ends past this many items */
 
 /* Which keys: start..end (either end open or closed; NULL: unbounded) and
- * starting with prefix (plen 0: any). */
+ * starting with prefix (plen 0: any).  back: the walk goes down, from the
+ * largest key: start is then its upper bound (keys < start when open),
+ * end its lower, and the batches come in descending key order. */
 typedef struct kura_list_spec {
     const char *start;
     size_t slen;
@@ -65,6 +69,7 @@ typedef struct kura_list_spec {
     const char *prefix;
     size_t plen;
     bool sorted;                        /* a store without order: key order anyway */
+    bool back;                          /* descending key order */
 } kura_list_spec;
 
 struct list_slot;

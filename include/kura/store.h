@@ -220,6 +220,8 @@ typedef struct kura_feed {
  *    or after `from` (NULL: from the first key; else 1 to KURA_KEY_MAX
  *    bytes), in key order (bytes as memcmp compares them, a prefix before
  *    its extensions), locked as KURA_ITER_ALL.
+ *  - KURA_ITER_BACK: KURA_ITER_FROM backward: the keys at or before
+ *    `from` (NULL: from the last key), in descending key order.
  *
  * keys_only, for listings, which need keys and metadata only: the store
  * may leave val NULL where reading the value costs (the hash file reads no
@@ -232,12 +234,13 @@ enum kura_iter_scope {
     KURA_ITER_ALL = 0,
     KURA_ITER_PART,
     KURA_ITER_FROM,
+    KURA_ITER_BACK,
 };
 
 typedef struct kura_iter_spec {
     int scope;                  /* enum kura_iter_scope */
     unsigned part;              /* KURA_ITER_PART */
-    const char *from;           /* KURA_ITER_FROM */
+    const char *from;           /* KURA_ITER_FROM, KURA_ITER_BACK */
     size_t flen;
     bool keys_only;
 } kura_iter_spec;
@@ -258,7 +261,8 @@ typedef struct kura_store_ops {
                const kura_rmw_hint *hint, kura_update_fn fn, void *arg);
 
     /* How the store's keys can be walked (see kura_iter_spec): `parts`
-     * parts (at least 1), and `ordered` when a walk from a key is possible.
+     * parts (at least 1), and `ordered` when a walk from a key is possible
+     * (KURA_ITER_FROM and KURA_ITER_BACK).
      * Constants of the backend. */
     unsigned parts;
     bool ordered;

@@ -23,6 +23,12 @@
  * batch is kept in the cursor until every key of it was handed out: a
  * caller that stops half way does not make the next step collect it
  * again.
+ *
+ * A walk backward (spec.back) is the same walk in the mirror: every
+ * comparison of a key with the cursor, the range and the heap's top is
+ * turned round (dircmp), so "after the cursor" is below it, start the
+ * upper bound, and the heap keeps the largest keys below the cursor; an
+ * ordered store walks down from a key (KURA_ITER_BACK).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,16 +80,24 @@ static int keycmp(const char *a, size_t al, const char *b, size_t bl)
     return al < bl ? -1 : al > bl;
 }
 
+/* keycmp in the walk's direction: < 0 when a comes first. */
+static int dircmp(const kura_list_spec *sp, const char *a, size_t al, const char *b, size_t bl)
+{
+    int r = keycmp(a, al, b, bl);
+    return sp->back ? -r : r;
+}
+
 static bool after_cursor(const collect *col, const kura_item *it)
 {
-    return !col->c->have_last || keycmp(it->key, it->klen, cursor_last(col->c), col->c->llen) > 0;
+    return !col->c->have_last ||
+           dircmp(col->spec, it->key, it->klen, cursor_last(col->c), col->c->llen) > 0;
 }
 
 static bool below_start(const kura_list_spec *sp, const char *k, size_t kl)
 {
     if (!sp->start)
         return false;
-    int r = keycmp(k, kl, sp->start, sp->slen);
+    int r = dircmp(sp, k, kl, sp->start, sp->slen);
     return r < 0 || (r == 0 && sp->start_open);
 }
 
@@ -91,7 +105,7 @@ static bool above_end(const kura_list_spec *sp, const char *k, size_t kl)
 {
     if (!sp->end)
         return false;
-    int r = keycmp(k, kl, sp->end, sp->elen);
+    int r = dircmp(sp, k, kl, sp->end, sp->elen);
     return r > 0 || (r == 0 && sp->end_open);
 }
 
@@ -166,7 +180,7 @@ static int ordered_cb(void *arg, const kura_item *it)
         return COLLECT_DONE;
     }
     if (sp->plen && !has_prefix(sp, it->key, it->klen)) {
-        if (keycmp(it->key, it->klen, sp->prefix, sp->plen) < 0)
+        if (dircmp(sp, it->key, it->klen, sp->prefix, sp->plen) < 0)
             return 0;
         col->ended = true;              /* the keys with the prefix are behind us */
         return COLLECT_DONE;
@@ -182,10 +196,10 @@ static int ordered_cb(void *arg, const kura_item *it)
 }
 
 /* The heap orders slot numbers, not slots: a swap moves 4 bytes, not a
- * slot. */
-static bool slot_less(const list_slot *v, uint32_t a, uint32_t b)
+ * slot.  "Less": first in the walk's direction. */
+static bool slot_less(const kura_list_spec *sp, const list_slot *v, uint32_t a, uint32_t b)
 {
-    return keycmp(v[a].it.key, v[a].it.klen, v[b].it.key, v[b].it.klen) < 0;
+    return dircmp(sp, v[a].it.key, v[a].it.klen, v[b].it.key, v[b].it.klen) < 0;
 }
 
 static void swap_ix(uint32_t *ix, size_t a, size_t b)
@@ -216,7 +230,7 @@ static int heap_cb(void *arg, const kura_item *it)
             return KURA_ENOMEM;
         i = c->n++;
         ix[i] = (uint32_t)i;
-        while (i > 0 && slot_less(v, ix[(i - 1) / 2], ix[i])) {
+        while (i > 0 && slot_less(sp, v, ix[(i - 1) / 2], ix[i])) {
             swap_ix(ix, (i - 1) / 2, i);
             i = (i - 1) / 2;
         }
@@ -226,15 +240,15 @@ static int heap_cb(void *arg, const kura_item *it)
     list_slot *v = c->v;
     uint32_t *ix = c->ix;
     list_slot *top = &v[ix[0]];
-    if (keycmp(it->key, it->klen, top->it.key, top->it.klen) >= 0)
+    if (dircmp(sp, it->key, it->klen, top->it.key, top->it.klen) >= 0)
         return 0;
     if (!fill_slot(top, it))            /* the largest kept makes room */
         return KURA_ENOMEM;
     for (i = 0;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < c->n && slot_less(v, ix[m], ix[l]))
+        if (l < c->n && slot_less(sp, v, ix[m], ix[l]))
             m = l;
-        if (r < c->n && slot_less(v, ix[m], ix[r]))
+        if (r < c->n && slot_less(sp, v, ix[m], ix[r]))
             m = r;
         if (m == i)
             break;
@@ -244,11 +258,16 @@ static int heap_cb(void *arg, const kura_item *it)
     return 0;
 }
 
-static int ix_cmp(const void *a, const void *b, void *slots)
+typedef struct sort_arg {
+    const kura_list_spec *sp;
+    const list_slot *v;
+} sort_arg;
+
+static int ix_cmp(const void *a, const void *b, void *arg)
 {
-    const list_slot *v = slots;
-    const list_slot *x = &v[*(const uint32_t *)a], *y = &v[*(const uint32_t *)b];
-    return keycmp(x->it.key, x->it.klen, y->it.key, y->it.klen);
+    const sort_arg *sa = arg;
+    const list_slot *x = &sa->v[*(const uint32_t *)a], *y = &sa->v[*(const uint32_t *)b];
+    return dircmp(sa->sp, x->it.key, x->it.klen, y->it.key, y->it.klen);
 }
 
 /* One part of a store without order, keys and metadata only (the hash
@@ -264,10 +283,12 @@ bool engine_list_ordered(kura_engine *e)
     return e->store->ops->ordered;
 }
 
-/* Where an ordered walk starts: after the cursor, else at the larger of
- * start and prefix (NULL: the first key). */
+/* Where an ordered walk starts: after the cursor, else at the later (in
+ * the walk's direction) of start and the prefix's first key (NULL: the
+ * first key; backward, the prefix's last possible key, the prefix padded
+ * with 0xff to KURA_KEY_MAX, is built in pad). */
 static const char *ordered_from(const kura_list_spec *sp, const kura_list_cursor *c,
-                                size_t *len)
+                                char pad[KURA_KEY_MAX], size_t *len)
 {
     if (c->have_last) {
         *len = c->llen;
@@ -275,9 +296,17 @@ static const char *ordered_from(const kura_list_spec *sp, const kura_list_cursor
     }
     const char *f = sp->start;
     *len = sp->slen;
-    if (sp->plen && (!f || keycmp(sp->prefix, sp->plen, f, *len) > 0)) {
-        f = sp->prefix;
-        *len = sp->plen;
+    const char *p = sp->prefix;
+    size_t pl = sp->plen;
+    if (pl && sp->back) {
+        memcpy(pad, sp->prefix, pl);
+        memset(pad + pl, 0xff, KURA_KEY_MAX - pl);
+        p = pad;
+        pl = KURA_KEY_MAX;
+    }
+    if (sp->plen && (!f || dircmp(sp, p, pl, f, *len) > 0)) {
+        f = p;
+        *len = pl;
     }
     return f;
 }
@@ -312,8 +341,10 @@ static int collect_step(kura_engine *e, const kura_list_spec *spec, kura_list_cu
     uint32_t np = st->ops->parts;
     uint64_t seen = c->visits;
     if (ordered) {
-        kura_iter_spec from = { .scope = KURA_ITER_FROM, .keys_only = true };
-        from.from = ordered_from(spec, c, &from.flen);
+        kura_iter_spec from = { .scope = spec->back ? KURA_ITER_BACK : KURA_ITER_FROM,
+                                .keys_only = true };
+        char pad[KURA_KEY_MAX];
+        from.from = ordered_from(spec, c, pad, &from.flen);
         rc = st->ops->iterate(st, &from, &clk, ordered_cb, &col);
         c->more = rc == COLLECT_FULL;
         if (rc > 0)
@@ -335,7 +366,7 @@ static int collect_step(kura_engine *e, const kura_list_spec *spec, kura_list_cu
     if (rc < 0)
         return rc;
     if (c->held && !ordered && c->n)
-        qsort_r(c->ix, c->n, sizeof(*c->ix), ix_cmp, c->v);
+        qsort_r(c->ix, c->n, sizeof(*c->ix), ix_cmp, &(sort_arg){ spec, c->v });
     c->next = 0;
     return KURA_OK;
 }

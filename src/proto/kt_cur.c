@@ -10,9 +10,17 @@
  * keys.  It holds one batch of keys; its position is a key of that
  * batch, and a step moves to the next, collecting the next batch when
  * this one is spent.  A record removed after the batch was collected is
- * passed over.  Backward moves (cur_jump_back, cur_step_back) are
- * answered 501, as ktserver answers them on a hash database: the listing
- * walks forward only.
+ * passed over.
+ *
+ * Backward (cur_jump_back, cur_step_back) the cursor is the same walk
+ * going down (spec.back: the B+ tree descends from the key, the other
+ * stores keep the largest keys below the cursor in their pass), so the
+ * batch is in descending order and a step, a cur_get with step or a
+ * cur_remove moves to the previous key, as Kyoto Cabinet's tree cursor
+ * does after a backward move.  A move in the other direction than the
+ * walk's starts a new walk from the current key, that key left out.
+ * ktserver answers the backward moves 501 on a hash database; kura walks
+ * every store in key order, so it serves them on each.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +103,8 @@ static int fill(kt_req *r, kt_cursor *c)
     c->keys.len = c->pos = 0;           /* (a paused fill left both at 0: goes on) */
     kura_engine *e = r->s->engine;
     kura_list_spec spec = { .start = c->have_start ? c->start : NULL, .slen = c->slen,
-                            .sorted = !engine_list_ordered(e) };
+                            .start_open = c->start_open, .sorted = !engine_list_ordered(e),
+                            .back = c->back };
     for (int steps = 0; c->keys.len == 0 && !c->walk.done; steps++) {
         if (steps == KT_CUR_STEPS) {
             c->pos = c->keys.len;       /* the same fill next time */
@@ -112,15 +121,27 @@ static int fill(kt_req *r, kt_cursor *c)
     return KURA_OK;
 }
 
-static void jump(kt_cursor *c, const char *key, size_t klen)
+/* A new walk from key (NULL: the first key, or backward the last), key
+ * itself left out if open.  A key longer than any stored one stands as its
+ * first KURA_KEY_MAX bytes: forward then open (that prefix is below the
+ * key), backward closed (it is below too, and every key up to it). */
+static void jump(kt_cursor *c, const char *key, size_t klen, bool back, bool open)
 {
     engine_list_begin(&c->walk);
     c->keys.len = 0;
     c->pos = 0;
-    c->have_start = key && klen <= sizeof(c->start);
+    c->back = back;
+    if (key && klen > sizeof(c->start)) {
+        klen = sizeof(c->start);
+        open = !back;
+    }
+    c->have_start = key && klen > 0;
+    c->start_open = open;
     c->slen = c->have_start ? klen : 0;
     if (c->have_start)
         memcpy(c->start, key, klen);
+    else if (key && back)
+        c->pos = SIZE_MAX;              /* no key is at or below "" */
 }
 
 static void step(kt_cursor *c)
@@ -215,21 +236,37 @@ static int cur_set_value(kt_req *r, kt_cursor *c)
     return 200;
 }
 
-/* cur_jump (to key, or the first) and cur_step; a move whose next key
- * takes more than a turn to find is made once: the request run again
- * goes on finding it (c->resuming). */
-static int cur_move(kt_req *r, kt_cursor *c, bool to_jump)
+/* A step: the next key of the walk, or, against the walk's direction, a
+ * new walk from the current key (Kyoto Cabinet's step after jump_back). */
+static int turn_or_step(kt_req *r, kt_cursor *c, bool back)
+{
+    int rc = fill(r, c);
+    if (rc != KURA_OK)
+        return rc;
+    if (c->back == back) {
+        step(c);
+        return KURA_OK;
+    }
+    char key[KURA_KEY_MAX];
+    size_t klen = (unsigned char)c->keys.data[c->pos];
+    memcpy(key, c->keys.data + c->pos + 1, klen);
+    jump(c, key, klen, back, true);
+    return KURA_OK;
+}
+
+/* cur_jump (to key, or the first), cur_jump_back (to the last key at or
+ * before key, or the last), cur_step and cur_step_back; a move whose
+ * next key takes more than a turn to find is made once: the request run
+ * again goes on finding it (c->resuming). */
+static int cur_move(kt_req *r, kt_cursor *c, bool to_jump, bool back)
 {
     int rc;
     if (!c->resuming) {
         if (to_jump) {
             kt_span k = kt_param(&r->st->in, "key");
-            jump(c, k.p, k.n);
-        } else {
-            rc = fill(r, c);
-            if (rc != KURA_OK)
-                return cur_fail(r, rc);
-            step(c);
+            jump(c, k.p, k.n, back, false);
+        } else if ((rc = turn_or_step(r, c, back)) != KURA_OK) {
+            return cur_fail(r, rc);
         }
     }
     rec g = { &r->st->reply, false, 0, 0, 0 };
@@ -258,10 +295,10 @@ int kt_rpc_cursor(kt_req *r, const char *name)
     }
     if (!c)
         return code;
-    if (!strcmp(name, "jump_back") || !strcmp(name, "step_back"))
-        return kt_error(r, 501, "DB: 1: not implemented: the cursor walks forward only");
     if (!strcmp(name, "jump") || !strcmp(name, "step"))
-        return cur_move(r, c, name[0] == 'j');
+        return cur_move(r, c, name[0] == 'j', false);
+    if (!strcmp(name, "jump_back") || !strcmp(name, "step_back"))
+        return cur_move(r, c, name[0] == 'j', true);
     if (!strcmp(name, "set_value"))
         return cur_set_value(r, c);
     if (!strcmp(name, "get") || !strcmp(name, "get_key") || !strcmp(name, "get_value") ||

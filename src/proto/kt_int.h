@@ -202,6 +202,8 @@ typedef struct kt_cursor {
     kura_buf keys;                      /* a batch: [1 byte length][key] ... */
     size_t pos;                         /* the current key in keys */
     bool have_start;                    /* the walk starts at start (else the first key) */
+    bool start_open;                    /* ... after start, start left out */
+    bool back;                          /* the walk goes down (cur_jump_back, cur_step_back) */
     bool resuming;                      /* a jump or step paused before its key was found */
     char start[KURA_KEY_MAX];
     size_t slen;

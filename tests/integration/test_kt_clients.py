@@ -29,10 +29,13 @@ RNUM = 1000
 # one does not, it fails until the entry is removed and the step joins
 # test_ktremotemgr's)
 KNOWN_GAPS = {
-    ("list", "-des"): "a descending list walks a cursor backwards: kurad's cursors walk "
-                      "forward only (501; ktserver lists a .kct backwards, and answers a "
-                      ".kch's 501 with another message)",
+    ("list", "-des"): "a descending list walks a cursor backwards: kurad does on every "
+                      "backend, ktserver on a .kct only (a .kch answers 501), so on the "
+                      "hash file and the cache the two differ",
 }
+# The backends where kurad answers such a step as ktserver: the gap is
+# closed there and the step is compared with the others.
+GAPS_CLOSED_ON = {("list", "-des"): {"tree"}}
 MODES = [("order", []), ("order", ["-rnd"]), ("bulk", []), ("bulk", ["-bin"]),
          ("wicked", []), ("usual", [])]
 
@@ -117,7 +120,8 @@ class KTClients(ServerTestCase):
         """KNOWN_GAPS: kurad still answers them otherwise than ktserver."""
         steps = [["clear"], ["set", "k1", "v1"], ["set", "k2", "v2"], ["set", "k3", "v3"]]
         for step, kurad, ktserver in self.ktremotemgr(steps + [list(g) for g in KNOWN_GAPS]):
-            if tuple(step) in KNOWN_GAPS:
+            if tuple(step) in KNOWN_GAPS and \
+                    kuratest.db_kind() not in GAPS_CLOSED_ON.get(tuple(step), ()):
                 with self.subTest(step=" ".join(step)):
                     print("# known gap, ktremotemgr %s: %s" % (" ".join(step),
                                                                KNOWN_GAPS[tuple(step)]))

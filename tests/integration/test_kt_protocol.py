@@ -12,7 +12,9 @@
 #  * RPC: every procedure (void echo report status clear set add replace
 #    append increment increment_double cas remove get check seize set_bulk
 #    remove_bulk get_bulk vacuum synchronize match_prefix match_regex and
-#    the cursors, one over 30,000 records whose walk pauses between turns),
+#    the cursors, one over 30,000 records whose walk pauses between turns;
+#    backward (cur_jump_back, cur_step_back) as ktserver answers on a .kct,
+#    on every backend, over 5,000 records past every batch size),
 #    play_script and tune_replication as ktserver with the
 #    feature off, an unknown procedure 501, DB= another database 400.
 #  * Encodings: colenc=B, Q and U in, a form body, a GET query string; an
@@ -366,7 +368,6 @@ class KTRpc(KTCase):
         self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"1")]), (200, {b"key": b"c3"}))
         self.assertEqual(k.rpc(b"cur_seize", [(b"CUR", b"1")]), (200, {b"key": b"c3", b"value": b"v3"}))
         self.assertEqual(k.rpc(b"cur_step", [(b"CUR", b"1")])[0], 450)     # c4 was current
-        self.assertEqual(k.rpc(b"cur_jump_back", [(b"CUR", b"1")])[0], 501)
         self.assertEqual(k.rpc(b"cur_delete", [(b"CUR", b"1")]), (200, {}))
         self.assertEqual(k.rpc(b"cur_get", [(b"CUR", b"1")])[0], 450)     # a fresh cursor
         self.assertEqual(k.rpc(b"cur_get", [])[0], 400)
@@ -374,26 +375,112 @@ class KTRpc(KTCase):
             self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"%d" % i)])[0], 200)
         self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"99")])[0], 400)     # the 65th
 
+    def fill(self, prefix, n):
+        """Records PREFIX00000 .. PREFIX(n-1), set 1,000 at a time."""
+        for i in range(0, n, 1000):
+            self.k.rpc(b"set_bulk", [(b"_%s%05d" % (prefix, j), b"v")
+                                     for j in range(i, min(n, i + 1000))])
+
+    def drain(self, cur):
+        """cur_get_key with step until it fails: its status, the keys."""
+        got = []
+        while True:
+            code, m = self.k.rpc(b"cur_get_key", [(b"CUR", cur), (b"step", b"")])
+            if code != 200:
+                return code, got
+            got.append(m[b"key"])
+
+    def test_cursor_back(self):
+        """cur_jump_back and cur_step_back as ktserver 0.9 answers them on a
+        .kct (the same requests sent to it, replies compared): descending
+        key order, the last key at or before KEY, 450 with no record, a
+        step against the walk's direction, removal moving backward."""
+        k = self.k
+        C = [(b"CUR", b"1")]
+
+        def key(extra=()):
+            code, m = k.rpc(b"cur_get_key", C + list(extra))
+            return code, m.get(b"key") if code == 200 else None
+
+        self.assertEqual(k.rpc(b"cur_jump_back", C)[0], 450)                 # empty
+        self.assertEqual(k.rpc(b"cur_step_back", C)[0], 450)
+        k.rpc(b"set_bulk", [(b"_c%d" % i, b"v%d" % i) for i in range(5)])
+        self.assertEqual(k.rpc(b"cur_jump_back", C), (200, {}))                # the last
+        self.assertEqual(k.rpc(b"cur_get", C), (200, {b"key": b"c4", b"value": b"v4"}))
+        self.assertEqual([key([(b"step", b"")]) for _ in range(6)],
+                         [(200, b"c%d" % i) for i in range(4, -1, -1)] + [(450, None)])
+        for at, want in ((b"c2", b"c2"), (b"c25", b"c2"), (b"zz", b"c4")):
+            self.assertEqual(k.rpc(b"cur_jump_back", C + [(b"key", at)]), (200, {}))
+            self.assertEqual(key(), (200, want))
+        for at in (b"a", b"c", b""):                         # below every key: no record
+            self.assertEqual(k.rpc(b"cur_jump_back", C + [(b"key", at)])[0], 450)
+            self.assertEqual(key(), (450, None))
+        self.assertEqual(k.rpc(b"cur_step", C)[0], 450)
+        self.assertEqual(k.rpc(b"cur_step_back", C)[0], 450)
+        # forward, then back: the previous key; past the first, no record
+        self.assertEqual(k.rpc(b"cur_jump", C + [(b"key", b"c2")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_step_back", C), (200, {}))
+        self.assertEqual(key(), (200, b"c1"))
+        self.assertEqual(k.rpc(b"cur_step_back", C), (200, {}))
+        self.assertEqual(k.rpc(b"cur_step_back", C)[0], 450)
+        self.assertEqual(key(), (450, None))
+        self.assertEqual(k.rpc(b"cur_step", C)[0], 450)
+        # back, then forward, then back again
+        self.assertEqual(k.rpc(b"cur_jump_back", C + [(b"key", b"c3")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_step", C), (200, {}))
+        self.assertEqual(key(), (200, b"c4"))
+        self.assertEqual(k.rpc(b"cur_step_back", C), (200, {}))
+        self.assertEqual(key(), (200, b"c3"))
+        # after a backward move, a removal moves to the previous key
+        self.assertEqual(k.rpc(b"cur_remove", C), (200, {}))
+        self.assertEqual(key(), (200, b"c2"))
+        self.assertEqual(k.rpc(b"cur_seize", C), (200, {b"key": b"c2", b"value": b"v2"}))
+        self.assertEqual(key(), (200, b"c1"))
+        self.assertEqual(k.rpc(b"cur_jump_back", C), (200, {}))
+        self.assertEqual(k.rpc(b"cur_set_value", C + [(b"value", b"X"), (b"step", b"")])[0], 200)
+        self.assertEqual(k.rpc(b"cur_get", C), (200, {b"key": b"c1", b"value": b"v1"}))
+        self.assertEqual(k.rpc(b"get", [(b"key", b"c4")])[1], {b"value": b"X"})
+        # a key longer than any stored one
+        self.assertEqual(k.rpc(b"cur_jump_back", C + [(b"key", b"c4" + b"z" * 300)]), (200, {}))
+        self.assertEqual(key(), (200, b"c4"))
+        self.assertEqual(k.rpc(b"cur_jump", C + [(b"key", b"c0" + b"z" * 300)]), (200, {}))
+        self.assertEqual(key(), (200, b"c1"))
+        self.assertEqual(k.rpc(b"cur_delete", C), (200, {}))
+        self.assertEqual(k.rpc(b"cur_step_back", C)[0], 450)               # a fresh cursor
+
+    def test_cursor_back_over_batches(self):
+        """5,000 records walked backward from the last, each once, in
+        descending order: past the B+ tree's listing batches (256 keys) and
+        the sorted pass's (4,096) on the hash file and the cache."""
+        k = self.k
+        n = 5000
+        self.fill(b"b", n)
+        self.assertEqual(k.rpc(b"cur_jump_back", [(b"CUR", b"3")]), (200, {}))
+        code, got = self.drain(b"3")
+        self.assertEqual((code, got), (450, [b"b%05d" % j for j in range(n - 1, -1, -1)]))
+
     def test_cursor_over_many(self):
         """30,000 records: on the hash file and the cache a cursor's sorted
         walk takes more than one turn (16 listing steps) to find a key, and
         pauses; the keys still come in order, each once."""
         k = self.k
         n = 30000
-        for i in range(0, n, 1000):
-            k.rpc(b"set_bulk", [(b"_m%05d" % j, b"v") for j in range(i, i + 1000)])
+        self.fill(b"m", n)
         self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"7"), (b"key", b"m29990")]), (200, {}))
-        got = []
-        while True:
-            code, m = k.rpc(b"cur_get_key", [(b"CUR", b"7"), (b"step", b"")])
-            if code != 200:
-                break
-            got.append(m[b"key"])
+        code, got = self.drain(b"7")
         self.assertEqual((code, got), (450, [b"m%05d" % j for j in range(29990, n)]))
         self.assertEqual(k.rpc(b"cur_jump", [(b"CUR", b"7")]), (200, {}))
         self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m00000"}))
         self.assertEqual(k.rpc(b"cur_step", [(b"CUR", b"7")]), (200, {}))
         self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m00001"}))
+        # backward over as many: each backward move pauses as the forward ones
+        self.assertEqual(k.rpc(b"cur_jump_back", [(b"CUR", b"7"), (b"key", b"m00005x")]),
+                         (200, {}))
+        code, got = self.drain(b"7")
+        self.assertEqual((code, got), (450, [b"m%05d" % j for j in range(5, -1, -1)]))
+        self.assertEqual(k.rpc(b"cur_jump_back", [(b"CUR", b"7")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_step_back", [(b"CUR", b"7")]), (200, {}))
+        self.assertEqual(k.rpc(b"cur_get_key", [(b"CUR", b"7")]), (200, {b"key": b"m29998"}))
 
     def test_encodings(self):
         k = self.k

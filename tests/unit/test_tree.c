@@ -13,7 +13,8 @@
  * four threads writing and reading while checkpoints let the tree lock go
  * for their syncs; ordered iteration from a key (KURA_ITER_FROM: order, a
  * start key present or not, a prefix before its extensions, expired items
- * skipped, an early stop); parameters (aliases, Tokyo/Kyoto names, unknown ones an error);
+ * skipped, an early stop) and backward (KURA_ITER_BACK, the same
+ * cases in descending order); parameters (aliases, Tokyo/Kyoto names, unknown ones an error);
  * gets in key order answered from the thread's last leaf; puts started
  * from the last put's path while its leaf holds the key.
  * The power-loss crash images are in test_powerloss.c (both backends).
@@ -219,12 +220,14 @@ typedef struct order_arg {
     size_t llen;
     long n;
     int bad;
+    bool desc;                          /* keys must come in descending order */
 } order_arg;
 
 static int order_cb(void *arg, const kura_item *it)
 {
     order_arg *o = arg;
-    if (o->n && bt_keycmp_test(o->last, o->llen, it->key, it->klen) >= 0)
+    int r = o->n ? bt_keycmp_test(o->last, o->llen, it->key, it->klen) : 0;
+    if (o->n && (o->desc ? -r : r) >= 0)
         o->bad++;
     memcpy(o->last, it->key, it->klen);
     o->llen = it->klen;
@@ -781,13 +784,10 @@ static const kura_iter_spec *from_key(const char *k)
     return &sp;
 }
 
-static void test_iterate_from_in_key_order(void)
+/* k0000..k0599 inserted in a scattered order, across many leaves (~1 KB
+ * values), k0250 expired, and "k02", a prefix of others. */
+static void put_scattered(kura_store *s)
 {
-    const char *p = tpath("order");
-    kura_store *s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
-    REQUIRE(s);
-    REQUIRE(s->ops->ordered);
-    /* inserted in a scattered order, across many leaves (~1 KB values) */
     static unsigned char v[1000];
     for (int i = 0; i < 600; i++) {
         char k[16];
@@ -797,6 +797,15 @@ static void test_iterate_from_in_key_order(void)
                 KURA_OK);
     }
     CHECK_EQ_INT(put_kv(s, "k02", 3, "p", 1, 0, 0, 1), KURA_OK);   /* a prefix of others */
+}
+
+static void test_iterate_from_in_key_order(void)
+{
+    const char *p = tpath("order");
+    kura_store *s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    REQUIRE(s->ops->ordered);
+    put_scattered(s);
     list_arg l = { .stop_after = 5 };
     CHECK_EQ_INT(s->ops->iterate(s, from_key("k0248"), &CLK, list_cb, &l), 7);
     CHECK_EQ_INT(l.n, 5);
@@ -824,6 +833,56 @@ static void test_iterate_from_in_key_order(void)
     CHECK_EQ_INT(s->ops->iterate(s, from_key(NULL), &CLK, list_cb, &every), 0);
     CHECK_EQ_INT(every.n, 600);     /* 599 live + "k02" */
     CHECK_EQ_STR(every.keys[0], "k0000");
+    kura_store_close(s);
+}
+
+/* A walk backward from key k (NULL: the last), in descending key order. */
+static const kura_iter_spec *back_from(const char *k)
+{
+    static kura_iter_spec sp;
+    sp = (kura_iter_spec){ .scope = KURA_ITER_BACK, .from = k, .flen = k ? strlen(k) : 0,
+                           .keys_only = true };
+    return &sp;
+}
+
+/* KURA_ITER_BACK: descending order across many leaves (the previous leaf
+ * found through the path), from a key present or not, a prefix after its
+ * extensions' predecessors, expired items skipped, an early stop, from
+ * before the first key nothing. */
+static void test_iterate_back_in_key_order(void)
+{
+    const char *p = tpath("back");
+    kura_store *s = open_tree(p, "#psiz=4096", KURA_SYNC_NONE, NULL);
+    REQUIRE(s);
+    put_scattered(s);
+    list_arg l = { .stop_after = 5 };
+    CHECK_EQ_INT(s->ops->iterate(s, back_from("k0252"), &CLK, list_cb, &l), 7);
+    CHECK_EQ_STR(l.keys[0], "k0252");
+    CHECK_EQ_STR(l.keys[1], "k0251");
+    CHECK_EQ_STR(l.keys[2], "k0249");                               /* k0250 expired */
+    CHECK_EQ_STR(l.keys[4], "k0247");
+    /* from a key that is not there, to the first */
+    order_arg d = { .desc = true };
+    CHECK_EQ_INT(s->ops->iterate(s, back_from("k0590x"), &CLK, order_cb, &d), 0);
+    CHECK_EQ_INT(d.n, 591);         /* k0000..k0590 but k0250, and "k02" */
+    CHECK_EQ_INT(d.bad, 0);
+    CHECK(d.llen == 5 && !memcmp(d.last, "k0000", 5));
+    list_arg pre = { .stop_after = 2 };
+    CHECK_EQ_INT(s->ops->iterate(s, back_from("k0200"), &CLK, list_cb, &pre), 7);
+    CHECK_EQ_STR(pre.keys[0], "k0200");
+    CHECK_EQ_STR(pre.keys[1], "k02");
+    /* from NULL: every key, from the last */
+    list_arg last = { .stop_after = 1 };
+    CHECK_EQ_INT(s->ops->iterate(s, back_from(NULL), &CLK, list_cb, &last), 7);
+    CHECK_EQ_STR(last.keys[0], "k0599");
+    order_arg every = { .desc = true };
+    CHECK_EQ_INT(s->ops->iterate(s, back_from(NULL), &CLK, order_cb, &every), 0);
+    CHECK_EQ_INT(every.n, 600);
+    CHECK_EQ_INT(every.bad, 0);
+    /* from below the first key: nothing */
+    order_arg none = { .desc = true };
+    CHECK_EQ_INT(s->ops->iterate(s, back_from("a"), &CLK, order_cb, &none), 0);
+    CHECK_EQ_INT(none.n, 0);
     kura_store_close(s);
 }
 
@@ -1539,6 +1598,7 @@ int main(void)
     RUN(test_file_ten_times_pccap);
     RUN(test_threads_across_checkpoints);
     RUN(test_iterate_from_in_key_order);
+    RUN(test_iterate_back_in_key_order);
     RUN(test_parameters);
     RUN(test_zcomp_round_trip_restart);
     RUN(test_zcomp_kill9_every_sync_mode);

@@ -540,66 +540,119 @@ out:
     return src ? src : rc;
 }
 
+/* A walk's state between leaves: the last key it saw (where the next
+ * descent resumes), and the first damaged cell's error. */
+typedef struct bt_walker {
+    const kura_clock *clk;
+    bool keys_only;
+    kura_item_fn fn;
+    void *arg;
+    char last[KURA_KEY_MAX];
+    size_t llen;
+    bool have_last;
+    int bad;
+} bt_walker;
+
+/* Hands cell i of the path's leaf to w->fn if live (rw shared): fn's
+ * result, or KURA_OK. */
+static int do_walk_cell(btree *bt, bt_path *path, unsigned i, bt_walker *w)
+{
+    bt_page *leaf = path->pg[path->depth - 1];
+    bt_cell c;
+    const unsigned char *val = NULL;
+    pg_leaf_decode(pg_ccell(leaf->data, i), &c);
+    memcpy(w->last, c.key, c.klen);
+    w->llen = c.klen;
+    w->have_last = true;
+    if (w->clk && kura_item_liveness(c.exptime, c.cas, w->clk) != KURA_LIVE)
+        return KURA_OK;
+    path->idx[path->depth - 1] = (int)i;
+    int r = w->keys_only ? KURA_OK : do_read_cell(bt, path, &c, &val);
+    if (r) {
+        w->bad = r;
+        return KURA_OK;
+    }
+    kura_item it;
+    fill_item(&it, &c, val);
+    return w->fn(w->arg, &it);
+}
+
 /* Calls fn for every live item from key (inclusive; NULL: the first) in
  * key order, a leaf at a time: the lock is let go between leaves, so
  * writers go on; the walk resumes after the last key it saw.  keys_only:
  * no value is read (val NULL), for listings. */
-static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *clk,
-                   bool keys_only, kura_item_fn fn, void *arg)
+static int bt_walk(btree *bt, const char *from, size_t flen, bt_walker *w)
 {
-    char last[KURA_KEY_MAX];
-    size_t llen = 0;
-    bool have_last = false, first = true;
-    int rc = KURA_OK, bad = KURA_OK;
+    int rc = KURA_OK;
     for (;;) {
         bt_path path;
         bt_rdlock(bt);
-        rc = do_descend(bt, have_last ? last : from, have_last ? llen : (from ? flen : 0),
-                        &path);
+        rc = do_descend(bt, w->have_last ? w->last : from,
+                        w->have_last ? w->llen : (from ? flen : 0), &path);
         if (rc) {
             bt_unlock(bt);
             return rc;
         }
         bt_page *leaf = path.pg[path.depth - 1];
         unsigned i = (unsigned)path.idx[path.depth - 1];
-        if (have_last && path.found)
+        if (w->have_last && path.found)
             i++;
-        if (!from && first)
-            i = 0;
-        first = false;
         /* past the leaf's end: the next leaf */
         while (i >= pg_n(leaf->data)) {
             int r = do_next_leaf(bt, &path);
             if (r) {
-                if (r < 0)
-                    rc = r;
                 bt_unlock(bt);
-                return rc ? rc : bad;
+                return r < 0 ? r : w->bad;
             }
             leaf = path.pg[path.depth - 1];
             i = 0;
         }
-        for (; i < pg_n(leaf->data) && rc == KURA_OK; i++) {
-            bt_cell c;
-            const unsigned char *val;
-            pg_leaf_decode(pg_ccell(leaf->data, i), &c);
-            memcpy(last, c.key, c.klen);
-            llen = c.klen;
-            have_last = true;
-            if (clk && kura_item_liveness(c.exptime, c.cas, clk) != KURA_LIVE)
-                continue;
-            path.idx[path.depth - 1] = (int)i;
-            int r = keys_only ? KURA_OK : do_read_cell(bt, &path, &c, &val);
-            if (keys_only)
-                val = NULL;
-            if (r) {
-                bad = r;
-                continue;
-            }
-            kura_item it;
-            fill_item(&it, &c, val);
-            rc = fn(arg, &it);
+        for (; i < pg_n(leaf->data) && rc == KURA_OK; i++)
+            rc = do_walk_cell(bt, &path, i, w);
+        do_path_release(bt, &path);
+        bt_read_bufs_trim();
+        bt_unlock(bt);
+        if (rc)
+            return rc;
+    }
+}
+
+/* bt_walk backward: every live item at or before key (NULL: from the
+ * last) in descending key order, a leaf at a time, each descent resuming
+ * before the last key seen.  The tree has no back links: the previous
+ * leaf is found through the path (do_prev_leaf). */
+static int bt_walk_back(btree *bt, const char *from, size_t flen, bt_walker *w)
+{
+    int rc = KURA_OK;
+    for (;;) {
+        bt_path path;
+        bt_rdlock(bt);
+        if (w->have_last || from)
+            rc = do_descend(bt, w->have_last ? w->last : from, w->have_last ? w->llen : flen,
+                            &path);
+        else
+            rc = do_descend_last(bt, &path);
+        if (rc) {
+            bt_unlock(bt);
+            return rc;
         }
+        bt_page *leaf = path.pg[path.depth - 1];
+        /* the lower bound: the key itself if found and not yet seen, else
+         * the cell before it */
+        int i = path.idx[path.depth - 1];
+        if (w->have_last || !path.found)
+            i--;
+        while (i < 0) {
+            int r = do_prev_leaf(bt, &path);
+            if (r) {
+                bt_unlock(bt);
+                return r < 0 ? r : w->bad;
+            }
+            leaf = path.pg[path.depth - 1];
+            i = (int)pg_n(leaf->data) - 1;
+        }
+        for (; i >= 0 && rc == KURA_OK; i--)
+            rc = do_walk_cell(bt, &path, (unsigned)i, w);
         do_path_release(bt, &path);
         bt_read_bufs_trim();
         bt_unlock(bt);
@@ -609,7 +662,7 @@ static int bt_walk(btree *bt, const char *from, size_t flen, const kura_clock *c
 }
 
 /* iterate (store.h: kura_iter_spec): one part, in key order, a leaf at a
- * time (bt_walk). */
+ * time (bt_walk; KURA_ITER_BACK: bt_walk_back). */
 static int bt_iterate_op(kura_store *s, const kura_iter_spec *spec, const kura_clock *clk,
                          kura_item_fn fn, void *arg)
 {
@@ -623,6 +676,7 @@ static int bt_iterate_op(kura_store *s, const kura_iter_spec *spec, const kura_c
             return KURA_EINVAL;
         break;
     case KURA_ITER_FROM:
+    case KURA_ITER_BACK:
         if (spec->from && spec->flen > KURA_KEY_MAX)
             return KURA_EINVAL;
         from = spec->from;
@@ -631,7 +685,10 @@ static int bt_iterate_op(kura_store *s, const kura_iter_spec *spec, const kura_c
     default:
         return KURA_EINVAL;
     }
-    return bt_walk(B(s), from, flen, clk, spec->keys_only, fn, arg);
+    bt_walker w = { .clk = clk, .keys_only = spec->keys_only, .fn = fn, .arg = arg };
+    if (spec->scope == KURA_ITER_BACK)
+        return bt_walk_back(B(s), from, flen, &w);
+    return bt_walk(B(s), from, flen, &w);
 }
 
 /* The sweep: looks at up to `budget` cells from where it stopped, and

@@ -46,8 +46,8 @@
  * calls do_checkpoint, or do_write_begin, must hold no path across the
  * call; a page it writes is pinned and changed only through a copy).
  * Functions named do_* run with bt->rw held: exclusive, unless they say
- * "shared" (do_descend, do_next_leaf, do_page_get, do_page_unpin,
- * do_path_release, do_ovf_read, bt_page_load may run shared).
+ * "shared" (do_descend, do_descend_last, do_next_leaf, do_prev_leaf,
+ * do_page_get, do_page_unpin, do_path_release, do_ovf_read, bt_page_load may run shared).
  */
 #ifndef KURA_TREE_INT_H
 #define KURA_TREE_INT_H
@@ -688,6 +688,11 @@ void do_path_release(btree *bt, bt_path *path);
 void do_path_release_held(btree *bt, bt_path *path);
 /* moves path to the next leaf's first cell: 0, 1 at the end, or an error */
 int do_next_leaf(btree *bt, bt_path *path);
+/* moves a pinned path to the previous leaf, its idx past the leaf's last
+ * cell: 0, 1 at the start, or an error (shared) */
+int do_prev_leaf(btree *bt, bt_path *path);
+/* do_descend to the last leaf, its idx past the leaf's last cell (shared) */
+int do_descend_last(btree *bt, bt_path *path);
 int do_touch_path(btree *bt, bt_path *path);
 
 /* ---- tree_insert.c / tree_delete.c --------------------------------------- */

@@ -6,13 +6,16 @@
  * tree keeps no sibling links (a copy-on-write tree cannot: moving a leaf
  * would change its neighbours too), so the next leaf is found through the
  * path: up to the first branch with a child to the right, then down its
- * leftmost side.  Every page is fetched with the type its level calls
+ * leftmost side; the previous leaf the same way to the left, then down
+ * the rightmost side (a walk backward).  Every page is fetched with the type its level calls
  * for, so a pointer into the wrong kind of page is reported as damage.
  * Descent and the cursor run with the tree lock shared (readers) or
  * exclusive (changes, which then touch the path).  A change starts from
  * the last put's path while the leaf's range holds its key (bt->wpath;
  * docs/design.md, "A put's path").
  */
+#include <assert.h>
+
 #include "kura/testhooks.h"
 #include "tree_int.h"
 
@@ -39,10 +42,11 @@ static int level_type(const btree *bt, int lvl)
     return lvl == (int)bt->height - 1 ? BT_LEAF : BT_BRANCH;
 }
 
-enum { DOWN_PIN, DOWN_HOLD, DOWN_GET };
+enum { DOWN_PIN, DOWN_HOLD, DOWN_GET, DOWN_LAST };
 
 /* Descends from path level lvl's page `pgno` to the leaf, along the child
- * chosen for key (NULL: the leftmost).  DOWN_HOLD: a change's descent,
+ * chosen for key (NULL: the leftmost; DOWN_LAST, a pinned descent with
+ * key NULL: the rightmost, the leaf's idx then its cell count).  DOWN_HOLD: a change's descent,
  * with the tree lock exclusive, so no reader waits on cmu while it is
  * held across the levels' searches (only a checkpoint's pins and
  * unpins); it is let go for a miss, which reads the file.  DOWN_GET: a
@@ -79,7 +83,8 @@ static int do_down(btree *bt, uint64_t pgno, int lvl, const char *key, size_t kl
         path->pg[lvl] = p;
         path->depth = lvl + 1;
         bool found = false;
-        unsigned i = key ? pg_search(p->data, key, klen, &found) : 0;
+        unsigned i = key ? pg_search(p->data, key, klen, &found)
+                         : mode == DOWN_LAST ? pg_n(p->data) : 0;
         if (pg_type(p->data) == BT_LEAF) {
             if (held)
                 pthread_mutex_unlock(&bt->cmu);
@@ -299,6 +304,31 @@ int do_next_leaf(btree *bt, bt_path *path)
         }
     }
     return 1;
+}
+
+int do_prev_leaf(btree *bt, bt_path *path)
+{
+    assert(!path->unpinned);
+    int d = path->depth;
+    for (int l = d - 2; l >= 0; l--) {
+        const unsigned char *pd = path->pg[l]->data;
+        if (path->idx[l] > 0) {
+            path->idx[l]--;
+            do_pages_unpin(bt, path->pg + l + 1, d - l - 1);
+            path->depth = l + 1;
+            int rc = do_down(bt, pg_child(pd, (unsigned)path->idx[l]), l + 1, NULL, 0, path,
+                             DOWN_LAST);
+            if (rc)
+                do_path_release(bt, path);
+            return rc;
+        }
+    }
+    return 1;
+}
+
+int do_descend_last(btree *bt, bt_path *path)
+{
+    return descend(bt, NULL, 0, path, DOWN_LAST);
 }
 
 int do_touch_path(btree *bt, bt_path *path)
