@@ -155,6 +155,8 @@ typedef struct seg_stripe {
     uint64_t st_reclaimed;
     uint64_t st_expired_unfetched;
     uint64_t st_evicted_unfetched;
+    uint64_t st_flushed_gone;           /* of the dead removed, those under the flush */
+    uint64_t st_flushed_gone_bytes;     /* watermark (kura_store_usage.flushed_gone) */
 } seg_stripe;
 
 struct segcache;
@@ -270,7 +272,9 @@ void seg_warm_forget(segcache *c);
 /* seg_evict.c */
 int seg_make_room(segcache *c, const kura_clock *clk);
 long seg_drop_dead_segments(segcache *c, const kura_clock *clk, size_t budget, size_t *work);
-void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted);
+/* Counts an item out of the index: evicted (live) or reclaimed (dead, and
+ * then flushed if its cas is under clk's watermark).  Stripe lock held. */
+void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted, const kura_clock *clk);
 
 
 #endif
