@@ -135,7 +135,7 @@ const char *kt_db_error(int rc)
     case KURA_EXISTS: return "DB: 6: record duplication: record duplication";
     case KURA_ETOOBIG: return "DB: 2: invalid operation: the record is larger than -I";
     case KURA_EREPLICA: return "DB: 4: no permission: this server is a read-only replica";
-    case KURA_EINVAL: return "DB: 2: invalid operation: a key is 1 to 250 bytes";
+    case KURA_EINVAL: return "DB: 2: invalid operation: the key is longer than -kmax";
     default: return "DB: 9: system error: the store failed (see the server's log)";
     }
 }

@@ -164,7 +164,7 @@ static int emit_rec(void *arg, const kura_item *it)
  * miss), -1 an error. */
 static int change_one(kura_session *s, uint8_t magic, kt_span k, kt_span v, int64_t xt)
 {
-    if (!proto_key_ok(k.n, KURA_KEY_MAX))
+    if (!proto_key_ok(k.n, KT_KEY_MAX(s)))
         return magic == KT_BIN_REMOVE_BULK ? 0 : -1;
     s->dirty = true;
     if (magic == KT_BIN_REMOVE_BULK) {
@@ -201,7 +201,7 @@ static bool run(kura_session *s, const char *in, const kt_bin_req *req, kura_buf
             hits += (uint32_t)rc;
             continue;
         }
-        if (!proto_key_ok(k.n, KURA_KEY_MAX) || out->len - head >= KT_OUT_MAX)
+        if (!proto_key_ok(k.n, KT_KEY_MAX(s)) || out->len - head >= KT_OUT_MAX)
             continue;
         bin_get g = { out, k };
         int rc = engine_get(s->engine, s->stats, k.p, k.n, NULL, emit_rec, &g, NULL);

@@ -75,11 +75,23 @@ static kt_cursor *cursor_of(kt_req *r, bool make, int *code)
     return c;
 }
 
+/* A batch holds each key after its length in 2 bytes (big-endian): keys
+ * run to KURA_KEY_MAX (4096) bytes under -kmax, past what a byte holds. */
+#define KEY_LEN_BYTES 2
+
 static int take_key(void *arg, const kura_list_item *li)
 {
     kura_buf *b = arg;
-    unsigned char l = (unsigned char)li->klen;
-    return kura_buf_append(b, &l, 1) && kura_buf_append(b, li->key, li->klen) ? 0 : KURA_ENOMEM;
+    unsigned char l[KEY_LEN_BYTES] = { (unsigned char)(li->klen >> 8), (unsigned char)li->klen };
+    return kura_buf_append(b, l, sizeof(l)) && kura_buf_append(b, li->key, li->klen)
+               ? 0 : KURA_ENOMEM;
+}
+
+/* The length of the batch's key at pos. */
+static size_t key_len_at(const kt_cursor *c, size_t pos)
+{
+    const unsigned char *p = (const unsigned char *)c->keys.data + pos;
+    return (size_t)p[0] << 8 | p[1];
 }
 
 /* Listing steps one request may take to find the cursor's next key (a
@@ -147,7 +159,7 @@ static void jump(kt_cursor *c, const char *key, size_t klen, bool back, bool ope
 static void step(kt_cursor *c)
 {
     if (c->pos < c->keys.len)
-        c->pos += 1 + (unsigned char)c->keys.data[c->pos];
+        c->pos += KEY_LEN_BYTES + key_len_at(c, c->pos);
 }
 
 /* The current record, copied into g (the key into *key, *klen), passing
@@ -159,8 +171,8 @@ static int current(kt_req *r, kt_cursor *c, rec *g, const char **key, size_t *kl
         int rc = fill(r, c);
         if (rc != KURA_OK)
             return rc;
-        *klen = (unsigned char)c->keys.data[c->pos];
-        *key = c->keys.data + c->pos + 1;
+        *klen = key_len_at(c, c->pos);
+        *key = c->keys.data + c->pos + KEY_LEN_BYTES;
         rc = kt_read(r, *key, *klen, g);
         if (rc != KURA_NOTFOUND)
             return rc;
@@ -248,8 +260,8 @@ static int turn_or_step(kt_req *r, kt_cursor *c, bool back)
         return KURA_OK;
     }
     char key[KURA_KEY_MAX];
-    size_t klen = (unsigned char)c->keys.data[c->pos];
-    memcpy(key, c->keys.data + c->pos + 1, klen);
+    size_t klen = key_len_at(c, c->pos);
+    memcpy(key, c->keys.data + c->pos + KEY_LEN_BYTES, klen);
     jump(c, key, klen, back, true);
     return KURA_OK;
 }

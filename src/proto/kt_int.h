@@ -50,6 +50,11 @@
 #define KT_LIST_MAX 100000
 /* Cursors per connection (CUR=N); one more is answered 400. */
 #define KT_CURSORS_MAX 64
+/* The longest key Kyoto Tycoon's requests may carry (proto_key_ok): -kmax,
+ * as Tokyo Tyrant's (TT_KEY_MAX); the empty key is one, as in ktserver.  A
+ * longer one is answered as ktserver answers a failed record operation: a
+ * store fails (500, "DB: 2: invalid operation"), a read or remove misses. */
+#define KT_KEY_MAX(s) engine_key_max((s)->engine)
 /* Keys a match_* walk looks at per call before the worker's other
  * connections get a turn; the matcher's steps as misc regex counts them
  * (tt_int.h). */
@@ -283,7 +288,7 @@ typedef struct rec {
     int64_t exptime;
     uint64_t vlen, cas;
 } rec;
-/* KURA_OK, KURA_NOTFOUND (a key past 250 bytes too) or an error. */
+/* KURA_OK, KURA_NOTFOUND (a key past -kmax too) or an error. */
 int kt_read(kt_req *r, const char *key, size_t klen, rec *g);
 
 /* kt_rest.c */

@@ -43,7 +43,7 @@ static void rest_get(kt_req *r, const char *key, size_t klen)
 {
     kura_session *s = r->s;
     got g = { &r->st->reply, 0, 0, r->h.method == KT_HEAD };
-    int rc = proto_key_ok(klen, KURA_KEY_MAX)
+    int rc = proto_key_ok(klen, KT_KEY_MAX(r->s))
                  ? engine_get(s->engine, s->stats, key, klen, NULL, take_value, &g, NULL)
                  : KURA_NOTFOUND;
     char h[256];
@@ -112,7 +112,7 @@ static void rest_put(kt_req *r, const char *key, size_t klen)
     kura_item it = { .key = key, .klen = klen, .val = r->body, .vlen = r->blen,
                      .exptime = kt_exptime(s->engine, xt) };
     int rc;
-    if (!proto_key_ok(klen, KURA_KEY_MAX))
+    if (!proto_key_ok(klen, KT_KEY_MAX(r->s)))
         rc = KURA_EINVAL;
     else if (!engine_item_fits(s->engine, klen, r->blen, 0))
         rc = KURA_ETOOBIG;
@@ -146,7 +146,7 @@ static void rest_delete(kt_req *r, const char *key, size_t klen)
 {
     kura_session *s = r->s;
     int rc = KURA_NOTFOUND;
-    if (proto_key_ok(klen, KURA_KEY_MAX)) {
+    if (proto_key_ok(klen, KT_KEY_MAX(r->s))) {
         s->dirty = true;
         rc = engine_delete(s->engine, s->stats, key, klen, NULL);
     }

@@ -85,7 +85,7 @@ static int rpc_store(kt_req *r, int cmd)
     kt_span k, v = kt_param(&r->st->in, "value");
     if (!key_of(r, &k) || !v.p)
         return kt_error(r, 400, "invalid parameters");
-    if (!proto_key_ok(k.n, KURA_KEY_MAX))
+    if (!proto_key_ok(k.n, KT_KEY_MAX(r->s)))
         return kt_db_fail(r, KURA_EINVAL, false);
     if (!engine_item_fits(s->engine, k.n, v.n, 0))
         return kt_db_fail(r, KURA_ETOOBIG, false);
@@ -129,7 +129,7 @@ static int append_fn(void *arg, const kura_item *cur, engine_mod *out)
 static int modify(kt_req *r, const kt_span *k, engine_modify_fn fn, void *a)
 {
     kura_session *s = r->s;
-    if (!proto_key_ok(k->n, KURA_KEY_MAX))
+    if (!proto_key_ok(k->n, KT_KEY_MAX(r->s)))
         return KURA_EINVAL;
     s->dirty = true;
     KURA_STAT_INC(s->stats, cmd_set);
@@ -288,7 +288,7 @@ static int take_rec(void *arg, const kura_item *it)
 
 int kt_read(kt_req *r, const char *key, size_t klen, rec *g)
 {
-    if (!proto_key_ok(klen, KURA_KEY_MAX))
+    if (!proto_key_ok(klen, KT_KEY_MAX(r->s)))
         return KURA_NOTFOUND;
     return engine_get(r->s->engine, r->s->stats, key, klen, NULL, take_rec, g, NULL);
 }
@@ -330,7 +330,7 @@ static int rpc_remove(kt_req *r)
     if (!key_of(r, &k))
         return kt_error(r, 400, "invalid parameters");
     int rc = KURA_NOTFOUND;
-    if (proto_key_ok(k.n, KURA_KEY_MAX)) {
+    if (proto_key_ok(k.n, KT_KEY_MAX(r->s))) {
         r->s->dirty = true;
         rc = engine_delete(r->s->engine, r->s->stats, k.p, k.n, NULL);
     }

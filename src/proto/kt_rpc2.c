@@ -41,7 +41,7 @@ static int set_bulk(kt_req *r)
             continue;
         kura_item it = { .key = p->k.p + 1, .klen = p->k.n - 1, .val = p->v.p, .vlen = p->v.n,
                          .exptime = exptime };
-        if (!proto_key_ok(it.klen, KURA_KEY_MAX))
+        if (!proto_key_ok(it.klen, KT_KEY_MAX(r->s)))
             return kt_db_fail(r, KURA_EINVAL, false);
         if (!engine_item_fits(s->engine, it.klen, it.vlen, 0))
             return kt_db_fail(r, KURA_ETOOBIG, false);
@@ -62,7 +62,8 @@ static int remove_bulk(kt_req *r)
     uint64_t num = 0;
     for (size_t i = 0; i < r->st->in.n; i++) {
         const kt_pair *p = &r->st->in.v[i];
-        if (p->k.n < 1 || p->k.p[0] != '_' || !proto_key_ok(p->k.n - 1, KURA_KEY_MAX))
+        if (p->k.n < 1 || p->k.p[0] != '_' ||
+            !proto_key_ok(p->k.n - 1, KT_KEY_MAX(r->s)))
             continue;
         s->dirty = true;
         int rc = engine_delete(s->engine, s->stats, p->k.p + 1, p->k.n - 1, NULL);
@@ -89,7 +90,7 @@ static int get_bulk(kt_req *r)
             continue;
         if (rc != KURA_OK)
             return kt_db_fail(r, rc, false);
-        memcpy(key, p->k.p, p->k.n);    /* "_KEY": at most 251 bytes */
+        memcpy(key, p->k.p, p->k.n);    /* "_KEY": at most -kmax + 1 bytes */
         if (kt_out_set(&r->st->out, key, p->k.n, r->st->reply.data, r->st->reply.len))
             num++;
     }

@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kura/item.h"
 #include "kura/observer.h"
 #include "kura/uriencode.h"
 #include "kura/watch.h"
@@ -58,7 +59,11 @@
 #define WATCH_RING (256u << 10)         /* memcached's LOGGER_WATCHER_BUF_SIZE */
 #define WATCH_CHUNK (64u << 10)
 #define WATCH_SNDBUF (64 << 10)
-#define WATCH_LINE_MAX 2048             /* memcached's LOGGER_ENTRY_MAX_SIZE */
+/* A line: memcached's LOGGER_ENTRY_MAX_SIZE (2048) holds its keys (250
+ * bytes, 3 * 250 encoded); Tokyo Tyrant's and Kyoto Tycoon's go up to
+ * KURA_KEY_MAX, and a line carries them whole. */
+#define WATCH_KEY_ENC (3 * KURA_KEY_MAX + 1)
+#define WATCH_LINE_MAX (WATCH_KEY_ENC + 256)
 
 atomic_uint kura_watch_flags;
 
@@ -128,8 +133,7 @@ static void emit(unsigned flag, const char *line, size_t n)
     bool wake = false;
     if (n >= WATCH_LINE_MAX)
         return;                         /* not reached: a key is encoded into at most
-                                           3 * 250 + 8 bytes (a longer one, Tokyo
-                                           Tyrant's, is cut there: uriencode.h) */
+                                           3 * KURA_KEY_MAX bytes (uriencode.h) */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < WATCH_MAX; i++) {
         watcher *w = &ws[i];
@@ -157,7 +161,7 @@ static void emit(unsigned flag, const char *line, size_t n)
 
 static void item_get(int cfd, const char *key, size_t klen, bool found, uint64_t size)
 {
-    char line[WATCH_LINE_MAX], k[3 * 250 + 8];
+    char line[WATCH_LINE_MAX], k[WATCH_KEY_ENC];
     kura_uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
@@ -170,7 +174,7 @@ static void item_get(int cfd, const char *key, size_t klen, bool found, uint64_t
 static void item_store(int cfd, const char *key, size_t klen, const char *status,
                        const char *cmd, long long ttl, uint64_t size)
 {
-    char line[WATCH_LINE_MAX], k[3 * 250 + 8];
+    char line[WATCH_LINE_MAX], k[WATCH_KEY_ENC];
     kura_uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,
@@ -182,7 +186,7 @@ static void item_store(int cfd, const char *key, size_t klen, const char *status
 static void eviction(const char *key, size_t klen, bool fetched, long long ttl, long long la,
                      uint64_t size)
 {
-    char line[WATCH_LINE_MAX], k[3 * 250 + 8];
+    char line[WATCH_LINE_MAX], k[WATCH_KEY_ENC];
     kura_uriencode(key, klen, k, sizeof(k));
     int n = head(line, sizeof(line));
     n += snprintf(line + n, sizeof(line) - (size_t)n,

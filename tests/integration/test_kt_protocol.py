@@ -24,6 +24,11 @@
 #  * Binary: set_bulk, remove_bulk, get_bulk (xt, no-reply), play_script
 #    answered 0xBF, replication answered 0xBF and closed (as ktserver
 #    without an update log), an unknown magic closing.
+#  * Keys: up to -kmax (default 1024) through RPC, REST and binary
+#    set_bulk/get_bulk, the empty key as ktserver takes it (RPC key=, REST
+#    /); a key past -kmax refused as ktserver refuses a failed set (500 and
+#    "DB: 2: invalid operation", 0xBF), read as a miss; a larger -kmax
+#    takes it.
 #  * HTTP: keep-alive, pipelined requests answered in order, HTTP/1.0
 #    closing, Connection: close.
 #  * Bad input, each class: a request line ktserver does not read (closed
@@ -508,11 +513,13 @@ class KTRpc(KTCase):
 
 
 class KTBinary(KTCase):
-    def bulk_set(self, recs, flags=0):
+    @staticmethod
+    def bulk_set(recs, flags=0):
         return b"\xb8" + P(">II", flags, len(recs)) + b"".join(
             P(">HIIq", 0, len(k), len(v), xt) + k + v for k, v, xt in recs)
 
-    def keys_req(self, magic, keys, flags=0, db=0):
+    @staticmethod
+    def keys_req(magic, keys, flags=0, db=0):
         return magic + P(">II", flags, len(keys)) + b"".join(P(">HI", db, len(k)) + k for k in keys)
 
     def test_bulk_ops(self):
@@ -557,6 +564,107 @@ class KTBinary(KTCase):
         self.assertEqual(k4.exact(1), b"\xbf")
         self.assertTrue(k4.is_closed())
         self.assertEqual(k.http(b"GET", b"/x")[0], 404)
+
+
+class KTKeys(KTCase):
+    """Keys of 0 to -kmax bytes, as Tokyo Tyrant's protocol takes them."""
+    LONG = 1000
+
+    def key(self, n, c=b"k"):
+        return (c * n)[:n]
+
+    def test_long_key_rpc_rest_binary(self):
+        k = self.k
+        k1 = self.key(self.LONG, b"r")
+        self.assertEqual(k.rpc(b"set", [(b"key", k1), (b"value", b"rpc")]), (200, {}))
+        self.assertEqual(k.rpc(b"get", [(b"key", k1)]), (200, {b"value": b"rpc"}))
+        self.assertEqual(k.http(b"GET", b"/" + k1)[2], b"rpc")
+        k2 = self.key(self.LONG, b"s")
+        self.assertEqual(k.http(b"PUT", b"/" + k2, b"rest")[0], 201)
+        code, _, body = k.http(b"GET", b"/" + k2)
+        self.assertEqual((code, body), (200, b"rest"))
+        self.assertEqual(k.rpc(b"get", [(b"key", k2)]), (200, {b"value": b"rest"}))
+        k3 = self.key(self.LONG, b"t")
+        k.send(KTBinary.bulk_set([(k3, b"bin", 1 << 40)]))
+        self.assertEqual(k.exact(5), b"\xb8" + P(">I", 1))
+        k.send(KTBinary.keys_req(b"\xba", [k3]))
+        self.assertEqual(k.exact(5), b"\xba" + P(">I", 1))
+        db, kl, vl, xt = struct.unpack(">HIIq", k.exact(18))
+        self.assertEqual((k.exact(kl), k.exact(vl)), (k3, b"bin"))
+        self.assertEqual(k.rpc(b"get_bulk", [(b"_" + k1, b""), (b"_" + k3, b"")])[1],
+                         {b"_" + k1: b"rpc", b"_" + k3: b"bin", b"num": b"2"})
+        # memcached's protocols keep 250: the same record is not theirs to name
+        self.assertEqual(self.c.request(b"get " + k1 + b"\r\n")[:12], b"CLIENT_ERROR")
+        self.assertEqual(k.rpc(b"remove", [(b"key", k1)]), (200, {}))
+        self.assertEqual(k.http(b"DELETE", b"/" + k2)[0], 204)
+        self.assertEqual(k.rpc(b"get", [(b"key", k1)])[0], 450)
+
+    def test_cursor_over_long_keys(self):
+        # a cursor's batch keeps each key whole, past 255 bytes (a length
+        # kept in one byte wrapped: 300 read as 44, and the walk went astray)
+        k = self.k
+        keys = [self.key(n, c) for n, c in ((300, b"a"), (self.LONG, b"b"), (256, b"c"))]
+        for i, key in enumerate(keys):
+            self.assertEqual(k.rpc(b"set", [(b"key", key), (b"value", b"v%d" % i)]), (200, {}))
+        C = [(b"CUR", b"7")]
+        self.assertEqual(k.rpc(b"cur_jump", C), (200, {}))
+        seen = []
+        for _ in keys:
+            code, m = k.rpc(b"cur_get", C + [(b"step", b"")])
+            self.assertEqual(code, 200)
+            seen.append((m[b"key"], m[b"value"]))
+        self.assertEqual(sorted(seen), sorted((key, b"v%d" % i) for i, key in enumerate(keys)))
+        self.assertEqual(k.rpc(b"cur_get", C)[0], 450)
+        self.assertEqual(k.rpc(b"cur_jump_back", C), (200, {}))
+        code, m = k.rpc(b"cur_get_key", C)
+        self.assertEqual((code, m[b"key"]), (200, seen[-1][0]))
+
+    def test_empty_key(self):
+        # ktserver: RPC key= (empty) and REST / are the empty key
+        k = self.k
+        self.assertEqual(k.rpc(b"set", [(b"key", b""), (b"value", b"e")]), (200, {}))
+        self.assertEqual(k.http(b"GET", b"/")[2], b"e")
+        self.assertEqual(k.http(b"PUT", b"/", b"e2")[0], 201)
+        self.assertEqual(k.rpc(b"get", [(b"key", b"")]), (200, {b"value": b"e2"}))
+        self.assertEqual(k.http(b"DELETE", b"/")[0], 204)
+        self.assertEqual(k.rpc(b"get", [(b"key", b"")])[0], 450)
+
+    def past_kmax(self, n):
+        """A key of n bytes (past -kmax) is refused as a failed set."""
+        k = self.k
+        long = self.key(n)
+        code, m = k.rpc(b"set", [(b"key", long), (b"value", b"v")])
+        self.assertEqual(code, 500)
+        self.assertTrue(m[b"ERROR"].startswith(b"DB: 2: invalid operation"), m)
+        code, h, _ = k.http(b"PUT", b"/" + long, b"v")
+        self.assertEqual(code, 500)
+        self.assertTrue(h["x-kt-error"].startswith("DB: 2: invalid operation"), h)
+        self.assertEqual(k.rpc(b"set_bulk", [(b"_" + long, b"v")])[0], 500)
+        self.assertEqual(k.rpc(b"get", [(b"key", long)])[0], 450)
+        self.assertEqual(k.http(b"GET", b"/" + long)[0], 404)
+        self.assertEqual(k.rpc(b"remove", [(b"key", long)])[0], 450)
+        k2 = self.kt()
+        k2.send(KTBinary.bulk_set([(long, b"v", 1 << 40)]))
+        self.assertEqual(k2.exact(1), b"\xbf")
+        self.assertEqual(k.rpc(b"status")[1][b"count"], b"0")
+
+    def test_past_kmax_refused(self):
+        # 1025 bytes: past the default -kmax (1024), within KURA_KEY_MAX
+        self.past_kmax(1025)
+        self.past_kmax(5000)
+        self.assertEqual(self.k.rpc(b"set", [(b"key", self.key(1024)), (b"value", b"v")])[0],
+                         200)
+
+
+class KTKeysKmax(KTKeys):
+    """-kmax 2048: a 2000-byte key is taken, one of 2049 is not."""
+    KT_ARGS = ("-kmax", "2048")
+    LONG = 2000
+
+    def test_past_kmax_refused(self):
+        self.past_kmax(2049)
+        self.assertEqual(self.k.rpc(b"set", [(b"key", self.key(1025)), (b"value", b"v")])[0],
+                         200)
 
 
 class KTHttp(KTCase):

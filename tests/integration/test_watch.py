@@ -24,8 +24,12 @@
   Input       what a watcher sends afterwards (commands, a megabyte of
               garbage) is dropped: its stream goes on, nothing is run.
   Auth        with -Y, "watch" is behind the gate like every command.
+  Long keys   a key past memcached's 250 (Tokyo Tyrant's put, up to -kmax)
+              comes whole in its item_store and item_get lines (the
+              negative: its 1000 and 4096 bytes, cut at 3 * 250 encoded
+              bytes before, would not).
 """
-import os, re, socket, sys, time, unittest
+import os, re, socket, struct, sys, time, unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kuratest
 from kuratest import Server, poll_until, kura_only, stats
@@ -257,6 +261,27 @@ class Watch(unittest.TestCase):
             lines = w.lines_until(lambda l: b"key=k " in l)
             self.assertFalse([l for l in lines if b"key=x " in l], lines)
             self.assertEqual(c.request(b"get k\r\n"), b"VALUE k 0 1\r\n1\r\nEND\r\n")
+        w.close()
+
+    @kura_only
+    def test_long_keys_whole(self):
+        s = Server(kind="kurad", db="*", kura_args=["-kmax", "4096"])
+        self.addCleanup(s.stop)
+        w = Watcher(s.port, b"watch fetchers mutations\r\n")
+        self.assertEqual(w.first(4), b"OK\r\n")
+        with s.conn() as c:
+            for n in (1000, 4096):
+                key = b"w%d:" % n + b"/" * (n - 6) + b"!"
+                key = key[:n]
+                c.send(b"\xc8\x10" + struct.pack(">II", len(key), 1) + key + b"v")
+                self.assertEqual(c.recv_exact(1), b"\x00")
+                c.send(b"\xc8\x30" + struct.pack(">I", len(key)) + key)
+                self.assertEqual(c.recv_exact(1 + 4 + 1), b"\x00" + struct.pack(">I", 1) + b"v")
+                enc = b"".join(bytes([b]) if chr(b).isalnum() else b"%%%02X" % b for b in key)
+                lines = w.lines_until(lambda l: b"type=item_get" in l)
+                store = [l for l in lines if b"type=item_store" in l]
+                self.assertEqual([value(l, b"key") for l in store], [enc], n)
+                self.assertEqual(value(lines[-1], b"key"), enc, n)
         w.close()
 
     @kura_only

@@ -103,7 +103,7 @@ static uint32_t do_seg_lookup(segcache *c, seg_stripe *st, uint64_t h, const cha
             *why = l;
             seg_item_set_bits(v->hdr, SI_DELETED);
             do_seg_index_remove(st, i);
-            do_seg_count_gone(st, v, false);
+            do_seg_count_gone(st, v, false, clk);
             i = SEG_NONE;
         }
     }
@@ -158,7 +158,7 @@ static void do_seg_cap_count(segcache *c, seg_stripe *st, uint32_t from, const k
         return;
     seg_item_set_bits(bv.hdr, SI_DELETED);
     do_seg_index_remove(st, best);
-    do_seg_count_gone(st, &bv, oldest != INT64_MIN);
+    do_seg_count_gone(st, &bv, oldest != INT64_MIN, clk);
 }
 
 /* Writes a new version of the key (slot `i` if it has one, else a new
@@ -366,7 +366,7 @@ static long seg_sweep_index(segcache *c, const kura_clock *clk, size_t budget, s
             if (kura_item_liveness((int64_t)v.exptime, v.cas, clk) != KURA_LIVE) {
                 seg_item_set_bits(v.hdr, SI_DELETED);
                 do_seg_index_remove(st, i);
-                do_seg_count_gone(st, &v, false);
+                do_seg_count_gone(st, &v, false, clk);
                 reclaimed++;
             }
         }
@@ -421,6 +421,8 @@ static void segc_usage(kura_store *s, kura_store_usage *u)
         u->reclaimed += st->st_reclaimed;
         u->expired_unfetched += st->st_expired_unfetched;
         u->evicted_unfetched += st->st_evicted_unfetched;
+        u->flushed_gone += st->st_flushed_gone;
+        u->flushed_gone_bytes += st->st_flushed_gone_bytes;
         pthread_mutex_unlock(&st->st_lock);
     }
 }

@@ -31,11 +31,12 @@
 #include "kura/evictions.h"
 #include "seg_int.h"
 
-void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted)
+void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted, const kura_clock *clk)
 {
     bool fetched = seg_item_bits(v->hdr) & SI_FETCHED;
+    uint64_t bytes = kura_item_wire_total(v->klen, v->vlen, v->flags);
     st->st_items--;
-    st->st_bytes -= kura_item_wire_total(v->klen, v->vlen, v->flags);
+    st->st_bytes -= bytes;
     if (evicted) {
         st->st_evictions++;
         if (!fetched)
@@ -44,6 +45,10 @@ void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted)
         st->st_reclaimed++;
         if (!fetched)
             st->st_expired_unfetched++;
+        if (v->cas < clk->oldest_cas) {
+            st->st_flushed_gone++;
+            st->st_flushed_gone_bytes += bytes;
+        }
     }
 }
 
@@ -130,7 +135,7 @@ static int merge_item(segcache *c, merge *m, const kura_clock *clk, uint32_t id,
     }
     seg_item_set_bits(v->hdr, SI_DELETED);
     do_seg_index_remove(st, i);
-    do_seg_count_gone(st, v, l == KURA_LIVE);
+    do_seg_count_gone(st, v, l == KURA_LIVE, clk);
     pthread_mutex_unlock(&st->st_lock);
     if (l == KURA_LIVE && kura_evictions_observed())
         watch_eviction(v, clk, c->sc_pool.sp_segs[id].sg_created);

@@ -89,9 +89,9 @@ uint32_t do_seg_index_find(segcache *c, seg_stripe *st, uint64_t hash, const cha
         if (slot_used(s) && slot_tag_is(s, hash)) {
             uint32_t id = slot_seg(s), off = slot_off(s);
             uint8_t *p = seg_data(&c->sc_pool, id) + off;
-            if (p[0] == klen && seg_item_parse(p, c->sc_pool.sp_seg_size - off,
+            if (p[0] == seg_item_kb(klen) && seg_item_parse(p, c->sc_pool.sp_seg_size - off,
                                                c->sc_pool.sp_segs[id].sg_cas_base, v) &&
-                memcmp(v->key, key, klen) == 0)
+                v->klen == klen && memcmp(v->key, key, klen) == 0)
                 return i;
         }
         if (++i == n)

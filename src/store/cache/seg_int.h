@@ -67,11 +67,22 @@ enum {
     SI_FREQ_MASK = 3u << 5,
 };
 
+/* The header's first byte, kb: 0 where no item is (a segment's end), the
+ * key's length plus one up to SEG_KLEN_SHORT, else SEG_KB_LONG and the
+ * length in the 2 bytes after the bits byte. */
+#define SEG_KLEN_SHORT 253u
+#define SEG_KB_LONG 255u
+static inline uint8_t seg_item_kb(size_t klen)
+{
+    return klen > SEG_KLEN_SHORT ? (uint8_t)SEG_KB_LONG : (uint8_t)(klen + 1);
+}
+
 /* An item as parsed from its bytes. */
 typedef struct seg_view {
     uint8_t *hdr;               /* the item's first byte */
     uint32_t size;              /* its bytes in the segment, header included */
-    uint8_t klen, bits;
+    uint16_t klen;              /* 0..KURA_KEY_MAX */
+    uint8_t bits;
     uint32_t vlen, flags, exptime;
     uint64_t cas;
     const char *key;
@@ -144,6 +155,8 @@ typedef struct seg_stripe {
     uint64_t st_reclaimed;
     uint64_t st_expired_unfetched;
     uint64_t st_evicted_unfetched;
+    uint64_t st_flushed_gone;           /* of the dead removed, those under the flush */
+    uint64_t st_flushed_gone_bytes;     /* watermark (kura_store_usage.flushed_gone) */
 } seg_stripe;
 
 struct segcache;
@@ -259,7 +272,9 @@ void seg_warm_forget(segcache *c);
 /* seg_evict.c */
 int seg_make_room(segcache *c, const kura_clock *clk);
 long seg_drop_dead_segments(segcache *c, const kura_clock *clk, size_t budget, size_t *work);
-void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted);
+/* Counts an item out of the index: evicted (live) or reclaimed (dead, and
+ * then flushed if its cas is under clk's watermark).  Stripe lock held. */
+void do_seg_count_gone(seg_stripe *st, const seg_view *v, bool evicted, const kura_clock *clk);
 
 
 #endif

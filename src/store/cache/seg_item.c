@@ -6,9 +6,13 @@
  * slab class; most of that is pointers and fields a cache of small values
  * rarely uses.  Here an item is
  *
- *   klen(1) bits(1) vlen(1-5, LEB128) [flags(4)] [exptime(4)] cas(4|8) key value
+ *   kb(1) bits(1) [klen(2)] vlen(1-5, LEB128) [flags(4)] [exptime(4)] cas(4|8) key value
  *
- * packed back to back with no alignment: flags and exptime only where they
+ * packed back to back with no alignment: kb is the key's length plus one
+ * for keys of 0..SEG_KLEN_SHORT bytes (a zero kb is where a segment's items
+ * end), else SEG_KB_LONG and the length in 2 little-endian bytes after the
+ * bits (Tokyo Tyrant's keys, up to KURA_KEY_MAX), so memcached's keys keep
+ * a 1-byte length; flags and exptime only where they
  * are set (SI_FLAGS, SI_EXP), the cas as a signed 32-bit delta from the
  * segment's first cas (a segment fills in far fewer than 2^31 of the
  * engine's cas numbers; where it does not, SI_CAS64 keeps all 64 bits).
@@ -33,10 +37,12 @@ static inline size_t varint_len(uint32_t v)
     return n;
 }
 
-/* The item's size in its segment.  O(1). */
+_Static_assert(KURA_KEY_MAX <= UINT16_MAX, "a long key's length fits its 2 bytes");
+
+/* The item's size in its segment.  klen is at most KURA_KEY_MAX.  O(1). */
 uint32_t seg_item_size(size_t klen, size_t vlen, uint32_t flags, uint32_t exptime, bool cas64)
 {
-    return (uint32_t)(2 + varint_len((uint32_t)vlen) + (flags ? 4 : 0) + (exptime ? 4 : 0) +
+    return (uint32_t)(2 + (klen > SEG_KLEN_SHORT ? 2 : 0) + varint_len((uint32_t)vlen) + (flags ? 4 : 0) + (exptime ? 4 : 0) +
                       (cas64 ? 8 : 4) + klen + vlen);
 }
 
@@ -57,7 +63,11 @@ void seg_item_write(uint8_t *p, const char *key, size_t klen, const void *v0, si
     uint8_t bits = (flags ? SI_FLAGS : 0) | (exptime ? SI_EXP : 0) |
                    (seg_cas_fits(cas, base) ? 0 : SI_CAS64);
     uint8_t *q = p + 2;
-    p[0] = (uint8_t)klen;
+    p[0] = seg_item_kb(klen);
+    if (klen > SEG_KLEN_SHORT) {
+        *q++ = (uint8_t)(klen & 0xff);
+        *q++ = (uint8_t)(klen >> 8);
+    }
     for (uint32_t v = vlen; ; v >>= 7) {
         *q++ = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
         if (v < 0x80)
@@ -85,7 +95,7 @@ void seg_item_write(uint8_t *p, const char *key, size_t klen, const void *v0, si
         memcpy(q, v0, l0);
     if (l1)
         memcpy(q + l0, v1, l1);
-    /* the bits last: a scan reads a whole item or sees bits 0 and klen */
+    /* the bits last: a scan reads a whole item or sees bits 0 and kb */
     __atomic_store_n(&p[1], bits, __ATOMIC_RELEASE);
 }
 
@@ -96,9 +106,16 @@ bool seg_item_parse(uint8_t *p, size_t room, uint64_t base, seg_view *v)
     if (room < 7 || p[0] == 0)
         return false;
     v->hdr = p;
-    v->klen = p[0];
     v->bits = seg_item_bits(p);
     size_t i = 2;
+    if (p[0] == SEG_KB_LONG) {
+        v->klen = (uint16_t)(p[2] | p[3] << 8);
+        if (v->klen <= SEG_KLEN_SHORT || v->klen > KURA_KEY_MAX)
+            return false;
+        i = 4;
+    } else {
+        v->klen = (uint16_t)(p[0] - 1);
+    }
     uint32_t vlen = 0;
     for (int shift = 0; ; shift += 7) {
         if (i >= room || shift > 28)

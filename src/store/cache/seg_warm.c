@@ -19,8 +19,9 @@
  *
  * The header is cleared (and synced) as soon as an open has read it, so a
  * crash after the restart can never load the same file twice; a file
- * without one (a crash, a first start), with other settings or a bad
- * checksum is used empty, and the log says why in one line.  The rebuild
+ * without one (a crash, a first start), with other settings, a bad
+ * checksum or another version (WARM_VERSION: the item layout) is used
+ * empty, and the log says why in one line.  The rebuild
  * reads every item once (hashes its key into its stripe's index, sized
  * from the header's count first): items marked deleted are skipped, since
  * every replacement, delete, eviction and merge marks the version it drops.
@@ -46,7 +47,9 @@
 #include "seg_int.h"
 
 #define WARM_MAGIC 0x434745534152554bull       /* "KURASEGC" */
-#define WARM_VERSION 1
+/* 2: an item's key length is kb then, past 253 bytes, 2 more (seg_item.c);
+ * a file of version 1 is used empty. */
+#define WARM_VERSION 2
 #define WARM_HDR 4096
 
 
@@ -131,8 +134,13 @@ static bool warm_check(int fd, const seg_pool *p, uint64_t limit, warm_hdr *h,
         snprintf(why, whylen, "no clean-shutdown header (a first start, or a crash)");
         return false;
     }
-    if (n != (ssize_t)sizeof(*h) || h->magic != WARM_MAGIC || h->version != WARM_VERSION) {
+    if (n != (ssize_t)sizeof(*h) || h->magic != WARM_MAGIC) {
         snprintf(why, whylen, "not a memory file of this version");
+        return false;
+    }
+    if (h->version != WARM_VERSION) {
+        snprintf(why, whylen, "a memory file of version %u, this build's item layout is "
+                 "version %u", h->version, WARM_VERSION);
         return false;
     }
     if (h->hdr_crc != hdr_crc(h)) {
