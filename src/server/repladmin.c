@@ -106,15 +106,15 @@ static int split_master(const char *hp, char *host, size_t hlen, int *port)
 static int promote_in_place(kura_server *srv, uint64_t min_term, role_source src, char *msg,
                             size_t msglen)
 {
-    kura_settings *st = srv->settings;
     char err[300];
     if (replrole_save(srv, ROLE_MASTER, src, NULL, 0, min_term, true, err,
                       sizeof(err)) != KURA_OK) {
         snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): nothing changed", err);
         return -1;
     }
-    if (!st->rw)
-        engine_set_replica(srv->engine, false);
+    /* whatever -rw says: the fence turned the replica switch on, and a
+     * master that is not a replica takes writes */
+    engine_set_replica(srv->engine, false);
     uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
     log_msg(KURA_LOG_INFO, "promoted (%s): a master at term %" PRIu64 ", taking writes",
             role_source_name(src), repl_role_term(srv));
@@ -436,9 +436,12 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
         rc = replctl_follow(srv, host, port, 0, ROLE_SRC_SETMST, ts, msg, sizeof(msg));
     } else {
         /* ttserver's stop is taken whatever the state: not following
-         * already is the state asked for, and answers 0 as there */
+         * already is the state asked for, and answers 0 as there; a
+         * fenced server is made a master, as the stop asks */
+        role_state rs;
+        repl_role_get(srv, &rs);
         pthread_mutex_lock(&replctl_slave_lock);
-        bool replica = srv->repl_slave != NULL;
+        bool replica = srv->repl_slave != NULL || rs.role == ROLE_FENCED;
         pthread_mutex_unlock(&replctl_slave_lock);
         if (replica) {
             pthread_mutex_lock(&ctl_lock);

@@ -29,6 +29,10 @@ docs/replication.md, "Roles and terms" and "Fencing").
                each (before the fix one of them said "in sync", exit 0)
   Login        with -Y on both, the probe logs in (the replica's credentials)
                and fences the old master all the same
+  Rw fenced    a -rw server promoted, fenced, promoted again takes writes
+               (before the fix: shown as master, refusing every write)
+  TT setmst    setmst with no host on a fenced server makes it a master (before
+               the fix: answered 0 and stayed fenced)
   Corrupt      a role file flipped, cut short or of another version: kurad
                does not start and says why (never a role guessed)
 """
@@ -341,6 +345,47 @@ class TermsTest(unittest.TestCase):
         rc, out, err = kuractl("repl", "follow", addr(a), addr(x))
         self.assertNotEqual(rc, 0)
         self.assertIn("no master", err)
+
+    def fence_alone(self, s, term):
+        """s fenced at term, following no one: told by a "replaced" master
+        at its own address, which a follow refuses."""
+        with s.conn() as c:
+            r = c.request(b"repl term %d 127.0.0.1 %d\r\n" % (term, s.port))
+        self.assertTrue(r.startswith(b"FENCED %d not following" % term), r)
+        self.assertEqual(rstats(s)["repl_role"], "fenced")
+        self.assertTrue(try_set(s, b"f", b"1").startswith(b"SERVER_ERROR"))
+
+    def test_rw_fenced_then_promoted_takes_writes(self):
+        """A -rw server promoted, fenced, promoted again takes writes, as its
+        role says (before the fix: "master" in repl status, every write
+        refused: the fence's read-only switch was left on under -rw)."""
+        x = make(1, kuratest.free_port(), ["-rw"]).start()      # its master never answers
+        self.keep(x)
+        self.assertEqual(kuractl("repl", "promote", addr(x))[0], 0)
+        self.assertEqual(try_set(x, b"a", b"1"), b"STORED\r\n")
+        self.fence_alone(x, 9)
+        rc, out, err = kuractl("repl", "promote", addr(x))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("master", "10"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
+
+    def test_tt_setmst_master_unfences(self):
+        """Tokyo Tyrant's setmst with no host makes a fenced server a master
+        again, as on ttserver (before the fix: it answered 0, "nothing to
+        stop", and went on refusing every write)."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_tt import TT
+        from test_tt_restore import setmst
+        x = make(1).start()
+        self.keep(x)
+        self.fence_alone(x, 4)
+        t = TT(x)
+        self.addCleanup(t.close)
+        self.assertEqual(t.status(setmst(b"", 0)), 0)
+        st = rstats(x)
+        self.assertEqual((st["repl_role"], st["repl_term"], st["repl_role_source"]),
+                         ("master", "5", "setmst"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
 
     def test_corrupt_role_file(self):
         s = make(1).start()
