@@ -23,6 +23,8 @@
 #  * With KURA_TT_BIN holding ttserver and tcrmgr (docs/HACKING.md): a log
 #    written by a real ttserver, restored into kurad by `tcrmgr restore`,
 #    gives the records ttserver held.
+#  * A read-only replica and a fenced master refuse a restore (1), applying
+#    nothing (before: kura's rows went in behind the replica switch).
 #  * setmst with a timestamp writes it as the replica's position (the rts
 #    file), as ttserver's setmst does.
 import os, shutil, signal, struct, subprocess, sys, tempfile, unittest
@@ -175,6 +177,33 @@ class TTRestore(ServerTestCase):
         # the server's own directory: it returns, holding the same
         self.assertEqual(self.restore(s, d), 0)
         self.assertEqual(s.u64(RNUM), 99)
+
+    def test_refused_where_writes_are(self):
+        """A read-only replica and a fenced master refuse a restore (1) and
+        hold none of its rows, from kura's directory as from ttserver's
+        (before the fix: kura's rows were applied and answered 0 on both, a
+        fenced master taking writes; ttserver's answered 0, nothing applied)."""
+        d = os.path.join(self.dir, "kura-ulog")
+        src = self.start_server(kura_args=("-ulog", d))
+        s = self.tt(src)
+        self.assertEqual(s.status(put(b"k", b"v")), 0)
+        tt_dir = os.path.join(self.dir, "tt-ulog")
+        write_log(tt_dir, [[rec(1000, put(b"t", b"1"))]])
+        replica = self.start_server(kura_args=(
+            "-ulog", os.path.join(self.dir, "r-ulog"), "-mhost", "127.0.0.1",
+            "-mport", str(kuratest.free_port())))       # a master that never answers
+        fenced = self.start_server(kura_args=("-ulog", os.path.join(self.dir, "f-ulog")))
+        with fenced.conn() as c:
+            r = c.request(b"repl term 5 127.0.0.1 %d\r\n" % fenced.port)
+        self.assertTrue(r.startswith(b"FENCED 5"), r)
+        for srv in (replica, fenced):
+            t = self.tt(srv)
+            for path, key in ((d, b"k"), (tt_dir, b"t")):
+                with self.subTest(port=srv.port, path=path):
+                    self.assertEqual(self.restore(t, path), 1)
+                    self.assertIsNone(t.value(get(key)))
+        self.assertEqual(self.restore(s, tt_dir), 0)        # a master takes it
+        self.assertEqual(s.value(get(b"t")), b"1")
 
     def test_setmst_timestamp(self):
         """setmst -ts N: N is the position the replica follows from, in its
