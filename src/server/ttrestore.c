@@ -126,6 +126,14 @@ static int restore_writable(struct kura_server *srv)
     return repl_role_is_writable(srv) ? KURA_OK : KURA_EREPLICA;
 }
 
+/* Before each record or row: the writes may go on, and kurad is not
+ * stopping (its stop waits for this thread: a long replay ends at the
+ * next record, answered to no one, as its connection is going too). */
+static int restore_go_on(struct kura_server *srv)
+{
+    return snapd_stopping() ? KURA_EFAILED : restore_writable(srv);
+}
+
 typedef struct tt_replay {
     struct kura_server *srv;
     kura_session *sess;
@@ -215,7 +223,7 @@ static int tt_replay_file(tt_replay *rp, int fd, uint64_t ts, bool check, const 
             continue;
         }
         bool ok = false;
-        if ((rc = restore_writable(rp->srv)) != KURA_OK)
+        if ((rc = restore_go_on(rp->srv)) != KURA_OK)
             break;
         if ((rc = tt_redo(rp, rec, size, &ok)) != KURA_OK) {
             log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore: %s/%08d.ulog: a record of command "
@@ -300,7 +308,7 @@ static int kura_restore(kura_server *srv, const char *dir, uint64_t ts)
             rc = KURA_OK;
             break;
         }
-        if (rc == KURA_OK && (rc = restore_writable(srv)) == KURA_OK &&
+        if (rc == KURA_OK && (rc = restore_go_on(srv)) == KURA_OK &&
             (rc = engine_apply_row(srv->engine, &row)) == KURA_OK)
             n++;
     }
@@ -310,7 +318,7 @@ static int kura_restore(kura_server *srv, const char *dir, uint64_t ts)
     if (rc == KURA_OK)
         log_msg(KURA_LOG_INFO, "Tokyo Tyrant restore from kura's update log %s: %" PRIu64
                 " rows applied", dir, n);
-    else
+    else if (rc != KURA_EREPLICA && !snapd_stopping())     /* ttrestore_run says why */
         log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore from %s failed: %s", dir,
                 kura_strerror(rc));
     return rc;
@@ -329,11 +337,11 @@ int ttrestore_run(struct kura_server *srv, const char *dir, uint64_t ts, int opt
                 strerror(errno));
         return KURA_ESYS;
     }
-    if (max == 0)
-        return kura_restore(srv, dir, ts);
-    int rc = tt_restore(srv, dir, max, ts, (opts & RDBROCHKCON) != 0);
-    if (rc == KURA_EREPLICA)
-        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore from %s: stopped: this server takes "
-                "writes no more (fenced, or following a master)", dir);
+    int rc = max == 0 ? kura_restore(srv, dir, ts)
+                      : tt_restore(srv, dir, max, ts, (opts & RDBROCHKCON) != 0);
+    if (rc == KURA_EREPLICA || (rc != KURA_OK && snapd_stopping()))
+        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore from %s: stopped: %s", dir,
+                rc == KURA_EREPLICA ? "this server takes writes no more (fenced, or following "
+                "a master)" : "kurad is stopping");
     return rc;
 }

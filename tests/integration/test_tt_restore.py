@@ -25,6 +25,8 @@
 #    gives the records ttserver held.
 #  * A read-only replica and a fenced master refuse a restore (1), applying
 #    nothing (before: kura's rows went in behind the replica switch).
+#  * SIGTERM during a long restore: the replay stops at its next record and
+#    kurad exits 0 (before: the stop freed the role under the replay).
 #  * setmst with a timestamp writes it as the replica's position (the rts
 #    file), as ttserver's setmst does.
 import os, shutil, signal, struct, subprocess, sys, tempfile, unittest
@@ -204,6 +206,28 @@ class TTRestore(ServerTestCase):
                     self.assertIsNone(t.value(get(key)))
         self.assertEqual(self.restore(s, tt_dir), 0)        # a master takes it
         self.assertEqual(s.value(get(b"t")), b"1")
+
+    def test_stop_during_restore(self):
+        """SIGTERM while a long restore runs: the replay stops at its next
+        record, before replication's role and the committer are freed under
+        it, and kurad exits cleanly and soon (before the fix: the stop freed
+        them while the replay went on writing, and waited for its end)."""
+        n = 1000000
+        d = os.path.join(self.dir, "big")
+        write_log(d, [[rec(1000 + i, put(b"r%07d" % i, b"x" * 20)) for i in range(n)]])
+        srv = self.start_server()
+        t = self.tt(srv)
+        t.send(restore(d.encode()))
+        probe = self.tt(srv)
+        kuratest.poll_until(lambda: probe.u64(RNUM) > 0, timeout=60 * kuratest.SCALE,
+                            what="the restore to begin")
+        self.assertLess(probe.u64(RNUM), n, "the restore ended before the stop (a longer log)")
+        srv.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(srv.proc.wait(60 * kuratest.SCALE), 0)
+        log = srv.stderr() + open(srv.stdout_path, errors="replace").read()
+        self.assertIn("restore from %s: stopped: kurad is stopping" % d, log)
+        self.assertNotIn("%d records replayed" % n, log)
+        srv.stop()                      # its exit and stderr checked (a sanitizer's report)
 
     def test_setmst_timestamp(self):
         """setmst -ts N: N is the position the replica follows from, in its
