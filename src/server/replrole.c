@@ -207,7 +207,8 @@ static uint64_t cfg_term(void *arg)
 }
 
 /* A term from the master this server follows (adopted when higher), or
- * from a replica's request (a master fences). */
+ * from a replica's request (a master fences; a fenced server takes it, so
+ * that a promote of it later goes past every term it heard). */
 static void cfg_heard(void *arg, uint64_t term, bool from_master, const char *peer)
 {
     kura_server *srv = arg;
@@ -216,7 +217,7 @@ static void cfg_heard(void *arg, uint64_t term, bool from_master, const char *pe
     if (term <= atomic_load(&r->r_term))
         return;
     int kind = atomic_load(&r->r_kind);
-    if (from_master || kind == ROLE_MASTER || kind == ROLE_NONE) {
+    if (from_master || kind != ROLE_REPLICA) {
         snprintf(why, sizeof(why), "%s %.200s says term %" PRIu64,
                  from_master ? "the master" : "replica", peer, term);
         repl_role_fence(srv, term, why);

@@ -31,6 +31,8 @@ docs/replication.md, "Roles and terms" and "Fencing").
                and fences the old master all the same
   Rw fenced    a -rw server promoted, fenced, promoted again takes writes
                (before the fix: shown as master, refusing every write)
+  Fenced hears a fenced server takes a newer term from a replica's handshake,
+               so its promote goes past it (before the fix: it kept its term)
   TT setmst    setmst with no host on a fenced server makes it a master (before
                the fix: answered 0 and stayed fenced)
   Corrupt      a role file flipped, cut short or of another version: kurad
@@ -368,6 +370,26 @@ class TermsTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("master", "10"))
         self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
+
+    def test_fenced_server_keeps_hearing_terms(self):
+        """A fenced server that hears a still newer term (a replica's
+        handshake) takes it, so that a promote of it later goes past every
+        term it heard (before the fix: its term stayed, and a promote gave
+        it a term another master already had: two masters, one term)."""
+        a = make(1).start()
+        d = make(2).start()
+        self.keep(a, d)
+        self.fence_alone(a, 1)
+        self.fence_alone(d, 5)
+        self.assertEqual(kuractl("repl", "reset", addr(d))[0], 0)   # the command line rules
+        stop(d)
+        d.kura_args += ["-mhost", "127.0.0.1", "-mport", str(a.port)]
+        restart(d)                              # a replica of A at term 5
+        poll_until(lambda: rstats(a)["repl_term"] == "5", timeout=TIMEOUT,
+                   what="A to hear D's term")
+        self.assertEqual(rstats(a)["repl_role"], "fenced")
+        self.assertEqual(kuractl("repl", "promote", addr(a))[0], 0)
+        self.assertEqual((rstats(a)["repl_role"], rstats(a)["repl_term"]), ("master", "6"))
 
     def test_tt_setmst_master_unfences(self):
         """Tokyo Tyrant's setmst with no host makes a fenced server a master
