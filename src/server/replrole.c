@@ -89,7 +89,14 @@ int replrole_save(kura_server *srv, role_kind kind, role_source src, const char 
         st.former_port = 0;
     }
     /* a master's term rises past every term heard, here under the lock
-     * (a fence racing with the promote cannot leave them equal) */
+     * (a fence racing with the promote cannot leave them equal); one at
+     * its largest cannot, and wrapping would undo every fence */
+    if (kind == ROLE_MASTER && st.term == UINT64_MAX) {
+        pthread_mutex_unlock(&r->r_lock);
+        snprintf(err, errlen, "the term is at its largest (%" PRIu64 ") and cannot rise",
+                 st.term);
+        return KURA_EINVAL;
+    }
     uint64_t term = kind == ROLE_MASTER ? st.term + 1 : st.term;
     st.term = term > min_term ? term : min_term;
     int rc = do_save(r, &st, err, errlen);

@@ -33,6 +33,8 @@ docs/replication.md, "Roles and terms" and "Fencing").
                (before the fix: shown as master, refusing every write)
   Fenced hears a fenced server takes a newer term from a replica's handshake,
                so its promote goes past it (before the fix: it kept its term)
+  No wrap      a term at 2^64-1 cannot rise: a promote is refused, the kept term
+               stays (before the fix: wrapped to 0 in DIR/role)
   TT setmst    setmst with no host on a fenced server makes it a master (before
                the fix: answered 0 and stayed fenced)
   Corrupt      a role file flipped, cut short or of another version: kurad
@@ -390,6 +392,22 @@ class TermsTest(unittest.TestCase):
         self.assertEqual(rstats(a)["repl_role"], "fenced")
         self.assertEqual(kuractl("repl", "promote", addr(a))[0], 0)
         self.assertEqual((rstats(a)["repl_role"], rstats(a)["repl_term"]), ("master", "6"))
+
+    def test_term_does_not_wrap(self):
+        """A term at its largest (2^64-1, sent by anyone who may send "repl
+        term") cannot rise: a promote is refused and the kept term stays
+        (before the fix: the promote wrapped it to 0 in DIR/role, so a
+        restart came back a master at term 0)."""
+        top = 2 ** 64 - 1
+        x = make(1).start()
+        self.keep(x)
+        self.fence_alone(x, top)
+        rc, out, err = kuractl("repl", "promote", addr(x))
+        self.assertNotEqual(rc, 0, out)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", str(top)))
+        stop(x)
+        restart(x)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", str(top)))
 
     def test_tt_setmst_master_unfences(self):
         """Tokyo Tyrant's setmst with no host makes a fenced server a master
