@@ -35,6 +35,8 @@ docs/replication.md, "Roles and terms" and "Fencing").
                so its promote goes past it (before the fix: it kept its term)
   No wrap      a term at 2^64-1 cannot rise: a promote is refused, the kept term
                stays (before the fix: wrapped to 0 in DIR/role)
+  No one      a follow failing after the role changed: a replica of no one,
+               shown so (before the fix: "master", repl status exit 0)
   TT setmst    setmst with no host on a fenced server makes it a master (before
                the fix: answered 0 and stayed fenced)
   Corrupt      a role file flipped, cut short or of another version: kurad
@@ -408,6 +410,28 @@ class TermsTest(unittest.TestCase):
         stop(x)
         restart(x)
         self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", str(top)))
+
+    def test_replica_of_no_one_shown(self):
+        """A follow that fails after the role changed (here setmst -ts, whose
+        position cannot be written) leaves a replica following no one,
+        refusing writes: stats and repl status say so (before the fix:
+        repl_role master, repl status exit 0, every write refused)."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_tt import TT
+        from test_tt_restore import setmst
+        a, x = make(1).start(), make(2).start()
+        self.keep(a, x)
+        os.mkdir(os.path.join(x.tmpdir, "ulog", "rts"))     # the position cannot be written
+        t = TT(x)
+        self.addCleanup(t.close)
+        self.assertEqual(t.status(setmst(b"127.0.0.1", a.port, ts=5)), 1)
+        self.assertTrue(try_set(x, b"k", b"v").startswith(b"SERVER_ERROR"))
+        st = rstats(x)
+        self.assertEqual((st["repl_role"], st["repl_state"], st["repl_master"]),
+                         ("replica", "stopped", addr(a)))
+        rc, out, err = kuractl("repl", "status", addr(x))
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("not in sync", out)
 
     def test_tt_setmst_master_unfences(self):
         """Tokyo Tyrant's setmst with no host makes a fenced server a master
