@@ -191,6 +191,15 @@ int repl_role_reset(kura_server *srv, char *msg, size_t msglen)
     repl_role *r = srv->role;
     char err[300];
     pthread_mutex_lock(&r->r_lock);
+    if (atomic_load(&r->r_kind) == ROLE_FENCED) {
+        /* the command line would make it a master at the term of the one
+         * that replaced it, which nothing fences: two masters, one term */
+        pthread_mutex_unlock(&r->r_lock);
+        snprintf(msg, msglen, "SERVER_ERROR fenced: a reset would bring it back a master at "
+                 "the current master's term; repl follow the current master, or repl promote, "
+                 "first");
+        return KURA_EINVAL;
+    }
     role_state st = r->r_st;
     st.source = ROLE_SRC_CMDLINE;
     int rc = do_save(r, &st, err, sizeof(err));

@@ -37,6 +37,8 @@ docs/replication.md, "Roles and terms" and "Fencing").
                stays (before the fix: wrapped to 0 in DIR/role)
   No one      a follow failing after the role changed: a replica of no one,
                shown so (before the fix: "master", repl status exit 0)
+  Reset fence  repl reset on a fenced server is refused (before the fix: the
+               restart made it a master at the current master's term)
   TT setmst    setmst with no host on a fenced server makes it a master (before
                the fix: answered 0 and stayed fenced)
   Corrupt      a role file flipped, cut short or of another version: kurad
@@ -432,6 +434,22 @@ class TermsTest(unittest.TestCase):
         rc, out, err = kuractl("repl", "status", addr(x))
         self.assertNotEqual(rc, 0, out)
         self.assertIn("not in sync", out)
+
+    def test_reset_keeps_a_fence(self):
+        """repl reset on a fenced server is refused: the next start would
+        make it a master at the term of the master that replaced it, which
+        no probe or handshake can fence (before the fix: reset answered OK
+        and the restart took writes beside the real master)."""
+        x = make(1).start()
+        self.keep(x)
+        self.fence_alone(x, 3)
+        rc, out, err = kuractl("repl", "reset", addr(x))
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("fenced", err + out)
+        stop(x)
+        restart(x)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", "3"))
+        self.assertTrue(try_set(x, b"k", b"v").startswith(b"SERVER_ERROR"))
 
     def test_tt_setmst_master_unfences(self):
         """Tokyo Tyrant's setmst with no host makes a fenced server a master
