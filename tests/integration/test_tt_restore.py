@@ -25,6 +25,8 @@
 #    gives the records ttserver held.
 #  * A read-only replica and a fenced master refuse a restore (1), applying
 #    nothing (before: kura's rows went in behind the replica switch).
+#  * With -syncrepl 1 and no replica, a restore is not acknowledged (its
+#    connection closed unanswered, as a set's; before: answered 0).
 #  * SIGTERM during a long restore: the replay stops at its next record and
 #    kurad exits 0 (before: the stop freed the role under the replay).
 #  * setmst with a timestamp writes it as the replica's position (the rts
@@ -228,6 +230,24 @@ class TTRestore(ServerTestCase):
         self.assertIn("restore from %s: stopped: kurad is stopping" % d, log)
         self.assertNotIn("%d records replayed" % n, log)
         srv.stop()                      # its exit and stderr checked (a sanitizer's report)
+
+    def test_isolated_syncrepl_master_does_not_acknowledge(self):
+        """With -syncrepl 1 and no replica, a restore's rows are confirmed by
+        none: its connection is closed unanswered, as a set's is (before
+        the fix: answered 0 once replayed, the rows neither confirmed nor
+        waited for)."""
+        ms = int(min(1000 * kuratest.SCALE, 8000))
+        srv = self.start_server(kura_args=(
+            "-ulog", os.path.join(self.dir, "m-ulog"), "-syncrepl", "1",
+            "-syncrepl-timeout", str(ms)))
+        with srv.conn(timeout=60) as c:                 # the negative: a set is not answered
+            c.send(b"set k 0 0 1\r\nv\r\n")
+            self.assertEqual(c.read_to_close(timeout=30), b"")
+        d = os.path.join(self.dir, "tt")
+        write_log(d, [[rec(1000, put(b"t", b"1"))]])
+        t = self.tt(srv)
+        t.send(restore(d.encode()))
+        self.assertEqual(t.c.read_to_close(timeout=30), b"", "a restore acknowledged unconfirmed")
 
     def test_setmst_timestamp(self):
         """setmst -ts N: N is the position the replica follows from, in its
