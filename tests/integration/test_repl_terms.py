@@ -387,15 +387,16 @@ class TermsTest(unittest.TestCase):
         self.keep(a, d)
         self.fence_alone(a, 1)
         self.fence_alone(d, 5)
+        self.assertEqual(kuractl("repl", "promote", addr(d))[0], 0)     # term 6
         self.assertEqual(kuractl("repl", "reset", addr(d))[0], 0)   # the command line rules
         stop(d)
         d.kura_args += ["-mhost", "127.0.0.1", "-mport", str(a.port)]
-        restart(d)                              # a replica of A at term 5
-        poll_until(lambda: rstats(a)["repl_term"] == "5", timeout=TIMEOUT,
+        restart(d)                              # a replica of A at term 6
+        poll_until(lambda: rstats(a)["repl_term"] == "6", timeout=TIMEOUT,
                    what="A to hear D's term")
         self.assertEqual(rstats(a)["repl_role"], "fenced")
         self.assertEqual(kuractl("repl", "promote", addr(a))[0], 0)
-        self.assertEqual((rstats(a)["repl_role"], rstats(a)["repl_term"]), ("master", "6"))
+        self.assertEqual((rstats(a)["repl_role"], rstats(a)["repl_term"]), ("master", "7"))
 
     def test_term_does_not_wrap(self):
         """A term at its largest (2^64-1, sent by anyone who may send "repl
