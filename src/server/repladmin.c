@@ -101,8 +101,9 @@ static int split_master(const char *hp, char *host, size_t hlen, int *port)
     return 0;
 }
 
-/* A master that is not a replica: a fenced one taking writes again, or
- * one given a higher term (failover's min_term).  ctl_lock held. */
+/* A server with no replica thread: a fenced one or a replica of no one
+ * taking writes again, or a master given a higher term (failover's
+ * min_term).  ctl_lock held. */
 static int promote_in_place(kura_server *srv, uint64_t min_term, role_source src, char *msg,
                             size_t msglen)
 {
@@ -136,7 +137,9 @@ static int promote(kura_server *srv, uint64_t min_term, role_source src, bool fo
     if (replica)
         repl_slave_stats(srv->repl_slave, true, view_stat, &v);
     pthread_mutex_unlock(&replctl_slave_lock);
-    if (!replica && (rs.role == ROLE_FENCED || min_term > rs.term))
+    /* fenced, a replica by its role whose follow failed (following no
+     * one), or a master given a higher term */
+    if (!replica && (rs.role == ROLE_FENCED || rs.role == ROLE_REPLICA || min_term > rs.term))
         return promote_in_place(srv, min_term, src, msg, msglen);
     if (!replica) {
         snprintf(msg, msglen, "SERVER_ERROR not a replica: nothing to promote");
@@ -437,11 +440,13 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
     } else {
         /* ttserver's stop is taken whatever the state: not following
          * already is the state asked for, and answers 0 as there; a
-         * fenced server is made a master, as the stop asks */
+         * fenced server, or a replica of no one, is made a master, as
+         * the stop asks */
         role_state rs;
         repl_role_get(srv, &rs);
         pthread_mutex_lock(&replctl_slave_lock);
-        bool replica = srv->repl_slave != NULL || rs.role == ROLE_FENCED;
+        bool replica = srv->repl_slave != NULL || rs.role == ROLE_FENCED ||
+                       rs.role == ROLE_REPLICA;
         pthread_mutex_unlock(&replctl_slave_lock);
         if (replica) {
             pthread_mutex_lock(&ctl_lock);

@@ -435,6 +435,11 @@ class TermsTest(unittest.TestCase):
         rc, out, err = kuractl("repl", "status", addr(x))
         self.assertNotEqual(rc, 0, out)
         self.assertIn("not in sync", out)
+        # and a promote takes it back (before: "not a replica: nothing to promote")
+        rc, out, err = kuractl("repl", "promote", addr(x))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rstats(x)["repl_role"], "master")
+        self.assertEqual(try_set(x, b"k", b"v"), b"STORED\r\n")
 
     def test_reset_keeps_a_fence(self):
         """repl reset on a fenced server is refused: the next start would
