@@ -245,6 +245,11 @@ static bool cmd_job(tt_req *r, int what)
         int rc = s->job->kj_rc;
         kura_job_release(s->job);
         s->job = NULL;
+        /* a restore changed the store for this request: its answer waits
+         * for those changes to be durable (and -syncrepl's replicas), as
+         * a put's does */
+        if (what == KURA_JOB_TT_RESTORE)
+            s->dirty = true;
         tt_code(r, rc == KURA_OK ? 0 : 1);
         return true;
     }

@@ -73,6 +73,8 @@ typedef struct kura_conn {
     bool held;                          /* replies wait for commit_target to be durable,
                                            or (job_wait) the session for its job */
     bool job_wait;                      /* held for a job (kura_session_waiting) */
+    bool job_resumed;                   /* the next batch answers a job: its changes,
+                                           made on the job's thread, are the batch's own */
     uint64_t commit_target;
     struct kura_conn *held_next;        /* the worker's held list */
     conn_entry *entry;                  /* "stats conns" (connlist.c) */
@@ -290,6 +292,8 @@ static bool pump(kura_conn *c)
             used = kura_session_process(c->sess, c->rbuf.data + c->rpos, avail, &c->wbuf);
             c->rpos += used;
         }
+        bool resumed = c->job_resumed;
+        c->job_resumed = false;
         if (kura_session_take_dirty(c->sess)) {
             if (cm) {
                 /* Replies wait until every change made so far is durable,
@@ -297,10 +301,12 @@ static bool pump(kura_conn *c)
                  * may rest on another connection's change.  Once a sync
                  * has failed, a batch that changed nothing itself (writes
                  * refused with SERVER_ERROR) is answered rather than
-                 * closed: its replies promise nothing about durability. */
+                 * closed: its replies promise nothing about durability.
+                 * A job's answer (a Tokyo Tyrant restore) counts the
+                 * changes the job made on its own thread as the batch's. */
                 uint64_t target = committer_write_seq(cm);
                 int fate = commit_fate(cm, target);
-                bool own = committer_thread_seq(cm) != before;
+                bool own = committer_thread_seq(cm) != before || resumed;
                 if (fate == COMMIT_CLOSE && !own)
                     fate = COMMIT_SEND;
                 /* A replica, or a fenced master, refuses every write: a
@@ -460,6 +466,7 @@ void conn_release_durable(kura_worker *w)
                 w->held = c;
             } else {
                 c->held = c->job_wait = false;
+                c->job_resumed = true;
                 arm(c, false);
                 drive(c);                       /* the request answers, then carry on */
             }

@@ -459,6 +459,7 @@ static int stop_server(kura_server *srv, struct event **sigevs, struct event *ti
     committer_stop(srv->committer);
     snapd_jobs_detach();
     workers_stop(srv);
+    snapd_halt();                       /* a restore writes and asks the role */
     bool sync_failed = committer_failed(srv->committer);
     committer_free(srv->committer);
     srv->committer = NULL;
@@ -498,6 +499,7 @@ static int undo_start(kura_server *srv, struct event **sigevs, struct event *tic
     snapd_jobs_detach();
     if (workers)
         workers_stop(srv);
+    snapd_halt();
     committer_free(srv->committer);
     srv->committer = NULL;
     stop_repl(srv);

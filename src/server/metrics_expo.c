@@ -549,6 +549,10 @@ int metrics_health(const kura_stats_source *src, char *why, size_t len)
         now < full + DISK_FULL_WINDOW)
         reason(why, len, "disk full: a change was refused for want of space %" PRIu64 " s ago",
                now > full ? now - full : 0);
+    v = get(&r, "repl_fenced");
+    if (v && strcmp(v, "0") != 0)
+        reason(why, len, "fenced: a newer term was heard, writes are refused (stats repl: "
+               "repl_fenced 1; repl follow the new master, or repl promote)");
     v = get(&r, "repl_state");
     if (v && (strcmp(v, "diverged") == 0 || strcmp(v, "refused") == 0))
         reason(why, len, "replica %s (stats repl: repl_state %s)", v, v);

@@ -101,20 +101,21 @@ static int split_master(const char *hp, char *host, size_t hlen, int *port)
     return 0;
 }
 
-/* A master that is not a replica: a fenced one taking writes again, or
- * one given a higher term (failover's min_term).  ctl_lock held. */
+/* A server with no replica thread: a fenced one or a replica of no one
+ * taking writes again, or a master given a higher term (failover's
+ * min_term).  ctl_lock held. */
 static int promote_in_place(kura_server *srv, uint64_t min_term, role_source src, char *msg,
                             size_t msglen)
 {
-    kura_settings *st = srv->settings;
     char err[300];
     if (replrole_save(srv, ROLE_MASTER, src, NULL, 0, min_term, true, err,
                       sizeof(err)) != KURA_OK) {
         snprintf(msg, msglen, "SERVER_ERROR cannot save the role (%s): nothing changed", err);
         return -1;
     }
-    if (!st->rw)
-        engine_set_replica(srv->engine, false);
+    /* whatever -rw says: the fence turned the replica switch on, and a
+     * master that is not a replica takes writes */
+    engine_set_replica(srv->engine, false);
     uint64_t own = srv->ulog ? ul_last_ts(srv->ulog) : 0;
     log_msg(KURA_LOG_INFO, "promoted (%s): a master at term %" PRIu64 ", taking writes",
             role_source_name(src), repl_role_term(srv));
@@ -136,7 +137,9 @@ static int promote(kura_server *srv, uint64_t min_term, role_source src, bool fo
     if (replica)
         repl_slave_stats(srv->repl_slave, true, view_stat, &v);
     pthread_mutex_unlock(&replctl_slave_lock);
-    if (!replica && (rs.role == ROLE_FENCED || min_term > rs.term))
+    /* fenced, a replica by its role whose follow failed (following no
+     * one), or a master given a higher term */
+    if (!replica && (rs.role == ROLE_FENCED || rs.role == ROLE_REPLICA || min_term > rs.term))
         return promote_in_place(srv, min_term, src, msg, msglen);
     if (!replica) {
         snprintf(msg, msglen, "SERVER_ERROR not a replica: nothing to promote");
@@ -436,9 +439,14 @@ int repladmin_tt_setmst(void *ctx, const char *host, int port, uint64_t ts, int 
         rc = replctl_follow(srv, host, port, 0, ROLE_SRC_SETMST, ts, msg, sizeof(msg));
     } else {
         /* ttserver's stop is taken whatever the state: not following
-         * already is the state asked for, and answers 0 as there */
+         * already is the state asked for, and answers 0 as there; a
+         * fenced server, or a replica of no one, is made a master, as
+         * the stop asks */
+        role_state rs;
+        repl_role_get(srv, &rs);
         pthread_mutex_lock(&replctl_slave_lock);
-        bool replica = srv->repl_slave != NULL;
+        bool replica = srv->repl_slave != NULL || rs.role == ROLE_FENCED ||
+                       rs.role == ROLE_REPLICA;
         pthread_mutex_unlock(&replctl_slave_lock);
         if (replica) {
             pthread_mutex_lock(&ctl_lock);

@@ -24,15 +24,17 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
     kura_server *srv = ctx;
     kura_settings *st = srv->settings;
     char b[64];
+    role_state rs = { .role = ROLE_NONE };
     pthread_mutex_lock(&replctl_slave_lock);
-    if (all) {
-        role_state rs;
-        if (srv->role)
-            repl_role_get(srv, &rs);
-        emit(arg, "repl_role", srv->repl_slave ? (st->rw ? "dual" : "replica")
-                               : srv->role && rs.role == ROLE_FENCED ? "fenced"
+    if (srv->role)
+        repl_role_get(srv, &rs);
+    /* a replica by its role whose thread is gone (a follow that failed
+     * after the role changed): following no one, refusing writes */
+    bool orphan = !srv->repl_slave && rs.role == ROLE_REPLICA;
+    if (all)
+        emit(arg, "repl_role", srv->repl_slave || orphan ? (st->rw ? "dual" : "replica")
+                               : rs.role == ROLE_FENCED ? "fenced"
                                : srv->repl_master ? "master" : "none");
-    }
     replrole_stats(srv, all, emit, arg);
     if (all)
         replrole_probe_stats(srv, emit, arg);
@@ -63,8 +65,14 @@ static void repl_stats(void *ctx, bool all, kura_stat_fn emit, void *arg)
     }
     if (srv->repl_master)
         repl_master_stats(srv->repl_master, all, emit, arg);
-    if (srv->repl_slave)
+    if (srv->repl_slave) {
         repl_slave_stats(srv->repl_slave, all, emit, arg);
+    } else if (orphan && all) {
+        char m[ROLEFILE_HOST_MAX + 16];
+        snprintf(m, sizeof(m), "%s:%d", rs.host, rs.port);
+        emit(arg, "repl_master", m);
+        emit(arg, "repl_state", "stopped");
+    }
     pthread_mutex_unlock(&replctl_slave_lock);
 }
 

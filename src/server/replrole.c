@@ -89,7 +89,14 @@ int replrole_save(kura_server *srv, role_kind kind, role_source src, const char 
         st.former_port = 0;
     }
     /* a master's term rises past every term heard, here under the lock
-     * (a fence racing with the promote cannot leave them equal) */
+     * (a fence racing with the promote cannot leave them equal); one at
+     * its largest cannot, and wrapping would undo every fence */
+    if (kind == ROLE_MASTER && st.term == UINT64_MAX) {
+        pthread_mutex_unlock(&r->r_lock);
+        snprintf(err, errlen, "the term is at its largest (%" PRIu64 ") and cannot rise",
+                 st.term);
+        return KURA_EINVAL;
+    }
     uint64_t term = kind == ROLE_MASTER ? st.term + 1 : st.term;
     st.term = term > min_term ? term : min_term;
     int rc = do_save(r, &st, err, errlen);
@@ -184,6 +191,15 @@ int repl_role_reset(kura_server *srv, char *msg, size_t msglen)
     repl_role *r = srv->role;
     char err[300];
     pthread_mutex_lock(&r->r_lock);
+    if (atomic_load(&r->r_kind) == ROLE_FENCED) {
+        /* the command line would make it a master at the term of the one
+         * that replaced it, which nothing fences: two masters, one term */
+        pthread_mutex_unlock(&r->r_lock);
+        snprintf(msg, msglen, "SERVER_ERROR fenced: a reset would bring it back a master at "
+                 "the current master's term; repl follow the current master, or repl promote, "
+                 "first");
+        return KURA_EINVAL;
+    }
     role_state st = r->r_st;
     st.source = ROLE_SRC_CMDLINE;
     int rc = do_save(r, &st, err, sizeof(err));
@@ -207,7 +223,8 @@ static uint64_t cfg_term(void *arg)
 }
 
 /* A term from the master this server follows (adopted when higher), or
- * from a replica's request (a master fences). */
+ * from a replica's request (a master fences; a fenced server takes it, so
+ * that a promote of it later goes past every term it heard). */
 static void cfg_heard(void *arg, uint64_t term, bool from_master, const char *peer)
 {
     kura_server *srv = arg;
@@ -216,7 +233,7 @@ static void cfg_heard(void *arg, uint64_t term, bool from_master, const char *pe
     if (term <= atomic_load(&r->r_term))
         return;
     int kind = atomic_load(&r->r_kind);
-    if (from_master || kind == ROLE_MASTER || kind == ROLE_NONE) {
+    if (from_master || kind != ROLE_REPLICA) {
         snprintf(why, sizeof(why), "%s %.200s says term %" PRIu64,
                  from_master ? "the master" : "replica", peer, term);
         repl_role_fence(srv, term, why);

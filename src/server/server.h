@@ -132,6 +132,12 @@ int ttrestore_run(struct kura_server *srv, const char *dir, uint64_t ts, int opt
  * start; without -bgs they answer that snapshots are not enabled.  0 or -1
  * (logged). */
 int snapd_register(struct kura_server *srv);
+/* After the workers, before replication stops (a job asks the role and
+ * writes through the engine): the thread ends, a copy or restore running
+ * stops at its next record (snapd_stopping), the queued ones fail.  Then
+ * snapd_stop (which halts too, if not yet) takes -bgs-stop's snapshot. */
+void snapd_halt(void);
+bool snapd_stopping(void);
 void snapd_stop(struct kura_server *srv, bool clean);
 
 /* options.c: fills s from argv (and the -conf file first); on a bad option

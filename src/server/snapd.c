@@ -44,6 +44,7 @@
 static struct {
     pthread_t thread;
     bool started;
+    bool ran;                           /* halted, its stop snapshot not taken yet */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop, requested;
@@ -59,6 +60,8 @@ static struct {
      * going (snapd_jobs_detach) */
     pthread_mutex_t wake_mu;
     bool detached;
+    /* snapd_halt has begun: a job running ends at its next record */
+    _Atomic bool halting;
 } sd = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
          .wake_mu = PTHREAD_MUTEX_INITIALIZER };
 
@@ -319,12 +322,27 @@ int snapd_start(kura_server *srv)
     return 0;
 }
 
-void snapd_stop(kura_server *srv, bool clean)
+bool snapd_stopping(void)
+{
+    return atomic_load(&sd.halting);
+}
+
+void snapd_halt(void)
 {
     if (!sd.started)
         return;
+    atomic_store(&sd.halting, true);
     kura_thread_stop(sd.thread, &sd.mu, &sd.cv, &sd.stop);
     sd.started = false;
+    sd.ran = true;
+}
+
+void snapd_stop(kura_server *srv, bool clean)
+{
+    snapd_halt();
+    if (!sd.ran)
+        return;
+    sd.ran = false;
     /* the workers have stopped: this one is the state the server stops in */
     if (clean && srv->settings->bgs_dir && srv->settings->bgs_stop)
         take_one(srv, "at stop");

@@ -116,7 +116,26 @@ static int tt_first_id(const char *dir, int max, uint64_t ts)
     return num < 1 ? 1 : num;
 }
 
+/* A restore writes: only where writes are taken (a master not fenced, a
+ * -rw replica), checked before it starts and before each record or row,
+ * so a fence or a follow mid-replay ends it (KURA_EREPLICA, answered 1).
+ * kura's rows go in as a master's do on a replica (engine_apply_row),
+ * past the engine's replica switch, so this is the only check they meet. */
+static int restore_writable(struct kura_server *srv)
+{
+    return repl_role_is_writable(srv) ? KURA_OK : KURA_EREPLICA;
+}
+
+/* Before each record or row: the writes may go on, and kurad is not
+ * stopping (its stop waits for this thread: a long replay ends at the
+ * next record, answered to no one, as its connection is going too). */
+static int restore_go_on(struct kura_server *srv)
+{
+    return snapd_stopping() ? KURA_EFAILED : restore_writable(srv);
+}
+
 typedef struct tt_replay {
+    struct kura_server *srv;
     kura_session *sess;
     kura_buf out, req;
     uint64_t applied, skipped;
@@ -204,6 +223,8 @@ static int tt_replay_file(tt_replay *rp, int fd, uint64_t ts, bool check, const 
             continue;
         }
         bool ok = false;
+        if ((rc = restore_go_on(rp->srv)) != KURA_OK)
+            break;
         if ((rc = tt_redo(rp, rec, size, &ok)) != KURA_OK) {
             log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore: %s/%08d.ulog: a record of command "
                     "0x%02x that is not replayed (%s)", dir, id, size > 1 ? rec[1] : 0,
@@ -229,7 +250,7 @@ static int tt_restore(kura_server *srv, const char *dir, int max, uint64_t ts, b
     static kura_thread_stats stats;     /* the snapshot thread's: jobs run one at a time */
     kura_session_config sc = { .engine = srv->engine, .stats = &stats, .server = &srv->info,
                                .conn_id = -1 };
-    tt_replay rp = { .sess = kura_session_new(&sc) };
+    tt_replay rp = { .srv = srv, .sess = kura_session_new(&sc) };
     if (!rp.sess)
         return KURA_ENOMEM;
     int rc = KURA_OK;
@@ -287,7 +308,8 @@ static int kura_restore(kura_server *srv, const char *dir, uint64_t ts)
             rc = KURA_OK;
             break;
         }
-        if (rc == KURA_OK && (rc = engine_apply_row(srv->engine, &row)) == KURA_OK)
+        if (rc == KURA_OK && (rc = restore_go_on(srv)) == KURA_OK &&
+            (rc = engine_apply_row(srv->engine, &row)) == KURA_OK)
             n++;
     }
     if (rd)
@@ -296,7 +318,7 @@ static int kura_restore(kura_server *srv, const char *dir, uint64_t ts)
     if (rc == KURA_OK)
         log_msg(KURA_LOG_INFO, "Tokyo Tyrant restore from kura's update log %s: %" PRIu64
                 " rows applied", dir, n);
-    else
+    else if (rc != KURA_EREPLICA && !snapd_stopping())     /* ttrestore_run says why */
         log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore from %s failed: %s", dir,
                 kura_strerror(rc));
     return rc;
@@ -304,13 +326,22 @@ static int kura_restore(kura_server *srv, const char *dir, uint64_t ts)
 
 int ttrestore_run(struct kura_server *srv, const char *dir, uint64_t ts, int opts)
 {
+    if (restore_writable(srv) != KURA_OK) {
+        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore: refused: this server takes no writes "
+                "(a read-only replica, or a fenced master)");
+        return KURA_EREPLICA;
+    }
     int max = tt_max_id(dir);
     if (max < 0) {
         log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore: cannot read %s: %s", dir,
                 strerror(errno));
         return KURA_ESYS;
     }
-    if (max > 0)
-        return tt_restore(srv, dir, max, ts, (opts & RDBROCHKCON) != 0);
-    return kura_restore(srv, dir, ts);
+    int rc = max == 0 ? kura_restore(srv, dir, ts)
+                      : tt_restore(srv, dir, max, ts, (opts & RDBROCHKCON) != 0);
+    if (rc == KURA_EREPLICA || (rc != KURA_OK && snapd_stopping()))
+        log_msg(KURA_LOG_ERROR, "Tokyo Tyrant restore from %s: stopped: %s", dir,
+                rc == KURA_EREPLICA ? "this server takes writes no more (fenced, or following "
+                "a master)" : "kurad is stopping");
+    return rc;
 }

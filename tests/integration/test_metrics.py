@@ -185,6 +185,24 @@ class Metrics(ServerTestCase):
         s.stop()
 
     @kura_only
+    def test_health_503_when_fenced(self):
+        """A master fenced by a newer term takes no writes: /health says so
+        (before the fix: 200 ok, and a readiness check kept sending it
+        writes); a promote takes them again, healthy."""
+        s = self.start_metrics(extra=["-ulog", "ulog"])
+        self.assertEqual(http_get(self.mport, "/health"), (200, "ok\n"))    # negative
+        with s.conn() as c:
+            r = c.request(b"repl term 3 127.0.0.1 %d\r\n" % s.port)
+            self.assertTrue(r.startswith(b"FENCED 3"), r)
+            self.assertTrue(c.request(b"set a 0 0 1\r\nx\r\n").startswith(b"SERVER_ERROR"))
+        status, body = http_get(self.mport, "/health")
+        self.assertEqual(status, 503)
+        self.assertIn("fenced", body)
+        with s.conn() as c:
+            self.assertTrue(c.request(b"repl promote\r\n").startswith(b"PROMOTED "))
+        self.assertEqual(http_get(self.mport, "/health"), (200, "ok\n"))
+
+    @kura_only
     def test_health_503_after_a_failed_sync(self):
         shim = os.path.join(os.environ.get("KURA_BUILD", "build-test"), "tests", "libfailsync.so")
         if not os.path.exists(shim):

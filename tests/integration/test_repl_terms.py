@@ -29,6 +29,18 @@ docs/replication.md, "Roles and terms" and "Fencing").
                each (before the fix one of them said "in sync", exit 0)
   Login        with -Y on both, the probe logs in (the replica's credentials)
                and fences the old master all the same
+  Rw fenced    a -rw server promoted, fenced, promoted again takes writes
+               (before the fix: shown as master, refusing every write)
+  Fenced hears a fenced server takes a newer term from a replica's handshake,
+               so its promote goes past it (before the fix: it kept its term)
+  No wrap      a term at 2^64-1 cannot rise: a promote is refused, the kept term
+               stays (before the fix: wrapped to 0 in DIR/role)
+  No one      a follow failing after the role changed: a replica of no one,
+               shown so (before the fix: "master", repl status exit 0)
+  Reset fence  repl reset on a fenced server is refused (before the fix: the
+               restart made it a master at the current master's term)
+  TT setmst    setmst with no host on a fenced server makes it a master (before
+               the fix: answered 0 and stayed fenced)
   Corrupt      a role file flipped, cut short or of another version: kurad
                does not start and says why (never a role guessed)
 """
@@ -341,6 +353,127 @@ class TermsTest(unittest.TestCase):
         rc, out, err = kuractl("repl", "follow", addr(a), addr(x))
         self.assertNotEqual(rc, 0)
         self.assertIn("no master", err)
+
+    def fence_alone(self, s, term):
+        """s fenced at term, following no one: told by a "replaced" master
+        at its own address, which a follow refuses."""
+        with s.conn() as c:
+            r = c.request(b"repl term %d 127.0.0.1 %d\r\n" % (term, s.port))
+        self.assertTrue(r.startswith(b"FENCED %d not following" % term), r)
+        self.assertEqual(rstats(s)["repl_role"], "fenced")
+        self.assertTrue(try_set(s, b"f", b"1").startswith(b"SERVER_ERROR"))
+
+    def test_rw_fenced_then_promoted_takes_writes(self):
+        """A -rw server promoted, fenced, promoted again takes writes, as its
+        role says (before the fix: "master" in repl status, every write
+        refused: the fence's read-only switch was left on under -rw)."""
+        x = make(1, kuratest.free_port(), ["-rw"]).start()      # its master never answers
+        self.keep(x)
+        self.assertEqual(kuractl("repl", "promote", addr(x))[0], 0)
+        self.assertEqual(try_set(x, b"a", b"1"), b"STORED\r\n")
+        self.fence_alone(x, 9)
+        rc, out, err = kuractl("repl", "promote", addr(x))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("master", "10"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
+
+    def test_fenced_server_keeps_hearing_terms(self):
+        """A fenced server that hears a still newer term (a replica's
+        handshake) takes it, so that a promote of it later goes past every
+        term it heard (before the fix: its term stayed, and a promote gave
+        it a term another master already had: two masters, one term)."""
+        a = make(1).start()
+        d = make(2).start()
+        self.keep(a, d)
+        self.fence_alone(a, 1)
+        self.fence_alone(d, 5)
+        self.assertEqual(kuractl("repl", "promote", addr(d))[0], 0)     # term 6
+        self.assertEqual(kuractl("repl", "reset", addr(d))[0], 0)   # the command line rules
+        stop(d)
+        d.kura_args += ["-mhost", "127.0.0.1", "-mport", str(a.port)]
+        restart(d)                              # a replica of A at term 6
+        poll_until(lambda: rstats(a)["repl_term"] == "6", timeout=TIMEOUT,
+                   what="A to hear D's term")
+        self.assertEqual(rstats(a)["repl_role"], "fenced")
+        self.assertEqual(kuractl("repl", "promote", addr(a))[0], 0)
+        self.assertEqual((rstats(a)["repl_role"], rstats(a)["repl_term"]), ("master", "7"))
+
+    def test_term_does_not_wrap(self):
+        """A term at its largest (2^64-1, sent by anyone who may send "repl
+        term") cannot rise: a promote is refused and the kept term stays
+        (before the fix: the promote wrapped it to 0 in DIR/role, so a
+        restart came back a master at term 0)."""
+        top = 2 ** 64 - 1
+        x = make(1).start()
+        self.keep(x)
+        self.fence_alone(x, top)
+        rc, out, err = kuractl("repl", "promote", addr(x))
+        self.assertNotEqual(rc, 0, out)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", str(top)))
+        stop(x)
+        restart(x)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", str(top)))
+
+    def test_replica_of_no_one_shown(self):
+        """A follow that fails after the role changed (here setmst -ts, whose
+        position cannot be written) leaves a replica following no one,
+        refusing writes: stats and repl status say so (before the fix:
+        repl_role master, repl status exit 0, every write refused)."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_tt import TT
+        from test_tt_restore import setmst
+        a, x = make(1).start(), make(2).start()
+        self.keep(a, x)
+        os.mkdir(os.path.join(x.tmpdir, "ulog", "rts"))     # the position cannot be written
+        t = TT(x)
+        self.addCleanup(t.close)
+        self.assertEqual(t.status(setmst(b"127.0.0.1", a.port, ts=5)), 1)
+        self.assertTrue(try_set(x, b"k", b"v").startswith(b"SERVER_ERROR"))
+        st = rstats(x)
+        self.assertEqual((st["repl_role"], st["repl_state"], st["repl_master"]),
+                         ("replica", "stopped", addr(a)))
+        rc, out, err = kuractl("repl", "status", addr(x))
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("not in sync", out)
+        # and a promote takes it back (before: "not a replica: nothing to promote")
+        rc, out, err = kuractl("repl", "promote", addr(x))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rstats(x)["repl_role"], "master")
+        self.assertEqual(try_set(x, b"k", b"v"), b"STORED\r\n")
+
+    def test_reset_keeps_a_fence(self):
+        """repl reset on a fenced server is refused: the next start would
+        make it a master at the term of the master that replaced it, which
+        no probe or handshake can fence (before the fix: reset answered OK
+        and the restart took writes beside the real master)."""
+        x = make(1).start()
+        self.keep(x)
+        self.fence_alone(x, 3)
+        rc, out, err = kuractl("repl", "reset", addr(x))
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("fenced", err + out)
+        stop(x)
+        restart(x)
+        self.assertEqual((rstats(x)["repl_role"], rstats(x)["repl_term"]), ("fenced", "3"))
+        self.assertTrue(try_set(x, b"k", b"v").startswith(b"SERVER_ERROR"))
+
+    def test_tt_setmst_master_unfences(self):
+        """Tokyo Tyrant's setmst with no host makes a fenced server a master
+        again, as on ttserver (before the fix: it answered 0, "nothing to
+        stop", and went on refusing every write)."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_tt import TT
+        from test_tt_restore import setmst
+        x = make(1).start()
+        self.keep(x)
+        self.fence_alone(x, 4)
+        t = TT(x)
+        self.addCleanup(t.close)
+        self.assertEqual(t.status(setmst(b"", 0)), 0)
+        st = rstats(x)
+        self.assertEqual((st["repl_role"], st["repl_term"], st["repl_role_source"]),
+                         ("master", "5", "setmst"))
+        self.assertEqual(try_set(x, b"b", b"2"), b"STORED\r\n")
 
     def test_corrupt_role_file(self):
         s = make(1).start()

@@ -23,6 +23,12 @@
 #  * With KURA_TT_BIN holding ttserver and tcrmgr (docs/HACKING.md): a log
 #    written by a real ttserver, restored into kurad by `tcrmgr restore`,
 #    gives the records ttserver held.
+#  * A read-only replica and a fenced master refuse a restore (1), applying
+#    nothing (before: kura's rows went in behind the replica switch).
+#  * With -syncrepl 1 and no replica, a restore is not acknowledged (its
+#    connection closed unanswered, as a set's; before: answered 0).
+#  * SIGTERM during a long restore: the replay stops at its next record and
+#    kurad exits 0 (before: the stop freed the role under the replay).
 #  * setmst with a timestamp writes it as the replica's position (the rts
 #    file), as ttserver's setmst does.
 import os, shutil, signal, struct, subprocess, sys, tempfile, unittest
@@ -175,6 +181,73 @@ class TTRestore(ServerTestCase):
         # the server's own directory: it returns, holding the same
         self.assertEqual(self.restore(s, d), 0)
         self.assertEqual(s.u64(RNUM), 99)
+
+    def test_refused_where_writes_are(self):
+        """A read-only replica and a fenced master refuse a restore (1) and
+        hold none of its rows, from kura's directory as from ttserver's
+        (before the fix: kura's rows were applied and answered 0 on both, a
+        fenced master taking writes; ttserver's answered 0, nothing applied)."""
+        d = os.path.join(self.dir, "kura-ulog")
+        src = self.start_server(kura_args=("-ulog", d))
+        s = self.tt(src)
+        self.assertEqual(s.status(put(b"k", b"v")), 0)
+        tt_dir = os.path.join(self.dir, "tt-ulog")
+        write_log(tt_dir, [[rec(1000, put(b"t", b"1"))]])
+        replica = self.start_server(kura_args=(
+            "-ulog", os.path.join(self.dir, "r-ulog"), "-mhost", "127.0.0.1",
+            "-mport", str(kuratest.free_port())))       # a master that never answers
+        fenced = self.start_server(kura_args=("-ulog", os.path.join(self.dir, "f-ulog")))
+        with fenced.conn() as c:
+            r = c.request(b"repl term 5 127.0.0.1 %d\r\n" % fenced.port)
+        self.assertTrue(r.startswith(b"FENCED 5"), r)
+        for srv in (replica, fenced):
+            t = self.tt(srv)
+            for path, key in ((d, b"k"), (tt_dir, b"t")):
+                with self.subTest(port=srv.port, path=path):
+                    self.assertEqual(self.restore(t, path), 1)
+                    self.assertIsNone(t.value(get(key)))
+        self.assertEqual(self.restore(s, tt_dir), 0)        # a master takes it
+        self.assertEqual(s.value(get(b"t")), b"1")
+
+    def test_stop_during_restore(self):
+        """SIGTERM while a long restore runs: the replay stops at its next
+        record, before replication's role and the committer are freed under
+        it, and kurad exits cleanly and soon (before the fix: the stop freed
+        them while the replay went on writing, and waited for its end)."""
+        n = 1000000
+        d = os.path.join(self.dir, "big")
+        write_log(d, [[rec(1000 + i, put(b"r%07d" % i, b"x" * 20)) for i in range(n)]])
+        srv = self.start_server()
+        t = self.tt(srv)
+        t.send(restore(d.encode()))
+        probe = self.tt(srv)
+        kuratest.poll_until(lambda: probe.u64(RNUM) > 0, timeout=60 * kuratest.SCALE,
+                            what="the restore to begin")
+        self.assertLess(probe.u64(RNUM), n, "the restore ended before the stop (a longer log)")
+        srv.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(srv.proc.wait(60 * kuratest.SCALE), 0)
+        log = srv.stderr() + open(srv.stdout_path, errors="replace").read()
+        self.assertIn("restore from %s: stopped: kurad is stopping" % d, log)
+        self.assertNotIn("%d records replayed" % n, log)
+        srv.stop()                      # its exit and stderr checked (a sanitizer's report)
+
+    def test_isolated_syncrepl_master_does_not_acknowledge(self):
+        """With -syncrepl 1 and no replica, a restore's rows are confirmed by
+        none: its connection is closed unanswered, as a set's is (before
+        the fix: answered 0 once replayed, the rows neither confirmed nor
+        waited for)."""
+        ms = int(min(1000 * kuratest.SCALE, 8000))
+        srv = self.start_server(kura_args=(
+            "-ulog", os.path.join(self.dir, "m-ulog"), "-syncrepl", "1",
+            "-syncrepl-timeout", str(ms)))
+        with srv.conn(timeout=60) as c:                 # the negative: a set is not answered
+            c.send(b"set k 0 0 1\r\nv\r\n")
+            self.assertEqual(c.read_to_close(timeout=30), b"")
+        d = os.path.join(self.dir, "tt")
+        write_log(d, [[rec(1000, put(b"t", b"1"))]])
+        t = self.tt(srv)
+        t.send(restore(d.encode()))
+        self.assertEqual(t.c.read_to_close(timeout=30), b"", "a restore acknowledged unconfirmed")
 
     def test_setmst_timestamp(self):
         """setmst -ts N: N is the position the replica follows from, in its
