@@ -89,7 +89,9 @@ static void view_of(kura_server *srv, ha_role_view *out, bool with_pos)
     if (replica)
         repl_slave_stats(srv->repl_slave, true, role_stat, &v);
     pthread_mutex_unlock(&replctl_slave_lock);
-    out->master = !replica && rs.role != ROLE_FENCED;
+    /* a replica whose follow failed (no replica thread, role still a
+     * replica) takes no writes: not a master (/primary 503) */
+    out->master = !replica && rs.role != ROLE_FENCED && rs.role != ROLE_REPLICA;
     out->following = replica && !v.copying;
     out->copying = replica && v.copying;
     out->connected = v.connected;
