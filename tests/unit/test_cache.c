@@ -572,6 +572,40 @@ static void test_eviction_lru(void)
     kura_store_close(s);
 }
 
+/* Overwrites of a small live set under the limit: the memory fills with
+ * the overwritten versions, never with live items, so nothing live is
+ * evicted (memcached reuses its freed chunks and evicts nothing here);
+ * the merges compact instead (keep_all_live, seg_evict.c).  Negative:
+ * without it, every merge evicted the live items not read since the last
+ * (the soak's cache lost acknowledged items at 10% of its limit). */
+static void test_overwrites_evict_nothing_live(void)
+{
+    kura_store *s = open_cache("*#capsiz=4m#bnum=256", 0, 0);
+    kura_clock t = clk_at(T0, 0);
+    char key[32];
+    REQUIRE(s != NULL);
+    uint64_t cas = 1, x = 88172645463325252ull;
+    for (int i = 0; i < 2000; i++) {             /* ~250 KB live */
+        fmt_key(key, i);
+        CHECK_EQ_INT(put_kv(s, key, value100, 0, 0, cas++, KURA_PUT_ANY, 0, &t), KURA_OK);
+    }
+    for (int n = 0; n < 200000; n++) {           /* 25 MB of overwrites, keys 100.. */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        fmt_key(key, 100 + (int)(x % 1900));     /* 0..99: written once, never read */
+        CHECK_EQ_INT(put_kv(s, key, value100, 0, 0, cas++, KURA_PUT_ANY, 0, &t), KURA_OK);
+    }
+    kura_store_usage u = usage_of(s);
+    printf("# %" PRIu64 " evictions, %" PRIu64 " reclaimed, %" PRIu64 " items\n", u.evictions,
+           u.reclaimed, u.curr_items);
+    CHECK_EQ_INT(u.evictions, 0);
+    CHECK_EQ_INT(u.curr_items, 2000);
+    for (int i = 0; i < 2000; i++) {
+        fmt_key(key, i);
+        CHECK_EQ_INT(s->ops->get(s, key, strlen(key), &t, NULL, NULL), KURA_OK);
+    }
+    kura_store_close(s);
+}
+
 static void test_dead_before_live(void)
 {
     kura_store *s = open_cache("*#capsiz=4m#bnum=256", 0, 0);
@@ -1456,6 +1490,7 @@ int main(void)
     RUN(test_update);
     RUN(test_eviction_lru);
     RUN(test_dead_before_live);
+    RUN(test_overwrites_evict_nothing_live);
     RUN(test_too_large);
     RUN(test_iterate_and_sweep);
     RUN(test_growth_200k);

@@ -10,8 +10,10 @@
  * item still in the index is dropped if it is dead (reclaimed), kept if
  * it was read since the last merge that met it (its 2-bit frequency,
  * seg_item.c, is one less then: a second chance, as CLOCK gives), and
- * evicted otherwise.  Kept items are copied into a destination segment
- * taken from the pool; the merge stops as soon as it has freed one
+ * evicted otherwise; while the live items take less than half the
+ * segments in use, every live item is kept (keep_all_live).  Kept items
+ * are copied into a destination segment taken from the pool; the merge
+ * stops as soon as it has freed one
  * segment more than it took (at most SEG_MERGE_MAX sources; the last one
  * allowed keeps nothing, so a merge always frees a segment).  The
  * destinations go back into the chain as its newest sealed segments, so
@@ -73,8 +75,31 @@ typedef struct merge {
     unsigned bucket;
     uint32_t dest;              /* the destination being filled, or SEG_NONE */
     uint32_t dests, max_dests;
+    bool keep_all;              /* compaction: every live item kept (keep_all_live) */
     uint32_t dest_ids[SEG_MERGE_MAX];
 } merge;
+
+/* True when the live items take less than half the segments in use: the
+ * memory is then short for want of reclaiming overwritten and deleted
+ * items, not for want of room, and a merge keeps every live item (it
+ * still frees a segment: its sources are mostly dead), as memcached, whose
+ * freed chunks are reused, evicts nothing with its live items under its
+ * limit.  Past half, items earn their place (the frequency rule).  Each
+ * stripe's lock in turn, once a merge: a merge is made once a segment's
+ * worth of writes. */
+static bool keep_all_live(segcache *c)
+{
+    uint64_t live = 0;
+    for (unsigned i = 0; i < SEG_STRIPES; i++) {
+        seg_stripe *st = &c->sc_stripes[i];
+        pthread_mutex_lock(&st->st_lock);
+        live += st->st_bytes;
+        pthread_mutex_unlock(&st->st_lock);
+    }
+    uint64_t held = (uint64_t)atomic_load_explicit(&c->sc_pool.sp_used, memory_order_relaxed) *
+                    c->sc_pool.sp_seg_size;
+    return live * 2 < held;
+}
 
 /* Copies a kept item into the merge's destination and points slot i at
  * it.  Under the item's stripe lock.  False if there is no room (no more
@@ -128,7 +153,8 @@ static int merge_item(segcache *c, merge *m, const kura_clock *clk, uint32_t id,
         return 0;
     }
     int l = kura_item_liveness((int64_t)v->exptime, v->cas, clk);
-    if (l == KURA_LIVE && m && seg_item_decay(v->hdr) && do_merge_copy(m, st, i, v, h)) {
+    bool earned = m && (seg_item_decay(v->hdr) || m->keep_all);
+    if (l == KURA_LIVE && earned && do_merge_copy(m, st, i, v, h)) {
         pthread_mutex_unlock(&st->st_lock);
         atomic_fetch_add_explicit(&c->sc_kept, 1, memory_order_relaxed);
         return 0;
@@ -226,7 +252,7 @@ static bool seg_merge_one(segcache *c, const kura_clock *clk)
     if (b == SEG_TTL_BUCKETS || avail == 0)
         return false;
     merge m = { .c = c, .clk = clk, .bucket = b, .dest = c->sc_ttl[b].tb_merge_dest,
-                .max_dests = avail - 1 };
+                .max_dests = avail - 1, .keep_all = keep_all_live(c) };
     uint32_t done = 0;
     while (done < avail && done <= m.dests) {
         uint32_t id = take_oldest(c, b);
