@@ -644,7 +644,13 @@ def alone(case, words, **etcd):
         c.close()
 
 
-@unittest.skipIf(have_tools(), have_tools())
+def etcdctl_missing():
+    """EtcdAuth sets etcd's users up with etcdctl (Debian's etcd-client)."""
+    return have_tools() or (None if shutil.which("etcdctl")
+                            else kuratest.missing("etcdctl (apt-get install etcd-client)"))
+
+
+@unittest.skipIf(etcdctl_missing(), etcdctl_missing())
 class EtcdAuth(unittest.TestCase):
     """etcd with authentication on: kurad logs in (-ha-etcd-auth) and
     leads; with a wrong password (negative) it never does, and says why."""
