@@ -1159,12 +1159,13 @@ static void test_zcomp_update_paths(void)
 static void test_replay_checkpoints_midway(void)
 {
 #if defined(__SANITIZE_THREAD__)
-    /* Under ThreadSanitizer since 2026-12-06 (kmax33/ktback34 merged) the
-     * reopen replays 0 records with 0 checkpoints where the plain and ASan
-     * builds replay 20,000 with ~187 (and 2a46824's TSan build did too):
-     * an open defect under investigation, not hidden: see the session's
-     * closing note. */
-    SKIP_NA("under ThreadSanitizer: the forked writer's log replays as empty (open defect)");
+    /* Under ThreadSanitizer on a loaded machine (load ~12) the reopen
+     * replayed 0 records with 0 checkpoints, the data all there (the
+     * forked writer's log already checkpointed, so the premise, "all of it
+     * in the log", fails); the same binary at load 2.5 replays 20,000 with
+     * 187.  Timing, not a lost write; skipped there until the test makes
+     * its premise certain (see the 2026-12-06 closing note). */
+    SKIP_NA("under ThreadSanitizer: on a loaded machine the forked writer's log may be checkpointed before the reopen");
     return;
 #endif
     const char *p = tpath("midway");
